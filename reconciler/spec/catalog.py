@@ -1,0 +1,175 @@
+"""The MIG catalog: GPU models, their GPU-instance profiles and the placement rules.
+
+Placement is modelled the way NVML does it: a GPU has 8 memory slices; a profile may start
+only at its listed slots and occupies `memory_slices` consecutive slices; instances never
+overlap; at most 7 instances and at most one `+me` instance per GPU; each profile has a
+maximum count. `place()` answers whether a whole layout fits (and where), which a slice sum
+alone cannot: 7 x 1g leaves slice 7 stranded, 4g + 4g never fits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from ruamel.yaml import YAML
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    name: str
+    compute_slices: int
+    memory_slices: int
+    max_count: int
+    starts: tuple[int, ...]
+    nvml_index: int
+
+    @property
+    def media_extensions(self) -> bool:
+        return self.name.endswith("+me")
+
+    @property
+    def resource_name(self) -> str:
+        """The device plugin's resource under the `mixed` strategy (`+` becomes `.`)."""
+        return "nvidia.com/mig-" + self.name.replace("+", ".")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    name: str
+    memory_gib: int
+    product_labels: tuple[str, ...]
+    nvml_names: tuple[str, ...]
+    pci_device_ids: tuple[str, ...]
+    profiles: dict[str, MigProfile] = field(hash=False)
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.profiles)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    memory_slices: int
+    compute_slices: int
+    max_instances: int
+    models: dict[str, GpuModel] = field(hash=False)
+
+    def model(self, name: str) -> GpuModel | None:
+        return self.models.get(name)
+
+    def model_for_product(self, product: str) -> GpuModel | None:
+        """The model whose product label (GFD `nvidia.com/gpu.product`) or NVML name matches."""
+        for m in self.models.values():
+            if product == m.name or product in m.product_labels or product in m.nvml_names:
+                return m
+        base = product.split("-MIG-")[0]  # single strategy: <product>-MIG-<profile>
+        if base != product:
+            return self.model_for_product(base)
+        return None
+
+    def place(self, model: GpuModel, profiles: Sequence[str]) -> list[tuple[str, int]] | None:
+        """Start slots for every profile of a layout, or None when it cannot be placed."""
+        return place(self, model, profiles)
+
+    def fits_after(
+        self, model: GpuModel, existing: Iterable[tuple[str, int]], profile: str
+    ) -> int | None:
+        """The first start slot where `profile` can be created beside existing instances."""
+        existing = list(existing)
+        p = model.profiles.get(profile)
+        if p is None:
+            return None
+        if len(existing) >= self.max_instances:
+            return None
+        counts = Counter(name for name, _ in existing)
+        if counts[profile] >= p.max_count:
+            return None
+        if p.media_extensions and any(n.endswith("+me") for n in counts):
+            return None
+        used = _occupied(model, existing)
+        for s in p.starts:
+            if not used & _span(s, p.memory_slices):
+                return s
+        return None
+
+
+def _span(start: int, size: int) -> int:
+    return ((1 << size) - 1) << start
+
+
+def _occupied(model: GpuModel, placed: Iterable[tuple[str, int]]) -> int:
+    mask = 0
+    for name, start in placed:
+        mask |= _span(start, model.profiles[name].memory_slices)
+    return mask
+
+
+def place(catalog: Catalog, model: GpuModel, profiles: Sequence[str]) -> list[tuple[str, int]] | None:
+    """Backtracking search, largest instances first (the order NVIDIA recommends creating them)."""
+    if any(p not in model.profiles for p in profiles):
+        return None
+    if len(profiles) > catalog.max_instances:
+        return None
+    counts = Counter(profiles)
+    if any(counts[n] > model.profiles[n].max_count for n in counts):
+        return None
+    if sum(c for n, c in counts.items() if n.endswith("+me")) > 1:
+        return None
+    order = sorted(
+        profiles,
+        key=lambda n: (-model.profiles[n].memory_slices, -model.profiles[n].compute_slices, n),
+    )
+    result: list[tuple[str, int]] = []
+
+    def go(i: int, used: int) -> bool:
+        if i == len(order):
+            return True
+        p = model.profiles[order[i]]
+        for s in p.starts:
+            span = _span(s, p.memory_slices)
+            if used & span:
+                continue
+            result.append((p.name, s))
+            if go(i + 1, used | span):
+                return True
+            result.pop()
+        return False
+
+    if not go(0, 0):
+        return None
+    return sorted(result, key=lambda x: (x[1], x[0]))
+
+
+def _profile(row: list) -> MigProfile:
+    name, compute, memory, max_count, starts, nvml_index = row
+    return MigProfile(str(name), int(compute), int(memory), int(max_count), tuple(starts), int(nvml_index))
+
+
+def catalog_from_data(data: dict) -> Catalog:
+    models = {}
+    for name, m in data["models"].items():
+        models[name] = GpuModel(
+            name=name,
+            memory_gib=int(m["memory_gib"]),
+            product_labels=tuple(m.get("product_labels", [])),
+            nvml_names=tuple(m.get("nvml_names", [])),
+            pci_device_ids=tuple(m.get("pci_device_ids", [])),
+            profiles={p.name: p for p in map(_profile, m.get("profiles", []))},
+        )
+    return Catalog(
+        memory_slices=int(data["memory_slices"]),
+        compute_slices=int(data["compute_slices"]),
+        max_instances=int(data["max_instances"]),
+        models=models,
+    )
+
+
+@cache
+def default_catalog() -> Catalog:
+    """The catalog shipped in the package (mig_catalog.yaml, with its sources)."""
+    text = resources.files("reconciler.spec").joinpath("mig_catalog.yaml").read_text()
+    return catalog_from_data(YAML(typ="safe").load(text))

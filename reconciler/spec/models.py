@@ -1,0 +1,387 @@
+"""The policy language: pydantic models of every kind of desired-state document.
+
+Documents look like Kubernetes objects (`apiVersion`, `kind`, `metadata`, `spec`). Fields are
+camelCase in YAML; models are strict (no type coercion) and forbid unknown fields, so a typo
+is an error with a file:line, never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from reconciler.spec.quantity import DURATION_PATTERN, QUANTITY_PATTERN, parse_duration
+
+API_VERSION = "gpupool.io/v1alpha1"
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
+Duration = Annotated[
+    str,
+    Field(pattern=DURATION_PATTERN, description="Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m."),
+]
+Quantity = Annotated[
+    str,
+    Field(pattern=QUANTITY_PATTERN, description="Quantity in Kubernetes notation, e.g. 4Gi, 512Mi."),
+]
+Count = Annotated[int, Field(ge=0)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+def yaml_name(field: str) -> str:
+    """snake_case -> the camelCase name in YAML, with Kubernetes-style acronyms (maxGPUs)."""
+    return re.sub(r"Gpu(s?)(?=[A-Z]|$)", r"GPU\1", to_camel(field))
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        alias_generator=yaml_name,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+# --------------------------------------------------------------------------- common
+
+
+class Metadata(Model):
+    name: Name
+    """Unique among documents of the same kind (DNS label: lower case, digits, '-')."""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class LabelSelectorRequirement(Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector over node labels."""
+
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelSelectorRequirement] = []
+
+
+# --------------------------------------------------------------------------- Pool
+
+
+class WholeCards(Model):
+    """Whole cards for training (the device plugin's `nvidia.com/gpu`)."""
+
+    min_gpus: Count = 0
+    """Reservation: at least this many cards stay whole for training, never repartitioned."""
+    max_gpus: Count | None = None
+    """At most this many cards are whole; the rest may be lent to inference."""
+    topology: Literal["nvlink", "numa", "node", "none"] = "node"
+    """Gang placement preference for multi-card jobs: same NVLink island, same NUMA node,
+    same node, or no preference."""
+
+
+class MigLayout(Model):
+    name: Name
+    """Name of the layout; used as the mig-parted config name on nodes that get it."""
+    profiles: list[str] = Field(min_length=1, max_length=7)
+    """GPU-instance profiles on one GPU, e.g. [3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb]."""
+
+
+class MigInference(Model):
+    layouts: list[MigLayout] = Field(min_length=1)
+    """Layouts a GPU may be partitioned into, most preferred first."""
+
+
+class SharedInference(Model):
+    """Shared slices (time-slicing / MPS): several inference pods share one card."""
+
+    slices_per_gpu: int = Field(ge=2, le=48)
+    memory_per_slice: Quantity
+    """GPU memory each slice may use, e.g. 10Gi. slicesPerGPU x memoryPerSlice must fit the card."""
+
+
+class Inference(Model):
+    min_gpus: Count = 0
+    """Cards kept partitioned for inference even without demand (warm capacity)."""
+    max_gpus: Count | None = None
+    """Inference never takes more than this many cards of the pool."""
+    mig: MigInference | None = None
+    shared: SharedInference | None = None
+    prefer: Literal["mig", "shared"] = "mig"
+    """Which partitioning new inference cards get when demand fits both."""
+
+
+class PoolCapacity(Model):
+    """The size the pool is expected to have (validation and drift reports)."""
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1, le=16)
+
+
+class PoolSpec(Model):
+    gpu_model: str
+    """A model from the MIG catalog, e.g. A100-SXM4-80GB, H100-SXM5-80GB, L40S-48GB."""
+    node_selector: LabelSelector = LabelSelector()
+    """Which nodes belong to the pool. The model's `nvidia.com/gpu.product` values are
+    implied, so pools of different models never overlap."""
+    capacity: PoolCapacity
+    training: WholeCards = WholeCards()
+    inference: Inference = Inference()
+
+
+class Pool(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["Pool"]
+    metadata: Metadata
+    spec: PoolSpec
+
+
+# --------------------------------------------------------------------------- Quota
+
+
+class Allotment(Model):
+    guaranteed: Count = 0
+    """Always available to the team (others borrow it only while the team does not use it)."""
+    borrowing_limit: Count | None = None
+    """How much beyond the guarantee the team may borrow from idle capacity (None: no limit)."""
+    lending_limit: Count | None = None
+    """How much of the guarantee others may borrow while unused (None: all of it)."""
+
+
+class MemoryAllotment(Model):
+    guaranteed: Quantity = "0"
+    borrowing_limit: Quantity | None = None
+
+
+class PoolQuota(Model):
+    pool: Name
+    """The Pool whose capacity this allotment draws on."""
+    whole: Allotment = Allotment()
+    """Whole cards (`nvidia.com/gpu`)."""
+    mig: dict[str, Allotment] = {}
+    """Per MIG profile, e.g. {3g.40gb: {guaranteed: 2}}."""
+    shared_memory: MemoryAllotment | None = None
+    """GPU memory on shared slices."""
+
+
+class QuotaSpec(Model):
+    team: Name | None = None
+    """The team's name in reports (default: the document's name)."""
+    namespaces: list[Name] = Field(min_length=1)
+    """Namespaces whose workloads count against this quota."""
+    max_gpus: Count | None = None
+    """Hard cap over all pools, in card equivalents (a MIG instance counts its share of the
+    card's memory slices, a shared slice 1/slicesPerGPU)."""
+    pools: list[PoolQuota] = []
+
+
+class Quota(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["Quota"]
+    metadata: Metadata
+    spec: QuotaSpec
+
+    @property
+    def team(self) -> str:
+        return self.spec.team or self.metadata.name
+
+
+# --------------------------------------------------------------------------- PriorityPolicy
+
+
+class PriorityClassSpec(Model):
+    name: Name
+    """The Kubernetes PriorityClass name workloads use (`priorityClassName`)."""
+    value: int = Field(ge=-2147483648, le=1000000000)
+    workload: Literal["training", "inference", "any"] = "any"
+    preemptible: bool = True
+    """False: never preempted by gpupool, whatever asks."""
+    spot: bool = False
+    """Non-critical capacity: first victim, no checkpoint wait, no minimum runtime."""
+    description: str = ""
+
+
+class PreemptionRule(Model):
+    preemptor: Name
+    """Class whose pending workloads may preempt..."""
+    victims: list[Name] = Field(min_length=1)
+    """...running workloads of these classes (each of lower value)."""
+    when: Literal["always", "noSharedCapacity"] = "noSharedCapacity"
+    """`noSharedCapacity`: only when no free or reclaimable capacity is left."""
+
+
+class Preemption(Model):
+    rules: list[PreemptionRule] = []
+    checkpoint_grace_period: Duration = "5m"
+    """Time between the checkpoint request and the eviction."""
+    min_runtime: Duration = "10m"
+    """A workload that started less than this long ago is not preempted."""
+    budget_per_hour: Count = 10
+    """At most this many preemptions in any rolling hour (cluster-wide)."""
+
+
+class PriorityPolicySpec(Model):
+    classes: list[PriorityClassSpec] = Field(min_length=1)
+    default_class: Name | None = None
+    preemption: Preemption = Preemption()
+
+
+class PriorityPolicy(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["PriorityPolicy"]
+    metadata: Metadata
+    spec: PriorityPolicySpec
+
+
+# --------------------------------------------------------------------------- ScalingPolicy
+
+
+class ScaleTarget(Model):
+    namespace: Name
+    name: Name
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    min_replicas: Count = 1
+    max_replicas: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScaleTarget:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas {self.min_replicas} > maxReplicas {self.max_replicas}")
+        return self
+
+
+class ScaleUp(Model):
+    queue_length_per_replica: float | None = Field(default=None, gt=0)
+    """Grow when the exported queue length per replica exceeds this."""
+    pending_time: Duration | None = None
+    """...or when requests wait longer than this (p99)."""
+    step: int = Field(default=1, ge=1)
+    cooldown: Duration = "2m"
+
+
+class ScaleDown(Model):
+    queue_length_per_replica: float = Field(ge=0)
+    """Shrink when the queue per replica stays below this..."""
+    step: int = Field(default=1, ge=1)
+    cooldown: Duration = "10m"
+    """...and the last scale change is at least this old."""
+
+
+class ScalingPolicySpec(Model):
+    pool: Name
+    targets: list[ScaleTarget] = Field(min_length=1)
+    scale_up: ScaleUp
+    scale_down: ScaleDown
+    borrow_from: list[Name] = []
+    """Priority classes whose running training may be preempted to make room for scale-up."""
+
+
+class ScalingPolicy(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["ScalingPolicy"]
+    metadata: Metadata
+    spec: ScalingPolicySpec
+
+
+# --------------------------------------------------------------------------- MaintenancePolicy
+
+
+class Window(Model):
+    start: str = Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    end: str = Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    """Times of day in UTC (HH:MM); a window may wrap midnight."""
+
+
+class Defragmentation(Model):
+    enabled: bool = True
+    when: Literal["always", "pendingDemand", "window"] = "pendingDemand"
+    """`pendingDemand`: only when a pending multi-card job fits nowhere whole."""
+    window: Window | None = None
+    max_migrations_per_cycle: Count = 2
+    only_migratable: bool = True
+    """Move only workloads marked migratable (checkpoint + restart elsewhere is safe)."""
+
+    @model_validator(mode="after")
+    def _window(self) -> Defragmentation:
+        if self.when == "window" and self.window is None:
+            raise ValueError("when: window needs a window")
+        return self
+
+
+class IdleReclaim(Model):
+    enabled: bool = True
+    utilization_below: Percent = 5
+    """A GPU counts as idle while its utilization is below this percentage..."""
+    idle_for: Duration = "1h"
+    """...for at least this long."""
+    action: Literal["evict", "report"] = "evict"
+    exclude_classes: list[Name] = []
+
+
+class MaintenancePolicySpec(Model):
+    pools: list[Name] = []
+    """Pools this applies to (empty: all)."""
+    defragmentation: Defragmentation | None = None
+    idle_reclaim: IdleReclaim | None = None
+
+
+class MaintenancePolicy(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["MaintenancePolicy"]
+    metadata: Metadata
+    spec: MaintenancePolicySpec
+
+
+# --------------------------------------------------------------------------- ChangePolicy
+
+
+class ChangeGates(Model):
+    max_preemptions: Count | None = None
+    max_repartitions: Count | None = None
+    max_drained_nodes: Count | None = None
+
+
+class ChangePolicySpec(Model):
+    """Safety gates for a single change of the desired state (checked by `plan --base`)."""
+
+    gates: ChangeGates = ChangeGates()
+    allow_empty_pool: bool = False
+    """A change that leaves a pool without capacity is refused unless this is true."""
+    allow_delete_all_quotas: bool = False
+    """A change that deletes every quota is refused unless this is true."""
+
+
+class ChangePolicy(Model):
+    api_version: Literal["gpupool.io/v1alpha1"]
+    kind: Literal["ChangePolicy"]
+    metadata: Metadata
+    spec: ChangePolicySpec
+
+
+KINDS: dict[str, type[Model]] = {
+    "Pool": Pool,
+    "Quota": Quota,
+    "PriorityPolicy": PriorityPolicy,
+    "ScalingPolicy": ScalingPolicy,
+    "MaintenancePolicy": MaintenancePolicy,
+    "ChangePolicy": ChangePolicy,
+}
+
+Document = Pool | Quota | PriorityPolicy | ScalingPolicy | MaintenancePolicy | ChangePolicy
+
+
+def seconds(duration: str) -> float:
+    return parse_duration(duration)

@@ -1,0 +1,31 @@
+"""A problem found in the desired state, located by file, line, column and field path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Problem:
+    file: str
+    line: int  # 1-based; 0 when unknown
+    column: int  # 1-based; 0 when unknown
+    path: str  # field path, e.g. "spec.inference.mig.layouts[0].profiles"
+    message: str
+    document: str = ""  # "Pool/a100" when known
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}:{self.column}"
+        what = f"{self.document} " if self.document else ""
+        field = f"{self.path}: " if self.path else ""
+        return f"{where}: {what}{field}{self.message}"
+
+
+class InvalidDesiredState(Exception):
+    """Raised by loaders with every problem found, never just the first."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))

@@ -1,0 +1,320 @@
+"""Semantic checks across documents: what a schema alone cannot see.
+
+Each check yields Problems located at the offending field, so every message names file,
+line, column and field path; all problems are reported, not just the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+
+from reconciler.spec.loader import format_path, locate
+from reconciler.spec.models import LabelSelector, Pool, Quota
+from reconciler.spec.problems import Problem
+from reconciler.spec.quantity import GI, format_bytes, quantity_bytes
+from reconciler.spec.state import DesiredState, Located
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def _problem(doc: Located, path: tuple, message: str) -> Problem:
+    line, col = locate(doc.node, path) if doc.node is not None else (doc.line, 1)
+    kind, name = doc.key
+    return Problem(doc.file, line, col, format_path(path), message, f"{kind}/{name}")
+
+
+def check_semantics(state: DesiredState) -> list[Problem]:
+    out: list[Problem] = []
+    for check in (_duplicates, _pools, _pool_overlap, _quotas, _priority, _scaling, _maintenance):
+        out.extend(check(state))
+    return out
+
+
+def _duplicates(state: DesiredState) -> Iterator[Problem]:
+    seen: dict[tuple[str, str], Located] = {}
+    singletons: dict[str, Located] = {}
+    for d in state.documents:
+        if d.key in seen:
+            first = seen[d.key]
+            yield _problem(d, ("metadata", "name"), f"duplicate {d.key[0]} name {d.key[1]!r} (first defined at {first.file}:{first.line})")
+            continue
+        seen[d.key] = d
+        if d.model.kind in ("PriorityPolicy", "ChangePolicy"):
+            if d.model.kind in singletons:
+                first = singletons[d.model.kind]
+                yield _problem(d, ("kind",), f"only one {d.model.kind} may exist (another is at {first.file}:{first.line})")
+            else:
+                singletons[d.model.kind] = d
+
+
+def _docs(state: DesiredState, kind: str) -> list[Located]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for d in state.documents:
+        if d.model.kind == kind and d.key not in seen:
+            seen.add(d.key)
+            out.append(d)
+    return out
+
+
+def pool_gpus(pool: Pool) -> int:
+    return pool.spec.capacity.nodes * pool.spec.capacity.gpus_per_node
+
+
+def _pools(state: DesiredState) -> Iterator[Problem]:
+    for d in _docs(state, "Pool"):
+        pool: Pool = d.model
+        spec = pool.spec
+        model = state.catalog.model(spec.gpu_model)
+        if model is None:
+            yield _problem(d, ("spec", "gpuModel"), f"unknown GPU model {spec.gpu_model!r}; known: {', '.join(state.catalog.models)}")
+            continue
+        total = pool_gpus(pool)
+        inf = spec.inference
+        if spec.training.max_gpus is not None and spec.training.max_gpus < spec.training.min_gpus:
+            yield _problem(d, ("spec", "training", "maxGPUs"), f"maxGPUs {spec.training.max_gpus} is below minGPUs {spec.training.min_gpus}")
+        if inf.max_gpus is not None and inf.max_gpus < inf.min_gpus:
+            yield _problem(d, ("spec", "inference", "maxGPUs"), f"maxGPUs {inf.max_gpus} is below minGPUs {inf.min_gpus}")
+        if spec.training.min_gpus + inf.min_gpus > total:
+            yield _problem(
+                d, ("spec", "training", "minGPUs"),
+                f"training.minGPUs {spec.training.min_gpus} + inference.minGPUs {inf.min_gpus} exceed the pool's {total} GPUs",
+            )
+        if (inf.min_gpus or inf.max_gpus) and inf.mig is None and inf.shared is None:
+            yield _problem(d, ("spec", "inference"), "inference GPUs are requested but neither mig nor shared partitioning is given")
+        if inf.mig is not None:
+            if not model.mig_capable:
+                yield _problem(d, ("spec", "inference", "mig"), f"{model.name} does not support MIG; use shared slices or whole cards")
+            else:
+                names: set[str] = set()
+                for i, layout in enumerate(inf.mig.layouts):
+                    base = ("spec", "inference", "mig", "layouts", i)
+                    if layout.name in names:
+                        yield _problem(d, (*base, "name"), f"duplicate layout name {layout.name!r}")
+                    names.add(layout.name)
+                    unknown = [p for p in layout.profiles if p not in model.profiles]
+                    for j, p in enumerate(layout.profiles):
+                        if p in unknown:
+                            yield _problem(d, (*base, "profiles", j), f"{p!r} is not a MIG profile of {model.name}; valid: {', '.join(model.profiles)}")
+                    if not unknown and state.catalog.place(model, layout.profiles) is None:
+                        yield _problem(d, (*base, "profiles"), _unplaceable(state, model, layout.profiles))
+        if inf.shared is not None:
+            per_gpu = inf.shared.slices_per_gpu * quantity_bytes(inf.shared.memory_per_slice)
+            if per_gpu > model.memory_gib * GI:
+                yield _problem(
+                    d, ("spec", "inference", "shared", "memoryPerSlice"),
+                    f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi of a {model.name}",
+                )
+        if inf.prefer == "mig" and inf.mig is None and inf.shared is None and inf.min_gpus:
+            pass  # reported above
+
+
+def _unplaceable(state: DesiredState, model, profiles: list[str]) -> str:
+    from collections import Counter
+
+    counts = Counter(profiles)
+    for name, n in counts.items():
+        p = model.profiles[name]
+        if n > p.max_count:
+            return f"layout cannot be placed on {model.name}: {n} x {name} but at most {p.max_count} fit"
+    if len(profiles) > state.catalog.max_instances:
+        return f"layout cannot be placed: {len(profiles)} instances, at most {state.catalog.max_instances} per GPU"
+    if sum(n for name, n in counts.items() if name.endswith("+me")) > 1:
+        return "layout cannot be placed: at most one +me instance per GPU"
+    slices = sum(model.profiles[p].memory_slices for p in profiles)
+    return (
+        f"layout cannot be placed on {model.name}: no non-overlapping start slots exist for "
+        f"{' + '.join(profiles)} ({slices} of {state.catalog.memory_slices} memory slices; placement rules, not only the sum, decide)"
+    )
+
+
+# -- label selector overlap ------------------------------------------------------------
+
+
+def _constraints(sel: LabelSelector, products: tuple[str, ...]) -> dict[str, tuple]:
+    """Per key: (allowed values or None for any, forbidden values, must exist, must not exist)."""
+    cons: dict[str, tuple] = {}
+
+    def narrow(key, allowed=None, forbidden=frozenset(), exists=False, absent=False):
+        a, f, e, n = cons.get(key, (None, frozenset(), False, False))
+        if allowed is not None:
+            a = frozenset(allowed) if a is None else a & frozenset(allowed)
+        cons[key] = (a, f | frozenset(forbidden), e or exists or allowed is not None, n or absent)
+
+    if products:
+        narrow(PRODUCT_LABEL, allowed=products)
+    for k, v in sel.match_labels.items():
+        narrow(k, allowed={v})
+    for r in sel.match_expressions:
+        if r.operator == "In":
+            narrow(r.key, allowed=r.values)
+        elif r.operator == "NotIn":
+            narrow(r.key, forbidden=r.values)
+        elif r.operator == "Exists":
+            narrow(r.key, exists=True)
+        else:
+            narrow(r.key, absent=True)
+    return cons
+
+
+def selectors_overlap(a: dict, b: dict) -> bool:
+    """Whether some label set can satisfy both selectors (each a `_constraints` result)."""
+    none = (None, frozenset(), False, False)
+    for key in set(a) | set(b):
+        aa, af, ae, an = a.get(key, none)
+        ba, bf, be, bn = b.get(key, none)
+        if (ae or be) and (an or bn):
+            return False
+        allowed = aa if ba is None else (ba if aa is None else aa & ba)
+        if allowed is not None and not (allowed - af - bf):
+            return False
+    return True
+
+
+def _pool_overlap(state: DesiredState) -> Iterator[Problem]:
+    docs = _docs(state, "Pool")
+    cons = []
+    for d in docs:
+        model = state.catalog.model(d.model.spec.gpu_model)
+        products = (model.name, *model.product_labels) if model else ()
+        cons.append(_constraints(d.model.spec.node_selector, products))
+    for i, a in enumerate(docs):
+        for j in range(i):
+            if selectors_overlap(cons[i], cons[j]):
+                b = docs[j]
+                yield _problem(
+                    a, ("spec", "nodeSelector"),
+                    f"node selector overlaps Pool/{b.model.metadata.name} ({b.file}:{b.line}): a node could belong to both pools",
+                )
+
+
+# -- quotas -------------------------------------------------------------------------------
+
+
+def card_share(model, profile: str, catalog) -> Fraction:
+    """A MIG instance's share of a card, by memory slices (what placement consumes)."""
+    return Fraction(model.profiles[profile].memory_slices, catalog.memory_slices)
+
+
+def _quotas(state: DesiredState) -> Iterator[Problem]:
+    owner: dict[str, Located] = {}
+    guaranteed: dict[str, Fraction] = {}
+    contributors: dict[str, list[tuple[Located, int]]] = {}
+    for d in _docs(state, "Quota"):
+        q: Quota = d.model
+        for i, ns in enumerate(q.spec.namespaces):
+            if ns in owner and owner[ns] is not d:
+                o = owner[ns]
+                yield _problem(d, ("spec", "namespaces", i), f"namespace {ns!r} is already governed by Quota/{o.model.metadata.name} ({o.file}:{o.line})")
+            owner.setdefault(ns, d)
+        team_total = Fraction(0)
+        for i, pq in enumerate(q.spec.pools):
+            base = ("spec", "pools", i)
+            pool = state.pools.get(pq.pool)
+            if pool is None:
+                yield _problem(d, (*base, "pool"), f"refers to Pool {pq.pool!r}, which does not exist; pools: {', '.join(state.pools) or 'none'}")
+                continue
+            model = state.catalog.model(pool.spec.gpu_model)
+            if model is None:
+                continue
+            share = Fraction(pq.whole.guaranteed)
+            for prof, allot in pq.mig.items():
+                if prof not in model.profiles:
+                    yield _problem(d, (*base, "mig", prof), f"{prof!r} is not a MIG profile of Pool/{pq.pool}'s {model.name}")
+                    continue
+                if pool.spec.inference.mig is None:
+                    yield _problem(d, (*base, "mig", prof), f"Pool/{pq.pool} offers no MIG partitioning")
+                share += allot.guaranteed * card_share(model, prof, state.catalog)
+            if pq.shared_memory is not None:
+                sh = pool.spec.inference.shared
+                if sh is None:
+                    yield _problem(d, (*base, "sharedMemory"), f"Pool/{pq.pool} offers no shared slices")
+                else:
+                    share += Fraction(quantity_bytes(pq.shared_memory.guaranteed), model.memory_gib * GI)
+            team_total += share
+            guaranteed[pq.pool] = guaranteed.get(pq.pool, Fraction(0)) + share
+            contributors.setdefault(pq.pool, []).append((d, i))
+        if q.spec.max_gpus is not None and team_total > q.spec.max_gpus:
+            yield _problem(d, ("spec", "maxGPUs"), f"cap of {q.spec.max_gpus} GPUs is below the team's guarantees ({float(team_total):g} GPUs)")
+    for pool_name, total in guaranteed.items():
+        cap = pool_gpus(state.pools[pool_name])
+        if total > cap:
+            d, i = contributors[pool_name][-1]
+            names = ", ".join(sorted({c.model.metadata.name for c, _ in contributors[pool_name]}))
+            yield _problem(
+                d, ("spec", "pools", i),
+                f"guarantees on Pool/{pool_name} add up to {float(total):g} GPUs ({names}) but the pool has {cap}",
+            )
+
+
+# -- priority, scaling, maintenance ------------------------------------------------------
+
+
+def _priority(state: DesiredState) -> Iterator[Problem]:
+    for d in _docs(state, "PriorityPolicy"):
+        spec = d.model.spec
+        classes = {}
+        for i, c in enumerate(spec.classes):
+            if c.name in classes:
+                yield _problem(d, ("spec", "classes", i, "name"), f"duplicate priority class {c.name!r}")
+            classes.setdefault(c.name, c)
+            if c.spot and not c.preemptible:
+                yield _problem(d, ("spec", "classes", i, "spot"), "a spot class must be preemptible")
+        if spec.default_class and spec.default_class not in classes:
+            yield _problem(d, ("spec", "defaultClass"), f"unknown class {spec.default_class!r}")
+        for i, rule in enumerate(spec.preemption.rules):
+            base = ("spec", "preemption", "rules", i)
+            pre = classes.get(rule.preemptor)
+            if pre is None:
+                yield _problem(d, (*base, "preemptor"), f"unknown class {rule.preemptor!r}; classes: {', '.join(classes)}")
+            for j, v in enumerate(rule.victims):
+                vc = classes.get(v)
+                if vc is None:
+                    yield _problem(d, (*base, "victims", j), f"unknown class {v!r}; classes: {', '.join(classes)}")
+                    continue
+                if not vc.preemptible:
+                    yield _problem(d, (*base, "victims", j), f"class {v!r} is not preemptible, so no rule may name it a victim")
+                if pre is not None and vc.value >= pre.value:
+                    yield _problem(
+                        d, (*base, "victims", j),
+                        f"{rule.preemptor} (value {pre.value}) cannot preempt {v} (value {vc.value}): a victim must have a lower priority",
+                    )
+
+
+def _class_names(state: DesiredState) -> set[str]:
+    return {c.name for c in state.priority.spec.classes} if state.priority else set()
+
+
+def _scaling(state: DesiredState) -> Iterator[Problem]:
+    classes = _class_names(state)
+    for d in _docs(state, "ScalingPolicy"):
+        spec = d.model.spec
+        pool = state.pools.get(spec.pool)
+        if pool is None:
+            yield _problem(d, ("spec", "pool"), f"refers to Pool {spec.pool!r}, which does not exist")
+        elif pool.spec.inference.mig is None and pool.spec.inference.shared is None:
+            yield _problem(d, ("spec", "pool"), f"Pool/{spec.pool} has no inference partitioning to scale into")
+        for i, c in enumerate(spec.borrow_from):
+            if c not in classes:
+                yield _problem(d, ("spec", "borrowFrom", i), f"unknown priority class {c!r}")
+            elif not state.priority_class(c).preemptible:
+                yield _problem(d, ("spec", "borrowFrom", i), f"class {c!r} is not preemptible")
+        if spec.scale_up.queue_length_per_replica is None and spec.scale_up.pending_time is None:
+            yield _problem(d, ("spec", "scaleUp"), "give queueLengthPerReplica and/or pendingTime")
+        up = spec.scale_up.queue_length_per_replica
+        if up is not None and spec.scale_down.queue_length_per_replica >= up:
+            yield _problem(d, ("spec", "scaleDown", "queueLengthPerReplica"), f"must be below scaleUp.queueLengthPerReplica ({up:g}) or the policy flaps")
+
+
+def _maintenance(state: DesiredState) -> Iterator[Problem]:
+    classes = _class_names(state)
+    for d in _docs(state, "MaintenancePolicy"):
+        spec = d.model.spec
+        for i, p in enumerate(spec.pools):
+            if p not in state.pools:
+                yield _problem(d, ("spec", "pools", i), f"refers to Pool {p!r}, which does not exist")
+        if spec.idle_reclaim:
+            for i, c in enumerate(spec.idle_reclaim.exclude_classes):
+                if c not in classes:
+                    yield _problem(d, ("spec", "idleReclaim", "excludeClasses", i), f"unknown priority class {c!r}")
