@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,10 +10,12 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from reconciler.spec.catalog import Catalog, default_catalog
-from reconciler.spec.models import API_VERSION, KINDS, Model
+from reconciler.spec.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
 from reconciler.spec.problems import InvalidDesiredState, Problem
+from reconciler.spec.quantity import DURATION_PATTERN, QUANTITY_PATTERN
 from reconciler.spec.sources import SourceFile
 from reconciler.spec.state import DesiredState, Located
 
@@ -26,12 +29,19 @@ class RawDocument:
     column: int
 
 
-def _plain(node: Any) -> Any:
+class _Recursive(ValueError):
+    """A YAML alias that refers to one of its own ancestors (`&a [*a]`)."""
+
+
+def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
     """ruamel round-trip types -> plain Python (so strict validation sees ordinary types)."""
-    if isinstance(node, dict):
-        return {str(k) if not isinstance(k, str) else k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
+    if isinstance(node, dict | list):
+        if id(node) in _ancestors:
+            raise _Recursive("a YAML alias refers to a mapping or list that contains it")
+        inner = _ancestors | {id(node)}
+        if isinstance(node, dict):
+            return {str(k) if not isinstance(k, str) else k: _plain(v, inner) for k, v in node.items()}
+        return [_plain(v, inner) for v in node]
     if isinstance(node, bool):
         return bool(node)
     if isinstance(node, int):
@@ -48,8 +58,9 @@ def locate(node: Any, path: tuple) -> tuple[int, int]:
     line, col = (node.lc.line + 1, node.lc.col + 1) if hasattr(node, "lc") else (0, 0)
     for part in path:
         if isinstance(node, CommentedMap) and part in node:
-            kl, kc = node.lc.key(part)
-            line, col = kl + 1, kc + 1
+            pos = node.lc.key(part)
+            if pos is not None:  # None for a key that came from a `<<` merge
+                line, col = pos[0] + 1, pos[1] + 1
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
             il, ic = node.lc.item(part)
@@ -84,20 +95,77 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
             msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
             problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
             continue
+        except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
+            line, col = _line_col(f.text, exc.position)
+            problems.append(
+                Problem(f.path, line, col, "", f"invalid YAML: {_char(exc.character)} is not allowed in YAML text")
+            )
+            continue
         except YAMLError as exc:
             problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {exc}"))
+            continue
+        except RecursionError:
+            problems.append(Problem(f.path, 0, 0, "", "invalid YAML: nested too deeply to read"))
+            continue
+        except Exception as exc:  # noqa: BLE001 - ruamel's constructors raise plain ValueError,
+            # TypeError or AssertionError for bad tagged scalars (`!!int abc`, a `!!omap` with a
+            # repeated key); bad input must become a located message, never a traceback.
+            detail = str(exc) or "a tagged value (`!!...`) could not be constructed"
+            problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {detail}"))
             continue
         for i, node in enumerate(loaded):
             if node is None:
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
-                line = node.lc.line + 1 if hasattr(node, "lc") else 0
+                line, col = _document_start(f.text, i)
+                if hasattr(node, "lc"):
+                    line, col = node.lc.line + 1, node.lc.col + 1
+                what = "a list" if isinstance(node, list) else "a string" if isinstance(node, str) else "a scalar"
                 problems.append(
-                    Problem(f.path, line, 1, "", f"document {i + 1} is not a mapping with apiVersion/kind/metadata/spec")
+                    Problem(
+                        f.path, line, col, "",
+                        f"document {i + 1} is {what}, not a mapping with apiVersion, kind, metadata and spec",
+                    )
                 )
                 continue
             docs.append(RawDocument(f.path, i, node, node.lc.line + 1, node.lc.col + 1))
     return docs, problems
+
+
+def _char(c: Any) -> str:
+    code = c if isinstance(c, int) else ord(c) if isinstance(c, str) and len(c) == 1 else None
+    return f"character U+{code:04X}" if code is not None else f"character {c!r}"
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset in `text`."""
+    offset = max(0, min(offset, len(text)))
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _document_start(text: str, index: int) -> tuple[int, int]:
+    """Where the content of document `index` of a YAML stream starts (scalars carry no position)."""
+    try:
+        seen = -1
+        after_start = False
+        for event in YAML(typ="rt").parse(text):
+            if after_start:
+                return event.start_mark.line + 1, event.start_mark.column + 1
+            if type(event).__name__ == "DocumentStartEvent":
+                seen += 1
+                after_start = seen == index
+    except Exception:  # noqa: BLE001 - positions are a nicety; never fail on them
+        pass
+    return 0, 0
+
+
+_PATTERN_HINTS = {
+    DNS_LABEL: "is not a valid name: use lower-case letters, digits and '-', starting and ending with a letter or digit",
+    DURATION_PATTERN: "is not a duration like 30s, 10m, 1h or 1h30m",
+    QUANTITY_PATTERN: "is not a quantity like 4Gi, 512Mi or 2",
+    TIME_OF_DAY: "is not a time of day in 24-hour HH:MM form, e.g. 02:30",
+}
 
 
 def _friendly(err: dict) -> str:
@@ -107,9 +175,16 @@ def _friendly(err: dict) -> str:
         return f"unknown field {loc[-1]!r}"
     if kind == "missing":
         return f"missing required field {loc[-1]!r}"
+    if kind == "string_pattern_mismatch":
+        hint = _PATTERN_HINTS.get(err.get("ctx", {}).get("pattern", ""))
+        if hint:
+            return f"{err['input']!r} {hint}"
     msg = err["msg"]
-    if "input" in err and not isinstance(err["input"], dict | list):
-        msg += f" (got {err['input']!r})"
+    value = err.get("input")
+    if isinstance(value, datetime.date):
+        msg += f" (got the date/time {value.isoformat()}; quote it to make it a string)"
+    elif "input" in err and not isinstance(value, dict | list):
+        msg += f" (got {value!r})"
     return msg
 
 
@@ -118,21 +193,33 @@ def validate_document(raw: RawDocument) -> tuple[Located | None, list[Problem]]:
     kind = node.get("kind")
     api = node.get("apiVersion")
     name = node.get("metadata", {}).get("name") if isinstance(node.get("metadata"), dict) else None
-    label = f"{kind}/{name}" if kind and name else (str(kind) if kind else "")
+    known_kind = isinstance(kind, str) and kind in KINDS  # kind may be any YAML value, even a list
+    label = f"{kind}/{name}" if known_kind and isinstance(name, str) else (kind if known_kind else "")
     problems: list[Problem] = []
 
     def add(path: tuple, msg: str) -> None:
         line, col = locate(node, path)
         problems.append(Problem(raw.file, line, col, format_path(path), msg, label))
 
-    if api != API_VERSION:
+    if "apiVersion" not in node:
+        add(("apiVersion",), f"missing apiVersion (expected apiVersion: {API_VERSION})")
+    elif api != API_VERSION:
         add(("apiVersion",), f"apiVersion must be {API_VERSION!r} (got {api!r})")
-    if kind not in KINDS:
+    if "kind" not in node:
+        add(("kind",), f"missing kind (one of: {', '.join(KINDS)})")
+        return None, problems
+    if not known_kind:
         add(("kind",), f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
         return None, problems
     cls: type[Model] = KINDS[kind]
     try:
-        model = cls.model_validate(_plain(node))
+        plain = _plain(node)
+    except (_Recursive, RecursionError) as exc:
+        msg = str(exc) if isinstance(exc, _Recursive) else "nested too deeply"
+        add((), f"cannot be read: {msg}")
+        return None, problems
+    try:
+        model = cls.model_validate(plain)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
             if err["loc"] == ("apiVersion",) and api != API_VERSION:

@@ -28,6 +28,7 @@ Quantity = Annotated[
     Field(pattern=QUANTITY_PATTERN, description="Quantity in Kubernetes notation, e.g. 4Gi, 512Mi."),
 ]
 Count = Annotated[int, Field(ge=0)]
+TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
@@ -300,8 +301,8 @@ class ScalingPolicy(Model):
 
 
 class Window(Model):
-    start: str = Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
-    end: str = Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    start: str = Field(pattern=TIME_OF_DAY)
+    end: str = Field(pattern=TIME_OF_DAY)
     """Times of day in UTC (HH:MM); a window may wrap midnight."""
 
 

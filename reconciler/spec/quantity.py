@@ -49,7 +49,7 @@ def parse_quantity(text: str | int) -> Decimal:
         raise ValueError(f"{text!r} is not a quantity")
     if isinstance(text, int):
         return Decimal(text)
-    m = _QUANTITY.match(text) if isinstance(text, str) else None
+    m = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise ValueError(f"{text!r} is not a quantity like 4Gi, 512Mi or 2")
     try:
