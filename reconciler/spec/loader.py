@@ -93,6 +93,9 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
             mark = exc.problem_mark or exc.context_mark
             line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
             msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+            ctx = exc.context_mark
+            if ctx is not None and mark is not None and ctx.line != mark.line:
+                msg += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
             problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
             continue
         except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
@@ -231,6 +234,14 @@ def validate_document(raw: RawDocument) -> tuple[Located | None, list[Problem]]:
     return Located(model=model, file=raw.file, line=raw.line, node=node), problems
 
 
+def _identity(node: Any) -> tuple[str, str]:
+    """(kind, name) of a raw document as written, '' where it is not a string."""
+    kind = node.get("kind")
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return (kind if isinstance(kind, str) else "", name if isinstance(name, str) else "")
+
+
 def load(files: list[SourceFile], *, revision: str | None = None, catalog: Catalog | None = None) -> DesiredState:
     """Parse, validate and cross-check; raise InvalidDesiredState with every problem found."""
     from reconciler.spec.validate import check_semantics
@@ -238,13 +249,16 @@ def load(files: list[SourceFile], *, revision: str | None = None, catalog: Catal
     catalog = catalog or default_catalog()
     raws, problems = parse_files(files)
     located: list[Located] = []
+    invalid: set[tuple[str, str]] = set()
     for raw in raws:
         doc, probs = validate_document(raw)
         problems.extend(probs)
         if doc is not None:
             located.append(doc)
+        else:
+            invalid.add(_identity(raw.node))
     state = DesiredState.from_documents(located, revision=revision, catalog=catalog)
-    problems.extend(check_semantics(state))
+    problems.extend(check_semantics(state, invalid))
     if problems:
         raise InvalidDesiredState(problems)
     return state

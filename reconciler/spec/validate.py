@@ -6,7 +6,8 @@ line, column and field path; all problems are reported, not just the first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 
 from reconciler.spec.loader import format_path, locate
@@ -24,11 +25,26 @@ def _problem(doc: Located, path: tuple, message: str) -> Problem:
     return Problem(doc.file, line, col, format_path(path), message, f"{kind}/{name}")
 
 
-def check_semantics(state: DesiredState) -> list[Problem]:
+def check_semantics(state: DesiredState, invalid: Collection[tuple[str, str]] = ()) -> list[Problem]:
+    """Cross-document problems. `invalid`: (kind, name) of documents that failed schema
+    validation; references to them are not reported again as missing (their own errors are)."""
     out: list[Problem] = []
-    for check in (_duplicates, _pools, _pool_overlap, _quotas, _priority, _scaling, _maintenance):
+    for check in (_duplicates, _pools, _pool_overlap):
         out.extend(check(state))
+    ctx = _Invalid(
+        pools=frozenset(n for k, n in invalid if k == "Pool"),
+        priority=state.priority is None and any(k == "PriorityPolicy" for k, _ in invalid),
+    )
+    for ref_check in (_quotas, _scaling, _maintenance):
+        out.extend(ref_check(state, ctx))
+    out.extend(_priority(state))
     return out
+
+
+@dataclass(frozen=True)
+class _Invalid:
+    pools: frozenset[str] = frozenset()  # Pools that exist but failed schema validation
+    priority: bool = False  # the PriorityPolicy exists but failed schema validation
 
 
 def _duplicates(state: DesiredState) -> Iterator[Problem]:
@@ -104,7 +120,7 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
             if per_gpu > model.memory_gib * GI:
                 yield _problem(
                     d, ("spec", "inference", "shared", "memoryPerSlice"),
-                    f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi of a {model.name}",
+                    f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory of one {model.name} card",
                 )
         if inf.prefer == "mig" and inf.mig is None and inf.shared is None and inf.min_gpus:
             pass  # reported above
@@ -197,7 +213,7 @@ def card_share(model, profile: str, catalog) -> Fraction:
     return Fraction(model.profiles[profile].memory_slices, catalog.memory_slices)
 
 
-def _quotas(state: DesiredState) -> Iterator[Problem]:
+def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Problem]:
     owner: dict[str, Located] = {}
     guaranteed: dict[str, Fraction] = {}
     contributors: dict[str, list[tuple[Located, int]]] = {}
@@ -212,6 +228,8 @@ def _quotas(state: DesiredState) -> Iterator[Problem]:
         for i, pq in enumerate(q.spec.pools):
             base = ("spec", "pools", i)
             pool = state.pools.get(pq.pool)
+            if pool is None and pq.pool in invalid.pools:
+                continue  # the Pool's own errors are reported
             if pool is None:
                 yield _problem(d, (*base, "pool"), f"refers to Pool {pq.pool!r}, which does not exist; pools: {', '.join(state.pools) or 'none'}")
                 continue
@@ -286,16 +304,20 @@ def _class_names(state: DesiredState) -> set[str]:
     return {c.name for c in state.priority.spec.classes} if state.priority else set()
 
 
-def _scaling(state: DesiredState) -> Iterator[Problem]:
+def _scaling(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Problem]:
     classes = _class_names(state)
     for d in _docs(state, "ScalingPolicy"):
         spec = d.model.spec
         pool = state.pools.get(spec.pool)
-        if pool is None:
+        if pool is None and spec.pool in invalid.pools:
+            pass  # the Pool's own errors are reported
+        elif pool is None:
             yield _problem(d, ("spec", "pool"), f"refers to Pool {spec.pool!r}, which does not exist")
         elif pool.spec.inference.mig is None and pool.spec.inference.shared is None:
             yield _problem(d, ("spec", "pool"), f"Pool/{spec.pool} has no inference partitioning to scale into")
         for i, c in enumerate(spec.borrow_from):
+            if invalid.priority:
+                break  # classes unknown: the PriorityPolicy's own errors are reported
             if c not in classes:
                 yield _problem(d, ("spec", "borrowFrom", i), f"unknown priority class {c!r}")
             elif not state.priority_class(c).preemptible:
@@ -307,14 +329,14 @@ def _scaling(state: DesiredState) -> Iterator[Problem]:
             yield _problem(d, ("spec", "scaleDown", "queueLengthPerReplica"), f"must be below scaleUp.queueLengthPerReplica ({up:g}) or the policy flaps")
 
 
-def _maintenance(state: DesiredState) -> Iterator[Problem]:
+def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Problem]:
     classes = _class_names(state)
     for d in _docs(state, "MaintenancePolicy"):
         spec = d.model.spec
         for i, p in enumerate(spec.pools):
-            if p not in state.pools:
+            if p not in state.pools and p not in invalid.pools:
                 yield _problem(d, ("spec", "pools", i), f"refers to Pool {p!r}, which does not exist")
-        if spec.idle_reclaim:
+        if spec.idle_reclaim and not invalid.priority:
             for i, c in enumerate(spec.idle_reclaim.exclude_classes):
                 if c not in classes:
                     yield _problem(d, ("spec", "idleReclaim", "excludeClasses", i), f"unknown priority class {c!r}")
