@@ -73,10 +73,15 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from reconciler.spec.schema import schema_files
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in schema_files().items():
-        (out / name).write_text(text)
-        print(f"wrote {out / name}")
+    files = schema_files()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+            print(f"wrote {out / name}")
+    except OSError as exc:
+        print(f"error: cannot write schemas to {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 
