@@ -46,6 +46,8 @@ MAX_SPEC_CPU_MILLI = 128_000
 MAX_SPEC_GPU_MILLI = 8_000
 
 POLICIES: tuple[str, ...] = ("random", "bestfit", "dotprod", "packing", "clustering", "fgd", "ours")
+# Policies that, when nothing fits, may migrate one running pod (`choose_with_migration`).
+MIGRATING_POLICIES: frozenset[str] = frozenset({"ours"})
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,19 @@ class PlacementContext:
     target: tuple[TargetPod, ...] = ()
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     memo: bool = False
+    lookahead_weight: float = 1.0
     _scores: dict = field(default_factory=dict, repr=False, compare=False)
     _frag: dict = field(default_factory=dict, repr=False, compare=False)
     _groups: tuple | None = field(default=None, repr=False, compare=False)
+    _ratio: float | None = field(default=None, repr=False, compare=False)
+
+    def gpu_per_cpu(self) -> float:
+        """GPU milli per CPU milli of the target's GPU tasks (0 when unknown)."""
+        if self._ratio is None:
+            gpu = sum(t.weight * t.num_gpu * t.gpu_milli for t in self.target)
+            cpu = sum(t.weight * t.cpu_milli for t in self.target if t.num_gpu > 0)
+            self._ratio = gpu / cpu if cpu > 0 else 0.0
+        return self._ratio
 
     def target_groups(self) -> tuple:
         """Target types grouped by per-GPU demand, precomputed once."""
@@ -479,16 +491,29 @@ def _score_clustering(node: NodeState, req: Request, ctx: PlacementContext):
 
 def _score_fgd(node: NodeState, req: Request, ctx: PlacementContext):
     delta, chosen = _fgd_delta(node, req, ctx)
-    x = -delta / 1000.0
-    if x < -700:  # math.exp overflow guard; the score is 0 there anyway
-        return 0, chosen
-    return int(100.0 / (1.0 + math.exp(-x))), chosen
+    # the exact gradient as the paper states it (rounded so float noise does not split
+    # ties); among equal gradients, the node with less free GPU (descend, then pack)
+    return (-round(delta, 3), -sum(node.gpu_free_milli)), chosen
+
+
+def _stranded(cpu_free: int, gpu_free: int, gpu_per_cpu: float) -> float:
+    """Free GPU milli that the CPU left on the node cannot feed, at the target workload's
+    typical GPU-to-CPU ratio (a look-ahead over several future tasks, where FGD's
+    fragmentation looks at one task at a time)."""
+    return max(0.0, gpu_free - cpu_free * gpu_per_cpu)
 
 
 def _score_ours(node: NodeState, req: Request, ctx: PlacementContext):
     delta, chosen = _fgd_delta(node, req, ctx)
-    # exact gradient (rounded so float noise does not split ties), then the tighter node
-    return (-round(delta, 3), -round(_bestfit_leftover(node, req), 6)), chosen
+    ratio = ctx.gpu_per_cpu()
+    if ratio > 0:
+        gpu_free = sum(node.gpu_free_milli)
+        before = _stranded(node.cpu_free_milli, gpu_free, ratio)
+        after = _stranded(
+            node.cpu_free_milli - req.cpu_milli, gpu_free - req.total_gpu_milli, ratio
+        )
+        delta += ctx.lookahead_weight * (after - before)
+    return (-round(delta, 3), -sum(node.gpu_free_milli)), chosen
 
 
 _SCORERS = {
@@ -546,3 +571,90 @@ def choose(
     if gpus is None:
         gpus = _random_gpus(node, req, ctx.rng)
     return Placement(node.name, gpus)
+
+
+# --------------------------------------------------------------------------- defragmentation
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A pod already running on a node, which defragmentation may move."""
+
+    key: str
+    req: Request
+    placement: Placement
+    movable: bool = True
+
+
+@dataclass(frozen=True)
+class Move:
+    """Migrate `key` from `source` to `target` (evict and re-place)."""
+
+    key: str
+    req: Request
+    source: Placement
+    target: Placement
+
+
+def _fits_without(node: NodeState, gone: Resident, req: Request) -> bool:
+    """Would `req` fit on `node` once `gone` has left it?"""
+    r = gone.req
+    if node.cpu_free_milli + r.cpu_milli < req.cpu_milli:
+        return False
+    if node.memory_free_mib + r.memory_mib < req.memory_mib:
+        return False
+    if req.num_gpu == 0:
+        return True
+    gpus = node.gpu_free_milli
+    freed = gone.placement.gpus
+    need, milli = req.num_gpu, req.gpu_milli
+    for i, f in enumerate(gpus):
+        if i in freed:
+            f += r.gpu_milli
+        if f >= milli:
+            need -= 1
+            if need == 0:
+                return True
+    return False
+
+
+def choose_with_migration(
+    policy: str,
+    nodes: Sequence[NodeState],
+    req: Request,
+    ctx: PlacementContext,
+    residents: dict[str, Sequence[Resident]],
+    max_candidates: int = 32,
+) -> tuple[Placement, tuple[Move, ...]] | None:
+    """`choose`, and when nothing fits, try one migration: find a node where moving a
+    single small resident pod elsewhere (placed by the same policy) makes room for `req`.
+
+    Candidates are the smallest movable residents (by GPU, then CPU) whose departure
+    makes `req` fit; the first `max_candidates` found are tried, cheapest first.
+    Nodes are not modified; the caller applies the moves, then the placement."""
+    placement = choose(policy, nodes, req, ctx)
+    if placement is not None:
+        return placement, ()
+    if req.num_gpu == 0:
+        return None  # CPU-only pods are not worth a migration
+    found: list[tuple[tuple[int, int], int, NodeState, Resident]] = []
+    for idx, node in enumerate(nodes):
+        if not model_ok(node, req):
+            continue
+        for r in residents.get(node.name, ()):
+            if r.movable and r.req.num_gpu <= 1 and _fits_without(node, r, req):
+                found.append(((r.req.total_gpu_milli, r.req.cpu_milli), idx, node, r))
+        if len(found) >= max_candidates:
+            break
+    found.sort(key=lambda t: (t[0], t[1]))
+    for _, _, node, r in found:
+        others = [n for n in nodes if n is not node]
+        target = choose(policy, others, r.req, ctx)
+        if target is None:
+            continue
+        trial = node.copy()
+        release(trial, r.req, r.placement)
+        res = _SCORERS[policy](trial, req, ctx)
+        gpus = res[1] if res[1] is not None else default_gpus(trial, req)
+        return Placement(node.name, gpus), (Move(r.key, r.req, r.placement, target),)
+    return None

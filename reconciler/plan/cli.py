@@ -1,0 +1,71 @@
+"""`gpupool plan`: a dry run anywhere."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+
+from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
+from reconciler.plan.planner import plan
+from reconciler.plan.render import RENDERERS
+from reconciler.spec.cli import add_source_args, load_from_args, report_load_error
+from reconciler.spec.problems import InvalidDesiredState
+from reconciler.spec.sources import SourceError
+
+DEFAULT_OBSERVED = "examples/observed.yaml"
+
+
+def observe_from_args(args: argparse.Namespace):
+    if getattr(args, "kubeconfig", None):
+        from reconciler.observe.kube import observe_cluster  # the Kubernetes adapter
+
+        return observe_cluster(kubeconfig=args.kubeconfig)
+    return load_snapshot(args.observed)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        desired = load_from_args(args)
+        observed = observe_from_args(args)
+    except (SourceError, InvalidDesiredState, InvalidSnapshot) as exc:
+        return report_load_error(exc)
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    now = None
+    if args.now:
+        try:
+            now = datetime.fromisoformat(args.now)
+        except ValueError:
+            print(f"error: --now {args.now!r} is not an ISO 8601 time", file=sys.stderr)
+            return 1
+    result = plan(desired, observed, now=now)
+    text = RENDERERS[args.format](result)
+    if args.out:
+        from reconciler.plan.render import to_json
+
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(to_json(result))
+    sys.stdout.write(text)
+    if args.detailed_exitcode:
+        return 2 if result.actions else 0
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="show what would change: an ordered, explained plan (dry run)",
+        description="Plan the changes that bring the observed cluster to the desired state. "
+        "Nothing is changed. Exit codes: 0 ok, 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.",
+    )
+    add_source_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--observed", metavar="FILE", default=DEFAULT_OBSERVED, help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})")
+    src.add_argument("--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot")
+    p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    p.add_argument("--now", metavar="TIME", help="plan as of this ISO 8601 time (default: the snapshot's time)")
+    p.add_argument("--out", metavar="FILE", help="also write the plan as JSON to FILE")
+    p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes, 0 when none")
+    p.set_defaults(func=cmd_plan)

@@ -1,0 +1,210 @@
+"""The planner's working view of one snapshot: pools, their GPUs, who holds what.
+
+Built once per plan from (desired, observed); mutable only inside a planning run so that
+placement and conversions can be tried on it. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from reconciler.observe.model import Gpu, Node, ObservedState, Workload
+from reconciler.spec.catalog import GpuModel
+from reconciler.spec.models import LabelSelector, Pool
+from reconciler.spec.state import DesiredState
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+POOL_LABEL = "gpupool.io/pool"
+
+
+def selector_matches(sel: LabelSelector, labels: dict[str, str]) -> bool:
+    for k, v in sel.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    for r in sel.match_expressions:
+        present = r.key in labels
+        if r.operator == "In" and (not present or labels[r.key] not in r.values):
+            return False
+        if r.operator == "NotIn" and present and labels[r.key] in r.values:
+            return False
+        if r.operator == "Exists" and not present:
+            return False
+        if r.operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+@dataclass
+class GpuSlot:
+    """One card: what it is now, what the plan makes it, and what holds it."""
+
+    node: str
+    index: int
+    mode: str  # whole | mig | shared (now)
+    layout: tuple[str, ...] = ()  # MIG profiles now (sorted)
+    instances: list[tuple[str, int]] = field(default_factory=list)  # (profile, start) now
+    slices: int = 0  # shared slices now
+    numa: int = 0
+    island: int = 0
+    utilization: float = 0.0
+    idle_since: object = None
+    # who holds it
+    holders: set[str] = field(default_factory=set)  # workload keys
+    used_instances: set[tuple[str, int]] = field(default_factory=set)
+    used_slices: int = 0
+    # the plan's target
+    target_mode: str = ""
+    target_layout: tuple[str, ...] = ()
+    target_slices: int = 0
+    target_instances: list[tuple[str, int]] = field(default_factory=list)
+    reserved_by: str | None = None  # a pending workload the plan makes room for
+    converted: bool = False  # the plan repartitions this card
+
+    def __post_init__(self) -> None:
+        self.target_mode = self.mode
+        self.target_layout = self.layout
+        self.target_slices = self.slices
+        self.target_instances = list(self.instances)
+
+    def free_instances(self, profile: str) -> list[tuple[str, int]]:
+        return [i for i in self.target_instances if i[0] == profile and i not in self.used_instances]
+
+    @property
+    def free_slices(self) -> int:
+        return self.target_slices - self.used_slices if self.target_mode == "shared" else 0
+
+    @property
+    def free_whole(self) -> bool:
+        return self.target_mode == "whole" and not self.holders and self.reserved_by is None
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+    @property
+    def changes(self) -> bool:
+        return (self.target_mode, self.target_layout, self.target_slices) != (self.mode, self.layout, self.slices)
+
+    @property
+    def empty(self) -> bool:
+        return not self.holders
+
+    def describe(self, target: bool = False) -> str:
+        mode, layout, slices = (
+            (self.target_mode, self.target_layout, self.target_slices) if target else (self.mode, self.layout, self.slices)
+        )
+        if mode == "mig":
+            return "MIG[" + ", ".join(layout) + "]"
+        if mode == "shared":
+            return f"shared x{slices}"
+        return "whole"
+
+
+@dataclass
+class PoolView:
+    name: str
+    pool: Pool
+    model: GpuModel | None
+    nodes: dict[str, Node] = field(default_factory=dict)
+    gpus: list[GpuSlot] = field(default_factory=list)  # sorted by node, index
+
+    def by_node(self) -> dict[str, list[GpuSlot]]:
+        out: dict[str, list[GpuSlot]] = {}
+        for g in self.gpus:
+            out.setdefault(g.node, []).append(g)
+        return out
+
+    def count(self, mode: str, target: bool = True) -> int:
+        return sum(1 for g in self.gpus if (g.target_mode if target else g.mode) == mode)
+
+    def capacity(self, target: bool) -> dict[str, int]:
+        return {m: self.count(m, target) for m in ("whole", "mig", "shared")}
+
+
+def _slot(node: Node, gpu: Gpu) -> GpuSlot:
+    instances = sorted((i.profile, i.start) for i in gpu.mig_instances) if gpu.mig_enabled else []
+    return GpuSlot(
+        node=node.name,
+        index=gpu.index,
+        mode=gpu.mode,
+        layout=tuple(sorted(p for p, _ in instances)),
+        instances=instances,
+        slices=gpu.shared_slices or 0,
+        numa=gpu.numa_node,
+        island=gpu.nvlink_island,
+        utilization=gpu.utilization,
+        idle_since=gpu.idle_since,
+    )
+
+
+@dataclass
+class Cluster:
+    pools: dict[str, PoolView]
+    node_pool: dict[str, str]  # node -> pool
+    slot: dict[tuple[str, int], GpuSlot]
+    workloads: dict[str, Workload]
+    unmatched_nodes: list[str]
+
+    def pool_of(self, w: Workload) -> str | None:
+        if w.node:
+            return self.node_pool.get(w.node)
+        return w.pool
+
+
+def build_cluster(desired: DesiredState, observed: ObservedState) -> Cluster:
+    pools: dict[str, PoolView] = {}
+    for name in sorted(desired.pools):
+        p = desired.pools[name]
+        pools[name] = PoolView(name, p, desired.catalog.model(p.spec.gpu_model))
+    node_pool: dict[str, str] = {}
+    slot: dict[tuple[str, int], GpuSlot] = {}
+    unmatched = []
+    for node in sorted(observed.nodes, key=lambda n: n.name):
+        match = None
+        for pv in pools.values():
+            product = node.labels.get(PRODUCT_LABEL)
+            if product and pv.model and desired.catalog.model_for_product(product) is not pv.model:
+                continue
+            if selector_matches(pv.pool.spec.node_selector, node.labels):
+                match = pv
+                break
+        if match is None:
+            if node.gpus:
+                unmatched.append(node.name)
+            continue
+        node_pool[node.name] = match.name
+        match.nodes[node.name] = node
+        for g in sorted(node.gpus, key=lambda g: g.index):
+            s = _slot(node, g)
+            match.gpus.append(s)
+            slot[(node.name, g.index)] = s
+    workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
+    for w in workloads.values():
+        if w.phase != "Running" or not w.node:
+            continue
+        for a in w.allocations:
+            s = slot.get((w.node, a.gpu))
+            if s is None:
+                continue
+            s.holders.add(w.key)
+            if a.mig_start is not None:
+                prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
+                s.used_instances.add((prof, a.mig_start))
+            s.used_slices += a.slices
+    return Cluster(pools, node_pool, slot, workloads, unmatched)
+
+
+def card_equivalents(w: Workload, pool: PoolView | None, memory_slices: int = 8) -> Fraction:
+    """A workload's GPU use in whole-card units: what team caps count."""
+    r = w.request
+    total = Fraction(r.gpus)
+    if pool is not None and pool.model is not None:
+        for prof, n in r.mig.items():
+            p = pool.model.profiles.get(prof)
+            if p is not None:
+                total += Fraction(n * p.memory_slices, memory_slices)
+        shared = pool.pool.spec.inference.shared
+        if r.shared_slices and shared is not None:
+            total += Fraction(r.shared_slices, shared.slices_per_gpu)
+    return total

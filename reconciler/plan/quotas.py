@@ -1,0 +1,71 @@
+"""The Kubernetes objects the policy implies: ResourceQuotas per namespace, PriorityClasses.
+
+A ResourceQuota is per namespace, so each namespace of a team gets the team's whole limit;
+the planner enforces the team-wide cap across namespaces itself (admission holds demand).
+"""
+
+from __future__ import annotations
+
+import math
+
+from reconciler.spec.quantity import quantity_bytes
+from reconciler.spec.state import DesiredState
+
+QUOTA_PREFIX = "gpupool-"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+
+
+def _limit(guaranteed: int, borrowing: int | None, cap: int | None) -> int | None:
+    if borrowing is None:
+        return cap
+    total = guaranteed + borrowing
+    return min(total, cap) if cap is not None else total
+
+
+def _adder(hard: dict[str, int], unlimited: set[str]):
+    def add(resource: str, value: int | None) -> None:
+        if value is None:
+            unlimited.add(resource)
+        else:
+            hard[resource] = hard.get(resource, 0) + value
+
+    return add
+
+
+def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict[str, str]]:
+    """(namespace, name) -> spec.hard, for every namespace a Quota governs."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for q in sorted(desired.quotas.values(), key=lambda q: q.metadata.name):
+        cap = q.spec.max_gpus
+        hard: dict[str, int] = {}
+        unlimited: set[str] = set()
+        add = _adder(hard, unlimited)
+
+        for pq in q.spec.pools:
+            pool = desired.pools.get(pq.pool)
+            model = desired.gpu_model(pool) if pool else None
+            if pq.whole.guaranteed or pq.whole.borrowing_limit:
+                add("requests.nvidia.com/gpu", _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap))
+            for prof, a in sorted(pq.mig.items()):
+                res = model.profiles[prof].resource_name if model and prof in model.profiles else f"nvidia.com/mig-{prof}"
+                add(f"requests.{res}", _limit(a.guaranteed, a.borrowing_limit, None))
+            sh = pool.spec.inference.shared if pool else None
+            if pq.shared_memory is not None and sh is not None:
+                per = quantity_bytes(sh.memory_per_slice)
+                g = math.ceil(quantity_bytes(pq.shared_memory.guaranteed) / per)
+                b = pq.shared_memory.borrowing_limit
+                add(f"requests.{SHARED_RESOURCE}", _limit(g, math.ceil(quantity_bytes(b) / per) if b else None, None))
+        if cap is not None and "requests.nvidia.com/gpu" not in hard:
+            hard["requests.nvidia.com/gpu"] = cap
+        final = {k: str(v) for k, v in sorted(hard.items()) if k not in unlimited}
+        for ns in q.spec.namespaces:
+            out[(ns, QUOTA_PREFIX + q.team)] = final
+    return out
+
+
+def desired_priority_classes(desired: DesiredState) -> dict[str, tuple[int, str]]:
+    """name -> (value, preemptionPolicy). gpupool decides preemption itself, so the
+    scheduler's own preemption is off (`Never`): it must not evict behind the plan's back."""
+    if desired.priority is None:
+        return {}
+    return {c.name: (c.value, "Never") for c in sorted(desired.priority.spec.classes, key=lambda c: c.name)}
