@@ -22,14 +22,17 @@ Policies (names in `POLICIES`):
 * ``fgd``        — Fragmentation Gradient Descent (Weng et al., ATC '23): the
   node and GPU whose choice grows the expected GPU fragmentation the least,
   measured against the target workload distribution in ``ctx.target``.
-* ``ours``       — what the planner uses: FGD's gradient, computed exactly
-  (not squashed into 100 score levels), with the best-fit leftover as the
-  tie-breaker and whole-card pods steered off GPUs that sharing pods use.
+* ``ours``       — what the planner uses: FGD's gradient plus a look-ahead
+  term — the free GPU capacity a node's remaining CPU could no longer feed at
+  the target workload's GPU:CPU ratio — so CPU-heavy pods do not strand GPUs.
+  `choose_with_migration` adds one-pod migration when nothing fits.
 
 The baselines' scores follow the papers' descriptions and are discretised to
-the integer 0..100 range a Kubernetes score plugin returns; ties are broken at
-random. That discretisation is what the FGD paper's baselines ran with, and
-it is part of what makes them behave as published.
+the integer 0..100 range a Kubernetes score plugin returns, ties broken at
+random, as the FGD paper's baselines ran. FGD and ours use the exact
+fragmentation gradient; among equal gradients they take the node with less free
+GPU (the gradient is flat between an empty node and a busy one, and packing
+there keeps whole nodes free for multi-GPU pods).
 """
 
 from __future__ import annotations
@@ -46,8 +49,6 @@ MAX_SPEC_CPU_MILLI = 128_000
 MAX_SPEC_GPU_MILLI = 8_000
 
 POLICIES: tuple[str, ...] = ("random", "bestfit", "dotprod", "packing", "clustering", "fgd", "ours")
-# Policies that, when nothing fits, may migrate one running pod (`choose_with_migration`).
-MIGRATING_POLICIES: frozenset[str] = frozenset({"ours"})
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from reconciler.plan.placement import (
     GPU_MILLI,
     PlacementContext,
+    Resident,
     allocate,
     choose,
+    choose_with_migration,
     cluster_fragmentation,
+    release,
     typical_workload,
 )
 from reconciler.sim.trace import NodeSpec, Pod
@@ -38,6 +41,7 @@ class ReplayResult:
     gpu_allocation_ratio: float  # allocated GPU milli / capacity at the end, 0..1
     fragmentation_rate: float  # fragmented / free GPU milli at the end, 0..1
     unscheduled_pods: int
+    migrations: int
     pods: int
     arrived_gpu_ratio: float  # arrived GPU demand / capacity
     seconds: float
@@ -51,6 +55,7 @@ class ReplayResult:
             "gpu_allocation_ratio": round(self.gpu_allocation_ratio, 6),
             "fragmentation_rate": round(self.fragmentation_rate, 6),
             "unscheduled_pods": self.unscheduled_pods,
+            "migrations": self.migrations,
             "pods": self.pods,
             "arrived_gpu_ratio": round(self.arrived_gpu_ratio, 6),
             "seconds": round(self.seconds, 3),
@@ -87,7 +92,10 @@ def replay(
     seed: int,
     inflation: float = 1.3,
     progress: Progress | None = None,
+    migrate: bool = False,
 ) -> ReplayResult:
+    """Replay `pods` onto empty `nodes` with `policy`. With `migrate`, a pod that fits
+    nowhere may move one running pod (`choose_with_migration`)."""
     start = time.perf_counter()
     states = [n.state() for n in nodes]
     by_name = {n.name: n for n in states}
@@ -101,17 +109,39 @@ def replay(
         memo=True,
     )
     curve: list[float | None] = [None] * (MAX_PCT + 1)
-    arrived = allocated = failed = 0
+    arrived = allocated = failed = migrations = 0
+    residents: dict[str, list[Resident]] = {n.name: [] for n in states}
+    successes = 0
+    gave_up: dict = {}  # request -> successes count when defragmentation last found nothing
     n = len(workload)
     step = max(1, n // 200)
     for i, pod in enumerate(workload):
         req = pod.req
-        placement = choose(policy, states, req, ctx)
+        moves: tuple = ()
+        if migrate and gave_up.get(req) != successes:
+            got = choose_with_migration(policy, states, req, ctx, residents)
+            if got is None:
+                placement = None
+                gave_up[req] = successes
+            else:
+                placement, moves = got
+        else:
+            placement = None if migrate else choose(policy, states, req, ctx)
         if placement is None:
             failed += 1
         else:
+            for mv in moves:
+                src, dst = by_name[mv.source.node], by_name[mv.target.node]
+                release(src, mv.req, mv.source)
+                allocate(dst, mv.req, mv.target)
+                lst = residents[mv.source.node]
+                lst[:] = [r for r in lst if r.key != mv.key]
+                residents[mv.target.node].append(Resident(mv.key, mv.req, mv.target))
+                migrations += 1
             allocate(by_name[placement.node], req, placement)
+            residents[placement.node].append(Resident(f"{pod.name}#{i}", req, placement))
             allocated += req.total_gpu_milli
+            successes += 1
         arrived += req.total_gpu_milli
         pct = arrived * 100 // capacity
         if pct <= MAX_PCT:
@@ -133,6 +163,7 @@ def replay(
         gpu_allocation_ratio=allocated / capacity,
         fragmentation_rate=(frag / free) if free else 0.0,
         unscheduled_pods=failed,
+        migrations=migrations,
         pods=n,
         arrived_gpu_ratio=arrived / capacity,
         seconds=time.perf_counter() - start,
