@@ -487,3 +487,33 @@ def test_collect_node() -> None:
     assert [g.idle_since for g in node.gpus] == [t0, None]
     later = collect_node("gpu-node-1", nvml=fake, now=t0 + timedelta(minutes=5), previous=node)
     assert [g.idle_since for g in later.gpus] == [t0, None]
+
+
+# --- the device check script -------------------------------------------------------------------
+
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "device_nvml_check.py"
+    spec = importlib.util.spec_from_file_location("device_nvml_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_device_check_script_on_the_fake(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    script = _script()
+    assert script.main(["--fake"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mismatches"] == []
+    assert set(report["calls"]) <= READ_CALLS | {"nvmlDeviceGetGpuInstancePossiblePlacements"}
+    mig = report["node"]["gpus"][0]["migInstances"]
+    assert [(m["profile"], m["start"]) for m in mig] == [("2g.35gb", 0), ("3g.71gb", 4)]
+    guard = script.ReadOnly(FakeNvml([FakeGpu("H200-SXM5-141GB", mig=True)]))
+    for name in sorted(MUTATING_CALLS):
+        with pytest.raises(PermissionError):
+            getattr(guard, name)
