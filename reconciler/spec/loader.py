@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +57,7 @@ def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
 
 def locate(node: Any, path: tuple) -> tuple[int, int]:
     """1-based (line, column) of the deepest element of `path` that exists in the YAML node."""
-    line, col = (node.lc.line + 1, node.lc.col + 1) if hasattr(node, "lc") else (0, 0)
+    line, col = _node_position(node) or (0, 0)
     for part in path:
         if isinstance(node, CommentedMap) and part in node:
             pos = node.lc.key(part)
@@ -63,21 +65,29 @@ def locate(node: Any, path: tuple) -> tuple[int, int]:
                 line, col = pos[0] + 1, pos[1] + 1
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-            il, ic = node.lc.item(part)
-            line, col = il + 1, ic + 1
+            pos = node.lc.item(part)
+            if pos is not None:
+                line, col = pos[0] + 1, pos[1] + 1
             node = node[part]
         else:
             break
     return line, col
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
+
+
 def format_path(path: tuple) -> str:
+    """`spec.pools[0].mig.3g.40gb`; a key with spaces, quotes or control characters is
+    written quoted (`metadata["a b"]`) so a message always stays on one line."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            out += "[" + json.dumps(str(part)) + "]"
     return out
 
 
@@ -120,9 +130,7 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
             if node is None:
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
-                line, col = _document_start(f.text, i)
-                if hasattr(node, "lc"):
-                    line, col = node.lc.line + 1, node.lc.col + 1
+                line, col = _node_position(node) or _document_start(f.text, i)
                 what = "a list" if isinstance(node, list) else "a string" if isinstance(node, str) else "a scalar"
                 problems.append(
                     Problem(
@@ -131,8 +139,17 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
                     )
                 )
                 continue
-            docs.append(RawDocument(f.path, i, node, node.lc.line + 1, node.lc.col + 1))
+            line, col = _node_position(node) or _document_start(f.text, i)
+            docs.append(RawDocument(f.path, i, node, line, col))
     return docs, problems
+
+
+def _node_position(node: Any) -> tuple[int, int] | None:
+    """1-based (line, column) ruamel recorded for a node, if it recorded one."""
+    lc = getattr(node, "lc", None)
+    if lc is None or lc.line is None or lc.col is None:
+        return None
+    return lc.line + 1, lc.col + 1
 
 
 def _char(c: Any) -> str:
