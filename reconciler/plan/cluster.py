@@ -60,6 +60,7 @@ class GpuSlot:
     target_instances: list[tuple[str, int]] = field(default_factory=list)
     reserved_by: str | None = None  # a pending workload the plan makes room for
     converted: bool = False  # the plan repartitions this card
+    why: str = ""  # the reason for the repartition
 
     def __post_init__(self) -> None:
         self.target_mode = self.mode

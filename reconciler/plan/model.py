@@ -70,6 +70,8 @@ class Finding(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     severity: Literal["info", "warning"]
+    code: str
+    """Machine-readable kind, e.g. held-cap, held-borrowing, waits, budget-spent."""
     subject: str
     message: str
 

@@ -76,8 +76,8 @@ class _Run:
             self.actions[action.id] = action
         return action.id
 
-    def find(self, severity: str, subject: str, message: str) -> None:
-        self.findings.append(Finding(severity=severity, subject=subject, message=message))
+    def find(self, severity: str, code: str, subject: str, message: str) -> None:
+        self.findings.append(Finding(severity=severity, code=code, subject=subject, message=message))
 
     def pclass(self, name: str | None) -> PriorityClassSpec | None:
         return self.desired.priority_class(name)
@@ -187,6 +187,11 @@ class _Run:
 
 def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> Plan:
     """The ordered, explained actions that move `observed` towards `desired`."""
+    return plan_state(desired, observed, now)[0]
+
+
+def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, Cluster]:
+    """The plan and the working view it leaves (target partitioning, placements): for tests."""
     run = _Run(desired, observed, now or observed.observed_at, build_cluster(desired, observed))
     _init_usage(run)
     pending = _pending(run)
@@ -205,12 +210,13 @@ def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = 
         _warm_minimum(run, pv)
     for p in pending:
         if _pending_pool(run, p) is None:
-            run.find("warning", p.key, f"no pool can run it ({_describe_request(p.request)}); it stays pending")
+            run.find("warning", "no-pool", p.key, f"no pool can run it ({_describe_request(p.request)}); it stays pending")
     _objects(run)
     _repartitions(run)
+    _check_no_overcommit(run.cluster)
     for node in run.cluster.unmatched_nodes:
-        run.find("info", node, "GPU node matches no pool's selector; gpupool leaves it alone")
-    return Plan(
+        run.find("info", "unmatched-node", node, "GPU node matches no pool's selector; gpupool leaves it alone")
+    result = Plan(
         revision=desired.revision,
         observed_at=run.now.isoformat(),
         actions=tuple(_ordered(run.actions)),
@@ -220,6 +226,22 @@ def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = 
             for pv in run.cluster.pools.values()
         },
     )
+    return result, run.cluster
+
+
+def _check_no_overcommit(cluster: Cluster) -> None:
+    """The planner's own guard: a bug here must fail loudly, never reach a cluster."""
+    for g in cluster.slot.values():
+        live = set(g.holders)
+        if g.target_mode == "whole" and len(live) > 1:
+            raise AssertionError(f"{g.key}: whole card held by {sorted(live)}")
+        if g.target_mode == "shared" and g.used_slices > g.target_slices:
+            raise AssertionError(f"{g.key}: {g.used_slices} slices used of {g.target_slices}")
+        if g.target_mode == "mig" and not g.used_instances <= set(g.target_instances):
+            raise AssertionError(f"{g.key}: instances {sorted(g.used_instances)} not in layout {g.target_instances}")
+        running = sorted(h for h in g.holders if h in cluster.workloads and cluster.workloads[h].phase == "Running")
+        if g.changes and running:
+            raise AssertionError(f"{g.key}: repartitioned while {running} still run on it")
 
 
 # --------------------------------------------------------------------------- setup
@@ -285,7 +307,7 @@ def _scale(run: _Run) -> list[Pending]:
         for t in pol.spec.targets:
             svc = services.get(f"{t.namespace}/{t.name}")
             if svc is None:
-                run.find("warning", f"{t.namespace}/{t.name}", f"ScalingPolicy/{name} targets a {t.kind} that was not observed")
+                run.find("warning", "scale-target-missing", f"{t.namespace}/{t.name}", f"ScalingPolicy/{name} targets a {t.kind} that was not observed")
                 continue
             want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
             if want == svc.replicas:
@@ -320,7 +342,7 @@ def _desired_replicas(run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: 
         hot.append(f"p99 wait {format_duration(wait)} > {up.pending_time}")
     if hot:
         if n >= hi:
-            run.find("warning", svc.key, f"wants to scale up ({'; '.join(hot)}) but is at its maximum of {hi} replicas")
+            run.find("warning", "at-max-replicas", svc.key, f"wants to scale up ({'; '.join(hot)}) but is at its maximum of {hi} replicas")
             return n, ""
         if since is not None and since < seconds(up.cooldown):
             return n, ""
@@ -347,13 +369,13 @@ def _team_caps(run: _Run) -> None:
             if run.team_usage[q.team] <= cap:
                 break
             if run.budget_left <= 0:
-                run.find("warning", q.team, "over its cap but the preemption budget for this hour is spent")
+                run.find("warning", "budget-spent", q.team, "over its cap but the preemption budget for this hour is spent")
                 break
             w = run.cluster.workloads[c.key]
             used = run.team_usage[q.team]
             run.evict(w, "preempt", f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; {w.key} is its lowest-priority preemptible work", run.cluster.pool_of(w))
         if run.team_usage[q.team] > cap:
-            run.find("warning", q.team, f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: the rest is not preemptible yet")
+            run.find("warning", "over-cap", q.team, f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: the rest is not preemptible yet")
 
 
 def _idle_reclaim(run: _Run) -> None:
@@ -368,8 +390,8 @@ def _idle_reclaim(run: _Run) -> None:
             if rule is None or not rule.enabled:
                 continue
             slots = [run.cluster.slot.get((w.node or "", a.gpu)) for a in w.allocations]
-            if any(s is None or s.holders != {w.key} for s in slots):
-                continue  # a shared card: its utilization is not this workload's alone
+            if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
+                continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = seconds(rule.idle_for)
             idle = [run.seconds_since(s.idle_since) for s in slots]
             if any(s.utilization >= rule.utilization_below for s in slots) or any(i is None or i < limit for i in idle):
@@ -379,11 +401,11 @@ def _idle_reclaim(run: _Run) -> None:
                 continue
             pc = run.pclass(cls)
             if pc is None or not pc.preemptible:
-                run.find("info", w.key, f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible")
+                run.find("info", "idle-protected", w.key, f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible")
                 continue
             why = f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) for {format_duration(min(idle))} (limit {rule.idle_for})"
             if rule.action == "report":
-                run.find("info", w.key, why)
+                run.find("info", "idle-report", w.key, why)
             else:
                 run.evict(w, "reclaim", why + ": reclaim the cards", pool)
             break
@@ -405,14 +427,14 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
             q = next(q for q in run.desired.quotas.values() if q.team == team)
             used = run.team_usage.get(team, Fraction(0))
             if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
-                run.find("info", p.key, f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}")
+                run.find("info", "held-cap", p.key, f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}")
                 continue
             pq = next((x for x in q.spec.pools if x.pool == pool), None)
             if p.request.gpus and pq is not None and pq.whole.borrowing_limit is not None:
                 whole = run.pool_whole_usage.get((team, pool), 0)
                 limit = pq.whole.guaranteed + pq.whole.borrowing_limit
                 if whole + p.request.gpus > limit:
-                    run.find("info", p.key, f"held: team {team} would hold {whole + p.request.gpus} whole GPUs in {pool}, over guarantee + borrowing ({limit})")
+                    run.find("info", "held-borrowing", p.key, f"held: team {team} would hold {whole + p.request.gpus} whole GPUs in {pool}, over guarantee + borrowing ({limit})")
                     continue
             run.team_usage[team] = used + need
             if p.request.gpus and pool:
@@ -485,9 +507,10 @@ def _inference_budget(pv: PoolView) -> int:
     return max(0, min(by_max, whole - spec.training.min_gpus))
 
 
-def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = ()) -> None:
+def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str) -> None:
     g.target_mode = mode
     g.converted = True
+    g.why = why
     if mode == "mig":
         g.target_layout = layout
         g.target_instances = run.desired.catalog.place(pv.model, list(layout)) or []
@@ -518,7 +541,7 @@ def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why:
         if len(chosen) >= n:
             break
         if run.budget_left <= 0:
-            run.find("warning", preemptor.key, "needs preemption but the preemption budget for this hour is spent")
+            run.find("warning", "budget-spent", preemptor.key, "needs preemption but the preemption budget for this hour is spent")
             break
         w = run.cluster.workloads[c.key]
         slots = [run.cluster.slot[(w.node, a.gpu)] for a in w.allocations if (w.node, a.gpu) in run.cluster.slot]
@@ -554,7 +577,7 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         wants += [("shared", ())] * len(bins)
     budget = _inference_budget(pv)
     if len(wants) > budget:
-        run.find("warning", pv.name, f"inference needs {len(wants)} more cards but the pool allows {budget} more (maxGPUs / training minGPUs)")
+        run.find("warning", "inference-limit", pv.name, f"inference needs {len(wants)} more cards but the pool allows {budget} more (maxGPUs / training minGPUs)")
         wants = wants[:budget]
     if wants:
         top = unplaced[0]  # highest priority first (admission sorted them)
@@ -562,10 +585,10 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         why = f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity in {pv.name} ({demand})"
         cards = _free_cards(run, pv, len(wants), top, why)
         for g, (mode, layout) in zip(cards, wants, strict=False):
-            _convert(run, g, pv, mode, layout)
+            _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
     for p in unplaced:
         if not _place_inference(pv, p):
-            run.find("warning", p.key, f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle")
+            run.find("warning", "waits", p.key, f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle")
 
 
 def _warm_minimum(run: _Run, pv: PoolView) -> None:
@@ -584,9 +607,9 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
         return
     cards = _free_cards(run, pv, min(short, _inference_budget(pv)), None, "")
     for g in cards:
-        _convert(run, g, pv, mode, layout)
+        _convert(run, g, pv, mode, layout, why=f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm")
     if len(cards) < short:
-        run.find("info", pv.name, f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take")
+        run.find("info", "warm-short", pv.name, f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take")
 
 
 # --------------------------------------------------------------------------- 6. training
@@ -629,11 +652,11 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             continue
         n = p.request.gpus
         if n > max((len(s) for s in pv.by_node().values()), default=0):
-            run.find("warning", p.key, f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer")
+            run.find("warning", "too-large", p.key, f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer")
             continue
         if _give_back_inference(run, pv, p) or _preempt_for_gang(run, pv, p) or _defragment(run, pv, p):
             continue
-        run.find("info", p.key, f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle")
+        run.find("info", "waits", p.key, f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle")
 
 
 def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
@@ -653,7 +676,7 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     _, node, back = min(options, key=lambda o: (o[0], o[1]))
     for g in back:
-        _convert(run, g, pv, "whole")
+        _convert(run, g, pv, "whole", why=f"pending training {p.key} needs {n} whole cards on one node and these inference cards are empty")
     got = _place_gang(pv, p)
     assert got is not None
     return True
@@ -793,10 +816,10 @@ def _repartitions(run: _Run) -> None:
                 details["layout"] = {str(g.index): list(g.target_layout) if g.target_mode == "mig" else None for g in slots}
             if any(g.target_mode == "shared" or g.mode == "shared" for g in slots):
                 details["sharedSlices"] = {str(g.index): g.target_slices for g in slots if g.target_mode == "shared"}
-            why = "inference demand" if any(g.target_mode != "whole" for g in changed) else "training demand"
+            why = "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
             rc = run.add(Action(
                 id=f"{kind}:{node}", kind=kind, target=node, pool=pv.name,
-                reason=f"{why}: {summary}",
+                reason=f"{summary} ({why})",
                 depends_on=(cordon, *evictions), details=details,
             ))
             run.add(Action(

@@ -1,0 +1,78 @@
+"""Golden plans: desired.yaml + observed.yaml -> plan.json + plan.md, byte for byte.
+
+Set GPUPOOL_UPDATE_GOLDEN=1 to rewrite the files from tests/plan/scenarios.py; the
+expectations below still have to hold, so a wrong regenerated plan fails anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from reconciler.observe.snapshot import load_snapshot
+from reconciler.plan.planner import plan
+from reconciler.plan.render import GITHUB_COMMENT_LIMIT, to_json, to_markdown
+from reconciler.spec.loader import load
+from reconciler.spec.sources import files_from_paths
+from tests.plan.scenarios import GOLDEN, SCENARIOS, write_all
+
+if os.environ.get("GPUPOOL_UPDATE_GOLDEN"):
+    write_all()
+
+# scenario -> (action ids that must be present, kinds that must be absent, finding codes that must be present)
+EXPECT = {
+    "converged": (set(), None, set()),
+    "inference-burst-mig": ({"mig-reconfigure:a100-1", "cordon:a100-1", "uncordon:a100-1"}, {"preempt"}, set()),
+    "inference-preempts-low-training": ({"checkpoint:team-b/bert-new", "preempt:team-b/bert-new", "mig-reconfigure:a100-2"}, {"reclaim"}, set()),
+    "training-reclaims-inference-cards": ({"mig-reconfigure:a100-1"}, {"preempt"}, set()),
+    "team-over-cap": ({"preempt:team-a/extra-1", "preempt:team-a/extra-2"}, {"mig-reconfigure"}, set()),
+    "held-by-cap": (set(), {"preempt", "mig-reconfigure"}, {"held-cap"}),
+    "defragment": ({"move:team-b/probe-0", "move:team-b/probe-1"}, {"preempt"}, set()),
+    "idle-reclaim": ({"reclaim:team-b/forgotten"}, {"preempt"}, set()),
+    "model-without-mig": ({"set-sharing:l40s-1"}, {"mig-reconfigure"}, {"no-pool"}),
+    "scale-up-and-down": ({"scale:team-b/chat", "scale:team-b/summarize", "set-sharing:a100-1"}, {"preempt"}, set()),
+    "budget-spent": (set(), {"preempt", "mig-reconfigure"}, {"budget-spent", "waits"}),
+    "min-runtime-protects": (set(), {"preempt"}, {"waits"}),
+    "nonpreemptible-protected": (set(), {"preempt"}, {"waits"}),
+    "objects-and-labels": ({"quota:team-a/gpupool-team-a", "priority-class:training-low", "label-node:a100-1", "mig-reconfigure:a100-1"}, {"preempt"}, set()),
+}
+
+
+def test_every_scenario_has_expectations():
+    assert set(EXPECT) == set(SCENARIOS)
+    assert len(SCENARIOS) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_golden(name):
+    d = GOLDEN / name
+    desired = load(files_from_paths([d / "desired.yaml"]))
+    observed = load_snapshot(d / "observed.yaml")
+    p = plan(desired, observed)
+    assert to_json(p) == (d / "plan.json").read_text(), f"{name}: plan.json differs (GPUPOOL_UPDATE_GOLDEN=1 to regenerate, then review)"
+    assert to_markdown(p) == (d / "plan.md").read_text()
+    assert len(to_markdown(p)) < GITHUB_COMMENT_LIMIT
+
+    must, absent, codes = EXPECT[name]
+    ids = {a.id for a in p.actions}
+    assert must <= ids, f"missing {must - ids}"
+    if absent is None:
+        assert p.actions == (), "a converged cluster must get an empty plan"
+    else:
+        assert not {a.kind for a in p.actions} & absent
+    assert codes <= {f.code for f in p.findings}
+    # every action explains itself and depends only on actions of the same plan
+    for a in p.actions:
+        assert a.reason.strip()
+        assert set(a.depends_on) <= ids
+    # dependencies come first
+    pos = {a.id: i for i, a in enumerate(p.actions)}
+    assert all(pos[dep] < pos[a.id] for a in p.actions for dep in a.depends_on)
+
+
+def test_plan_json_is_versioned():
+    data = json.loads((GOLDEN / "inference-burst-mig" / "plan.json").read_text())
+    assert data["format_version"] == 1
+    assert data["summary"].startswith("Plan: ")
