@@ -587,7 +587,7 @@ class Cluster:
     def _after_write(self, rt: ResourceType, ns: str | None) -> None:
         if rt.namespaced and ns:
             self._sync_quotas(ns)
-        if rt.plural in ("pods", "poddisruptionbudgets") and ns:
+        if rt.plural in ("pods", "poddisruptionbudgets", "statefulsets", "deployments") and ns:
             self._sync_pdbs(ns)
 
     def _set_status(self, rt: ResourceType, obj: dict, status: dict) -> None:
@@ -615,8 +615,12 @@ class Cluster:
         pods = [p for (pns, _), p in sorted(self._store(self.rt("", "v1", "pods")).items())
                 if pns == ns and match_label_selector_object(spec.get("selector"),
                                                               p["metadata"].get("labels"))]
-        expected = len([p for p in pods if not p["metadata"].get("deletionTimestamp")])
+        expected = len(pods)
         healthy = len([p for p in pods if _pod_healthy(p)])
+        if "maxUnavailable" in spec or str(spec.get("minAvailable", "")).endswith("%"):
+            scale = self._controller_scale(pods, ns)
+            if scale is not None:
+                expected = scale
         if "minAvailable" in spec:
             desired = _scaled(spec["minAvailable"], expected)
         elif "maxUnavailable" in spec:
@@ -639,6 +643,28 @@ class Cluster:
             cond["lastTransitionTime"] = now()
         status["conditions"] = [cond]
         return status
+
+    def _controller_scale(self, pods: list[dict], ns: str) -> int | None:
+        """Sum of spec.replicas of the pods' controllers (StatefulSet / Deployment / ReplicaSet),
+        as the disruption controller computes expectedPods; None if a pod has no such controller
+        (the fake then counts the selected pods — see README)."""
+        seen: dict[str, int] = {}
+        for p in pods:
+            ref = next((r for r in p["metadata"].get("ownerReferences") or [] if r.get("controller")),
+                       None)
+            if ref is None:
+                return None
+            kind_to_type = {"StatefulSet": ("apps", "statefulsets"),
+                            "Deployment": ("apps", "deployments"),
+                            "ReplicaSet": ("apps", "replicasets")}
+            if ref.get("kind") not in kind_to_type:
+                return None
+            store = self.objects.get(kind_to_type[ref["kind"]], {})
+            owner = store.get((ns, ref.get("name")))
+            if owner is None or owner["metadata"]["uid"] != ref.get("uid"):
+                return None
+            seen[ref["uid"]] = (owner.get("spec") or {}).get("replicas", 1)
+        return sum(seen.values()) if seen else None
 
     def _sync_pdbs(self, ns: str) -> None:
         rtp = self.rt("policy", "v1", "poddisruptionbudgets")
@@ -704,6 +730,14 @@ class Cluster:
             self._emit(rt, "ADDED", obj, None)
             if rt.plural == "customresourcedefinitions":
                 self._crd_established(rt, obj)
+            if rt.plural == "namespaces" and not rt.group:  # the root-CA publisher controller
+                self.create(self.rt("", "v1", "configmaps"), name, {
+                    "metadata": {"name": "kube-root-ca.crt",
+                                 "annotations": {"kubernetes.io/description": "Contains a CA bundle "
+                                                 "that can be used to verify the kube-apiserver "
+                                                 "when using internal endpoints."}},
+                    "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"}},
+                    manager="kube-controller-manager")
             self._after_write(rt, ns)
             return self.render(rt, self._current(rt, ns, name)), warnings
 

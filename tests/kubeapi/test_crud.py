@@ -90,7 +90,8 @@ def test_label_selectors(kube):
         v1.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels}})
 
     def names(sel):
-        return sorted(c.metadata.name for c in v1.list_namespaced_config_map(ns, label_selector=sel).items)
+        items = v1.list_namespaced_config_map(ns, label_selector=sel).items
+        return sorted(c.metadata.name for c in items if c.metadata.name != "kube-root-ca.crt")
 
     assert names("tier=train") == ["a", "c"]
     assert names("tier==train,gpu=h100") == ["c"]
@@ -130,7 +131,7 @@ def test_pagination(kube):
     while page.metadata._continue:
         page = v1.list_namespaced_config_map(ns, limit=2, _continue=page.metadata._continue)
         seen += [c.metadata.name for c in page.items]
-    assert seen == [f"cm-{i}" for i in range(5)]
+    assert seen == [f"cm-{i}" for i in range(5)] + ["kube-root-ca.crt"]
 
 
 def test_delete_preconditions_and_collection(kube):
@@ -145,7 +146,8 @@ def test_delete_preconditions_and_collection(kube):
     for i in range(3):
         v1.create_namespaced_config_map(ns, {"metadata": {"name": f"c{i}", "labels": {"del": str(i % 2)}}})
     v1.delete_collection_namespaced_config_map(ns, label_selector="del=0")
-    assert sorted(c.metadata.name for c in v1.list_namespaced_config_map(ns).items) == ["c1"]
+    assert sorted(c.metadata.name for c in v1.list_namespaced_config_map(ns).items) == [
+        "c1", "kube-root-ca.crt"]
 
 
 def test_finalizers_delay_deletion(kube):

@@ -37,7 +37,7 @@ def test_watch_without_resource_version_starts_with_current_state(kube):
     v1, ns = kube.core, kube.namespace
     v1.create_namespaced_config_map(ns, _cm("existing"))
     events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns, timeout_seconds=1))
-    assert events == [("ADDED", "existing")]
+    assert events == [("ADDED", "existing"), ("ADDED", "kube-root-ca.crt")]
 
 
 def test_list_then_watch_sees_concurrent_writes(kube):
