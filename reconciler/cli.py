@@ -1,7 +1,7 @@
 """The `gpupool` command line.
 
-Each subcommand lives in the module that owns its concern and exposes
-`register(subparsers)`; this file only wires them together, importing lazily so
+Each subcommand lives in `reconciler/commands/` (the simulator's in `reconciler/sim/cli.py`)
+and exposes `register(subparsers)`; this file only wires them together, importing lazily so
 `gpupool --help` stays fast and a broken optional piece cannot break the others.
 """
 
@@ -13,10 +13,10 @@ import sys
 
 # (module, help) per subcommand, in the order `--help` lists them.
 SUBCOMMANDS: list[tuple[str, str]] = [
-    ("reconciler.spec.cli", "validate, schema"),
-    ("reconciler.plan.cli", "plan"),
-    ("reconciler.apply.cli", "apply"),
-    ("reconciler.loop.cli", "reconcile, agent"),
+    ("reconciler.commands.policy", "validate, schema"),
+    ("reconciler.commands.plan", "plan"),
+    ("reconciler.commands.apply", "apply"),
+    ("reconciler.commands.reconcile", "reconcile, agent"),
     ("reconciler.sim.cli", "simulate"),
 ]
 

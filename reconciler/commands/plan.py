@@ -6,10 +6,10 @@ import argparse
 import sys
 from datetime import datetime
 
+from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
 from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
 from reconciler.plan.planner import plan
 from reconciler.plan.render import RENDERERS
-from reconciler.spec.cli import add_source_args, load_from_args, report_load_error
 from reconciler.spec.problems import InvalidDesiredState
 from reconciler.spec.sources import SourceError
 

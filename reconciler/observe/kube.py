@@ -1,0 +1,257 @@
+"""Kubernetes adapter: read nodes, pods, workloads' demand and policy objects into a snapshot.
+
+Thin and read-only. The seam is the official client's `ApiClient`: in a cluster it comes from
+the in-cluster config or a kubeconfig; in tests it points at the fake API server over HTTP.
+Adapters never decide policy: this only translates API objects into `ObservedState`.
+
+Where Kubernetes does not say something gpupool needs, it reads conventions:
+- per-node GPU facts (MIG layout, utilization, idle time) from the node agent's
+  `GpuNodeState` object (gpupool.io/v1alpha1, cluster-scoped, named after the node); without
+  one, a node's `nvidia.com/gpu` capacity gives that many whole cards;
+- which cards a pod holds from its `gpupool.io/gpus` annotation ("0,1", or "2:4" = GPU 2, MIG
+  instance at start 4), written by the node agent; without it, whole-card pods take the lowest
+  free indices in creation order (an approximation, said so in the README);
+- workload traits from annotations: `gpupool.io/checkpointable`, `gpupool.io/migratable`,
+  `gpupool.io/last-checkpoint` (RFC 3339);
+- inference services: Deployments/StatefulSets labelled `gpupool.io/inference=true`, with
+  `gpupool.io/queue-length` and `gpupool.io/pending-p99-seconds` annotations kept current by
+  the serving stack's exporter, and `gpupool.io/last-scale` written by gpupool's apply.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from reconciler.observe.model import (
+    Allocation,
+    Gpu,
+    InferenceService,
+    Node,
+    ObservedState,
+    PriorityClassObject,
+    QuotaObject,
+    Request,
+    Taint,
+    Workload,
+)
+from reconciler.spec.quantity import parse_quantity
+
+GROUP, VERSION = "gpupool.io", "v1alpha1"
+NODE_STATE_PLURAL = "gpunodestates"
+ANN = "gpupool.io/"
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def _client(api_client: Any):
+    from kubernetes import client
+
+    return client, api_client
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _truthy(v: str | None) -> bool:
+    return (v or "").strip().lower() in ("1", "true", "yes")
+
+
+def _float(v: str | None) -> float | None:
+    try:
+        return float(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def request_from_resources(resources: dict[str, Any] | None) -> Request:
+    """GPU request of a container set: whole cards, MIG instances by profile, shared slices."""
+    gpus, slices, mig = 0, 0, {}
+    for k, v in (resources or {}).items():
+        n = int(math.ceil(parse_quantity(str(v))))
+        if k == GPU:
+            gpus += n
+        elif k == SHARED:
+            slices += n
+        elif k.startswith(MIG_PREFIX):
+            prof = k[len(MIG_PREFIX):]
+            prof = prof[:-3] + "+me" if prof.endswith(".me") else prof
+            mig[prof] = mig.get(prof, 0) + n
+    return Request(gpus=gpus, mig=mig, shared_slices=slices)
+
+
+def pod_request(pod: Any) -> Request:
+    total: dict[str, int] = {}
+    for c in pod.spec.containers or []:
+        res = (c.resources.limits or {}) if c.resources else {}
+        req = (c.resources.requests or {}) if c.resources else {}
+        for k, v in {**req, **res}.items():
+            if k in (GPU, SHARED) or k.startswith(MIG_PREFIX):
+                total[k] = total.get(k, 0) + int(math.ceil(parse_quantity(str(v))))
+    return request_from_resources(total)
+
+
+def parse_allocation(text: str) -> list[Allocation]:
+    """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4; "3/2" 2 shared slices."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if ":" in part:
+            g, start = part.split(":", 1)
+            out.append(Allocation(gpu=int(g), mig_start=int(start)))
+        elif "/" in part:
+            g, n = part.split("/", 1)
+            out.append(Allocation(gpu=int(g), slices=int(n)))
+        else:
+            out.append(Allocation(gpu=int(part)))
+    return out
+
+
+def _node(n: Any, state: dict | None) -> Node:
+    labels = n.metadata.labels or {}
+    ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+    if state is not None:
+        gpus = [Gpu.model_validate(g) for g in state.get("status", {}).get("gpus", [])]
+    else:
+        count = int((n.status.capacity or {}).get(GPU, "0") or 0)
+        gpus = [Gpu(index=i) for i in range(count)]
+    return Node(
+        name=n.metadata.name,
+        labels=labels,
+        annotations=n.metadata.annotations or {},
+        unschedulable=bool(n.spec.unschedulable),
+        taints=[Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])],
+        ready=ready,
+        gpus=gpus,
+    )
+
+
+def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
+    ann = p.metadata.annotations or {}
+    owner = (p.metadata.owner_references or [None])[0]
+    running = p.status.phase == "Running" and bool(p.spec.node_name)
+    return Workload(
+        namespace=p.metadata.namespace,
+        name=p.metadata.name,
+        priority_class=p.spec.priority_class_name,
+        phase="Running" if running else "Pending",
+        request=req,
+        pool=(p.spec.node_selector or {}).get("gpupool.io/pool"),
+        node=p.spec.node_name if running else None,
+        allocations=allocations if running else [],
+        created_at=_ts(p.metadata.creation_timestamp),
+        started_at=_ts(p.status.start_time) if running else None,
+        last_checkpoint_at=_ts(ann.get(ANN + "last-checkpoint")),
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        checkpointable=_truthy(ann.get(ANN + "checkpointable")),
+        migratable=_truthy(ann.get(ANN + "migratable")),
+    )
+
+
+def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list[Allocation]:
+    if node is None or not req.gpus:
+        return []
+    free = [g.index for g in node.gpus if g.mode == "whole" and g.index not in taken]
+    chosen = free[: req.gpus]
+    taken.update(chosen)
+    return [Allocation(gpu=i) for i in chosen]
+
+
+def _service(obj: Any, kind: str) -> InferenceService:
+    ann = obj.metadata.annotations or {}
+    containers = obj.spec.template.spec.containers or []
+    resources: dict[str, Any] = {}
+    for c in containers:
+        if c.resources:
+            resources.update(c.resources.requests or {})
+            resources.update(c.resources.limits or {})
+    return InferenceService(
+        namespace=obj.metadata.namespace,
+        name=obj.metadata.name,
+        kind=kind,
+        replicas=obj.spec.replicas if obj.spec.replicas is not None else 1,
+        ready_replicas=(obj.status.ready_replicas or 0) if obj.status else 0,
+        replica_request=request_from_resources(resources),
+        priority_class=obj.spec.template.spec.priority_class_name,
+        pool=(obj.spec.template.spec.node_selector or {}).get("gpupool.io/pool"),
+        queue_length=_float(ann.get(ANN + "queue-length")),
+        pending_seconds_p99=_float(ann.get(ANN + "pending-p99-seconds")),
+        last_scale_at=_ts(ann.get(ANN + "last-scale")),
+    )
+
+
+def observe_cluster(
+    api_client: Any = None,
+    *,
+    kubeconfig: str | None = None,
+    now: datetime | None = None,
+    recent_preemptions: list[datetime] | None = None,
+) -> ObservedState:
+    """One consistent-enough read of the cluster (lists, no watches) as an ObservedState."""
+    from kubernetes import client, config
+
+    if api_client is None:
+        if kubeconfig:
+            api_client = config.new_client_from_config(config_file=kubeconfig)
+        else:
+            config.load_incluster_config()
+            api_client = client.ApiClient()
+    core = client.CoreV1Api(api_client)
+    states: dict[str, dict] = {}
+    try:
+        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL)
+        states = {o["metadata"]["name"]: o for o in objs.get("items", [])}
+    except client.ApiException as exc:
+        if exc.status != 404:  # no CRD installed: fall back to node capacity
+            raise
+    nodes = [_node(n, states.get(n.metadata.name)) for n in core.list_node().items]
+    by_name = {n.name: n for n in nodes}
+    taken: dict[str, set[int]] = {}
+    workloads = []
+    pods = sorted(core.list_pod_for_all_namespaces().items, key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name))
+    for p in pods:
+        if p.status.phase in ("Succeeded", "Failed") or p.metadata.deletion_timestamp:
+            continue
+        req = pod_request(p)
+        if req.kind == "none":
+            continue
+        ann = (p.metadata.annotations or {}).get(ANN + "gpus")
+        if ann:
+            allocs = parse_allocation(ann)
+        else:
+            allocs = _guess_allocations(req, by_name.get(p.spec.node_name or ""), taken.setdefault(p.spec.node_name or "", set()))
+        workloads.append(_workload(p, req, allocs))
+    apps = client.AppsV1Api(api_client)
+    services = [_service(d, "Deployment") for d in apps.list_deployment_for_all_namespaces(label_selector="gpupool.io/inference=true").items]
+    services += [_service(s, "StatefulSet") for s in apps.list_stateful_set_for_all_namespaces(label_selector="gpupool.io/inference=true").items]
+    quotas = [
+        QuotaObject(namespace=q.metadata.namespace, name=q.metadata.name, hard={k: str(v) for k, v in (q.spec.hard or {}).items()},
+                    managed_by=(q.metadata.labels or {}).get("app.kubernetes.io/managed-by", ""))
+        for q in core.list_resource_quota_for_all_namespaces().items
+    ]
+    classes = [
+        PriorityClassObject(name=c.metadata.name, value=c.value, preemption_policy=c.preemption_policy or "PreemptLowerPriority")
+        for c in client.SchedulingV1Api(api_client).list_priority_class().items
+    ]
+    return ObservedState(
+        observed_at=now or datetime.now(UTC),
+        nodes=nodes,
+        workloads=workloads,
+        services=services,
+        quotas=quotas,
+        priority_classes=classes,
+        recent_preemptions=recent_preemptions or [],
+    )
