@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
@@ -40,8 +40,8 @@ _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGraceP
                 "generation", "managedFields", "selfLink")
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(offset_seconds: float = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=offset_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ApiError(Exception):
@@ -124,7 +124,12 @@ class FieldSet:
 class Cluster:
     """In-memory API state.  All public methods are thread-safe (one re-entrant lock)."""
 
-    def __init__(self, history_size: int = 10_000):
+    def __init__(self, history_size: int = 10_000, pod_termination_seconds: float | None = None):
+        # None: deleting a pod removes it at once (as if the kubelet confirmed instantly).
+        # A number: pods bound to a node are marked terminating (deletionTimestamp) and the
+        # kubelet stand-in removes them after min(grace period, this many seconds).
+        self.pod_termination_seconds = pod_termination_seconds
+        self._grace_elapsed: set[str] = set()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 0
@@ -822,7 +827,9 @@ class Cluster:
             if dry_run:
                 return self.render(rt, new), warnings, False
             if (new["metadata"].get("deletionTimestamp")
-                    and not new["metadata"].get("finalizers")):
+                    and not new["metadata"].get("finalizers")
+                    and (not new["metadata"].get("deletionGracePeriodSeconds")
+                         or new["metadata"]["uid"] in self._grace_elapsed)):
                 self._finalize_delete(rt, ns, name, new, propagation="Background")
                 return self.render(rt, new), warnings, False
             if _ownership is not None:
@@ -984,21 +991,55 @@ class Cluster:
                                           "message": f'Unsupported value: "{propagation}"'}])
             if dry_run:
                 return self.render(rt, current) if rt.return_deleted_object else _success(rt, current)
-            if current["metadata"].get("finalizers"):
+            grace = self._pod_grace(rt, current, options)
+            if current["metadata"].get("finalizers") or grace:
                 if current["metadata"].get("deletionTimestamp"):
                     return self.render(rt, current)
                 new = copy.deepcopy(current)
-                new["metadata"]["deletionTimestamp"] = now()
-                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                new["metadata"]["deletionTimestamp"] = now(grace or 0)
+                new["metadata"]["deletionGracePeriodSeconds"] = grace or 0
                 if rt.generation:
                     new["metadata"]["generation"] = new["metadata"].get("generation", 1) + 1
                 new["metadata"]["resourceVersion"] = str(self._next_rv())
                 self._store(rt)[self._key(rt, ns, name)] = new
                 self._emit(rt, "MODIFIED", new, current)
                 self._after_write(rt, ns)
+                if grace:
+                    timer = threading.Timer(min(grace, self.pod_termination_seconds or 0),
+                                            self.kubelet_remove_pod,
+                                            (ns, name, current["metadata"]["uid"]))
+                    timer.daemon = True
+                    timer.start()
                 return self.render(rt, new)
             gone = self._finalize_delete(rt, ns, name, current, propagation)
             return self.render(rt, gone) if rt.return_deleted_object else _success(rt, current)
+
+    def _pod_grace(self, rt: ResourceType, pod: dict, options: dict) -> int:
+        """Grace period for a graceful pod deletion, or 0 when the pod goes at once."""
+        if self.pod_termination_seconds is None or rt.plural != "pods" or rt.group:
+            return 0
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return 0  # never scheduled: nothing to stop
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        return max(0, int(grace))
+
+    def kubelet_remove_pod(self, ns: str, name: str, uid: str | None = None) -> bool:
+        """The kubelet stand-in: remove a terminating pod now (no-op if it has finalizers)."""
+        rt = self.rt("", "v1", "pods")
+        with self.lock:
+            pod = self._current(rt, ns, name)
+            if pod is None or (uid and pod["metadata"]["uid"] != uid) \
+                    or not pod["metadata"].get("deletionTimestamp"):
+                return False
+            self._grace_elapsed.add(pod["metadata"]["uid"])
+            if pod["metadata"].get("finalizers"):
+                return False  # goes when the last finalizer is removed
+            self._finalize_delete(rt, ns, name, pod, "Background")
+            return True
 
     def _finalize_delete(self, rt, ns, name, current, propagation) -> dict:
         del self._store(rt)[self._key(rt, ns, name)]

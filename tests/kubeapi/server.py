@@ -133,9 +133,10 @@ class FakeKubeApiServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, history_size: int = 10_000,
                  cluster: Cluster | None = None, default_watch_timeout: float = 1800.0,
-                 bookmark_interval: float = 60.0):
+                 bookmark_interval: float = 60.0, pod_termination_seconds: float | None = None):
         self.host, self.port = host, port
-        self.cluster = cluster or Cluster(history_size=history_size)
+        self.cluster = cluster or Cluster(history_size=history_size,
+                                          pod_termination_seconds=pod_termination_seconds)
         self.default_watch_timeout = default_watch_timeout
         self.bookmark_interval = bookmark_interval
         self._httpd: _HTTPServer | None = None

@@ -1,7 +1,11 @@
 """Eviction subresource and PodDisruptionBudgets."""
 
-import pytest
+import time
 
+import pytest
+from kubernetes import client
+
+from .server import FakeKubeApiServer
 from .util import expect_status, pod
 
 pytestmark = pytest.mark.kube
@@ -110,3 +114,31 @@ def test_eviction_of_pod_with_finalizer_marks_it_terminating(kube, running):
 def test_eviction_of_missing_pod_is_404(kube):
     expect_status(404, kube.core.create_namespaced_pod_eviction, "ghost", kube.namespace,
                   _eviction("ghost", kube.namespace))
+
+
+def test_graceful_termination_keeps_evicted_pod_until_the_kubelet_stand_in_removes_it():
+    with FakeKubeApiServer(pod_termination_seconds=0.5) as server:
+        api = server.api_client()
+        v1 = client.CoreV1Api(api)
+        server.cluster.add_node("n1")
+        v1.create_namespaced_pod("default", pod("a", gpus=8))
+        server.cluster.set_pod_status("default", "a", "Running", node="n1")
+        v1.create_namespaced_pod_eviction("a", "default", _eviction("a", "default"))
+        terminating = v1.read_namespaced_pod("a", "default")
+        assert terminating.metadata.deletion_timestamp is not None
+        assert terminating.metadata.deletion_grace_period_seconds == 30
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if not v1.list_namespaced_pod("default", field_selector="metadata.name=a").items:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("terminating pod was never removed")
+        # gracePeriodSeconds=0 removes at once; unscheduled pods go at once too
+        v1.create_namespaced_pod("default", pod("b"))
+        server.cluster.set_pod_status("default", "b", "Running", node="n1")
+        v1.delete_namespaced_pod("b", "default", grace_period_seconds=0)
+        v1.create_namespaced_pod("default", pod("c"))
+        v1.delete_namespaced_pod("c", "default")
+        assert not v1.list_namespaced_pod("default").items
+        api.close()
