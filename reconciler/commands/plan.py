@@ -8,8 +8,9 @@ from datetime import datetime
 
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
 from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
+from reconciler.plan.fingerprint import fingerprint
 from reconciler.plan.planner import plan
-from reconciler.plan.render import RENDERERS
+from reconciler.plan.render import RENDERERS, to_json
 from reconciler.spec.problems import InvalidDesiredState
 from reconciler.spec.sources import SourceError
 
@@ -43,10 +44,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = plan(desired, observed, now=now)
     text = RENDERERS[args.format](result)
     if args.out:
-        from reconciler.plan.render import to_json
-
+        saved = result.model_copy(update={"fingerprint": fingerprint(desired, observed)})
         with open(args.out, "w", encoding="utf-8") as f:
-            f.write(to_json(result))
+            f.write(to_json(saved))
     sys.stdout.write(text)
     if args.detailed_exitcode:
         return 2 if result.actions else 0

@@ -6,6 +6,7 @@ placement and conversions can be tried on it. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -110,11 +111,78 @@ class PoolView:
     nodes: dict[str, Node] = field(default_factory=dict)
     gpus: list[GpuSlot] = field(default_factory=list)  # sorted by node, index
 
+    _nodes: dict[str, list[GpuSlot]] | None = None
+    _free: dict[str, int] = field(default_factory=dict)
+    _buckets: list[list[str]] = field(default_factory=list)
+    _inference: list[GpuSlot] | None = None
+    _mig_free: dict[str, list[GpuSlot]] | None = None
+
+    def mig_with_free(self, profile: str) -> list[GpuSlot]:
+        """MIG cards with a free instance of `profile` (the caller removes a card it fills)."""
+        if self._mig_free is None:
+            self._mig_free = {}
+            for g in self.inference_slots():
+                if g.target_mode == "mig":
+                    for prof in {p for p, _ in g.target_instances}:
+                        if g.free_instances(prof):
+                            self._mig_free.setdefault(prof, []).append(g)
+        return self._mig_free.setdefault(profile, [])
+
+    def inference_slots(self) -> list[GpuSlot]:
+        """Cards whose target is MIG or shared (recomputed after a repartition)."""
+        if self._inference is None:
+            self._inference = [g for g in self.gpus if g.target_mode != "whole"]
+        return self._inference
+
     def by_node(self) -> dict[str, list[GpuSlot]]:
-        out: dict[str, list[GpuSlot]] = {}
-        for g in self.gpus:
-            out.setdefault(g.node, []).append(g)
-        return out
+        """Node -> its cards, in node-name order (cards never change node during a plan)."""
+        if self._nodes is None:
+            out: dict[str, list[GpuSlot]] = {}
+            for g in self.gpus:
+                out.setdefault(g.node, []).append(g)
+            self._nodes = dict(sorted(out.items()))
+        return self._nodes
+
+    # -- free whole cards per node: an index so gang placement is not a scan per job ----
+    def _index(self) -> None:
+        if self._buckets:
+            return
+        size = max((len(s) for s in self.by_node().values()), default=0)
+        self._buckets = [[] for _ in range(size + 1)]
+        for node, slots in self.by_node().items():
+            c = sum(1 for g in slots if g.free_whole)
+            self._free[node] = c
+            self._buckets[c].append(node)  # nodes arrive sorted
+
+    def touch(self, node: str) -> None:
+        """Re-count a node's free whole cards after its cards changed."""
+        self._inference = None
+        self._mig_free = None
+        if not self._buckets or node not in self._free:
+            return
+        old = self._free[node]
+        new = sum(1 for g in self.by_node()[node] if g.free_whole)
+        if new != old:
+            bucket = self._buckets[old]
+            del bucket[bisect.bisect_left(bucket, node)]
+            bisect.insort(self._buckets[new], node)
+            self._free[node] = new
+
+    def free_whole_on(self, node: str) -> int:
+        self._index()
+        return self._free.get(node, 0)
+
+    def best_fit(self, n: int) -> str | None:
+        """The node with the fewest free whole cards that still has n (then by name)."""
+        self._index()
+        for bucket in self._buckets[n:]:
+            if bucket:
+                return bucket[0]
+        return None
+
+    def total_free_whole(self) -> int:
+        self._index()
+        return sum(c * len(b) for c, b in enumerate(self._buckets))
 
     def count(self, mode: str, target: bool = True) -> int:
         return sum(1 for g in self.gpus if (g.target_mode if target else g.mode) == mode)

@@ -86,6 +86,8 @@ class Plan(BaseModel):
     findings: tuple[Finding, ...] = ()
     capacity: dict[str, dict[str, int]] = {}
     """Per pool: GPUs by partition now and after the plan (whole/mig/shared)."""
+    fingerprint: dict[str, str] = {}
+    """Digests of the desired state and the observed snapshot the plan was made from."""
 
     @property
     def empty(self) -> bool:

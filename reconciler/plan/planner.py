@@ -69,6 +69,8 @@ class _Run:
     budget_left: int = 0
     team_usage: dict[str, Fraction] = field(default_factory=dict)
     pool_whole_usage: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, pool) -> cards
+    generation: int = 0  # bumped whenever capacity is freed or repartitioned
+    failed: dict[tuple, int] = field(default_factory=dict)  # demand shape -> generation it failed at
 
     # -- small helpers ---------------------------------------------------------------
     def add(self, action: Action) -> str:
@@ -182,7 +184,15 @@ class _Run:
             if a.mig_start is not None:
                 s.used_instances = {i for i in s.used_instances if i[1] != a.mig_start}
             s.used_slices -= a.slices
+        self.freed()
+        node_pool = self.pool_view(self.cluster.node_pool.get(w.node or ""))
+        if node_pool is not None:
+            node_pool.touch(w.node)
         return aid
+
+    def freed(self) -> None:
+        """Capacity came free: demand that failed before may fit now."""
+        self.generation += 1
 
 
 def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> Plan:
@@ -452,10 +462,10 @@ def _place_inference(pv: PoolView, p: Pending) -> bool:
         chosen: list[tuple[GpuSlot, tuple[str, int]]] = []
         for prof, n in sorted(r.mig.items()):
             for _ in range(n):
-                cands = [g for g in pv.gpus if g.target_mode == "mig" and g.free_instances(prof) and not any(c[1] == i for c in chosen for i in g.free_instances(prof) if c[0] is g)]
+                cands = pv.mig_with_free(prof)
                 # pack: the card with the fewest free instances first
-                cands.sort(key=lambda g: (len(g.target_instances) - len(g.used_instances), g.node, g.index))
-                for g in cands:
+                ranked = sorted(cands, key=lambda g: (len(g.target_instances) - len(g.used_instances), g.node, g.index))
+                for g in ranked:
                     free = [i for i in g.free_instances(prof) if (g, i) not in chosen]
                     if free:
                         chosen.append((g, free[0]))
@@ -465,9 +475,11 @@ def _place_inference(pv: PoolView, p: Pending) -> bool:
         for g, inst in chosen:
             g.used_instances.add(inst)
             g.holders.add(p.key)
+            if not g.free_instances(inst[0]):
+                pv.mig_with_free(inst[0]).remove(g)
         return True
     if r.shared_slices:
-        cands = [g for g in pv.gpus if g.free_slices >= r.shared_slices]
+        cands = [g for g in pv.inference_slots() if g.free_slices >= r.shared_slices]
         if not cands:
             return False
         g = min(cands, key=lambda g: (g.free_slices, g.node, g.index))  # best fit
@@ -501,7 +513,7 @@ def _layouts_for(pv: PoolView, unmet: Counter) -> list[tuple[str, ...]]:
 def _inference_budget(pv: PoolView) -> int:
     """How many more cards inference may take in this pool."""
     spec = pv.pool.spec
-    now_inf = sum(1 for g in pv.gpus if g.target_mode != "whole")
+    now_inf = len(pv.inference_slots())
     whole = len(pv.gpus) - now_inf
     by_max = (spec.inference.max_gpus - now_inf) if spec.inference.max_gpus is not None else len(pv.gpus)
     return max(0, min(by_max, whole - spec.training.min_gpus))
@@ -511,6 +523,7 @@ def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, 
     g.target_mode = mode
     g.converted = True
     g.why = why
+    run.freed()
     if mode == "mig":
         g.target_layout = layout
         g.target_instances = run.desired.catalog.place(pv.model, list(layout)) or []
@@ -521,6 +534,7 @@ def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, 
     else:
         g.target_layout, g.target_instances, g.target_slices = (), [], 0
     g.used_instances, g.used_slices = set(), 0
+    pv.touch(g.node)
 
 
 def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str) -> list[GpuSlot]:
@@ -593,7 +607,7 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
 
 def _warm_minimum(run: _Run, pv: PoolView) -> None:
     inf = pv.pool.spec.inference
-    have = sum(1 for g in pv.gpus if g.target_mode != "whole")
+    have = len(pv.inference_slots())
     short = inf.min_gpus - have
     if short <= 0 or pv.model is None:
         return
@@ -605,11 +619,27 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
         mode, layout = "mig", tuple(sorted(inf.mig.layouts[0].profiles))
     else:
         return
-    cards = _free_cards(run, pv, min(short, _inference_budget(pv)), None, "")
+    cards = _free_cards(
+        run, pv, min(short, _inference_budget(pv)), _inference_preemptor(run, pv),
+        f"Pool/{pv.name} keeps inference.minGPUs={inf.min_gpus} cards for inference and has {have}",
+    )
     for g in cards:
         _convert(run, g, pv, mode, layout, why=f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm")
     if len(cards) < short:
         run.find("info", "warm-short", pv.name, f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take")
+
+
+def _inference_preemptor(run: _Run, pv: PoolView) -> Pending | None:
+    """The warm minimum acts for the pool's inference: it may displace what the priority rules
+    already let the strongest inference class preempt, never more."""
+    if run.desired.priority is None:
+        return None
+    preemptors = {r.preemptor for r in run.desired.priority.spec.preemption.rules}
+    classes = [c for c in run.desired.priority.spec.classes if c.workload == "inference" and c.name in preemptors]
+    if not classes:
+        return None
+    top = max(classes, key=lambda c: (c.value, c.name))
+    return Pending(key=f"Pool/{pv.name}", namespace="", request=Request(), priority_class=top.name, pool=pv.name, created=None)
 
 
 # --------------------------------------------------------------------------- 6. training
@@ -630,44 +660,45 @@ def _gang_on(slots: list[GpuSlot], n: int, topology: str) -> list[GpuSlot] | Non
 
 
 def _place_gang(pv: PoolView, p: Pending) -> list[GpuSlot] | None:
-    topo = pv.pool.spec.training.topology
-    best = None
-    for _node, slots in sorted(pv.by_node().items()):
-        got = _gang_on(slots, p.request.gpus, topo)
-        if got is None:
-            continue
-        free = sum(1 for g in slots if g.free_whole)
-        if best is None or free < best[0]:  # best fit: the node left with the fewest free cards
-            best = (free, got)
-    if best is None:
+    """Best fit: the node left with the fewest free cards that still takes the whole gang."""
+    node = pv.best_fit(p.request.gpus)
+    if node is None:
         return None
-    for g in best[1]:
+    got = _gang_on(pv.by_node()[node], p.request.gpus, pv.pool.spec.training.topology)
+    for g in got:
         g.reserved_by = p.key
-    return best[1]
+    pv.touch(node)
+    return got
 
 
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
+    largest = max((len(s) for s in pv.by_node().values()), default=0)
     for p in pending:
         if _place_gang(pv, p):
             continue
         n = p.request.gpus
-        if n > max((len(s) for s in pv.by_node().values()), default=0):
+        if n > largest:
             run.find("warning", "too-large", p.key, f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer")
             continue
-        if _give_back_inference(run, pv, p) or _preempt_for_gang(run, pv, p) or _defragment(run, pv, p):
+        # The same shape of demand failed and nothing was freed since: it fails again.
+        shape = (pv.name, n, p.priority_class, p.borrow_from)
+        if run.failed.get(shape) != run.generation and (
+            _give_back_inference(run, pv, p) or _preempt_for_gang(run, pv, p) or _defragment(run, pv, p)
+        ):
             continue
+        run.failed[shape] = run.generation
         run.find("info", "waits", p.key, f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle")
 
 
 def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     """Empty inference cards beyond the warm minimum return to training when training waits."""
     inf = pv.pool.spec.inference
-    spare = sum(1 for g in pv.gpus if g.target_mode != "whole") - inf.min_gpus
+    spare = len(pv.inference_slots()) - inf.min_gpus
     if spare <= 0:
         return False
     n = p.request.gpus
     options = []
-    for node, slots in sorted(pv.by_node().items()):
+    for node, slots in pv.by_node().items():
         free = sum(1 for g in slots if g.free_whole)
         back = [g for g in slots if g.target_mode != "whole" and not g.holders and not g.converted]
         if free + min(len(back), spare) >= n and n - free > 0:
@@ -689,7 +720,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
     n = p.request.gpus
     prio = run.priority(p.priority_class)
     best = None
-    for node, slots in sorted(pv.by_node().items()):
+    for node, slots in pv.by_node().items():
         free = sum(1 for g in slots if g.free_whole)
         ws = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
         victims = run.victims_for([run.cluster.workloads[h] for h in ws], prio, classes)
@@ -720,7 +751,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     if rule.when == "window" and not _in_window(run.now, rule.window.start, rule.window.end):
         return False
     n = p.request.gpus
-    if sum(1 for g in pv.gpus if g.free_whole) < n:
+    if pv.total_free_whole() < n:
         return False
     by_node = pv.by_node()
     best = None
@@ -742,6 +773,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     for w, dest in zip(movers, dests, strict=False):
         dest.reserved_by = w.key
+        pv.touch(dest.node)
         run.evict(w, "move", f"defragment {node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node", pv.name, target=dest.node)
     return _place_gang(pv, p) is not None
 
@@ -794,7 +826,7 @@ def _objects(run: _Run) -> None:
 
 def _repartitions(run: _Run) -> None:
     for pv in run.cluster.pools.values():
-        for node, slots in sorted(pv.by_node().items()):
+        for node, slots in pv.by_node().items():
             changed = [g for g in slots if g.changes]
             if not changed:
                 continue

@@ -1,0 +1,46 @@
+"""Fingerprints of a plan's inputs, so a saved plan can be refused once they change.
+
+Like Terraform's "saved plan is stale": `plan --out` records them, `apply PLAN` recomputes
+them from what it sees now. The observed fingerprint leaves out what changes every second
+without changing what the plan would do (the snapshot's time, utilization, memory in use,
+process lists); everything that can change a decision (who runs where, pending demand, layouts,
+idle-since times, queue signals, quotas, recent preemptions) is in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from reconciler.observe.model import ObservedState
+from reconciler.spec.state import DesiredState
+
+VOLATILE_GPU_FIELDS = {"utilization", "memory_used_mib", "processes"}
+
+
+def _digest(data: object) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def desired_fingerprint(desired: DesiredState) -> str:
+    docs = sorted(
+        (d.model.model_dump(mode="json", by_alias=True) for d in desired.documents),
+        key=lambda m: (m["kind"], m["metadata"]["name"]),
+    )
+    return _digest(docs)
+
+
+def observed_fingerprint(observed: ObservedState) -> str:
+    data = observed.model_dump(mode="json", exclude={"observed_at"})
+    for n in data["nodes"]:
+        for g in n["gpus"]:
+            for k in VOLATILE_GPU_FIELDS:
+                g.pop(k, None)
+    data["nodes"].sort(key=lambda n: n["name"])
+    data["workloads"].sort(key=lambda w: (w["namespace"], w["name"]))
+    return _digest(data)
+
+
+def fingerprint(desired: DesiredState, observed: ObservedState) -> dict[str, str]:
+    return {"desired": desired_fingerprint(desired), "observed": observed_fingerprint(observed)}
