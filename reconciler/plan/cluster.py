@@ -154,10 +154,13 @@ class PoolView:
             self._free[node] = c
             self._buckets[c].append(node)  # nodes arrive sorted
 
-    def touch(self, node: str) -> None:
-        """Re-count a node's free whole cards after its cards changed."""
-        self._inference = None
-        self._mig_free = None
+    def touch(self, node: str, *, repartitioned: bool = False, released: bool = False) -> None:
+        """Re-count a node's free whole cards after its cards changed; drop the inference
+        indexes when a card was repartitioned or a workload released MIG/shared capacity."""
+        if repartitioned:
+            self._inference = None
+        if repartitioned or released:
+            self._mig_free = None
         if not self._buckets or node not in self._free:
             return
         old = self._free[node]
@@ -171,6 +174,12 @@ class PoolView:
     def free_whole_on(self, node: str) -> int:
         self._index()
         return self._free.get(node, 0)
+
+    def nodes_with_free(self, lo: int, hi: int) -> list[str]:
+        """Nodes with between lo and hi free whole cards, in name order."""
+        self._index()
+        lo = max(lo, 0)
+        return sorted(n for b in self._buckets[lo : hi + 1] for n in b)
 
     def best_fit(self, n: int) -> str | None:
         """The node with the fewest free whole cards that still has n (then by name)."""

@@ -187,7 +187,7 @@ class _Run:
         self.freed()
         node_pool = self.pool_view(self.cluster.node_pool.get(w.node or ""))
         if node_pool is not None:
-            node_pool.touch(w.node)
+            node_pool.touch(w.node, released=True)
         return aid
 
     def freed(self) -> None:
@@ -534,7 +534,7 @@ def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, 
     else:
         g.target_layout, g.target_instances, g.target_slices = (), [], 0
     g.used_instances, g.used_slices = set(), 0
-    pv.touch(g.node)
+    pv.touch(g.node, repartitioned=True)
 
 
 def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str) -> list[GpuSlot]:
@@ -697,10 +697,14 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     if spare <= 0:
         return False
     n = p.request.gpus
+    empty_inference: dict[str, list[GpuSlot]] = {}
+    for g in pv.inference_slots():
+        if not g.holders and not g.converted:
+            empty_inference.setdefault(g.node, []).append(g)
     options = []
-    for node, slots in pv.by_node().items():
-        free = sum(1 for g in slots if g.free_whole)
-        back = [g for g in slots if g.target_mode != "whole" and not g.holders and not g.converted]
+    for node in sorted(empty_inference):
+        back = empty_inference[node]
+        free = pv.free_whole_on(node)
         if free + min(len(back), spare) >= n and n - free > 0:
             options.append((n - free, node, back[: n - free]))
     if not options:
@@ -755,8 +759,10 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     by_node = pv.by_node()
     best = None
-    for node, slots in sorted(by_node.items()):
-        free = sum(1 for g in slots if g.free_whole)
+    # only nodes a few moves away from taking the gang
+    for node in pv.nodes_with_free(n - rule.max_migrations_per_cycle, n - 1):
+        slots = by_node[node]
+        free = pv.free_whole_on(node)
         movers = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
         movers = [run.cluster.workloads[h] for h in movers]
         movers = [w for w in movers if (w.migratable or not rule.only_migratable) and len(w.allocations) == 1 and w.key not in run.evicted]
@@ -768,7 +774,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     if best is None:
         return False
     need, node, movers = best
-    dests = [g for g in pv.gpus if g.node != node and g.free_whole]
+    dests = [g for other in pv.nodes_with_free(1, len(pv.gpus)) if other != node for g in by_node[other] if g.free_whole]
     if len(dests) < need:
         return False
     for w, dest in zip(movers, dests, strict=False):
