@@ -887,8 +887,9 @@ class Cluster:
                                    f"application/merge-patch+json, application/apply-patch+yaml"
                                    f"{'' if rt.custom else ', application/strategic-merge-patch+json'}")
             except patching.PatchError as e:
-                raise ApiError(422, "Invalid", f"the server rejected our request due to an error "
-                               f"in our request: {e}", _details(rt, name)) from e
+                raise ApiError(422, "Invalid", "the server rejected our request due to an error "
+                               "in our request", {"causes": [{"reason": "UnexpectedServerResponse",
+                                                              "message": str(e)}]}) from e
             if not isinstance(patched, dict):
                 raise bad_request("patch produced a non-object")
             patched.setdefault("metadata", {})
@@ -926,22 +927,28 @@ class Cluster:
         entries = {k: FieldSet(set(v.paths), v.time, v.api_version)
                    for k, v in self._fields_for(rt, ns, name).items()}
         conflicts: list[tuple[str, tuple]] = []
-        for (other, _op, other_sub), entry in entries.items():
+        for (other, op, other_sub), entry in entries.items():
             if other == manager or other_sub != sub:
                 continue
+            shown = f'"{other}"' + (f' with subresource "{other_sub}"' if other_sub else "")
+            if op == "Update":
+                shown += f" using {entry.api_version}"
             for q in sorted(entry.paths):
                 if any(patching.overlaps(p, q) for p in applied) and \
                         patching.get_path(current, q) != patching.get_path(merged, q):
-                    conflicts.append((other, q))
+                    conflicts.append((shown, q))
         if conflicts and not force:
-            causes = [{"type": "FieldManagerConflict", "message": f'conflict with "{m}"',
+            causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {m}",
                        "field": patching.format_path(q)} for m, q in conflicts]
             if len(conflicts) == 1:
                 m, q = conflicts[0]
-                msg = f'Apply failed with 1 conflict: conflict with "{m}": {patching.format_path(q)}'
+                msg = f"Apply failed with 1 conflict: conflict with {m}: {patching.format_path(q)}"
             else:
-                msg = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(
-                    f'conflict with "{m}": {patching.format_path(q)}' for m, q in conflicts)
+                lines = []
+                for m in sorted({m for m, _ in conflicts}):
+                    lines.append(f"conflicts with {m}:")
+                    lines += [f"- {patching.format_path(q)}" for mm, q in conflicts if mm == m]
+                msg = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
             raise ApiError(409, "Conflict", msg, _details(rt, name, causes=causes))
         for (other, _op, other_sub), entry in entries.items():
             if other == manager or other_sub != sub:

@@ -120,6 +120,12 @@ class _HTTPServer(ThreadingHTTPServer):
             self.connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if self.stopped or isinstance(exc, OSError):
+            return  # connections cut by stop()/drop faults, or clients that went away
+        super().handle_error(request, client_address)
+
     def drop_connections(self) -> None:
         with self.conn_lock:
             conns = list(self.connections)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from .util import expect_status, pod
+from .util import eventually, expect_status, pod
 
 pytestmark = pytest.mark.kube
 
@@ -56,7 +56,8 @@ def _quota(name, hard, **spec):
 def test_gpu_quota_admission_and_usage(kube):
     v1, ns = kube.core, kube.namespace
     v1.create_namespaced_resource_quota(ns, _quota("gpus", {"requests.nvidia.com/gpu": "8", "pods": "3"}))
-    v1.create_namespaced_pod(ns, pod("a", gpus=4))
+    # a cluster refuses pods until the quota controller has filled in status.hard
+    eventually(lambda: v1.create_namespaced_pod(ns, pod("a", gpus=4)))
     v1.create_namespaced_pod(ns, pod("b", gpus=3))
     quota = v1.read_namespaced_resource_quota("gpus", ns)
     assert quota.status.used == {"requests.nvidia.com/gpu": "7", "pods": "2"}
@@ -69,7 +70,7 @@ def test_gpu_quota_admission_and_usage(kube):
     body = expect_status(403, v1.create_namespaced_pod, ns, pod("d"))
     assert "exceeded quota: gpus, requested: pods=1, used: pods=3, limited: pods=3" in body["message"]
     v1.delete_namespaced_pod("a", ns)
-    v1.create_namespaced_pod(ns, pod("d", gpus=4))
+    eventually(lambda: v1.create_namespaced_pod(ns, pod("d", gpus=4)))  # released asynchronously
     assert v1.read_namespaced_resource_quota("gpus", ns).status.used["requests.nvidia.com/gpu"] == "8"
 
 
@@ -93,7 +94,7 @@ def test_quota_scoped_to_priority_class(kube):
         "low-gpus", {"requests.nvidia.com/gpu": "2"},
         scopeSelector={"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In",
                                              "values": [low]}]}))
-    v1.create_namespaced_pod(ns, pod("low-a", gpus=2, priority_class=low))
+    eventually(lambda: v1.create_namespaced_pod(ns, pod("low-a", gpus=2, priority_class=low)))
     expect_status(403, v1.create_namespaced_pod, ns, pod("low-b", gpus=1, priority_class=low))
     v1.create_namespaced_pod(ns, pod("unscoped", gpus=8))
 
@@ -101,9 +102,9 @@ def test_quota_scoped_to_priority_class(kube):
 def test_quota_on_cpu_requires_requests(kube):
     v1, ns = kube.core, kube.namespace
     v1.create_namespaced_resource_quota(ns, _quota("cpu", {"requests.cpu": "4"}))
-    body = expect_status(403, v1.create_namespaced_pod, ns, pod("p"))
+    eventually(lambda: v1.create_namespaced_pod(ns, pod("p", cpu="500m")))
+    body = expect_status(403, v1.create_namespaced_pod, ns, pod("q"))
     assert "must specify requests.cpu" in body["message"]
-    v1.create_namespaced_pod(ns, pod("p", cpu="500m"))
     assert v1.read_namespaced_resource_quota("cpu", ns).status.used == {"requests.cpu": "500m"}
 
 
@@ -111,5 +112,5 @@ def test_object_count_quota(kube):
     v1, ns = kube.core, kube.namespace
     # every namespace already holds kube-root-ca.crt, as in a cluster
     v1.create_namespaced_resource_quota(ns, _quota("cms", {"count/configmaps": "2"}))
-    v1.create_namespaced_config_map(ns, {"metadata": {"name": "one"}})
+    eventually(lambda: v1.create_namespaced_config_map(ns, {"metadata": {"name": "one"}}))
     expect_status(403, v1.create_namespaced_config_map, ns, {"metadata": {"name": "two"}})

@@ -60,7 +60,8 @@ def test_json_patch_with_test_op(kube):
         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
         {"op": "replace", "path": "/data/owner", "value": "c"},
     ])
-    assert "test" in body["message"]
+    assert body["reason"] == "Invalid"
+    assert "test" in body["details"]["causes"][0]["message"]
     assert v1.read_namespaced_config_map("cm", ns).data == {"owner": "b"}
 
 
@@ -95,7 +96,9 @@ def test_server_side_apply_creates_and_conflicts(kube):
                          field_manager="intruder", _content_type=APPLY)
     assert body["reason"] == "Conflict"
     assert {c["field"] for c in body["details"]["causes"]} == {".data.gpus"}
-    assert 'conflict with "planner"' in body["message"]
+    assert {c["reason"] for c in body["details"]["causes"]} == {"FieldManagerConflict"}
+    assert any('conflict with "planner"' in c["message"] for c in body["details"]["causes"])
+    assert body["message"].startswith("Apply failed with 2 conflicts")
     # ...unless forced, which takes ownership
     cm = v1.patch_namespaced_config_map("cm", ns, _cm_apply("cm", {"gpus": "8"}),
                                         field_manager="intruder", force=True, _content_type=APPLY)

@@ -15,6 +15,7 @@ def _deployment(name="d", replicas=1):
 
 
 def test_main_update_ignores_status_and_status_update_ignores_spec(kube):
+    kube.require_fake()  # a real deployment controller writes status concurrently
     apps, ns = kube.apps, kube.namespace
     dep = apps.create_namespaced_deployment(ns, _deployment())
     dep.status = {"replicas": 5}
@@ -30,6 +31,7 @@ def test_main_update_ignores_status_and_status_update_ignores_spec(kube):
 
 
 def test_pod_status_patch(kube):
+    kube.require_fake()  # a real kubelet owns pod status
     v1, ns = kube.core, kube.namespace
     v1.create_namespaced_pod(ns, pod("p"))
     got = v1.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Running"}})

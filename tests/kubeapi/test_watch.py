@@ -12,7 +12,9 @@ pytestmark = pytest.mark.kube
 
 
 def _cm(name, labels=None, data=None):
-    return {"metadata": {"name": name, "labels": labels or {}}, "data": data or {}}
+    # every test object carries t=w, and watches select on it: a cluster adds its own objects
+    # (kube-root-ca.crt) to a namespace asynchronously
+    return {"metadata": {"name": name, "labels": {"t": "w", **(labels or {})}}, "data": data or {}}
 
 
 def _events(stream):
@@ -26,7 +28,7 @@ def test_watch_from_resource_version_replays_later_events(kube):
     v1.patch_namespaced_config_map("a", ns, {"data": {"x": "1"}})
     v1.delete_namespaced_config_map("b", ns)
     started = time.monotonic()
-    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns,
+    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns, label_selector="t=w",
                                           resource_version=a.metadata.resource_version,
                                           timeout_seconds=1))
     assert events == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
@@ -36,8 +38,9 @@ def test_watch_from_resource_version_replays_later_events(kube):
 def test_watch_without_resource_version_starts_with_current_state(kube):
     v1, ns = kube.core, kube.namespace
     v1.create_namespaced_config_map(ns, _cm("existing"))
-    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns, timeout_seconds=1))
-    assert events == [("ADDED", "existing"), ("ADDED", "kube-root-ca.crt")]
+    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns, label_selector="t=w",
+                                          timeout_seconds=1))
+    assert events == [("ADDED", "existing")]
 
 
 def test_list_then_watch_sees_concurrent_writes(kube):
@@ -46,7 +49,7 @@ def test_list_then_watch_sees_concurrent_writes(kube):
     threading.Timer(0.3, lambda: v1.create_namespaced_config_map(ns, _cm("late"))).start()
     w = watch.Watch()
     seen = []
-    for event in w.stream(v1.list_namespaced_config_map, ns,
+    for event in w.stream(v1.list_namespaced_config_map, ns, label_selector="t=w",
                           resource_version=listing.metadata.resource_version, timeout_seconds=10):
         seen.append((event["type"], event["object"].metadata.name))
         w.stop()
@@ -60,7 +63,8 @@ def test_watch_selectors_turn_label_changes_into_added_and_deleted(kube):
     v1.patch_namespaced_config_map("x", ns, {"data": {"k": "v"}})
     v1.patch_namespaced_config_map("x", ns, {"metadata": {"labels": {"pool": "train"}}})
     v1.create_namespaced_config_map(ns, _cm("other", {"pool": "serve"}))
-    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns, label_selector="pool=train",
+    events = _events(watch.Watch().stream(v1.list_namespaced_config_map, ns,
+                                          label_selector="t=w,pool=train",
                                           resource_version=start.metadata.resource_version,
                                           timeout_seconds=1))
     assert events == [("DELETED", "x"), ("ADDED", "x")]

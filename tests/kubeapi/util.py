@@ -53,3 +53,21 @@ def raw(api_client, method: str, path: str, body=None, content_type: str = "appl
         header_params={"Content-Type": content_type, "Accept": "application/json"}))
     data = resp.read()
     return resp.status, (json.loads(data) if data else {}), resp
+
+
+def eventually(fn, timeout: float = 10.0, interval: float = 0.1):
+    """Retry ``fn`` until it stops raising ApiException/AssertionError.
+
+    Needed only on a real cluster, where quota release, root-CA ConfigMaps, garbage collection
+    and the like happen asynchronously; against the fake the first call succeeds.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except (ApiException, AssertionError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(interval)
