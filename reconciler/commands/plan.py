@@ -26,6 +26,8 @@ def observe_from_args(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.base:
+        return cmd_plan_change(args)
     try:
         desired = load_from_args(args)
         observed = observe_from_args(args)
@@ -53,6 +55,60 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
+    """A PR whose head does not validate: say so in the requested format, exit 1."""
+    if args.format == "markdown":
+        lines = ["### gpupool plan for this change", "", ":x: **The head revision is invalid; nothing was planned.**", ""]
+        lines += [f"- `{p.file}:{p.line}:{p.column}` {p.document} `{p.path}`: {p.message}" for p in exc.problems]
+        sys.stdout.write("\n".join(lines) + "\n")
+    elif args.format == "json":
+        import json
+
+        problems = [{"file": p.file, "line": p.line, "column": p.column, "path": p.path, "message": p.message} for p in exc.problems]
+        sys.stdout.write(json.dumps({"valid": False, "problems": problems}, indent=2) + "\n")
+    return report_load_error(exc)
+
+
+def cmd_plan_change(args: argparse.Namespace) -> int:
+    from reconciler.plan.change import compare
+    from reconciler.plan.render import CHANGE_RENDERERS
+    from reconciler.spec.loader import load
+    from reconciler.spec.sources import files_from_git
+
+    repo = args.repo or "."
+    try:
+        files, sha = files_from_git(repo, args.base)
+        base = load(files, revision=sha)
+    except InvalidDesiredState as exc:
+        print(f"error: the base revision {args.base} does not validate either:", file=sys.stderr)
+        return report_load_error(exc)
+    except SourceError as exc:
+        return report_load_error(exc)
+    try:
+        head = load_from_args(args)
+    except InvalidDesiredState as exc:
+        return _invalid_head(args, exc)
+    except SourceError as exc:
+        return report_load_error(exc)
+    try:
+        observed = observe_from_args(args)
+    except InvalidSnapshot as exc:
+        return report_load_error(exc)
+    report, _, head_plan = compare(base, head, observed, confirm=tuple(args.confirm or ()))
+    sys.stdout.write(CHANGE_RENDERERS[args.format](report))
+    if args.out:
+        saved = head_plan.model_copy(update={"fingerprint": fingerprint(head, observed)})
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(to_json(saved))
+    if report.gates:
+        for g in report.gates:
+            print(f"error: safety gate: {g}", file=sys.stderr)
+        return 1
+    if args.detailed_exitcode:
+        return 2 if (report.repartitions or report.disruptions or report.quota_changes or report.policy_changes) else 0
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
@@ -68,4 +124,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--now", metavar="TIME", help="plan as of this ISO 8601 time (default: the snapshot's time)")
     p.add_argument("--out", metavar="FILE", help="also write the plan as JSON to FILE")
     p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes, 0 when none")
+    p.add_argument(
+        "--base", metavar="REF",
+        help="plan a change: compare the desired state at REF (in --repo, default .) with the head "
+        "(--rev, or the working tree) against the same observed state; safety gates apply",
+    )
+    p.add_argument("--confirm", action="append", choices=("empty-pool", "delete-all-quotas"),
+                   help="with --base: confirm a deliberate destructive change (repeatable)")
     p.set_defaults(func=cmd_plan)

@@ -120,3 +120,84 @@ def fit_markdown(head: list[str], body: list[str], budget: int) -> str:
 
 
 RENDERERS = {"text": to_text, "json": to_json, "markdown": to_markdown}
+
+
+# --------------------------------------------------------------------------- change reports
+
+
+def change_to_json(report) -> str:
+    data = report.model_dump(mode="json")
+    data["summary"] = report.summary()
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _rev(r: str | None) -> str:
+    return r[:12] if r else "working tree"
+
+
+def change_to_text(report) -> str:
+    lines = [report.summary(), f"Base {_rev(report.base_revision)} -> head {_rev(report.head_revision)}; head is valid.", ""]
+    if report.gates:
+        lines.append("Safety gates tripped:")
+        lines += [f"  ! {g}" for g in report.gates]
+        lines.append("")
+    lines.append("GPUs by partition after planning (whole / MIG / shared):")
+    for pool, c in sorted(report.capacity.items()):
+        b, h, d = c["base"], c["head"], c["delta"]
+        lines.append(f"  {pool}: {b['whole']}/{b['mig']}/{b['shared']} -> {h['whole']}/{h['mig']}/{h['shared']}"
+                     f"  (whole {d['whole']:+d}, MIG {d['mig']:+d}, shared {d['shared']:+d})")
+    if report.policy_changes:
+        lines += ["", "Policy changes:"] + [f"  {c}" for c in report.policy_changes]
+    if report.quota_changes:
+        lines += ["", "Quota objects:"]
+        for key, diff in sorted(report.quota_changes.items()):
+            lines.append(f"  {key}: " + (", ".join(f"{r} {a or '-'} -> {b or '-'}" for r, (a, b) in diff.items()) or "created/deleted"))
+    if report.repartitions:
+        lines += ["", f"Repartitioned GPUs ({len(report.repartitions)}):"]
+        lines += [f"  {r.node}/gpu{r.gpu} ({r.pool}): {r.base} -> {r.head}" for r in report.repartitions]
+    if report.disruptions:
+        lines += ["", f"Workloads disrupted ({len(report.disruptions)}):"]
+        lines += [f"  {d.kind:<8} {d.workload}: {d.reason}" for d in report.disruptions]
+    if report.drained_nodes:
+        lines += ["", "Nodes drained: " + ", ".join(report.drained_nodes)]
+    lines += ["", f"Base plan: {report.base_summary}", f"Head plan: {report.head_summary}"]
+    return "\n".join(lines) + "\n"
+
+
+def change_to_markdown(report, title: str = "gpupool plan for this change", budget: int = MARKDOWN_BUDGET) -> str:
+    icon = ":no_entry:" if report.gates else ":white_check_mark:"
+    head = [f"### {title}", "", f"{icon} **{report.summary()}**", "",
+            f"Base `{_rev(report.base_revision)}` → head `{_rev(report.head_revision)}`. The head revision is valid.", ""]
+    if report.gates:
+        head += ["**Safety gates tripped** (the change is refused):", ""] + [f"- {_md_escape(g)}" for g in report.gates] + [""]
+    head += ["| pool | base (whole / MIG / shared) | head | Δ whole | Δ MIG | Δ shared |", "|---|---|---|---|---|---|"]
+    for pool, c in sorted(report.capacity.items()):
+        b, h, d = c["base"], c["head"], c["delta"]
+        head.append(f"| {pool} | {b['whole']} / {b['mig']} / {b['shared']} | {h['whole']} / {h['mig']} / {h['shared']} | {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |")
+    head.append("")
+    body: list[str] = []
+    if report.disruptions:
+        body += [f"<details open><summary>Workloads disrupted ({len(report.disruptions)})</summary>", "",
+                 "| workload | action | reason |", "|---|---|---|"]
+        body += [f"| `{d.workload}` | `{d.kind}` | {_md_escape(d.reason)} |" for d in report.disruptions]
+        body += ["", "</details>", ""]
+    if report.repartitions:
+        body += [f"<details open><summary>GPUs repartitioned ({len(report.repartitions)})</summary>", "",
+                 "| node | GPU | before | after |", "|---|---|---|---|"]
+        body += [f"| `{r.node}` | {r.gpu} | {r.base} | {r.head} |" for r in report.repartitions]
+        body += ["", "</details>", ""]
+    if report.quota_changes:
+        body += [f"<details><summary>Quota objects ({len(report.quota_changes)})</summary>", "",
+                 "| object | resource | base | head |", "|---|---|---|---|"]
+        for key, diff in sorted(report.quota_changes.items()):
+            for r, (a, b) in diff.items():
+                body.append(f"| `{key}` | `{r}` | {a or '—'} | {b or '—'} |")
+        body += ["", "</details>", ""]
+    if report.policy_changes:
+        body += [f"<details><summary>Policy fields changed ({len(report.policy_changes)})</summary>", ""]
+        body += [f"- `{_md_escape(c)}`" for c in report.policy_changes] + ["", "</details>", ""]
+    body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
+    return fit_markdown(head, body, budget)
+
+
+CHANGE_RENDERERS = {"text": change_to_text, "json": change_to_json, "markdown": change_to_markdown}

@@ -1,0 +1,209 @@
+"""What a change of the desired state does to the cluster: base vs head, against one snapshot.
+
+Pure. Both revisions are planned against the same observed state; the report is the
+difference: capacity moved between training and inference, quota changes per team, cards
+that would be repartitioned, workloads that would be disrupted, and the safety gates.
+
+Gates come from the **base** revision's ChangePolicy, so a pull request cannot loosen the gates
+that judge it (a change to the ChangePolicy itself is reported). Confirmations for deliberate
+destructive changes (`allowEmptyPool`, `allowDeleteAllQuotas`) come from the head revision or
+from `--confirm`, the way Argo CD wants `allowEmpty` / `Prune=confirm` said explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from reconciler.observe.model import ObservedState
+from reconciler.plan.cluster import Cluster
+from reconciler.plan.model import Action, Plan
+from reconciler.plan.planner import plan_state
+from reconciler.plan.quotas import desired_resource_quotas
+from reconciler.spec.state import DesiredState
+
+CONFIRMATIONS = ("empty-pool", "delete-all-quotas")
+EVICTIONS = ("preempt", "reclaim", "move")
+
+
+class Repartition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    pool: str
+    node: str
+    gpu: int
+    base: str  # the card's partitioning after the base plan
+    head: str  # ... and after the head plan
+
+
+class Disruption(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    workload: str
+    kind: str
+    reason: str
+
+
+class ChangeReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    format_version: int = 1
+    base_revision: str | None
+    head_revision: str | None
+    capacity: dict[str, dict[str, dict[str, int]]]
+    """pool -> {base, head, delta} -> {whole, mig, shared} after each plan."""
+    policy_changes: list[str]
+    """Desired-state fields that differ, e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
+    quota_changes: dict[str, dict[str, list[str | None]]]
+    """"namespace/name" -> resource -> [base, head] (None: absent)."""
+    repartitions: list[Repartition]
+    disruptions: list[Disruption]
+    """Evictions the head plan makes that the base plan does not."""
+    drained_nodes: list[str]
+    gates: list[str]
+    """Tripped gates, each a reason; empty when the change may go ahead."""
+    head_summary: str
+    base_summary: str
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.gates)
+
+    def summary(self) -> str:
+        moved = []
+        for pool, c in sorted(self.capacity.items()):
+            d = c["delta"]
+            inf = d["mig"] + d["shared"]
+            if inf > 0:
+                moved.append(f"{pool}: {inf} GPU{'s' if inf != 1 else ''} training -> inference")
+            elif inf < 0:
+                moved.append(f"{pool}: {-inf} GPU{'s' if inf != -1 else ''} inference -> training")
+        parts = moved or ["no capacity moves"]
+        parts.append(f"{len(self.repartitions)} repartition{'s' if len(self.repartitions) != 1 else ''}")
+        parts.append(f"{len(self.disruptions)} workload{'s' if len(self.disruptions) != 1 else ''} disrupted")
+        if self.quota_changes:
+            parts.append(f"{len(self.quota_changes)} quota object{'s' if len(self.quota_changes) != 1 else ''} changed")
+        head = "BLOCKED" if self.gates else "Change"
+        return f"{head}: " + "; ".join(parts)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
+    else:
+        out[prefix] = value
+
+
+def _doc_fields(state: DesiredState) -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for d in state.documents:
+        flat: dict[str, Any] = {}
+        _flatten("", d.model.model_dump(mode="json", by_alias=True, exclude={"api_version", "kind"}), flat)
+        docs[f"{d.model.kind}/{d.model.metadata.name}"] = flat
+    return docs
+
+
+def policy_changes(base: DesiredState, head: DesiredState) -> list[str]:
+    b, h = _doc_fields(base), _doc_fields(head)
+    out = []
+    for key in sorted(set(b) | set(h)):
+        if key not in h:
+            out.append(f"{key}: deleted")
+        elif key not in b:
+            out.append(f"{key}: added")
+        else:
+            for f in sorted(set(b[key]) | set(h[key])):
+                if b[key].get(f) != h[key].get(f):
+                    out.append(f"{key} {f}: {b[key].get(f)!r} -> {h[key].get(f)!r}")
+    return out
+
+
+def _quota_changes(base: DesiredState, head: DesiredState) -> dict[str, dict[str, list[str | None]]]:
+    b, h = desired_resource_quotas(base), desired_resource_quotas(head)
+    out: dict[str, dict[str, list[str | None]]] = {}
+    for key in sorted(set(b) | set(h)):
+        bh, hh = b.get(key, {}), h.get(key, {})
+        diff = {r: [bh.get(r), hh.get(r)] for r in sorted(set(bh) | set(hh)) if bh.get(r) != hh.get(r)}
+        if diff or (key in b) != (key in h):
+            out[f"{key[0]}/{key[1]}"] = diff
+    return out
+
+
+def _targets(cluster: Cluster) -> dict[tuple[str, str, int], str]:
+    return {(pv.name, g.node, g.index): g.describe(target=True) for pv in cluster.pools.values() for g in pv.gpus}
+
+
+def _evictions(plan: Plan) -> dict[str, Action]:
+    return {a.target: a for a in plan.actions if a.kind in EVICTIONS}
+
+
+def _capacity(plan: Plan, pool: str) -> dict[str, int]:
+    c = plan.capacity.get(pool)
+    if c is None:
+        return {"whole": 0, "mig": 0, "shared": 0}
+    return {m: c[f"{m}After"] for m in ("whole", "mig", "shared")}
+
+
+def compare(
+    base: DesiredState, head: DesiredState, observed: ObservedState, *, confirm: tuple[str, ...] = ()
+) -> tuple[ChangeReport, Plan, Plan]:
+    """The change report, and both plans (base, head)."""
+    base_plan, base_cluster = plan_state(base, observed)
+    head_plan, head_cluster = plan_state(head, observed)
+    pools = sorted(set(base_plan.capacity) | set(head_plan.capacity))
+    capacity = {}
+    for p in pools:
+        b, h = _capacity(base_plan, p), _capacity(head_plan, p)
+        capacity[p] = {"base": b, "head": h, "delta": {m: h[m] - b[m] for m in b}}
+    bt, ht = _targets(base_cluster), _targets(head_cluster)
+    # cards in a pool on both sides whose partitioning differs (cards that leave or join a
+    # pool are not repartitioned by gpupool; the empty-pool gate speaks for them)
+    repartitions = [
+        Repartition(pool=k[0], node=k[1], gpu=k[2], base=bt[k], head=ht[k])
+        for k in sorted(set(bt) & set(ht))
+        if bt[k] != ht[k]
+    ]
+    be, he = _evictions(base_plan), _evictions(head_plan)
+    disruptions = [Disruption(workload=w, kind=a.kind, reason=a.reason) for w, a in sorted(he.items()) if w not in be]
+    base_cordons = {a.target for a in base_plan.actions if a.kind == "cordon"}
+    drained = sorted(a.target for a in head_plan.actions if a.kind == "cordon" and a.target not in base_cordons)
+    gates = _gates(base, head, base_plan, head_plan, len(disruptions), len(repartitions), len(drained), confirm)
+    report = ChangeReport(
+        base_revision=base.revision,
+        head_revision=head.revision,
+        capacity=capacity,
+        policy_changes=policy_changes(base, head),
+        quota_changes=_quota_changes(base, head),
+        repartitions=repartitions,
+        disruptions=disruptions,
+        drained_nodes=drained,
+        gates=gates,
+        head_summary=head_plan.summary(),
+        base_summary=base_plan.summary(),
+    )
+    return report, base_plan, head_plan
+
+
+def _gates(base, head, base_plan, head_plan, evictions, repartitions, drained, confirm) -> list[str]:
+    out = []
+    policy = base.change or head.change
+    if policy is not None:
+        g = policy.spec.gates
+        where = f"ChangePolicy/{policy.metadata.name}"
+        if g.max_preemptions is not None and evictions > g.max_preemptions:
+            out.append(f"{evictions} workloads would be preempted/moved/reclaimed by this change; {where} allows {g.max_preemptions}")
+        if g.max_repartitions is not None and repartitions > g.max_repartitions:
+            out.append(f"{repartitions} GPUs would be repartitioned; {where} allows {g.max_repartitions}")
+        if g.max_drained_nodes is not None and drained > g.max_drained_nodes:
+            out.append(f"{drained} nodes would be drained; {where} allows {g.max_drained_nodes}")
+    allow_empty = "empty-pool" in confirm or bool(head.change and head.change.spec.allow_empty_pool)
+    if not allow_empty:
+        for p in sorted(base.pools):
+            if p not in head.pools:
+                out.append(f"Pool/{p} is deleted; confirm with allowEmptyPool: true in the ChangePolicy or --confirm empty-pool")
+            elif sum(_capacity(base_plan, p).values()) > 0 and sum(_capacity(head_plan, p).values()) == 0:
+                out.append(f"Pool/{p} would select no nodes; confirm with allowEmptyPool: true or --confirm empty-pool")
+    allow_delete = "delete-all-quotas" in confirm or bool(head.change and head.change.spec.allow_delete_all_quotas)
+    if base.quotas and not head.quotas and not allow_delete:
+        out.append(f"every Quota ({len(base.quotas)}) is deleted; confirm with allowDeleteAllQuotas: true or --confirm delete-all-quotas")
+    return out
