@@ -117,6 +117,26 @@ class PoolView:
     _inference: list[GpuSlot] | None = None
     _mig_free: dict[str, list[GpuSlot]] | None = None
 
+    _shared_free: list[GpuSlot] | None = None
+
+    def shared_with_free(self) -> list[GpuSlot]:
+        """Shared cards with a free slice (the caller removes a card it fills)."""
+        if self._shared_free is None:
+            self._shared_free = [g for g in self.inference_slots() if g.free_slices > 0]
+        return self._shared_free
+
+    def repartitioned(self, g: GpuSlot) -> None:
+        """Keep the inference indexes right after `g` got a new target partitioning."""
+        if self._inference is not None:
+            if g.target_mode == "whole":
+                if g in self._inference:
+                    self._inference.remove(g)
+            elif g not in self._inference:
+                bisect.insort(self._inference, g, key=lambda s: (s.node, s.index))
+        self._mig_free = None
+        self._shared_free = None
+        self.touch(g.node)
+
     def mig_with_free(self, profile: str) -> list[GpuSlot]:
         """MIG cards with a free instance of `profile` (the caller removes a card it fills)."""
         if self._mig_free is None:
@@ -161,6 +181,7 @@ class PoolView:
             self._inference = None
         if repartitioned or released:
             self._mig_free = None
+            self._shared_free = None
         if not self._buckets or node not in self._free:
             return
         old = self._free[node]

@@ -71,6 +71,7 @@ class _Run:
     pool_whole_usage: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, pool) -> cards
     generation: int = 0  # bumped whenever capacity is freed or repartitioned
     failed: dict[tuple, int] = field(default_factory=dict)  # demand shape -> generation it failed at
+    _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
 
     # -- small helpers ---------------------------------------------------------------
     def add(self, action: Action) -> str:
@@ -189,6 +190,19 @@ class _Run:
         if node_pool is not None:
             node_pool.touch(w.node, released=True)
         return aid
+
+    def nodes_hosting(self, pv: PoolView, classes: set[str]) -> list[str]:
+        """Nodes of the pool where a running whole-card workload of one of `classes` is placed
+        (from the snapshot; evictions only ever shrink this, so it never misses one)."""
+        if pv.name not in self._hosts:
+            hosts: dict[str, set[str]] = {}
+            default = self._default_class()
+            for w in self.cluster.workloads.values():
+                if w.phase == "Running" and w.request.gpus and self.cluster.node_pool.get(w.node or "") == pv.name:
+                    hosts.setdefault(w.priority_class or default or "", set()).add(w.node)
+            self._hosts[pv.name] = hosts
+        hosts = self._hosts[pv.name]
+        return sorted(set().union(*(hosts.get(c, set()) for c in classes)))
 
     def freed(self) -> None:
         """Capacity came free: demand that failed before may fit now."""
@@ -479,12 +493,14 @@ def _place_inference(pv: PoolView, p: Pending) -> bool:
                 pv.mig_with_free(inst[0]).remove(g)
         return True
     if r.shared_slices:
-        cands = [g for g in pv.inference_slots() if g.free_slices >= r.shared_slices]
+        cands = [g for g in pv.shared_with_free() if g.free_slices >= r.shared_slices]
         if not cands:
             return False
         g = min(cands, key=lambda g: (g.free_slices, g.node, g.index))  # best fit
         g.used_slices += r.shared_slices
         g.holders.add(p.key)
+        if not g.free_slices:
+            pv.shared_with_free().remove(g)
         return True
     return False
 
@@ -534,7 +550,7 @@ def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, 
     else:
         g.target_layout, g.target_instances, g.target_slices = (), [], 0
     g.used_instances, g.used_slices = set(), 0
-    pv.touch(g.node, repartitioned=True)
+    pv.repartitioned(g)
 
 
 def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str) -> list[GpuSlot]:
@@ -724,8 +740,9 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
     n = p.request.gpus
     prio = run.priority(p.priority_class)
     best = None
-    for node, slots in pv.by_node().items():
-        free = sum(1 for g in slots if g.free_whole)
+    for node in run.nodes_hosting(pv, classes):
+        slots = pv.by_node()[node]
+        free = pv.free_whole_on(node)
         ws = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
         victims = run.victims_for([run.cluster.workloads[h] for h in ws], prio, classes)
         take, freed = [], free
