@@ -398,6 +398,13 @@ class Cluster:
             if rt.schema:
                 resources.prune_and_default(rt.schema, obj)
             return
+        resources.normalize_times(obj)
+        try:
+            resources.canonicalize_quantities(rt, obj)
+        except ValueError as e:
+            raise bad_request(f"{rt.kind} in version \"{rt.version}\" cannot be handled as a "
+                              f"{rt.kind}: quantities must match the regular expression "
+                              f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' ({e})") from e
         if rt.plural == "pods" and isinstance(spec, dict):
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -612,7 +619,8 @@ class Cluster:
             if qns != ns:
                 continue
             hard = dict((quota.get("spec") or {}).get("hard") or {})
-            used = {k: format_quantity(v) for k, v in self._quota_used(ns, quota).items()}
+            used = {k: format_quantity(v, binary=str(hard.get(k, "")).endswith("i"))
+                    for k, v in self._quota_used(ns, quota).items()}
             self._set_status(rtq, quota, {"hard": hard, "used": used})
 
     def _pdb_state(self, pdb: dict, ns: str) -> dict:

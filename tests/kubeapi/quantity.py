@@ -49,11 +49,55 @@ def parse_quantity(value: str | int | float) -> Fraction:
     return base * _SUFFIX[suffix]
 
 
-def format_quantity(value: Fraction) -> str:
-    """Canonical-ish form: integers plain, otherwise milli-units ("1500m")."""
+def format_quantity(value: Fraction, binary: bool = False) -> str:
+    """Canonical string for a computed quantity (``binary``: prefer Ki/Mi/Gi suffixes)."""
     if value.denominator == 1:
-        return str(value.numerator)
-    milli = value * 1000
-    if milli.denominator == 1:
-        return f"{milli.numerator}m"
-    return str(float(value))
+        return _binary_text(value.numerator) if binary else canonical_quantity(str(value.numerator))
+    nano = -((-value * 10**9).numerator // (value * 10**9).denominator)
+    return canonical_quantity(f"{nano}n")
+
+
+def _binary_text(n: int) -> str:
+    return canonical_quantity(f"{n // 1024}Ki") if n and n % 1024 == 0 else canonical_quantity(str(n))
+
+
+_DECIMAL_SUFFIXES = [(18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""),
+                     (-3, "m"), (-6, "u"), (-9, "n")]
+_BINARY_SUFFIXES = [(60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")]
+
+
+def canonical_quantity(text: str | int | float) -> str:
+    """The string kube-apiserver stores for a quantity ("0.5" -> "500m", "1024Mi" -> "1Gi").
+
+    Follows resource.Quantity's canonical form for the DecimalSI and BinarySI formats (the
+    format is taken from the input's suffix); exponent inputs ("1e3") keep the exponent format.
+    Values finer than a nano-unit are rounded up, as the real server does.
+    """
+    raw = str(text).strip()
+    value = parse_quantity(raw)
+    m = _RE.match(raw)
+    suffix = m.group(2) if m else ""
+    if value.denominator > 1 and (value * 10**9).denominator > 1:
+        value = Fraction(-((-value * 10**9).numerator // (value * 10**9).denominator), 10**9)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    if value == 0:
+        return "0"
+    if suffix.endswith("i") and value.denominator == 1:
+        for power, name in _BINARY_SUFFIXES:
+            if value.numerator % (2**power) == 0 and value >= 2**power:
+                return f"{sign}{value.numerator // 2**power}{name}"
+        return f"{sign}{value.numerator}"
+    if suffix[:1] in ("e", "E"):
+        exp = 0
+        v = value
+        while v.denominator == 1 and v.numerator % 1000 == 0:
+            v /= 1000
+            exp += 3
+        if v.denominator == 1:
+            return f"{sign}{v.numerator}" + (f"e{exp}" if exp else "")
+    for power, name in _DECIMAL_SUFFIXES:
+        scaled = value / Fraction(10) ** power
+        if scaled.denominator == 1:
+            return f"{sign}{scaled.numerator}{name}"
+    return f"{sign}{value}"

@@ -13,8 +13,11 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
+
+from .quantity import canonical_quantity
 
 try:  # optional: schema validation of built-in kinds
     import jsonschema
@@ -343,3 +346,77 @@ def custom_schema_causes(rt: ResourceType, obj: dict) -> list[dict]:
         reason = "FieldValueRequired" if error.validator == "required" else "FieldValueInvalid"
         causes.append(_cause(reason, path, f"{'Required value' if reason == 'FieldValueRequired' else 'Invalid value'}: {error.message}"))
     return causes
+
+
+# --------------------------------------------------------------------------- normalisation
+
+# metav1.MicroTime fields; every other *Time / *Timestamp of a built-in kind is a metav1.Time,
+# which the real server stores with second precision.
+MICRO_TIME_KEYS = {"acquireTime", "renewTime", "eventTime", "lastObservedTime"}
+TIME_KEYS = {"startedAt", "finishedAt"}
+
+
+def _norm_time(value: str, micro: bool) -> str:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    parsed = parsed.astimezone(UTC)
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalize_times(node: Any) -> None:
+    """Re-serialise timestamps the way the Go types do (Time: seconds, MicroTime: microseconds)."""
+    if isinstance(node, list):
+        for item in node:
+            normalize_times(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if isinstance(value, str) and (key in MICRO_TIME_KEYS or key in TIME_KEYS
+                                       or key.endswith("Time") or key.endswith("Timestamp")):
+            node[key] = _norm_time(value, key in MICRO_TIME_KEYS)
+        elif key != "managedFields":
+            normalize_times(value)
+
+
+def _canon_map(resources_map: Any) -> None:
+    if isinstance(resources_map, dict):
+        for key, value in resources_map.items():
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                resources_map[key] = canonical_quantity(value)  # ValueError -> 400
+
+
+def _canon_pod_spec(spec: Any) -> None:
+    if not isinstance(spec, dict):
+        return
+    for group in ("containers", "initContainers", "ephemeralContainers"):
+        for c in spec.get(group) or []:
+            if isinstance(c, dict) and isinstance(c.get("resources"), dict):
+                _canon_map(c["resources"].get("requests"))
+                _canon_map(c["resources"].get("limits"))
+    _canon_map(spec.get("overhead"))
+    if isinstance(spec.get("resources"), dict):
+        _canon_map(spec["resources"].get("requests"))
+        _canon_map(spec["resources"].get("limits"))
+
+
+def canonicalize_quantities(rt: ResourceType, obj: dict) -> None:
+    """Quantities come back in canonical form ("0.5" -> "500m", "1024Mi" -> "1Gi")."""
+    spec, status = obj.get("spec"), obj.get("status")
+    if rt.plural == "pods" and not rt.group:
+        _canon_pod_spec(spec)
+    elif rt.plural in ("deployments", "statefulsets") and isinstance(spec, dict):
+        _canon_pod_spec((spec.get("template") or {}).get("spec"))
+    elif rt.plural == "nodes" and isinstance(status, dict):
+        _canon_map(status.get("capacity"))
+        _canon_map(status.get("allocatable"))
+    elif rt.plural == "resourcequotas":
+        if isinstance(spec, dict):
+            _canon_map(spec.get("hard"))
+        if isinstance(status, dict):
+            _canon_map(status.get("hard"))
+            _canon_map(status.get("used"))
