@@ -41,6 +41,7 @@ from reconciler.spec.quantity import format_duration
 from reconciler.spec.state import DesiredState
 
 INF_PRIORITY = 2**31
+CORDON_ANNOTATION = "gpupool.io/cordoned-for"  # written by apply when it cordons a node
 
 
 @dataclass
@@ -237,6 +238,7 @@ def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | N
             run.find("warning", "no-pool", p.key, f"no pool can run it ({_describe_request(p.request)}); it stays pending")
     _objects(run)
     _repartitions(run)
+    _finish_drains(run)
     _check_no_overcommit(run.cluster)
     for node in run.cluster.unmatched_nodes:
         run.find("info", "unmatched-node", node, "GPU node matches no pool's selector; gpupool leaves it alone")
@@ -560,7 +562,10 @@ def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why:
     free_on = Counter(g.node for g in empty)
     # Next to existing inference first, then from the most fragmented nodes, so that whole
     # free nodes stay whole for multi-card training.
-    empty.sort(key=lambda g: (-inf_nodes[g.node], free_on[g.node], g.node, g.index))
+    drained = {n for n, node in pv.nodes.items() if node.unschedulable and CORDON_ANNOTATION in node.annotations}
+    # A node gpupool already drained for a repartition first: an interrupted change finishes
+    # where it began instead of starting over elsewhere.
+    empty.sort(key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index))
     chosen = empty[:n]
     if len(chosen) >= n or preemptor is None:
         return chosen
@@ -880,6 +885,20 @@ def _repartitions(run: _Run) -> None:
             run.add(Action(
                 id=f"uncordon:{node}", kind="uncordon", target=node, pool=pv.name,
                 reason=f"{node} is repartitioned; schedule on it again", depends_on=(rc,),
+            ))
+
+
+def _finish_drains(run: _Run) -> None:
+    """Nodes gpupool cordoned for a repartition that is now complete go back into service."""
+    for pv in run.cluster.pools.values():
+        for name, node in pv.nodes.items():
+            if not (node.unschedulable and CORDON_ANNOTATION in node.annotations):
+                continue
+            if f"cordon:{name}" in run.actions:
+                continue
+            run.add(Action(
+                id=f"uncordon:{name}", kind="uncordon", target=name, pool=pv.name,
+                reason=f"{name} was cordoned by gpupool for a repartition that is complete; schedule on it again",
             ))
 
 

@@ -1,0 +1,83 @@
+"""`gpupool apply PLAN.json`: carry out a saved plan, unless it is stale."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pydantic import ValidationError
+
+from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
+from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
+from reconciler.plan.fingerprint import fingerprint
+from reconciler.plan.model import Plan
+from reconciler.spec.problems import InvalidDesiredState
+from reconciler.spec.sources import SourceError
+
+
+def stale_reasons(saved: Plan, now: dict[str, str]) -> list[str]:
+    if not saved.fingerprint:
+        return ["the plan has no fingerprint: save it with `gpupool plan --out FILE`"]
+    out = []
+    if saved.fingerprint.get("desired") != now["desired"]:
+        out.append("the desired state changed since the plan was made")
+    if saved.fingerprint.get("observed") != now["observed"]:
+        out.append("the cluster changed since the plan was made")
+    return out
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    try:
+        with open(args.plan, encoding="utf-8") as f:
+            data = json.load(f)
+        data = {k: v for k, v in data.items() if k not in ("summary", "counts")}
+        for a in data.get("actions", []):
+            a.pop("disruptive", None)
+        saved = Plan.model_validate(data)
+    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+        print(f"error: {args.plan}: not a saved plan: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    try:
+        desired = load_from_args(args)
+        if args.kubeconfig:
+            from kubernetes import config
+
+            from reconciler.observe.kube import observe_cluster
+
+            api = config.new_client_from_config(config_file=args.kubeconfig)
+            observed = observe_cluster(api)
+        elif args.observed:
+            api, observed = None, load_snapshot(args.observed)
+        else:
+            print("error: give --kubeconfig (to apply) or --observed (to check only)", file=sys.stderr)
+            return 1
+    except (SourceError, InvalidDesiredState, InvalidSnapshot) as exc:
+        return report_load_error(exc)
+    reasons = stale_reasons(saved, fingerprint(desired, observed))
+    if reasons:
+        print(f"error: saved plan is stale: {'; '.join(reasons)}. Run `gpupool plan --out {args.plan}` again.", file=sys.stderr)
+        return 1
+    if api is None:
+        print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
+        return 0
+    from reconciler.apply.executor import Executor
+
+    result = Executor(api).apply(saved)
+    for o in result.outcomes:
+        print(f"{o.status:<8} {o.action}: {o.message}")
+    if result.failed:
+        return 1
+    return 0 if result.converged else 2
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("apply", help="carry out a saved plan (refused when stale)",
+                       description="Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
+                       "desired state and the observed cluster must still match, like Terraform's saved plans. "
+                       "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again).")
+    p.add_argument("plan", metavar="PLAN.json")
+    add_source_args(p)
+    p.add_argument("--kubeconfig", help="the cluster to apply to")
+    p.add_argument("--observed", metavar="FILE", help="only check that the plan is current against this snapshot")
+    p.set_defaults(func=cmd_apply)

@@ -1,0 +1,112 @@
+"""`gpupool reconcile` (the in-cluster controller) and `gpupool agent` (the node agent)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from reconciler.spec.quantity import parse_duration
+
+
+def _api_client(kubeconfig: str | None):
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from reconciler.loop.controller import Controller
+    from reconciler.loop.health import serve
+    from reconciler.loop.sources import DirectorySource, GitSource
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as exc:
+        print(f"error: --interval: {exc}", file=sys.stderr)
+        return 1
+    if args.git_url:
+        source = GitSource(args.git_url, args.branch, args.cache)
+    else:
+        source = DirectorySource(args.path)
+    api = _api_client(args.kubeconfig)
+    identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    ctl = Controller(source, api, namespace=args.namespace, identity=identity, dry_run=args.dry_run)
+    if args.once:
+        result = ctl.cycle()
+        print(f"{'leader' if result.leader else 'follower'} revision={result.revision}: {result.summary or result.error}")
+        if result.applied:
+            for o in result.applied.outcomes:
+                print(f"  {o.status:<8} {o.action}: {o.message}")
+        return 1 if result.error else 0
+    if args.health_port:
+        serve(args.health_port, ctl.ready)
+    ctl.run(_stop_on_signals(), interval)
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from reconciler.loop.agent import run_once
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    node = args.node or os.environ.get("NODE_NAME")
+    if not node:
+        print("error: give --node or set NODE_NAME", file=sys.stderr)
+        return 1
+    api = _api_client(args.kubeconfig)
+    stop = _stop_on_signals() if not args.once else threading.Event()
+    interval = parse_duration(args.interval)
+    while True:
+        try:
+            published = run_once(api, node)
+            logging.getLogger("gpupool.agent").info("published %d GPUs for %s", len(published.gpus), node)
+        except Exception as exc:  # noqa: BLE001 - report and retry next interval
+            logging.getLogger("gpupool.agent").error("publish failed: %s", exc)
+            if args.once:
+                return 1
+        if args.once or stop.wait(interval):
+            return 0
+        time.sleep(0)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reconcile", help="run the controller: keep the cluster in the shape git says",
+                       description="The in-cluster controller: poll a git branch (or watch a directory), observe the "
+                       "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--git-url", help="git remote holding pools/ and policies/")
+    src.add_argument("--path", default=".", help="local directory holding pools/ and policies/ (watched)")
+    p.add_argument("--branch", default="main", help="branch to follow with --git-url (default main)")
+    p.add_argument("--cache", default="/tmp/gpupool-git", help="where to keep the clone of --git-url")
+    p.add_argument("--interval", default="30s", help="time between cycles (default 30s)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "gpupool-system"), help="for the Lease, status and events")
+    p.add_argument("--identity", help="this replica's name in the Lease (default: POD_NAME or hostname)")
+    p.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
+    p.add_argument("--dry-run", action="store_true", help="observe and report drift; change nothing")
+    p.add_argument("--health-port", type=int, default=8080, help="port for /healthz, /readyz, /metrics (0: off)")
+    p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    p.set_defaults(func=cmd_reconcile)
+
+    a = sub.add_parser("agent", help="run the node agent: publish this node's GPUs (NVML)",
+                       description="Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState.")
+    a.add_argument("--node", help="node name (default: NODE_NAME)")
+    a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
+    a.add_argument("--interval", default="30s")
+    a.add_argument("--once", action="store_true")
+    a.set_defaults(func=cmd_agent)

@@ -1,0 +1,186 @@
+"""The controller: read desired state, observe, plan, apply (if leader), report. Repeat.
+
+Each cycle works on one fresh snapshot and one plan; nothing is remembered between cycles
+except what the cluster itself holds (annotations, labels, the status object), so a restart at
+any point picks up where the cluster is. Only the Lease holder applies; the others observe and
+report. Dry-run observes and reports drift; `spec.suspend` on the status object stops applying.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from reconciler.apply.executor import ApplyConfig, ApplyResult, Executor
+from reconciler.loop import metrics
+from reconciler.loop.leader import LeaseElector
+from reconciler.loop.status import StatusStore, condition
+from reconciler.observe.kube import observe_cluster
+from reconciler.plan.cluster import build_cluster, card_equivalents
+from reconciler.plan.planner import plan
+from reconciler.spec.loader import load
+from reconciler.spec.problems import InvalidDesiredState
+from reconciler.spec.sources import SourceError
+
+log = logging.getLogger("gpupool.controller")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class CycleResult:
+    revision: str | None
+    summary: str
+    leader: bool
+    applied: ApplyResult | None
+    error: str | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.error is None and self.summary.startswith("No changes")
+
+
+class Controller:
+    def __init__(self, source: Any, api_client: Any, *, namespace: str, identity: str,
+                 dry_run: bool = False, apply_config: ApplyConfig | None = None,
+                 clock: Callable[[], datetime] = _now, lease_seconds: int = 15):
+        self.source = source
+        self.api = api_client
+        self.dry_run = dry_run
+        self.clock = clock
+        self.elector = LeaseElector(api_client, name="gpupool-controller", namespace=namespace,
+                                    identity=identity, lease_seconds=lease_seconds, clock=clock)
+        self.status = StatusStore(api_client, namespace=namespace)
+        self.executor = Executor(api_client, apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
+        self.last_ok: datetime | None = None
+
+    def cycle(self) -> CycleResult:
+        with metrics.RECONCILE_DURATION.time():
+            try:
+                result = self._cycle()
+            except Exception as exc:  # noqa: BLE001 - a cycle must never kill the loop
+                log.exception("reconcile cycle failed")
+                metrics.RECONCILES.labels("error").inc()
+                return CycleResult(None, "", self.elector.is_leader, None, error=f"{type(exc).__name__}: {exc}")
+        metrics.RECONCILES.labels("error" if result.error else "ok").inc()
+        if not result.error:
+            self.last_ok = self.clock()
+            metrics.LAST_SUCCESS.set(self.last_ok.timestamp())
+        return result
+
+    def _cycle(self) -> CycleResult:
+        now = self.clock()
+        leader = self.elector.try_acquire_or_renew()
+        metrics.LEADER.set(1 if leader else 0)
+        view = self.status.read()
+        metrics.SUSPENDED.set(1 if view.suspend else 0)
+        try:
+            snap = self.source.read()
+            desired = load(snap.files, revision=snap.revision)
+        except (SourceError, InvalidDesiredState) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if leader:
+                self.status.write({
+                    "conditions": [condition("Ready", False, "InvalidDesiredState", msg, now),
+                                   condition("Stalled", True, "InvalidDesiredState", msg, now),
+                                   condition("Reconciling", False, "InvalidDesiredState", "nothing applied", now)],
+                    "lastAttemptedRevision": getattr(exc, "revision", None) or "",
+                    "lastAppliedRevision": view.last_applied_revision,
+                    "recentPreemptions": [t.isoformat() for t in view.recent_preemptions],
+                }, now)
+            return CycleResult(None, "", leader, None, error=msg)
+        observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions)
+        p = plan(desired, observed, now=now)
+        metrics.DRIFT.set(len(p.actions))
+        self._gauges(desired, observed)
+        applied = None
+        preempted = [t.isoformat() for t in view.recent_preemptions]
+        if leader and not view.suspend and not self.dry_run and p.actions:
+            def record(action, out):
+                metrics.ACTIONS.labels(action.kind, out.status).inc()
+                if out.status == "done" and action.kind == "preempt" and out.message == "evicted":
+                    preempted.append(now.isoformat())
+            applied = self.executor.apply(p, on_outcome=record)
+        if leader:
+            self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
+        return CycleResult(snap.revision, p.summary(), leader, applied)
+
+    def _status(self, p, applied: ApplyResult | None, revision: str, view, preempted: list[str], now: datetime) -> dict:
+        if view.suspend:
+            conds = [condition("Ready", False, "Suspended", "spec.suspend is true: observing only", now),
+                     condition("Reconciling", False, "Suspended", p.summary(), now),
+                     condition("Stalled", False, "Suspended", "", now)]
+        elif self.dry_run:
+            conds = [condition("Ready", not p.actions, "DryRun", p.summary(), now),
+                     condition("Reconciling", False, "DryRun", "dry-run: nothing applied", now),
+                     condition("Stalled", False, "DryRun", "", now)]
+        elif not p.actions:
+            conds = [condition("Ready", True, "ReconciliationSucceeded", f"applied revision {revision}", now),
+                     condition("Reconciling", False, "ReconciliationSucceeded", "", now),
+                     condition("Stalled", False, "ReconciliationSucceeded", "", now)]
+        else:
+            failed = applied.by_status("failed") if applied else []
+            blocked = applied.by_status("blocked") if applied else []
+            waiting = applied.by_status("waiting") if applied else []
+            if failed:
+                msg = "; ".join(f"{o.action}: {o.message}" for o in failed[:5])
+                conds = [condition("Ready", False, "ApplyFailed", msg, now),
+                         condition("Reconciling", True, "Progressing", p.summary(), now),
+                         condition("Stalled", True, "ApplyFailed", msg, now)]
+            else:
+                msg = "; ".join(f"{o.action}: {o.message}" for o in (blocked + waiting)[:5]) or p.summary()
+                conds = [condition("Ready", False, "Progressing", p.summary(), now),
+                         condition("Reconciling", True, "Progressing", msg, now),
+                         condition("Stalled", False, "Progressing", "", now)]
+        done = not p.actions or (applied is not None and applied.converged)
+        return {
+            "conditions": conds,
+            "lastAttemptedRevision": revision,
+            "lastAppliedRevision": revision if done and not view.suspend and not self.dry_run else view.last_applied_revision,
+            "lastPlanSummary": p.summary(),
+            "lastReconcileTime": now.isoformat(),
+            "recentPreemptions": preempted,
+        }
+
+    def _gauges(self, desired, observed) -> None:
+        cluster = build_cluster(desired, observed)
+        for pv in cluster.pools.values():
+            for mode, n in pv.capacity(False).items():
+                metrics.GPUS.labels(pv.name, mode).set(n)
+        usage: dict[str, Fraction] = {}
+        for w in observed.workloads:
+            q = desired.quota_for_namespace(w.namespace)
+            if q is None or w.phase != "Running":
+                continue
+            usage[q.team] = usage.get(q.team, Fraction(0)) + card_equivalents(w, cluster.pools.get(cluster.pool_of(w) or ""))
+        for q in desired.quotas.values():
+            metrics.TEAM_USAGE.labels(q.team).set(float(usage.get(q.team, 0)))
+            if q.spec.max_gpus is not None:
+                metrics.TEAM_QUOTA.labels(q.team).set(q.spec.max_gpus)
+
+    def ready(self, max_age_seconds: float = 300) -> bool:
+        return self.last_ok is not None and (self.clock() - self.last_ok).total_seconds() < max_age_seconds
+
+    def run(self, stop: threading.Event, interval_seconds: float) -> None:
+        """Cycle until `stop`; a change in a watched source wakes the loop early."""
+        wake = threading.Event()
+
+        def watch() -> None:
+            for _ in self.source.changes(stop):
+                wake.set()
+
+        threading.Thread(target=watch, name="gpupool-source-watch", daemon=True).start()
+        while not stop.is_set():
+            result = self.cycle()
+            log.info("cycle: leader=%s revision=%s %s%s", result.leader, result.revision, result.summary,
+                     f" error={result.error}" if result.error else "")
+            wake.wait(interval_seconds)
+            wake.clear()
+        self.elector.release()
