@@ -15,8 +15,10 @@ import sys
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("reconciler.commands.policy", "validate, schema"),
     ("reconciler.commands.plan", "plan"),
+    ("reconciler.commands.observe", "observe"),
     ("reconciler.commands.apply", "apply"),
     ("reconciler.commands.reconcile", "reconcile, agent"),
+    ("reconciler.commands.pr_comment", "pr-comment"),
     ("reconciler.sim.cli", "simulate"),
 ]
 
