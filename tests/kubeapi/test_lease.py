@@ -2,6 +2,7 @@
 
 import datetime
 import threading
+import time
 
 import pytest
 from kubernetes import client
@@ -99,3 +100,40 @@ def test_lease_put_creates_when_absent(kube):
     lease = kube.coordination.replace_namespaced_lease(
         "fresh", kube.namespace, {"metadata": {"name": "fresh"}, "spec": {"holderIdentity": "x"}})
     assert lease.spec.holder_identity == "x"
+
+
+def test_client_leader_election_module_against_the_server(kube):
+    """The official client's own LeaseLock/LeaderElection (which uses the default configuration)."""
+    kube.require_fake()  # swaps the process-wide default client configuration
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    previous = client.Configuration.get_default_copy()
+    client.Configuration.set_default(kube.api_client.configuration)
+    try:
+        ns = kube.namespace
+        started = threading.Event()
+
+        def lead():
+            started.set()
+            raise RuntimeError("stop leading")  # ends run() after the first renewal round
+
+        def elector(identity):
+            cfg = electionconfig.Config(LeaseLock("gpupool-leader", ns, identity), lease_duration=2,
+                                        renew_deadline=1.5, retry_period=1, onstarted_leading=lead,
+                                        onstopped_leading=lambda: None)
+            return leaderelection.LeaderElection(cfg)
+
+        a = elector("a")
+        a.run()
+        assert started.is_set()
+        lease = kube.coordination.read_namespaced_lease("gpupool-leader", ns)
+        assert lease.spec.holder_identity == "a" and lease.spec.lease_duration_seconds == 2
+        b = elector("b")
+        assert not b.try_acquire_or_renew()  # a's lease is fresh
+        # like client-go, expiry is judged on b's own clock since it last saw the record change
+        time.sleep(2.1)
+        assert b.try_acquire_or_renew()
+        assert kube.coordination.read_namespaced_lease("gpupool-leader", ns).spec.holder_identity == "b"
+    finally:
+        client.Configuration.set_default(previous)
