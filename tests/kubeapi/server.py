@@ -353,10 +353,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip() or None
         rec = RequestRecord(method, path, query, content_type, None, self.headers.get("User-Agent"))
+        decode_error = None
         try:
             rec.body = self._decode(raw, content_type)
-        except ApiError:
-            rec.body = raw
+        except ApiError as e:
+            rec.body, decode_error = raw, e
         fault, hooks = self.fake._record(rec)
         try:
             if fault is not None:
@@ -375,6 +376,8 @@ class _Handler(BaseHTTPRequestHandler):
                                if fault.retry_after is not None else None)
             for hook in hooks:
                 hook.fn(self.fake, rec)
+            if decode_error is not None:
+                raise decode_error
             result = self._route(method, path, query, raw, content_type, rec)
             if result is None:  # streamed (watch)
                 return

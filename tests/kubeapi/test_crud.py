@@ -260,3 +260,16 @@ def test_namespace_deletion_removes_contents(kube):
     v1.delete_namespace("gone")
     assert not v1.list_config_map_for_all_namespaces(field_selector="metadata.namespace=gone").items
     assert server.cluster.rv > 0
+
+
+def test_malformed_json_body_is_400(kube):
+    import json
+
+    import urllib3
+
+    server = kube.require_fake()  # plain urllib3, no TLS/auth setup
+    resp = urllib3.PoolManager().request(
+        "POST", f"{server.url}/api/v1/namespaces/{kube.namespace}/configmaps", body=b"{not json",
+        headers={"Content-Type": "application/json"})
+    assert resp.status == 400
+    assert json.loads(resp.data)["reason"] == "BadRequest"
