@@ -31,8 +31,10 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 SHARING_LABEL = "nvidia.com/device-plugin.config"
 PARTITION_ANN = ANN + "partition"
+MIG_CONFIG_KEY = "config.yaml"  # mig-manager reads one file; the node label names an entry of its mig-configs
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+TRANSIENT = frozenset({409, 429, 500, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Outcome:
     action: str
     status: str  # done | waiting | blocked | failed | skipped
     message: str = ""
+    changed: bool = False
+    """This step wrote to the cluster (Events are emitted for disruptive steps that did)."""
 
 
 @dataclass
@@ -115,20 +119,23 @@ class Executor:
                 try:
                     out = getattr(self, "_" + action.kind.replace("-", "_"))(action)
                 except self.k.ApiException as exc:
-                    out = Outcome(action.id, "failed", f"API {exc.status}: {exc.reason}")
+                    if exc.status in TRANSIENT:  # a conflict or an overloaded server: the next cycle retries
+                        out = Outcome(action.id, "waiting", f"API {exc.status} {exc.reason}: retried next cycle")
+                    else:
+                        out = Outcome(action.id, "failed", f"API {exc.status}: {exc.reason}")
             state[action.id] = out.status
             result.outcomes.append(out)
+            if out.changed and action.disruptive and self.cfg.emit_events:
+                self._event(action, out)
             if on_outcome:
                 on_outcome(action, out)
-            if out.status == "done" and action.disruptive and self.cfg.emit_events:
-                self._event(action)
         return result
 
     # ------------------------------------------------------------------ helpers
     def _missing(self, exc: Exception) -> bool:
         return isinstance(exc, self.k.ApiException) and exc.status == 404
 
-    def _event(self, action: Action) -> None:
+    def _event(self, action: Action, out: Outcome | None = None) -> None:
         ns, name = _ns_name(action.target) if "/" in action.target else (self.cfg.events_namespace, action.target)
         kind = "Pod" if action.kind in ("checkpoint", "preempt", "reclaim", "move") else (
             "Node" if action.kind in ("cordon", "uncordon", "mig-reconfigure", "set-sharing", "label-node") else "Namespace")
@@ -139,7 +146,7 @@ class Executor:
             "metadata": {"name": f"gpupool.{digest}", "namespace": ns if kind == "Pod" else self.cfg.events_namespace},
             "involvedObject": {"kind": kind, "name": name if kind == "Pod" else action.target, "namespace": ns if kind == "Pod" else None},
             "reason": "GpuPool" + "".join(p.title() for p in action.kind.split("-")),
-            "message": action.reason[:1000],
+            "message": (action.reason + (f" ({out.message})" if out and out.message else ""))[:1000],
             "type": "Normal" if action.kind in ("uncordon", "scale") else "Warning",
             "source": {"component": "gpupool"},
             "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1,
@@ -163,7 +170,7 @@ class Executor:
             return Outcome(a.id, "done", "already cordoned")
         self.core.patch_node(a.target, {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_ANN: "repartition"}}},
                              _content_type=MERGE)
-        return Outcome(a.id, "done", "cordoned")
+        return Outcome(a.id, "done", "cordoned", changed=True)
 
     def _uncordon(self, a: Action) -> Outcome:
         node = self.core.read_node(a.target)
@@ -172,9 +179,12 @@ class Executor:
             return Outcome(a.id, "done", "already schedulable")
         if CORDON_ANN not in anns:
             return Outcome(a.id, "done", "cordoned by someone else: left alone")
+        labels = node.metadata.labels or {}
+        if (labels.get(MIG_CONFIG_LABEL, "").startswith("gpupool-") and labels.get(MIG_STATE_LABEL) == "pending"):
+            return Outcome(a.id, "waiting", f"mig-manager is still applying {labels[MIG_CONFIG_LABEL]}")
         self.core.patch_node(a.target, {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_ANN: None}}},
                              _content_type=MERGE)
-        return Outcome(a.id, "done", "uncordoned")
+        return Outcome(a.id, "done", "uncordoned", changed=True)
 
     def _label_node(self, a: Action) -> Outcome:
         labels = a.details.get("labels", {})
@@ -183,7 +193,7 @@ class Executor:
         if all(have.get(k) == v for k, v in labels.items()):
             return Outcome(a.id, "done", "labels present")
         self.core.patch_node(a.target, {"metadata": {"labels": labels}}, _content_type=MERGE)
-        return Outcome(a.id, "done", "labelled")
+        return Outcome(a.id, "done", "labelled", changed=True)
 
     def _gpus_busy(self, node: str, gpus: set[int]) -> list[str]:
         """Pods gpupool knows to hold those GPUs on the node (by the node agent's annotation)."""
@@ -206,34 +216,68 @@ class Executor:
         node = self.core.read_node(a.target)
         if not node.spec.unschedulable:
             return Outcome(a.id, "blocked", "node is not cordoned")
-        changed = {int(g) for g in a.details.get("gpus", {})}
-        busy = self._gpus_busy(a.target, changed)
-        if busy:
-            return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
         spec = render(a)
-        name = f"gpupool-{a.target}-{hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]}"
+        # A label value holds at most 63 characters: name the config by its content only (nodes
+        # that get the same layout share one entry).
+        name = config_name(spec)
         labels = node.metadata.labels or {}
         if labels.get(label) == name:
             if state_label is None:
                 return Outcome(a.id, "done", f"{label}={name}")
             st = labels.get(state_label, "")
-            if st == "success":
-                return Outcome(a.id, "done", f"mig-manager applied {name}")
             if st == "failed":
                 return Outcome(a.id, "failed", f"mig-manager reports failed for {name}")
             since = _parse_time((node.metadata.annotations or {}).get(ANN + "reconfigure-since"))
+            if st == "success":
+                if self._agent_shows(a):
+                    return Outcome(a.id, "done", f"mig-manager applied {name}")
+                msg = f"mig-manager applied {name}; waiting for the node agent to publish the new layout"
+            else:
+                msg = f"{state_label}={st or 'unset'}"
             if since and (self.clock() - since).total_seconds() > self.cfg.mig_timeout_seconds:
-                return Outcome(a.id, "failed", f"{state_label} stuck at {st or 'unset'} for over {int(self.cfg.mig_timeout_seconds)}s")
-            return Outcome(a.id, "waiting", f"{state_label}={st or 'unset'}")
-        self._put_config(config_map, name, spec)
+                return Outcome(a.id, "failed", f"{msg}: stuck for over {int(self.cfg.mig_timeout_seconds)}s")
+            return Outcome(a.id, "waiting", msg)
+        changed = {int(g) for g in a.details.get("gpus", {})}
+        busy = self._gpus_busy(a.target, changed)
+        if busy:
+            return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
+        if state_label:
+            self._put_mig_config(config_map, name, spec)
+        else:
+            self._put_config(config_map, name, spec)
         patch = {"metadata": {"labels": {label: name}, "annotations": {ANN + "reconfigure-since": self.clock().isoformat(),
                                                                        PARTITION_ANN: json.dumps(a.details.get("gpus", {}), sort_keys=True)}}}
         if state_label:
             patch["metadata"]["labels"][state_label] = None  # mig-manager writes it afresh
         self.core.patch_node(a.target, patch, _content_type=MERGE)
-        return Outcome(a.id, "waiting" if state_label else "done", f"{label}={name}")
+        return Outcome(a.id, "waiting" if state_label else "done", f"{label}={name}", changed=True)
+
+    def _agent_shows(self, a: Action) -> bool:
+        """The node agent's GpuNodeState shows the target MIG layout on every changed GPU (so the
+        next plan sees it and does not repartition again). No object: nothing to wait for."""
+        from reconciler.observe.kube import GROUP, NODE_STATE_PLURAL, VERSION
+
+        try:
+            obj = self.k.CustomObjectsApi(self.api).get_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL, a.target)
+        except self.k.ApiException as exc:
+            if self._missing(exc):
+                return True
+            raise
+        gpus = {g.get("index"): g for g in ((obj.get("status") or {}).get("gpus") or [])}
+        if not gpus:
+            return True
+        for idx, layout in (a.details.get("layout") or {}).items():
+            if str(idx) not in {str(k) for k in a.details.get("gpus", {})}:
+                continue
+            g = gpus.get(int(idx)) or {}
+            have = sorted(i.get("profile") for i in g.get("migInstances") or []) if g.get("migEnabled") else None
+            want = sorted(layout) if layout else None
+            if have != want and not (want is None and not have):
+                return False
+        return True
 
     def _put_config(self, config_map: str, key: str, spec: dict) -> None:
+        """Device-plugin config: one key per named config (the node label selects the key)."""
         ns = self.cfg.mig_config_namespace
         text = _yaml_text(spec)
         try:
@@ -244,9 +288,34 @@ class Executor:
                 raise
             data = None
         if data is None:
-            self.core.create_namespaced_config_map(ns, {"metadata": {"name": config_map, "namespace": ns}, "data": {key + ".yaml": text}})
-        elif data.get(key + ".yaml") != text:
-            self.core.patch_namespaced_config_map(config_map, ns, {"data": {key + ".yaml": text}}, _content_type=MERGE)
+            self.core.create_namespaced_config_map(ns, {"metadata": {"name": config_map, "namespace": ns}, "data": {key: text}})
+        elif data.get(key) != text:
+            self.core.patch_namespaced_config_map(config_map, ns, {"data": {key: text}}, _content_type=MERGE)
+
+    def _put_mig_config(self, config_map: str, name: str, spec: dict) -> None:
+        """mig-parted config (`version: v1`, `mig-configs:`) in the ConfigMap's `config.yaml`:
+        add the entry `name` next to the ones already there (the operator's defaults, other
+        nodes' layouts). Written with the resourceVersion read, so two writers never lose one."""
+        ns = self.cfg.mig_config_namespace
+        entry = spec["mig-configs"]["gpupool"]
+        try:
+            cm = self.core.read_namespaced_config_map(config_map, ns)
+        except self.k.ApiException as exc:
+            if not self._missing(exc):
+                raise
+            body = {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}], name: entry}}
+            self.core.create_namespaced_config_map(ns, {"metadata": {"name": config_map, "namespace": ns},
+                                                        "data": {MIG_CONFIG_KEY: _yaml_text(body)}})
+            return
+        current = _yaml_load((cm.data or {}).get(MIG_CONFIG_KEY) or "") or {}
+        configs = dict(current.get("mig-configs") or {})
+        if configs.get(name) == entry and current.get("version") == "v1":
+            return
+        configs[name] = entry
+        body = {**current, "version": "v1", "mig-configs": configs}
+        self.core.patch_namespaced_config_map(
+            config_map, ns, {"metadata": {"resourceVersion": cm.metadata.resource_version}, "data": {MIG_CONFIG_KEY: _yaml_text(body)}},
+            _content_type=MERGE)
 
     def _mig_reconfigure(self, a: Action) -> Outcome:
         return self._reconfigure(a, config_map=self.cfg.mig_config_map, label=MIG_CONFIG_LABEL,
@@ -266,7 +335,7 @@ class Executor:
             return Outcome(a.id, "done", f"requested at {anns[CHECKPOINT_ANN]}")
         ns, name = _ns_name(a.target)
         self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {CHECKPOINT_ANN: self.clock().isoformat()}}}, _content_type=MERGE)
-        return Outcome(a.id, "done", "checkpoint requested")
+        return Outcome(a.id, "done", "checkpoint requested", changed=True)
 
     def _grace_left(self, a: Action, pod) -> float:
         ck = next((d for d in a.depends_on if d.startswith("checkpoint:")), None)
@@ -291,34 +360,38 @@ class Executor:
             return Outcome(a.id, "waiting", f"checkpoint grace period: {int(left)}s left")
         ns, name = _ns_name(a.target)
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
-        if a.kind == "move" and a.details.get("toNode"):
-            self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {ANN + "move-to": a.details["toNode"]}}}, _content_type=MERGE)
+        to = a.details.get("toNode") if a.kind == "move" else None
+        if to and (pod.metadata.annotations or {}).get(ANN + "move-to") != to:
+            self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {ANN + "move-to": to}}}, _content_type=MERGE)
         try:
             self.core.create_namespaced_pod_eviction(name, ns, body)
         except self.k.ApiException as exc:
             if exc.status == 429:
-                return Outcome(a.id, "blocked", "a PodDisruptionBudget does not allow it now; retried next cycle")
+                return Outcome(a.id, "blocked", f"a PodDisruptionBudget does not allow it now; retried next cycle ({_status_message(exc)})")
             if self._missing(exc):
                 return Outcome(a.id, "done", "pod is gone")
             raise
-        return Outcome(a.id, "done", "evicted")
+        return Outcome(a.id, "done", "evicted", changed=True)
 
     _preempt = _reclaim = _move = _evict
 
     def _scale(self, a: Action) -> Outcome:
+        """One merge patch sets replicas and the last-scale annotation together (a crash cannot
+        leave one without the other), guarded by the resourceVersion read (no lost update)."""
         ns, name = _ns_name(a.target)
         kind, want = a.details.get("kind", "Deployment"), int(a.details["to"])
-        read = self.apps.read_namespaced_deployment_scale if kind == "Deployment" else self.apps.read_namespaced_stateful_set_scale
-        patch = self.apps.patch_namespaced_deployment_scale if kind == "Deployment" else self.apps.patch_namespaced_stateful_set_scale
-        annotate = self.apps.patch_namespaced_deployment if kind == "Deployment" else self.apps.patch_namespaced_stateful_set
+        read = self.apps.read_namespaced_deployment if kind == "Deployment" else self.apps.read_namespaced_stateful_set
+        patch = self.apps.patch_namespaced_deployment if kind == "Deployment" else self.apps.patch_namespaced_stateful_set
         cur = read(name, ns)
-        if cur.spec.replicas == want:
+        have = cur.spec.replicas if cur.spec.replicas is not None else 1
+        if have == want:
             return Outcome(a.id, "done", f"already {want} replicas")
-        if cur.spec.replicas != int(a.details["from"]):
-            return Outcome(a.id, "skipped", f"replicas changed to {cur.spec.replicas} since the plan; replanned next cycle")
-        patch(name, ns, {"spec": {"replicas": want}}, _content_type=MERGE)
-        annotate(name, ns, {"metadata": {"annotations": {LAST_SCALE_ANN: self.clock().isoformat()}}}, _content_type=MERGE)
-        return Outcome(a.id, "done", f"{cur.spec.replicas} -> {want} replicas")
+        if have != int(a.details["from"]):
+            return Outcome(a.id, "skipped", f"replicas changed to {have} since the plan; replanned next cycle")
+        patch(name, ns, {"metadata": {"resourceVersion": cur.metadata.resource_version,
+                                      "annotations": {LAST_SCALE_ANN: self.clock().isoformat()}},
+                         "spec": {"replicas": want}}, _content_type=MERGE)
+        return Outcome(a.id, "done", f"{have} -> {want} replicas", changed=True)
 
     # ------------------------------------------------------------------ objects
     def _quota(self, a: Action) -> Outcome:
@@ -333,7 +406,7 @@ class Executor:
                 return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
             raise
         self.core.patch_namespaced_resource_quota(name, ns, body, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
-        return Outcome(a.id, "done", "applied")
+        return Outcome(a.id, "done", "applied", changed=True)
 
     def _priority_class(self, a: Action) -> Outcome:
         value, policy = int(a.details["value"]), a.details["preemptionPolicy"]
@@ -342,13 +415,32 @@ class Executor:
                 "value": value, "preemptionPolicy": policy, "description": "managed by gpupool"}
         try:
             cur = self.sched.read_priority_class(a.target)
-            if cur.value != value:  # value is immutable in Kubernetes: replace the object
+            # value and preemptionPolicy are immutable in Kubernetes: replace the object
+            if cur.value != value or (cur.preemption_policy or "PreemptLowerPriority") != policy:
                 self.sched.delete_priority_class(a.target)
         except self.k.ApiException as exc:
             if not self._missing(exc):
                 raise
         self.sched.patch_priority_class(a.target, body, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
-        return Outcome(a.id, "done", "applied")
+        return Outcome(a.id, "done", "applied", changed=True)
+
+
+def _status_message(exc: Exception) -> str:
+    try:
+        return json.loads(exc.body).get("message", "")[:300]  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        return ""
+
+
+def config_name(spec: dict) -> str:
+    """The name of a rendered config (label value and mig-configs key): `gpupool-` + a digest."""
+    return "gpupool-" + hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _yaml_load(text: str):
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load(text) if text.strip() else None
 
 
 def _yaml_text(data: dict) -> str:

@@ -36,7 +36,7 @@ def selector_matches(sel: LabelSelector, labels: dict[str, str]) -> bool:
     return True
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a card is itself, whatever its state (and cheap to look up)
 class GpuSlot:
     """One card: what it is now, what the plan makes it, and what holds it."""
 
@@ -118,6 +118,17 @@ class PoolView:
     _mig_free: dict[str, list[GpuSlot]] | None = None
 
     _shared_free: list[GpuSlot] | None = None
+    _empty_inference: dict[str, list[GpuSlot]] | None = None
+
+    def empty_inference_by_node(self) -> dict[str, list[GpuSlot]]:
+        """Inference cards nobody held when last rebuilt (callers re-check `holders`)."""
+        if self._empty_inference is None:
+            out: dict[str, list[GpuSlot]] = {}
+            for g in self.inference_slots():
+                if not g.holders:
+                    out.setdefault(g.node, []).append(g)
+            self._empty_inference = dict(sorted(out.items()))
+        return self._empty_inference
 
     def shared_with_free(self) -> list[GpuSlot]:
         """Shared cards with a free slice (the caller removes a card it fills)."""
@@ -135,6 +146,7 @@ class PoolView:
                 bisect.insort(self._inference, g, key=lambda s: (s.node, s.index))
         self._mig_free = None
         self._shared_free = None
+        self._empty_inference = None
         self.touch(g.node)
 
     def mig_with_free(self, profile: str) -> list[GpuSlot]:
@@ -182,6 +194,7 @@ class PoolView:
         if repartitioned or released:
             self._mig_free = None
             self._shared_free = None
+            self._empty_inference = None
         if not self._buckets or node not in self._free:
             return
         old = self._free[node]

@@ -478,16 +478,17 @@ def _place_inference(pv: PoolView, p: Pending) -> bool:
         chosen: list[tuple[GpuSlot, tuple[str, int]]] = []
         for prof, n in sorted(r.mig.items()):
             for _ in range(n):
-                cands = pv.mig_with_free(prof)
                 # pack: the card with the fewest free instances first
-                ranked = sorted(cands, key=lambda g: (len(g.target_instances) - len(g.used_instances), g.node, g.index))
-                for g in ranked:
+                best = None
+                for g in pv.mig_with_free(prof):
                     free = [i for i in g.free_instances(prof) if (g, i) not in chosen]
                     if free:
-                        chosen.append((g, free[0]))
-                        break
-                else:
+                        key = (len(g.target_instances) - len(g.used_instances), g.node, g.index)
+                        if best is None or key < best[0]:
+                            best = (key, g, free[0])
+                if best is None:
                     return False
+                chosen.append((best[1], best[2]))
         for g, inst in chosen:
             g.used_instances.add(inst)
             g.holders.add(p.key)
@@ -718,13 +719,9 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     if spare <= 0:
         return False
     n = p.request.gpus
-    empty_inference: dict[str, list[GpuSlot]] = {}
-    for g in pv.inference_slots():
-        if not g.holders and not g.converted:
-            empty_inference.setdefault(g.node, []).append(g)
     options = []
-    for node in sorted(empty_inference):
-        back = empty_inference[node]
+    for node, cards in pv.empty_inference_by_node().items():
+        back = [g for g in cards if not g.holders and not g.converted and g.target_mode != "whole"]
         free = pv.free_whole_on(node)
         if free + min(len(back), spare) >= n and n - free > 0:
             options.append((n - free, node, back[: n - free]))
@@ -781,18 +778,18 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     by_node = pv.by_node()
     best = None
-    # only nodes a few moves away from taking the gang
-    for node in pv.nodes_with_free(n - rule.max_migrations_per_cycle, n - 1):
-        slots = by_node[node]
-        free = pv.free_whole_on(node)
-        movers = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
-        movers = [run.cluster.workloads[h] for h in movers]
-        movers = [w for w in movers if (w.migratable or not rule.only_migratable) and len(w.allocations) == 1 and w.key not in run.evicted]
-        need = n - free
-        if need <= 0 or len(movers) < need or need > rule.max_migrations_per_cycle:
-            continue
-        if best is None or (need, node) < (best[0], best[1]):
-            best = (need, node, movers[:need])
+    # the node fewest moves away from taking the gang (then by name): the first that qualifies
+    for need in range(1, rule.max_migrations_per_cycle + 1):
+        for node in pv.nodes_with_free(n - need, n - need):
+            slots = by_node[node]
+            movers = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
+            movers = [run.cluster.workloads[h] for h in movers]
+            movers = [w for w in movers if (w.migratable or not rule.only_migratable) and len(w.allocations) == 1 and w.key not in run.evicted]
+            if len(movers) >= need:
+                best = (need, node, movers[:need])
+                break
+        if best is not None:
+            break
     if best is None:
         return False
     need, node, movers = best
