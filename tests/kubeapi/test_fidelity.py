@@ -103,3 +103,22 @@ def test_crd_selectable_fields(kube):
     assert [i["metadata"]["name"] for i in got["items"]] == ["b"]
     expect_status(400, kube.custom.list_namespaced_custom_object, "gpupool.io", "v1",
                   kube.namespace, "slices", field_selector="spec.other=x")
+
+
+def test_events_both_apis(kube):
+    from kubernetes import client
+
+    ns = kube.namespace
+    now = datetime.datetime.now(datetime.UTC)
+    ref = {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": ns}
+    client.EventsV1Api(kube.api_client).create_namespaced_event(ns, {
+        "metadata": {"generateName": "gpupool-"}, "eventTime": now, "reportingController": "gpupool.io/controller",
+        "reportingInstance": "gpupool-0", "action": "Preempt", "reason": "Preempted", "type": "Normal",
+        "regarding": ref, "note": "preempted for a higher-priority training job"})
+    kube.core.create_namespaced_event(ns, {
+        "metadata": {"name": "legacy"}, "involvedObject": ref, "reason": "Preempted",
+        "message": "m", "type": "Normal", "source": {"component": "gpupool"}})
+    legacy = kube.core.list_namespaced_event(ns, field_selector="reason=Preempted").items
+    assert "legacy" in {e.metadata.name for e in legacy}
+    new = client.EventsV1Api(kube.api_client).list_namespaced_event(ns).items
+    assert any(e.reason == "Preempted" and e.regarding.name == "p" for e in new)
