@@ -122,8 +122,9 @@ def parse_allocation(text: str) -> list[Allocation]:
 def _node(n: Any, state: dict | None) -> Node:
     labels = n.metadata.labels or {}
     ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-    if state is not None:
-        gpus = [Gpu.model_validate(g) for g in state.get("status", {}).get("gpus", [])]
+    published = (state or {}).get("status") or {}
+    if "gpus" in published:  # an agent's object with nothing published yet says nothing
+        gpus = [Gpu.model_validate(g) for g in published.get("gpus") or []]
     else:
         count = int((n.status.capacity or {}).get(GPU, "0") or 0)
         gpus = [Gpu(index=i) for i in range(count)]
