@@ -107,7 +107,8 @@ def main() -> int:
             secs = sum(r["seconds"] for r in recs) / len(recs)
             ref = paper.get((f"openb_pod_list_{v}", PAPER.get(p, "")))
             delta = f"{mean - ref:+.2f}" if ref is not None else "-"
-            line += f"{mean:>12.2f}{ref if ref is not None else '-':>7}{delta:>7}{secs:>6.1f}"
+            ref_s = f"{ref:.2f}" if ref is not None else "-"
+            line += f"{mean:>12.2f}{ref_s:>7}{delta:>7}{secs:>6.1f}"
             row[v] = {"mean": round(mean, 2), "paper": ref, "seconds": round(secs, 2),
                       "per_seed": [round(r["gpu_allocation_ratio"] * 100, 2) for r in recs]}
         table.append(row)
