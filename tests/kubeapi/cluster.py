@@ -130,6 +130,7 @@ class Cluster:
         # kubelet stand-in removes them after min(grace period, this many seconds).
         self.pod_termination_seconds = pod_termination_seconds
         self._grace_elapsed: set[str] = set()
+        self._usage_cache: dict[tuple, dict[str, Fraction]] = {}
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 0
@@ -553,6 +554,17 @@ class Cluster:
                 return False
         return True
 
+    def _stored_usage(self, rt: ResourceType, obj: dict) -> dict[str, Fraction]:
+        """``_quota_usage_of`` memoised per stored object version."""
+        key = (rt.storage_key, obj["metadata"].get("namespace"), obj["metadata"]["name"],
+               obj["metadata"].get("resourceVersion"))
+        usage = self._usage_cache.get(key)
+        if usage is None:
+            if len(self._usage_cache) > 100_000:
+                self._usage_cache.clear()
+            usage = self._usage_cache[key] = self._quota_usage_of(rt, obj)
+        return usage
+
     def _quota_used(self, ns: str, quota: dict) -> dict[str, Fraction]:
         hard = (quota.get("spec") or {}).get("hard") or {}
         used = {k: Fraction(0) for k in hard}
@@ -560,7 +572,7 @@ class Cluster:
             for (obj_ns, _), obj in self._store(rt).items():
                 if obj_ns != ns or not self._quota_applies(quota, rt, obj):
                     continue
-                for k, v in self._quota_usage_of(rt, obj).items():
+                for k, v in self._stored_usage(rt, obj).items():
                     if k in used:
                         used[k] += v
         return used

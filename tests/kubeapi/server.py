@@ -625,7 +625,12 @@ class _Handler(BaseHTTPRequestHandler):
                         expired = True
                         events = []
                     else:
-                        events = [e for e in c.history if e.rv > cursor]
+                        events = []
+                        for e in reversed(c.history):  # newest first; stop at the cursor
+                            if e.rv <= cursor:
+                                break
+                            events.append(e)
+                        events.reverse()
                         if events:
                             cursor = events[-1].rv
                 if expired:
