@@ -45,9 +45,18 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         source = GitSource(args.git_url, args.branch, args.cache)
     else:
         source = DirectorySource(args.path)
+    try:
+        mig_timeout = parse_duration(args.mig_timeout)
+    except ValueError as exc:
+        print(f"error: --mig-timeout: {exc}", file=sys.stderr)
+        return 1
+    from reconciler.apply.executor import ApplyConfig
+
+    apply_config = ApplyConfig(mig_config_namespace=args.mig_config_namespace, mig_timeout_seconds=mig_timeout,
+                               events_namespace=args.namespace)
     api = _api_client(args.kubeconfig)
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
-    ctl = Controller(source, api, namespace=args.namespace, identity=identity, dry_run=args.dry_run)
+    ctl = Controller(source, api, namespace=args.namespace, identity=identity, dry_run=args.dry_run, apply_config=apply_config)
     if args.once:
         result = ctl.cycle()
         print(f"{'leader' if result.leader else 'follower'} revision={result.revision}: {result.summary or result.error}")
@@ -101,6 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="observe and report drift; change nothing")
     p.add_argument("--health-port", type=int, default=8080, help="port for /healthz, /readyz, /metrics (0: off)")
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    p.add_argument("--mig-config-namespace", default="gpu-operator",
+                   help="namespace of the GPU operator: the mig-parted and device-plugin ConfigMaps (default gpu-operator)")
+    p.add_argument("--mig-timeout", default="15m", help="how long mig-manager may stay pending before the change is failed (default 15m)")
     p.set_defaults(func=cmd_reconcile)
 
     a = sub.add_parser("agent", help="run the node agent: publish this node's GPUs (NVML)",
