@@ -69,3 +69,15 @@ def test_scale_subresource(kube, kind):
     scale.spec.replicas = 0
     getattr(apps, f"replace_namespaced_{kind}_scale")("w", ns, scale)
     assert getattr(apps, f"read_namespaced_{kind}")("w", ns).spec.replicas == 0
+
+
+def test_json_patch_extended_resource_on_node_status(kube):
+    """The device-plugin style update: JSON patch with an escaped '/' in the resource name."""
+    server = kube.require_fake()
+    server.cluster.add_node("gpu-2", gpus=8)
+    node = kube.core.patch_node_status("gpu-2", [
+        {"op": "add", "path": "/status/capacity/nvidia.com~1mig-1g.10gb", "value": "7"},
+        {"op": "replace", "path": "/status/allocatable/nvidia.com~1gpu", "value": "1"},
+    ])
+    assert node.status.capacity["nvidia.com/mig-1g.10gb"] == "7"
+    assert node.status.allocatable["nvidia.com/gpu"] == "1"
