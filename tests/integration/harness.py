@@ -169,7 +169,7 @@ def writes(server, *, exclude: tuple[str, ...] = ()) -> list:
 
 
 def evictions(server) -> list[str]:
-    return [r.path for r in server.requests("POST") if r.path.endswith("/eviction") and r.status and r.status < 300]
+    return [r.path for r in server.requests("POST") if r.path.endswith("/eviction") and not r.injected and r.status and r.status < 300]
 
 
 # ------------------------------------------------------------------ mig-manager stand-in

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import yaml
 
-from reconciler.apply.executor import CHECKPOINT_ANN, MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from reconciler.apply.executor import (
+    CHECKPOINT_ANN,
+    MIG_CONFIG_KEY,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+)
 from reconciler.plan.planner import CORDON_ANNOTATION
 
 from .harness import (
