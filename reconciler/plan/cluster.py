@@ -103,6 +103,10 @@ class GpuSlot:
         return "whole"
 
 
+def mig_key(g: GpuSlot) -> tuple:
+    return (len(g.target_instances) - len(g.used_instances), g.node, g.index)
+
+
 @dataclass
 class PoolView:
     name: str
@@ -149,16 +153,30 @@ class PoolView:
         self._empty_inference = None
         self.touch(g.node)
 
-    def mig_with_free(self, profile: str) -> list[GpuSlot]:
-        """MIG cards with a free instance of `profile` (the caller removes a card it fills)."""
+    def mig_with_free(self, profile: str) -> list[tuple[tuple, GpuSlot]]:
+        """MIG cards with a free instance of `profile`, as (packing key, card) sorted by key:
+        the fewest free instances first, then node and index. Keys of a card in other
+        profiles' lists may be stale after a placement; callers re-check what is free."""
         if self._mig_free is None:
             self._mig_free = {}
             for g in self.inference_slots():
                 if g.target_mode == "mig":
-                    for prof in {p for p, _ in g.target_instances}:
+                    for prof in sorted({p for p, _ in g.target_instances}):
                         if g.free_instances(prof):
-                            self._mig_free.setdefault(prof, []).append(g)
+                            self._mig_free.setdefault(prof, []).append((mig_key(g), g))
+            for lst in self._mig_free.values():
+                lst.sort(key=lambda e: e[0])
         return self._mig_free.setdefault(profile, [])
+
+    def mig_used(self, g: GpuSlot, profile: str) -> None:
+        """Re-file a card in `profile`'s list after one of its instances was taken."""
+        lst = self.mig_with_free(profile)
+        for i, (_, other) in enumerate(lst):
+            if other is g:
+                del lst[i]
+                break
+        if g.free_instances(profile):
+            bisect.insort(lst, (mig_key(g), g), key=lambda e: e[0])
 
     def inference_slots(self) -> list[GpuSlot]:
         """Cards whose target is MIG or shared (recomputed after a repartition)."""
@@ -215,13 +233,15 @@ class PoolView:
         lo = max(lo, 0)
         return sorted(n for b in self._buckets[lo : hi + 1] for n in b)
 
-    def best_fit(self, n: int) -> str | None:
-        """The node with the fewest free whole cards that still has n (then by name)."""
+    def nodes_fitting(self, n: int, limit: int) -> list[str]:
+        """Up to `limit` nodes with at least n free whole cards, fewest free first, then by name."""
         self._index()
+        out: list[str] = []
         for bucket in self._buckets[n:]:
-            if bucket:
-                return bucket[0]
-        return None
+            out.extend(bucket[: limit - len(out)])
+            if len(out) >= limit:
+                break
+        return out
 
     def total_free_whole(self) -> int:
         self._index()

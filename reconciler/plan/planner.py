@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
 
 from reconciler.observe.model import InferenceService, ObservedState, Request, Workload
+from reconciler.plan import placement
 from reconciler.plan.cluster import (
     POOL_LABEL,
     Cluster,
@@ -41,6 +43,9 @@ from reconciler.spec.quantity import format_duration
 from reconciler.spec.state import DesiredState
 
 INF_PRIORITY = 2**31
+PLACEMENT_POLICY = "ours"  # the simulator's best policy (docs/simulator.md); FGD plus look-ahead
+SHORTLIST = 16  # nodes scored per placement, tightest fits first (like percentageOfNodesToScore)
+UNMETERED = 10**9  # the planner does not meter CPU/memory; the scheduler checks those
 CORDON_ANNOTATION = "gpupool.io/cordoned-for"  # written by apply when it cordons a node
 
 
@@ -73,6 +78,23 @@ class _Run:
     generation: int = 0  # bumped whenever capacity is freed or repartitioned
     failed: dict[tuple, int] = field(default_factory=dict)  # demand shape -> generation it failed at
     _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
+
+    def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
+        """FGD's target workload for a pool: the GPU requests observed there (whole cards as
+        1000 milli, shared slices as their share of a card); a fixed seed for ties."""
+        if pv.name not in self._placement:
+            slices = pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+            reqs = []
+            for w in self.cluster.workloads.values():
+                if self.cluster.pool_of(w) != pv.name:
+                    continue
+                if w.request.gpus:
+                    reqs.append(placement.Request(num_gpu=w.request.gpus, gpu_milli=1000))
+                elif w.request.shared_slices:
+                    reqs.append(placement.Request(num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)))
+            self._placement[pv.name] = placement.PlacementContext(target=placement.typical_workload(reqs), rng=random.Random(0))
+        return self._placement[pv.name]
 
     # -- small helpers ---------------------------------------------------------------
     def add(self, action: Action) -> str:
@@ -472,40 +494,61 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
 # --------------------------------------------------------------------------- 4. inference
 
 
-def _place_inference(pv: PoolView, p: Pending) -> bool:
+def _place_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     r = p.request
     if r.mig:
         chosen: list[tuple[GpuSlot, tuple[str, int]]] = []
         for prof, n in sorted(r.mig.items()):
             for _ in range(n):
-                # pack: the card with the fewest free instances first
-                best = None
-                for g in pv.mig_with_free(prof):
+                # pack: the card with the fewest free instances first (the list is kept sorted)
+                for _, g in pv.mig_with_free(prof):
                     free = [i for i in g.free_instances(prof) if (g, i) not in chosen]
                     if free:
-                        key = (len(g.target_instances) - len(g.used_instances), g.node, g.index)
-                        if best is None or key < best[0]:
-                            best = (key, g, free[0])
-                if best is None:
+                        chosen.append((g, free[0]))
+                        break
+                else:
                     return False
-                chosen.append((best[1], best[2]))
         for g, inst in chosen:
             g.used_instances.add(inst)
             g.holders.add(p.key)
-            if not g.free_instances(inst[0]):
-                pv.mig_with_free(inst[0]).remove(g)
+            pv.mig_used(g, inst[0])
         return True
     if r.shared_slices:
-        cands = [g for g in pv.shared_with_free() if g.free_slices >= r.shared_slices]
-        if not cands:
+        g = _choose_shared(run, pv, r.shared_slices)
+        if g is None:
             return False
-        g = min(cands, key=lambda g: (g.free_slices, g.node, g.index))  # best fit
         g.used_slices += r.shared_slices
         g.holders.add(p.key)
         if not g.free_slices:
             pv.shared_with_free().remove(g)
         return True
     return False
+
+
+def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
+    """A shared card with k free slices, chosen by the shared placement policy: each card's
+    free slices are its free milli (slices x 1000 / slicesPerGPU), as the simulator models
+    GPU sharing."""
+    per_node: dict[str, list[GpuSlot]] = {}
+    for g in pv.shared_with_free():
+        if g.free_slices >= k:
+            per_node.setdefault(g.node, []).append(g)
+    if not per_node:
+        return None
+    # shortlist: the tightest fits first, like kube-scheduler scoring a sample of nodes
+    ranked = sorted(per_node, key=lambda n: (min(g.free_slices for g in per_node[n]), n))[:SHORTLIST]
+    slices = pv.pool.spec.inference.shared.slices_per_gpu
+    states, cards = [], {}
+    for node in ranked:
+        slots = pv.by_node()[node]
+        states.append(placement.NodeState(node, pv.pool.spec.gpu_model, UNMETERED, UNMETERED,
+                                          [g.free_slices * 1000 // slices if g.target_mode == "shared" else 0 for g in slots]))
+        cards[node] = slots
+    req = placement.Request(num_gpu=1, gpu_milli=-(-k * 1000 // slices))
+    chosen = placement.choose(PLACEMENT_POLICY, states, req, run.placement_ctx(pv))
+    if chosen is None:  # pragma: no cover - every shortlisted card fits
+        return None
+    return cards[chosen.node][chosen.gpus[0]]
 
 
 def _layouts_for(pv: PoolView, unmet: Counter) -> list[tuple[str, ...]]:
@@ -589,7 +632,7 @@ def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why:
 def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
     if not pending:
         return
-    unplaced = [p for p in pending if not _place_inference(pv, p)]
+    unplaced = [p for p in pending if not _place_inference(run, pv, p)]
     if not unplaced:
         return
     inf = pv.pool.spec.inference
@@ -623,7 +666,7 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         for g, (mode, layout) in zip(cards, wants, strict=False):
             _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
     for p in unplaced:
-        if not _place_inference(pv, p):
+        if not _place_inference(run, pv, p):
             run.find("warning", "waits", p.key, f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle")
 
 
@@ -681,22 +724,35 @@ def _gang_on(slots: list[GpuSlot], n: int, topology: str) -> list[GpuSlot] | Non
     return free[:n]
 
 
-def _place_gang(pv: PoolView, p: Pending) -> list[GpuSlot] | None:
-    """Best fit: the node left with the fewest free cards that still takes the whole gang."""
-    node = pv.best_fit(p.request.gpus)
-    if node is None:
+def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
+    """The node comes from the shared placement policy (the simulator's code) over a shortlist
+    of nodes that can take the whole gang, best-fit first; the cards within it from the
+    pool's topology preference."""
+    n = p.request.gpus
+    shortlist = pv.nodes_fitting(n, SHORTLIST)
+    if not shortlist:
         return None
-    got = _gang_on(pv.by_node()[node], p.request.gpus, pv.pool.spec.training.topology)
+    states = [_whole_state(pv, node) for node in shortlist]
+    chosen = placement.choose(PLACEMENT_POLICY, states, placement.Request(num_gpu=n, gpu_milli=1000), run.placement_ctx(pv))
+    if chosen is None:  # pragma: no cover - every shortlisted node fits
+        return None
+    got = _gang_on(pv.by_node()[chosen.node], n, pv.pool.spec.training.topology)
     for g in got:
         g.reserved_by = p.key
-    pv.touch(node)
+    pv.touch(chosen.node)
     return got
+
+
+def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
+    """A node as the placement policies see it for whole-card demand: free cards are 1000 milli."""
+    slots = pv.by_node()[node]
+    return placement.NodeState(node, pv.pool.spec.gpu_model, UNMETERED, UNMETERED, [1000 if g.free_whole else 0 for g in slots])
 
 
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
     largest = max((len(s) for s in pv.by_node().values()), default=0)
     for p in pending:
-        if _place_gang(pv, p):
+        if _place_gang(run, pv, p):
             continue
         n = p.request.gpus
         if n > largest:
@@ -730,7 +786,7 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     _, node, back = min(options, key=lambda o: (o[0], o[1]))
     for g in back:
         _convert(run, g, pv, "whole", why=f"pending training {p.key} needs {n} whole cards on one node and these inference cards are empty")
-    got = _place_gang(pv, p)
+    got = _place_gang(run, pv, p)
     assert got is not None
     return True
 
@@ -763,7 +819,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
     for c in best[1]:
         w = run.cluster.workloads[c.key]
         run.evict(w, "preempt", f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no whole cards are free", pv.name)
-    return _place_gang(pv, p) is not None
+    return _place_gang(run, pv, p) is not None
 
 
 def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
@@ -800,7 +856,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         dest.reserved_by = w.key
         pv.touch(dest.node)
         run.evict(w, "move", f"defragment {node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node", pv.name, target=dest.node)
-    return _place_gang(pv, p) is not None
+    return _place_gang(run, pv, p) is not None
 
 
 def _in_window(now: datetime, start: str, end: str) -> bool:
