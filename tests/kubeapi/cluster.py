@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import random
 import threading
@@ -228,24 +229,27 @@ class Cluster:
         return self.fields.setdefault((rt.storage_key, self._key(rt, ns, name)), {})
 
     @staticmethod
-    def _scope_paths(rt: ResourceType, obj: dict, subresource: str | None) -> set:
+    def _list_key(rt: ResourceType) -> patching.ListKeyFn:
+        return patching.schema_list_key(rt.schema) if rt.custom else patching.builtin_list_key
+
+    @classmethod
+    def _scope_paths(cls, rt: ResourceType, obj: dict, subresource: str | None) -> set:
         if subresource == "status":
-            return patching.leaf_paths(obj, status_only=True)
-        return patching.leaf_paths(obj, with_status=not rt.has_status)
+            return patching.leaf_paths(obj, status_only=True, list_key=cls._list_key(rt))
+        return patching.leaf_paths(obj, with_status=not rt.has_status, list_key=cls._list_key(rt))
 
     def _track_update(self, rt, ns, name, old: dict | None, new: dict, manager: str,
                       subresource: str | None) -> None:
         entries = self._fields_for(rt, ns, name)
         new_paths = self._scope_paths(rt, new, subresource)
         old_paths = self._scope_paths(rt, old, subresource) if old else set()
-        changed = {p for p in new_paths
-                   if old is None or patching.get_path(old, p) != patching.get_path(new, p)}
+        changed = {p for p in new_paths if old is None or not patching.same_value(old, new, p)}
         removed = old_paths - new_paths
         for key, entry in entries.items():
             if key[0] == manager and key[1] == "Update":
                 continue
             entry.paths = {q for q in entry.paths
-                           if not any(patching.overlaps(q, p) for p in changed | removed)}
+                           if not any(_takes_over(p, q) for p in changed | removed)}
         if changed:
             key = (manager, "Update", subresource or "")
             entry = entries.setdefault(key, FieldSet(set(), now(), rt.api_version))
@@ -943,7 +947,7 @@ class Cluster:
             obj, warnings = self.create(rt, ns, config, manager=manager, dry_run=dry_run,
                                         field_validation=field_validation, _apply_paths=applied)
             return obj, warnings, True
-        merged = _deep_merge(self.render(rt, current), config)
+        merged = patching.apply_merge(self.render(rt, current), config, self._list_key(rt))
         entries = {k: FieldSet(set(v.paths), v.time, v.api_version)
                    for k, v in self._fields_for(rt, ns, name).items()}
         conflicts: list[tuple[str, tuple]] = []
@@ -955,7 +959,7 @@ class Cluster:
                 shown += f" using {entry.api_version}"
             for q in sorted(entry.paths):
                 if any(patching.overlaps(p, q) for p in applied) and \
-                        patching.get_path(current, q) != patching.get_path(merged, q):
+                        not patching.same_value(current, merged, q):
                     conflicts.append((shown, q))
         if conflicts and not force:
             causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {m}",
@@ -973,10 +977,10 @@ class Cluster:
         for (other, _op, other_sub), entry in entries.items():
             if other == manager or other_sub != sub:
                 continue
+            # forced: the conflicting fields change hands; co-owned, unchanged ones stay shared
             entry.paths = {q for q in entry.paths
                            if not (any(patching.overlaps(p, q) for p in applied)
-                                   and (force or patching.get_path(current, q)
-                                        != patching.get_path(merged, q)))}
+                                   and not patching.same_value(current, merged, q))}
         mine = entries.get((manager, "Apply", sub))
         previously = mine.paths if mine else set()
         others = set()
@@ -984,7 +988,10 @@ class Cluster:
             if key != (manager, "Apply", sub):
                 others |= entry.paths
         for p in sorted(previously - applied, key=len, reverse=True):
-            if not any(patching.overlaps(p, q) for q in others | applied):
+            if len(p) > 1 and patching.is_element(p[:-1]) and \
+                    p[-1] in json.loads(p[-2][2:]):
+                continue  # a list-map element's key goes with the element, not on its own
+            if not any(_takes_over(p, q) for q in others | applied):
                 patching.delete_path(merged, p)
         entries[(manager, "Apply", sub)] = FieldSet(set(applied), now(), rt.api_version)
         obj, warnings, _ = self.update(rt, ns, name, merged, manager=manager,
@@ -1392,13 +1399,12 @@ def _success(rt: ResourceType, obj: dict) -> dict:
                         "uid": obj["metadata"]["uid"]}}
 
 
-def _deep_merge(base: Any, overlay: Any) -> Any:
-    if not isinstance(base, dict) or not isinstance(overlay, dict):
-        return copy.deepcopy(overlay)
-    out = copy.deepcopy(base)
-    for k, v in overlay.items():
-        out[k] = _deep_merge(out.get(k), v) if isinstance(v, dict) else copy.deepcopy(v)
-    return out
+def _takes_over(p: tuple, q: tuple) -> bool:
+    """Does a write to field ``p`` affect ``q``'s ownership?  Yes when they overlap — except
+    that writing inside a list-map element leaves the element's own ownership alone."""
+    if patching.is_element(q) and len(q) < len(p):
+        return False
+    return patching.overlaps(p, q)
 
 
 def _strip_volatile(obj: dict) -> dict:

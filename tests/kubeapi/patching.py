@@ -9,14 +9,16 @@
   The real server derives merge keys from the Go types; here they come from a fixed table keyed by
   the field's name, regardless of where the field sits.
 * ``json_patch`` — RFC 6902 (``add``, ``remove``, ``replace``, ``move``, ``copy``, ``test``).
-* Field paths: ownership is tracked on *leaf paths* (tuples of map keys).  Lists are atomic leaves
-  (the real server tracks list-map elements such as containers individually), so two managers
-  that each apply one container of the same list conflict here where they would not in a cluster.
+* Field paths: ownership is tracked on *leaf paths*; elements of list-maps (containers by name,
+  conditions by type, CRD lists marked ``x-kubernetes-list-type: map`` with one key) are tracked
+  one by one, other lists are atomic.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Callable
 from typing import Any
 
 
@@ -219,8 +221,15 @@ def json_patch(target: Any, operations: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- field paths
+#
+# A path is a tuple of segments: a map key, or ``k:{"<key>":<value>}`` for one element of a
+# list-map (a list whose elements are identified by a key field: containers by name, conditions
+# by type, ... — ``ListKeyFn`` says which lists are list-maps).  A path that ends in a ``k:``
+# segment stands for the element itself (FieldsV1's ``"."``): whoever owns anything in the
+# element co-owns it, and the element is removed only when nobody does.  Other lists are atomic.
 
 Path = tuple[str, ...]
+ListKeyFn = Callable[[Path], "str | None"]  # path of a list -> its key field, or None if atomic
 MISSING = object()
 
 # top-level keys never owned through managedFields
@@ -228,7 +237,48 @@ _UNMANAGED_TOP = {"apiVersion", "kind"}
 _MANAGED_METADATA = {"labels", "annotations", "finalizers", "ownerReferences"}
 
 
-def leaf_paths(obj: Any, status_only: bool = False, with_status: bool = True) -> set[Path]:
+def builtin_list_key(path: Path) -> str | None:
+    """Built-in kinds: list-maps by field name (the table strategic merge uses)."""
+    return LIST_MERGE_KEYS.get(path[-1]) if path and not path[-1].startswith("k:") else None
+
+
+def schema_list_key(schema: dict | None) -> ListKeyFn:
+    """Custom resources: lists the CRD schema marks ``x-kubernetes-list-type: map`` (one key)."""
+
+    def find(path: Path) -> str | None:
+        node = schema
+        for seg in path:
+            if not isinstance(node, dict):
+                return None
+            if seg.startswith("k:"):
+                node = node.get("items")
+                continue
+            props = node.get("properties") or {}
+            addl = node.get("additionalProperties")
+            node = props.get(seg, addl if isinstance(addl, dict) else None)
+        if isinstance(node, dict) and node.get("x-kubernetes-list-type") == "map":
+            keys = node.get("x-kubernetes-list-map-keys") or []
+            return keys[0] if len(keys) == 1 else None
+        return None
+
+    return find
+
+
+def element_segment(key: str, value: Any) -> str:
+    return "k:" + json.dumps({key: value}, separators=(",", ":"))
+
+
+def _is_list_map(node: Any, key: str | None) -> bool:
+    return bool(key) and isinstance(node, list) and all(
+        isinstance(e, dict) and key in e for e in node)
+
+
+def is_element(path: Path) -> bool:
+    return bool(path) and path[-1].startswith("k:")
+
+
+def leaf_paths(obj: Any, status_only: bool = False, with_status: bool = True,
+               list_key: ListKeyFn = builtin_list_key) -> set[Path]:
     """Leaf paths that field management tracks, for the main resource or the status subresource."""
     paths: set[Path] = set()
     if not isinstance(obj, dict):
@@ -240,6 +290,11 @@ def leaf_paths(obj: Any, status_only: bool = False, with_status: bool = True) ->
                 walk(value, prefix + (key,))
         elif isinstance(node, dict):
             return  # empty maps own nothing
+        elif isinstance(node, list) and node and _is_list_map(node, key := list_key(prefix)):
+            for element in node:
+                seg = prefix + (element_segment(key, element[key]),)
+                paths.add(seg)
+                walk(element, seg)
         else:
             paths.add(prefix)
 
@@ -259,23 +314,67 @@ def leaf_paths(obj: Any, status_only: bool = False, with_status: bool = True) ->
     return paths
 
 
+def _find_element(node: Any, seg: str) -> int | None:
+    if not isinstance(node, list):
+        return None
+    ((key, value),) = json.loads(seg[2:]).items()
+    return next((i for i, e in enumerate(node) if isinstance(e, dict) and e.get(key) == value), None)
+
+
 def get_path(obj: Any, path: Path) -> Any:
     node = obj
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
+    for seg in path:
+        if seg.startswith("k:") and isinstance(node, list):
+            idx = _find_element(node, seg)
+            if idx is None:
+                return MISSING
+            node = node[idx]
+        elif isinstance(node, dict) and seg in node:
+            node = node[seg]
+        else:
             return MISSING
-        node = node[key]
     return node
 
 
 def delete_path(obj: dict, path: Path) -> None:
-    node = obj
-    for key in path[:-1]:
-        if not isinstance(node, dict) or key not in node:
-            return
-        node = node[key]
-    if isinstance(node, dict):
-        node.pop(path[-1], None)
+    parent = get_path(obj, path[:-1])
+    if path[-1].startswith("k:") and isinstance(parent, list):
+        idx = _find_element(parent, path[-1])
+        if idx is not None:
+            parent.pop(idx)
+    elif isinstance(parent, dict):
+        parent.pop(path[-1], None)
+
+
+def same_value(old: Any, new: Any, path: Path) -> bool:
+    """Is the field at ``path`` unchanged?  For a list-map element only its presence counts."""
+    a, b = get_path(old, path), get_path(new, path)
+    if is_element(path):
+        return (a is MISSING) == (b is MISSING)
+    return a == b
+
+
+def apply_merge(base: Any, config: Any, list_key: ListKeyFn = builtin_list_key,
+                path: Path = ()) -> Any:
+    """Merge an apply configuration into the live object: maps recursively, list-maps by key
+    (elements the configuration does not mention are kept), other lists replaced."""
+    if isinstance(config, dict) and isinstance(base, dict):
+        out = copy.deepcopy(base)
+        for k, v in config.items():
+            out[k] = apply_merge(out.get(k), v, list_key, path + (k,))
+        return out
+    key = list_key(path) if path else None
+    if _is_list_map(config, key) and _is_list_map(base, key):
+        out = copy.deepcopy(base)
+        for element in config:
+            seg = element_segment(key, element[key])
+            idx = _find_element(out, seg)
+            if idx is None:
+                out.append(copy.deepcopy(element))
+            else:
+                out[idx] = apply_merge(out[idx], element, list_key, path + (seg,))
+        return out
+    return copy.deepcopy(config)
 
 
 def overlaps(a: Path, b: Path) -> bool:
@@ -287,10 +386,19 @@ def render_fields_v1(paths: set[Path]) -> dict:
     root: dict = {}
     for path in sorted(paths):
         node = root
-        for key in path:
-            node = node.setdefault(f"f:{key}", {})
+        for seg in path:
+            node = node.setdefault(seg if seg.startswith("k:") else f"f:{seg}", {})
+        if is_element(path):
+            node.setdefault(".", {})
     return root
 
 
 def format_path(path: Path) -> str:
-    return "." + ".".join(path)
+    out = ""
+    for seg in path:
+        if seg.startswith("k:"):
+            ((key, value),) = json.loads(seg[2:]).items()
+            out += f"[{key}={json.dumps(value)}]"
+        else:
+            out += f".{seg}"
+    return out

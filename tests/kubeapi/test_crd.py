@@ -159,3 +159,32 @@ def test_deleting_crd_removes_its_objects(kube, crd):
     expect_status(404, kube.custom.list_cluster_custom_object, GROUP, "v1alpha1", "gpunodestates")
     kube.apiextensions.create_custom_resource_definition(_crd())
     assert kube.custom.list_cluster_custom_object(GROUP, "v1alpha1", "gpunodestates")["items"] == []
+
+
+def test_apply_list_map_in_custom_resource(kube):
+    kube.require_fake()
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "slices": {"type": "array", "x-kubernetes-list-type": "map",
+                   "x-kubernetes-list-map-keys": ["id"],
+                   "items": {"type": "object", "properties": {
+                       "id": {"type": "string"}, "job": {"type": "string"}}}},
+        "tags": {"type": "array", "items": {"type": "string"}}}}}}
+    kube.apiextensions.create_custom_resource_definition({
+        "metadata": {"name": "gpus.gpupool.io"},
+        "spec": {"group": GROUP, "scope": "Cluster",
+                 "names": {"plural": "gpus", "singular": "gpu", "kind": "GPU"},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": schema}}]}})
+
+    def apply(manager, spec, **kw):
+        return kube.custom.patch_cluster_custom_object(
+            GROUP, "v1", "gpus", "g0", {"apiVersion": f"{GROUP}/v1", "kind": "GPU",
+                                         "metadata": {"name": "g0"}, "spec": spec},
+            field_manager=manager, _content_type="application/apply-patch+yaml", **kw)
+
+    apply("train", {"slices": [{"id": "0", "job": "a"}], "tags": ["x"]})
+    got = apply("serve", {"slices": [{"id": "1", "job": "b"}]})
+    assert [s["id"] for s in got["spec"]["slices"]] == ["0", "1"]
+    # "tags" has no list type: atomic, so replacing it conflicts with its owner
+    expect_status(409, apply, "serve", {"tags": ["y"]})
+    expect_status(409, apply, "serve", {"slices": [{"id": "0", "job": "b"}]})

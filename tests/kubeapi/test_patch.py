@@ -145,3 +145,59 @@ def test_apply_to_deployment_status_is_ignored_on_main_resource(kube):
     got = apps.patch_namespaced_deployment("d", ns, dep, field_manager="gitops", _content_type=APPLY)
     assert got.spec.replicas == 2
     assert not got.status or not got.status.replicas
+
+
+def _dep_apply(containers, replicas=None):
+    spec = {"template": {"spec": {"containers": containers}}}
+    if replicas is not None:
+        spec.update(replicas=replicas, selector={"matchLabels": {"app": "d"}})
+        spec["template"]["metadata"] = {"labels": {"app": "d"}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": spec}
+
+
+def test_apply_tracks_list_map_elements_per_manager(kube):
+    apps, ns = kube.apps, kube.namespace
+    main = {"name": "main", "image": "trainer:1"}
+    apps.patch_namespaced_deployment("d", ns, _dep_apply([main], replicas=1),
+                                     field_manager="gpupool", _content_type=APPLY)
+    # another manager adds its own container: no conflict, both kept
+    dep = apps.patch_namespaced_deployment(
+        "d", ns, _dep_apply([{"name": "sidecar", "image": "metrics:1"}]),
+        field_manager="injector", _content_type=APPLY)
+    assert [c.name for c in dep.spec.template.spec.containers] == ["main", "sidecar"]
+    # gpupool re-applies its configuration, which does not mention the sidecar: it stays
+    dep = apps.patch_namespaced_deployment("d", ns, _dep_apply([main], replicas=1),
+                                           field_manager="gpupool", _content_type=APPLY)
+    assert [c.name for c in dep.spec.template.spec.containers] == ["main", "sidecar"]
+    fields = next(m.fields_v1 for m in dep.metadata.managed_fields if m.manager == "injector")
+    assert 'k:{"name":"sidecar"}' in str(fields)
+    # changing gpupool's container image is a conflict on exactly that field
+    body = expect_status(409, apps.patch_namespaced_deployment, "d", ns,
+                         _dep_apply([{"name": "main", "image": "trainer:2"}]),
+                         field_manager="injector", _content_type=APPLY)
+    assert [c["field"] for c in body["details"]["causes"]] == \
+        ['.spec.template.spec.containers[name="main"].image']
+    # the injector stops applying its sidecar: it is removed
+    dep = apps.patch_namespaced_deployment(
+        "d", ns, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d",
+                                                                              "labels": {"x": "y"}}},
+        field_manager="injector", _content_type=APPLY)
+    assert [c.name for c in dep.spec.template.spec.containers] == ["main"]
+
+
+def test_update_of_one_element_field_leaves_element_ownership(kube):
+    apps, ns = kube.apps, kube.namespace
+    apps.patch_namespaced_deployment("d", ns, _dep_apply([{"name": "main", "image": "t:1"}], replicas=1),
+                                     field_manager="gpupool", _content_type=APPLY)
+    apps.patch_namespaced_deployment("d", ns, {"spec": {"template": {"spec": {"containers": [
+        {"name": "main", "image": "t:hotfix"}]}}}}, field_manager="kubectl-set")
+    body = expect_status(409, apps.patch_namespaced_deployment, "d", ns,
+                         _dep_apply([{"name": "main", "image": "t:2"}], replicas=1),
+                         field_manager="gpupool", _content_type=APPLY)
+    assert [c["field"] for c in body["details"]["causes"]] == \
+        ['.spec.template.spec.containers[name="main"].image']
+    assert 'conflict with "kubectl-set" using apps/v1' in body["message"]
+    dep = apps.patch_namespaced_deployment(
+        "d", ns, _dep_apply([{"name": "main", "image": "t:2"}], replicas=1),
+        field_manager="gpupool", force=True, _content_type=APPLY)
+    assert dep.spec.template.spec.containers[0].image == "t:2"
