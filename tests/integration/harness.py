@@ -174,7 +174,7 @@ def evictions(server) -> list[str]:
 
 # ------------------------------------------------------------------ mig-manager stand-in
 
-def mig_manager_step(kube, node: str, *, outcome: str = "success", model: str = A100) -> str | None:
+def mig_manager_step(kube, node: str, *, outcome: str = "success", model: str = A100, publish: bool = True) -> str | None:
     """One step of NVIDIA's mig-manager for `node`, as it reacts to its `nvidia.com/mig.config`
     label: unset state -> `pending`; `pending` -> apply the named entry of the mig-parted config
     (`config.yaml`, `version: v1`, `mig-configs:`), republish the node's GpuNodeState as the
@@ -191,7 +191,7 @@ def mig_manager_step(kube, node: str, *, outcome: str = "success", model: str = 
         new = "pending"
     else:
         new = outcome
-        if outcome == "success":
+        if outcome == "success" and publish:
             cm = _mig_config(kube)
             parted = yaml.safe_load(cm.data[MIG_CONFIG_KEY])
             assert parted["version"] == "v1"

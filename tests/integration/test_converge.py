@@ -218,3 +218,27 @@ def test_invalid_desired_state_is_stalled_and_applies_nothing(kube, tmp_path):
     assert writes(kube.server, exclude=BOOKKEEPING) == []
     conds = conditions(kube)
     assert conds["Stalled"]["status"] == "True" and conds["Stalled"]["reason"] == "InvalidDesiredState"
+
+
+def test_mig_success_waits_for_the_agent(kube, tmp_path):
+    """mig-manager says success before the node agent republished: the node stays cordoned
+    (the next plan would otherwise see the old layout and repartition again)."""
+    clock = Clock()
+    base(kube, tmp_path, clock)
+    ctl = controller(kube, tmp_path, clock)
+    for _ in range(4):
+        ctl.cycle()
+        clock.advance(120)
+    mig_manager_step(kube, "a100-2")
+    mig_manager_step(kube, "a100-2", publish=False)  # success, GpuNodeState still old
+    r = ctl.cycle()
+    out = {o.action: o for o in r.applied.outcomes}
+    assert out["mig-reconfigure:a100-2"].status == "waiting" and "node agent" in out["mig-reconfigure:a100-2"].message
+    assert out["uncordon:a100-2"].status == "skipped"
+    from .harness import gpu_state, publish_state
+
+    gpus = node_state(kube, "a100-2")["status"]["gpus"]
+    gpus[4] = gpu_state(4, mig=["3g.40gb", "3g.40gb"])
+    publish_state(kube, "a100-2", gpus)
+    converge(ctl, kube, clock=clock)
+    assert not kube.core.read_node("a100-2").spec.unschedulable
