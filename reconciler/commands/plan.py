@@ -6,7 +6,12 @@ import argparse
 import sys
 from datetime import datetime
 
-from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
+from reconciler.commands.policy import (
+    add_source_args,
+    load_from_args,
+    problem_dict,
+    report_load_error,
+)
 from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
 from reconciler.plan.fingerprint import fingerprint
 from reconciler.plan.planner import plan
@@ -64,7 +69,7 @@ def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
     elif args.format == "json":
         import json
 
-        problems = [{"file": p.file, "line": p.line, "column": p.column, "path": p.path, "message": p.message} for p in exc.problems]
+        problems = [problem_dict(p) for p in exc.problems]
         sys.stdout.write(json.dumps({"valid": False, "problems": problems}, indent=2) + "\n")
     return report_load_error(exc)
 

@@ -53,7 +53,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         state = load_from_args(args)
     except (SourceError, InvalidDesiredState) as exc:
         if args.format == "json" and isinstance(exc, InvalidDesiredState):
-            print(json.dumps({"valid": False, "problems": [_pdict(p) for p in exc.problems]}, indent=2))
+            print(json.dumps({"valid": False, "problems": [problem_dict(p) for p in exc.problems]}, indent=2))
         return report_load_error(exc)
     kinds = Counter(d.model.kind for d in state.documents)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
@@ -65,7 +65,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pdict(p) -> dict:
+def problem_dict(p) -> dict:
     return {f: getattr(p, f) for f in ("file", "line", "column", "path", "message", "document")}
 
 
