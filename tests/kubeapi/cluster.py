@@ -230,7 +230,7 @@ class Cluster:
 
     @staticmethod
     def _list_key(rt: ResourceType) -> patching.ListKeyFn:
-        return patching.schema_list_key(rt.schema) if rt.custom else patching.builtin_list_key
+        return patching.schema_list_key(rt.schema) if rt.custom else resources.builtin_list_key_fn(rt)
 
     @classmethod
     def _scope_paths(cls, rt: ResourceType, obj: dict, subresource: str | None) -> set:
@@ -901,7 +901,8 @@ class Cluster:
                                        "application/merge-patch+json, application/apply-patch+yaml")
                     if not isinstance(patch, dict):
                         raise patching.PatchError("strategic merge patch must be a JSON object")
-                    patched = patching.strategic_merge_patch(view, patch)
+                    patched = patching.strategic_merge_patch(
+                        view, patch, resources.builtin_patch_strategy_fn(rt))
                 elif content_type == "application/json-patch+json":
                     patched = patching.json_patch(view, patch)
                 else:

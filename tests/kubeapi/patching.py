@@ -1,13 +1,13 @@
 """Patch formats and server-side-apply field ownership for the fake API server.
 
 * ``merge_patch`` — RFC 7386 JSON merge patch (``application/merge-patch+json``).
-* ``strategic_merge_patch`` — an *approximation* of Kubernetes' strategic merge patch: a merge
-  patch, except that lists of objects named in ``LIST_MERGE_KEYS`` are merged element-wise by
-  their merge key (``containers`` by ``name``, ``conditions`` by ``type``, ...), ``finalizers``
-  are unioned, and the ``$patch: delete|replace`` and ``$deleteFromPrimitiveList/<field>``
-  directives are honoured.  ``$setElementOrder`` and ``$retainKeys`` are accepted and ignored.
-  The real server derives merge keys from the Go types; here they come from a fixed table keyed by
-  the field's name, regardless of where the field sits.
+* ``strategic_merge_patch`` — Kubernetes' strategic merge patch, simplified: a merge patch in
+  which lists whose schema says ``x-kubernetes-patch-strategy: merge`` are merged element-wise by
+  their ``x-kubernetes-patch-merge-key`` (or unioned, for lists of scalars), and the
+  ``$patch: delete|replace`` and ``$deleteFromPrimitiveList/<field>`` directives are honoured;
+  ``$setElementOrder`` and ``$retainKeys`` are accepted and ignored.  The per-list strategy comes
+  from the kind's published schema; without ``kubernetes-validate`` a fixed table keyed by field
+  name (``LIST_MERGE_KEYS``) stands in.
 * ``json_patch`` — RFC 6902 (``add``, ``remove``, ``replace``, ``move``, ``copy``, ``test``).
 * Field paths: ownership is tracked on *leaf paths*; elements of list-maps (containers by name,
   conditions by type, CRD lists marked ``x-kubernetes-list-type: map`` with one key) are tracked
@@ -63,7 +63,23 @@ LIST_MERGE_KEYS: dict[str, str] = {
 PRIMITIVE_MERGE_LISTS = {"finalizers"}
 
 
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
+StrategyFn = Callable[[tuple], "tuple[str, str | None]"]  # path -> (patch strategy, merge key)
+
+
+def _table_strategy(path: tuple) -> tuple[str, str | None]:
+    field = path[-1] if path else ""
+    if field in LIST_MERGE_KEYS:
+        return "merge", LIST_MERGE_KEYS[field]
+    if field in PRIMITIVE_MERGE_LISTS:
+        return "merge", None
+    return "", None
+
+
+def strategic_merge_patch(target: Any, patch: Any, strategy: StrategyFn | None = None,
+                          path: tuple = ()) -> Any:
+    """Strategic merge patch.  ``strategy`` gives each list's patch strategy and merge key (from
+    the kind's schema); without it the field-name table above is used."""
+    strategy = strategy or _table_strategy
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     if patch.get("$patch") == "replace":
@@ -80,16 +96,21 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             continue
         if value is None:
             result.pop(key, None)
-        elif isinstance(value, list) and key in LIST_MERGE_KEYS and all(
-            isinstance(x, dict) for x in value
-        ):
-            result[key] = _merge_list_by_key(result.get(key) or [], value, LIST_MERGE_KEYS[key])
-        elif isinstance(value, list) and key in PRIMITIVE_MERGE_LISTS:
-            merged = list(result.get(key) or [])
-            merged += [x for x in value if x not in merged]
-            result[key] = merged
+            continue
+        if isinstance(value, list):
+            how, merge_key = strategy(path + (key,))
+            merging = "merge" in how.split(",")
+            if merging and merge_key and all(isinstance(x, dict) for x in value):
+                result[key] = _merge_list_by_key(result.get(key) or [], value, merge_key,
+                                                 strategy, path + (key,))
+            elif merging and not merge_key:
+                merged = list(result.get(key) or [])
+                merged += [x for x in value if x not in merged]
+                result[key] = merged
+            else:
+                result[key] = copy.deepcopy(value)
         elif isinstance(value, dict):
-            merged = strategic_merge_patch(result.get(key), value)
+            merged = strategic_merge_patch(result.get(key), value, strategy, path + (key,))
             if merged is None:
                 result.pop(key, None)
             else:
@@ -99,7 +120,8 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _merge_list_by_key(current: list, patch: list, key: str) -> list:
+def _merge_list_by_key(current: list, patch: list, key: str, strategy: StrategyFn,
+                       path: tuple) -> list:
     if any(item.get("$patch") == "replace" for item in patch):
         return [
             {k: v for k, v in item.items() if k != "$patch"}
@@ -110,6 +132,7 @@ def _merge_list_by_key(current: list, patch: list, key: str) -> list:
     for item in patch:
         if key not in item:
             raise PatchError(f"map: {item} does not contain declared merge key: {key}")
+        seg = path + ("k:" + json.dumps({key: item[key]}, separators=(",", ":")),)
         idx = next(
             (i for i, cur in enumerate(result) if isinstance(cur, dict) and cur.get(key) == item[key]),
             None,
@@ -119,9 +142,9 @@ def _merge_list_by_key(current: list, patch: list, key: str) -> list:
                 result.pop(idx)
             continue
         if idx is None:
-            result.append(strategic_merge_patch({}, item))
+            result.append(strategic_merge_patch({}, item, strategy, seg))
         else:
-            result[idx] = strategic_merge_patch(result[idx], item)
+            result[idx] = strategic_merge_patch(result[idx], item, strategy, seg)
     return result
 
 

@@ -420,3 +420,90 @@ def canonicalize_quantities(rt: ResourceType, obj: dict) -> None:
         if isinstance(status, dict):
             _canon_map(status.get("hard"))
             _canon_map(status.get("used"))
+
+
+# --------------------------------------------------------------------------- list semantics
+
+
+@lru_cache(maxsize=1)
+def _schema_defs() -> dict:
+    base = _definitions().joinpath(f"v{KUBE_VERSION}.0-local")
+    return json.loads(base.joinpath("_definitions.json").read_text()).get("$defs", {})
+
+
+@lru_cache(maxsize=64)
+def builtin_root_schema(kind: str, api_version: str) -> dict | None:
+    """The published (non-strict) schema of a built-in kind, or None without kubernetes-validate."""
+    if not HAVE_SCHEMAS:
+        return None
+    group_part = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    path = _definitions().joinpath(f"v{KUBE_VERSION}.0-local").joinpath(
+        f"{kind.lower()}-{group_part}.json")
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _resolve(node: Any) -> Any:
+    for _ in range(20):
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if ref is None and isinstance(node.get("allOf"), list) and len(node["allOf"]) == 1:
+            ref = node["allOf"][0].get("$ref")
+        if ref is None:
+            return node
+        node = _schema_defs().get(ref.rsplit("/", 1)[-1])
+    return node
+
+
+def schema_at(root: dict | None, path: tuple) -> dict | None:
+    """The schema node at ``path`` (map keys, or ``k:`` list-element segments)."""
+    node = _resolve(root)
+    for seg in path:
+        if not isinstance(node, dict):
+            return None
+        if seg.startswith("k:"):
+            node = _resolve(node.get("items"))
+            continue
+        props = node.get("properties") or {}
+        addl = node.get("additionalProperties")
+        node = _resolve(props.get(seg, addl if isinstance(addl, dict) else None))
+    return node if isinstance(node, dict) else None
+
+
+@lru_cache(maxsize=64)
+def builtin_list_key_fn(rt: ResourceType):
+    """SSA list-map keys of a built-in kind from its schema (``x-kubernetes-list-type: map``
+    with one key); falls back to the field-name table without schemas."""
+    from . import patching
+
+    root = builtin_root_schema(rt.kind, rt.api_version)
+    if root is None:
+        return patching.builtin_list_key
+
+    def find(path: tuple) -> str | None:
+        node = schema_at(root, path)
+        if node and node.get("x-kubernetes-list-type") == "map":
+            keys = node.get("x-kubernetes-list-map-keys") or []
+            return keys[0] if len(keys) == 1 else None
+        return None
+
+    return find
+
+
+@lru_cache(maxsize=64)
+def builtin_patch_strategy_fn(rt: ResourceType):
+    """Strategic-merge directives of a built-in kind's lists from its schema:
+    ``path -> (strategy, merge key)``; None without schemas (the table is used then)."""
+    root = builtin_root_schema(rt.kind, rt.api_version)
+    if root is None:
+        return None
+
+    def find(path: tuple) -> tuple[str, str | None]:
+        node = schema_at(root, path) or {}
+        strategy = node.get("x-kubernetes-patch-strategy", "")
+        return strategy, node.get("x-kubernetes-patch-merge-key")
+
+    return find

@@ -201,3 +201,23 @@ def test_update_of_one_element_field_leaves_element_ownership(kube):
         "d", ns, _dep_apply([{"name": "main", "image": "t:2"}], replicas=1),
         field_manager="gpupool", force=True, _content_type=APPLY)
     assert dep.spec.template.spec.containers[0].image == "t:2"
+
+
+def test_strategic_merge_follows_each_lists_schema(kube):
+    v1, ns = kube.core, kube.namespace
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "cm", "finalizers": ["a.io/x"]}})
+    # finalizers: patchStrategy merge on a list of strings -> union
+    cm = v1.patch_namespaced_config_map("cm", ns, {"metadata": {"finalizers": ["b.io/y"]}})
+    assert cm.metadata.finalizers == ["a.io/x", "b.io/y"]
+    cm = v1.patch_namespaced_config_map("cm", ns, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x", "b.io/y"]}})
+    assert not cm.metadata.finalizers
+    server = kube.require_fake()
+    server.cluster.add_node("n1")
+    v1.patch_node("n1", {"spec": {"taints": [{"key": "gpupool.io/draining", "effect": "NoSchedule"}]}})
+    # taints have no patch strategy: the list is replaced, not merged
+    node = v1.patch_node("n1", {"spec": {"taints": [{"key": "gpupool.io/mig", "effect": "NoSchedule"}]}})
+    assert [t.key for t in node.spec.taints] == ["gpupool.io/mig"]
+    # node addresses merge by type
+    v1.patch_node_status("n1", {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})
+    node = v1.patch_node_status("n1", {"status": {"addresses": [{"type": "Hostname", "address": "n1"}]}})
+    assert {a.type for a in node.status.addresses} == {"InternalIP", "Hostname"}
