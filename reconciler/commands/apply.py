@@ -31,11 +31,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         with open(args.plan, encoding="utf-8") as f:
             data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("actions"), list):
+            raise ValueError("no list of actions")
         data = {k: v for k, v in data.items() if k not in ("summary", "counts")}
-        for a in data.get("actions", []):
-            a.pop("disruptive", None)
+        data["actions"] = [{k: v for k, v in a.items() if k != "disruptive"} if isinstance(a, dict) else a for a in data["actions"]]
         saved = Plan.model_validate(data)
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+    except (OSError, ValueError, ValidationError) as exc:
         print(f"error: {args.plan}: not a saved plan: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
     try:

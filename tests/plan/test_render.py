@@ -1,0 +1,46 @@
+"""Renderers: the text summary, JSON versioning, and Markdown that fits a PR comment."""
+
+from __future__ import annotations
+
+import json
+
+from reconciler.plan.model import Action, Finding, Plan
+from reconciler.plan.render import GITHUB_COMMENT_LIMIT, to_json, to_markdown, to_text
+
+
+def big_plan(n: int) -> Plan:
+    acts = []
+    for i in range(n):
+        acts.append(Action(id=f"checkpoint:team/job-{i:05d}", kind="checkpoint", target=f"team/job-{i:05d}", reason="ask it to checkpoint " + "x" * 60))
+        acts.append(Action(id=f"preempt:team/job-{i:05d}", kind="preempt", target=f"team/job-{i:05d}", reason="preempted for inference " + "y" * 60,
+                           depends_on=(f"checkpoint:team/job-{i:05d}",)))
+    return Plan(observed_at="2026-12-02T00:00:00+00:00", actions=tuple(acts),
+                findings=(Finding(severity="info", code="held-cap", subject="a/b", message="held"),))
+
+
+def test_summary_counts_kinds():
+    p = big_plan(3)
+    assert p.summary() == "Plan: 3 preemptions"
+    assert to_text(p).splitlines()[0] == "Plan: 3 preemptions"
+    assert Plan(observed_at="t").summary().startswith("No changes")
+
+
+def test_json_is_versioned_and_machine_readable():
+    data = json.loads(to_json(big_plan(2)))
+    assert data["format_version"] == 1
+    assert data["counts"] == {"checkpoint": 2, "preempt": 2}
+    assert [a["disruptive"] for a in data["actions"]] == [True] * 4
+    assert data["actions"][1]["depends_on"] == ["checkpoint:team/job-00000"]
+
+
+def test_markdown_of_a_huge_plan_stays_under_githubs_limit():
+    md = to_markdown(big_plan(3000))
+    assert len(md) < GITHUB_COMMENT_LIMIT
+    assert "Truncated:" in md and "gpupool plan --format text" in md
+    assert md.startswith("### gpupool plan\n\n**Plan: 3000 preemptions**")
+    assert md.count("<details") == md.count("</details>")
+
+
+def test_markdown_escapes_table_cells():
+    p = Plan(observed_at="t", actions=(Action(id="quota:a/b", kind="quota", target="a/b", reason="x | y\nz"),))
+    assert "x \\| y z" in to_markdown(p)
