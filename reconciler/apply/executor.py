@@ -34,6 +34,7 @@ PARTITION_ANN = ANN + "partition"
 MIG_CONFIG_KEY = "config.yaml"  # mig-manager reads one file; the node label names an entry of its mig-configs
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+STALE_CHECKPOINT_SECONDS = 3600.0  # a checkpoint request older than grace + this is asked again
 TRANSIENT = frozenset({409, 429, 500, 503, 504})
 
 
@@ -331,8 +332,12 @@ class Executor:
         if pod is None:
             return Outcome(a.id, "done", "pod is gone")
         anns = pod.metadata.annotations or {}
-        if CHECKPOINT_ANN in anns:
-            return Outcome(a.id, "done", f"requested at {anns[CHECKPOINT_ANN]}")
+        asked = _parse_time(anns.get(CHECKPOINT_ANN))
+        if asked is not None:
+            age = (self.clock() - asked).total_seconds()
+            if age <= self._grace.get(a.id, 0.0) + STALE_CHECKPOINT_SECONDS:
+                return Outcome(a.id, "done", f"requested at {anns[CHECKPOINT_ANN]}")
+            # left over from an earlier, abandoned plan: ask again, and wait the grace again
         ns, name = _ns_name(a.target)
         self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {CHECKPOINT_ANN: self.clock().isoformat()}}}, _content_type=MERGE)
         return Outcome(a.id, "done", "checkpoint requested", changed=True)

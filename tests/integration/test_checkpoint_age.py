@@ -1,0 +1,34 @@
+"""A checkpoint request left over from an abandoned plan is asked again, and its grace waited again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from reconciler.apply.executor import CHECKPOINT_ANN, Executor
+from reconciler.plan.model import Action, Plan
+from tests.integration.harness import Clock, create_pod
+
+
+def _plan(ns: str) -> Plan:
+    ck = Action(id=f"checkpoint:{ns}/job", kind="checkpoint", target=f"{ns}/job", reason="checkpoint first",
+                details={"gracePeriodSeconds": 300})
+    ev = Action(id=f"preempt:{ns}/job", kind="preempt", target=f"{ns}/job", reason="make room", depends_on=(ck.id,))
+    return Plan(observed_at="t", actions=(ck, ev))
+
+
+def test_old_checkpoint_request_is_renewed_and_the_grace_period_waited(kube):
+    ns = kube.namespace
+    clock = Clock()
+    old = (clock.now - timedelta(hours=3)).isoformat()
+    create_pod(kube, ns, "job", gpus=1, pool=None, cls=None, annotations={CHECKPOINT_ANN: old})
+    ex = Executor(kube.api_client, clock=clock)
+    out = {o.action: o for o in ex.apply(_plan(ns)).outcomes}
+    assert out[f"checkpoint:{ns}/job"].message == "checkpoint requested"
+    assert out[f"preempt:{ns}/job"].status == "waiting"  # not evicted on the strength of a 3-hour-old request
+    anns = kube.core.read_namespaced_pod("job", ns).metadata.annotations
+    assert anns[CHECKPOINT_ANN] == clock.now.isoformat()
+
+    clock.advance(301)
+    out = {o.action: o for o in ex.apply(_plan(ns)).outcomes}
+    assert out[f"checkpoint:{ns}/job"].message.startswith("requested at")  # the fresh request stands
+    assert out[f"preempt:{ns}/job"].status == "done"
