@@ -106,10 +106,16 @@ class Executor:
         self.apps = client.AppsV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self._grace: dict[str, float] = {}
+        self._before_preempt: Callable[[Action], None] | None = None
 
     # ------------------------------------------------------------------ driver
-    def apply(self, plan: Plan, *, on_outcome: Callable[[Action, Outcome], None] | None = None) -> ApplyResult:
+    def apply(self, plan: Plan, *, on_outcome: Callable[[Action, Outcome], None] | None = None,
+              before_preempt: Callable[[Action], None] | None = None) -> ApplyResult:
+        """`before_preempt` runs just before a preemption's Eviction request: the controller
+        records it there first (write-ahead), so a crash right after cannot lose it from the
+        hourly budget."""
         result = ApplyResult()
+        self._before_preempt = before_preempt
         state: dict[str, str] = {}
         self._grace = {a.id: float(a.details.get("gracePeriodSeconds", 0)) for a in plan.actions if a.kind == "checkpoint"}
         for action in plan.actions:
@@ -368,6 +374,8 @@ class Executor:
         to = a.details.get("toNode") if a.kind == "move" else None
         if to and (pod.metadata.annotations or {}).get(ANN + "move-to") != to:
             self.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {ANN + "move-to": to}}}, _content_type=MERGE)
+        if a.kind == "preempt" and self._before_preempt is not None:
+            self._before_preempt(a)
         try:
             self.core.create_namespaced_pod_eviction(name, ns, body)
         except self.k.ApiException as exc:

@@ -103,11 +103,22 @@ class Controller:
         applied = None
         preempted = [t.isoformat() for t in view.recent_preemptions]
         if leader and not view.suspend and not self.dry_run and p.actions:
+            stamp = now.isoformat()
+            intents: dict[str, int] = {}
+
+            def before_preempt(action):
+                # write-ahead: counted before the eviction is sent; taken back below if it is not
+                intents[action.id] = len(preempted)
+                preempted.append(stamp)
+                self.status.record_preemptions(preempted)
+
             def record(action, out):
                 metrics.ACTIONS.labels(action.kind, out.status).inc()
-                if out.status == "done" and action.kind == "preempt" and out.message == "evicted":
-                    preempted.append(now.isoformat())
-            applied = self.executor.apply(p, on_outcome=record)
+                if action.id in intents and not (out.status == "done" and out.message == "evicted"):
+                    preempted[intents.pop(action.id)] = ""  # blocked or failed: no preemption happened
+
+            applied = self.executor.apply(p, on_outcome=record, before_preempt=before_preempt)
+            preempted[:] = [t for t in preempted if t]
         if leader:
             self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
         return CycleResult(snap.revision, p.summary(), leader, applied)

@@ -70,6 +70,18 @@ class StatusStore:
             _content_type="application/merge-patch+json",
         )
 
+    def record_preemptions(self, times: list[str]) -> None:
+        """Persist the preemption times at once (before an eviction is sent)."""
+        try:
+            self.api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                {"status": {"recentPreemptions": [t for t in times if t]}},
+                _content_type="application/merge-patch+json",
+            )
+        except self.k.ApiException as exc:
+            if exc.status != 404:  # no status object yet: the end-of-cycle write creates it
+                raise
+
     def _get(self) -> dict | None:
         try:
             return self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)

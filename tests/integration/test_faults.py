@@ -37,7 +37,7 @@ def kill_after(ctl, n: int) -> None:
     real = ctl.executor.apply
     seen = {"n": 0}
 
-    def apply(plan, *, on_outcome=None):
+    def apply(plan, *, on_outcome=None, before_preempt=None):
         def hook(action, out):
             if out.changed:
                 seen["n"] += 1
@@ -45,7 +45,7 @@ def kill_after(ctl, n: int) -> None:
                     raise Killed(action.id)
             if on_outcome:
                 on_outcome(action, out)
-        return real(plan, on_outcome=hook)
+        return real(plan, on_outcome=hook, before_preempt=before_preempt)
 
     ctl.executor.apply = apply
 
@@ -107,6 +107,9 @@ def test_killed_after_any_action_converges_without_repeats(kube, tmp_path, n):
     assert effect_counts(kube.server) == EXPECTED
     assert pods(kube, "team-b") == ["bert-old", "ranker-0", "ranker-1"]
     assert not kube.core.read_node("a100-2").spec.unschedulable
+    # the hourly budget still counts the one preemption, even when the kill came right after it
+    status = kube.custom.get_namespaced_custom_object("gpupool.io", "v1alpha1", kube.namespace, "reconcilerstatuses", "gpupool")
+    assert len(status["status"]["recentPreemptions"]) == 1
 
 
 WRITES = [
