@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.observe.kube import SHARED_SLICES_ANN
 from reconciler.plan.model import Action, Plan
 from reconciler.plan.planner import CORDON_ANNOTATION
 
@@ -254,6 +255,8 @@ class Executor:
             self._put_config(config_map, name, spec)
         patch = {"metadata": {"labels": {label: name}, "annotations": {ANN + "reconfigure-since": self.clock().isoformat(),
                                                                        PARTITION_ANN: json.dumps(a.details.get("gpus", {}), sort_keys=True)}}}
+        if not state_label:  # the device plugin applies its config on the label change: record the slices
+            patch["metadata"]["annotations"][SHARED_SLICES_ANN] = json.dumps(a.details.get("sharedSlices", {}), sort_keys=True)
         if state_label:
             patch["metadata"]["labels"][state_label] = None  # mig-manager writes it afresh
         self.core.patch_node(a.target, patch, _content_type=MERGE)

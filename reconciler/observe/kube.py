@@ -20,6 +20,7 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ ANN = "gpupool.io/"
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
+SHARED_SLICES_ANN = ANN + "shared-slices"
 
 
 def _client(api_client: Any):
@@ -128,6 +130,7 @@ def _node(n: Any, state: dict | None) -> Node:
     else:
         count = int((n.status.capacity or {}).get(GPU, "0") or 0)
         gpus = [Gpu(index=i) for i in range(count)]
+    gpus = _overlay_sharing(gpus, (n.metadata.annotations or {}).get(SHARED_SLICES_ANN))
     return Node(
         name=n.metadata.name,
         labels=labels,
@@ -137,6 +140,18 @@ def _node(n: Any, state: dict | None) -> Node:
         ready=ready,
         gpus=gpus,
     )
+
+
+def _overlay_sharing(gpus: list[Gpu], annotation: str | None) -> list[Gpu]:
+    """Shared slices per card come from the device plugin's config, not from NVML: apply writes
+    the layout it configured as the node annotation `gpupool.io/shared-slices` ({"3": 8})."""
+    if not annotation:
+        return gpus
+    try:
+        slices = {int(k): int(v) for k, v in json.loads(annotation).items()}
+    except (ValueError, TypeError, AttributeError):
+        return gpus
+    return [g if g.mig_enabled else g.model_copy(update={"shared_slices": slices.get(g.index) or None}) for g in gpus]
 
 
 def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
