@@ -135,6 +135,7 @@ def _node(n: Any, state: dict | None) -> Node:
         name=n.metadata.name,
         labels=labels,
         annotations=n.metadata.annotations or {},
+        allocatable={k: str(v) for k, v in (n.status.allocatable or {}).items()},
         unschedulable=bool(n.spec.unschedulable),
         taints=[Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])],
         ready=ready,

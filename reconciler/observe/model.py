@@ -72,6 +72,8 @@ class Node(Obs):
     name: str
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    allocatable: dict[str, str] = {}
+    """What the kubelet offers for scheduling (cpu, memory, nvidia.com/gpu, ...)."""
     unschedulable: bool = False
     taints: list[Taint] = []
     ready: bool = True
