@@ -761,11 +761,21 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         # The same shape of demand failed and nothing was freed since: it fails again.
         shape = (pv.name, n, p.priority_class, p.borrow_from)
         if run.failed.get(shape) != run.generation and (
-            _give_back_inference(run, pv, p) or _preempt_for_gang(run, pv, p) or _defragment(run, pv, p)
+            any(step(run, pv, p) for step in _gang_steps(run, p))
         ):
             continue
         run.failed[shape] = run.generation
         run.find("info", "waits", p.key, f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle")
+
+
+def _gang_steps(run: _Run, p: Pending) -> tuple:
+    """How a gang that fits nowhere gets room, in order. A preemption rule with `when: always`
+    for its class displaces victims before warm inference cards are given back."""
+    rules = run.desired.priority.spec.preemption.rules if run.desired.priority else []
+    cls = p.priority_class or run._default_class()
+    if any(r.preemptor == cls and r.when == "always" for r in rules):
+        return (_preempt_for_gang, _give_back_inference, _defragment)
+    return (_give_back_inference, _preempt_for_gang, _defragment)
 
 
 def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
@@ -818,7 +828,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     for c in best[1]:
         w = run.cluster.workloads[c.key]
-        run.evict(w, "preempt", f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no whole cards are free", pv.name)
+        run.evict(w, "preempt", f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no node has {p.request.gpus} free whole cards for it", pv.name)
     return _place_gang(run, pv, p) is not None
 
 

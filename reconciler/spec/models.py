@@ -221,7 +221,9 @@ class PreemptionRule(Model):
     victims: list[Name] = Field(min_length=1)
     """...running workloads of these classes (each of lower value)."""
     when: Literal["always", "noSharedCapacity"] = "noSharedCapacity"
-    """`noSharedCapacity`: only when no free or reclaimable capacity is left."""
+    """`noSharedCapacity`: only when no free or reclaimable capacity is left (empty inference
+    cards go back to training first). `always`: the victims are displaced first and idle
+    inference capacity is kept warm."""
 
 
 class Preemption(Model):

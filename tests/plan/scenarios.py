@@ -182,6 +182,16 @@ def training_reclaims_inference_cards():
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
+def always_rule_preempts_before_giving_back():
+    """training-high may preempt spot `when: always`: the spot job goes, warm MIG cards stay."""
+    text = desired_text()
+    nodes = [node("a100-1", "a100", A100, [gpu(i, mig=BAL if i >= 4 else None, model=A100) for i in range(8)]),
+             node("a100-2", "a100", A100)]
+    w = [training("team-b", "spot-sweep", "a100-2", 8, cls="spot", started=ago(2)),
+         training("team-a", "llm-ft", None, 8, cls="training-high", pool="a100", created=ago(0.5))]
+    return text, snapshot(NOW, nodes, w, **_objects(text))
+
+
 def team_over_cap():
     text = desired_text()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
@@ -282,6 +292,7 @@ SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
         converged, inference_burst_mig, inference_preempts_low_training, training_reclaims_inference_cards,
+        always_rule_preempts_before_giving_back,
         team_over_cap, held_by_cap, defragment, idle_reclaim, model_without_mig, scale_up_and_down,
         budget_spent, min_runtime_protects, nonpreemptible_protected, objects_and_labels,
     )

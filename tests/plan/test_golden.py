@@ -27,6 +27,7 @@ EXPECT = {
     "inference-burst-mig": ({"mig-reconfigure:a100-1", "cordon:a100-1", "uncordon:a100-1"}, {"preempt"}, set()),
     "inference-preempts-low-training": ({"checkpoint:team-b/bert-new", "preempt:team-b/bert-new", "mig-reconfigure:a100-2"}, {"reclaim"}, set()),
     "training-reclaims-inference-cards": ({"mig-reconfigure:a100-1"}, {"preempt"}, set()),
+    "always-rule-preempts-before-giving-back": ({"preempt:team-b/spot-sweep"}, {"mig-reconfigure", "checkpoint"}, set()),
     "team-over-cap": ({"preempt:team-a/extra-1", "preempt:team-a/extra-2"}, {"mig-reconfigure"}, set()),
     "held-by-cap": (set(), {"preempt", "mig-reconfigure"}, {"held-cap"}),
     "defragment": ({"move:team-b/probe-0", "move:team-b/probe-1"}, {"preempt"}, set()),
