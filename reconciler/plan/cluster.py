@@ -121,24 +121,62 @@ class PoolView:
     _inference: list[GpuSlot] | None = None
     _mig_free: dict[str, list[GpuSlot]] | None = None
 
-    _shared_free: list[GpuSlot] | None = None
+    _shared_free: list[list[GpuSlot]] | None = None
     _empty_inference: dict[str, list[GpuSlot]] | None = None
 
+    _empty_nodes: list[str] = field(default_factory=list)
+
     def empty_inference_by_node(self) -> dict[str, list[GpuSlot]]:
-        """Inference cards nobody held when last rebuilt (callers re-check `holders`)."""
+        """Node -> inference cards nobody held when last counted (callers re-check `holders`);
+        kept per node by `touch`, iterate with `empty_inference_nodes()` for name order."""
         if self._empty_inference is None:
             out: dict[str, list[GpuSlot]] = {}
             for g in self.inference_slots():
                 if not g.holders:
                     out.setdefault(g.node, []).append(g)
-            self._empty_inference = dict(sorted(out.items()))
+            self._empty_inference = out
+            self._empty_nodes = sorted(out)
         return self._empty_inference
 
-    def shared_with_free(self) -> list[GpuSlot]:
-        """Shared cards with a free slice (the caller removes a card it fills)."""
+    def empty_inference_nodes(self) -> list[str]:
+        self.empty_inference_by_node()
+        return self._empty_nodes
+
+    def _recount_empty(self, node: str) -> None:
+        if self._empty_inference is None:
+            return
+        cards = [g for g in self.by_node().get(node, []) if g.target_mode != "whole" and not g.holders]
+        had = node in self._empty_inference
+        if cards:
+            self._empty_inference[node] = cards
+            if not had:
+                bisect.insort(self._empty_nodes, node)
+        elif had:
+            del self._empty_inference[node]
+            del self._empty_nodes[bisect.bisect_left(self._empty_nodes, node)]
+
+    def shared_buckets(self) -> list[list[GpuSlot]]:
+        """Shared cards by free slices: bucket f holds the cards with f free, in node/index
+        order (bucket 0 unused). `shared_used` re-files a card after a placement."""
         if self._shared_free is None:
-            self._shared_free = [g for g in self.inference_slots() if g.free_slices > 0]
+            top = max((g.target_slices for g in self.inference_slots() if g.target_mode == "shared"), default=0)
+            buckets: list[list[GpuSlot]] = [[] for _ in range(top + 1)]
+            for g in self.inference_slots():
+                if g.free_slices > 0:
+                    buckets[g.free_slices].append(g)
+            self._shared_free = buckets
         return self._shared_free
+
+    def shared_used(self, g: GpuSlot, before: int) -> None:
+        buckets = self.shared_buckets()
+        if before < len(buckets):
+            b = buckets[before]
+            for i, other in enumerate(b):
+                if other is g:
+                    del b[i]
+                    break
+        if 0 < g.free_slices < len(buckets):
+            bisect.insort(buckets[g.free_slices], g, key=lambda s: (s.node, s.index))
 
     def repartitioned(self, g: GpuSlot) -> None:
         """Keep the inference indexes right after `g` got a new target partitioning."""
@@ -150,8 +188,8 @@ class PoolView:
                 bisect.insort(self._inference, g, key=lambda s: (s.node, s.index))
         self._mig_free = None
         self._shared_free = None
-        self._empty_inference = None
         self.touch(g.node)
+        self._recount_empty(g.node)
 
     def mig_with_free(self, profile: str) -> list[tuple[tuple, GpuSlot]]:
         """MIG cards with a free instance of `profile`, as (packing key, card) sorted by key:
@@ -212,7 +250,7 @@ class PoolView:
         if repartitioned or released:
             self._mig_free = None
             self._shared_free = None
-            self._empty_inference = None
+            self._recount_empty(node)
         if not self._buckets or node not in self._free:
             return
         old = self._free[node]

@@ -517,10 +517,10 @@ def _place_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
         g = _choose_shared(run, pv, r.shared_slices)
         if g is None:
             return False
+        before = g.free_slices
         g.used_slices += r.shared_slices
         g.holders.add(p.key)
-        if not g.free_slices:
-            pv.shared_with_free().remove(g)
+        pv.shared_used(g, before)
         return True
     return False
 
@@ -529,14 +529,18 @@ def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
     """A shared card with k free slices, chosen by the shared placement policy: each card's
     free slices are its free milli (slices x 1000 / slicesPerGPU), as the simulator models
     GPU sharing."""
-    per_node: dict[str, list[GpuSlot]] = {}
-    for g in pv.shared_with_free():
-        if g.free_slices >= k:
-            per_node.setdefault(g.node, []).append(g)
-    if not per_node:
-        return None
     # shortlist: the tightest fits first, like kube-scheduler scoring a sample of nodes
-    ranked = sorted(per_node, key=lambda n: (min(g.free_slices for g in per_node[n]), n))[:SHORTLIST]
+    ranked: list[str] = []
+    for bucket in pv.shared_buckets()[k:]:
+        for g in bucket:
+            if g.node not in ranked:
+                ranked.append(g.node)
+                if len(ranked) == SHORTLIST:
+                    break
+        if len(ranked) == SHORTLIST:
+            break
+    if not ranked:
+        return None
     slices = pv.pool.spec.inference.shared.slices_per_gpu
     states, cards = [], {}
     for node in ranked:
@@ -786,7 +790,9 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     n = p.request.gpus
     options = []
-    for node, cards in pv.empty_inference_by_node().items():
+    empty = pv.empty_inference_by_node()
+    for node in pv.empty_inference_nodes():
+        cards = empty[node]
         back = [g for g in cards if not g.holders and not g.converted and g.target_mode != "whole"]
         free = pv.free_whole_on(node)
         if free + min(len(back), spare) >= n and n - free > 0:
