@@ -48,12 +48,6 @@ MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SLICES_ANN = ANN + "shared-slices"
 
 
-def _client(api_client: Any):
-    from kubernetes import client
-
-    return client, api_client
-
-
 def _ts(value: Any) -> datetime | None:
     if value is None or value == "":
         return None
