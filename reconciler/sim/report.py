@@ -115,6 +115,10 @@ def plot_replay(records: Sequence[dict], path: str, title: str = "") -> None:
     ax.set_ylabel("GPU allocation (% of capacity)")
     ax.set_xlim(0, 130)
     ax.set_ylim(0, 100)
+    _finish(plt, fig, ax, path, title)
+
+
+def _finish(plt, fig, ax, path: str, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     if title:
@@ -144,10 +148,4 @@ def plot_timeline(records: Sequence[dict], path: str, title: str = "") -> None:
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel("GPU allocation (% of capacity)")
     ax.set_ylim(0, 100)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, title)

@@ -175,24 +175,10 @@ def test_conflict_on_update_is_retried_next_cycle(kube, tmp_path):
     assert not kube.core.read_node("a100-2").spec.unschedulable
 
 
-SCALING = """\
----
-apiVersion: gpupool.io/v1alpha1
-kind: ScalingPolicy
-metadata: {name: chat}
-spec:
-  pool: a100
-  targets:
-    - {namespace: team-b, name: chat, minReplicas: 1, maxReplicas: 8}
-    - {namespace: team-b, name: summarize, minReplicas: 1, maxReplicas: 8}
-  scaleUp: {queueLengthPerReplica: 10, step: 2, cooldown: 2m}
-  scaleDown: {queueLengthPerReplica: 1, step: 1, cooldown: 10m}
-  borrowFrom: [spot]
-"""
 
 
 def scaling_setup(kube, tmp_path, clock):
-    from tests.plan.scenarios import desired_text
+    from tests.plan.scenarios import SCALING, desired_text
 
     from .harness import add_gpu_node, publish_state  # noqa: F401
     from .scenario import seed_priority_classes
