@@ -12,10 +12,11 @@ from reconciler.loop.agent import run_once
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
+from tests.plan.scenarios import SCALING
 
 from .harness import DEPLOY, Clock, create_pdb, docs, ensure_namespace, mig_manager_step
 from .scenario import base
-from .test_faults import SCALING, scaling_setup
+from .test_faults import scaling_setup
 
 EXERCISED_ELSEWHERE = {
     ("", "get apps/deployments"), ("", "patch apps/deployments"),  # test_controller_scaling_within_rbac_rules
