@@ -60,6 +60,7 @@ class Controller:
         self.status = StatusStore(api_client, namespace=namespace)
         self.executor = Executor(api_client, apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
         self.last_ok: datetime | None = None
+        self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
 
     def cycle(self) -> CycleResult:
         with metrics.RECONCILE_DURATION.time():
@@ -96,7 +97,7 @@ class Controller:
                     "recentPreemptions": [t.isoformat() for t in view.recent_preemptions],
                 }, now)
             return CycleResult(None, "", leader, None, error=msg)
-        observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions)
+        observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache)
         p = plan(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
         self._gauges(desired, observed)
@@ -181,6 +182,10 @@ class Controller:
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`; a change in a watched source wakes the loop early."""
+        from reconciler.loop.informer import ClusterCache
+
+        self.cache = ClusterCache(self.api).start(stop)
+        self.cache.wait_synced(30)
         wake = threading.Event()
 
         def watch() -> None:

@@ -210,8 +210,11 @@ def observe_cluster(
     kubeconfig: str | None = None,
     now: datetime | None = None,
     recent_preemptions: list[datetime] | None = None,
+    cache: Any = None,
 ) -> ObservedState:
-    """One consistent-enough read of the cluster (lists, no watches) as an ObservedState."""
+    """The cluster as an ObservedState. Nodes and pods come from `cache` (the controller's
+    watch-fed informers: `cache.nodes()`, `cache.pods()`, or None until synced) when given,
+    else from lists; the rest is listed each time (few objects, rarely changing)."""
     from kubernetes import client, config
 
     if api_client is None:
@@ -228,11 +231,15 @@ def observe_cluster(
     except client.ApiException as exc:
         if exc.status != 404:  # no CRD installed: fall back to node capacity
             raise
-    nodes = [_node(n, states.get(n.metadata.name)) for n in core.list_node().items]
+    cached_nodes = cache.nodes() if cache is not None else None
+    cached_pods = cache.pods() if cache is not None else None
+    raw_nodes = cached_nodes if cached_nodes is not None else core.list_node().items
+    raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
+    nodes = [_node(n, states.get(n.metadata.name)) for n in raw_nodes]
     by_name = {n.name: n for n in nodes}
     taken: dict[str, set[int]] = {}
     workloads = []
-    pods = sorted(core.list_pod_for_all_namespaces().items, key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name))
+    pods = sorted(raw_pods, key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name))
     for p in pods:
         if p.status.phase in ("Succeeded", "Failed") or p.metadata.deletion_timestamp:
             continue

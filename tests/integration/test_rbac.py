@@ -5,11 +5,13 @@ how "it works with only those verbs" is checked here (deploy/README.md says so t
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from reconciler.apply.executor import ApplyConfig
 from reconciler.loop.agent import run_once
 from reconciler.loop.controller import Controller
+from reconciler.loop.informer import ClusterCache
 from reconciler.loop.sources import DirectorySource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 from tests.plan.scenarios import SCALING
@@ -158,6 +160,11 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     create_pdb(kube, "team-b", "bert-new", {"app": "bert-new"}, min_available=1)
     api = _client(kube, CONTROLLER_UA)
     ctl = _controller(kube, tmp_path, clock, api)
+    # observe through the watch-fed cache, as `Controller.run` does (list + watch nodes, pods)
+    stop = threading.Event()
+    kube.cleanup(stop.set)
+    ctl.cache = ClusterCache(api, timeout_seconds=5).start(stop)
+    assert ctl.cache.wait_synced(10)
     for _ in range(3):
         ctl.cycle()
         clock.advance(200)

@@ -1,0 +1,113 @@
+"""Watch-fed caches of nodes and pods (list, then watch from the list's resourceVersion).
+
+The controller reads its observed state from these instead of listing every pod each cycle.
+A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410
+Gone (the server compacted past it) or any error relists. `synced` is set after the first
+list; until then readers get None and fall back to a list of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("gpupool.informer")
+
+
+class Informer:
+    def __init__(self, list_fn: Callable[..., Any], *, name: str, timeout_seconds: int = 60, backoff_seconds: float = 1.0):
+        self.list_fn = list_fn
+        self.name = name
+        self.timeout_seconds = timeout_seconds
+        self.backoff_seconds = backoff_seconds
+        self.synced = threading.Event()
+        self.relists = 0
+        self._items: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _key(obj: Any) -> str:
+        return f"{obj.metadata.namespace or ''}/{obj.metadata.name}"
+
+    def items(self) -> list[Any] | None:
+        if not self.synced.is_set():
+            return None
+        with self._lock:
+            return list(self._items.values())
+
+    def start(self, stop: threading.Event) -> Informer:
+        self._thread = threading.Thread(target=self._run, args=(stop,), name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _relist(self) -> str:
+        result = self.list_fn()
+        with self._lock:
+            self._items = {self._key(o): o for o in result.items}
+        self.relists += 1
+        self.synced.set()
+        return result.metadata.resource_version
+
+    def _run(self, stop: threading.Event) -> None:
+        from kubernetes import client, watch
+
+        rv = None
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                w = watch.Watch()
+                for event in w.stream(self.list_fn, resource_version=rv, timeout_seconds=self.timeout_seconds,
+                                      allow_watch_bookmarks=True):
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    obj = event["object"]
+                    kind = event["type"]
+                    rv = obj.metadata.resource_version or rv
+                    if kind == "BOOKMARK":
+                        continue
+                    with self._lock:
+                        if kind == "DELETED":
+                            self._items.pop(self._key(obj), None)
+                        else:
+                            self._items[self._key(obj)] = obj
+            except client.ApiException as exc:
+                if exc.status == 410:
+                    log.info("%s: resourceVersion %s is gone; relisting", self.name, rv)
+                else:
+                    log.warning("%s: watch failed (%s); relisting", self.name, exc.status)
+                rv = None
+                stop.wait(self.backoff_seconds if exc.status != 410 else 0)
+            except Exception as exc:  # noqa: BLE001 - connection drops, apiserver restarts
+                log.warning("%s: watch broke (%s); relisting", self.name, type(exc).__name__)
+                rv = None
+                stop.wait(self.backoff_seconds)
+
+
+class ClusterCache:
+    """The node and pod informers the controller observes through."""
+
+    def __init__(self, api_client: Any, **kw: Any):
+        from kubernetes import client
+
+        core = client.CoreV1Api(api_client)
+        self.node_informer = Informer(core.list_node, name="nodes", **kw)
+        self.pod_informer = Informer(core.list_pod_for_all_namespaces, name="pods", **kw)
+
+    def start(self, stop: threading.Event) -> ClusterCache:
+        self.node_informer.start(stop)
+        self.pod_informer.start(stop)
+        return self
+
+    def nodes(self) -> list[Any] | None:
+        return self.node_informer.items()
+
+    def pods(self) -> list[Any] | None:
+        return self.pod_informer.items()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.node_informer.synced.wait(timeout) and self.pod_informer.synced.wait(timeout)
