@@ -42,11 +42,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         desired = load_from_args(args)
         if args.kubeconfig:
-            from kubernetes import config
+            from reconciler.observe.kube import make_api_client, observe_cluster
 
-            from reconciler.observe.kube import observe_cluster
-
-            api = config.new_client_from_config(config_file=args.kubeconfig)
+            api = make_api_client(args.kubeconfig)
             observed = observe_cluster(api)
         elif args.observed:
             api, observed = None, load_snapshot(args.observed)

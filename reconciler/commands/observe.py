@@ -7,19 +7,11 @@ import sys
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    from kubernetes import config
-
-    from reconciler.observe.kube import observe_cluster
+    from reconciler.observe.kube import make_api_client, observe_cluster
     from reconciler.observe.snapshot import dump_snapshot
 
     try:
-        api = config.new_client_from_config(config_file=args.kubeconfig) if args.kubeconfig else None
-        if api is None:
-            config.load_incluster_config()
-            from kubernetes import client
-
-            api = client.ApiClient()
-        text = dump_snapshot(observe_cluster(api), "json" if args.out.endswith(".json") else "yaml")
+        text = dump_snapshot(observe_cluster(make_api_client(args.kubeconfig)), "json" if args.out.endswith(".json") else "yaml")
     except Exception as exc:  # noqa: BLE001 - report any client/config failure in one line
         print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
         return 1

@@ -11,16 +11,8 @@ import sys
 import threading
 import time
 
+from reconciler.observe.kube import make_api_client
 from reconciler.spec.quantity import parse_duration
-
-
-def _api_client(kubeconfig: str | None):
-    from kubernetes import client, config
-
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
 
 
 def _stop_on_signals() -> threading.Event:
@@ -54,7 +46,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     apply_config = ApplyConfig(mig_config_namespace=args.mig_config_namespace, mig_timeout_seconds=mig_timeout,
                                events_namespace=args.namespace)
-    api = _api_client(args.kubeconfig)
+    api = make_api_client(args.kubeconfig)
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
     ctl = Controller(source, api, namespace=args.namespace, identity=identity, dry_run=args.dry_run, apply_config=apply_config)
     if args.once:
@@ -78,7 +70,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if not node:
         print("error: give --node or set NODE_NAME", file=sys.stderr)
         return 1
-    api = _api_client(args.kubeconfig)
+    api = make_api_client(args.kubeconfig)
     stop = _stop_on_signals() if not args.once else threading.Event()
     interval = parse_duration(args.interval)
     while True:

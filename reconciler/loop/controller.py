@@ -21,8 +21,8 @@ from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.status import StatusStore, condition
 from reconciler.observe.kube import observe_cluster
-from reconciler.plan.cluster import build_cluster, card_equivalents
-from reconciler.plan.planner import plan
+from reconciler.plan.cluster import card_equivalents
+from reconciler.plan.planner import plan_state
 from reconciler.spec.loader import load
 from reconciler.spec.problems import InvalidDesiredState
 from reconciler.spec.sources import SourceError
@@ -98,9 +98,9 @@ class Controller:
                 }, now)
             return CycleResult(None, "", leader, None, error=msg)
         observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache)
-        p = plan(desired, observed, now=now)
+        p, cluster = plan_state(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
-        self._gauges(desired, observed)
+        self._gauges(desired, observed, cluster)
         applied = None
         preempted = [t.isoformat() for t in view.recent_preemptions]
         if leader and not view.suspend and not self.dry_run and p.actions:
@@ -161,8 +161,9 @@ class Controller:
             "recentPreemptions": preempted,
         }
 
-    def _gauges(self, desired, observed) -> None:
-        cluster = build_cluster(desired, observed)
+    def _gauges(self, desired, observed, cluster) -> None:
+        # the planner's view: repartitions and evictions changed targets and holders, never the
+        # observed modes or which pool a node is in, which is all the gauges read
         for pv in cluster.pools.values():
             for mode, n in pv.capacity(False).items():
                 metrics.GPUS.labels(pv.name, mode).set(n)

@@ -204,6 +204,16 @@ def _service(obj: Any, kind: str) -> InferenceService:
     )
 
 
+def make_api_client(kubeconfig: str | None = None) -> Any:
+    """An official-client ApiClient from a kubeconfig file, or the in-cluster config."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
 def observe_cluster(
     api_client: Any = None,
     *,
@@ -215,14 +225,10 @@ def observe_cluster(
     """The cluster as an ObservedState. Nodes and pods come from `cache` (the controller's
     watch-fed informers: `cache.nodes()`, `cache.pods()`, or None until synced) when given,
     else from lists; the rest is listed each time (few objects, rarely changing)."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     if api_client is None:
-        if kubeconfig:
-            api_client = config.new_client_from_config(config_file=kubeconfig)
-        else:
-            config.load_incluster_config()
-            api_client = client.ApiClient()
+        api_client = make_api_client(kubeconfig)
     core = client.CoreV1Api(api_client)
     states: dict[str, dict] = {}
     try:

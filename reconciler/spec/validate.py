@@ -122,8 +122,6 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
                     d, ("spec", "inference", "shared", "memoryPerSlice"),
                     f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory of one {model.name} card",
                 )
-        if inf.prefer == "mig" and inf.mig is None and inf.shared is None and inf.min_gpus:
-            pass  # reported above
 
 
 def _unplaceable(state: DesiredState, model, profiles: list[str]) -> str:
