@@ -136,13 +136,12 @@ class _Run:
         spot = bool(cls and cls.spot)
         running = self.seconds_since(w.started_at)
         since_ckpt = self.seconds_since(w.last_checkpoint_at or w.started_at)
-        team = self.team(w.namespace)
         return Candidate(
             key=w.key,
             priority=cls.value if cls else 0,
             # unknown class or unknown start: never preempted (safe default)
             preemptible=bool(cls and cls.preemptible and running is not None),
-            over_quota=self._over_guarantee(team, w),
+            over_quota=self._over_guarantee(w),
             running_seconds=math.inf if spot else (running or 0.0),
             seconds_since_checkpoint=since_ckpt or 0.0,
             gpus=float(len(w.allocations) or w.request.gpus or 1),
@@ -151,15 +150,13 @@ class _Run:
     def min_runtime(self) -> float:
         return seconds(self.desired.priority.spec.preemption.min_runtime) if self.desired.priority else math.inf
 
-    def _over_guarantee(self, team: str | None, w: Workload) -> bool:
-        if team is None:
-            return True
-        q = self.desired.quotas.get(team) or next((q for q in self.desired.quotas.values() if q.team == team), None)
+    def _over_guarantee(self, w: Workload) -> bool:
+        q = self.desired.quota_for_namespace(w.namespace)
         pool = self.cluster.pool_of(w)
         if q is None or pool is None:
             return True
         pq = next((p for p in q.spec.pools if p.pool == pool), None)
-        used = self.pool_whole_usage.get((team, pool), 0)
+        used = self.pool_whole_usage.get((q.team, pool), 0)
         return pq is None or used > pq.whole.guaranteed
 
     def victims_for(self, workloads: list[Workload], preemptor_priority: int, classes: set[str]) -> list[Candidate]:
@@ -472,7 +469,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
         pv = run.pool_view(pool)
         need = card_equivalents(Workload(namespace=p.namespace, name="x", request=p.request), pv)
         if team is not None:
-            q = next(q for q in run.desired.quotas.values() if q.team == team)
+            q = run.desired.quota_for_namespace(p.namespace)
             used = run.team_usage.get(team, Fraction(0))
             if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
                 run.find("info", "held-cap", p.key, f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}")
