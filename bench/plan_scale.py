@@ -56,11 +56,11 @@ from reconciler.observe.model import (  # noqa: E402
     Request,
     Workload,
 )
-from reconciler.spec.loader import load  # noqa: E402
-from reconciler.spec.problems import InvalidDesiredState  # noqa: E402
-from reconciler.spec.quantity import quantity_bytes  # noqa: E402
-from reconciler.spec.sources import files_from_paths  # noqa: E402
-from reconciler.spec.state import DesiredState, Located  # noqa: E402
+from reconciler.policy.files import files_from_paths  # noqa: E402
+from reconciler.policy.loader import load  # noqa: E402
+from reconciler.policy.problems import InvalidDesiredState  # noqa: E402
+from reconciler.policy.quantity import quantity_bytes  # noqa: E402
+from reconciler.policy.state import DesiredState, Located  # noqa: E402
 
 NOW = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 BUNDLED_POOL_NODES = 8
@@ -94,7 +94,7 @@ def _scale_quantity(q: str, f: Fraction) -> str:
 
 def scaled_desired(nodes: int) -> DesiredState:
     """The bundled desired state with pools and quotas multiplied to `nodes` (half per pool)."""
-    from reconciler.spec.validate import check_semantics
+    from reconciler.policy.validate import check_semantics
 
     base = load(files_from_paths([str(ROOT / "pools"), str(ROOT / "policies")]))
     per_pool = max(1, nodes // len(base.pools))

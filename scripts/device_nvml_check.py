@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.observe.agent import collect_node  # noqa: E402
 from reconciler.observe.nvml import NvmlReadError  # noqa: E402
-from reconciler.spec.catalog import default_catalog  # noqa: E402
+from reconciler.policy.catalog import default_catalog  # noqa: E402
 
 FORBIDDEN = ("Set", "Create", "Destroy", "Reset", "Clear", "Register", "Modify")
 

@@ -20,8 +20,8 @@ from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, s
 from reconciler.observe.model import InferenceService, PriorityClassObject, QuotaObject, Request  # noqa: E402
 from reconciler.observe.snapshot import dump_snapshot  # noqa: E402
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas  # noqa: E402
-from reconciler.spec.loader import load  # noqa: E402
-from reconciler.spec.sources import files_from_paths  # noqa: E402
+from reconciler.policy.files import files_from_paths  # noqa: E402
+from reconciler.policy.loader import load  # noqa: E402
 
 NOW = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"

@@ -9,11 +9,11 @@ import sys
 from pydantic import ValidationError
 
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
-from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
+from reconciler.observe.snapshot import load_snapshot
 from reconciler.plan.fingerprint import fingerprint
 from reconciler.plan.model import Plan
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import SourceError
+from reconciler.policy.files import SourceError
+from reconciler.policy.problems import InvalidInput
 
 
 def stale_reasons(saved: Plan, now: dict[str, str]) -> list[str]:
@@ -51,7 +51,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         else:
             print("error: give --kubeconfig (to apply) or --observed (to check only)", file=sys.stderr)
             return 1
-    except (SourceError, InvalidDesiredState, InvalidSnapshot) as exc:
+    except (SourceError, InvalidInput) as exc:
         return report_load_error(exc)
     reasons = stale_reasons(saved, fingerprint(desired, observed))
     if reasons:

@@ -16,8 +16,8 @@ from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
 from reconciler.plan.fingerprint import fingerprint
 from reconciler.plan.planner import plan
 from reconciler.plan.render import RENDERERS, to_json
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import SourceError
+from reconciler.policy.files import SourceError
+from reconciler.policy.problems import InvalidDesiredState, InvalidInput
 
 DEFAULT_OBSERVED = "examples/observed.yaml"
 
@@ -36,7 +36,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         desired = load_from_args(args)
         observed = observe_from_args(args)
-    except (SourceError, InvalidDesiredState, InvalidSnapshot) as exc:
+    except (SourceError, InvalidInput) as exc:
         return report_load_error(exc)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -77,8 +77,8 @@ def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
 def cmd_plan_change(args: argparse.Namespace) -> int:
     from reconciler.plan.change import compare
     from reconciler.plan.render import CHANGE_RENDERERS
-    from reconciler.spec.loader import load
-    from reconciler.spec.sources import files_from_git
+    from reconciler.policy.files import files_from_git
+    from reconciler.policy.loader import load
 
     repo = args.repo or "."
     try:

@@ -8,10 +8,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from reconciler.spec.loader import load
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import DEFAULT_DIRS, SourceError, files_from_git, files_from_paths
-from reconciler.spec.state import DesiredState
+from reconciler.policy.files import DEFAULT_DIRS, SourceError, files_from_git, files_from_paths
+from reconciler.policy.loader import load
+from reconciler.policy.problems import InvalidDesiredState, InvalidInput
+from reconciler.policy.state import DesiredState
 
 
 def add_source_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
@@ -38,7 +38,7 @@ def load_from_args(args: argparse.Namespace) -> DesiredState:
 
 def report_load_error(exc: Exception) -> int:
     """Print a load failure without a traceback; the exit code is always 1."""
-    if isinstance(exc, InvalidDesiredState):
+    if isinstance(exc, InvalidInput):
         for p in exc.problems:
             print(f"error: {p}", file=sys.stderr)
         n = len(exc.problems)
@@ -70,7 +70,7 @@ def problem_dict(p) -> dict:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from reconciler.spec.schema import schema_files
+    from reconciler.policy.schema import schema_files
 
     out = Path(args.out)
     files = schema_files()

@@ -12,7 +12,7 @@ import threading
 import time
 
 from reconciler.observe.kube import make_api_client
-from reconciler.spec.quantity import parse_duration
+from reconciler.policy.quantity import parse_duration
 
 
 def _stop_on_signals() -> threading.Event:

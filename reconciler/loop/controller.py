@@ -23,9 +23,9 @@ from reconciler.loop.status import StatusStore, condition
 from reconciler.observe.kube import observe_cluster
 from reconciler.plan.cluster import card_equivalents
 from reconciler.plan.planner import plan_state
-from reconciler.spec.loader import load
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import SourceError
+from reconciler.policy.files import SourceError
+from reconciler.policy.loader import load
+from reconciler.policy.problems import InvalidDesiredState
 
 log = logging.getLogger("gpupool.controller")
 

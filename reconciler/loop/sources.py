@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.spec.sources import DEFAULT_DIRS, SourceFile, files_from_git, files_from_paths
+from reconciler.policy.files import DEFAULT_DIRS, SourceFile, files_from_git, files_from_paths
 
 
 @dataclass
-class Snapshot:
+class PolicyRevision:
     files: list[SourceFile]
     revision: str
 
@@ -30,12 +30,12 @@ class DirectorySource:
         present = [self.root / d for d in self.dirs if (self.root / d).exists()]
         return present or [self.root]
 
-    def read(self) -> Snapshot:
+    def read(self) -> PolicyRevision:
         files = files_from_paths(self.paths())
         digest = hashlib.sha256()
         for f in files:
             digest.update(f.path.encode() + b"\0" + f.text.encode() + b"\0")
-        return Snapshot(files, "dir:" + digest.hexdigest()[:12])
+        return PolicyRevision(files, "dir:" + digest.hexdigest()[:12])
 
     def changes(self, stop: threading.Event) -> Iterator[set]:
         from watchfiles import watch
@@ -57,11 +57,11 @@ class GitSource:
         self.cache.mkdir(parents=True, exist_ok=True)
         return git.Repo.clone_from(self.url, self.cache, bare=True)
 
-    def read(self) -> Snapshot:
+    def read(self) -> PolicyRevision:
         repo = self._repo()
         repo.git.fetch("origin", f"+refs/heads/{self.branch}:refs/remotes/origin/{self.branch}", "--prune")
         files, sha = files_from_git(self.cache, f"origin/{self.branch}", self.dirs)
-        return Snapshot(files, sha)
+        return PolicyRevision(files, sha)
 
     def changes(self, stop: threading.Event) -> Iterator[set]:
         return iter(())  # polled: the loop's interval is the trigger

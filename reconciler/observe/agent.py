@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from reconciler.observe.model import Gpu, Node
 from reconciler.observe.nvml import NvmlApi, read_gpus
-from reconciler.spec.catalog import Catalog
+from reconciler.policy.catalog import Catalog
 
 
 def _idle(gpu: Gpu) -> bool:

@@ -13,7 +13,7 @@ from reconciler.observe.model import (
     Request,
     Workload,
 )
-from reconciler.spec.catalog import default_catalog
+from reconciler.policy.catalog import default_catalog
 
 PRODUCT = {
     "A100-SXM4-80GB": "NVIDIA-A100-SXM4-80GB",

@@ -37,7 +37,7 @@ from reconciler.observe.model import (
     Taint,
     Workload,
 )
-from reconciler.spec.quantity import parse_quantity
+from reconciler.policy.quantity import parse_quantity
 
 GROUP, VERSION = "gpupool.io", "v1alpha1"
 NODE_STATE_PLURAL = "gpunodestates"

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reconciler.spec.models import yaml_name
+from reconciler.policy.models import yaml_name
 
 OBSERVED_API_VERSION = "gpupool.io/v1alpha1"
 

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from reconciler.observe.model import Gpu, GpuProcess, MigInstance
-from reconciler.spec.catalog import Catalog, GpuModel, default_catalog
+from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
 
 MIB = 1024 * 1024
 

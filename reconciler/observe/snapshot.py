@@ -10,11 +10,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from reconciler.observe.model import ObservedState
-from reconciler.spec.loader import format_path, locate
-from reconciler.spec.problems import InvalidDesiredState, Problem
+from reconciler.policy.loader import format_path, locate
+from reconciler.policy.problems import InvalidInput, Problem
 
 
-class InvalidSnapshot(InvalidDesiredState):
+class InvalidSnapshot(InvalidInput):
     """An observed-state file that cannot be used; carries every problem found."""
 
 

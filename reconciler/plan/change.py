@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.observe.model import ObservedState
-from reconciler.plan.cluster import Cluster
+from reconciler.plan.cluster import ClusterView
 from reconciler.plan.model import Action, Plan
 from reconciler.plan.planner import plan_state
 from reconciler.plan.quotas import desired_resource_quotas
-from reconciler.spec.state import DesiredState
+from reconciler.policy.state import DesiredState
 
 CONFIRMATIONS = ("empty-pool", "delete-all-quotas")
 EVICTIONS = ("preempt", "reclaim", "move")
@@ -129,7 +129,7 @@ def _quota_changes(base: DesiredState, head: DesiredState) -> dict[str, dict[str
     return out
 
 
-def _targets(cluster: Cluster) -> dict[tuple[str, str, int], str]:
+def _targets(cluster: ClusterView) -> dict[tuple[str, str, int], str]:
     return {(pv.name, g.node, g.index): g.describe(target=True) for pv in cluster.pools.values() for g in pv.gpus}
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload
-from reconciler.spec.catalog import GpuModel
-from reconciler.spec.models import LabelSelector, Pool
-from reconciler.spec.state import DesiredState
+from reconciler.policy.catalog import GpuModel
+from reconciler.policy.models import LabelSelector, Pool
+from reconciler.policy.state import DesiredState
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 POOL_LABEL = "gpupool.io/pool"
@@ -309,7 +309,7 @@ def _slot(node: Node, gpu: Gpu) -> GpuSlot:
 
 
 @dataclass
-class Cluster:
+class ClusterView:
     pools: dict[str, PoolView]
     node_pool: dict[str, str]  # node -> pool
     slot: dict[tuple[str, int], GpuSlot]
@@ -322,7 +322,7 @@ class Cluster:
         return w.pool
 
 
-def build_cluster(desired: DesiredState, observed: ObservedState) -> Cluster:
+def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView:
     pools: dict[str, PoolView] = {}
     for name in sorted(desired.pools):
         p = desired.pools[name]
@@ -362,7 +362,7 @@ def build_cluster(desired: DesiredState, observed: ObservedState) -> Cluster:
                 prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
                 s.used_instances.add((prof, a.mig_start))
             s.used_slices += a.slices
-    return Cluster(pools, node_pool, slot, workloads, unmatched)
+    return ClusterView(pools, node_pool, slot, workloads, unmatched)
 
 
 def card_equivalents(w: Workload, pool: PoolView | None, memory_slices: int = 8) -> Fraction:

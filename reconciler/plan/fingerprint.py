@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from reconciler.observe.model import ObservedState
-from reconciler.spec.state import DesiredState
+from reconciler.policy.state import DesiredState
 
 VOLATILE_GPU_FIELDS = {"utilization", "memory_used_mib", "processes"}
 

@@ -1,7 +1,7 @@
 """Where a pod goes: node and GPU placement policies for a shared GPU pool.
 
 Pure: no I/O, no clock, no global random state. Callers describe the nodes
-(`NodeState`) and the pod (`Request`); `choose` returns a `Placement` or None.
+(`NodeState`) and the pod (`PodDemand`); `choose` returns a `Placement` or None.
 Randomness (tie-breaking, the Random-fit policy) comes from `ctx.rng`.
 
 The planner places pending pods with this module, and the trace simulator
@@ -52,7 +52,7 @@ POLICIES: tuple[str, ...] = ("random", "bestfit", "dotprod", "packing", "cluster
 
 
 @dataclass(frozen=True)
-class Request:
+class PodDemand:
     """One pod's demand."""
 
     num_gpu: int  # 0..8; 1 with gpu_milli < 1000 = sharing pod
@@ -214,11 +214,11 @@ class PlacementContext:
 # --------------------------------------------------------------------------- feasibility
 
 
-def model_ok(node: NodeState, req: Request) -> bool:
+def model_ok(node: NodeState, req: PodDemand) -> bool:
     return req.num_gpu == 0 or req.gpu_models is None or node.model in req.gpu_models
 
 
-def fits(node: NodeState, req: Request) -> bool:
+def fits(node: NodeState, req: PodDemand) -> bool:
     """Can `req` run on `node` now: model, CPU, memory, and GPUs (a sharing pod needs one GPU
     with gpu_milli free; a multi-GPU pod needs num_gpu GPUs with gpu_milli free, i.e. whole
     free cards when gpu_milli is 1000)."""
@@ -237,7 +237,7 @@ def fits(node: NodeState, req: Request) -> bool:
     return False
 
 
-def _exclusive_gpus(gpus: list[int], req: Request) -> tuple[int, ...]:
+def _exclusive_gpus(gpus: list[int], req: PodDemand) -> tuple[int, ...]:
     """The first num_gpu GPUs with gpu_milli free (whole free cards for whole-card pods)."""
     out = []
     for i, f in enumerate(gpus):
@@ -256,7 +256,7 @@ def _tightest_gpu(gpus: list[int], milli: int) -> tuple[int, ...]:
     return (best,)
 
 
-def default_gpus(node: NodeState, req: Request) -> tuple[int, ...]:
+def default_gpus(node: NodeState, req: PodDemand) -> tuple[int, ...]:
     """Best-fit GPU choice: a sharing pod takes the tightest GPU it fits on, whole-card pods
     the lowest-numbered free cards."""
     if req.num_gpu == 0:
@@ -269,7 +269,7 @@ def default_gpus(node: NodeState, req: Request) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- state changes
 
 
-def allocate(node: NodeState, req: Request, placement: Placement) -> None:
+def allocate(node: NodeState, req: PodDemand, placement: Placement) -> None:
     """Take `req`'s resources on `node` at `placement.gpus` (raises ValueError if they are
     not there)."""
     if placement.node != node.name:
@@ -291,7 +291,7 @@ def allocate(node: NodeState, req: Request, placement: Placement) -> None:
     node.version += 1
 
 
-def release(node: NodeState, req: Request, placement: Placement) -> None:
+def release(node: NodeState, req: PodDemand, placement: Placement) -> None:
     """Give back what `allocate` took."""
     node.cpu_free_milli += req.cpu_milli
     node.memory_free_mib += req.memory_mib
@@ -310,7 +310,7 @@ def release(node: NodeState, req: Request, placement: Placement) -> None:
 # --------------------------------------------------------------------------- target workload
 
 
-def typical_workload(requests: Iterable[Request], coverage: float = 1.0) -> tuple[TargetPod, ...]:
+def typical_workload(requests: Iterable[PodDemand], coverage: float = 1.0) -> tuple[TargetPod, ...]:
     """FGD's target workload: the most popular task types (CPU, GPU count, per-GPU share,
     allowed models) that together cover `coverage` of the tasks, with their popularity
     renormalised to sum to 1. CPU-only tasks are included: GPU capacity is fragmented for
@@ -396,7 +396,7 @@ def cluster_fragmentation(nodes: Iterable[NodeState], ctx: PlacementContext) -> 
     return frag, free
 
 
-def _fgd_delta(node: NodeState, req: Request, ctx: PlacementContext) -> tuple[float, tuple[int, ...]]:
+def _fgd_delta(node: NodeState, req: PodDemand, ctx: PlacementContext) -> tuple[float, tuple[int, ...]]:
     """(fragmentation growth, GPUs) of the best GPU choice for `req` on `node`."""
     gpus = node.gpu_free_milli
     cpu_after = node.cpu_free_milli - req.cpu_milli
@@ -428,22 +428,22 @@ def _fgd_delta(node: NodeState, req: Request, ctx: PlacementContext) -> tuple[fl
 # gpus None means "choose after the node is picked" (see `choose`).
 
 
-def _score_random(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_random(node: NodeState, req: PodDemand, ctx: PlacementContext):
     return 0, None
 
 
-def _bestfit_leftover(node: NodeState, req: Request) -> float:
+def _bestfit_leftover(node: NodeState, req: PodDemand) -> float:
     """Weighted CPU+GPU leftover after placing req, normalised by the max node spec (0..1)."""
     cpu_left = (node.cpu_free_milli - req.cpu_milli) / MAX_SPEC_CPU_MILLI
     gpu_left = (sum(node.gpu_free_milli) - req.total_gpu_milli) / MAX_SPEC_GPU_MILLI
     return 0.5 * cpu_left + 0.5 * gpu_left
 
 
-def _score_bestfit(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_bestfit(node: NodeState, req: PodDemand, ctx: PlacementContext):
     return int((1.0 - _bestfit_leftover(node, req)) * 100), default_gpus(node, req)
 
 
-def _score_dotprod(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_dotprod(node: NodeState, req: PodDemand, ctx: PlacementContext):
     dot = (
         (node.cpu_free_milli / MAX_SPEC_CPU_MILLI) * (req.cpu_milli / MAX_SPEC_CPU_MILLI)
         + (sum(node.gpu_free_milli) / MAX_SPEC_GPU_MILLI)
@@ -452,7 +452,7 @@ def _score_dotprod(node: NodeState, req: Request, ctx: PlacementContext):
     return int((1.0 - dot) * 100), default_gpus(node, req)
 
 
-def _score_packing(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_packing(node: NodeState, req: PodDemand, ctx: PlacementContext):
     if req.total_gpu_milli <= 0:
         return 0, ()
     gpus = node.gpu_free_milli
@@ -477,7 +477,7 @@ def _score_packing(node: NodeState, req: Request, ctx: PlacementContext):
     return max(100 - free_pct // 10, 50), chosen
 
 
-def _score_clustering(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_clustering(node: NodeState, req: PodDemand, ctx: PlacementContext):
     cls = req.gpu_class
     if cls is None:
         return 0, ()
@@ -490,7 +490,7 @@ def _score_clustering(node: NodeState, req: Request, ctx: PlacementContext):
     return tier + used, default_gpus(node, req)
 
 
-def _score_fgd(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_fgd(node: NodeState, req: PodDemand, ctx: PlacementContext):
     delta, chosen = _fgd_delta(node, req, ctx)
     # the exact gradient as the paper states it (rounded so float noise does not split
     # ties); among equal gradients, the node with less free GPU (descend, then pack)
@@ -504,7 +504,7 @@ def _stranded(cpu_free: int, gpu_free: int, gpu_per_cpu: float) -> float:
     return max(0.0, gpu_free - cpu_free * gpu_per_cpu)
 
 
-def _score_ours(node: NodeState, req: Request, ctx: PlacementContext):
+def _score_ours(node: NodeState, req: PodDemand, ctx: PlacementContext):
     delta, chosen = _fgd_delta(node, req, ctx)
     ratio = ctx.gpu_per_cpu()
     if ratio > 0:
@@ -528,7 +528,7 @@ _SCORERS = {
 }
 
 
-def _random_gpus(node: NodeState, req: Request, rng: random.Random) -> tuple[int, ...]:
+def _random_gpus(node: NodeState, req: PodDemand, rng: random.Random) -> tuple[int, ...]:
     if req.sharing:
         ok = [i for i, f in enumerate(node.gpu_free_milli) if f >= req.gpu_milli]
         return (rng.choice(ok),)
@@ -536,7 +536,7 @@ def _random_gpus(node: NodeState, req: Request, rng: random.Random) -> tuple[int
 
 
 def choose(
-    policy: str, nodes: Sequence[NodeState], req: Request, ctx: PlacementContext
+    policy: str, nodes: Sequence[NodeState], req: PodDemand, ctx: PlacementContext
 ) -> Placement | None:
     """The node (and GPUs) `policy` puts `req` on, or None when no node fits.
 
@@ -582,7 +582,7 @@ class Resident:
     """A pod already running on a node, which defragmentation may move."""
 
     key: str
-    req: Request
+    req: PodDemand
     placement: Placement
     movable: bool = True
 
@@ -592,12 +592,12 @@ class Move:
     """Migrate `key` from `source` to `target` (evict and re-place)."""
 
     key: str
-    req: Request
+    req: PodDemand
     source: Placement
     target: Placement
 
 
-def _fits_without(node: NodeState, gone: Resident, req: Request) -> bool:
+def _fits_without(node: NodeState, gone: Resident, req: PodDemand) -> bool:
     """Would `req` fit on `node` once `gone` has left it?"""
     r = gone.req
     if node.cpu_free_milli + r.cpu_milli < req.cpu_milli:
@@ -622,7 +622,7 @@ def _fits_without(node: NodeState, gone: Resident, req: Request) -> bool:
 def choose_with_migration(
     policy: str,
     nodes: Sequence[NodeState],
-    req: Request,
+    req: PodDemand,
     ctx: PlacementContext,
     residents: dict[str, Sequence[Resident]],
     max_candidates: int = 32,

@@ -29,7 +29,7 @@ from reconciler.observe.model import InferenceService, ObservedState, Request, W
 from reconciler.plan import placement
 from reconciler.plan.cluster import (
     POOL_LABEL,
-    Cluster,
+    ClusterView,
     GpuSlot,
     PoolView,
     build_cluster,
@@ -38,9 +38,9 @@ from reconciler.plan.cluster import (
 from reconciler.plan.model import KIND_ORDER, Action, Finding, Plan
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.plan.victims import Candidate, order_victims
-from reconciler.spec.models import PriorityClassSpec, ScalingPolicy, seconds
-from reconciler.spec.quantity import format_duration
-from reconciler.spec.state import DesiredState
+from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
+from reconciler.policy.quantity import format_duration
+from reconciler.policy.state import DesiredState
 
 INF_PRIORITY = 2**31
 PLACEMENT_POLICY = "ours"  # the simulator's best policy (docs/simulator.md); FGD plus look-ahead
@@ -68,7 +68,7 @@ class _Run:
     desired: DesiredState
     observed: ObservedState
     now: datetime
-    cluster: Cluster
+    cluster: ClusterView
     actions: dict[str, Action] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     evicted: set[str] = field(default_factory=set)
@@ -90,9 +90,9 @@ class _Run:
                 if self.cluster.pool_of(w) != pv.name:
                     continue
                 if w.request.gpus:
-                    reqs.append(placement.Request(num_gpu=w.request.gpus, gpu_milli=1000))
+                    reqs.append(placement.PodDemand(num_gpu=w.request.gpus, gpu_milli=1000))
                 elif w.request.shared_slices:
-                    reqs.append(placement.Request(num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)))
+                    reqs.append(placement.PodDemand(num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)))
             self._placement[pv.name] = placement.PlacementContext(target=placement.typical_workload(reqs), rng=random.Random(0))
         return self._placement[pv.name]
 
@@ -148,7 +148,7 @@ class _Run:
         )
 
     def min_runtime(self) -> float:
-        return seconds(self.desired.priority.spec.preemption.min_runtime) if self.desired.priority else math.inf
+        return self.desired.priority.spec.preemption.min_runtime.total_seconds() if self.desired.priority else math.inf
 
     def _over_guarantee(self, w: Workload) -> bool:
         q = self.desired.quota_for_namespace(w.namespace)
@@ -176,12 +176,12 @@ class _Run:
         cls = self.pclass(w.priority_class)
         deps: tuple[str, ...] = ()
         if not (cls and cls.spot):
-            grace = self.desired.priority.spec.preemption.checkpoint_grace_period if self.desired.priority else "0s"
+            grace = self.desired.priority.spec.preemption.checkpoint_grace_period if self.desired.priority else timedelta(0)
             lost = self.seconds_since(w.last_checkpoint_at or w.started_at)
             ck = self.add(Action(
                 id=f"checkpoint:{w.key}", kind="checkpoint", target=w.key, pool=pool,
                 reason=f"ask {w.key} to checkpoint before it is stopped ({format_duration(lost or 0)} since its last checkpoint)",
-                details={"gracePeriodSeconds": int(seconds(grace)), "checkpointable": w.checkpointable},
+                details={"gracePeriodSeconds": int(grace.total_seconds()), "checkpointable": w.checkpointable},
             ))
             deps = (ck,)
         details = {"node": w.node, "gpus": sorted(a.gpu for a in w.allocations), "priorityClass": w.priority_class}
@@ -234,7 +234,7 @@ def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = 
     return plan_state(desired, observed, now)[0]
 
 
-def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, Cluster]:
+def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, ClusterView]:
     """The plan and the working view it leaves (target partitioning, placements): for tests."""
     run = _Run(desired, observed, now or observed.observed_at, build_cluster(desired, observed))
     _init_usage(run)
@@ -274,7 +274,7 @@ def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | N
     return result, run.cluster
 
 
-def _check_no_overcommit(cluster: Cluster) -> None:
+def _check_no_overcommit(cluster: ClusterView) -> None:
     """The planner's own guard: a bug here must fail loudly, never reach a cluster."""
     for g in cluster.slot.values():
         live = set(g.holders)
@@ -383,20 +383,20 @@ def _desired_replicas(run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: 
     hot = []
     if up.queue_length_per_replica is not None and per is not None and per > up.queue_length_per_replica:
         hot.append(f"queue {per:g}/replica > {up.queue_length_per_replica:g}")
-    if up.pending_time is not None and wait is not None and wait > seconds(up.pending_time):
-        hot.append(f"p99 wait {format_duration(wait)} > {up.pending_time}")
+    if up.pending_time is not None and wait is not None and wait > up.pending_time.total_seconds():
+        hot.append(f"p99 wait {format_duration(wait)} > {format_duration(up.pending_time.total_seconds())}")
     if hot:
         if n >= hi:
             run.find("warning", "at-max-replicas", svc.key, f"wants to scale up ({'; '.join(hot)}) but is at its maximum of {hi} replicas")
             return n, ""
-        if since is not None and since < seconds(up.cooldown):
+        if since is not None and since < up.cooldown.total_seconds():
             return n, ""
         want = min(hi, n + up.step)
         return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}"
     calm = per is not None and per < down.queue_length_per_replica
-    if calm and n > lo and (since is None or since >= seconds(down.cooldown)):
+    if calm and n > lo and (since is None or since >= down.cooldown.total_seconds()):
         want = max(lo, n - down.step)
-        return want, f"queue {per:g}/replica < {down.queue_length_per_replica:g} for over {down.cooldown}: scale {svc.key} {n} -> {want}"
+        return want, f"queue {per:g}/replica < {down.queue_length_per_replica:g} for over {format_duration(down.cooldown.total_seconds())}: scale {svc.key} {n} -> {want}"
     return n, ""
 
 
@@ -437,7 +437,7 @@ def _idle_reclaim(run: _Run) -> None:
             slots = [run.cluster.slot.get((w.node or "", a.gpu)) for a in w.allocations]
             if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
-            limit = seconds(rule.idle_for)
+            limit = rule.idle_for.total_seconds()
             idle = [run.seconds_since(s.idle_since) for s in slots]
             if any(s.utilization >= rule.utilization_below for s in slots) or any(i is None or i < limit for i in idle):
                 continue
@@ -448,7 +448,7 @@ def _idle_reclaim(run: _Run) -> None:
             if pc is None or not pc.preemptible:
                 run.find("info", "idle-protected", w.key, f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible")
                 continue
-            why = f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) for {format_duration(min(idle))} (limit {rule.idle_for})"
+            why = f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) for {format_duration(min(idle))} (limit {format_duration(limit)})"
             if rule.action == "report":
                 run.find("info", "idle-report", w.key, why)
             else:
@@ -545,7 +545,7 @@ def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
         states.append(placement.NodeState(node, pv.pool.spec.gpu_model, UNMETERED, UNMETERED,
                                           [g.free_slices * 1000 // slices if g.target_mode == "shared" else 0 for g in slots]))
         cards[node] = slots
-    req = placement.Request(num_gpu=1, gpu_milli=-(-k * 1000 // slices))
+    req = placement.PodDemand(num_gpu=1, gpu_milli=-(-k * 1000 // slices))
     chosen = placement.choose(PLACEMENT_POLICY, states, req, run.placement_ctx(pv))
     if chosen is None:  # pragma: no cover - every shortlisted card fits
         return None
@@ -734,7 +734,7 @@ def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
     if not shortlist:
         return None
     states = [_whole_state(pv, node) for node in shortlist]
-    chosen = placement.choose(PLACEMENT_POLICY, states, placement.Request(num_gpu=n, gpu_milli=1000), run.placement_ctx(pv))
+    chosen = placement.choose(PLACEMENT_POLICY, states, placement.PodDemand(num_gpu=n, gpu_milli=1000), run.placement_ctx(pv))
     if chosen is None:  # pragma: no cover - every shortlisted node fits
         return None
     got = _gang_on(pv.by_node()[chosen.node], n, pv.pool.spec.training.topology)

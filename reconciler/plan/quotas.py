@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from reconciler.spec.quantity import quantity_bytes
-from reconciler.spec.state import DesiredState
+from reconciler.policy.quantity import quantity_bytes
+from reconciler.policy.state import DesiredState
 
 QUOTA_PREFIX = "gpupool-"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"

@@ -35,7 +35,7 @@ from reconciler.plan.placement import (
     NodeState,
     Placement,
     PlacementContext,
-    Request,
+    PodDemand,
     Resident,
     allocate,
     choose,
@@ -58,7 +58,7 @@ PRIO_INFER, PRIO_TRAIN = 1000, 100
 class Job:
     idx: int
     name: str
-    req: Request
+    req: PodDemand
     training: bool
     arrival: float
     work: float  # seconds of work left

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.plan.placement import GPU_MILLI, NodeState, Request
+from reconciler.plan.placement import GPU_MILLI, NodeState, PodDemand
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -44,7 +44,7 @@ class NodeSpec:
 @dataclass(frozen=True)
 class Pod:
     name: str
-    req: Request
+    req: PodDemand
     qos: str = ""
     phase: str = ""
     creation_time: int | None = None
@@ -157,7 +157,7 @@ def read_pods(path: str | os.PathLike) -> list[Pod]:
             gpu_milli = 0
         spec = (row.get("gpu_spec") or "").strip()
         models = frozenset(m.strip() for m in spec.split("|") if m.strip()) if spec else None
-        req = Request(
+        req = PodDemand(
             num_gpu=num_gpu,
             gpu_milli=gpu_milli,
             cpu_milli=_int(path, line, row, "cpu_milli"),

@@ -8,7 +8,7 @@ and raises the *real* `pynvml.NVMLError_*` classes with the real codes.
 MIG rules are enforced on every GPU-instance creation, including the instances a `FakeGpu`
 declares (an illegal declaration fails just like the API call would). Profile data - which
 profiles a model offers, their memory slices, placement starts and max counts - comes from
-the gpupool MIG catalog (`reconciler/spec/mig_catalog.yaml`), not from a second copy.
+the gpupool MIG catalog (`reconciler/policy/mig_catalog.yaml`), not from a second copy.
 
 Error codes follow the NVML API reference's return-value lists:
 
@@ -48,7 +48,7 @@ from typing import Any
 
 import pynvml
 
-from reconciler.spec.catalog import Catalog, GpuModel, MigProfile, default_catalog
+from reconciler.policy.catalog import Catalog, GpuModel, MigProfile, default_catalog
 
 MIB = 1024 * 1024
 

@@ -22,7 +22,7 @@ from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
 from reconciler.observe.builders import PRODUCT, gpu
 from reconciler.observe.kube import GROUP, NODE_STATE_PLURAL, VERSION
-from reconciler.spec.catalog import default_catalog
+from reconciler.policy.catalog import default_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

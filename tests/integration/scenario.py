@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from reconciler.plan.quotas import desired_priority_classes
-from reconciler.spec.loader import load
-from reconciler.spec.sources import SourceFile
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
 from tests.plan.scenarios import desired_text
 
 from .harness import Clock, add_gpu_node, create_pod, ensure_namespace, install_crds, write_policy

@@ -9,7 +9,7 @@ from pathlib import Path
 import git
 
 from reconciler.loop.sources import DirectorySource, GitSource
-from reconciler.spec.loader import load
+from reconciler.policy.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 

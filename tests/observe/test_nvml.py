@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from reconciler.observe.agent import collect_node
 from reconciler.observe.model import MigInstance
 from reconciler.observe.nvml import READ_CALLS, NvmlReader, NvmlReadError, read_gpus
-from reconciler.spec.catalog import default_catalog
+from reconciler.policy.catalog import default_catalog
 from tests.fakes.fake_pynvml import (
     MUTATING_CALLS,
     PROFILE_IDS,

@@ -14,8 +14,8 @@ from pathlib import Path
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import InferenceService, PriorityClassObject, QuotaObject, Request
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
-from reconciler.spec.loader import load
-from reconciler.spec.sources import SourceFile
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)

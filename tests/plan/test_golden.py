@@ -14,8 +14,8 @@ import pytest
 from reconciler.observe.snapshot import load_snapshot
 from reconciler.plan.planner import plan
 from reconciler.plan.render import GITHUB_COMMENT_LIMIT, to_json, to_markdown
-from reconciler.spec.loader import load
-from reconciler.spec.sources import files_from_paths
+from reconciler.policy.files import files_from_paths
+from reconciler.policy.loader import load
 from tests.plan.scenarios import GOLDEN, SCENARIOS, write_all
 
 if os.environ.get("GPUPOOL_UPDATE_GOLDEN"):

@@ -21,9 +21,8 @@ from reconciler.observe.model import Allocation, Workload
 from reconciler.plan.cluster import card_equivalents
 from reconciler.plan.planner import plan, plan_state
 from reconciler.plan.render import to_json
-from reconciler.spec.loader import load
-from reconciler.spec.models import seconds
-from reconciler.spec.sources import SourceFile
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
 from tests.plan.scenarios import NOW, _objects, desired_text
 
 A100 = "A100-SXM4-80GB"
@@ -116,7 +115,7 @@ def test_invariants(case):
             cls = desired.priority_class(w.priority_class)
             assert cls is not None and cls.preemptible, f"{a.id}: non-preemptible class {w.priority_class}"
             if a.kind == "preempt" and not cls.spot:
-                assert (NOW - w.started_at).total_seconds() >= seconds(pre.min_runtime)
+                assert (NOW - w.started_at).total_seconds() >= pre.min_runtime.total_seconds()
             evicted.add(a.target)
     recent = sum(1 for t in observed.recent_preemptions if (NOW - t).total_seconds() < 3600)
     assert sum(1 for a in p.actions if a.kind == "preempt") <= max(0, pre.budget_per_hour - recent)

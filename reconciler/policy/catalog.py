@@ -171,5 +171,5 @@ def catalog_from_data(data: dict) -> Catalog:
 @cache
 def default_catalog() -> Catalog:
     """The catalog shipped in the package (mig_catalog.yaml, with its sources)."""
-    text = resources.files("reconciler.spec").joinpath("mig_catalog.yaml").read_text()
+    text = resources.files("reconciler.policy").joinpath("mig_catalog.yaml").read_text()
     return catalog_from_data(YAML(typ="safe").load(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.spec.models import API_VERSION, KINDS
+from reconciler.policy.models import API_VERSION, KINDS
 
 
 def schema_files() -> dict[str, str]:

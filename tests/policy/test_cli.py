@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import main
-from reconciler.spec.models import KINDS
+from reconciler.policy.models import KINDS
 
 from .test_loader import BROKEN, CASES
 

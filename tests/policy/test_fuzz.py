@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from reconciler.cli import main
-from reconciler.spec.loader import load
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import SourceError, SourceFile, files_from_paths
-from reconciler.spec.state import DesiredState
+from reconciler.policy.files import SourceError, SourceFile, files_from_paths
+from reconciler.policy.loader import load
+from reconciler.policy.problems import InvalidDesiredState
+from reconciler.policy.state import DesiredState
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,9 +8,9 @@ import git
 import pytest
 
 from reconciler.cli import main
-from reconciler.spec.loader import load
-from reconciler.spec.problems import InvalidDesiredState
-from reconciler.spec.sources import SourceError, files_from_git
+from reconciler.policy.files import SourceError, files_from_git
+from reconciler.policy.loader import load
+from reconciler.policy.problems import InvalidDesiredState
 
 POOL = """\
 apiVersion: gpupool.io/v1alpha1

@@ -10,11 +10,11 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from reconciler.spec.loader import format_path, locate
-from reconciler.spec.models import LabelSelector, Pool, Quota
-from reconciler.spec.problems import Problem
-from reconciler.spec.quantity import GI, format_bytes, quantity_bytes
-from reconciler.spec.state import DesiredState, Located
+from reconciler.policy.loader import format_path, locate
+from reconciler.policy.models import LabelSelector, Pool, Quota
+from reconciler.policy.problems import Problem
+from reconciler.policy.quantity import GI, format_bytes, quantity_bytes
+from reconciler.policy.state import DesiredState, Located
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 

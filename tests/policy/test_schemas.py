@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from ruamel.yaml import YAML
 
-from reconciler.spec.schema import schema_files
+from reconciler.policy.schema import schema_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"

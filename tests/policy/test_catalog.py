@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from reconciler.spec.catalog import default_catalog
+from reconciler.policy.catalog import default_catalog
 
 CAT = default_catalog()
 A100_80 = CAT.model("A100-SXM4-80GB")

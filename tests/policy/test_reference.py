@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.spec.catalog import default_catalog
-from reconciler.spec.loader import load
-from reconciler.spec.models import KINDS
-from reconciler.spec.reference import EXAMPLES, render_reference
-from reconciler.spec.sources import SourceFile
+from reconciler.policy.catalog import default_catalog
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from reconciler.policy.models import KINDS
+from reconciler.policy.reference import EXAMPLES, render_reference
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "policy-reference.md"
 
@@ -19,7 +19,7 @@ def test_reference_is_up_to_date():
     assert DOC.is_file(), "docs/policy-reference.md is missing"
     assert DOC.read_text() == render_reference(), (
         "docs/policy-reference.md is stale; regenerate it with\n"
-        "  python -c 'from reconciler.spec.reference import render_reference as r; "
+        "  python -c 'from reconciler.policy.reference import render_reference as r; "
         "open(\"docs/policy-reference.md\", \"w\").write(r())'"
     )
 

@@ -1,6 +1,6 @@
 """Loader and semantic validation: every kind of bad input, located by file, line, column and path.
 
-The hand-written cases live in tests/spec/broken/ (one concern per file, each with a comment
+The hand-written cases live in tests/policy/broken/ (one concern per file, each with a comment
 saying what is wrong); the expectations below pin the exact position and a message fragment.
 """
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.spec.loader import load
-from reconciler.spec.problems import InvalidDesiredState, Problem
-from reconciler.spec.sources import SourceFile, files_from_paths
+from reconciler.policy.files import SourceFile, files_from_paths
+from reconciler.policy.loader import load
+from reconciler.policy.problems import InvalidDesiredState, Problem
 
 HERE = Path(__file__).resolve().parent
 BROKEN = HERE / "broken"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.spec.quantity import (
+from reconciler.policy.quantity import (
     format_bytes,
     format_duration,
     parse_duration,

@@ -23,9 +23,13 @@ class Problem:
         return f"{where}: {what}{field}{self.message}"
 
 
-class InvalidDesiredState(Exception):
-    """Raised by loaders with every problem found, never just the first."""
+class InvalidInput(Exception):
+    """A file given to gpupool cannot be used; carries every problem found, never just the first."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = sorted(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class InvalidDesiredState(InvalidInput):
+    """Policy files (pools/, policies/) that cannot be used."""

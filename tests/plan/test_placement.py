@@ -11,7 +11,7 @@ from reconciler.plan.placement import (
     NodeState,
     Placement,
     PlacementContext,
-    Request,
+    PodDemand,
     Resident,
     TargetPod,
     allocate,
@@ -28,10 +28,10 @@ def node(name, gpus, cpu=64_000, mem=256_000, model="G2"):
     return NodeState(name, model, cpu, mem, list(gpus))
 
 
-SHARE = Request(num_gpu=1, gpu_milli=500, cpu_milli=4000)
-WHOLE = Request(num_gpu=1, gpu_milli=1000, cpu_milli=4000)
-EIGHT = Request(num_gpu=8, gpu_milli=1000, cpu_milli=8000)
-CPU_ONLY = Request(num_gpu=0, gpu_milli=0, cpu_milli=8000)
+SHARE = PodDemand(num_gpu=1, gpu_milli=500, cpu_milli=4000)
+WHOLE = PodDemand(num_gpu=1, gpu_milli=1000, cpu_milli=4000)
+EIGHT = PodDemand(num_gpu=8, gpu_milli=1000, cpu_milli=8000)
+CPU_ONLY = PodDemand(num_gpu=0, gpu_milli=0, cpu_milli=8000)
 
 
 @pytest.mark.parametrize(
@@ -43,9 +43,9 @@ CPU_ONLY = Request(num_gpu=0, gpu_milli=0, cpu_milli=8000)
         (node("a", [1000] * 7 + [900]), EIGHT, False),  # multi-GPU needs whole free cards
         (node("a", [1000] * 8), EIGHT, True),
         (node("a", [1000], cpu=3000), WHOLE, False),
-        (node("a", [1000], mem=10), Request(1, 1000, 0, 100), False),
-        (node("a", [1000], model="T4"), Request(1, 1000, gpu_models=frozenset({"G2"})), False),
-        (node("a", [1000], model="T4"), Request(1, 1000, gpu_models=frozenset({"G2", "T4"})), True),
+        (node("a", [1000], mem=10), PodDemand(1, 1000, 0, 100), False),
+        (node("a", [1000], model="T4"), PodDemand(1, 1000, gpu_models=frozenset({"G2"})), False),
+        (node("a", [1000], model="T4"), PodDemand(1, 1000, gpu_models=frozenset({"G2", "T4"})), True),
         (node("a", [], cpu=8000), CPU_ONLY, True),
     ],
 )
@@ -158,10 +158,10 @@ def test_unknown_policy():
 
 def test_migration_makes_room():
     a, b = node("a", [600]), node("b", [300])
-    small = Request(1, 400, 1000)
+    small = PodDemand(1, 400, 1000)
     allocate(a, small, Placement("a", (0,)))  # a: 600 -> 200 free
     residents = {"a": [Resident("p", small, Placement("a", (0,)))], "b": []}
-    big = Request(1, 500, 1000)
+    big = PodDemand(1, 500, 1000)
     assert choose("ours", [a, b], big, ctx_for(big)) is None
     got = choose_with_migration("ours", [a, b], big, ctx_for(big), residents)
     assert got is None  # b cannot take the 400 share either

@@ -14,12 +14,12 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
-from reconciler.spec.catalog import Catalog, default_catalog
-from reconciler.spec.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
-from reconciler.spec.problems import InvalidDesiredState, Problem
-from reconciler.spec.quantity import DURATION_PATTERN, QUANTITY_PATTERN
-from reconciler.spec.sources import SourceFile
-from reconciler.spec.state import DesiredState, Located
+from reconciler.policy.catalog import Catalog, default_catalog
+from reconciler.policy.files import SourceFile
+from reconciler.policy.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
+from reconciler.policy.problems import InvalidDesiredState, Problem
+from reconciler.policy.quantity import DURATION_PATTERN, QUANTITY_PATTERN
+from reconciler.policy.state import DesiredState, Located
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +261,7 @@ def _identity(node: Any) -> tuple[str, str]:
 
 def load(files: list[SourceFile], *, revision: str | None = None, catalog: Catalog | None = None) -> DesiredState:
     """Parse, validate and cross-check; raise InvalidDesiredState with every problem found."""
-    from reconciler.spec.validate import check_semantics
+    from reconciler.policy.validate import check_semantics
 
     catalog = catalog or default_catalog()
     raws, problems = parse_files(files)

@@ -8,21 +8,52 @@ is an error with a file:line, never a silently ignored setting.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from reconciler.spec.quantity import DURATION_PATTERN, QUANTITY_PATTERN, parse_duration
+from reconciler.policy.quantity import (
+    DURATION_PATTERN,
+    QUANTITY_PATTERN,
+    format_duration,
+    parse_duration,
+)
 
 API_VERSION = "gpupool.io/v1alpha1"
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
+
+
+def _to_timedelta(value: object) -> object:
+    """YAML text such as `1h30m` becomes a timedelta at load; anything else is left to pydantic
+    (which rejects it: the models are strict)."""
+    if isinstance(value, str):
+        return timedelta(seconds=parse_duration(value))
+    return value
+
+
 Duration = Annotated[
-    str,
-    Field(pattern=DURATION_PATTERN, description="Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m."),
+    timedelta,
+    BeforeValidator(_to_timedelta),
+    PlainSerializer(lambda d: format_duration(d.total_seconds()), return_type=str),
+    WithJsonSchema({
+        "type": "string",
+        "pattern": DURATION_PATTERN,
+        "description": "Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m.",
+    }),
 ]
+"""Parsed once, at load: the planner works with `timedelta`, never with the text."""
 Quantity = Annotated[
     str,
     Field(pattern=QUANTITY_PATTERN, description="Quantity in Kubernetes notation, e.g. 4Gi, 512Mi."),
@@ -228,9 +259,9 @@ class PreemptionRule(Model):
 
 class Preemption(Model):
     rules: list[PreemptionRule] = []
-    checkpoint_grace_period: Duration = "5m"
+    checkpoint_grace_period: Duration = Field("5m", validate_default=True)
     """Time between the checkpoint request and the eviction."""
-    min_runtime: Duration = "10m"
+    min_runtime: Duration = Field("10m", validate_default=True)
     """A workload that started less than this long ago is not preempted."""
     budget_per_hour: Count = 10
     """At most this many preemptions in any rolling hour (cluster-wide)."""
@@ -272,14 +303,14 @@ class ScaleUp(Model):
     pending_time: Duration | None = None
     """...or when requests wait longer than this (p99)."""
     step: int = Field(default=1, ge=1)
-    cooldown: Duration = "2m"
+    cooldown: Duration = Field("2m", validate_default=True)
 
 
 class ScaleDown(Model):
     queue_length_per_replica: float = Field(ge=0)
     """Shrink when the queue per replica stays below this..."""
     step: int = Field(default=1, ge=1)
-    cooldown: Duration = "10m"
+    cooldown: Duration = Field("10m", validate_default=True)
     """...and the last scale change is at least this old."""
 
 
@@ -328,7 +359,7 @@ class IdleReclaim(Model):
     enabled: bool = True
     utilization_below: Percent = 5
     """A GPU counts as idle while its utilization is below this percentage..."""
-    idle_for: Duration = "1h"
+    idle_for: Duration = Field("1h", validate_default=True)
     """...for at least this long."""
     action: Literal["evict", "report"] = "evict"
     exclude_classes: list[Name] = []
@@ -385,6 +416,3 @@ KINDS: dict[str, type[Model]] = {
 
 Document = Pool | Quota | PriorityPolicy | ScalingPolicy | MaintenancePolicy | ChangePolicy
 
-
-def seconds(duration: str) -> float:
-    return parse_duration(duration)

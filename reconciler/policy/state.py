@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.spec.catalog import Catalog, GpuModel, default_catalog
-from reconciler.spec.models import (
+from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
+from reconciler.policy.models import (
     ChangePolicy,
     MaintenancePolicy,
     Model,
