@@ -33,8 +33,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
             data = json.load(f)
         if not isinstance(data, dict) or not isinstance(data.get("actions"), list):
             raise ValueError("no list of actions")
-        data = {k: v for k, v in data.items() if k not in ("summary", "counts")}
-        data["actions"] = [{k: v for k, v in a.items() if k != "disruptive"} if isinstance(a, dict) else a for a in data["actions"]]
         saved = Plan.model_validate(data)
     except (OSError, ValueError, ValidationError) as exc:
         print(f"error: {args.plan}: not a saved plan: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -61,8 +59,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
         return 0
     from reconciler.apply.executor import Executor
+    from reconciler.apply.kube import KubeOps
 
-    result = Executor(api).apply(saved)
+    result = Executor(KubeOps(api)).apply(saved)
     for o in result.outcomes:
         print(f"{o.status:<8} {o.action}: {o.message}")
     if result.failed:

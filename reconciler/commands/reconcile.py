@@ -42,7 +42,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --mig-timeout: {exc}", file=sys.stderr)
         return 1
-    from reconciler.apply.executor import ApplyConfig
+    from reconciler.apply.handlers import ApplyConfig
 
     apply_config = ApplyConfig(mig_config_namespace=args.mig_config_namespace, mig_timeout_seconds=mig_timeout,
                                events_namespace=args.namespace)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.conventions import GROUP, NODE_STATE_KIND, NODE_STATE_PLURAL, VERSION
 from reconciler.observe.agent import collect_node
-from reconciler.observe.kube import GROUP, NODE_STATE_PLURAL, VERSION
 from reconciler.observe.model import Gpu, Node
 
-KIND = "GpuNodeState"
+KIND = NODE_STATE_KIND
 
 
 def publish(api_client: Any, node: Node) -> None:

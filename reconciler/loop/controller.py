@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from reconciler.apply.executor import ApplyConfig, ApplyResult, Executor
+from reconciler.apply.executor import ApplyResult, Executor
+from reconciler.apply.handlers import ApplyConfig
+from reconciler.apply.kube import KubeOps
 from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.status import StatusStore, condition
@@ -58,7 +60,7 @@ class Controller:
         self.elector = LeaseElector(api_client, name="gpupool-controller", namespace=namespace,
                                     identity=identity, lease_seconds=lease_seconds, clock=clock)
         self.status = StatusStore(api_client, namespace=namespace)
-        self.executor = Executor(api_client, apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
+        self.executor = Executor(KubeOps(api_client), apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
         self.last_ok: datetime | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
 
@@ -122,15 +124,15 @@ class Controller:
             preempted[:] = [t for t in preempted if t]
         if leader:
             self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
-        return CycleResult(snap.revision, p.summary(), leader, applied)
+        return CycleResult(snap.revision, p.summary, leader, applied)
 
     def _status(self, p, applied: ApplyResult | None, revision: str, view, preempted: list[str], now: datetime) -> dict:
         if view.suspend:
             conds = [condition("Ready", False, "Suspended", "spec.suspend is true: observing only", now),
-                     condition("Reconciling", False, "Suspended", p.summary(), now),
+                     condition("Reconciling", False, "Suspended", p.summary, now),
                      condition("Stalled", False, "Suspended", "", now)]
         elif self.dry_run:
-            conds = [condition("Ready", not p.actions, "DryRun", p.summary(), now),
+            conds = [condition("Ready", not p.actions, "DryRun", p.summary, now),
                      condition("Reconciling", False, "DryRun", "dry-run: nothing applied", now),
                      condition("Stalled", False, "DryRun", "", now)]
         elif not p.actions:
@@ -144,11 +146,11 @@ class Controller:
             if failed:
                 msg = "; ".join(f"{o.action}: {o.message}" for o in failed[:5])
                 conds = [condition("Ready", False, "ApplyFailed", msg, now),
-                         condition("Reconciling", True, "Progressing", p.summary(), now),
+                         condition("Reconciling", True, "Progressing", p.summary, now),
                          condition("Stalled", True, "ApplyFailed", msg, now)]
             else:
-                msg = "; ".join(f"{o.action}: {o.message}" for o in (blocked + waiting)[:5]) or p.summary()
-                conds = [condition("Ready", False, "Progressing", p.summary(), now),
+                msg = "; ".join(f"{o.action}: {o.message}" for o in (blocked + waiting)[:5]) or p.summary
+                conds = [condition("Ready", False, "Progressing", p.summary, now),
                          condition("Reconciling", True, "Progressing", msg, now),
                          condition("Stalled", False, "Progressing", "", now)]
         done = not p.actions or (applied is not None and applied.converged)
@@ -156,7 +158,7 @@ class Controller:
             "conditions": conds,
             "lastAttemptedRevision": revision,
             "lastAppliedRevision": revision if done and not view.suspend and not self.dry_run else view.last_applied_revision,
-            "lastPlanSummary": p.summary(),
+            "lastPlanSummary": p.summary,
             "lastReconcileTime": now.isoformat(),
             "recentPreemptions": preempted,
         }

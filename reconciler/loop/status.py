@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-GROUP, VERSION, PLURAL, KIND = "gpupool.io", "v1alpha1", "reconcilerstatuses", "ReconcilerStatus"
+from reconciler.conventions import GROUP, VERSION
+from reconciler.conventions import STATUS_KIND as KIND
+from reconciler.conventions import STATUS_PLURAL as PLURAL
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
 from reconciler.observe.model import (
     Allocation,
     Gpu,
@@ -48,7 +49,7 @@ def node(name: str, pool: str, model: str, gpus: list[Gpu] | None = None, count:
     gs = [g.model_copy(update={"model": model}) if not g.model else g for g in gs]
     return Node(
         name=name,
-        labels={"gpupool.io/pool": pool, "nvidia.com/gpu.product": PRODUCT.get(model, model), **labels},
+        labels={POOL_LABEL: pool, PRODUCT_LABEL: PRODUCT.get(model, model), **labels},
         gpus=gs,
     )
 

@@ -25,6 +25,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler import conventions as C
 from reconciler.observe.model import (
     Allocation,
     Gpu,
@@ -36,16 +37,9 @@ from reconciler.observe.model import (
     Request,
     Taint,
     Workload,
+    parse_allocation,
 )
 from reconciler.policy.quantity import parse_quantity
-
-GROUP, VERSION = "gpupool.io", "v1alpha1"
-NODE_STATE_PLURAL = "gpunodestates"
-ANN = "gpupool.io/"
-GPU = "nvidia.com/gpu"
-SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-SHARED_SLICES_ANN = ANN + "shared-slices"
 
 
 def _ts(value: Any) -> datetime | None:
@@ -76,12 +70,12 @@ def request_from_resources(resources: dict[str, Any] | None) -> Request:
     gpus, slices, mig = 0, 0, {}
     for k, v in (resources or {}).items():
         n = int(math.ceil(parse_quantity(str(v))))
-        if k == GPU:
+        if k == C.GPU_RESOURCE:
             gpus += n
-        elif k == SHARED:
+        elif k == C.SHARED_RESOURCE:
             slices += n
-        elif k.startswith(MIG_PREFIX):
-            prof = k[len(MIG_PREFIX):]
+        elif k.startswith(C.MIG_RESOURCE_PREFIX):
+            prof = k[len(C.MIG_RESOURCE_PREFIX):]
             prof = prof[:-3] + "+me" if prof.endswith(".me") else prof
             mig[prof] = mig.get(prof, 0) + n
     return Request(gpus=gpus, mig=mig, shared_slices=slices)
@@ -93,26 +87,9 @@ def pod_request(pod: Any) -> Request:
         res = (c.resources.limits or {}) if c.resources else {}
         req = (c.resources.requests or {}) if c.resources else {}
         for k, v in {**req, **res}.items():
-            if k in (GPU, SHARED) or k.startswith(MIG_PREFIX):
+            if k in (C.GPU_RESOURCE, C.SHARED_RESOURCE) or k.startswith(C.MIG_RESOURCE_PREFIX):
                 total[k] = total.get(k, 0) + int(math.ceil(parse_quantity(str(v))))
     return request_from_resources(total)
-
-
-def parse_allocation(text: str) -> list[Allocation]:
-    """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4; "3/2" 2 shared slices."""
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if ":" in part:
-            g, start = part.split(":", 1)
-            out.append(Allocation(gpu=int(g), mig_start=int(start)))
-        elif "/" in part:
-            g, n = part.split("/", 1)
-            out.append(Allocation(gpu=int(g), slices=int(n)))
-        else:
-            out.append(Allocation(gpu=int(part)))
-    return out
 
 
 def _node(n: Any, state: dict | None) -> Node:
@@ -122,9 +99,9 @@ def _node(n: Any, state: dict | None) -> Node:
     if "gpus" in published:  # an agent's object with nothing published yet says nothing
         gpus = [Gpu.model_validate(g) for g in published.get("gpus") or []]
     else:
-        count = int((n.status.capacity or {}).get(GPU, "0") or 0)
+        count = int((n.status.capacity or {}).get(C.GPU_RESOURCE, "0") or 0)
         gpus = [Gpu(index=i) for i in range(count)]
-    gpus = _overlay_sharing(gpus, (n.metadata.annotations or {}).get(SHARED_SLICES_ANN))
+    gpus = _overlay_sharing(gpus, (n.metadata.annotations or {}).get(C.SHARED_SLICES_ANN))
     return Node(
         name=n.metadata.name,
         labels=labels,
@@ -159,16 +136,16 @@ def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
         priority_class=p.spec.priority_class_name,
         phase="Running" if running else "Pending",
         request=req,
-        pool=(p.spec.node_selector or {}).get("gpupool.io/pool"),
+        pool=(p.spec.node_selector or {}).get(C.POOL_LABEL),
         node=p.spec.node_name if running else None,
         allocations=allocations if running else [],
         created_at=_ts(p.metadata.creation_timestamp),
         started_at=_ts(p.status.start_time) if running else None,
-        last_checkpoint_at=_ts(ann.get(ANN + "last-checkpoint")),
+        last_checkpoint_at=_ts(ann.get(C.LAST_CHECKPOINT_ANN)),
         owner_kind=owner.kind if owner else "",
         owner_name=owner.name if owner else "",
-        checkpointable=_truthy(ann.get(ANN + "checkpointable")),
-        migratable=_truthy(ann.get(ANN + "migratable")),
+        checkpointable=_truthy(ann.get(C.CHECKPOINTABLE_ANN)),
+        migratable=_truthy(ann.get(C.MIGRATABLE_ANN)),
     )
 
 
@@ -197,10 +174,10 @@ def _service(obj: Any, kind: str) -> InferenceService:
         ready_replicas=(obj.status.ready_replicas or 0) if obj.status else 0,
         replica_request=request_from_resources(resources),
         priority_class=obj.spec.template.spec.priority_class_name,
-        pool=(obj.spec.template.spec.node_selector or {}).get("gpupool.io/pool"),
-        queue_length=_float(ann.get(ANN + "queue-length")),
-        pending_seconds_p99=_float(ann.get(ANN + "pending-p99-seconds")),
-        last_scale_at=_ts(ann.get(ANN + "last-scale")),
+        pool=(obj.spec.template.spec.node_selector or {}).get(C.POOL_LABEL),
+        queue_length=_float(ann.get(C.QUEUE_LENGTH_ANN)),
+        pending_seconds_p99=_float(ann.get(C.PENDING_P99_ANN)),
+        last_scale_at=_ts(ann.get(C.LAST_SCALE_ANN)),
     )
 
 
@@ -232,7 +209,7 @@ def observe_cluster(
     core = client.CoreV1Api(api_client)
     states: dict[str, dict] = {}
     try:
-        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL)
+        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL)
         states = {o["metadata"]["name"]: o for o in objs.get("items", [])}
     except client.ApiException as exc:
         if exc.status != 404:  # no CRD installed: fall back to node capacity
@@ -252,18 +229,18 @@ def observe_cluster(
         req = pod_request(p)
         if req.kind == "none":
             continue
-        ann = (p.metadata.annotations or {}).get(ANN + "gpus")
+        ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
         if ann:
             allocs = parse_allocation(ann)
         else:
             allocs = _guess_allocations(req, by_name.get(p.spec.node_name or ""), taken.setdefault(p.spec.node_name or "", set()))
         workloads.append(_workload(p, req, allocs))
     apps = client.AppsV1Api(api_client)
-    services = [_service(d, "Deployment") for d in apps.list_deployment_for_all_namespaces(label_selector="gpupool.io/inference=true").items]
-    services += [_service(s, "StatefulSet") for s in apps.list_stateful_set_for_all_namespaces(label_selector="gpupool.io/inference=true").items]
+    services = [_service(d, "Deployment") for d in apps.list_deployment_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items]
+    services += [_service(s, "StatefulSet") for s in apps.list_stateful_set_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items]
     quotas = [
         QuotaObject(namespace=q.metadata.namespace, name=q.metadata.name, hard={k: str(v) for k, v in (q.spec.hard or {}).items()},
-                    managed_by=(q.metadata.labels or {}).get("app.kubernetes.io/managed-by", ""))
+                    managed_by=(q.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""))
         for q in core.list_resource_quota_for_all_namespaces().items
     ]
     classes = [

@@ -11,9 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reconciler.conventions import API_VERSION
 from reconciler.policy.models import yaml_name
 
-OBSERVED_API_VERSION = "gpupool.io/v1alpha1"
+OBSERVED_API_VERSION = API_VERSION
 
 
 class Obs(BaseModel):
@@ -173,7 +174,7 @@ class PriorityClassObject(Obs):
 
 
 class ObservedState(Obs):
-    api_version: Literal["gpupool.io/v1alpha1"] = OBSERVED_API_VERSION
+    api_version: Literal[API_VERSION] = OBSERVED_API_VERSION
     kind: Literal["ObservedState"] = "ObservedState"
     observed_at: datetime
     """The snapshot's time; the planner's notion of 'now' unless told otherwise."""
@@ -184,3 +185,20 @@ class ObservedState(Obs):
     priority_classes: list[PriorityClassObject] = []
     recent_preemptions: list[datetime] = []
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
+
+
+def parse_allocation(text: str) -> list[Allocation]:
+    """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4; "3/2" 2 shared slices."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if ":" in part:
+            g, start = part.split(":", 1)
+            out.append(Allocation(gpu=int(g), mig_start=int(start)))
+        elif "/" in part:
+            g, n = part.split("/", 1)
+            out.append(Allocation(gpu=int(g), slices=int(n)))
+        else:
+            out.append(Allocation(gpu=int(part)))
+    return out

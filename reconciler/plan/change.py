@@ -178,8 +178,8 @@ def compare(
         disruptions=disruptions,
         drained_nodes=drained,
         gates=gates,
-        head_summary=head_plan.summary(),
-        base_summary=base_plan.summary(),
+        head_summary=head_plan.summary,
+        base_summary=base_plan.summary,
     )
     return report, base_plan, head_plan
 

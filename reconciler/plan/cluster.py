@@ -10,13 +10,11 @@ import bisect
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from reconciler.conventions import PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
 from reconciler.policy.state import DesiredState
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-POOL_LABEL = "gpupool.io/pool"
 
 
 def selector_matches(sel: LabelSelector, labels: dict[str, str]) -> bool:

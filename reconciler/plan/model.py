@@ -3,66 +3,33 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
-FORMAT_VERSION = 1
+from reconciler.plan.actions import Action, Scale
 
-ActionKind = Literal[
-    "cordon",  # stop new pods landing on a node about to be repartitioned
-    "checkpoint",  # ask a workload to checkpoint (annotation it watches), then wait the grace period
-    "preempt",  # evict through the Eviction API (PDBs honoured)
-    "reclaim",  # evict a workload whose GPUs have been idle too long
-    "move",  # defragmentation: checkpoint, evict, let it restart on the named target
-    "mig-reconfigure",  # new MIG layout on emptied GPUs (mig-parted config + node label)
-    "set-sharing",  # whole card <-> shared slices (device-plugin sharing config)
-    "uncordon",
-    "scale",  # replicas of an inference Deployment/StatefulSet
-    "quota",  # create/update a ResourceQuota
-    "priority-class",  # create/update a PriorityClass
-    "label-node",  # pool membership labels
-]
+FORMAT_VERSION = 2
+"""2: actions are typed per kind (no `details`; see reconciler/plan/actions.py); `summary`,
+`counts` and each action's `disruptive` are computed fields, so plan.json round-trips."""
 
-# Order of kinds in the listing: disruptive first, in the order they would run.
-KIND_ORDER: tuple[str, ...] = (
-    "cordon", "checkpoint", "preempt", "reclaim", "move", "mig-reconfigure", "set-sharing",
-    "uncordon", "scale", "quota", "priority-class", "label-node",
+SUMMARY_KINDS = (
+    "mig-reconfigure", "set-sharing", "preempt", "reclaim", "move", "scale-up", "scale-down",
+    "quota", "priority-class", "label-node",
 )
-DISRUPTIVE = frozenset({"checkpoint", "preempt", "reclaim", "move", "mig-reconfigure", "set-sharing", "cordon"})
-
 SUMMARY_WORDS = {
     "mig-reconfigure": ("MIG reconfiguration", "MIG reconfigurations"),
     "set-sharing": ("sharing change", "sharing changes"),
     "preempt": ("preemption", "preemptions"),
     "reclaim": ("idle reclaim", "idle reclaims"),
     "move": ("move", "moves"),
-    "checkpoint": ("checkpoint", "checkpoints"),
-    "cordon": ("cordon", "cordons"),
-    "uncordon": ("uncordon", "uncordons"),
+    "scale-up": ("scale-up", "scale-ups"),
+    "scale-down": ("scale-down", "scale-downs"),
     "quota": ("quota change", "quota changes"),
     "priority-class": ("priority-class change", "priority-class changes"),
     "label-node": ("node label change", "node label changes"),
 }
-
-
-class Action(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str
-    """Stable identity: the same change gets the same id in every plan."""
-    kind: ActionKind
-    target: str
-    """What it acts on: node, namespace/name, or node/gpu."""
-    reason: str
-    """One line a human can check."""
-    pool: str | None = None
-    depends_on: tuple[str, ...] = ()
-    details: dict[str, Any] = {}
-
-    @property
-    def disruptive(self) -> bool:
-        return self.kind in DISRUPTIVE
+COMPUTED = ("summary", "counts")
 
 
 class Finding(BaseModel):
@@ -89,32 +56,39 @@ class Plan(BaseModel):
     fingerprint: dict[str, str] = {}
     """Digests of the desired state and the observed snapshot the plan was made from."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed(cls, data: object) -> object:
+        # written into plan.json for readers; derived from the actions, never read back
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in COMPUTED}
+        return data
+
     @property
     def empty(self) -> bool:
         return not self.actions
 
-    def counts(self) -> Counter:
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def counts(self) -> dict[str, int]:
         c: Counter = Counter()
         for a in self.actions:
-            if a.kind == "scale":
-                up = a.details.get("to", 0) > a.details.get("from", 0)
-                c["scale-up" if up else "scale-down"] += 1
+            if isinstance(a, Scale):
+                c["scale-up" if a.up else "scale-down"] += 1
             else:
                 c[a.kind] += 1
-        return c
+        return dict(sorted(c.items()))
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def summary(self) -> str:
         if not self.actions:
             return "No changes. The cluster matches the desired state."
+        counts = self.counts
         parts = []
-        counts = self.counts()
-        for kind in ("mig-reconfigure", "set-sharing", "preempt", "reclaim", "move", "scale-up", "scale-down", "quota", "priority-class", "label-node"):
+        for kind in SUMMARY_KINDS:
             n = counts.get(kind, 0)
-            if not n:
-                continue
-            if kind in ("scale-up", "scale-down"):
-                parts.append(f"{n} {kind}" + ("s" if n > 1 else ""))
-            else:
+            if n:
                 one, many = SUMMARY_WORDS[kind]
                 parts.append(f"{n} {one if n == 1 else many}")
         return "Plan: " + ", ".join(parts) if parts else f"Plan: {len(self.actions)} actions"

@@ -25,17 +25,37 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from reconciler.conventions import CORDONED_FOR_ANN, POOL_LABEL
 from reconciler.observe.model import InferenceService, ObservedState, Request, Workload
 from reconciler.plan import placement
+from reconciler.plan.actions import (
+    KIND_ORDER,
+    Action,
+    ApplyPriorityClass,
+    ApplyQuota,
+    CardChange,
+    CardLayout,
+    CardSlices,
+    Checkpoint,
+    Cordon,
+    Eviction,
+    LabelNode,
+    MigReconfigure,
+    Move,
+    Preempt,
+    Reclaim,
+    Scale,
+    SetSharing,
+    Uncordon,
+)
 from reconciler.plan.cluster import (
-    POOL_LABEL,
     ClusterView,
     GpuSlot,
     PoolView,
     build_cluster,
     card_equivalents,
 )
-from reconciler.plan.model import KIND_ORDER, Action, Finding, Plan
+from reconciler.plan.model import Finding, Plan
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.plan.victims import Candidate, order_victims
 from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
@@ -46,7 +66,6 @@ INF_PRIORITY = 2**31
 PLACEMENT_POLICY = "ours"  # the simulator's best policy (docs/simulator.md); FGD plus look-ahead
 SHORTLIST = 16  # nodes scored per placement, tightest fits first (like percentageOfNodesToScore)
 UNMETERED = 10**9  # the planner does not meter CPU/memory; the scheduler checks those
-CORDON_ANNOTATION = "gpupool.io/cordoned-for"  # written by apply when it cordons a node
 
 
 @dataclass
@@ -72,6 +91,7 @@ class _Run:
     actions: dict[str, Action] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     evicted: set[str] = field(default_factory=set)
+    evictions_on: dict[tuple[str, int], set[str]] = field(default_factory=dict)  # (node, gpu) -> eviction ids
     budget_left: int = 0
     team_usage: dict[str, Fraction] = field(default_factory=dict)
     pool_whole_usage: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, pool) -> cards
@@ -178,16 +198,21 @@ class _Run:
         if not (cls and cls.spot):
             grace = self.desired.priority.spec.preemption.checkpoint_grace_period if self.desired.priority else timedelta(0)
             lost = self.seconds_since(w.last_checkpoint_at or w.started_at)
-            ck = self.add(Action(
-                id=f"checkpoint:{w.key}", kind="checkpoint", target=w.key, pool=pool,
+            ck = self.add(Checkpoint(
+                id=f"checkpoint:{w.key}", target=w.key, pool=pool,
                 reason=f"ask {w.key} to checkpoint before it is stopped ({format_duration(lost or 0)} since its last checkpoint)",
-                details={"gracePeriodSeconds": int(grace.total_seconds()), "checkpointable": w.checkpointable},
+                grace_period_seconds=int(grace.total_seconds()), checkpointable=w.checkpointable,
             ))
             deps = (ck,)
-        details = {"node": w.node, "gpus": sorted(a.gpu for a in w.allocations), "priorityClass": w.priority_class}
-        if target:
-            details["toNode"] = target
-        aid = self.add(Action(id=f"{kind}:{w.key}", kind=kind, target=w.key, pool=pool, reason=reason, depends_on=deps, details=details))
+        fields = {"id": f"{kind}:{w.key}", "target": w.key, "pool": pool, "reason": reason, "depends_on": deps,
+                  "node": w.node, "gpus": tuple(sorted(a.gpu for a in w.allocations)), "priority_class": w.priority_class}
+        if kind == "move":
+            action: Eviction = Move(**fields, to_node=target or "")
+        else:
+            action = Preempt(**fields) if kind == "preempt" else Reclaim(**fields)
+        aid = self.add(action)
+        for a in w.allocations:
+            self.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
         self.evicted.add(w.key)
         if kind == "preempt":
             self.budget_left -= 1
@@ -357,9 +382,9 @@ def _scale(run: _Run) -> list[Pending]:
             want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
             if want == svc.replicas:
                 continue
-            run.add(Action(
-                id=f"scale:{svc.key}", kind="scale", target=svc.key, pool=pol.spec.pool, reason=why,
-                details={"kind": svc.kind, "from": svc.replicas, "to": want, "policy": name},
+            run.add(Scale(
+                id=f"scale:{svc.key}", target=svc.key, pool=pol.spec.pool, reason=why,
+                workload_kind=svc.kind, from_replicas=svc.replicas, to_replicas=want, policy=name,
             ))
             for i in range(svc.replicas, want):
                 out.append(Pending(
@@ -607,7 +632,7 @@ def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why:
     free_on = Counter(g.node for g in empty)
     # Next to existing inference first, then from the most fragmented nodes, so that whole
     # free nodes stay whole for multi-card training.
-    drained = {n for n, node in pv.nodes.items() if node.unschedulable and CORDON_ANNOTATION in node.annotations}
+    drained = {n for n, node in pv.nodes.items() if node.unschedulable and CORDONED_FOR_ANN in node.annotations}
     # A node gpupool already drained for a repartition first: an interrupted change finishes
     # where it began instead of starting over elsewhere.
     empty.sort(key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index))
@@ -890,28 +915,28 @@ def _objects(run: _Run) -> None:
             continue
         verb = "create" if cur is None else "update"
         changed = sorted(k for k in set(hard) | set(cur.hard if cur else {}) if (cur.hard.get(k) if cur else None) != hard.get(k))
-        run.add(Action(
-            id=f"quota:{ns}/{name}", kind="quota", target=f"{ns}/{name}",
+        run.add(ApplyQuota(
+            id=f"quota:{ns}/{name}", target=f"{ns}/{name}",
             reason=f"{verb} ResourceQuota for team {run.team(ns)}: " + ", ".join(f"{k}={hard.get(k, '(removed)')}" for k in changed),
-            details={"verb": verb, "hard": hard, "previous": cur.hard if cur else None},
+            verb=verb, hard=hard, previous=cur.hard if cur else None,
         ))
     classes = {c.name: c for c in run.observed.priority_classes}
     for name, (value, policy) in desired_priority_classes(run.desired).items():
         cur = classes.get(name)
         if cur is not None and cur.value == value and cur.preemption_policy == policy:
             continue
-        run.add(Action(
-            id=f"priority-class:{name}", kind="priority-class", target=name,
+        run.add(ApplyPriorityClass(
+            id=f"priority-class:{name}", target=name,
             reason=f"{'create' if cur is None else 'update'} PriorityClass {name} (value {value}, preemptionPolicy {policy})",
-            details={"value": value, "preemptionPolicy": policy},
+            value=value, preemption_policy=policy,
         ))
     for pv in run.cluster.pools.values():
         for node in sorted(pv.nodes):
             if pv.nodes[node].labels.get(POOL_LABEL) != pv.name:
-                run.add(Action(
-                    id=f"label-node:{node}", kind="label-node", target=node, pool=pv.name,
+                run.add(LabelNode(
+                    id=f"label-node:{node}", target=node, pool=pv.name,
                     reason=f"{node} matches Pool/{pv.name}'s selector; label it {POOL_LABEL}={pv.name}",
-                    details={"labels": {POOL_LABEL: pv.name}},
+                    labels={POOL_LABEL: pv.name},
                 ))
 
 
@@ -924,32 +949,26 @@ def _repartitions(run: _Run) -> None:
             changed = [g for g in slots if g.changes]
             if not changed:
                 continue
-            evictions = sorted(
-                aid for aid, a in run.actions.items()
-                if a.kind in ("preempt", "reclaim", "move") and a.details.get("node") == node
-                and set(a.details.get("gpus", [])) & {g.index for g in changed}
-            )
+            evictions = sorted(set().union(*(run.evictions_on.get((node, g.index), set()) for g in changed)))
             mig = any("mig" in (g.mode, g.target_mode) for g in changed)
-            cordon = run.add(Action(
-                id=f"cordon:{node}", kind="cordon", target=node, pool=pv.name,
+            cordon = run.add(Cordon(
+                id=f"cordon:{node}", target=node, pool=pv.name,
                 reason=f"stop new pods on {node} while {len(changed)} GPU(s) are repartitioned",
             ))
-            gpus = {str(g.index): {"from": g.describe(), "to": g.describe(target=True)} for g in changed}
-            summary = "; ".join(f"gpu{k}: {v['from']} -> {v['to']}" for k, v in gpus.items())
-            kind = "mig-reconfigure" if mig else "set-sharing"
-            details: dict = {"gpus": gpus}
-            if mig:
-                details["layout"] = {str(g.index): list(g.target_layout) if g.target_mode == "mig" else None for g in slots}
-            if any(g.target_mode == "shared" or g.mode == "shared" for g in slots):
-                details["sharedSlices"] = {str(g.index): g.target_slices for g in slots if g.target_mode == "shared"}
+            cards = tuple(CardChange(gpu=g.index, before=g.describe(), after=g.describe(target=True)) for g in changed)
+            summary = "; ".join(f"gpu{c.gpu}: {c.before} -> {c.after}" for c in cards)
+            shared = tuple(CardSlices(gpu=g.index, slices=g.target_slices) for g in slots if g.target_mode == "shared")
             why = "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
-            rc = run.add(Action(
-                id=f"{kind}:{node}", kind=kind, target=node, pool=pv.name,
-                reason=f"{summary} ({why})",
-                depends_on=(cordon, *evictions), details=details,
-            ))
-            run.add(Action(
-                id=f"uncordon:{node}", kind="uncordon", target=node, pool=pv.name,
+            common = {"target": node, "pool": pv.name, "reason": f"{summary} ({why})",
+                      "depends_on": (cordon, *evictions), "cards": cards, "shared_slices": shared}
+            if mig:
+                layout = tuple(CardLayout(gpu=g.index, profiles=tuple(g.target_layout) if g.target_mode == "mig" else None)
+                               for g in slots)
+                rc = run.add(MigReconfigure(id=f"mig-reconfigure:{node}", layout=layout, **common))
+            else:
+                rc = run.add(SetSharing(id=f"set-sharing:{node}", **common))
+            run.add(Uncordon(
+                id=f"uncordon:{node}", target=node, pool=pv.name,
                 reason=f"{node} is repartitioned; schedule on it again", depends_on=(rc,),
             ))
 
@@ -958,12 +977,12 @@ def _finish_drains(run: _Run) -> None:
     """Nodes gpupool cordoned for a repartition that is now complete go back into service."""
     for pv in run.cluster.pools.values():
         for name, node in pv.nodes.items():
-            if not (node.unschedulable and CORDON_ANNOTATION in node.annotations):
+            if not (node.unschedulable and CORDONED_FOR_ANN in node.annotations):
                 continue
             if f"cordon:{name}" in run.actions:
                 continue
-            run.add(Action(
-                id=f"uncordon:{name}", kind="uncordon", target=name, pool=pv.name,
+            run.add(Uncordon(
+                id=f"uncordon:{name}", target=name, pool=pv.name,
                 reason=f"{name} was cordoned by gpupool for a repartition that is complete; schedule on it again",
             ))
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
+from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 
 QUOTA_PREFIX = "gpupool-"
-SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
 def _limit(guaranteed: int, borrowing: int | None, cap: int | None) -> int | None:
@@ -45,9 +45,9 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
             pool = desired.pools.get(pq.pool)
             model = desired.gpu_model(pool) if pool else None
             if pq.whole.guaranteed or pq.whole.borrowing_limit:
-                add("requests.nvidia.com/gpu", _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap))
+                add("requests." + GPU_RESOURCE, _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap))
             for prof, a in sorted(pq.mig.items()):
-                res = model.profiles[prof].resource_name if model and prof in model.profiles else f"nvidia.com/mig-{prof}"
+                res = model.profiles[prof].resource_name if model and prof in model.profiles else mig_resource(prof)
                 add(f"requests.{res}", _limit(a.guaranteed, a.borrowing_limit, None))
             sh = pool.spec.inference.shared if pool else None
             if pq.shared_memory is not None and sh is not None:
@@ -55,8 +55,8 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
                 g = math.ceil(quantity_bytes(pq.shared_memory.guaranteed) / per)
                 b = pq.shared_memory.borrowing_limit
                 add(f"requests.{SHARED_RESOURCE}", _limit(g, math.ceil(quantity_bytes(b) / per) if b else None, None))
-        if cap is not None and "requests.nvidia.com/gpu" not in hard:
-            hard["requests.nvidia.com/gpu"] = cap
+        if cap is not None and "requests." + GPU_RESOURCE not in hard:
+            hard["requests." + GPU_RESOURCE] = cap
         final = {k: str(v) for k, v in sorted(hard.items()) if k not in unlimited}
         for ns in q.spec.namespaces:
             out[(ns, QUOTA_PREFIX + q.team)] = final

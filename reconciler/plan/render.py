@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from reconciler.plan.model import Action, Plan
+from reconciler.plan.actions import Action
+from reconciler.plan.model import Plan
 
 GITHUB_COMMENT_LIMIT = 65536
 MARKDOWN_BUDGET = 60000  # leave room for a header/footer added by the workflow
@@ -17,12 +18,8 @@ SYMBOL = {
 
 
 def to_json(plan: Plan) -> str:
-    data = plan.model_dump(mode="json")
-    data["summary"] = plan.summary()
-    data["counts"] = dict(sorted(plan.counts().items()))
-    for a, src in zip(data["actions"], plan.actions, strict=True):
-        a["disruptive"] = src.disruptive
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    """Versioned JSON (`format_version`) that `Plan.model_validate_json` reads back unchanged."""
+    return json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
 def _line(a: Action) -> str:
@@ -40,7 +37,7 @@ def _capacity_lines(plan: Plan) -> list[str]:
 
 
 def to_text(plan: Plan) -> str:
-    lines = [plan.summary()]
+    lines = [plan.summary]
     if plan.revision:
         lines.append(f"Desired revision {plan.revision[:12]}, observed at {plan.observed_at}.")
     else:
@@ -74,7 +71,7 @@ def _md_table(actions: list[Action]) -> list[str]:
 
 def to_markdown(plan: Plan, title: str = "gpupool plan", budget: int = MARKDOWN_BUDGET) -> str:
     """Fits a GitHub comment: summary first, details collapsed, truncated with a note if huge."""
-    head = [f"### {title}", "", f"**{plan.summary()}**", ""]
+    head = [f"### {title}", "", f"**{plan.summary}**", ""]
     if plan.revision:
         head.append(f"Desired revision `{plan.revision[:12]}`, observed state of {plan.observed_at}.")
         head.append("")

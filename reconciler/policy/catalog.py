@@ -17,6 +17,8 @@ from importlib import resources
 
 from ruamel.yaml import YAML
 
+from reconciler.conventions import mig_resource
+
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:
@@ -34,7 +36,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The device plugin's resource under the `mixed` strategy (`+` becomes `.`)."""
-        return "nvidia.com/mig-" + self.name.replace("+", ".")
+        return mig_resource(self.name.replace("+", "."))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,14 +22,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from reconciler.conventions import API_VERSION
 from reconciler.policy.quantity import (
     DURATION_PATTERN,
     QUANTITY_PATTERN,
     format_duration,
     parse_duration,
 )
-
-API_VERSION = "gpupool.io/v1alpha1"
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
@@ -175,7 +174,7 @@ class PoolSpec(Model):
 
 
 class Pool(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["Pool"]
     metadata: Metadata
     spec: PoolSpec
@@ -221,7 +220,7 @@ class QuotaSpec(Model):
 
 
 class Quota(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["Quota"]
     metadata: Metadata
     spec: QuotaSpec
@@ -274,7 +273,7 @@ class PriorityPolicySpec(Model):
 
 
 class PriorityPolicy(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["PriorityPolicy"]
     metadata: Metadata
     spec: PriorityPolicySpec
@@ -324,7 +323,7 @@ class ScalingPolicySpec(Model):
 
 
 class ScalingPolicy(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["ScalingPolicy"]
     metadata: Metadata
     spec: ScalingPolicySpec
@@ -373,7 +372,7 @@ class MaintenancePolicySpec(Model):
 
 
 class MaintenancePolicy(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["MaintenancePolicy"]
     metadata: Metadata
     spec: MaintenancePolicySpec
@@ -399,7 +398,7 @@ class ChangePolicySpec(Model):
 
 
 class ChangePolicy(Model):
-    api_version: Literal["gpupool.io/v1alpha1"]
+    api_version: Literal[API_VERSION]
     kind: Literal["ChangePolicy"]
     metadata: Metadata
     spec: ChangePolicySpec

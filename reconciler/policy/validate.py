@@ -10,13 +10,12 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
+from reconciler.conventions import PRODUCT_LABEL
 from reconciler.policy.loader import format_path, locate
 from reconciler.policy.models import LabelSelector, Pool, Quota
 from reconciler.policy.problems import Problem
 from reconciler.policy.quantity import GI, format_bytes, quantity_bytes
 from reconciler.policy.state import DesiredState, Located
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def _problem(doc: Located, path: tuple, message: str) -> Problem:

@@ -17,11 +17,18 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from reconciler.apply.executor import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL, ApplyConfig
+from reconciler.apply.configs import MIG_CONFIG_KEY
+from reconciler.apply.handlers import ApplyConfig
+from reconciler.conventions import (
+    GROUP,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    NODE_STATE_PLURAL,
+    VERSION,
+)
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
 from reconciler.observe.builders import PRODUCT, gpu
-from reconciler.observe.kube import GROUP, NODE_STATE_PLURAL, VERSION
 from reconciler.policy.catalog import default_catalog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from reconciler.apply.executor import ApplyConfig
+from reconciler.apply.handlers import ApplyConfig
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
 from reconciler.observe.model import Workload

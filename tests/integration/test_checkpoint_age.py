@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconciler.apply.executor import CHECKPOINT_ANN, Executor
-from reconciler.plan.model import Action, Plan
+from reconciler.apply.executor import Executor
+from reconciler.apply.kube import KubeOps
+from reconciler.conventions import CHECKPOINT_REQUESTED_ANN as CHECKPOINT_ANN
+from reconciler.plan.actions import Checkpoint, Preempt
+from reconciler.plan.model import Plan
 from tests.integration.harness import Clock, create_pod
 
 
 def _plan(ns: str) -> Plan:
-    ck = Action(id=f"checkpoint:{ns}/job", kind="checkpoint", target=f"{ns}/job", reason="checkpoint first",
-                details={"gracePeriodSeconds": 300})
-    ev = Action(id=f"preempt:{ns}/job", kind="preempt", target=f"{ns}/job", reason="make room", depends_on=(ck.id,))
+    ck = Checkpoint(id=f"checkpoint:{ns}/job", target=f"{ns}/job", reason="checkpoint first",
+                    grace_period_seconds=300, checkpointable=True)
+    ev = Preempt(id=f"preempt:{ns}/job", target=f"{ns}/job", reason="make room", depends_on=(ck.id,), node=None, gpus=())
     return Plan(observed_at="t", actions=(ck, ev))
 
 
@@ -21,7 +24,7 @@ def test_old_checkpoint_request_is_renewed_and_the_grace_period_waited(kube):
     clock = Clock()
     old = (clock.now - timedelta(hours=3)).isoformat()
     create_pod(kube, ns, "job", gpus=1, pool=None, cls=None, annotations={CHECKPOINT_ANN: old})
-    ex = Executor(kube.api_client, clock=clock)
+    ex = Executor(KubeOps(kube.api_client), clock=clock)
     out = {o.action: o for o in ex.apply(_plan(ns)).outcomes}
     assert out[f"checkpoint:{ns}/job"].message == "checkpoint requested"
     assert out[f"preempt:{ns}/job"].status == "waiting"  # not evicted on the strength of a 3-hour-old request

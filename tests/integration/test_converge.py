@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import yaml
 
-from reconciler.apply.executor import (
-    CHECKPOINT_ANN,
-    MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL,
-    MIG_STATE_LABEL,
-)
-from reconciler.plan.planner import CORDON_ANNOTATION
+from reconciler.apply.configs import MIG_CONFIG_KEY
+from reconciler.conventions import CHECKPOINT_REQUESTED_ANN as CHECKPOINT_ANN
+from reconciler.conventions import CORDONED_FOR_ANN as CORDON_ANNOTATION
+from reconciler.conventions import MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
 from .harness import (
     Clock,

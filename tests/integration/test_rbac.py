@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from reconciler.apply.executor import ApplyConfig
+from reconciler.apply.handlers import ApplyConfig
 from reconciler.loop.agent import run_once
 from reconciler.loop.controller import Controller
 from reconciler.loop.informer import ClusterCache

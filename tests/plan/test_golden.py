@@ -75,5 +75,5 @@ def test_golden(name):
 
 def test_plan_json_is_versioned():
     data = json.loads((GOLDEN / "inference-burst-mig" / "plan.json").read_text())
-    assert data["format_version"] == 1
+    assert data["format_version"] == 2
     assert data["summary"].startswith("Plan: ")

@@ -104,12 +104,13 @@ def test_invariants(case):
     pre = desired.priority.spec.preemption
     for a in p.actions:
         if a.kind == "mig-reconfigure":
-            for layout in a.details["layout"].values():
+            layouts = {c.gpu: c.profiles for c in a.layout}
+            for layout in layouts.values():
                 if layout is not None:
                     assert desired.catalog.place(model, layout) is not None
-            for g, change in a.details["gpus"].items():
-                if change["to"].startswith("MIG"):
-                    assert tuple(a.details["layout"][g]) in allowed_layouts
+            for change in a.cards:
+                if change.after.startswith("MIG"):
+                    assert tuple(layouts[change.gpu]) in allowed_layouts
         if a.kind in ("preempt", "reclaim", "move"):
             w = work[a.target]
             cls = desired.priority_class(w.priority_class)
@@ -124,7 +125,7 @@ def test_invariants(case):
     ids = {a.id for a in p.actions}
     for a in p.actions:
         if a.kind in ("mig-reconfigure", "set-sharing"):
-            changed = {int(g) for g in a.details["gpus"]}
+            changed = a.changed_gpus
             for w in observed.workloads:
                 if w.phase == "Running" and w.node == a.target and {x.gpu for x in w.allocations} & changed:
                     assert w.key in evicted

@@ -3,34 +3,59 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from reconciler.plan.model import Action, Finding, Plan
+import pytest
+
+from reconciler.plan.actions import KIND_ORDER, ApplyQuota, Checkpoint, Preempt
+from reconciler.plan.model import Finding, Plan
 from reconciler.plan.render import GITHUB_COMMENT_LIMIT, to_json, to_markdown, to_text
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+@pytest.fixture
+def golden_plans() -> list[str]:
+    return [p.read_text() for p in sorted(GOLDEN.glob("*/plan.json"))]
 
 
 def big_plan(n: int) -> Plan:
     acts = []
     for i in range(n):
-        acts.append(Action(id=f"checkpoint:team/job-{i:05d}", kind="checkpoint", target=f"team/job-{i:05d}", reason="ask it to checkpoint " + "x" * 60))
-        acts.append(Action(id=f"preempt:team/job-{i:05d}", kind="preempt", target=f"team/job-{i:05d}", reason="preempted for inference " + "y" * 60,
-                           depends_on=(f"checkpoint:team/job-{i:05d}",)))
+        acts.append(Checkpoint(id=f"checkpoint:team/job-{i:05d}", target=f"team/job-{i:05d}",
+                               reason="ask it to checkpoint " + "x" * 60, grace_period_seconds=60, checkpointable=True))
+        acts.append(Preempt(id=f"preempt:team/job-{i:05d}", target=f"team/job-{i:05d}", reason="preempted for inference " + "y" * 60,
+                            depends_on=(f"checkpoint:team/job-{i:05d}",), node="n1", gpus=(0,)))
     return Plan(observed_at="2026-12-02T00:00:00+00:00", actions=tuple(acts),
                 findings=(Finding(severity="info", code="held-cap", subject="a/b", message="held"),))
 
 
 def test_summary_counts_kinds():
     p = big_plan(3)
-    assert p.summary() == "Plan: 3 preemptions"
+    assert p.summary == "Plan: 3 preemptions"
     assert to_text(p).splitlines()[0] == "Plan: 3 preemptions"
-    assert Plan(observed_at="t").summary().startswith("No changes")
+    assert Plan(observed_at="t").summary.startswith("No changes")
 
 
 def test_json_is_versioned_and_machine_readable():
     data = json.loads(to_json(big_plan(2)))
-    assert data["format_version"] == 1
+    assert data["format_version"] == 2
     assert data["counts"] == {"checkpoint": 2, "preempt": 2}
     assert [a["disruptive"] for a in data["actions"]] == [True] * 4
     assert data["actions"][1]["depends_on"] == ["checkpoint:team/job-00000"]
+
+
+def test_json_round_trips_byte_for_byte():
+    text = to_json(big_plan(2))
+    assert to_json(Plan.model_validate_json(text)) == text
+
+
+def test_every_action_kind_round_trips_through_json(golden_plans):
+    kinds = set()
+    for text in golden_plans:
+        assert to_json(Plan.model_validate_json(text)) == text
+        kinds |= {a["kind"] for a in json.loads(text)["actions"]}
+    assert kinds == set(KIND_ORDER), "every action kind appears in some golden plan"
 
 
 def test_markdown_of_a_huge_plan_stays_under_githubs_limit():
@@ -42,5 +67,5 @@ def test_markdown_of_a_huge_plan_stays_under_githubs_limit():
 
 
 def test_markdown_escapes_table_cells():
-    p = Plan(observed_at="t", actions=(Action(id="quota:a/b", kind="quota", target="a/b", reason="x | y\nz"),))
+    p = Plan(observed_at="t", actions=(ApplyQuota(id="quota:a/b", target="a/b", reason="x | y\nz", verb="create", hard={}),))
     assert "x \\| y z" in to_markdown(p)

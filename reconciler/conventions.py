@@ -1,0 +1,71 @@
+"""Every name gpupool shares with the cluster: label, annotation and resource keys, API groups.
+
+The lowest layer: observe, plan, apply and loop import these; no other module spells a
+`gpupool.io/…` or `nvidia.com/…` key (tests/test_conventions.py greps for them).
+NVIDIA's names are the ones their components read and write; where each was confirmed is in
+../shared/notes/nvidia-stack.md and next to the code that uses it.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- gpupool's API group
+GROUP = "gpupool.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+NODE_STATE_KIND, NODE_STATE_PLURAL = "GpuNodeState", "gpunodestates"
+STATUS_KIND, STATUS_PLURAL = "ReconcilerStatus", "reconcilerstatuses"
+PREFIX = GROUP + "/"
+
+# ---------------------------------------------------------------- labels gpupool reads or writes
+POOL_LABEL = PREFIX + "pool"
+"""Pool membership of a node (written by apply, read by pods' node selectors)."""
+INFERENCE_LABEL = PREFIX + "inference"
+"""`true` on a Deployment/StatefulSet that is an inference service."""
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpupool"
+FIELD_MANAGER = "gpupool"
+
+# ---------------------------------------------------------------- annotations on pods
+GPUS_ANN = PREFIX + "gpus"
+"""Which cards a pod holds: "0,1", or "2:4" (GPU 2, MIG instance at start 4)."""
+CHECKPOINTABLE_ANN = PREFIX + "checkpointable"
+MIGRATABLE_ANN = PREFIX + "migratable"
+LAST_CHECKPOINT_ANN = PREFIX + "last-checkpoint"
+CHECKPOINT_REQUESTED_ANN = PREFIX + "checkpoint-requested-at"
+"""Written by apply: the workload should checkpoint now (its grace period runs from here)."""
+CHECKPOINT_DONE_ANN = PREFIX + "checkpoint-done"
+"""Written by the workload: the checkpoint asked for is on disk; evict without waiting."""
+MOVE_TO_ANN = PREFIX + "move-to"
+
+# ---------------------------------------------------------------- annotations on workloads
+QUEUE_LENGTH_ANN = PREFIX + "queue-length"
+PENDING_P99_ANN = PREFIX + "pending-p99-seconds"
+LAST_SCALE_ANN = PREFIX + "last-scale"
+
+# ---------------------------------------------------------------- annotations on nodes
+CORDONED_FOR_ANN = PREFIX + "cordoned-for"
+"""Set with a cordon gpupool made (so it never uncordons a node an SRE cordoned)."""
+RECONFIGURE_SINCE_ANN = PREFIX + "reconfigure-since"
+PARTITION_ANN = PREFIX + "partition"
+SHARED_SLICES_ANN = PREFIX + "shared-slices"
+
+# ---------------------------------------------------------------- NVIDIA's names
+NVIDIA = "nvidia.com/"
+GPU_RESOURCE = NVIDIA + "gpu"
+"""Whole cards, as the device plugin advertises them."""
+SHARED_RESOURCE = NVIDIA + "gpu.shared"
+"""Time-sliced replicas with `renameByDefault: true` in the device plugin's sharing config."""
+MIG_RESOURCE_PREFIX = NVIDIA + "mig-"
+"""`nvidia.com/mig-<profile>` per MIG profile (the device plugin's mixed strategy)."""
+PRODUCT_LABEL = NVIDIA + "gpu.product"
+"""GPU product name, set by GPU feature discovery."""
+MIG_CONFIG_LABEL = NVIDIA + "mig.config"
+"""mig-manager applies the named entry of its mounted config when this label changes."""
+MIG_STATE_LABEL = NVIDIA + "mig.config.state"
+"""mig-manager's progress: pending | success | failed."""
+DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA + "device-plugin.config"
+"""Selects the named config of the device plugin's ConfigMap for this node."""
+
+
+def mig_resource(profile: str) -> str:
+    return MIG_RESOURCE_PREFIX + profile

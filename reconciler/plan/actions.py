@@ -1,0 +1,201 @@
+"""The contract between planner and executor: one frozen type per kind of action.
+
+Every action has a stable `id` (the same change gets the same id in every plan), a `kind`
+(the discriminator), a `target` (node, namespace/name or name: what a person looks for), a
+one-line `reason`, its `pool` when it has one and the ids it `depends_on`. The rest is typed
+per kind; nothing is carried in an untyped bag.
+
+Adding a kind touches four findable places: its type here (and in `Action`), one planner step
+that emits it, one handler in `reconciler/apply/handlers.py`, one line in `RENDERING` of
+`reconciler/plan/render.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActionBase(Frozen):
+    id: str
+    """Stable identity: the same change gets the same id in every plan."""
+    target: str
+    """What it acts on: a node, namespace/name, or a cluster-scoped object's name."""
+    reason: str
+    """One line a human can check."""
+    pool: str | None = None
+    depends_on: tuple[str, ...] = ()
+
+    DISRUPTIVE: ClassVar[bool] = False
+    """Stops or drains work (listed first, and each one an Event when it writes)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed(cls, data: object) -> object:
+        # `disruptive` is written into plan.json for readers; it is derived, never read back.
+        if isinstance(data, dict) and "disruptive" in data:
+            data = {k: v for k, v in data.items() if k != "disruptive"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def disruptive(self) -> bool:
+        return self.DISRUPTIVE
+
+
+# ----------------------------------------------------------------------------- nodes
+class Cordon(ActionBase):
+    """Stop new pods landing on a node about to be repartitioned (target: the node)."""
+
+    kind: Literal["cordon"] = "cordon"
+    DISRUPTIVE: ClassVar[bool] = True
+
+
+class Uncordon(ActionBase):
+    """Schedule on a node gpupool cordoned again (never one someone else cordoned)."""
+
+    kind: Literal["uncordon"] = "uncordon"
+
+
+class LabelNode(ActionBase):
+    """Pool membership labels on a node."""
+
+    kind: Literal["label-node"] = "label-node"
+    labels: dict[str, str]
+
+
+class CardChange(Frozen):
+    """One card of a repartition: its partition before and after, as a person reads it."""
+
+    gpu: int = Field(ge=0)
+    before: str
+    after: str
+
+
+class CardLayout(Frozen):
+    """A card's MIG layout after the change; `profiles` None: MIG off (a whole card)."""
+
+    gpu: int = Field(ge=0)
+    profiles: tuple[str, ...] | None
+
+
+class CardSlices(Frozen):
+    """A card shared in time slices after the change."""
+
+    gpu: int = Field(ge=0)
+    slices: int = Field(ge=1)
+
+
+class Repartition(ActionBase):
+    DISRUPTIVE: ClassVar[bool] = True
+    cards: tuple[CardChange, ...]
+    """The cards that change (the only ones that must be idle)."""
+    shared_slices: tuple[CardSlices, ...] = ()
+    """Every card of the node that is shared after the change."""
+
+    @property
+    def changed_gpus(self) -> frozenset[int]:
+        return frozenset(c.gpu for c in self.cards)
+
+
+class MigReconfigure(Repartition):
+    """A new MIG layout on emptied cards (mig-manager's config + node label)."""
+
+    kind: Literal["mig-reconfigure"] = "mig-reconfigure"
+    layout: tuple[CardLayout, ...]
+    """Every card of the node: mig-manager applies one config per node."""
+
+
+class SetSharing(Repartition):
+    """Whole cards <-> shared slices (the device plugin's sharing config)."""
+
+    kind: Literal["set-sharing"] = "set-sharing"
+
+
+# ----------------------------------------------------------------------------- workloads
+class Checkpoint(ActionBase):
+    """Ask a workload to checkpoint (an annotation it watches), then wait its grace period."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    DISRUPTIVE: ClassVar[bool] = True
+    grace_period_seconds: int = Field(ge=0)
+    checkpointable: bool
+
+
+class Eviction(ActionBase):
+    """Evict a pod through the Eviction API (PodDisruptionBudgets honoured)."""
+
+    DISRUPTIVE: ClassVar[bool] = True
+    node: str | None
+    gpus: tuple[int, ...]
+    """The cards it held on `node`."""
+    priority_class: str | None = None
+
+
+class Preempt(Eviction):
+    kind: Literal["preempt"] = "preempt"
+
+
+class Reclaim(Eviction):
+    """A workload whose cards have been idle too long."""
+
+    kind: Literal["reclaim"] = "reclaim"
+
+
+class Move(Eviction):
+    """Defragmentation: checkpoint, evict, let it restart on `to_node`."""
+
+    kind: Literal["move"] = "move"
+    to_node: str
+
+
+class Scale(ActionBase):
+    """Replicas of an inference Deployment or StatefulSet."""
+
+    kind: Literal["scale"] = "scale"
+    workload_kind: Literal["Deployment", "StatefulSet"]
+    from_replicas: int = Field(ge=0)
+    to_replicas: int = Field(ge=0)
+    policy: str
+
+    @property
+    def up(self) -> bool:
+        return self.to_replicas > self.from_replicas
+
+
+# ----------------------------------------------------------------------------- objects
+class ApplyQuota(ActionBase):
+    """Create or update a team's ResourceQuota (target: namespace/name)."""
+
+    kind: Literal["quota"] = "quota"
+    verb: Literal["create", "update"]
+    hard: dict[str, str]
+    previous: dict[str, str] | None = None
+
+
+class ApplyPriorityClass(ActionBase):
+    """Create or update a PriorityClass (replaced when its immutable fields change)."""
+
+    kind: Literal["priority-class"] = "priority-class"
+    value: int
+    preemption_policy: Literal["Never", "PreemptLowerPriority"]
+
+
+Action = Annotated[
+    Cordon | Uncordon | LabelNode | MigReconfigure | SetSharing | Checkpoint | Preempt | Reclaim
+    | Move | Scale | ApplyQuota | ApplyPriorityClass,
+    Field(discriminator="kind"),
+]
+
+EVICTION_KINDS = frozenset({"preempt", "reclaim", "move"})
+
+# Order of kinds in a plan when dependencies leave a choice: disruptive first, as they would run.
+KIND_ORDER: tuple[str, ...] = (
+    "cordon", "checkpoint", "preempt", "reclaim", "move", "mig-reconfigure", "set-sharing",
+    "uncordon", "scale", "quota", "priority-class", "label-node",
+)
