@@ -29,6 +29,10 @@ import (
 //	scheduler.crt scheduler.key            client cert, CN=system:kube-scheduler
 //	controller-manager.crt .key            client cert, CN=system:kube-controller-manager
 //	apiserver-etcd-client.crt .key         spare client cert for a TLS etcd (unused over http)
+//	front-proxy-ca.crt .key                a second CA, trusted only for request-header
+//	                                        authentication (--requestheader-client-ca-file)
+//	front-proxy-client.crt .key            CN=front-proxy-client, the apiserver's proxy client
+//	                                        cert (--proxy-client-cert-file)
 //	sa.key sa.pub                          RSA key pair that signs/verifies service-account tokens
 func runCerts(args []string) int {
 	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
@@ -57,28 +61,12 @@ func writeCerts(dir, extraHosts, serviceIP string, validity time.Duration) error
 	notBefore := time.Now().Add(-time.Hour)
 	notAfter := notBefore.Add(validity)
 
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caCert, caKey, err := writeCA(dir, "ca", "gpupool-test-ca", notBefore, notAfter)
 	if err != nil {
 		return err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "gpupool-test-ca"},
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	proxyCACert, proxyCAKey, err := writeCA(dir, "front-proxy-ca", "gpupool-test-front-proxy-ca", notBefore, notAfter)
 	if err != nil {
-		return err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
 
@@ -106,12 +94,15 @@ func writeCerts(dir, extraHosts, serviceIP string, validity time.Duration) error
 		usage   []x509.ExtKeyUsage
 		dns     []string
 		ips     []net.IP
+		ca      *x509.Certificate
+		caKey   crypto.Signer
 	}{
-		{"apiserver", pkix.Name{CommonName: "kube-apiserver"}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, dns, ips},
-		{"admin", pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}}, clientUsage, nil, nil},
-		{"scheduler", pkix.Name{CommonName: "system:kube-scheduler"}, clientUsage, nil, nil},
-		{"controller-manager", pkix.Name{CommonName: "system:kube-controller-manager"}, clientUsage, nil, nil},
-		{"apiserver-etcd-client", pkix.Name{CommonName: "kube-apiserver-etcd-client"}, clientUsage, nil, nil},
+		{"apiserver", pkix.Name{CommonName: "kube-apiserver"}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, dns, ips, caCert, caKey},
+		{"admin", pkix.Name{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}}, clientUsage, nil, nil, caCert, caKey},
+		{"scheduler", pkix.Name{CommonName: "system:kube-scheduler"}, clientUsage, nil, nil, caCert, caKey},
+		{"controller-manager", pkix.Name{CommonName: "system:kube-controller-manager"}, clientUsage, nil, nil, caCert, caKey},
+		{"apiserver-etcd-client", pkix.Name{CommonName: "kube-apiserver-etcd-client"}, clientUsage, nil, nil, caCert, caKey},
+		{"front-proxy-client", pkix.Name{CommonName: "front-proxy-client"}, clientUsage, nil, nil, proxyCACert, proxyCAKey},
 	}
 	for _, l := range leaves {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -128,7 +119,7 @@ func writeCerts(dir, extraHosts, serviceIP string, validity time.Duration) error
 			DNSNames:     l.dns,
 			IPAddresses:  l.ips,
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, l.ca, key.Public(), l.caKey)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.file, err)
 		}
@@ -149,6 +140,32 @@ func writeCerts(dir, extraHosts, serviceIP string, validity time.Duration) error
 		return err
 	}
 	return writePEM(filepath.Join(dir, "sa.pub"), "PUBLIC KEY", pub, 0o644)
+}
+
+// writeCA makes a self-signed CA and writes <name>.crt and <name>.key.
+func writeCA(dir, name, cn string, notBefore, notAfter time.Time) (*x509.Certificate, crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cert, key, writePair(dir, name, der, key)
 }
 
 var clientUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
