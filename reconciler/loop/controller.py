@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from fractions import Fraction
 from typing import Any
 
 from reconciler.apply.executor import ApplyResult, Executor
@@ -23,7 +22,6 @@ from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.status import StatusStore, condition
 from reconciler.observe.kube import observe_cluster
-from reconciler.plan.cluster import card_equivalents
 from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
@@ -100,9 +98,9 @@ class Controller:
                 }, now)
             return CycleResult(None, "", leader, None, error=msg)
         observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache)
-        p, cluster = plan_state(desired, observed, now=now)
+        p, facts = plan_state(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
-        self._gauges(desired, observed, cluster)
+        self._gauges(desired, p, facts)
         applied = None
         preempted = [t.isoformat() for t in view.recent_preemptions]
         if leader and not view.suspend and not self.dry_run and p.actions:
@@ -163,20 +161,12 @@ class Controller:
             "recentPreemptions": preempted,
         }
 
-    def _gauges(self, desired, observed, cluster) -> None:
-        # the planner's view: repartitions and evictions changed targets and holders, never the
-        # observed modes or which pool a node is in, which is all the gauges read
-        for pv in cluster.pools.values():
-            for mode, n in pv.capacity(False).items():
-                metrics.GPUS.labels(pv.name, mode).set(n)
-        usage: dict[str, Fraction] = {}
-        for w in observed.workloads:
-            q = desired.quota_for_namespace(w.namespace)
-            if q is None or w.phase != "Running":
-                continue
-            usage[q.team] = usage.get(q.team, Fraction(0)) + card_equivalents(w, cluster.pools.get(cluster.pool_of(w) or ""))
+    def _gauges(self, desired, p, facts) -> None:
+        for pool, c in p.capacity.items():
+            for mode in ("whole", "mig", "shared"):
+                metrics.GPUS.labels(pool, mode).set(c[f"{mode}Now"])
         for q in desired.quotas.values():
-            metrics.TEAM_USAGE.labels(q.team).set(float(usage.get(q.team, 0)))
+            metrics.TEAM_USAGE.labels(q.team).set(float(facts.team_usage.get(q.team, 0)))
             if q.spec.max_gpus is not None:
                 metrics.TEAM_QUOTA.labels(q.team).set(q.spec.max_gpus)
 

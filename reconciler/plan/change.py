@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.observe.model import ObservedState
-from reconciler.plan.cluster import ClusterView
 from reconciler.plan.model import Action, Plan
 from reconciler.plan.planner import plan_state
 from reconciler.plan.quotas import desired_resource_quotas
@@ -129,10 +128,6 @@ def _quota_changes(base: DesiredState, head: DesiredState) -> dict[str, dict[str
     return out
 
 
-def _targets(cluster: ClusterView) -> dict[tuple[str, str, int], str]:
-    return {(pv.name, g.node, g.index): g.describe(target=True) for pv in cluster.pools.values() for g in pv.gpus}
-
-
 def _evictions(plan: Plan) -> dict[str, Action]:
     return {a.target: a for a in plan.actions if a.kind in EVICTIONS}
 
@@ -148,14 +143,14 @@ def compare(
     base: DesiredState, head: DesiredState, observed: ObservedState, *, confirm: tuple[str, ...] = ()
 ) -> tuple[ChangeReport, Plan, Plan]:
     """The change report, and both plans (base, head)."""
-    base_plan, base_cluster = plan_state(base, observed)
-    head_plan, head_cluster = plan_state(head, observed)
+    base_plan, base_facts = plan_state(base, observed)
+    head_plan, head_facts = plan_state(head, observed)
     pools = sorted(set(base_plan.capacity) | set(head_plan.capacity))
     capacity = {}
     for p in pools:
         b, h = _capacity(base_plan, p), _capacity(head_plan, p)
         capacity[p] = {"base": b, "head": h, "delta": {m: h[m] - b[m] for m in b}}
-    bt, ht = _targets(base_cluster), _targets(head_cluster)
+    bt, ht = base_facts.targets, head_facts.targets
     # cards in a pool on both sides whose partitioning differs (cards that leave or join a
     # pool are not repartitioned by gpupool; the empty-pool gate speaks for them)
     repartitions = [

@@ -189,6 +189,40 @@ class PoolView:
         self.touch(g.node)
         self._recount_empty(g.node)
 
+    # -- the only ways the planner changes a card: each keeps the indexes right ----------
+    def take_instance(self, g: GpuSlot, instance: tuple[str, int], holder: str) -> None:
+        """`holder` is placed on MIG instance (profile, start) of `g`."""
+        g.used_instances.add(instance)
+        g.holders.add(holder)
+        self.mig_used(g, instance[0])
+
+    def take_slices(self, g: GpuSlot, slices: int, holder: str) -> None:
+        """`holder` is placed on `slices` shared slices of `g`."""
+        self.shared_buckets()  # the index must exist before the card changes, or it files it twice
+        before = g.free_slices
+        g.used_slices += slices
+        g.holders.add(holder)
+        self.shared_used(g, before)
+
+    def reserve(self, cards: list[GpuSlot], holder: str) -> None:
+        """Free whole cards kept for `holder` (a gang the plan admits, a workload it moves)."""
+        for g in cards:
+            g.reserved_by = holder
+        for node in sorted({g.node for g in cards}):
+            self.touch(node)
+
+    def repartition(self, g: GpuSlot, mode: str, *, layout: tuple[str, ...] = (),
+                    instances: list[tuple[str, int]] | None = None, slices: int = 0, why: str) -> None:
+        """The plan gives `g` a new partitioning (it must be emptied first)."""
+        g.target_mode = mode
+        g.target_layout = layout if mode == "mig" else ()
+        g.target_instances = list(instances or []) if mode == "mig" else []
+        g.target_slices = slices if mode == "shared" else 0
+        g.converted = True
+        g.why = why
+        g.used_instances, g.used_slices = set(), 0
+        self.repartitioned(g)
+
     def mig_with_free(self, profile: str) -> list[tuple[tuple, GpuSlot]]:
         """MIG cards with a free instance of `profile`, as (packing key, card) sorted by key:
         the fewest free instances first, then node and index. Keys of a card in other
@@ -318,6 +352,24 @@ class ClusterView:
         if w.node:
             return self.node_pool.get(w.node)
         return w.pool
+
+    def release(self, w: Workload) -> None:
+        """`w` stops (evicted, preempted, moved): its cards, instances and slices are free."""
+        for a in w.allocations:
+            s = self.slot.get((w.node or "", a.gpu))
+            if s is None:
+                continue
+            s.holders.discard(w.key)
+            if a.mig_start is not None:
+                s.used_instances = {i for i in s.used_instances if i[1] != a.mig_start}
+            s.used_slices -= a.slices
+        pool = self.pools.get(self.node_pool.get(w.node or "", ""))
+        if pool is not None and w.node:
+            pool.touch(w.node, released=True)
+
+    def targets(self) -> dict[tuple[str, str, int], str]:
+        """(pool, node, index) -> the card's partitioning after the plan, as people read it."""
+        return {(pv.name, g.node, g.index): g.describe(target=True) for pv in self.pools.values() for g in pv.gpus}
 
 
 def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView:

@@ -222,18 +222,8 @@ class _Run:
             self.team_usage[team] = self.team_usage.get(team, Fraction(0)) - card_equivalents(w, pv)
             if w.request.gpus and pool:
                 self.pool_whole_usage[(team, pool)] = self.pool_whole_usage.get((team, pool), 0) - w.request.gpus
-        for a in w.allocations:
-            s = self.cluster.slot.get((w.node or "", a.gpu))
-            if s is None:
-                continue
-            s.holders.discard(w.key)
-            if a.mig_start is not None:
-                s.used_instances = {i for i in s.used_instances if i[1] != a.mig_start}
-            s.used_slices -= a.slices
+        self.cluster.release(w)
         self.freed()
-        node_pool = self.pool_view(self.cluster.node_pool.get(w.node or ""))
-        if node_pool is not None:
-            node_pool.touch(w.node, released=True)
         return aid
 
     def nodes_hosting(self, pv: PoolView, classes: set[str]) -> list[str]:
@@ -254,15 +244,26 @@ class _Run:
         self.generation += 1
 
 
+@dataclass(frozen=True)
+class PlanFacts:
+    """What a plan leaves besides its actions, as data (the working view stays inside)."""
+
+    targets: dict[tuple[str, str, int], str]
+    """(pool, node, index) -> the card's partitioning after the plan."""
+    team_usage: dict[str, Fraction]
+    """Team -> card equivalents its running workloads hold, as observed."""
+
+
 def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> Plan:
     """The ordered, explained actions that move `observed` towards `desired`."""
     return plan_state(desired, observed, now)[0]
 
 
-def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, ClusterView]:
-    """The plan and the working view it leaves (target partitioning, placements): for tests."""
+def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, PlanFacts]:
+    """The plan, and the facts the controller's gauges and the change report read."""
     run = _Run(desired, observed, now or observed.observed_at, build_cluster(desired, observed))
     _init_usage(run)
+    observed_usage = dict(run.team_usage)
     pending = _pending(run)
     pending += _scale(run)
     _team_caps(run)
@@ -296,7 +297,7 @@ def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | N
             for pv in run.cluster.pools.values()
         },
     )
-    return result, run.cluster
+    return result, PlanFacts(targets=run.cluster.targets(), team_usage=observed_usage)
 
 
 def _check_no_overcommit(cluster: ClusterView) -> None:
@@ -531,18 +532,13 @@ def _place_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
                 else:
                     return False
         for g, inst in chosen:
-            g.used_instances.add(inst)
-            g.holders.add(p.key)
-            pv.mig_used(g, inst[0])
+            pv.take_instance(g, inst, p.key)
         return True
     if r.shared_slices:
         g = _choose_shared(run, pv, r.shared_slices)
         if g is None:
             return False
-        before = g.free_slices
-        g.used_slices += r.shared_slices
-        g.holders.add(p.key)
-        pv.shared_used(g, before)
+        pv.take_slices(g, r.shared_slices, p.key)
         return True
     return False
 
@@ -608,21 +604,13 @@ def _inference_budget(pv: PoolView) -> int:
 
 
 def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str) -> None:
-    g.target_mode = mode
-    g.converted = True
-    g.why = why
     run.freed()
     if mode == "mig":
-        g.target_layout = layout
-        g.target_instances = run.desired.catalog.place(pv.model, list(layout)) or []
-        g.target_slices = 0
+        pv.repartition(g, mode, layout=layout, instances=run.desired.catalog.place(pv.model, list(layout)) or [], why=why)
     elif mode == "shared":
-        g.target_layout, g.target_instances = (), []
-        g.target_slices = pv.pool.spec.inference.shared.slices_per_gpu
+        pv.repartition(g, mode, slices=pv.pool.spec.inference.shared.slices_per_gpu, why=why)
     else:
-        g.target_layout, g.target_instances, g.target_slices = (), [], 0
-    g.used_instances, g.used_slices = set(), 0
-    pv.repartitioned(g)
+        pv.repartition(g, mode, why=why)
 
 
 def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str) -> list[GpuSlot]:
@@ -763,9 +751,7 @@ def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
     if chosen is None:  # pragma: no cover - every shortlisted node fits
         return None
     got = _gang_on(pv.by_node()[chosen.node], n, pv.pool.spec.training.topology)
-    for g in got:
-        g.reserved_by = p.key
-    pv.touch(chosen.node)
+    pv.reserve(got, p.key)
     return got
 
 
@@ -891,8 +877,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     if len(dests) < need:
         return False
     for w, dest in zip(movers, dests, strict=False):
-        dest.reserved_by = w.key
-        pv.touch(dest.node)
+        pv.reserve([dest], w.key)
         run.evict(w, "move", f"defragment {node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node", pv.name, target=dest.node)
     return _place_gang(run, pv, p) is not None
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import Allocation, Workload
-from reconciler.plan.cluster import card_equivalents
-from reconciler.plan.planner import plan, plan_state
+from reconciler.plan.cluster import build_cluster, card_equivalents
+from reconciler.plan.planner import plan
 from reconciler.plan.render import to_json
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -96,7 +96,7 @@ def _desired(text):
 def test_invariants(case):
     text, observed = case
     desired = _desired(text)
-    p, cluster = plan_state(desired, observed)  # raises on over-commit
+    p = plan(desired, observed)  # raises on over-commit
     work = {w.key: w for w in observed.workloads}
     model = desired.catalog.model(A100)
     allowed_layouts = {tuple(sorted(lay.profiles)) for lay in desired.pools["a100"].spec.inference.mig.layouts}
@@ -133,7 +133,7 @@ def test_invariants(case):
             assert f"cordon:{a.target}" in a.depends_on and f"uncordon:{a.target}" in ids
     # team caps: what runs on after the plan plus what it admits stays under the cap
     held = {f.subject for f in p.findings if f.code.startswith("held")}
-    pv = cluster.pools["a100"]
+    pv = build_cluster(desired, observed).pools["a100"]
     for q in desired.quotas.values():
         mine = [w for w in observed.workloads if w.namespace in q.spec.namespaces]
         before = sum((card_equivalents(w, pv) for w in mine if w.phase == "Running"), Fraction(0))
