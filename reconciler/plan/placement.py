@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 GPU_MILLI = 1000  # one whole card
@@ -588,8 +588,8 @@ class Resident:
 
 
 @dataclass(frozen=True)
-class Move:
-    """Migrate `key` from `source` to `target` (evict and re-place)."""
+class Migration:
+    """Move running pod `key` from `source` to `target` (evict it; it restarts there)."""
 
     key: str
     req: PodDemand
@@ -597,26 +597,79 @@ class Move:
     target: Placement
 
 
-def _fits_without(node: NodeState, gone: Resident, req: PodDemand) -> bool:
-    """Would `req` fit on `node` once `gone` has left it?"""
-    r = gone.req
-    if node.cpu_free_milli + r.cpu_milli < req.cpu_milli:
+def _fits_without(node: NodeState, gone: Sequence[Resident], req: PodDemand) -> bool:
+    """Would `req` fit on `node` once every resident in `gone` has left it?"""
+    if node.cpu_free_milli + sum(r.req.cpu_milli for r in gone) < req.cpu_milli:
         return False
-    if node.memory_free_mib + r.memory_mib < req.memory_mib:
+    if node.memory_free_mib + sum(r.req.memory_mib for r in gone) < req.memory_mib:
         return False
     if req.num_gpu == 0:
         return True
-    gpus = node.gpu_free_milli
-    freed = gone.placement.gpus
-    need, milli = req.num_gpu, req.gpu_milli
-    for i, f in enumerate(gpus):
-        if i in freed:
-            f += r.gpu_milli
-        if f >= milli:
-            need -= 1
-            if need == 0:
-                return True
-    return False
+    gpus = list(node.gpu_free_milli)
+    for r in gone:
+        for g in r.placement.gpus:
+            gpus[g] += r.req.gpu_milli
+    return sum(1 for f in gpus if f >= req.gpu_milli) >= req.num_gpu
+
+
+def _size(r: Resident) -> tuple[int, int]:
+    return (r.req.total_gpu_milli, r.req.cpu_milli)
+
+
+def defragment(
+    nodes: Sequence[NodeState],
+    req: PodDemand,
+    residents: dict[str, Sequence[Resident]],
+    place_elsewhere: Callable[[PodDemand, list[NodeState]], Placement | None],
+    choose_on: Callable[[NodeState, PodDemand], Placement],
+    *,
+    max_moves: int = 1,
+    max_candidates: int = 32,
+) -> tuple[Placement, tuple[Migration, ...]] | None:
+    """The one defragmenter (the planner's and the simulator's): make room for `req`, which
+    fits nowhere, by moving the fewest small movable residents (one GPU or less each) off
+    one node, each re-placed on another node by `place_elsewhere`.
+
+    Fewest moves first; among as many moves, the smallest residents (GPU, then CPU), then
+    the node's order, then the residents' order. With one move any single resident whose
+    departure makes room is a candidate; with k > 1, a node's k smallest movable residents. At most `max_candidates`
+    candidate sets are tried per move count. Nodes are not modified: the caller applies the
+    migrations, then the placement (`choose_on` picks it on a trial copy of the node)."""
+    if req.num_gpu == 0:
+        return None  # CPU-only pods are not worth a migration
+    for k in range(1, max(0, min(max_moves, sum(len(v) for v in residents.values()))) + 1):
+        found: list[tuple[tuple, int, NodeState, tuple[Resident, ...]]] = []
+        for idx, node in enumerate(nodes):
+            if not model_ok(node, req):
+                continue
+            movers = sorted((r for r in residents.get(node.name, ()) if r.movable and r.req.num_gpu <= 1), key=_size)
+            sets = [(r,) for r in movers] if k == 1 else ([tuple(movers[:k])] if len(movers) >= k else [])
+            for gone in sets:
+                if _fits_without(node, gone, req):
+                    found.append((tuple(sum(x) for x in zip(*(_size(r) for r in gone), strict=True)), idx, node, gone))
+            if len(found) >= max_candidates:
+                break
+        found.sort(key=lambda t: (t[0], t[1]))
+        for _, _, node, gone in found:
+            # several moves are placed one after another: a node that takes one is copied
+            others = [n for n in nodes if n is not node]
+            moves = []
+            for r in gone:
+                target = place_elsewhere(r.req, others)
+                if target is None:
+                    break
+                if len(gone) > 1:
+                    at = next(i for i, n in enumerate(others) if n.name == target.node)
+                    others[at] = others[at].copy()
+                    allocate(others[at], r.req, target)
+                moves.append(Migration(r.key, r.req, r.placement, target))
+            if len(moves) < len(gone):
+                continue
+            trial = node.copy()
+            for r in gone:
+                release(trial, r.req, r.placement)
+            return choose_on(trial, req), tuple(moves)
+    return None
 
 
 def choose_with_migration(
@@ -626,36 +679,16 @@ def choose_with_migration(
     ctx: PlacementContext,
     residents: dict[str, Sequence[Resident]],
     max_candidates: int = 32,
-) -> tuple[Placement, tuple[Move, ...]] | None:
-    """`choose`, and when nothing fits, try one migration: find a node where moving a
-    single small resident pod elsewhere (placed by the same policy) makes room for `req`.
-
-    Candidates are the smallest movable residents (by GPU, then CPU) whose departure
-    makes `req` fit; the first `max_candidates` found are tried, cheapest first.
-    Nodes are not modified; the caller applies the moves, then the placement."""
+) -> tuple[Placement, tuple[Migration, ...]] | None:
+    """`choose`, and when nothing fits, `defragment` with one migration placed by the same
+    policy (the simulator's `--migrate`)."""
     placement = choose(policy, nodes, req, ctx)
     if placement is not None:
         return placement, ()
-    if req.num_gpu == 0:
-        return None  # CPU-only pods are not worth a migration
-    found: list[tuple[tuple[int, int], int, NodeState, Resident]] = []
-    for idx, node in enumerate(nodes):
-        if not model_ok(node, req):
-            continue
-        for r in residents.get(node.name, ()):
-            if r.movable and r.req.num_gpu <= 1 and _fits_without(node, r, req):
-                found.append(((r.req.total_gpu_milli, r.req.cpu_milli), idx, node, r))
-        if len(found) >= max_candidates:
-            break
-    found.sort(key=lambda t: (t[0], t[1]))
-    for _, _, node, r in found:
-        others = [n for n in nodes if n is not node]
-        target = choose(policy, others, r.req, ctx)
-        if target is None:
-            continue
-        trial = node.copy()
-        release(trial, r.req, r.placement)
-        res = _SCORERS[policy](trial, req, ctx)
-        gpus = res[1] if res[1] is not None else default_gpus(trial, req)
-        return Placement(node.name, gpus), (Move(r.key, r.req, r.placement, target),)
-    return None
+
+    def on(trial: NodeState, r: PodDemand) -> Placement:
+        res = _SCORERS[policy](trial, r, ctx)
+        return Placement(trial.name, res[1] if res[1] is not None else default_gpus(trial, r))
+
+    return defragment(nodes, req, residents, lambda r, others: choose(policy, others, r, ctx), on,
+                      max_moves=1, max_candidates=max_candidates)

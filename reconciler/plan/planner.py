@@ -847,6 +847,8 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
 
 
 def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
+    """Move a few one-card workloads off the node closest to fitting gang `p` (the shared
+    defragmenter, `placement.defragment`), each to a free card elsewhere, then place `p`."""
     rules = [m.spec.defragmentation for m in run.desired.maintenance_for(pv.name) if m.spec.defragmentation and m.spec.defragmentation.enabled]
     if not rules:
         return False
@@ -857,28 +859,35 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     if pv.total_free_whole() < n:
         return False
     by_node = pv.by_node()
-    best = None
-    # the node fewest moves away from taking the gang (then by name): the first that qualifies
-    for need in range(1, rule.max_migrations_per_cycle + 1):
-        for node in pv.nodes_with_free(n - need, n - need):
-            slots = by_node[node]
-            movers = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
-            movers = [run.cluster.workloads[h] for h in movers]
-            movers = [w for w in movers if (w.migratable or not rule.only_migratable) and len(w.allocations) == 1 and w.key not in run.evicted]
-            if len(movers) >= need:
-                best = (need, node, movers[:need])
-                break
-        if best is not None:
-            break
-    if best is None:
+    moves = min(rule.max_migrations_per_cycle, n)
+    names = pv.nodes_with_free(min(1, n - moves), len(pv.gpus))
+    states = [_whole_state(pv, node) for node in names]
+    residents: dict[str, list[placement.Resident]] = {}
+    one_card = placement.PodDemand(num_gpu=1, gpu_milli=1000)
+    for node in names:
+        slots = by_node[node]
+        for key in sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads}):
+            w = run.cluster.workloads[key]
+            if len(w.allocations) != 1 or w.key in run.evicted:
+                continue
+            at = next(i for i, g in enumerate(slots) if g.index == w.allocations[0].gpu)
+            residents.setdefault(node, []).append(placement.Resident(
+                key, one_card, placement.Placement(node, (at,)), movable=w.migratable or not rule.only_migratable))
+
+    def first_free(req: placement.PodDemand, others: list[placement.NodeState]) -> placement.Placement | None:
+        return next((placement.Placement(o.name, (i,)) for o in others for i, f in enumerate(o.gpu_free_milli) if f >= req.gpu_milli), None)
+
+    found = placement.defragment(states, placement.PodDemand(num_gpu=n, gpu_milli=1000), residents,
+                                 first_free, lambda trial, req: placement.Placement(trial.name, ()), max_moves=moves)
+    if found is None:
         return False
-    need, node, movers = best
-    dests = [g for other in pv.nodes_with_free(1, len(pv.gpus)) if other != node for g in by_node[other] if g.free_whole]
-    if len(dests) < need:
-        return False
-    for w, dest in zip(movers, dests, strict=False):
+    _, migrations = found
+    for m in migrations:
+        w = run.cluster.workloads[m.key]
+        dest = by_node[m.target.node][m.target.gpus[0]]
         pv.reserve([dest], w.key)
-        run.evict(w, "move", f"defragment {node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node", pv.name, target=dest.node)
+        run.evict(w, "move", f"defragment {m.source.node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node",
+                  pv.name, target=dest.node)
     return _place_gang(run, pv, p) is not None
 
 

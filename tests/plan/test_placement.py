@@ -17,6 +17,7 @@ from reconciler.plan.placement import (
     allocate,
     choose,
     choose_with_migration,
+    defragment,
     fits,
     node_fragmentation,
     release,
@@ -169,3 +170,26 @@ def test_migration_makes_room():
     placement, moves = choose_with_migration("ours", [a, b2], big, ctx_for(big), {"a": residents["a"], "b": []})
     assert placement.node == "a" and moves[0].target.node == "b"
     assert a.gpu_free_milli == [200]  # inputs are not modified
+
+
+def _first_free(req, others):
+    return next((Placement(o.name, (i,)) for o in others for i, f in enumerate(o.gpu_free_milli) if f >= req.gpu_milli), None)
+
+
+def _on(trial, req):
+    return Placement(trial.name, tuple(i for i, f in enumerate(trial.gpu_free_milli) if f >= req.gpu_milli)[: req.num_gpu])
+
+
+def test_defragment_moves_the_fewest_residents_and_places_them_one_after_another():
+    """The planner's case: a 4-card gang; node a has two one-card residents, b two free cards."""
+    one = PodDemand(1, 1000)
+    a, b = node("a", [0, 0, 1000, 1000]), node("b", [1000, 1000, 0, 0])
+    residents = {"a": [Resident("x", one, Placement("a", (0,))), Resident("y", one, Placement("a", (1,)))]}
+    gang = PodDemand(4, 1000)
+    assert defragment([a, b], gang, residents, _first_free, _on, max_moves=1) is None  # two moves needed
+    placement, moves = defragment([a, b], gang, residents, _first_free, _on, max_moves=2)
+    assert placement == Placement("a", (0, 1, 2, 3))
+    assert [(m.key, m.target) for m in moves] == [("x", Placement("b", (0,))), ("y", Placement("b", (1,)))]
+    assert b.gpu_free_milli == [1000, 1000, 0, 0]  # inputs are not modified
+    pinned = {"a": [Resident("x", one, Placement("a", (0,)), movable=False), residents["a"][1]]}
+    assert defragment([a, b], gang, pinned, _first_free, _on, max_moves=2) is None
