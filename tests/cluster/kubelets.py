@@ -57,15 +57,29 @@ KUBELET_VERSION = "v1.37.2"
 MERGE = "application/merge-patch+json"
 LEASE_DURATION_SECONDS = 40  # the kubelet's default nodeLeaseDurationSeconds
 
-# Compute capability by architecture family, for the nvidia.com/gpu.compute.* labels.
+# (product prefix, (family, compute major, compute minor)) for the nvidia.com/gpu.family and
+# .compute.* labels. The family follows GFD's getArchFamily (internal/lm/resource.go), which names
+# families by compute major only: 8.x, Ada included, is "ampere"; 9 is "hopper". (The GFD version
+# read maps 10 to "undefined"; "blackwell" here is an assumption.)
 _FAMILY_BY_PRODUCT_PREFIX = (
     ("NVIDIA-B", ("blackwell", 10, 0)),
+    ("NVIDIA-GB", ("blackwell", 10, 0)),
     ("NVIDIA-H", ("hopper", 9, 0)),
     ("NVIDIA-GH", ("hopper", 9, 0)),
     ("NVIDIA-A", ("ampere", 8, 0)),
-    ("NVIDIA-L", ("ada-lovelace", 8, 9)),
+    ("NVIDIA-L", ("ampere", 8, 9)),
     ("Tesla-T4", ("turing", 7, 5)),
     ("Tesla-V100", ("volta", 7, 0)),
+)
+# Data-centre parts with MIG support (A100, A30, H100, H200, GH200, B100/B200, GB200); the
+# others (A10, A40, L4, L40, T4, V100) report nvidia.com/mig.capable=false.
+_MIG_CAPABLE_PREFIXES = (
+    "NVIDIA-A100",
+    "NVIDIA-A30",
+    "NVIDIA-H",
+    "NVIDIA-GH",
+    "NVIDIA-B",
+    "NVIDIA-GB",
 )
 
 
@@ -96,6 +110,7 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: list[dict] = field(default_factory=list)
     extra_resources: Mapping[str, str] = field(default_factory=dict)
+    mig_capable: bool | None = None  # None: from the product name
 
     def resources(self) -> dict[str, str]:
         r = {
@@ -120,16 +135,20 @@ class NodeSpec:
             "kubernetes.io/arch": "amd64",
         }
         if self.gpus:
+            product = self.gpu_product.replace(" ", "-")
             family, major, minor = "undefined", 0, 0
             for prefix, fam in _FAMILY_BY_PRODUCT_PREFIX:
-                if self.gpu_product.startswith(prefix):
+                if product.startswith(prefix):
                     family, major, minor = fam
                     break
             shared = self.shared_replicas > 1
+            mig_capable = self.mig_capable
+            if mig_capable is None:
+                mig_capable = product.startswith(_MIG_CAPABLE_PREFIXES)
             lab.update(
                 {
                     "nvidia.com/gpu.present": "true",
-                    "nvidia.com/gpu.product": self.gpu_product.replace(" ", "-"),
+                    "nvidia.com/gpu.product": product,
                     "nvidia.com/gpu.count": str(self.gpus),
                     "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
                     "nvidia.com/gpu.replicas": str(self.shared_replicas if shared else 1),
@@ -137,17 +156,13 @@ class NodeSpec:
                     "nvidia.com/gpu.family": family,
                     "nvidia.com/gpu.compute.major": str(major),
                     "nvidia.com/gpu.compute.minor": str(minor),
-                    "nvidia.com/mig.capable": "true"
-                    if family in ("ampere", "hopper", "blackwell")
-                    else "false",
+                    "nvidia.com/mig.capable": str(mig_capable).lower(),
                     "nvidia.com/mig.strategy": "mixed" if self.mig else "none",
                 }
             )
             for profile, count in self.mig.items():
                 lab[f"nvidia.com/mig-{profile}.count"] = str(count)
-                lab[f"nvidia.com/mig-{profile}.product"] = (
-                    f"{self.gpu_product.replace(' ', '-')}-MIG-{profile}"
-                )
+                lab[f"nvidia.com/mig-{profile}.product"] = f"{product}-MIG-{profile}"
         lab.update(self.labels)
         return lab
 
@@ -169,6 +184,7 @@ class _NodeState:
     started: set[str] = field(default_factory=set)
     terminating: set[str] = field(default_factory=set)
     threads: list[threading.Thread] = field(default_factory=list)
+    watch: Any = None  # the open watch response, closed by stop()
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -300,6 +316,10 @@ class SimulatedKubelets:
         self._stopped.set()
         for st in self._nodes.values():
             st.stop.set()
+            resp = st.watch
+            if resp is not None:
+                with contextlib.suppress(Exception):
+                    resp.close()
         with self._lock:
             for t in list(self._timers):
                 t.cancel()
@@ -459,6 +479,7 @@ class SimulatedKubelets:
                     _preload_content=False,
                     _request_timeout=(5, 15),
                 )
+                st.watch = resp
                 try:
                     for line in iter_resp_lines(resp):
                         if st.stop.is_set():
@@ -476,6 +497,7 @@ class SimulatedKubelets:
                         elif ev.get("type") == "DELETED":
                             self._forget(st, obj)
                 finally:
+                    st.watch = None
                     resp.release_conn()
             except Exception as e:  # apiserver restart, timeouts: relist after a pause
                 log.debug("pod watch %s: %r", st.spec.name, e)

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.kubelets import NodeSpec
+from tests.cluster.kubelets import SUCCEED_AFTER_ANNOTATION, NodeSpec
 
 pytestmark = pytest.mark.kube
 
@@ -317,3 +317,68 @@ def test_apiserver_restart_keeps_objects(control_plane, admin, nodes):
             timeout=30,
         )
     assert nodes.errors == []
+
+
+def test_gpu_node_shapes(control_plane, admin, kubelets):
+    core = client.CoreV1Api(admin)
+    kubelets.add_node(NodeSpec("ts-node", gpus=4, shared_replicas=4), wait=False)
+    kubelets.add_node(
+        NodeSpec("mig-node", gpus=1, gpu_product="NVIDIA A100-SXM4-80GB", mig={"1g.10gb": 7}),
+        wait=False,
+    )
+    ts = core.read_node("ts-node")
+    assert ts.status.allocatable["nvidia.com/gpu.shared"] == "16"
+    assert "nvidia.com/gpu" not in ts.status.allocatable
+    assert ts.metadata.labels["nvidia.com/gpu.replicas"] == "4"
+    assert ts.metadata.labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    mig = core.read_node("mig-node")
+    assert mig.status.allocatable["nvidia.com/mig-1g.10gb"] == "7"
+    assert mig.metadata.labels["nvidia.com/mig.strategy"] == "mixed"
+    assert mig.metadata.labels["nvidia.com/mig.capable"] == "true"
+    assert mig.metadata.labels["nvidia.com/mig-1g.10gb.count"] == "7"
+    assert mig.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    kubelets.set_resources("ts-node", {"nvidia.com/gpu.shared": None, "nvidia.com/gpu": "4"})
+    ts = core.read_node("ts-node")
+    assert "nvidia.com/gpu.shared" not in ts.status.allocatable
+    assert "nvidia.com/gpu.shared" not in ts.status.capacity
+    assert ts.status.allocatable["nvidia.com/gpu"] == "4"
+
+
+def test_job_pods_complete(control_plane, admin, nodes):
+    core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
+    ns = new_namespace(core, "job")
+    batch.create_namespaced_job(
+        ns,
+        client.V1Job(
+            metadata=client.V1ObjectMeta(name="once"),
+            spec=client.V1JobSpec(
+                completions=2,
+                parallelism=2,
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(
+                        annotations={SUCCEED_AFTER_ANNOTATION: "10"}  # scaled by grace_scale
+                    ),
+                    spec=client.V1PodSpec(
+                        restart_policy="Never",
+                        containers=[
+                            client.V1Container(
+                                name="main",
+                                image="registry.example/job:1",
+                                resources=client.V1ResourceRequirements(
+                                    limits={"nvidia.com/gpu": "1"}
+                                ),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+        ),
+    )
+
+    def complete():
+        st = batch.read_namespaced_job_status("once", ns).status
+        return st.succeeded == 2 and any(
+            c.type == "Complete" and c.status == "True" for c in st.conditions or []
+        )
+
+    wait_for("the Job to complete", complete, timeout=30)
