@@ -382,3 +382,98 @@ def test_job_pods_complete(control_plane, admin, nodes):
         )
 
     wait_for("the Job to complete", complete, timeout=30)
+
+
+def test_admission_policies_are_enforced(control_plane, admin):
+    """ValidatingAdmissionPolicy and MutatingAdmissionPolicy (both GA) work with the default
+    flags: a CEL policy refuses a ConfigMap, another one labels ConfigMaps on create."""
+    core, adm = client.CoreV1Api(admin), client.AdmissionregistrationV1Api(admin)
+    ns = new_namespace(core, "adm")
+    ns_selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    rules = {
+        "resourceRules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["configmaps"],
+            }
+        ]
+    }
+    adm.create_validating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": f"{ns}-no-forbidden"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": rules,
+                "validations": [
+                    {
+                        "expression": "!has(object.data) || !('forbidden' in object.data)",
+                        "message": "no key named forbidden",
+                    }
+                ],
+            },
+        }
+    )
+    adm.create_validating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": f"{ns}-no-forbidden"},
+            "spec": {
+                "policyName": f"{ns}-no-forbidden",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": ns_selector},
+            },
+        }
+    )
+    adm.create_mutating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": f"{ns}-stamp"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "matchConstraints": rules,
+                "mutations": [
+                    {
+                        "patchType": "ApplyConfiguration",
+                        "applyConfiguration": {
+                            "expression": "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"
+                        },
+                    }
+                ],
+            },
+        }
+    )
+    adm.create_mutating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": f"{ns}-stamp"},
+            "spec": {
+                "policyName": f"{ns}-stamp",
+                "matchResources": {"namespaceSelector": ns_selector},
+            },
+        }
+    )
+
+    def refused():
+        try:
+            core.create_namespaced_config_map(
+                ns, {"metadata": {"generateName": "bad-"}, "data": {"forbidden": "1"}}
+            )
+            return False
+        except ApiException as e:
+            return e.status == 422 and "no key named forbidden" in e.body
+
+    wait_for("the ValidatingAdmissionPolicy to refuse", refused, timeout=15)
+
+    def stamped():
+        cm = core.create_namespaced_config_map(ns, {"metadata": {"generateName": "ok-"}})
+        return (cm.metadata.labels or {}).get("stamped") == "yes"
+
+    wait_for("the MutatingAdmissionPolicy to label", stamped, timeout=15)
