@@ -65,17 +65,23 @@ class Executor:
         self.clock = clock
 
     def apply(self, plan: Plan, *, on_outcome: Callable[[Action, Outcome], None] | None = None,
-              before_preempt: Callable[[Action], None] | None = None) -> ApplyResult:
+              before_preempt: Callable[[Action], None] | None = None,
+              may_continue: Callable[[], bool] | None = None) -> ApplyResult:
         """`before_preempt` runs just before a preemption's Eviction request: the controller
         records it there first (write-ahead), so a crash right after cannot lose it from the
-        hourly budget."""
+        hourly budget. `may_continue` is asked before every step (the controller: "do I still
+        hold the lease?"); once it says no, nothing more is applied."""
         ctx = Context(self.ops, self.cfg, self.clock, before_preempt=before_preempt,
                       grace={a.id: float(a.grace_period_seconds) for a in plan.actions if isinstance(a, Checkpoint)})
         result = ApplyResult()
         state: dict[str, str] = {}
+        stopped = False
         for action in plan.actions:
             pending = [d for d in action.depends_on if state.get(d, "done") != "done"]
-            if pending:
+            stopped = stopped or (may_continue is not None and not may_continue())
+            if stopped:
+                out = Outcome(action.id, "skipped", "stopped: no longer allowed to apply (leadership lost)")
+            elif pending:
                 out = Outcome(action.id, "skipped", f"waits for {', '.join(pending)}")
             else:
                 out = self.step(action, ctx)

@@ -58,10 +58,40 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if api is None:
         print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
         return 0
+    return _apply_as_leader(api, saved, args.namespace)
+
+
+def _apply_as_leader(api, saved: Plan, namespace: str) -> int:
+    """Apply only while holding the controller's Lease and while the status object is not
+    suspended: a manual apply never races the controller, and `spec.suspend` stops it too."""
+    import socket
+    import threading
+
     from reconciler.apply.executor import Executor
     from reconciler.apply.kube import KubeOps
+    from reconciler.loop.controller import LEASE_NAME
+    from reconciler.loop.leader import LeaseElector
+    from reconciler.loop.status import StatusStore
 
-    result = Executor(KubeOps(api)).apply(saved)
+    if StatusStore(api, namespace=namespace).read().suspend:
+        print(f"error: reconciliation is suspended (spec.suspend on {namespace}/gpupool): nothing applied", file=sys.stderr)
+        return 1
+    elector = LeaseElector(api, name=LEASE_NAME, namespace=namespace, identity=f"gpupool-apply@{socket.gethostname()}")
+    holder = elector.holder()
+    if holder is not None and holder != elector.identity:
+        print(f"error: {holder} holds the lease {namespace}/{LEASE_NAME}: the controller is running; "
+              "suspend it or scale it down before applying by hand. Nothing applied.", file=sys.stderr)
+        return 1
+    if not elector.try_acquire_or_renew():
+        print(f"error: could not acquire the lease {namespace}/{LEASE_NAME}; nothing applied", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    elector.start(stop)
+    try:
+        result = Executor(KubeOps(api)).apply(saved, may_continue=lambda: elector.is_leader)
+    finally:
+        stop.set()
+        elector.release()
     for o in result.outcomes:
         print(f"{o.status:<8} {o.action}: {o.message}")
     if result.failed:
@@ -78,4 +108,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_source_args(p)
     p.add_argument("--kubeconfig", help="the cluster to apply to")
     p.add_argument("--observed", metavar="FILE", help="only check that the plan is current against this snapshot")
+    p.add_argument("--namespace", default="gpupool-system",
+                   help="the controller's namespace: its Lease and status object are honoured (default gpupool-system)")
     p.set_defaults(func=cmd_apply)

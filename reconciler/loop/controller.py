@@ -28,6 +28,7 @@ from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
 
 log = logging.getLogger("gpupool.controller")
+LEASE_NAME = "gpupool-controller"
 
 
 def _now() -> datetime:
@@ -55,7 +56,7 @@ class Controller:
         self.api = api_client
         self.dry_run = dry_run
         self.clock = clock
-        self.elector = LeaseElector(api_client, name="gpupool-controller", namespace=namespace,
+        self.elector = LeaseElector(api_client, name=LEASE_NAME, namespace=namespace,
                                     identity=identity, lease_seconds=lease_seconds, clock=clock)
         self.status = StatusStore(api_client, namespace=namespace)
         self.executor = Executor(KubeOps(api_client), apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
@@ -78,7 +79,8 @@ class Controller:
 
     def _cycle(self) -> CycleResult:
         now = self.clock()
-        leader = self.elector.try_acquire_or_renew()
+        # with `run`, a background thread renews the lease; a lone `cycle()` (tests, --once) asks
+        leader = self.elector.is_leader if self.elector.renewing else self.elector.try_acquire_or_renew()
         metrics.LEADER.set(1 if leader else 0)
         view = self.status.read()
         metrics.SUSPENDED.set(1 if view.suspend else 0)
@@ -118,10 +120,14 @@ class Controller:
                 if action.id in intents and not (out.status == "done" and out.message == "evicted"):
                     preempted[intents.pop(action.id)] = ""  # blocked or failed: no preemption happened
 
-            applied = self.executor.apply(p, on_outcome=record, before_preempt=before_preempt)
+            applied = self.executor.apply(p, on_outcome=record, before_preempt=before_preempt,
+                                          may_continue=lambda: self.elector.is_leader)
             preempted[:] = [t for t in preempted if t]
-        if leader:
+        if leader and self.elector.is_leader:
             self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
+        elif leader:
+            # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
+            log.warning("leadership lost during the cycle; the next leader plans from the cluster")
         return CycleResult(snap.revision, p.summary, leader, applied)
 
     def _status(self, p, applied: ApplyResult | None, revision: str, view, preempted: list[str], now: datetime) -> dict:
@@ -177,6 +183,7 @@ class Controller:
         """Cycle until `stop`; a change in a watched source wakes the loop early."""
         from reconciler.loop.informer import ClusterCache
 
+        self.elector.start(stop)
         self.cache = ClusterCache(self.api).start(stop)
         self.cache.wait_synced(30)
         wake = threading.Event()
@@ -192,4 +199,3 @@ class Controller:
                      f" error={result.error}" if result.error else "")
             wake.wait(interval_seconds)
             wake.clear()
-        self.elector.release()

@@ -3,13 +3,25 @@
 Optimistic concurrency does the work: every write carries the resourceVersion that was read,
 so of two controllers racing for an expired lease exactly one update succeeds (the other gets
 409 Conflict and stays a follower).
+
+The timing follows client-go's leaderelection package (k8s.io/client-go/tools/leaderelection:
+LeaseDuration > RenewDeadline > RetryPeriod): the holder renews every `retry` seconds in a
+background thread, independent of how long a reconcile cycle or an apply takes, and considers
+itself leader only while its last successful renewal is younger than `renew_deadline`. That is
+shorter than the lease others wait out, so a leader cut off from the API server stops applying
+before anyone else can acquire the lease: two replicas never apply at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+log = logging.getLogger("gpupool.leader")
 
 
 def _now() -> datetime:
@@ -18,16 +30,60 @@ def _now() -> datetime:
 
 class LeaseElector:
     def __init__(self, api_client: Any, *, name: str, namespace: str, identity: str,
-                 lease_seconds: int = 15, clock: Callable[[], datetime] = _now):
+                 lease_seconds: int = 15, clock: Callable[[], datetime] = _now,
+                 renew_deadline: float | None = None, retry: float | None = None):
         from kubernetes import client
 
         self.k = client
         self.api = client.CoordinationV1Api(api_client)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_seconds = lease_seconds
+        self.renew_deadline = renew_deadline if renew_deadline is not None else lease_seconds * 2 / 3
+        self.retry = retry if retry is not None else lease_seconds / 5
+        if not 0 < self.retry < self.renew_deadline < lease_seconds:
+            raise ValueError("need 0 < retry < renew_deadline < lease_seconds")
         self.clock = clock
-        self.is_leader = False
+        self._renewed_at: datetime | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
+    # -- the leader check every caller uses -------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        """Held, and renewed recently enough that no one else can have acquired it since."""
+        with self._lock:
+            at = self._renewed_at
+        return at is not None and (self.clock() - at).total_seconds() < self.renew_deadline
+
+    @property
+    def renewing(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, stop: threading.Event) -> LeaseElector:
+        """Renew (or try to acquire) every `retry` seconds until `stop`, then step down."""
+        def loop() -> None:
+            while not stop.is_set():
+                self.try_acquire_or_renew()
+                stop.wait(self.retry)
+            self.release()
+
+        self._thread = threading.Thread(target=loop, name="gpupool-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def try_acquire_or_renew(self) -> bool:
+        started = self.clock()
+        try:
+            ok = self._attempt()
+        except Exception as exc:  # noqa: BLE001 - an unreachable server is "not renewed", never a crash
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            ok = False
+        with self._lock:
+            if ok:
+                self._renewed_at = started  # measured from before the request: conservative
+        return self.is_leader if ok else False
+
+    # -- one attempt ------------------------------------------------------------------------
     def _spec(self, transitions: int, acquired: datetime | None) -> dict:
         now = self.clock()
         return {
@@ -38,20 +94,16 @@ class LeaseElector:
             "leaseTransitions": transitions,
         }
 
-    def try_acquire_or_renew(self) -> bool:
-        self.is_leader = self._attempt()
-        return self.is_leader
-
     def _attempt(self) -> bool:
         k = self.k
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.retry)
         except k.ApiException as exc:
             if exc.status != 404:
                 return False
             body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(0, None)}
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.retry)
                 return True
             except k.ApiException:
                 return False  # someone created it first
@@ -62,7 +114,7 @@ class LeaseElector:
             renew = renew.replace(tzinfo=UTC)
         duration = (spec.lease_duration_seconds if spec and spec.lease_duration_seconds else self.lease_seconds)
         expired = renew is None or self.clock() > renew + timedelta(seconds=duration)
-        if holder != self.identity and not expired:
+        if holder and holder != self.identity and not expired:
             return False
         transitions = (spec.lease_transitions or 0) if spec else 0
         acquired = spec.acquire_time if holder == self.identity and spec else None
@@ -73,21 +125,36 @@ class LeaseElector:
             "spec": self._spec(transitions, acquired),
         }
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.retry)
             return True
         except k.ApiException:
             return False  # 409: another controller won the race
 
+    def holder(self) -> str | None:
+        """Who holds the lease now (None: free or expired)."""
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except self.k.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = lease.spec
+        if spec is None or not spec.holder_identity or spec.renew_time is None:
+            return None
+        renew = spec.renew_time if spec.renew_time.tzinfo else spec.renew_time.replace(tzinfo=UTC)
+        if self.clock() > renew + timedelta(seconds=spec.lease_duration_seconds or self.lease_seconds):
+            return None
+        return spec.holder_identity
+
     def release(self) -> None:
         """Step down (on shutdown) so a standby takes over without waiting for expiry."""
-        if not self.is_leader:
+        with self._lock:
+            held, self._renewed_at = self._renewed_at is not None, None
+        if not held:
             return
-        try:
+        with contextlib.suppress(Exception):  # best effort: the lease expires anyway
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec and lease.spec.holder_identity == self.identity:
                 body = {"metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease.metadata.resource_version},
                         "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "leaseTransitions": lease.spec.lease_transitions or 0}}
                 self.api.replace_namespaced_lease(self.name, self.namespace, body)
-        except self.k.ApiException:
-            pass
-        self.is_leader = False

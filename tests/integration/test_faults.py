@@ -37,7 +37,7 @@ def kill_after(ctl, n: int) -> None:
     real = ctl.executor.apply
     seen = {"n": 0}
 
-    def apply(plan, *, on_outcome=None, before_preempt=None):
+    def apply(plan, *, on_outcome=None, **kw):
         def hook(action, out):
             if out.changed:
                 seen["n"] += 1
@@ -45,7 +45,7 @@ def kill_after(ctl, n: int) -> None:
                     raise Killed(action.id)
             if on_outcome:
                 on_outcome(action, out)
-        return real(plan, on_outcome=hook, before_preempt=before_preempt)
+        return real(plan, on_outcome=hook, **kw)
 
     ctl.executor.apply = apply
 
