@@ -40,6 +40,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -89,6 +90,19 @@ def now() -> str:
 
 def now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _abort(resp) -> None:
+    """Wake a thread blocked reading a watch response: shut its socket down (closing the
+    response from another thread does not interrupt a blocked read)."""
+    if resp is None:
+        return
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        resp.close()
 
 
 @dataclass
@@ -316,16 +330,14 @@ class SimulatedKubelets:
         self._stopped.set()
         for st in self._nodes.values():
             st.stop.set()
-            resp = st.watch
-            if resp is not None:
-                with contextlib.suppress(Exception):
-                    resp.close()
+            _abort(st.watch)
         with self._lock:
             for t in list(self._timers):
                 t.cancel()
+        deadline = time.monotonic() + 5
         for st in self._nodes.values():
-            for t in st.threads:
-                t.join(timeout=10)
+            for t in st.threads:  # daemon threads: one still in a request exits after it
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def delete_nodes(self) -> None:
         self.stop()
