@@ -84,6 +84,17 @@ _MIG_CAPABLE_PREFIXES = (
 )
 
 
+def _extended_requests(pod: dict) -> dict[str, int]:
+    """Extended resources the pod's containers ask for (limits, as for device plugins), summed."""
+    out: dict[str, int] = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for k, v in {**(res.get("requests") or {}), **(res.get("limits") or {})}.items():
+            if "/" in k and not k.startswith(("kubernetes.io/", "requests.")):
+                out[k] = out.get(k, 0) + int(v)
+    return out
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -229,6 +240,10 @@ class SimulatedKubelets:
         self._timers: set[threading.Timer] = set()
         self._stopped = threading.Event()
         self.errors: list[str] = []
+        self.device_managers: dict[str, Any] = {}
+        """Node -> its device manager (tests/nvidia/gpunode.py): `allocate(pod_key, requests)`
+        when a pod is admitted (raises when the devices are not there) and `release(pod_key)`
+        when it is gone. Without one, extended resources are not checked at admission."""
 
     # ---- nodes ---------------------------------------------------------------------------
 
@@ -543,6 +558,13 @@ class SimulatedKubelets:
                 if uid in st.started:
                     return
                 st.started.add(uid)
+            devices = self.device_managers.get(st.spec.name)
+            if devices is not None:
+                try:
+                    devices.allocate(f"{meta['namespace']}/{meta['name']}", _extended_requests(pod))
+                except Exception as exc:  # noqa: BLE001 - the kubelet's admission refuses the pod
+                    self._mark_failed(core, pod, "UnexpectedAdmissionError", f"Allocate failed: {exc}")
+                    return
             self._mark_running(st, core, pod)
             after = (meta.get("annotations") or {}).get(SUCCEED_AFTER_ANNOTATION)
             if after is not None:
@@ -617,6 +639,9 @@ class SimulatedKubelets:
     def _mark_succeeded(self, st: _NodeState, pod: dict) -> None:
         core = client.CoreV1Api(self._api)
         meta, spec = pod["metadata"], pod["spec"]
+        devices = self.device_managers.get(st.spec.name)
+        if devices is not None:  # exited containers hold no devices
+            devices.release(f"{meta['namespace']}/{meta['name']}")
         t = now()
 
         def cond(type_, s):
@@ -675,9 +700,17 @@ class SimulatedKubelets:
             if e.status != 404:  # deleted meanwhile
                 raise
 
+    def _mark_failed(self, core: client.CoreV1Api, pod: dict, reason: str, message: str) -> None:
+        """What the kubelet does with a pod its admission refuses: phase Failed, never run."""
+        self._patch_status(core, pod["metadata"], {"phase": "Failed", "reason": reason, "message": message})
+
     def _final_delete(self, st: _NodeState, pod: dict) -> None:
-        """The kubelet's last word on a terminated pod: delete with grace 0, guarded by UID."""
+        """The kubelet's last word on a terminated pod: delete with grace 0, guarded by UID;
+        its devices go back to the device manager."""
         meta = pod["metadata"]
+        devices = self.device_managers.get(st.spec.name)
+        if devices is not None:
+            devices.release(f"{meta['namespace']}/{meta['name']}")
         core = client.CoreV1Api(self._api)
         try:
             core.delete_namespaced_pod(

@@ -1,0 +1,93 @@
+"""A stand-in for NVIDIA's k8s-device-plugin with its config-manager sidecar, as deployed by
+the GPU operator, that behaves like the real one.
+
+Read in NVIDIA/k8s-device-plugin (commit 1b826acc6):
+* cmd/config-manager/main.go: an informer on the node hands over `nvidia.com/device-plugin.config`
+  on add and whenever it CHANGES; updateConfigName picks that name, or the default config when
+  the label is empty, and fails with "specified config ... does not exist" when the mounted
+  ConfigMap has no such key. The error ends the sidecar; the kubelet restarts it
+  (CrashLoopBackOff) and the new process starts from the node's current label: the selection is
+  retried until the mounted copy has the key (mounted.py: that takes a while).
+* api/config/v1/replicas.go: `replicas` must be >= 2 ("number of replicas must be >= 2"); a
+  `devices` list in sharing.timeSlicing.resources is ignored with "Customizing the 'devices'
+  field ... is not yet supported ... Ignoring": sharing applies to every card of the resource
+  on the node. With `renameByDefault: true` the replicas are advertised as
+  `nvidia.com/gpu.shared` (and `nvidia.com/gpu` disappears from the node).
+* A config the plugin rejects stops it from starting (the GPU operator runs it with
+  FAIL_ON_INIT_ERROR=true, api/config/v1/flags.go `failOnInitError`): the node then advertises
+  none of its GPU resources.
+* MIG devices are separate resources (`nvidia.com/mig-<profile>`, the operator's mixed strategy),
+  never time-sliced by a `nvidia.com/gpu` entry.
+
+What the plugin advertises reaches the Node's capacity/allocatable through the kubelet:
+`set_resources` (the simulated kubelet) writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import yaml
+from kubernetes import client
+
+from reconciler.conventions import DEVICE_PLUGIN_CONFIG_LABEL, GPU_RESOURCE
+from tests.nvidia.gpunode import Sharing, SimulatedGpuNode
+from tests.nvidia.mounted import MountedConfigMap
+
+
+class ConfigError(Exception):
+    pass
+
+
+def parse_sharing(text: str) -> Sharing | None:
+    """The time-slicing the plugin would apply for `nvidia.com/gpu`; raises ConfigError where
+    the plugin refuses the config."""
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"unparsable config: {exc}") from None
+    if doc.get("version") != "v1":
+        raise ConfigError("unknown config version")
+    ts = ((doc.get("sharing") or {}).get("timeSlicing") or {})
+    for r in ts.get("resources") or []:
+        if r.get("name") != GPU_RESOURCE:
+            continue
+        replicas = r.get("replicas")
+        if not isinstance(replicas, int) or replicas < 2:
+            raise ConfigError("number of replicas must be >= 2")
+        return Sharing(replicas=replicas, rename=bool(ts.get("renameByDefault")))  # `devices` ignored
+    return None
+
+
+class DevicePlugin:
+    def __init__(self, api_client, gpus: SimulatedGpuNode, mounted: MountedConfigMap,
+                 set_resources: Callable[[dict[str, str]], None], default_config: str = "default"):
+        self.core = client.CoreV1Api(api_client)
+        self.gpus, self.mounted, self.set_resources = gpus, mounted, set_resources
+        self.default_config = default_config
+        self.applied: str | None = None  # the config the running plugin uses
+        self.crashes = 0  # config-manager restarts (a config it could not find)
+        self.rejected = 0  # plugin start failures (a config it refused)
+
+    def step(self) -> str | None:
+        """Select and apply the config the node's label names; returns the name applied, or
+        None when nothing changed."""
+        files = self.mounted.view()
+        if files is None:
+            return None
+        label = (self.core.read_node(self.gpus.name).metadata.labels or {}).get(DEVICE_PLUGIN_CONFIG_LABEL) or ""
+        name = label or self.default_config
+        if name == self.applied:
+            return None
+        if name not in files:
+            self.crashes += 1  # exits; restarted, it will look again next time
+            return None
+        self.applied = name
+        try:
+            self.gpus.sharing = parse_sharing(files[name])
+            self.gpus.plugin_healthy = True
+        except ConfigError:
+            self.rejected += 1
+            self.gpus.plugin_healthy = False
+        self.set_resources(self.gpus.advertised())
+        return name

@@ -1,0 +1,59 @@
+"""A ConfigMap as a pod sees it through a volume mount: late.
+
+Kubernetes documents that a mounted ConfigMap is refreshed by the kubelet's periodic sync from
+its own TTL cache, so an update reaches the files "as long as kubelet sync period + ttl of
+ConfigMaps cache in kubelet" later (kubernetes.io, Configure a Pod to Use a ConfigMap, "Mounted
+ConfigMaps are updated automatically"; both default to one minute). A pod whose ConfigMap volume
+does not exist does not start at all (the volume cannot be mounted), and starts with the
+then-current content once it exists.
+
+`MountedConfigMap.view()` gives the content the pod's files hold now: the newest version that
+has been in the API server for at least `delay` seconds (of the injected clock), the worst case
+by default. Every call also records what the API server holds, so call it often enough to see
+each version (the stand-ins call it every step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from kubernetes import client
+
+SYNC_PERIOD_PLUS_CACHE_TTL = 120.0
+
+
+class MountedConfigMap:
+    def __init__(self, api_client, namespace: str, name: str, clock: Callable[[], datetime],
+                 delay: float = SYNC_PERIOD_PLUS_CACHE_TTL):
+        self.core = client.CoreV1Api(api_client)
+        self.namespace, self.name, self.clock, self.delay = namespace, name, clock, delay
+        self.versions: list[tuple[datetime | None, str, dict[str, str]]] = []  # (first seen, rv, data)
+        self.started = False
+        self._observe(mount=True)
+
+    def _observe(self, mount: bool = False) -> None:
+        try:
+            cm = self.core.read_namespaced_config_map(self.name, self.namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        rv = cm.metadata.resource_version
+        if not self.started:  # the pod starts now, with what is there now
+            self.started = True
+            self.versions.append((None, rv, dict(cm.data or {})))
+        elif not self.versions or self.versions[-1][1] != rv:
+            self.versions.append((self.clock(), rv, dict(cm.data or {})))
+
+    def view(self) -> dict[str, str] | None:
+        """The files' content now; None while the pod cannot start (no ConfigMap yet)."""
+        self._observe()
+        if not self.started:
+            return None
+        now = self.clock()
+        current = self.versions[0][2]
+        for seen, _, data in self.versions:
+            if seen is None or (now - seen).total_seconds() >= self.delay:
+                current = data
+        return current
