@@ -47,6 +47,8 @@ CORDONED_FOR_ANN = PREFIX + "cordoned-for"
 """Set with a cordon gpupool made (so it never uncordons a node an SRE cordoned)."""
 RECONFIGURE_SINCE_ANN = PREFIX + "reconfigure-since"
 PARTITION_ANN = PREFIX + "partition"
+MIG_CONFIG_WRITTEN_ANN = PREFIX + "mig-config-written"
+"""`<config name>@<time>`: when apply first saw that config in mig-manager's ConfigMap."""
 SHARED_SLICES_ANN = PREFIX + "shared-slices"
 
 # ---------------------------------------------------------------- NVIDIA's names

@@ -23,15 +23,14 @@ from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import (
     Action,
     Checkpoint,
-    Cordon,
     Eviction,
-    Repartition,
     Scale,
     Uncordon,
 )
 from reconciler.plan.model import Plan
 
 TRANSIENT = frozenset({409, 429, 500, 503, 504})
+NODE_EVENTS_NAMESPACE = "default"
 
 __all__ = ["ApplyConfig", "ApplyResult", "Executor", "Outcome"]
 
@@ -103,14 +102,14 @@ class Executor:
 
     def _event(self, action: Action, out: Outcome) -> None:
         """A Kubernetes Event on the pod or node a disruptive step changed (a courtesy: never
-        fails the step)."""
+        fails the step). An Event about a cluster-scoped object (a Node) lives in `default`,
+        where the kubelet writes node events and `kubectl describe node` looks: the API server
+        refuses one whose namespace differs from its involved object's unless it is `default`."""
         if isinstance(action, Checkpoint | Eviction):
             kind = "Pod"
             ns, _, name = action.target.partition("/")
-        elif isinstance(action, Cordon | Uncordon | Repartition):
-            kind, ns, name = "Node", self.cfg.events_namespace, action.target
         else:
-            kind, ns, name = "Namespace", self.cfg.events_namespace, action.target
+            kind, ns, name = "Node", NODE_EVENTS_NAMESPACE, action.target
         now = self.clock()
         digest = hashlib.sha1(f"{action.id}/{now.isoformat()}".encode()).hexdigest()[:10]
         body = {

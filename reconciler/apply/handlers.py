@@ -48,6 +48,11 @@ class ApplyConfig:
     mig_config_map: str = "gpupool-mig-parted-config"
     sharing_config_map: str = "gpupool-device-plugin-config"
     mig_timeout_seconds: float = 900.0
+    config_propagation_seconds: float = 120.0
+    """How long a ConfigMap change takes to reach a pod that mounts it: the kubelet's sync
+    period plus its ConfigMap cache TTL, one minute each by default (kubernetes.io, "Mounted
+    ConfigMaps are updated automatically"). mig-manager validates the label's config against
+    its mounted copy and fails a config it cannot see, so the label waits this long."""
     events_namespace: str = "default"
     emit_events: bool = True
 
@@ -198,6 +203,19 @@ def _put_mig_config(ctx: Context, name: str, spec: dict) -> None:
                                  resource_version=None if cm is None else cm.resource_version)
 
 
+def _propagation_left(ctx: Context, node: NodeInfo, name: str) -> float:
+    """Seconds until the mounted copy of mig-manager's ConfigMap surely holds config `name`,
+    counted from the first time this node's step saw it written (recorded on the node, so a
+    restart of the controller does not shorten the wait)."""
+    mark = node.annotations.get(C.MIG_CONFIG_WRITTEN_ANN, "")
+    seen, _, at = mark.partition("@")
+    since = parse_time(at) if seen == name else None
+    if since is None:
+        ctx.ops.patch_node(node.name, annotations={C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ctx.clock().isoformat()}"})
+        return ctx.cfg.config_propagation_seconds
+    return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds()
+
+
 def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_label: str | None) -> Outcome:
     node = _node(ctx, a.target)
     if not node.unschedulable:
@@ -224,6 +242,10 @@ def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_
         return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
     if state_label:
         _put_mig_config(ctx, name, spec)
+        left = _propagation_left(ctx, node, name)
+        if left > 0:
+            return Outcome(a.id, "waiting", f"config {name} written; mig-manager reads a mounted copy: "
+                                            f"{int(left)}s before {label} may name it")
     else:
         _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
     partition = {str(c.gpu): {"from": c.before, "to": c.after} for c in a.cards}

@@ -28,6 +28,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def micro_time(t: datetime) -> str:
+    """A Lease's acquireTime/renewTime is a MicroTime, which the API server parses with exactly
+    six fractional digits (apimachinery's RFC3339Micro): it refuses `2026-12-02T10:00:00+00:00`.
+    The official client (v37) turns the body into its models and writes datetimes back with
+    `isoformat()`, which drops a zero fraction; so a time on a whole second is sent 1 µs later."""
+    t = t.astimezone(UTC)
+    if t.microsecond == 0:
+        t += timedelta(microseconds=1)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class LeaseElector:
     def __init__(self, api_client: Any, *, name: str, namespace: str, identity: str,
                  lease_seconds: int = 15, clock: Callable[[], datetime] = _now,
@@ -89,8 +100,8 @@ class LeaseElector:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.lease_seconds,
-            "acquireTime": (acquired or now).isoformat(),
-            "renewTime": now.isoformat(),
+            "acquireTime": micro_time(acquired or now),
+            "renewTime": micro_time(now),
             "leaseTransitions": transitions,
         }
 

@@ -354,6 +354,30 @@ class SimulatedKubelets:
             for t in st.threads:  # daemon threads: one still in a request exits after it
                 t.join(timeout=max(0.0, deadline - time.monotonic()))
 
+    def remove_node(self, name: str, timeout: float = 30) -> None:
+        """Stop this node's kubelet and delete its Node (waiting until it is gone), so a later
+        test can register a node of the same name."""
+        with self._lock:
+            st = self._nodes.pop(name, None)
+        self.device_managers.pop(name, None)
+        if st is not None:
+            st.stop.set()
+            _abort(st.watch)
+            for t in st.threads:
+                t.join(timeout=5)
+        with contextlib.suppress(ApiException):
+            self._core.delete_node(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self._core.read_node(name)
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                raise
+            time.sleep(0.1)
+        raise TimeoutError(f"node {name} not deleted after {timeout}s")
+
     def delete_nodes(self) -> None:
         self.stop()
         for name in self._nodes:

@@ -1,4 +1,5 @@
-"""The integration tests drive the controller against the `kube` fixture: the fake API server
-over HTTP by default, a real cluster when GPUPOOL_TEST_KUBECONFIG is set."""
+"""The integration tests drive the controller against a real control plane (tests/cluster) with
+simulated kubelets and NVIDIA stand-ins (tests/nvidia); see world.py."""
 
-from tests.kubeapi.fixtures import kube, kube_server  # noqa: F401
+from tests.cluster.fixtures import control_plane, kubelets, pytest_runtest_makereport  # noqa: F401
+from tests.integration.world import installed, kube  # noqa: F401
