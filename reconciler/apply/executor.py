@@ -29,7 +29,7 @@ from reconciler.plan.actions import (
 )
 from reconciler.plan.model import Plan
 
-TRANSIENT = frozenset({409, 429, 500, 503, 504})
+TRANSIENT = frozenset({0, 409, 429, 500, 503, 504})  # 0: no answer; every step re-checks first
 NODE_EVENTS_NAMESPACE = "default"
 
 __all__ = ["ApplyConfig", "ApplyResult", "Executor", "Outcome"]

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from reconciler import conventions as C
@@ -38,6 +39,8 @@ def _errors() -> Iterator[None]:
         yield
     except client.ApiException as exc:
         raise ApiError(int(exc.status or 0), str(exc.reason or ""), _message(exc)) from exc
+    except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out, retries spent
+        raise ApiError(0, "NoResponse", f"{type(exc).__name__}: {exc}"[:300]) from exc
 
 
 def _or_none(read: Callable[[], Any]) -> Any:

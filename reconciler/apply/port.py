@@ -17,7 +17,8 @@ WorkloadKind = Literal["Deployment", "StatefulSet"]
 
 class ApiError(Exception):
     """An API request failed; `status` is the HTTP status (404 missing, 409 conflict, 429 a
-    PodDisruptionBudget or throttling, 5xx server trouble)."""
+    PodDisruptionBudget or throttling, 5xx server trouble), 0 when no answer came (connection
+    refused or reset, timed out): the request may or may not have been carried out."""
 
     def __init__(self, status: int, reason: str = "", message: str = ""):
         self.status, self.reason, self.message = status, reason, message

@@ -9,7 +9,7 @@ from reconciler.apply.kube import KubeOps
 from reconciler.conventions import CHECKPOINT_REQUESTED_ANN as CHECKPOINT_ANN
 from reconciler.plan.actions import Checkpoint, Preempt
 from reconciler.plan.model import Plan
-from tests.integration.harness import Clock, create_pod
+from tests.integration.harness import add_gpu_node, create_pod
 
 
 def _plan(ns: str) -> Plan:
@@ -20,11 +20,12 @@ def _plan(ns: str) -> Plan:
 
 
 def test_old_checkpoint_request_is_renewed_and_the_grace_period_waited(kube):
-    ns = kube.namespace
-    clock = Clock()
+    ns = kube.new_namespace()
+    clock = kube.clock
+    add_gpu_node(kube, "ck-1", count=1)
     old = (clock.now - timedelta(hours=3)).isoformat()
-    create_pod(kube, ns, "job", gpus=1, pool=None, cls=None, annotations={CHECKPOINT_ANN: old})
-    ex = Executor(KubeOps(kube.api_client), clock=clock)
+    create_pod(kube, ns, "job", node="ck-1", gpus=1, pool=None, cls=None, annotations={CHECKPOINT_ANN: old})
+    ex = Executor(KubeOps(kube.controller_client()), clock=clock)
     out = {o.action: o for o in ex.apply(_plan(ns)).outcomes}
     assert out[f"checkpoint:{ns}/job"].message == "checkpoint requested"
     assert out[f"preempt:{ns}/job"].status == "waiting"  # not evicted on the strength of a 3-hour-old request

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -252,6 +253,12 @@ class World:
         return sim
 
     # -- namespaces and pods -------------------------------------------------------------
+    def new_namespace(self, prefix: str = "test") -> str:
+        """A fresh namespace for this test's workloads (deleted at teardown)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.ensure_namespace(name)
+        return name
+
     def ensure_namespace(self, name: str) -> None:
         create_or_keep(lambda: self.core.create_namespace({"metadata": {"name": name}}))
         if name not in self.namespaces:
