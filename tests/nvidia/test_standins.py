@@ -1,0 +1,49 @@
+"""The stand-ins' own behaviour, each as read in NVIDIA's source (cited in the modules)."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE
+from tests.nvidia.device_plugin import ConfigError, parse_sharing
+from tests.nvidia.gpunode import Sharing, SimulatedGpuNode, Unschedulable
+
+TS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {r}\n{extra}"
+
+
+def test_time_slicing_ignores_devices_and_needs_two_replicas():
+    s = parse_sharing(TS.format(r=4, extra="      devices: [0, 1]\n"))
+    assert s == Sharing(replicas=4, rename=True)  # the devices list is ignored: every card
+    with pytest.raises(ConfigError, match=">= 2"):
+        parse_sharing(TS.format(r=1, extra=""))
+    assert parse_sharing("version: v1\nflags: {migStrategy: mixed}\n") is None  # no sharing
+
+
+def test_sharing_applies_to_every_whole_card_of_the_node():
+    node = SimulatedGpuNode("n", "H100-SXM5-80GB", 4, mig={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
+    assert node.advertised() == {"nvidia.com/mig-3g.40gb": "2", GPU_RESOURCE: "3"}
+    node.sharing = Sharing(replicas=4)
+    assert node.advertised() == {"nvidia.com/mig-3g.40gb": "2", SHARED_RESOURCE: "12"}
+    node.plugin_healthy = False
+    assert node.advertised() == {}
+
+
+def test_device_manager_allocates_and_nvml_sees_the_work():
+    node = SimulatedGpuNode("n", "H100-SXM5-80GB", 2)
+    assert [node.card_of(d)[0] for d in node.allocate("a/job", {GPU_RESOURCE: 1})] == [0]
+    assert node.busy_cards() == {0}
+    with pytest.raises(Unschedulable):
+        node.allocate("a/big", {GPU_RESOURCE: 2})
+    node.release("a/job")
+    assert node.busy_cards() == set() and node.pod_resources() == {}
+
+
+def test_mig_changes_need_the_card_idle():
+    node = SimulatedGpuNode("n", "H100-SXM5-80GB", 2)
+    node.allocate("a/job", {GPU_RESOURCE: 1})
+    with pytest.raises(pynvml.NVMLError):
+        node.set_mig(0, True, ["3g.40gb"])
+    node.set_mig(1, True, ["3g.40gb", "3g.40gb"])
+    assert sorted(p for p, _ in node.layout(1)) == ["3g.40gb", "3g.40gb"]
+    assert node.family == "hopper" and SimulatedGpuNode("m", "A100-SXM4-80GB", 1).family == "ampere"
