@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install gpupool with its dev extras into .venv and run the whole test suite.
-# Used by the README quick start and by .ci/run; needs only python3 (>= 3.11) and network to PyPI.
+# Install gpupool with its dev extras into .venv, build (or find cached) the real Kubernetes
+# control plane the integration tests run against, and run the whole test suite.
+# Used by the README quick start and by .ci/run; needs python3 (>= 3.11), Go (>= 1.26, for the
+# control plane: tests/cluster/README.md) and network to PyPI and the Go module proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,6 +13,11 @@ fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/ruff check .
 .venv/bin/lint-imports
+# kube-apiserver, kube-scheduler, kube-controller-manager and etcd from the Kubernetes Go modules,
+# cached outside the repository by version: about 8.5 minutes on a fresh 2-core machine, then
+# found in well under a second. Built here, not inside a test fixture, so the time shows.
+started=$(date +%s)
+echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - started ))s)"
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
