@@ -1,0 +1,402 @@
+"""`MemoryCluster`: an in-memory `ClusterOps` for table tests of apply's handlers.
+
+It keeps the semantics the handlers depend on as the API server (behind `KubeOps`) has them:
+
+* one global resourceVersion, bumped by every write that changes an object (a no-op write
+  changes nothing, as on a real server); a ConfigMap or workload write carrying a stale
+  resourceVersion is refused with 409 `Conflict`, creating one that exists with 409
+  `AlreadyExists`;
+* reads by name of a missing object give None where `KubeOps` turns the 404 into None (nodes,
+  node states, pods, ConfigMaps, PriorityClasses), and raise `ApiError(404)` where it does not
+  (workloads); writes to a missing object raise 404, and so does creating a namespaced object
+  in a namespace that does not exist;
+* node and pod patches are merge patches: a None value removes that key (or the cordon);
+* an eviction of a missing pod is a 404; one a PodDisruptionBudget refuses is a 429 (pods in
+  `pdb_blocked`; like the real Eviction API, a pod that is Pending, finished or already
+  terminating is not checked against its budget); an accepted eviction of a running pod bound
+  to a node marks it terminating (`deleting`, as a kubelet's graceful termination does) and
+  `finish_deletion` removes it; an unbound or finished pod goes at once;
+* PriorityClass `value` and `preemptionPolicy` are immutable: applying a change is a 422;
+* an Event must be in the namespace of the object it is about, and one about a cluster-scoped
+  object (a Node) in "default": anything else is a 422, as core/v1 validation has it.
+
+Knobs: `fail={"op": ApiError(...)}` makes every call of that operation raise (a list: one
+error per call, in order, then the call goes through); `after={"op": fn}` runs `fn()` after
+that operation succeeds (another writer between a read and a write). Every call of an
+operation is in `calls`; `writes` lists the mutating ones that succeeded (a refused request
+changes nothing).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.apply.port import (
+    ApiError,
+    ConfigMapInfo,
+    NodeInfo,
+    PodInfo,
+    PriorityClassInfo,
+    Unset,
+    WorkloadInfo,
+    WorkloadKind,
+)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+MUTATING = frozenset({
+    "patch_node", "annotate_pod", "evict_pod", "scale_workload", "write_config_map",
+    "server_side_apply", "delete_priority_class", "create_event",
+})
+PLURAL = {"Deployment": "deployments.apps", "StatefulSet": "statefulsets.apps"}
+
+
+def not_found(kind: str, name: str) -> ApiError:
+    return ApiError(404, "Not Found", f'{kind} "{name}" not found')
+
+
+def modified(kind: str, name: str) -> ApiError:
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
+                                     "modified; please apply your changes to the latest version and try again")
+
+
+def merge(current: dict[str, str], patch: dict[str, str | None] | None) -> dict[str, str]:
+    """RFC 7386 on a string map: None removes the key."""
+    out = dict(current)
+    for k, v in (patch or {}).items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass
+class Call:
+    op: str
+    args: dict[str, Any]
+    error: ApiError | None = None
+
+    @property
+    def mutating(self) -> bool:
+        return self.op in MUTATING
+
+
+@dataclass
+class _Node:
+    unschedulable: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Pod:
+    node: str | None
+    phase: str
+    annotations: dict[str, str]
+    labels: dict[str, str]
+    gpu_resources: bool
+    deleting: bool = False
+
+
+@dataclass
+class _Versioned:
+    body: dict[str, Any]
+    resource_version: str
+
+
+class MemoryCluster:
+    """See the module docstring. Seed with the `add_*` methods (not logged as writes)."""
+
+    def __init__(self, *, namespaces: tuple[str, ...] | set[str] = (), pdb_blocked: set[str] | None = None,
+                 fail: dict[str, ApiError | list[ApiError]] | None = None,
+                 after: dict[str, Callable[[], None]] | None = None):
+        self.namespaces: set[str] = {*DEFAULT_NAMESPACES, *namespaces}
+        self.nodes: dict[str, _Node] = {}
+        self.node_states: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], _Pod] = {}
+        self.workloads: dict[tuple[str, str, str], _Versioned] = {}
+        self.config_maps: dict[tuple[str, str], _Versioned] = {}
+        self.quotas: dict[tuple[str, str], dict] = {}
+        self.priority_classes: dict[str, dict] = {}
+        self.events: list[tuple[str, dict]] = []
+        self.evictions: list[str] = []
+        self.applied: list[dict] = []
+        """Bodies of server-side applies that succeeded, in order."""
+        self.pdb_blocked: set[str] = set(pdb_blocked or ())
+        """`namespace/name` of pods a PodDisruptionBudget protects (no disruption allowed)."""
+        self.fail: dict[str, ApiError | list[ApiError]] = dict(fail or {})
+        self.after: dict[str, Callable[[], None]] = dict(after or {})
+        self.calls: list[Call] = []
+        self._rv = 1000
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _enter(self, op: str, **args: Any) -> Call:
+        call = Call(op, args)
+        self.calls.append(call)
+        err = self.fail.get(op)
+        if isinstance(err, list):
+            err = err.pop(0) if err else None
+        if err is not None:
+            call.error = err
+            raise err
+        return call
+
+    def _run(self, op: str, fn: Callable[[], Any], **args: Any) -> Any:
+        call = self._enter(op, **args)
+        try:
+            out = fn()
+        except ApiError as exc:
+            call.error = exc
+            raise
+        hook = self.after.get(op)
+        if hook is not None:
+            hook()
+        return out
+
+    @property
+    def writes(self) -> list[Call]:
+        """Mutating calls that succeeded."""
+        return [c for c in self.calls if c.mutating and c.error is None]
+
+    def write_ops(self) -> list[str]:
+        return [c.op for c in self.writes]
+
+    def _need_namespace(self, ns: str) -> None:
+        if ns not in self.namespaces:
+            raise not_found("namespaces", ns)
+
+    # ------------------------------------------------------------------ seeding
+    def add_namespace(self, name: str) -> None:
+        self.namespaces.add(name)
+
+    def add_node(self, name: str, *, unschedulable: bool = False, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> None:
+        self.nodes[name] = _Node(unschedulable, dict(labels or {}), dict(annotations or {}))
+
+    def set_node_state(self, node: str, obj: dict) -> None:
+        """The node agent's GpuNodeState (`{"status": {"gpus": [...]}}`)."""
+        self.node_states[node] = copy.deepcopy(obj)
+
+    def add_pod(self, namespace: str, name: str, *, node: str | None = None, phase: str | None = None,
+                annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                gpu_resources: bool = False, deleting: bool = False) -> None:
+        """A pod; `phase` defaults to Running when it is bound to a node, else Pending."""
+        self._need_namespace(namespace)
+        self.pods[(namespace, name)] = _Pod(node, phase or ("Running" if node else "Pending"), dict(annotations or {}),
+                                            dict(labels or {}), gpu_resources, deleting)
+
+    def add_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
+                     annotations: dict[str, str] | None = None) -> None:
+        self._need_namespace(namespace)
+        self.workloads[(kind, namespace, name)] = _Versioned({"replicas": replicas, "annotations": dict(annotations or {})},
+                                                             self._next_rv())
+
+    def add_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self._need_namespace(namespace)
+        self.config_maps[(namespace, name)] = _Versioned({"data": dict(data)}, self._next_rv())
+
+    def add_priority_class(self, name: str, *, value: int, preemption_policy: str = "PreemptLowerPriority") -> None:
+        self.priority_classes[name] = {"value": value, "preemptionPolicy": preemption_policy, "labels": {}}
+
+    def finish_deletion(self, namespace: str, name: str) -> bool:
+        """The kubelet confirms a terminating pod is gone; False when it was not terminating."""
+        pod = self.pods.get((namespace, name))
+        if pod is None or not pod.deleting:
+            return False
+        del self.pods[(namespace, name)]
+        return True
+
+    # ------------------------------------------------------------------ nodes
+    def read_node(self, name: str) -> NodeInfo | None:
+        def read() -> NodeInfo | None:
+            n = self.nodes.get(name)
+            if n is None:
+                return None  # KubeOps: 404 -> None
+            return NodeInfo(name, n.unschedulable, dict(n.labels), dict(n.annotations))
+
+        return self._run("read_node", read, name=name)
+
+    def patch_node(self, name: str, *, unschedulable: bool | None | object = Unset,
+                   labels: dict[str, str | None] | None = None,
+                   annotations: dict[str, str | None] | None = None) -> None:
+        def patch() -> None:
+            n = self.nodes.get(name)
+            if n is None:
+                raise not_found("nodes", name)
+            if unschedulable is not Unset:
+                n.unschedulable = bool(unschedulable)  # null removes the field: schedulable
+            n.labels = merge(n.labels, labels)
+            n.annotations = merge(n.annotations, annotations)
+
+        self._run("patch_node", patch, name=name, unschedulable=unschedulable, labels=copy.deepcopy(labels),
+                  annotations=copy.deepcopy(annotations))
+
+    def read_node_state(self, node: str) -> dict | None:
+        return self._run("read_node_state", lambda: copy.deepcopy(self.node_states.get(node)), node=node)
+
+    # ------------------------------------------------------------------ pods
+    def _info(self, key: tuple[str, str], p: _Pod) -> PodInfo:
+        return PodInfo(key[0], key[1], p.phase, dict(p.annotations), p.deleting, p.gpu_resources)
+
+    def read_pod(self, namespace: str, name: str) -> PodInfo | None:
+        def read() -> PodInfo | None:
+            p = self.pods.get((namespace, name))
+            return None if p is None else self._info((namespace, name), p)
+
+        return self._run("read_pod", read, namespace=namespace, name=name)
+
+    def pods_on_node(self, node: str) -> list[PodInfo]:
+        def list_() -> list[PodInfo]:
+            return [self._info(k, p) for k, p in sorted(self.pods.items()) if p.node == node]
+
+        return self._run("pods_on_node", list_, node=node)
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        def patch() -> None:
+            p = self.pods.get((namespace, name))
+            if p is None:
+                raise not_found("pods", name)
+            p.annotations = merge(p.annotations, annotations)
+
+        self._run("annotate_pod", patch, namespace=namespace, name=name, annotations=dict(annotations))
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+
+        def evict() -> None:
+            p = self.pods.get((namespace, name))
+            if p is None:
+                raise not_found("pods", name)
+            checked = not p.deleting and p.phase not in ("Pending", "Succeeded", "Failed")
+            if checked and key in self.pdb_blocked:
+                raise ApiError(429, "Too Many Requests",
+                               "Cannot evict pod as it would violate the pod's disruption budget.")
+            self.evictions.append(key)
+            if p.node is None or p.phase in ("Succeeded", "Failed"):
+                del self.pods[(namespace, name)]  # nothing to stop: deleted at once
+            else:
+                p.deleting = True
+
+        self._run("evict_pod", evict, namespace=namespace, name=name)
+
+    # ------------------------------------------------------------------ workloads
+    def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:
+        def read() -> WorkloadInfo:
+            w = self.workloads.get((kind, namespace, name))
+            if w is None:
+                raise not_found(PLURAL[kind], name)
+            return WorkloadInfo(w.body["replicas"], w.resource_version)
+
+        return self._run("read_workload", read, kind=kind, namespace=namespace, name=name)
+
+    def scale_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
+                       resource_version: str, annotations: dict[str, str]) -> None:
+        def patch() -> None:
+            w = self.workloads.get((kind, namespace, name))
+            if w is None:
+                raise not_found(PLURAL[kind], name)
+            if resource_version != w.resource_version:
+                raise modified(PLURAL[kind], name)
+            body = {"replicas": replicas, "annotations": merge(w.body["annotations"], annotations)}
+            if body != w.body:
+                w.body, w.resource_version = body, self._next_rv()
+
+        self._run("scale_workload", patch, kind=kind, namespace=namespace, name=name, replicas=replicas,
+                  resource_version=resource_version, annotations=dict(annotations))
+
+    def workload(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]:
+        """Test access: replicas, annotations and resourceVersion (not a port operation)."""
+        w = self.workloads[(kind, namespace, name)]
+        return {**copy.deepcopy(w.body), "resource_version": w.resource_version}
+
+    # ------------------------------------------------------------------ objects
+    def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None:
+        def read() -> ConfigMapInfo | None:
+            cm = self.config_maps.get((namespace, name))
+            return None if cm is None else ConfigMapInfo(dict(cm.body["data"]), cm.resource_version)
+
+        return self._run("read_config_map", read, namespace=namespace, name=name)
+
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
+                         resource_version: str | None) -> None:
+        def write() -> None:
+            self._need_namespace(namespace)
+            cm = self.config_maps.get((namespace, name))
+            if resource_version is None:
+                if cm is not None:
+                    raise ApiError(409, "Conflict", f'configmaps "{name}" already exists')
+                self.config_maps[(namespace, name)] = _Versioned({"data": dict(data)}, self._next_rv())
+                return
+            if cm is None:
+                raise not_found("configmaps", name)
+            if resource_version != cm.resource_version:
+                raise modified("configmaps", name)
+            new = merge(cm.body["data"], data)
+            if new != cm.body["data"]:
+                cm.body, cm.resource_version = {"data": new}, self._next_rv()
+
+        self._run("write_config_map", write, namespace=namespace, name=name, data=dict(data),
+                  resource_version=resource_version)
+
+    def namespace_exists(self, name: str) -> bool:
+        return self._run("namespace_exists", lambda: name in self.namespaces, name=name)
+
+    def server_side_apply(self, body: dict) -> None:
+        def apply() -> None:
+            md = body["metadata"]
+            if body["kind"] == "ResourceQuota":
+                self._need_namespace(md["namespace"])
+                self.quotas[(md["namespace"], md["name"])] = copy.deepcopy(body)
+            elif body["kind"] == "PriorityClass":
+                cur = self.priority_classes.get(md["name"])
+                policy = body.get("preemptionPolicy", "PreemptLowerPriority")
+                if cur is not None:
+                    for fld, new in (("value", body["value"]), ("preemptionPolicy", policy)):
+                        if cur[fld] != new:
+                            raise ApiError(422, "Unprocessable Entity",
+                                           f'PriorityClass.scheduling.k8s.io "{md["name"]}" is invalid: '
+                                           f"{fld}: Forbidden: may not be changed in an update.")
+                self.priority_classes[md["name"]] = {"value": body["value"], "preemptionPolicy": policy,
+                                                     "labels": dict(md.get("labels") or {})}
+            else:
+                raise ValueError(f"server_side_apply: unsupported kind {body['kind']}")
+            self.applied.append(copy.deepcopy(body))
+
+        self._run("server_side_apply", apply, body=copy.deepcopy(body))
+
+    def read_priority_class(self, name: str) -> PriorityClassInfo | None:
+        def read() -> PriorityClassInfo | None:
+            pc = self.priority_classes.get(name)
+            return None if pc is None else PriorityClassInfo(pc["value"], pc["preemptionPolicy"])
+
+        return self._run("read_priority_class", read, name=name)
+
+    def delete_priority_class(self, name: str) -> None:
+        def delete() -> None:
+            if self.priority_classes.pop(name, None) is None:
+                raise not_found("priorityclasses.scheduling.k8s.io", name)
+
+        self._run("delete_priority_class", delete, name=name)
+
+    def create_event(self, namespace: str, body: dict) -> None:
+        def create() -> None:
+            self._need_namespace(namespace)
+            name = body["metadata"]["name"]
+            involved = (body.get("involvedObject") or {}).get("namespace") or ""
+            if body.get("eventTime") is None and involved != namespace and (involved or namespace != "default"):
+                # core/v1 validation: an Event lives in its object's namespace, one about a
+                # cluster-scoped object (no involvedObject.namespace) in "default"
+                raise ApiError(422, "Unprocessable Entity", f'Event "{name}" is invalid: involvedObject.namespace: '
+                                                            f'Invalid value: "{involved}": does not match event.namespace')
+            if any(ns == namespace and e["metadata"]["name"] == name for ns, e in self.events):
+                raise ApiError(409, "Conflict", f'events "{name}" already exists')
+            self.events.append((namespace, copy.deepcopy(body)))
+
+        self._run("create_event", create, namespace=namespace, body=copy.deepcopy(body))

@@ -1,0 +1,268 @@
+"""The shape of a handler table row, and running one against any `ClusterOps`.
+
+A row is a starting cluster state (`seed`: the objects below, all namespaced ones in the test
+namespace `NS`), an action, the clock, and what must come of it: the Outcome's status and a
+fragment of its message, the port's mutating operations in order (`writes`), and an optional
+`check` that reads the cluster afterwards through a `Probe`. The same rows run against
+`MemoryCluster` (test_handlers.py) and against `KubeOps` over an API server
+(test_handlers_api.py), which seeds the objects through the client instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from reconciler.apply.configs import yaml_load
+from reconciler.apply.handlers import HANDLERS, ApplyConfig, Context
+from reconciler.apply.port import (
+    ApiError,
+    ClusterOps,
+    NodeInfo,
+    PodInfo,
+    PriorityClassInfo,
+    WorkloadKind,
+)
+from reconciler.observe.builders import gpu
+from reconciler.plan.actions import Action
+from tests.apply.memory import MUTATING, MemoryCluster
+
+NS = "team-a"
+"""The namespace of the rows' namespaced objects and targets (the test namespace on a server)."""
+NODE = "gpu-1"
+NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def ago(seconds: float) -> str:
+    return (NOW - timedelta(seconds=seconds)).isoformat()
+
+
+def gpu_status(index: int, mig: list[str] | None = None, model: str = "A100-SXM4-80GB") -> dict:
+    """One card as the node agent lists it in its GpuNodeState's status."""
+    g = gpu(index, mig=mig, model=model).model_copy(update={"model": model})
+    return g.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
+# ---------------------------------------------------------------------- what a row seeds
+@dataclass(frozen=True)
+class Node:
+    name: str = NODE
+    cordoned: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """The node agent's GpuNodeState: `gpus` as its status lists them."""
+
+    node: str
+    gpus: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    node: str | None = NODE
+    phase: str | None = None
+    """None: Running when bound to a node, else Pending."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    gpus: bool = True
+    """A container asks for `nvidia.com/gpu`."""
+    deleting: bool = False
+    pdb: bool = False
+    """A PodDisruptionBudget protects it and allows no disruption now."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    replicas: int
+    kind: WorkloadKind = "Deployment"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    name: str
+    data: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+
+
+Seed = Node | NodeState | Pod | Workload | ConfigMap | PriorityClass
+
+
+# ---------------------------------------------------------------------- reading back
+class Probe:
+    """Reads the cluster after a row ran, the same way whatever is behind it."""
+
+    def __init__(self, ops: ClusterOps, namespace: str, cfg: ApplyConfig):
+        self.ops, self.namespace, self.cfg = ops, namespace, cfg
+
+    def node(self, name: str = NODE) -> NodeInfo:
+        n = self.ops.read_node(name)
+        assert n is not None, f"node {name} is gone"
+        return n
+
+    def pod(self, name: str) -> PodInfo | None:
+        return self.ops.read_pod(self.namespace, name)
+
+    def evicted(self, name: str) -> bool:
+        """Gone, or terminating (a kubelet finishes the deletion later)."""
+        p = self.pod(name)
+        return p is None or p.deleting
+
+    def config_map(self, name: str) -> dict[str, str] | None:
+        cm = self.ops.read_config_map(self.cfg.mig_config_namespace, name)
+        return None if cm is None else cm.data
+
+    def mig_configs(self) -> dict[str, Any]:
+        """The `mig-configs` of mig-manager's config.yaml."""
+        data = self.config_map(self.cfg.mig_config_map)
+        assert data is not None, "no mig-parted ConfigMap"
+        doc = yaml_load(data["config.yaml"])
+        assert doc["version"] == "v1"
+        return doc["mig-configs"]
+
+    def priority_class(self, name: str) -> PriorityClassInfo | None:
+        return self.ops.read_priority_class(name)
+
+    def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
+        """replicas, annotations, resource_version."""
+        raise NotImplementedError
+
+    def quota(self, name: str) -> dict[str, Any] | None:
+        """labels, hard."""
+        raise NotImplementedError
+
+
+class MemoryProbe(Probe):
+    def __init__(self, cluster: MemoryCluster, namespace: str, cfg: ApplyConfig):
+        super().__init__(cluster, namespace, cfg)
+        self.cluster = cluster
+
+    def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
+        return self.cluster.workload(kind, self.namespace, name)
+
+    def quota(self, name: str) -> dict[str, Any] | None:
+        q = self.cluster.quotas.get((self.namespace, name))
+        return None if q is None else {"labels": q["metadata"].get("labels") or {}, "hard": q["spec"]["hard"]}
+
+
+# ---------------------------------------------------------------------- a row
+@dataclass(frozen=True)
+class Row:
+    id: str
+    action: Action
+    seed: tuple[Seed, ...] = ()
+    status: str = "done"
+    """The Outcome's status, or "error" when the handler raises ApiError (`message` then holds
+    the status code)."""
+    message: str = ""
+    """A fragment of the Outcome's message."""
+    writes: tuple[str, ...] = ()
+    """The port's mutating operations that succeeded, in order."""
+    now: datetime = NOW
+    grace: Mapping[str, float] = field(default_factory=dict)
+    """Checkpoint grace periods by checkpoint id (the executor takes them from the plan)."""
+    fail: Mapping[str, ApiError] = field(default_factory=dict)
+    """Injected errors per operation (MemoryCluster only)."""
+    check: Callable[[Probe], None] | None = None
+    changed: bool | None = None
+    """Outcome.changed; None: whether anything was written."""
+    bug: str | None = None
+    """The row states what should happen and the handler does not do it yet (a strict xfail)."""
+
+    def __str__(self) -> str:
+        return self.id
+
+
+@dataclass
+class Result:
+    status: str
+    message: str
+    changed: bool
+    writes: list[str]
+
+
+class Recording:
+    """Wraps a `ClusterOps`, recording the mutating operations that succeed."""
+
+    def __init__(self, ops: ClusterOps):
+        self._ops = ops
+        self.writes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._ops, name)
+        if name not in MUTATING:
+            return fn
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            self.writes.append(name)
+            return out
+
+        return call
+
+
+def run(row: Row, ops: ClusterOps, cfg: ApplyConfig, action: Action | None = None, *,
+        writes: Callable[[], list[str]]) -> Result:
+    """Run the row's handler once; `writes()` lists what it wrote."""
+    a = action or row.action
+    ctx = Context(ops, cfg, clock=lambda: row.now, grace=dict(row.grace))
+    try:
+        out = HANDLERS[type(a)](a, ctx)
+    except ApiError as exc:
+        return Result("error", f"{exc.status} {exc}", False, writes())
+    assert out.action == a.id
+    return Result(out.status, out.message, out.changed, writes())
+
+
+def assert_result(row: Row, got: Result) -> None:
+    assert (got.status, row.message in got.message) == (row.status, True), \
+        f"expected {row.status} with {row.message!r}, got {got.status}: {got.message!r}"
+    assert got.writes == list(row.writes)
+    if got.status != "error":
+        assert got.changed == (bool(row.writes) if row.changed is None else row.changed)
+
+
+# ---------------------------------------------------------------------- in memory
+def memory_config() -> ApplyConfig:
+    return ApplyConfig(mig_config_namespace=NS, events_namespace=NS)
+
+
+def seed_memory(row: Row) -> MemoryCluster:
+    c = MemoryCluster(namespaces={NS}, fail=dict(row.fail))
+    for s in row.seed:
+        if isinstance(s, Node):
+            c.add_node(s.name, unschedulable=s.cordoned, labels=dict(s.labels), annotations=dict(s.annotations))
+        elif isinstance(s, NodeState):
+            c.set_node_state(s.node, {"status": {"gpus": list(s.gpus)}})
+        elif isinstance(s, Pod):
+            c.add_pod(NS, s.name, node=s.node, phase=s.phase, annotations=dict(s.annotations),
+                      labels={"app": s.name}, gpu_resources=s.gpus, deleting=s.deleting)
+            if s.pdb:
+                c.pdb_blocked.add(f"{NS}/{s.name}")
+        elif isinstance(s, Workload):
+            c.add_workload(s.kind, NS, s.name, replicas=s.replicas, annotations=dict(s.annotations))
+        elif isinstance(s, ConfigMap):
+            c.add_config_map(NS, s.name, dict(s.data))
+        elif isinstance(s, PriorityClass):
+            c.add_priority_class(s.name, value=s.value, preemption_policy=s.preemption_policy)
+        else:  # pragma: no cover
+            raise TypeError(s)
+    return c
+
+
+def run_memory(row: Row) -> tuple[Result, MemoryCluster]:
+    c = seed_memory(row)
+    got = run(row, c, memory_config(), writes=c.write_ops)
+    return got, c

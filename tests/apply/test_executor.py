@@ -1,0 +1,298 @@
+"""The executor over the in-memory cluster: dependencies, transient errors, events, the
+pre-eviction hook, and that every kind of action has a handler."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+
+import pytest
+
+from reconciler import conventions as C
+from reconciler.apply.executor import TRANSIENT, ApplyResult, Executor
+from reconciler.apply.handlers import HANDLERS, ApplyConfig
+from reconciler.apply.kube import KubeOps
+from reconciler.apply.port import ApiError, ClusterOps
+from reconciler.plan.actions import Action, ActionBase, Preempt
+from reconciler.plan.model import Plan
+from tests.apply.memory import MUTATING, MemoryCluster
+from tests.apply.table import NODE, NOW, NS, Row, ago, seed_memory
+from tests.apply.test_handlers import (
+    CHECKPOINT,
+    CORDON,
+    CORDONED,
+    GRACE,
+    LABEL,
+    MIG,
+    MOVE,
+    PREEMPT,
+    PREEMPT_NOW,
+    PROPAGATING,
+    QUOTA,
+    RECLAIM,
+    ROWS,
+    UNCORDON,
+    job,
+    mig_node,
+)
+from tests.apply.test_handlers import Node as NodeSeed
+
+
+def plan(*actions: ActionBase) -> Plan:
+    return Plan(observed_at=NOW.isoformat(), actions=actions)
+
+
+def cluster(*seed) -> MemoryCluster:
+    return seed_memory(Row("executor", CORDON, tuple(seed)))
+
+
+def executor(c: MemoryCluster, **cfg) -> Executor:
+    return Executor(c, ApplyConfig(mig_config_namespace=NS, events_namespace=NS, **cfg), clock=lambda: NOW)
+
+
+def statuses(result: ApplyResult) -> dict[str, tuple[str, str]]:
+    return {o.action: (o.status, o.message) for o in result.outcomes}
+
+
+# ---------------------------------------------------------------------- every kind is handled
+def action_types() -> list[type]:
+    union = typing.get_args(Action)[0]  # Annotated[Union[...], Field(discriminator=...)]
+    return list(typing.get_args(union))
+
+
+def test_action_union_is_read_right():
+    kinds = {t.model_fields["kind"].default for t in action_types()}
+    assert {"cordon", "mig-reconfigure", "preempt", "priority-class"} <= kinds
+    assert len(kinds) == len(action_types()) >= 12
+
+
+@pytest.mark.parametrize("kind", action_types(), ids=lambda t: t.model_fields["kind"].default)
+def test_every_action_type_has_a_handler(kind: type):
+    assert kind in HANDLERS, f"no handler for {kind.__name__}: add one in reconciler/apply/handlers.py"
+
+
+def test_every_handler_is_for_an_action_type():
+    assert set(HANDLERS) <= set(action_types())
+
+
+def test_every_kind_has_table_rows():
+    from tests.apply.test_handlers import TABLES
+
+    covered = {type(r.action) for rows in TABLES.values() for r in rows}
+    assert covered == set(action_types())
+
+
+# ---------------------------------------------------------------------- the port
+def protocol_members() -> list[str]:
+    return sorted(n for n, v in vars(ClusterOps).items() if inspect.isfunction(v) and not n.startswith("_"))
+
+
+@pytest.mark.parametrize("impl", [MemoryCluster, KubeOps], ids=lambda c: c.__name__)
+def test_implements_the_port(impl: type):
+    for name in protocol_members():
+        want = inspect.signature(getattr(ClusterOps, name)).parameters
+        got = inspect.signature(getattr(impl, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in got.values()] == \
+               [(p.name, p.kind, p.default) for p in want.values()], name
+
+
+def test_memory_knows_which_operations_write():
+    readers = {"read_node", "read_node_state", "read_pod", "pods_on_node", "read_workload", "read_config_map",
+               "namespace_exists", "read_priority_class"}
+    assert MUTATING | readers == set(protocol_members())
+    assert not MUTATING & readers
+
+
+# ---------------------------------------------------------------------- dependencies
+def test_dependants_of_a_waiting_step_are_skipped():
+    c = cluster(NodeSeed())
+    r = executor(c).apply(plan(CORDON, MIG, UNCORDON))
+    assert statuses(r) == {
+        CORDON.id: ("done", "cordoned"),
+        MIG.id: ("waiting", PROPAGATING),
+        UNCORDON.id: ("skipped", f"waits for {MIG.id}"),
+    }
+    assert [op for op in c.write_ops() if op != "create_event"] == ["patch_node", "write_config_map", "patch_node"]
+    assert c.nodes[NODE].unschedulable  # the uncordon did not run
+    assert not r.converged and not r.failed
+
+
+def test_skipping_carries_down_a_chain_and_blocked_holds_back_too():
+    c = cluster(NodeSeed())  # not cordoned: the repartition is blocked (its cordon is not in this plan)
+    after = UNCORDON.model_copy(update={"id": "label-after", "depends_on": (UNCORDON.id,)})
+    r = executor(c).apply(plan(MIG, UNCORDON, after))
+    assert [o.status for o in r.outcomes] == ["blocked", "skipped", "skipped"]
+    assert r.outcomes[2].message == f"waits for {UNCORDON.id}"
+    assert c.write_ops() == []
+
+
+def test_a_dependency_outside_the_plan_counts_as_done():
+    c = cluster(job())
+    r = executor(c).apply(plan(PREEMPT))  # depends on a checkpoint no longer planned
+    assert statuses(r) == {PREEMPT.id: ("done", "evicted")}
+
+
+def test_a_failed_dependency_holds_back_its_dependants():
+    c = cluster(mig_node("failed"))
+    r = executor(c).apply(plan(MIG, UNCORDON))
+    assert [o.status for o in r.outcomes] == ["failed", "skipped"]
+    assert r.failed and c.write_ops() == []
+
+
+def test_checkpoint_grace_comes_from_the_plan():
+    c = cluster(job())
+    ex = executor(c)
+    first = statuses(ex.apply(plan(CHECKPOINT, PREEMPT)))
+    assert first == {CHECKPOINT.id: ("done", "checkpoint requested"),
+                     PREEMPT.id: ("waiting", f"checkpoint grace period: {GRACE}s left")}
+    later = Executor(c, ex.cfg, clock=lambda: NOW.replace(minute=5, second=1))
+    assert statuses(later.apply(plan(CHECKPOINT, PREEMPT)))[PREEMPT.id] == ("done", "evicted")
+
+
+def test_nothing_more_is_applied_once_it_may_not_continue():
+    c = cluster(NodeSeed(), job())
+    answers = iter([True, False])
+    r = executor(c).apply(plan(CORDON, PREEMPT_NOW, LABEL), may_continue=lambda: next(answers, False))
+    assert [o.status for o in r.outcomes] == ["done", "skipped", "skipped"]
+    assert "leadership lost" in r.outcomes[1].message
+    assert [op for op in c.write_ops() if op != "create_event"] == ["patch_node"] and c.evictions == []
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.parametrize("status", sorted(TRANSIENT))
+def test_transient_errors_wait_for_the_next_cycle(status: int):
+    c = cluster(NodeSeed())
+    c.fail["patch_node"] = ApiError(status, "Busy", "try again")
+    r = executor(c).apply(plan(CORDON, UNCORDON.model_copy(update={"depends_on": (CORDON.id,)})))
+    assert statuses(r) == {CORDON.id: ("waiting", f"API {status} Busy: retried next cycle"),
+                           UNCORDON.id: ("skipped", f"waits for {CORDON.id}")}
+    assert not r.failed and not c.events
+
+
+def test_transient_statuses_are_the_retryable_ones():
+    assert {409, 429, 500, 503, 504} <= TRANSIENT
+    assert not {400, 401, 403, 404, 422} & TRANSIENT
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_other_errors_fail_the_step(status: int):
+    c = cluster(NodeSeed())
+    c.fail["read_node"] = ApiError(status, "Nope", "no")
+    r = executor(c).apply(plan(CORDON, LABEL))
+    assert statuses(r)[CORDON.id] == ("failed", f"API {status}: Nope")
+    assert r.failed
+
+
+def test_a_read_error_is_an_outcome_too():
+    c = cluster(NodeSeed(cordoned=True))
+    c.fail["pods_on_node"] = ApiError(503, "Service Unavailable")
+    assert statuses(executor(c).apply(plan(MIG)))[MIG.id][0] == "waiting"
+
+
+# ---------------------------------------------------------------------- events
+def events(c: MemoryCluster) -> list[tuple[str, str, str, str, str]]:
+    return [(ns, e["reason"], e["type"], e["involvedObject"]["kind"], e["involvedObject"]["name"]) for ns, e in c.events]
+
+
+@pytest.mark.parametrize(("seed", "action", "expected"), [
+    pytest.param((NodeSeed(),), CORDON, [("default", "GpuPoolCordon", "Warning", "Node", NODE)], id="cordon"),
+    pytest.param((NodeSeed(cordoned=True),), CORDON, [], id="cordon-unchanged"),
+    pytest.param(ROWS["mig/propagated"].seed, MIG, [("default", "GpuPoolMigReconfigure", "Warning", "Node", NODE)],
+                 id="mig-reconfigure"),
+    pytest.param((CORDONED, job()), MIG, [], id="mig-reconfigure-waiting"),
+    pytest.param((job(),), CHECKPOINT, [(NS, "GpuPoolCheckpoint", "Warning", "Pod", "job")], id="checkpoint"),
+    pytest.param((job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}),), CHECKPOINT, [], id="checkpoint-unchanged"),
+    pytest.param((job(),), PREEMPT_NOW, [(NS, "GpuPoolPreempt", "Warning", "Pod", "job")], id="preempt"),
+    pytest.param((job(),), RECLAIM, [(NS, "GpuPoolReclaim", "Warning", "Pod", "job")], id="reclaim"),
+    pytest.param((job(pdb=True),), PREEMPT_NOW, [], id="preempt-blocked"),
+    pytest.param((job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + 1)}, pdb=True),), MOVE, [],
+                 id="move-annotated-but-blocked"),
+    pytest.param((CORDONED,), UNCORDON, [], id="uncordon-is-not-disruptive"),
+    pytest.param((NodeSeed(),), LABEL, [], id="label-node-is-not-disruptive"),
+    pytest.param((), QUOTA, [], id="quota-is-not-disruptive"),
+])
+def test_events_only_for_disruptive_steps_that_changed_something(seed, action, expected):
+    c = cluster(*seed)
+    executor(c).apply(plan(action))
+    assert events(c) == expected
+
+
+def test_event_body():
+    c = cluster(job())
+    executor(c).apply(plan(PREEMPT_NOW))
+    [(ns, e)] = c.events
+    assert ns == NS and e["metadata"]["namespace"] == NS and e["metadata"]["name"].startswith("gpupool.")
+    assert e["involvedObject"] == {"kind": "Pod", "name": "job", "namespace": NS}
+    assert e["message"] == f"{PREEMPT_NOW.reason} (evicted)"
+    assert e["source"] == {"component": "gpupool"} and e["count"] == 1
+    assert e["firstTimestamp"] == e["lastTimestamp"] == NOW.isoformat()
+
+
+def test_node_event_body():
+    """An Event about a Node lives in "default" (the API server refuses it elsewhere: MemoryCluster too)."""
+    c = cluster(NodeSeed())
+    executor(c).apply(plan(CORDON))
+    [(ns, e)] = c.events
+    assert ns == e["metadata"]["namespace"] == "default"
+    assert e["involvedObject"] == {"kind": "Node", "name": NODE, "namespace": None}
+    assert e["reason"] == "GpuPoolCordon" and e["message"] == f"{CORDON.reason} (cordoned)"
+
+
+def test_no_events_when_turned_off():
+    c = cluster(NodeSeed())
+    executor(c, emit_events=False).apply(plan(CORDON))
+    assert c.write_ops() == ["patch_node"] and c.events == []
+
+
+def test_a_failing_event_does_not_fail_the_step():
+    c = cluster(NodeSeed())
+    c.fail["create_event"] = ApiError(403, "Forbidden")
+    r = executor(c).apply(plan(CORDON))
+    assert statuses(r) == {CORDON.id: ("done", "cordoned")} and c.events == []
+
+
+# ---------------------------------------------------------------------- the pre-eviction hook
+def hooked(c: MemoryCluster, *actions: ActionBase) -> tuple[ApplyResult, list[tuple[str, list[str]]], list]:
+    calls: list[tuple[str, list[str]]] = []
+    seen: list = []
+    r = executor(c).apply(plan(*actions), before_preempt=lambda a: calls.append((a.id, list(c.evictions))),
+                          on_outcome=lambda a, o: seen.append((a.id, o.status)))
+    return r, calls, seen
+
+
+def test_before_preempt_runs_before_the_eviction():
+    c = cluster(job())
+    r, calls, seen = hooked(c, PREEMPT_NOW)
+    assert calls == [(PREEMPT_NOW.id, [])]  # nothing evicted yet when it ran
+    assert c.evictions == [f"{NS}/job"]
+    assert statuses(r) == {PREEMPT_NOW.id: ("done", "evicted")}  # the controller keeps the count on exactly this
+    assert seen == [(PREEMPT_NOW.id, "done")]
+
+
+@pytest.mark.parametrize("action", [RECLAIM, MOVE.model_copy(update={"depends_on": ()})], ids=["reclaim", "move"])
+def test_before_preempt_is_only_for_preemptions(action):
+    c = cluster(job())
+    r, calls, _ = hooked(c, action)
+    assert calls == [] and r.outcomes[0].message == "evicted"
+
+
+@pytest.mark.parametrize(("seed", "message"), [
+    pytest.param(job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}), "checkpoint grace period", id="grace-left"),
+    pytest.param(job(deleting=True), "pod is terminating", id="terminating"),
+])
+def test_before_preempt_is_not_called_when_nothing_is_sent(seed, message):
+    c = cluster(seed)
+    r, calls, _ = hooked(c, CHECKPOINT, PREEMPT)
+    assert calls == [] and message in r.outcomes[1].message
+
+
+def test_a_refused_preemption_reports_something_other_than_evicted():
+    """The hook ran (write-ahead); the outcome tells the controller to take the count back."""
+    c = cluster(job(pdb=True))
+    r, calls, _ = hooked(c, PREEMPT_NOW)
+    assert calls == [(PREEMPT_NOW.id, [])]
+    assert r.outcomes[0].status == "blocked" and r.outcomes[0].message != "evicted"
+
+
+def test_preempt_type_is_the_only_one_with_the_hook():
+    assert [t for t in action_types() if issubclass(t, Preempt)] == [Preempt]

@@ -1,0 +1,294 @@
+"""The handler table rows again, against `KubeOps` over an API server, so the in-memory cluster
+cannot drift from what a server does; and the in-memory cluster's own answers (404s, 409s,
+merge patches, evictions) checked against the server's, call by call.
+
+The server is the integration suite's `kube` target: the fake API server over HTTP by default,
+a real cluster when GPUPOOL_TEST_KUBECONFIG is set (rows that seed Nodes then skip, as the
+integration harness does).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from reconciler import conventions as C
+from reconciler.apply.port import ApiError, ClusterOps
+from tests.apply.api import ApiWorld
+from tests.apply.memory import MemoryCluster
+from tests.apply.table import (
+    NS,
+    Node,
+    Pod,
+    PriorityClass,
+    Recording,
+    Row,
+    Seed,
+    Workload,
+    assert_result,
+    run,
+    seed_memory,
+)
+from tests.apply.test_handlers import ROWS, SERVER_SIDE_APPLY
+
+pytestmark = pytest.mark.kube
+
+API_ROWS = [
+    "cordon/fresh", "cordon/already-cordoned", "cordon/no-node",
+    "uncordon/ours", "uncordon/someone-elses", "uncordon/mig-pending", "uncordon/not-cordoned", "uncordon/no-node",
+    "label-node/present", "label-node/missing",
+    "mig/not-cordoned", "mig/busy-by-annotation", "mig/gpu-pod-without-annotation", "mig/terminating-gpu-pod-counts",
+    "mig/finished-gpu-pod", "mig/cpu-pod", "mig/free", "mig/keeps-other-entries", "mig/entry-already-there",
+    "mig/propagating", "mig/propagated", "mig/mark-of-another-config",
+    "mig/state-unset", "mig/agent-shows-layout", "mig/agent-shows-old-layout", "mig/failed", "mig/stuck-pending",
+    "set-sharing/not-cordoned", "set-sharing/free", "set-sharing/keeps-other-keys", "set-sharing/repeat",
+    "checkpoint/pod-gone", "checkpoint/fresh", "checkpoint/recent-request", "checkpoint/stale-request",
+    "checkpoint/terminating-pod",
+    "evict/grace-left", "evict/grace-over", "evict/checkpoint-done", "evict/no-checkpoint", "evict/unscheduled-pod",
+    "evict/pdb", "evict/pod-gone", "evict/terminating", "reclaim/evicts", "move/annotates-then-evicts", "move/pdb",
+    "scale/at-target", "scale/changed-since-plan", "scale/up", "scale/statefulset-down", "scale/kind-differs",
+    "scale/missing",
+    "quota/namespace-missing", "quota/create",
+    "priority-class/create", "priority-class/same", "priority-class/value-changed", "priority-class/policy-changed",
+]
+assert not [i for i in API_ROWS if ROWS[i].fail], "injected errors are MemoryCluster's; the server has none"
+
+
+@pytest.mark.parametrize("row", [pytest.param(ROWS[i], id=i) for i in API_ROWS])
+def test_row_against_the_api_server(kube, row: Row):
+    world = ApiWorld(kube)
+    world.seed(row.seed)
+    expected, action = world.localize(row)
+    ops = Recording(world.ops())
+    got = run(expected, ops, world.config(), action, writes=lambda: list(ops.writes))
+    assert_result(expected, got)
+    if row.check is not None:
+        row.check(world.probe())
+    if row.writes and not isinstance(row.action, SERVER_SIDE_APPLY):  # and a second run writes nothing
+        again = run(expected, ops, world.config(), action, writes=lambda: list(ops.writes))
+        assert again.status != "error", again.message
+        assert again.writes == got.writes
+
+
+# ---------------------------------------------------------------------- MemoryCluster vs the server
+def answer(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except ApiError as exc:
+        return ("ApiError", exc.status)
+
+
+class Names:
+    """Where a scenario's objects are: the namespace, and the names of cluster-scoped things."""
+
+    ns = NS
+
+    def pc(self, name: str) -> str:
+        return name
+
+    def node(self, name: str) -> str:
+        return name
+
+
+Scenario = Callable[[ClusterOps, Any], list]
+"""(ops, names: Names or ApiWorld) -> what came back, step by step."""
+
+
+def reads_of_missing_objects(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    return [
+        o.read_node("gpupool-no-such-node"), o.read_pod(ns, "nope"), o.read_config_map(ns, "nope"),
+        o.read_priority_class(n.pc("gpupool-nope")), o.namespace_exists("gpupool-absent"), o.namespace_exists(ns),
+        answer(lambda: o.read_workload("Deployment", ns, "nope")),
+        answer(lambda: o.read_workload("StatefulSet", ns, "nope")),
+        o.pods_on_node("gpupool-no-such-node"),
+    ]
+
+
+def writes_to_missing_objects(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    return [
+        answer(lambda: o.patch_node("gpupool-no-such-node", labels={"a": "b"})),
+        answer(lambda: o.annotate_pod(ns, "nope", {"a": "b"})),
+        answer(lambda: o.evict_pod(ns, "nope")),
+        answer(lambda: o.scale_workload("Deployment", ns, "nope", replicas=1, resource_version="1", annotations={})),
+        answer(lambda: o.write_config_map(ns, "nope", {"a": "b"}, resource_version="1")),
+        answer(lambda: o.write_config_map("gpupool-absent", "cm", {"a": "b"}, resource_version=None)),
+        answer(lambda: o.delete_priority_class(n.pc("gpupool-nope"))),
+        answer(lambda: o.server_side_apply({"apiVersion": "v1", "kind": "ResourceQuota",
+                                            "metadata": {"name": "q", "namespace": "gpupool-absent"},
+                                            "spec": {"hard": {"pods": "1"}}})),
+    ]
+
+
+def config_map_versions(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    o.write_config_map(ns, "cm", {"a": "1", "b": "1"}, resource_version=None)
+    first = o.read_config_map(ns, "cm")
+    again = answer(lambda: o.write_config_map(ns, "cm", {"a": "2"}, resource_version=None))
+    o.write_config_map(ns, "cm", {"b": "2", "c": "2"}, resource_version=first.resource_version)
+    second = o.read_config_map(ns, "cm")
+    stale = answer(lambda: o.write_config_map(ns, "cm", {"a": "3"}, resource_version=first.resource_version))
+    o.write_config_map(ns, "cm", {"c": "2"}, resource_version=second.resource_version)  # nothing changes
+    third = o.read_config_map(ns, "cm")
+    return [again, stale, second.data, second.resource_version != first.resource_version,
+            third.resource_version == second.resource_version]
+
+
+def node_merge_patches(o: ClusterOps, n: Any) -> list:
+    name = n.node("gpu-1")
+
+    def seen() -> tuple:
+        node = o.read_node(name)
+        mine = "abcxy"  # a real control plane adds its own (the TTL controller's annotation)
+        return (node.unschedulable, {k: v for k, v in node.labels.items() if k in mine},
+                {k: v for k, v in node.annotations.items() if k in mine})
+
+    out = [seen()]
+    o.patch_node(name, unschedulable=True, labels={"a": None, "c": "3"}, annotations={"x": None, "y": "2"})
+    out.append(seen())
+    o.patch_node(name, labels={"b": "20"})  # the cordon is left as it is
+    out.append(seen())
+    o.patch_node(name, unschedulable=None)
+    out.append(seen())
+    return out
+
+
+def pods(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    o.annotate_pod(ns, "job", {"a": "2", "b": "2"})
+    listed = [(p.name, p.phase, p.gpu_resources, p.deleting) for p in o.pods_on_node(n.node("gpu-1"))]
+    return [o.read_pod(ns, "job").annotations, listed, o.read_pod(ns, "cpu").gpu_resources]
+
+
+def evictions(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+
+    def evicted(name: str) -> bool:
+        p = o.read_pod(ns, name)
+        return p is None or p.deleting
+
+    out = [answer(lambda: o.evict_pod(ns, "guarded")), evicted("guarded")]
+    out += [answer(lambda: o.evict_pod(ns, "job")), evicted("job")]
+    out += [answer(lambda: o.evict_pod(ns, "loose")), o.read_pod(ns, "loose")]  # never scheduled: gone at once
+    out += [answer(lambda: o.evict_pod(ns, "done")), o.read_pod(ns, "done")]  # finished: gone at once
+    out += [answer(lambda: o.evict_pod(ns, "finishing")), evicted("finishing")]  # terminating: no budget check
+    return out
+
+
+def workload_versions(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    first = o.read_workload("Deployment", ns, "serve")
+    o.scale_workload("Deployment", ns, "serve", replicas=3, resource_version=first.resource_version,
+                     annotations={C.LAST_SCALE_ANN: "now"})
+    second = o.read_workload("Deployment", ns, "serve")
+    stale = answer(lambda: o.scale_workload("Deployment", ns, "serve", replicas=1,
+                                            resource_version=first.resource_version, annotations={}))
+    return [first.replicas, second.replicas, second.resource_version != first.resource_version, stale,
+            o.read_workload("Deployment", ns, "serve").replicas, o.read_workload("StatefulSet", ns, "db").replicas]
+
+
+def priority_classes(o: ClusterOps, n: Any) -> list:
+    name = n.pc("gpupool-batch")
+
+    def body(value: int) -> dict:
+        return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+                "value": value, "preemptionPolicy": "PreemptLowerPriority", "description": "test"}
+
+    out = [o.read_priority_class(name), answer(lambda: o.server_side_apply(body(100))), o.read_priority_class(name)]
+    out.append(answer(lambda: o.server_side_apply(body(100))))
+    out.append(answer(lambda: o.server_side_apply(body(200))))  # value is immutable
+    out += [o.read_priority_class(name), answer(lambda: o.delete_priority_class(name)), o.read_priority_class(name)]
+    return out
+
+
+def event(namespace: str, kind: str, obj_ns: str | None) -> dict:
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"gpupool.{uuid.uuid4().hex[:10]}", "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": "x", "namespace": obj_ns}, "reason": "GpuPoolTest",
+            "message": "m", "type": "Normal", "source": {"component": "gpupool"}}
+
+
+def quotas_and_events(o: ClusterOps, n: Any) -> list:
+    ns = n.ns
+    q = {"apiVersion": "v1", "kind": "ResourceQuota",
+         "metadata": {"name": "gpu-quota", "namespace": ns, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+         "spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}
+
+    on_pod = event(ns, "Pod", ns)
+    return [
+        answer(lambda: o.server_side_apply(q)), answer(lambda: o.server_side_apply(q)),
+        answer(lambda: o.create_event(ns, on_pod)), answer(lambda: o.create_event(ns, on_pod)),  # same name: 409
+        answer(lambda: o.create_event("gpupool-absent", event("gpupool-absent", "Pod", "gpupool-absent"))),
+        answer(lambda: o.create_event("default", event("default", "Node", None))),
+    ]
+
+
+def event_namespaces(o: ClusterOps, n: Any) -> list:
+    """An Event is in its object's namespace; one about a cluster-scoped object (a Node: no
+    involvedObject.namespace) in "default" (core/v1 Event validation)."""
+    ns = n.ns
+    return [answer(lambda: o.create_event(ns, event(ns, "Pod", "default"))),
+            answer(lambda: o.create_event(ns, event(ns, "Node", None))),
+            answer(lambda: o.create_event("default", event("default", "Node", None)))]
+
+
+CONTRACT: dict[str, tuple[tuple[Seed, ...], Scenario]] = {
+    "reads-of-missing-objects": ((), reads_of_missing_objects),
+    "writes-to-missing-objects": ((), writes_to_missing_objects),
+    "config-map-versions": ((), config_map_versions),
+    "node-merge-patches": ((Node(labels={"a": "1", "b": "2"}, annotations={"x": "1"}),), node_merge_patches),
+    "pods": ((Pod("job", annotations={"a": "1", "keep": "k"}), Pod("cpu", gpus=False, phase="Succeeded")), pods),
+    "evictions": ((Pod("guarded", pdb=True), Pod("job"), Pod("loose", node=None), Pod("done", phase="Succeeded"),
+                   Pod("finishing", pdb=True, deleting=True)), evictions),
+    "workload-versions": ((Workload("serve", 2), Workload("db", 1, kind="StatefulSet")), workload_versions),
+    "priority-classes": ((), priority_classes),
+    "quotas-and-events": ((), quotas_and_events),
+}
+
+
+@pytest.mark.parametrize("name", list(CONTRACT))
+def test_memory_cluster_answers_as_the_server_does(kube, name: str):
+    seeds, scenario = CONTRACT[name]
+    memory: MemoryCluster = seed_memory(Row(name, ROWS["cordon/fresh"].action, seeds))
+    want = scenario(memory, Names())
+    world = ApiWorld(kube)
+    world.seed(seeds)
+    got = scenario(world.ops(), world)
+    assert got == want
+
+
+def test_a_terminating_pod_stays_until_its_deletion_finishes(kube):
+    """What `MemoryCluster.finish_deletion` stands for: a pod with a deletionTimestamp is still
+    listed (and still holds its GPUs) until the kubelet, or the last finalizer, lets it go."""
+    world = ApiWorld(kube)
+    world.seed((Pod("job", deleting=True),))
+    ops = world.ops()
+    assert [(p.name, p.deleting) for p in ops.pods_on_node(world.node("gpu-1"))] == [("job", True)]
+    kube.core.patch_namespaced_pod("job", world.ns, {"metadata": {"finalizers": None}},
+                                   _content_type="application/merge-patch+json")
+    if world.is_fake:  # a real cluster also waits for a kubelet that never comes
+        assert ops.read_pod(world.ns, "job") is None
+
+
+def test_event_namespaces_are_checked_as_the_server_does(kube):
+    world = ApiWorld(kube)
+    if world.is_fake:
+        pytest.xfail("the fake API server does not check an Event's namespace against its involvedObject")
+    assert event_namespaces(world.ops(), world) == event_namespaces(MemoryCluster(namespaces={NS}), Names())
+
+
+def test_a_changed_preemption_policy_is_refused_like_a_changed_value(kube):
+    """preemptionPolicy is immutable on a real API server, as value is (the handler replaces the
+    object when either changes); MemoryCluster refuses both."""
+    world = ApiWorld(kube)
+    if world.is_fake:
+        pytest.xfail("the fake API server lets preemptionPolicy change (it checks only value)")
+    world.seed((PriorityClass("gpupool-batch", 100),))
+    body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": world.pc("gpupool-batch")}, "value": 100, "preemptionPolicy": "Never"}
+    assert answer(lambda: world.ops().server_side_apply(body)) == ("ApiError", 422)
