@@ -74,12 +74,22 @@ SERVING_BOOST = Fraction(3, 2)
 
 # pool -> (catalog model, MIG tenant, shared tenant, whole-card teams with weights)
 POOLS = {
-    "a100": {"model": "A100-SXM4-80GB", "mig_ns": "search-serving", "shared_ns": "search-serving",
-             "train": [("llm-research", 0.8), ("vision", 0.12), ("vision-dev", 0.08)], "p_mig": 0.75,
-             "layout_weights": [0.2, 0.1, 0.7]},  # a100-balanced, a100-3g, a100-1g
-    "h100": {"model": "H100-SXM5-80GB", "mig_ns": "assistant", "shared_ns": "assistant",
-             "train": [("llm-research", 1.0)], "p_mig": 0.3,
-             "layout_weights": [0.4, 0.6]},  # h100-4g3g, h100-balanced
+    "a100": {
+        "model": "A100-SXM4-80GB",
+        "mig_ns": "search-serving",
+        "shared_ns": "search-serving",
+        "train": [("llm-research", 0.8), ("vision", 0.12), ("vision-dev", 0.08)],
+        "p_mig": 0.75,
+        "layout_weights": [0.2, 0.1, 0.7],
+    },  # a100-balanced, a100-3g, a100-1g
+    "h100": {
+        "model": "H100-SXM5-80GB",
+        "mig_ns": "assistant",
+        "shared_ns": "assistant",
+        "train": [("llm-research", 1.0)],
+        "p_mig": 0.3,
+        "layout_weights": [0.4, 0.6],
+    },  # h100-4g3g, h100-balanced
 }
 CLASSES = [("training-high", 0.3), ("training-low", 0.45), ("spot", 0.25)]
 SIZES = [1, 1, 1, 1, 2, 2, 4, 8]  # training job sizes, drawn uniformly then fitted to the node
@@ -100,33 +110,71 @@ def scaled_desired(nodes: int) -> DesiredState:
     per_pool = max(1, nodes // len(base.pools))
     f = Fraction(per_pool, BUNDLED_POOL_NODES)
     m = lambda v, k=1: None if v is None else math.ceil(v * f * k)  # noqa: E731
-    serving = {q.metadata.name for q in base.quotas.values() if not any(pq.whole.guaranteed for pq in q.spec.pools)}
+    serving = {
+        q.metadata.name
+        for q in base.quotas.values()
+        if not any(pq.whole.guaranteed for pq in q.spec.pools)
+    }
     docs = []
     for d in base.documents:
         model = d.model
         if model.kind == "Pool":
             s = model.spec
-            spec = s.model_copy(update={
-                "capacity": s.capacity.model_copy(update={"nodes": per_pool}),
-                "training": s.training.model_copy(update={"min_gpus": m(s.training.min_gpus), "max_gpus": m(s.training.max_gpus)}),
-                "inference": s.inference.model_copy(update={"min_gpus": m(s.inference.min_gpus),
-                                                            "max_gpus": m(s.inference.max_gpus, SERVING_BOOST)}),
-            })
+            spec = s.model_copy(
+                update={
+                    "capacity": s.capacity.model_copy(update={"nodes": per_pool}),
+                    "training": s.training.model_copy(
+                        update={
+                            "min_gpus": m(s.training.min_gpus),
+                            "max_gpus": m(s.training.max_gpus),
+                        }
+                    ),
+                    "inference": s.inference.model_copy(
+                        update={
+                            "min_gpus": m(s.inference.min_gpus),
+                            "max_gpus": m(s.inference.max_gpus, SERVING_BOOST),
+                        }
+                    ),
+                }
+            )
             model = model.model_copy(update={"spec": spec})
         elif model.kind == "Quota":
             k = SERVING_BOOST if model.metadata.name in serving else 1
             pools = []
             for pq in model.spec.pools:
-                allot = lambda a, k=k: a.model_copy(update={  # noqa: E731
-                    "guaranteed": m(a.guaranteed, k), "borrowing_limit": m(a.borrowing_limit, k), "lending_limit": m(a.lending_limit, k)})
+                allot = lambda a, k=k: a.model_copy(
+                    update={  # noqa: E731
+                        "guaranteed": m(a.guaranteed, k),
+                        "borrowing_limit": m(a.borrowing_limit, k),
+                        "lending_limit": m(a.lending_limit, k),
+                    }
+                )
                 sm = pq.shared_memory
                 if sm is not None:
-                    sm = sm.model_copy(update={
-                        "guaranteed": _scale_quantity(sm.guaranteed, f * k),
-                        "borrowing_limit": None if sm.borrowing_limit is None else _scale_quantity(sm.borrowing_limit, f * k)})
-                pools.append(pq.model_copy(update={
-                    "whole": allot(pq.whole), "mig": {p: allot(a) for p, a in pq.mig.items()}, "shared_memory": sm}))
-            model = model.model_copy(update={"spec": model.spec.model_copy(update={"max_gpus": m(model.spec.max_gpus, k), "pools": pools})})
+                    sm = sm.model_copy(
+                        update={
+                            "guaranteed": _scale_quantity(sm.guaranteed, f * k),
+                            "borrowing_limit": None
+                            if sm.borrowing_limit is None
+                            else _scale_quantity(sm.borrowing_limit, f * k),
+                        }
+                    )
+                pools.append(
+                    pq.model_copy(
+                        update={
+                            "whole": allot(pq.whole),
+                            "mig": {p: allot(a) for p, a in pq.mig.items()},
+                            "shared_memory": sm,
+                        }
+                    )
+                )
+            model = model.model_copy(
+                update={
+                    "spec": model.spec.model_copy(
+                        update={"max_gpus": m(model.spec.max_gpus, k), "pools": pools}
+                    )
+                }
+            )
         docs.append(Located(model=model, file=d.file, line=d.line, node=d.node))
     state = DesiredState.from_documents(docs, revision=f"bench-{nodes}", catalog=base.catalog)
     problems = check_semantics(state)
@@ -152,8 +200,12 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
     # team caps (card equivalents) and whole-card limits per pool, kept ~92% full at most
     team_of = {ns: q.team for q in desired.quotas.values() for ns in q.spec.namespaces}
     caps = {q.team: (q.spec.max_gpus or 10**9) * 0.92 for q in desired.quotas.values()}
-    whole_cap = {(q.team, pq.pool): (pq.whole.guaranteed + pq.whole.borrowing_limit) * 0.92
-                 for q in desired.quotas.values() for pq in q.spec.pools if pq.whole.borrowing_limit is not None}
+    whole_cap = {
+        (q.team, pq.pool): (pq.whole.guaranteed + pq.whole.borrowing_limit) * 0.92
+        for q in desired.quotas.values()
+        for pq in q.spec.pools
+        if pq.whole.borrowing_limit is not None
+    }
     used: dict[str, float] = {}
     whole_used: dict[tuple[str, str], int] = {}
 
@@ -207,28 +259,61 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
             gpus: list[Gpu] = []
             for i in range(GPUS_PER_NODE):
                 numa = 0 if i < 4 else 1
-                common = dict(index=i, uuid=f"GPU-{node_name}-{i}", model=cfg["model"], numa_node=numa, nvlink_island=numa,
-                              memory_mib=gm.memory_gib * 1024)
+                common = dict(
+                    index=i,
+                    uuid=f"GPU-{node_name}-{i}",
+                    model=cfg["model"],
+                    numa_node=numa,
+                    nvlink_island=numa,
+                    memory_mib=gm.memory_gib * 1024,
+                )
                 if i >= GPUS_PER_NODE - n_inf:  # inference cards at the top indices
                     if rng.random() < cfg["p_mig"]:
                         lay = rng.choices(layouts, cfg["layout_weights"])[0]
                         key = (gm.name, lay)
                         if key not in placed_cache:
-                            placed_cache[key] = [MigInstance(profile=p, start=s) for p, s in cat.place(gm, list(lay))]
+                            placed_cache[key] = [
+                                MigInstance(profile=p, start=s) for p, s in cat.place(gm, list(lay))
+                            ]
                         insts = placed_cache[key]
-                        gpus.append(Gpu(**common, utilization=rng.uniform(30, 90), mig_enabled=True, mig_instances=insts))
+                        gpus.append(
+                            Gpu(
+                                **common,
+                                utilization=rng.uniform(30, 90),
+                                mig_enabled=True,
+                                mig_instances=insts,
+                            )
+                        )
                         ns = cfg["mig_ns"]
                         for mi in insts:
-                            if rng.random() < 0.92 and admit(ns, pool_name, gm.profiles[mi.profile].memory_slices / 8):
+                            if rng.random() < 0.92 and admit(
+                                ns, pool_name, gm.profiles[mi.profile].memory_slices / 8
+                            ):
                                 req = Request(mig={mi.profile: 1})
                                 svc = svc_for(ns, "mig")
-                                workloads.append(Workload(
-                                    namespace=ns, name=name(svc), priority_class=rng.choice(["serving", "serving", "serving-critical"]),
-                                    request=req, node=node_name,
-                                    allocations=[Allocation(gpu=i, mig_start=mi.start, mig_profile=mi.profile)],
-                                    started_at=ago(rng.uniform(1, 200)), owner_kind="ReplicaSet", owner_name=svc))
+                                workloads.append(
+                                    Workload(
+                                        namespace=ns,
+                                        name=name(svc),
+                                        priority_class=rng.choice(
+                                            ["serving", "serving", "serving-critical"]
+                                        ),
+                                        request=req,
+                                        node=node_name,
+                                        allocations=[
+                                            Allocation(
+                                                gpu=i, mig_start=mi.start, mig_profile=mi.profile
+                                            )
+                                        ],
+                                        started_at=ago(rng.uniform(1, 200)),
+                                        owner_kind="ReplicaSet",
+                                        owner_name=svc,
+                                    )
+                                )
                     else:
-                        gpus.append(Gpu(**common, utilization=rng.uniform(30, 90), shared_slices=slices_per))
+                        gpus.append(
+                            Gpu(**common, utilization=rng.uniform(30, 90), shared_slices=slices_per)
+                        )
                         ns = cfg["shared_ns"]
                         free = slices_per
                         while free > 0 and rng.random() < 0.95:
@@ -238,10 +323,19 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
                             free -= k
                             req = Request(shared_slices=k)
                             svc = svc_for(ns, "shared")
-                            workloads.append(Workload(
-                                namespace=ns, name=name(svc), priority_class="serving", request=req, node=node_name,
-                                allocations=[Allocation(gpu=i, slices=k)], started_at=ago(rng.uniform(1, 200)),
-                                owner_kind="ReplicaSet", owner_name=svc))
+                            workloads.append(
+                                Workload(
+                                    namespace=ns,
+                                    name=name(svc),
+                                    priority_class="serving",
+                                    request=req,
+                                    node=node_name,
+                                    allocations=[Allocation(gpu=i, slices=k)],
+                                    started_at=ago(rng.uniform(1, 200)),
+                                    owner_kind="ReplicaSet",
+                                    owner_name=svc,
+                                )
+                            )
                 else:
                     gpus.append(Gpu(**common, utilization=rng.uniform(40, 100)))
             # whole-card training on the low indices
@@ -265,29 +359,85 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
                 idle = cls == "training-low" and rng.random() < 0.03
                 if idle:  # a stale job: its cards have been idle for two hours
                     for g in idx:
-                        gpus[g] = gpus[g].model_copy(update={"utilization": 1.0, "idle_since": ago(2)})
+                        gpus[g] = gpus[g].model_copy(
+                            update={"utilization": 1.0, "idle_since": ago(2)}
+                        )
                 jn = name("job")
-                workloads.append(Workload(
-                    namespace=ns, name=jn, priority_class=cls, request=Request(gpus=size), node=node_name,
-                    allocations=[Allocation(gpu=g) for g in idx], started_at=ago(started), created_at=ago(started),
-                    last_checkpoint_at=None if cls == "spot" else ago(min(started, rng.uniform(0.02, 1))),
-                    owner_kind="Job", owner_name=jn, checkpointable=cls != "spot", migratable=cls == "spot" or rng.random() < 0.2))
+                workloads.append(
+                    Workload(
+                        namespace=ns,
+                        name=jn,
+                        priority_class=cls,
+                        request=Request(gpus=size),
+                        node=node_name,
+                        allocations=[Allocation(gpu=g) for g in idx],
+                        started_at=ago(started),
+                        created_at=ago(started),
+                        last_checkpoint_at=None
+                        if cls == "spot"
+                        else ago(min(started, rng.uniform(0.02, 1))),
+                        owner_kind="Job",
+                        owner_name=jn,
+                        checkpointable=cls != "spot",
+                        migratable=cls == "spot" or rng.random() < 0.2,
+                    )
+                )
                 i += size
-            all_nodes.append(Node(name=node_name, labels={"gpupool.io/pool": pool_name, "nvidia.com/gpu.product": PRODUCT[cfg["model"]]},
-                                  gpus=gpus))
+            all_nodes.append(
+                Node(
+                    name=node_name,
+                    labels={
+                        "gpupool.io/pool": pool_name,
+                        "nvidia.com/gpu.product": PRODUCT[cfg["model"]],
+                    },
+                    gpus=gpus,
+                )
+            )
         # services with queue signals (most calm, some hot)
         for (ns, svc, kind), replicas in svc_pods.items():
             req = Request(shared_slices=1) if kind == "shared" else Request(mig={"1g.10gb": 1})
-            services.append(InferenceService(
-                namespace=ns, name=svc, replicas=replicas, ready_replicas=replicas, priority_class="serving",
-                replica_request=req, pool=pool_name, queue_length=round(rng.uniform(0, 12) * replicas, 1),
-                pending_seconds_p99=round(rng.uniform(0, 40), 1), last_scale_at=ago(rng.uniform(0.5, 48))))
+            services.append(
+                InferenceService(
+                    namespace=ns,
+                    name=svc,
+                    replicas=replicas,
+                    ready_replicas=replicas,
+                    priority_class="serving",
+                    replica_request=req,
+                    pool=pool_name,
+                    queue_length=round(rng.uniform(0, 12) * replicas, 1),
+                    pending_seconds_p99=round(rng.uniform(0, 40), 1),
+                    last_scale_at=ago(rng.uniform(0.5, 48)),
+                )
+            )
     # the two services the bundled ScalingPolicies target: both hot
-    services.append(InferenceService(namespace="assistant", name="chat-llm", replicas=16, ready_replicas=16, priority_class="serving",
-                                     replica_request=Request(shared_slices=1), pool="h100", queue_length=300, pending_seconds_p99=45,
-                                     last_scale_at=ago(1)))
-    services.append(InferenceService(namespace="search-serving", name="ranker", replicas=8, ready_replicas=8, priority_class="serving",
-                                     replica_request=Request(mig={"3g.40gb": 1}), pool="a100", queue_length=200, last_scale_at=ago(3)))
+    services.append(
+        InferenceService(
+            namespace="assistant",
+            name="chat-llm",
+            replicas=16,
+            ready_replicas=16,
+            priority_class="serving",
+            replica_request=Request(shared_slices=1),
+            pool="h100",
+            queue_length=300,
+            pending_seconds_p99=45,
+            last_scale_at=ago(1),
+        )
+    )
+    services.append(
+        InferenceService(
+            namespace="search-serving",
+            name="ranker",
+            replicas=8,
+            ready_replicas=8,
+            priority_class="serving",
+            replica_request=Request(mig={"3g.40gb": 1}),
+            pool="a100",
+            queue_length=200,
+            last_scale_at=ago(3),
+        )
+    )
     # a few % pending pods of each kind
     running = len(workloads)
     for _ in range(max(3, running * 3 // 100)):
@@ -296,22 +446,60 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
             pool_name = rng.choice(list(POOLS))
             ns = _pick(rng, POOLS[pool_name]["train"])
             n_cards = rng.choice(SIZES)
-            workloads.append(Workload(namespace=ns, name=name("pending-job"), priority_class=_pick(rng, CLASSES), phase="Pending",
-                                      request=Request(gpus=n_cards), pool=pool_name, created_at=ago(rng.uniform(0, 3)),
-                                      owner_kind="Job"))
+            workloads.append(
+                Workload(
+                    namespace=ns,
+                    name=name("pending-job"),
+                    priority_class=_pick(rng, CLASSES),
+                    phase="Pending",
+                    request=Request(gpus=n_cards),
+                    pool=pool_name,
+                    created_at=ago(rng.uniform(0, 3)),
+                    owner_kind="Job",
+                )
+            )
         elif kind == "mig":
             prof = rng.choice(["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"])
-            workloads.append(Workload(namespace="search-serving", name=name("pending-mig"), priority_class="serving", phase="Pending",
-                                      request=Request(mig={prof: 1}), pool="a100", created_at=ago(rng.uniform(0, 1))))
+            workloads.append(
+                Workload(
+                    namespace="search-serving",
+                    name=name("pending-mig"),
+                    priority_class="serving",
+                    phase="Pending",
+                    request=Request(mig={prof: 1}),
+                    pool="a100",
+                    created_at=ago(rng.uniform(0, 1)),
+                )
+            )
         else:
-            workloads.append(Workload(namespace="assistant", name=name("pending-shared"), priority_class="serving", phase="Pending",
-                                      request=Request(shared_slices=rng.choice([1, 1, 2])), pool="h100",
-                                      created_at=ago(rng.uniform(0, 1))))
-    quotas = [QuotaObject(namespace=ns, name=qn, hard=hard, managed_by="gpupool")
-              for (ns, qn), hard in desired_resource_quotas(desired).items()]
-    classes = [PriorityClassObject(name=c, value=v, preemption_policy=p) for c, (v, p) in desired_priority_classes(desired).items()]
-    return ObservedState(observed_at=NOW, nodes=all_nodes, workloads=workloads, services=services, quotas=quotas,
-                         priority_classes=classes, recent_preemptions=[ago(0.5), ago(0.9)])
+            workloads.append(
+                Workload(
+                    namespace="assistant",
+                    name=name("pending-shared"),
+                    priority_class="serving",
+                    phase="Pending",
+                    request=Request(shared_slices=rng.choice([1, 1, 2])),
+                    pool="h100",
+                    created_at=ago(rng.uniform(0, 1)),
+                )
+            )
+    quotas = [
+        QuotaObject(namespace=ns, name=qn, hard=hard, managed_by="gpupool")
+        for (ns, qn), hard in desired_resource_quotas(desired).items()
+    ]
+    classes = [
+        PriorityClassObject(name=c, value=v, preemption_policy=p)
+        for c, (v, p) in desired_priority_classes(desired).items()
+    ]
+    return ObservedState(
+        observed_at=NOW,
+        nodes=all_nodes,
+        workloads=workloads,
+        services=services,
+        quotas=quotas,
+        priority_classes=classes,
+        recent_preemptions=[ago(0.5), ago(0.9)],
+    )
 
 
 def write_snapshot(nodes: int, path: Path) -> dict:
@@ -323,9 +511,13 @@ def write_snapshot(nodes: int, path: Path) -> dict:
     text = dump_snapshot(obs, "json")
     path.write_text(text, encoding="utf-8")
     info = {
-        "nodes": len(obs.nodes), "gpus": sum(len(n.gpus) for n in obs.nodes), "pods": len(obs.workloads),
-        "pending": sum(1 for w in obs.workloads if w.phase == "Pending"), "services": len(obs.services),
-        "bytes": len(text.encode()), "generate_s": time.perf_counter() - t0,
+        "nodes": len(obs.nodes),
+        "gpus": sum(len(n.gpus) for n in obs.nodes),
+        "pods": len(obs.workloads),
+        "pending": sum(1 for w in obs.workloads if w.phase == "Pending"),
+        "services": len(obs.services),
+        "bytes": len(text.encode()),
+        "generate_s": time.perf_counter() - t0,
     }
     del obs, text
     gc.collect()
@@ -401,11 +593,25 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _run_worker(nodes: int, path: Path, args: argparse.Namespace, profile: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--worker", str(path), "--nodes", str(nodes), "--repeat", str(args.repeat),
-           "--plan-timeout", str(args.plan_timeout), "--profile-sort", args.profile_sort]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        str(path),
+        "--nodes",
+        str(nodes),
+        "--repeat",
+        str(args.repeat),
+        "--plan-timeout",
+        str(args.plan_timeout),
+        "--profile-sort",
+        args.profile_sort,
+    ]
     if profile:
         cmd.append("--profile-run")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}
+    )
     res: dict = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -426,12 +632,34 @@ def _fmt(v, spec: str = ".2f") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="100,1000,10000", help="comma-separated node counts (default 100,1000,10000)")
+    ap.add_argument(
+        "--sizes",
+        default="100,1000,10000",
+        help="comma-separated node counts (default 100,1000,10000)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="best of N loads and N plans (default 1)")
-    ap.add_argument("--profile", type=int, metavar="SIZE", help="also cProfile plan() at SIZE nodes; print the top 25")
-    ap.add_argument("--profile-sort", default="cumulative", help="pstats sort key for --profile (default cumulative)")
-    ap.add_argument("--plan-timeout", type=float, default=300, help="stop a plan after this many seconds (default 300)")
-    ap.add_argument("--keep", metavar="DIR", help="write the snapshots here instead of a temp dir (and keep them)")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        metavar="SIZE",
+        help="also cProfile plan() at SIZE nodes; print the top 25",
+    )
+    ap.add_argument(
+        "--profile-sort",
+        default="cumulative",
+        help="pstats sort key for --profile (default cumulative)",
+    )
+    ap.add_argument(
+        "--plan-timeout",
+        type=float,
+        default=300,
+        help="stop a plan after this many seconds (default 300)",
+    )
+    ap.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="write the snapshots here instead of a temp dir (and keep them)",
+    )
     # internal: the measured subprocess
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
@@ -456,29 +684,47 @@ def main(argv: list[str] | None = None) -> int:
             path = outdir / f"observed-{n}.json"
             info = write_snapshot(n, path)
             paths[n] = path
-            print(f"generated {n} nodes: {info['gpus']} GPUs, {info['pods']} pods ({info['pending']} pending, "
-                  f"{info['pods'] / info['nodes']:.1f}/node), {info['services']} services, "
-                  f"{info['bytes'] / 2**20:.1f} MiB JSON in {info['generate_s']:.1f}s -> {path}", file=sys.stderr, flush=True)
+            print(
+                f"generated {n} nodes: {info['gpus']} GPUs, {info['pods']} pods ({info['pending']} pending, "
+                f"{info['pods'] / info['nodes']:.1f}/node), {info['services']} services, "
+                f"{info['bytes'] / 2**20:.1f} MiB JSON in {info['generate_s']:.1f}s -> {path}",
+                file=sys.stderr,
+                flush=True,
+            )
             if n in sizes:
                 res = _run_worker(n, path, args)
                 rows.append((info, res))
                 print(f"  measured: {res}", file=sys.stderr, flush=True)
         print()
-        print("| nodes | GPUs | pods | snapshot MiB | load s | plan s | plan/load | peak RSS MiB | actions |")
+        print(
+            "| nodes | GPUs | pods | snapshot MiB | load s | plan s | plan/load | peak RSS MiB | actions |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for info, res in rows:
             load_s, plan_s = res.get("load_s"), res.get("plan_s")
             ratio = plan_s / load_s if load_s and plan_s is not None else None
-            plan_txt = _fmt(plan_s, ".3f") if plan_s is not None or "load_s" not in res else f"> {args.plan_timeout:g} (stopped)"
-            print(f"| {info['nodes']:,} | {info['gpus']:,} | {info['pods']:,} | {info['bytes'] / 2**20:.1f} | "
-                  f"{_fmt(load_s, '.3f')} | {plan_txt} | {_fmt(ratio)} | {_fmt(res.get('rss_mib'), ',.0f')} | "
-                  f"{_fmt(res.get('actions'), ',d')} |")
+            plan_txt = (
+                _fmt(plan_s, ".3f")
+                if plan_s is not None or "load_s" not in res
+                else f"> {args.plan_timeout:g} (stopped)"
+            )
+            print(
+                f"| {info['nodes']:,} | {info['gpus']:,} | {info['pods']:,} | {info['bytes'] / 2**20:.1f} | "
+                f"{_fmt(load_s, '.3f')} | {plan_txt} | {_fmt(ratio)} | {_fmt(res.get('rss_mib'), ',.0f')} | "
+                f"{_fmt(res.get('actions'), ',d')} |"
+            )
         print()
-        print("Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); near-linear growth.")
+        print(
+            "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); near-linear growth."
+        )
         if args.profile:
-            print(f"\n## cProfile of plan() at {args.profile:,} nodes (top 25 by {args.profile_sort})\n")
+            print(
+                f"\n## cProfile of plan() at {args.profile:,} nodes (top 25 by {args.profile_sort})\n"
+            )
             res = _run_worker(args.profile, paths[args.profile], args, profile=True)
-            print(f"load {_fmt(res.get('load_s'), '.3f')}s, plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)")
+            print(
+                f"load {_fmt(res.get('load_s'), '.3f')}s, plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)"
+            )
     finally:
         if tmp is not None:
             tmp.cleanup()

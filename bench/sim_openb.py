@@ -41,7 +41,10 @@ _cache: dict = {}
 def _load(variant: str):
     if variant not in _cache:
         d = openb_dir()
-        _cache[variant] = (read_nodes(d / DEFAULT_NODES), read_pods(d / f"openb_pod_list_{variant}.csv"))
+        _cache[variant] = (
+            read_nodes(d / DEFAULT_NODES),
+            read_pods(d / f"openb_pod_list_{variant}.csv"),
+        )
     return _cache[variant]
 
 
@@ -69,7 +72,9 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -94,7 +99,9 @@ def main() -> int:
     wall = time.perf_counter() - started
     paper = paper_means(set(seeds))
 
-    print(f"GPU allocation (%) at 130% arrived load, mean over seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)")
+    print(
+        f"GPU allocation (%) at 130% arrived load, mean over seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
+    )
     print(f"{'policy':<11}" + "".join(f"{v:>30}" for v in variants))
     print(f"{'':<11}" + "".join(f"{'ours-sim  paper  delta  s/run':>30}" for _ in variants))
     table = []
@@ -109,8 +116,12 @@ def main() -> int:
             delta = f"{mean - ref:+.2f}" if ref is not None else "-"
             ref_s = f"{ref:.2f}" if ref is not None else "-"
             line += f"{mean:>12.2f}{ref_s:>7}{delta:>7}{secs:>6.1f}"
-            row[v] = {"mean": round(mean, 2), "paper": ref, "seconds": round(secs, 2),
-                      "per_seed": [round(r["gpu_allocation_ratio"] * 100, 2) for r in recs]}
+            row[v] = {
+                "mean": round(mean, 2),
+                "paper": ref,
+                "seconds": round(secs, 2),
+                "per_seed": [round(r["gpu_allocation_ratio"] * 100, 2) for r in recs],
+            }
         table.append(row)
         print(line)
     print(f"{len(tasks)} runs in {wall:.0f}s wall on {args.jobs} processes")
@@ -128,7 +139,11 @@ def main() -> int:
 
         for v in variants:
             recs = [r for p in policies for r in results[(v, p)]]
-            plot_replay(recs, str(OUT / f"sim_alloc_{v}.png"), title=f"openb {v}, {len(seeds)} seeds, inflation 1.3")
+            plot_replay(
+                recs,
+                str(OUT / f"sim_alloc_{v}.png"),
+                title=f"openb {v}, {len(seeds)} seeds, inflation 1.3",
+            )
 
     if not args.no_timeline:
         from reconciler.sim.report import (
@@ -146,9 +161,15 @@ def main() -> int:
         print()
         print("Unified pool vs static train/infer split (default trace, arrivals and departures)")
         print(text_table(with_percentages(recs), TIMELINE_COLUMNS))
-        (OUT / "sim_timeline.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "series"} for r in recs], indent=2))
+        (OUT / "sim_timeline.json").write_text(
+            json.dumps([{k: v for k, v in r.items() if k != "series"} for r in recs], indent=2)
+        )
         if args.plot:
-            plot_timeline(recs, str(OUT / "sim_timeline.png"), title="default trace: static split vs unified pool")
+            plot_timeline(
+                recs,
+                str(OUT / "sim_timeline.png"),
+                title="default trace: static split vs unified pool",
+            )
     return 0
 
 

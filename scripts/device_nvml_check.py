@@ -66,7 +66,11 @@ def probe_gpu(nvml: Any, index: int, catalog: Any) -> tuple[dict[str, Any], list
     name = nvml.nvmlDeviceGetName(h)
     name = name.decode() if isinstance(name, bytes) else name
     model = catalog.model_for_product(name)
-    out: dict[str, Any] = {"index": index, "nvml_name": name, "catalog_model": model.name if model else None}
+    out: dict[str, Any] = {
+        "index": index,
+        "nvml_name": name,
+        "catalog_model": model.name if model else None,
+    }
     mismatches: list[str] = []
     for label, fn in (
         ("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(h)),
@@ -110,7 +114,9 @@ def probe_gpu(nvml: Any, index: int, catalog: Any) -> tuple[dict[str, Any], list
         if pname.removeprefix("MIG ") != want.name:
             mismatches.append(f"GPU {index}: index {pidx} is {pname!r}, catalog says {want.name!r}")
         if info.instanceCount != want.max_count:
-            mismatches.append(f"GPU {index}: {want.name} max count {info.instanceCount}, catalog {want.max_count}")
+            mismatches.append(
+                f"GPU {index}: {want.name} max count {info.instanceCount}, catalog {want.max_count}"
+            )
         got = entry["placements"]
         expect = [[s, want.memory_slices] for s in want.starts]
         if isinstance(got, list) and got != expect:
@@ -120,7 +126,9 @@ def probe_gpu(nvml: Any, index: int, catalog: Any) -> tuple[dict[str, Any], list
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--fake", action="store_true", help="run against the pynvml fake (self-test)")
     ap.add_argument("--node", default="this-host")
     args = ap.parse_args(argv)
@@ -142,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     except NvmlReadError as exc:
         print(f"device_nvml_check: {exc}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"node": node.model_dump(mode="json", by_alias=True), "gpus": [], "mismatches": []}
+    report: dict[str, Any] = {
+        "node": node.model_dump(mode="json", by_alias=True),
+        "gpus": [],
+        "mismatches": [],
+    }
     nvml.nvmlInit()
     try:
         for i in range(nvml.nvmlDeviceGetCount()):

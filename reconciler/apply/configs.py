@@ -55,8 +55,14 @@ def render_sharing(a: Repartition) -> dict:
     replicas = max(slices.values()) if slices else 1
     return {
         "version": "v1",
-        "sharing": {"timeSlicing": {"renameByDefault": True, "resources": [
-            {"name": C.GPU_RESOURCE, "replicas": replicas, "devices": sorted(slices)}]}},
+        "sharing": {
+            "timeSlicing": {
+                "renameByDefault": True,
+                "resources": [
+                    {"name": C.GPU_RESOURCE, "replicas": replicas, "devices": sorted(slices)}
+                ],
+            }
+        },
     }
 
 
@@ -64,7 +70,10 @@ def merged_mig_config(current_text: str | None, name: str, entry: list) -> str |
     """mig-parted's `config.yaml` with entry `name` added next to those already there (the
     operator's defaults, other nodes' layouts); None when it is there already."""
     if current_text is None:
-        body = {"version": "v1", "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}], name: entry}}
+        body = {
+            "version": "v1",
+            "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}], name: entry},
+        }
         return yaml_text(body)
     current = yaml_load(current_text) or {}
     configs = dict(current.get("mig-configs") or {})

@@ -58,20 +58,39 @@ def _now() -> datetime:
 class Executor:
     """Applies plans through a `ClusterOps` (in a cluster: `reconciler.apply.kube.KubeOps`)."""
 
-    def __init__(self, ops: ClusterOps, config: ApplyConfig | None = None, clock: Callable[[], datetime] = _now):
+    def __init__(
+        self,
+        ops: ClusterOps,
+        config: ApplyConfig | None = None,
+        clock: Callable[[], datetime] = _now,
+    ):
         self.ops = ops
         self.cfg = config or ApplyConfig()
         self.clock = clock
 
-    def apply(self, plan: Plan, *, on_outcome: Callable[[Action, Outcome], None] | None = None,
-              before_preempt: Callable[[Action], None] | None = None,
-              may_continue: Callable[[], bool] | None = None) -> ApplyResult:
+    def apply(
+        self,
+        plan: Plan,
+        *,
+        on_outcome: Callable[[Action, Outcome], None] | None = None,
+        before_preempt: Callable[[Action], None] | None = None,
+        may_continue: Callable[[], bool] | None = None,
+    ) -> ApplyResult:
         """`before_preempt` runs just before a preemption's Eviction request: the controller
         records it there first (write-ahead), so a crash right after cannot lose it from the
         hourly budget. `may_continue` is asked before every step (the controller: "do I still
         hold the lease?"); once it says no, nothing more is applied."""
-        ctx = Context(self.ops, self.cfg, self.clock, before_preempt=before_preempt,
-                      grace={a.id: float(a.grace_period_seconds) for a in plan.actions if isinstance(a, Checkpoint)})
+        ctx = Context(
+            self.ops,
+            self.cfg,
+            self.clock,
+            before_preempt=before_preempt,
+            grace={
+                a.id: float(a.grace_period_seconds)
+                for a in plan.actions
+                if isinstance(a, Checkpoint)
+            },
+        )
         result = ApplyResult()
         state: dict[str, str] = {}
         stopped = False
@@ -79,7 +98,9 @@ class Executor:
             pending = [d for d in action.depends_on if state.get(d, "done") != "done"]
             stopped = stopped or (may_continue is not None and not may_continue())
             if stopped:
-                out = Outcome(action.id, "skipped", "stopped: no longer allowed to apply (leadership lost)")
+                out = Outcome(
+                    action.id, "skipped", "stopped: no longer allowed to apply (leadership lost)"
+                )
             elif pending:
                 out = Outcome(action.id, "skipped", f"waits for {', '.join(pending)}")
             else:
@@ -96,8 +117,12 @@ class Executor:
         try:
             return HANDLERS[type(action)](action, ctx)
         except ApiError as exc:
-            if exc.status in TRANSIENT:  # a conflict or an overloaded server: the next cycle retries
-                return Outcome(action.id, "waiting", f"API {exc.status} {exc.reason}: retried next cycle")
+            if (
+                exc.status in TRANSIENT
+            ):  # a conflict or an overloaded server: the next cycle retries
+                return Outcome(
+                    action.id, "waiting", f"API {exc.status} {exc.reason}: retried next cycle"
+                )
             return Outcome(action.id, "failed", f"API {exc.status}: {exc.reason}")
 
     def _event(self, action: Action, out: Outcome) -> None:
@@ -113,14 +138,21 @@ class Executor:
         now = self.clock()
         digest = hashlib.sha1(f"{action.id}/{now.isoformat()}".encode()).hexdigest()[:10]
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"gpupool.{digest}", "namespace": ns},
-            "involvedObject": {"kind": kind, "name": name, "namespace": ns if kind == "Pod" else None},
+            "involvedObject": {
+                "kind": kind,
+                "name": name,
+                "namespace": ns if kind == "Pod" else None,
+            },
             "reason": "GpuPool" + "".join(p.title() for p in action.kind.split("-")),
             "message": (action.reason + (f" ({out.message})" if out.message else ""))[:1000],
             "type": "Normal" if isinstance(action, Uncordon | Scale) else "Warning",
             "source": {"component": "gpupool"},
-            "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1,
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
         }
         with contextlib.suppress(ApiError):
             self.ops.create_event(ns, body)

@@ -83,7 +83,9 @@ Handler = Callable[[Any, Context], Outcome]
 HANDLERS: dict[type, Handler] = {}
 
 
-def handles(*types: type) -> Callable[[Callable[[A, Context], Outcome]], Callable[[A, Context], Outcome]]:
+def handles(
+    *types: type,
+) -> Callable[[Callable[[A, Context], Outcome]], Callable[[A, Context], Outcome]]:
     def register(fn: Callable[[A, Context], Outcome]) -> Callable[[A, Context], Outcome]:
         for t in types:
             HANDLERS[t] = fn
@@ -120,7 +122,9 @@ def cordon(a: Cordon, ctx: Context) -> Outcome:
     node = _node(ctx, a.target)
     if node.unschedulable:
         return Outcome(a.id, "done", "already cordoned")
-    ctx.ops.patch_node(a.target, unschedulable=True, annotations={C.CORDONED_FOR_ANN: "repartition"})
+    ctx.ops.patch_node(
+        a.target, unschedulable=True, annotations={C.CORDONED_FOR_ANN: "repartition"}
+    )
     return Outcome(a.id, "done", "cordoned", changed=True)
 
 
@@ -174,7 +178,11 @@ def _agent_shows(ctx: Context, a: MigReconfigure) -> bool:
         if card.gpu not in a.changed_gpus:
             continue
         g = gpus.get(card.gpu) or {}
-        have = sorted(i.get("profile") for i in g.get("migInstances") or []) if g.get("migEnabled") else None
+        have = (
+            sorted(i.get("profile") for i in g.get("migInstances") or [])
+            if g.get("migEnabled")
+            else None
+        )
         want = sorted(card.profiles) if card.profiles else None
         if have != want and not (want is None and not have):
             return False
@@ -197,10 +205,18 @@ def _put_mig_config(ctx: Context, name: str, spec: dict) -> None:
     written with the resourceVersion read, so two writers never lose one."""
     ns = ctx.cfg.mig_config_namespace
     cm = ctx.ops.read_config_map(ns, ctx.cfg.mig_config_map)
-    text = merged_mig_config(None if cm is None else cm.data.get(MIG_CONFIG_KEY, ""), name, spec["mig-configs"]["gpupool"])
+    text = merged_mig_config(
+        None if cm is None else cm.data.get(MIG_CONFIG_KEY, ""),
+        name,
+        spec["mig-configs"]["gpupool"],
+    )
     if text is not None:
-        ctx.ops.write_config_map(ns, ctx.cfg.mig_config_map, {MIG_CONFIG_KEY: text},
-                                 resource_version=None if cm is None else cm.resource_version)
+        ctx.ops.write_config_map(
+            ns,
+            ctx.cfg.mig_config_map,
+            {MIG_CONFIG_KEY: text},
+            resource_version=None if cm is None else cm.resource_version,
+        )
 
 
 def _propagation_left(ctx: Context, node: NodeInfo, name: str) -> float:
@@ -211,12 +227,16 @@ def _propagation_left(ctx: Context, node: NodeInfo, name: str) -> float:
     seen, _, at = mark.partition("@")
     since = parse_time(at) if seen == name else None
     if since is None:
-        ctx.ops.patch_node(node.name, annotations={C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ctx.clock().isoformat()}"})
+        ctx.ops.patch_node(
+            node.name, annotations={C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ctx.clock().isoformat()}"}
+        )
         return ctx.cfg.config_propagation_seconds
     return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds()
 
 
-def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_label: str | None) -> Outcome:
+def _repartition(
+    a: Repartition, ctx: Context, *, label: str, spec: dict, state_label: str | None
+) -> Outcome:
     node = _node(ctx, a.target)
     if not node.unschedulable:
         return Outcome(a.id, "blocked", "node is not cordoned")
@@ -231,11 +251,15 @@ def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_
         if st == "success":
             if isinstance(a, MigReconfigure) and _agent_shows(ctx, a):
                 return Outcome(a.id, "done", f"mig-manager applied {name}")
-            msg = f"mig-manager applied {name}; waiting for the node agent to publish the new layout"
+            msg = (
+                f"mig-manager applied {name}; waiting for the node agent to publish the new layout"
+            )
         else:
             msg = f"{state_label}={st or 'unset'}"
         if since and (ctx.clock() - since).total_seconds() > ctx.cfg.mig_timeout_seconds:
-            return Outcome(a.id, "failed", f"{msg}: stuck for over {int(ctx.cfg.mig_timeout_seconds)}s")
+            return Outcome(
+                a.id, "failed", f"{msg}: stuck for over {int(ctx.cfg.mig_timeout_seconds)}s"
+            )
         return Outcome(a.id, "waiting", msg)
     busy = _gpus_busy(ctx, a.target, a.changed_gpus)
     if busy:
@@ -244,14 +268,20 @@ def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_
         _put_mig_config(ctx, name, spec)
         left = _propagation_left(ctx, node, name)
         if left > 0:
-            return Outcome(a.id, "waiting", f"config {name} written; mig-manager reads a mounted copy: "
-                                            f"{int(left)}s before {label} may name it")
+            return Outcome(
+                a.id,
+                "waiting",
+                f"config {name} written; mig-manager reads a mounted copy: "
+                f"{int(left)}s before {label} may name it",
+            )
     else:
         _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
     partition = {str(c.gpu): {"from": c.before, "to": c.after} for c in a.cards}
     labels: dict[str, str | None] = {label: name}
-    annotations: dict[str, str | None] = {C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
-                                          C.PARTITION_ANN: json.dumps(partition, sort_keys=True)}
+    annotations: dict[str, str | None] = {
+        C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
+        C.PARTITION_ANN: json.dumps(partition, sort_keys=True),
+    }
     if state_label:
         labels[state_label] = None  # mig-manager writes it afresh
     else:  # the device plugin applies its config on the label change: record the slices
@@ -263,12 +293,16 @@ def _repartition(a: Repartition, ctx: Context, *, label: str, spec: dict, state_
 
 @handles(MigReconfigure)
 def mig_reconfigure(a: MigReconfigure, ctx: Context) -> Outcome:
-    return _repartition(a, ctx, label=C.MIG_CONFIG_LABEL, spec=render_mig_parted(a), state_label=C.MIG_STATE_LABEL)
+    return _repartition(
+        a, ctx, label=C.MIG_CONFIG_LABEL, spec=render_mig_parted(a), state_label=C.MIG_STATE_LABEL
+    )
 
 
 @handles(SetSharing)
 def set_sharing(a: SetSharing, ctx: Context) -> Outcome:
-    return _repartition(a, ctx, label=C.DEVICE_PLUGIN_CONFIG_LABEL, spec=render_sharing(a), state_label=None)
+    return _repartition(
+        a, ctx, label=C.DEVICE_PLUGIN_CONFIG_LABEL, spec=render_sharing(a), state_label=None
+    )
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -282,7 +316,9 @@ def checkpoint(a: Checkpoint, ctx: Context) -> Outcome:
     if asked is not None:
         age = (ctx.clock() - asked).total_seconds()
         if age <= a.grace_period_seconds + STALE_CHECKPOINT_SECONDS:
-            return Outcome(a.id, "done", f"requested at {pod.annotations[C.CHECKPOINT_REQUESTED_ANN]}")
+            return Outcome(
+                a.id, "done", f"requested at {pod.annotations[C.CHECKPOINT_REQUESTED_ANN]}"
+            )
         # left over from an earlier, abandoned plan: ask again, and wait the grace again
     ctx.ops.annotate_pod(ns, name, {C.CHECKPOINT_REQUESTED_ANN: ctx.clock().isoformat()})
     return Outcome(a.id, "done", "checkpoint requested", changed=True)
@@ -320,7 +356,11 @@ def evict(a: Eviction, ctx: Context) -> Outcome:
         ctx.ops.evict_pod(ns, name)
     except ApiError as exc:
         if exc.status == 429:
-            return Outcome(a.id, "blocked", f"a PodDisruptionBudget does not allow it now; retried next cycle ({exc.message})")
+            return Outcome(
+                a.id,
+                "blocked",
+                f"a PodDisruptionBudget does not allow it now; retried next cycle ({exc.message})",
+            )
         if exc.status == 404:
             return Outcome(a.id, "done", "pod is gone")
         raise
@@ -336,9 +376,19 @@ def scale(a: Scale, ctx: Context) -> Outcome:
     if cur.replicas == a.to_replicas:
         return Outcome(a.id, "done", f"already {a.to_replicas} replicas")
     if cur.replicas != a.from_replicas:
-        return Outcome(a.id, "skipped", f"replicas changed to {cur.replicas} since the plan; replanned next cycle")
-    ctx.ops.scale_workload(a.workload_kind, ns, name, replicas=a.to_replicas, resource_version=cur.resource_version,
-                           annotations={C.LAST_SCALE_ANN: ctx.clock().isoformat()})
+        return Outcome(
+            a.id,
+            "skipped",
+            f"replicas changed to {cur.replicas} since the plan; replanned next cycle",
+        )
+    ctx.ops.scale_workload(
+        a.workload_kind,
+        ns,
+        name,
+        replicas=a.to_replicas,
+        resource_version=cur.resource_version,
+        annotations={C.LAST_SCALE_ANN: ctx.clock().isoformat()},
+    )
     return Outcome(a.id, "done", f"{cur.replicas} -> {a.to_replicas} replicas", changed=True)
 
 
@@ -348,11 +398,18 @@ def quota(a: ApplyQuota, ctx: Context) -> Outcome:
     ns, name = _ns_name(a.target)
     if not ctx.ops.namespace_exists(ns):
         return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
-    ctx.ops.server_side_apply({
-        "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": name, "namespace": ns, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
-        "spec": {"hard": dict(a.hard)},
-    })
+    ctx.ops.server_side_apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY},
+            },
+            "spec": {"hard": dict(a.hard)},
+        }
+    )
     return Outcome(a.id, "done", "applied", changed=True)
 
 
@@ -362,9 +419,14 @@ def priority_class(a: ApplyPriorityClass, ctx: Context) -> Outcome:
     # value and preemptionPolicy are immutable in Kubernetes: replace the object
     if cur is not None and (cur.value != a.value or cur.preemption_policy != a.preemption_policy):
         ctx.ops.delete_priority_class(a.target)
-    ctx.ops.server_side_apply({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": a.target, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
-        "value": a.value, "preemptionPolicy": a.preemption_policy, "description": "managed by gpupool",
-    })
+    ctx.ops.server_side_apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": a.target, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+            "value": a.value,
+            "preemptionPolicy": a.preemption_policy,
+            "description": "managed by gpupool",
+        }
+    )
     return Outcome(a.id, "done", "applied", changed=True)

@@ -39,7 +39,9 @@ def _errors() -> Iterator[None]:
         yield
     except client.ApiException as exc:
         raise ApiError(int(exc.status or 0), str(exc.reason or ""), _message(exc)) from exc
-    except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out, retries spent
+    except (
+        urllib3.exceptions.HTTPError
+    ) as exc:  # no answer: refused, reset, timed out, retries spent
         raise ApiError(0, "NoResponse", f"{type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -57,15 +59,23 @@ def _gpu_resources(pod: Any) -> bool:
     for c in pod.spec.containers or []:
         res = c.resources
         keys = set((res.limits or {}) if res else {}) | set((res.requests or {}) if res else {})
-        if any(k in (C.GPU_RESOURCE, C.SHARED_RESOURCE) or k.startswith(C.MIG_RESOURCE_PREFIX) for k in keys):
+        if any(
+            k in (C.GPU_RESOURCE, C.SHARED_RESOURCE) or k.startswith(C.MIG_RESOURCE_PREFIX)
+            for k in keys
+        ):
             return True
     return False
 
 
 def _pod(p: Any) -> PodInfo:
-    return PodInfo(namespace=p.metadata.namespace, name=p.metadata.name, phase=p.status.phase or "Pending",
-                   annotations=dict(p.metadata.annotations or {}), deleting=p.metadata.deletion_timestamp is not None,
-                   gpu_resources=_gpu_resources(p))
+    return PodInfo(
+        namespace=p.metadata.namespace,
+        name=p.metadata.name,
+        phase=p.status.phase or "Pending",
+        annotations=dict(p.metadata.annotations or {}),
+        deleting=p.metadata.deletion_timestamp is not None,
+        gpu_resources=_gpu_resources(p),
+    )
 
 
 class KubeOps:
@@ -81,12 +91,21 @@ class KubeOps:
         n = _or_none(lambda: self.core.read_node(name))
         if n is None:
             return None
-        return NodeInfo(name=name, unschedulable=bool(n.spec.unschedulable), labels=dict(n.metadata.labels or {}),
-                        annotations=dict(n.metadata.annotations or {}))
+        return NodeInfo(
+            name=name,
+            unschedulable=bool(n.spec.unschedulable),
+            labels=dict(n.metadata.labels or {}),
+            annotations=dict(n.metadata.annotations or {}),
+        )
 
-    def patch_node(self, name: str, *, unschedulable: bool | None | object = Unset,
-                   labels: dict[str, str | None] | None = None,
-                   annotations: dict[str, str | None] | None = None) -> None:
+    def patch_node(
+        self,
+        name: str,
+        *,
+        unschedulable: bool | None | object = Unset,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> None:
         body: dict[str, Any] = {"metadata": {}}
         if unschedulable is not Unset:
             body["spec"] = {"unschedulable": unschedulable}
@@ -98,7 +117,11 @@ class KubeOps:
             self.core.patch_node(name, body, _content_type=MERGE)
 
     def read_node_state(self, node: str) -> dict | None:
-        return _or_none(lambda: self.custom.get_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, node))
+        return _or_none(
+            lambda: self.custom.get_cluster_custom_object(
+                C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, node
+            )
+        )
 
     # pods
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -107,46 +130,84 @@ class KubeOps:
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         with _errors():
-            items = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            items = self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}"
+            ).items
         return [_pod(p) for p in items]
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         with _errors():
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE)
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            )
 
     def evict_pod(self, namespace: str, name: str) -> None:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         with _errors():
             self.core.create_namespaced_pod_eviction(name, namespace, body)
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:
-        read = self.apps.read_namespaced_deployment if kind == "Deployment" else self.apps.read_namespaced_stateful_set
+        read = (
+            self.apps.read_namespaced_deployment
+            if kind == "Deployment"
+            else self.apps.read_namespaced_stateful_set
+        )
         with _errors():
             cur = read(name, namespace)
-        return WorkloadInfo(replicas=cur.spec.replicas if cur.spec.replicas is not None else 1,
-                            resource_version=cur.metadata.resource_version)
+        return WorkloadInfo(
+            replicas=cur.spec.replicas if cur.spec.replicas is not None else 1,
+            resource_version=cur.metadata.resource_version,
+        )
 
-    def scale_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
-                       resource_version: str, annotations: dict[str, str]) -> None:
-        patch = self.apps.patch_namespaced_deployment if kind == "Deployment" else self.apps.patch_namespaced_stateful_set
-        body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}, "spec": {"replicas": replicas}}
+    def scale_workload(
+        self,
+        kind: WorkloadKind,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
+        patch = (
+            self.apps.patch_namespaced_deployment
+            if kind == "Deployment"
+            else self.apps.patch_namespaced_stateful_set
+        )
+        body = {
+            "metadata": {"resourceVersion": resource_version, "annotations": annotations},
+            "spec": {"replicas": replicas},
+        }
         with _errors():
             patch(name, namespace, body, _content_type=MERGE)
 
     # objects
     def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None:
         cm = _or_none(lambda: self.core.read_namespaced_config_map(name, namespace))
-        return None if cm is None else ConfigMapInfo(dict(cm.data or {}), cm.metadata.resource_version)
+        return (
+            None if cm is None else ConfigMapInfo(dict(cm.data or {}), cm.metadata.resource_version)
+        )
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None) -> None:
+    def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None
+    ) -> None:
         with _errors():
             if resource_version is None:
-                self.core.create_namespaced_config_map(namespace, {"metadata": {"name": name, "namespace": namespace}, "data": data})
+                self.core.create_namespaced_config_map(
+                    namespace, {"metadata": {"name": name, "namespace": namespace}, "data": data}
+                )
             else:
                 self.core.patch_namespaced_config_map(
-                    name, namespace, {"metadata": {"resourceVersion": resource_version}, "data": data}, _content_type=MERGE)
+                    name,
+                    namespace,
+                    {"metadata": {"resourceVersion": resource_version}, "data": data},
+                    _content_type=MERGE,
+                )
 
     def namespace_exists(self, name: str) -> bool:
         return _or_none(lambda: self.core.read_namespace(name)) is not None
@@ -155,17 +216,32 @@ class KubeOps:
         with _errors():
             if body["kind"] == "ResourceQuota":
                 md = body["metadata"]
-                self.core.patch_namespaced_resource_quota(md["name"], md["namespace"], body, field_manager=C.FIELD_MANAGER,
-                                                          force=True, _content_type=APPLY)
+                self.core.patch_namespaced_resource_quota(
+                    md["name"],
+                    md["namespace"],
+                    body,
+                    field_manager=C.FIELD_MANAGER,
+                    force=True,
+                    _content_type=APPLY,
+                )
             elif body["kind"] == "PriorityClass":
-                self.sched.patch_priority_class(body["metadata"]["name"], body, field_manager=C.FIELD_MANAGER, force=True,
-                                                _content_type=APPLY)
+                self.sched.patch_priority_class(
+                    body["metadata"]["name"],
+                    body,
+                    field_manager=C.FIELD_MANAGER,
+                    force=True,
+                    _content_type=APPLY,
+                )
             else:  # pragma: no cover - the handlers apply only these two kinds
                 raise ValueError(f"server_side_apply: unsupported kind {body['kind']}")
 
     def read_priority_class(self, name: str) -> PriorityClassInfo | None:
         pc = _or_none(lambda: self.sched.read_priority_class(name))
-        return None if pc is None else PriorityClassInfo(pc.value, pc.preemption_policy or "PreemptLowerPriority")
+        return (
+            None
+            if pc is None
+            else PriorityClassInfo(pc.value, pc.preemption_policy or "PreemptLowerPriority")
+        )
 
     def delete_priority_class(self, name: str) -> None:
         with _errors():

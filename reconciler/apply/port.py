@@ -74,9 +74,14 @@ class ClusterOps(Protocol):
     # nodes
     def read_node(self, name: str) -> NodeInfo | None: ...
 
-    def patch_node(self, name: str, *, unschedulable: bool | None | object = Unset,
-                   labels: dict[str, str | None] | None = None,
-                   annotations: dict[str, str | None] | None = None) -> None:
+    def patch_node(
+        self,
+        name: str,
+        *,
+        unschedulable: bool | None | object = Unset,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> None:
         """One merge patch; a None value removes that label/annotation (or the cordon)."""
 
     def read_node_state(self, node: str) -> dict | None:
@@ -95,15 +100,24 @@ class ClusterOps(Protocol):
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo: ...
 
-    def scale_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
-                       resource_version: str, annotations: dict[str, str]) -> None:
+    def scale_workload(
+        self,
+        kind: WorkloadKind,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
         """Replicas and annotations in one patch, refused (409) if the object changed since."""
 
     # objects
     def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None: ...
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None) -> None:
+    def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None
+    ) -> None:
         """Create (resource_version None) or merge `data` keys, guarded by the version read."""
 
     def namespace_exists(self, name: str) -> bool: ...

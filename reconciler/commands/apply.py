@@ -47,13 +47,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
         elif args.observed:
             api, observed = None, load_snapshot(args.observed)
         else:
-            print("error: give --kubeconfig (to apply) or --observed (to check only)", file=sys.stderr)
+            print(
+                "error: give --kubeconfig (to apply) or --observed (to check only)", file=sys.stderr
+            )
             return 1
     except (SourceError, InvalidInput) as exc:
         return report_load_error(exc)
     reasons = stale_reasons(saved, fingerprint(desired, observed))
     if reasons:
-        print(f"error: saved plan is stale: {'; '.join(reasons)}. Run `gpupool plan --out {args.plan}` again.", file=sys.stderr)
+        print(
+            f"error: saved plan is stale: {'; '.join(reasons)}. Run `gpupool plan --out {args.plan}` again.",
+            file=sys.stderr,
+        )
         return 1
     if api is None:
         print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
@@ -74,16 +79,27 @@ def _apply_as_leader(api, saved: Plan, namespace: str) -> int:
     from reconciler.loop.status import StatusStore
 
     if StatusStore(api, namespace=namespace).read().suspend:
-        print(f"error: reconciliation is suspended (spec.suspend on {namespace}/gpupool): nothing applied", file=sys.stderr)
+        print(
+            f"error: reconciliation is suspended (spec.suspend on {namespace}/gpupool): nothing applied",
+            file=sys.stderr,
+        )
         return 1
-    elector = LeaseElector(api, name=LEASE_NAME, namespace=namespace, identity=f"gpupool-apply@{socket.gethostname()}")
+    elector = LeaseElector(
+        api, name=LEASE_NAME, namespace=namespace, identity=f"gpupool-apply@{socket.gethostname()}"
+    )
     holder = elector.holder()
     if holder is not None and holder != elector.identity:
-        print(f"error: {holder} holds the lease {namespace}/{LEASE_NAME}: the controller is running; "
-              "suspend it or scale it down before applying by hand. Nothing applied.", file=sys.stderr)
+        print(
+            f"error: {holder} holds the lease {namespace}/{LEASE_NAME}: the controller is running; "
+            "suspend it or scale it down before applying by hand. Nothing applied.",
+            file=sys.stderr,
+        )
         return 1
     if not elector.try_acquire_or_renew():
-        print(f"error: could not acquire the lease {namespace}/{LEASE_NAME}; nothing applied", file=sys.stderr)
+        print(
+            f"error: could not acquire the lease {namespace}/{LEASE_NAME}; nothing applied",
+            file=sys.stderr,
+        )
         return 1
     stop = threading.Event()
     elector.start(stop)
@@ -100,14 +116,24 @@ def _apply_as_leader(api, saved: Plan, namespace: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("apply", help="carry out a saved plan (refused when stale)",
-                       description="Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
-                       "desired state and the observed cluster must still match, like Terraform's saved plans. "
-                       "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again).")
+    p = sub.add_parser(
+        "apply",
+        help="carry out a saved plan (refused when stale)",
+        description="Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
+        "desired state and the observed cluster must still match, like Terraform's saved plans. "
+        "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again).",
+    )
     p.add_argument("plan", metavar="PLAN.json")
     add_source_args(p)
     p.add_argument("--kubeconfig", help="the cluster to apply to")
-    p.add_argument("--observed", metavar="FILE", help="only check that the plan is current against this snapshot")
-    p.add_argument("--namespace", default="gpupool-system",
-                   help="the controller's namespace: its Lease and status object are honoured (default gpupool-system)")
+    p.add_argument(
+        "--observed",
+        metavar="FILE",
+        help="only check that the plan is current against this snapshot",
+    )
+    p.add_argument(
+        "--namespace",
+        default="gpupool-system",
+        help="the controller's namespace: its Lease and status object are honoured (default gpupool-system)",
+    )
     p.set_defaults(func=cmd_apply)

@@ -11,7 +11,10 @@ def cmd_observe(args: argparse.Namespace) -> int:
     from reconciler.observe.snapshot import dump_snapshot
 
     try:
-        text = dump_snapshot(observe_cluster(make_api_client(args.kubeconfig)), "json" if args.out.endswith(".json") else "yaml")
+        text = dump_snapshot(
+            observe_cluster(make_api_client(args.kubeconfig)),
+            "json" if args.out.endswith(".json") else "yaml",
+        )
     except Exception as exc:  # noqa: BLE001 - report any client/config failure in one line
         print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
         return 1
@@ -25,9 +28,12 @@ def cmd_observe(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("observe", help="export the cluster's observed state as a snapshot file",
-                       description="Read nodes, GPUs (from the node agents), pods and policy objects and write them as "
-                       "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI).")
+    p = sub.add_parser(
+        "observe",
+        help="export the cluster's observed state as a snapshot file",
+        description="Read nodes, GPUs (from the node agents), pods and policy objects and write them as "
+        "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI).",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
     p.add_argument("--out", default="-", help="file to write (.json or .yaml), - for stdout")
     p.set_defaults(func=cmd_observe)

@@ -63,8 +63,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
     """A PR whose head does not validate: say so in the requested format, exit 1."""
     if args.format == "markdown":
-        lines = ["### gpupool plan for this change", "", ":x: **The head revision is invalid; nothing was planned.**", ""]
-        lines += [f"- `{p.file}:{p.line}:{p.column}` {p.document} `{p.path}`: {p.message}" for p in exc.problems]
+        lines = [
+            "### gpupool plan for this change",
+            "",
+            ":x: **The head revision is invalid; nothing was planned.**",
+            "",
+        ]
+        lines += [
+            f"- `{p.file}:{p.line}:{p.column}` {p.document} `{p.path}`: {p.message}"
+            for p in exc.problems
+        ]
         sys.stdout.write("\n".join(lines) + "\n")
     elif args.format == "json":
         import json
@@ -110,7 +118,16 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
             print(f"error: safety gate: {g}", file=sys.stderr)
         return 1
     if args.detailed_exitcode:
-        return 2 if (report.repartitions or report.disruptions or report.quota_changes or report.policy_changes) else 0
+        return (
+            2
+            if (
+                report.repartitions
+                or report.disruptions
+                or report.quota_changes
+                or report.policy_changes
+            )
+            else 0
+        )
     return 0
 
 
@@ -123,17 +140,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_source_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--observed", metavar="FILE", default=DEFAULT_OBSERVED, help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})")
-    src.add_argument("--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot")
+    src.add_argument(
+        "--observed",
+        metavar="FILE",
+        default=DEFAULT_OBSERVED,
+        help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})",
+    )
+    src.add_argument(
+        "--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot"
+    )
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
-    p.add_argument("--now", metavar="TIME", help="plan as of this ISO 8601 time (default: the snapshot's time)")
-    p.add_argument("--out", metavar="FILE", help="also write the plan as JSON to FILE")
-    p.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when the plan has changes, 0 when none")
     p.add_argument(
-        "--base", metavar="REF",
+        "--now", metavar="TIME", help="plan as of this ISO 8601 time (default: the snapshot's time)"
+    )
+    p.add_argument("--out", metavar="FILE", help="also write the plan as JSON to FILE")
+    p.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 2 when the plan has changes, 0 when none",
+    )
+    p.add_argument(
+        "--base",
+        metavar="REF",
         help="plan a change: compare the desired state at REF (in --repo, default .) with the head "
         "(--rev, or the working tree) against the same observed state; safety gates apply",
     )
-    p.add_argument("--confirm", action="append", choices=("empty-pool", "delete-all-quotas"),
-                   help="with --base: confirm a deliberate destructive change (repeatable)")
+    p.add_argument(
+        "--confirm",
+        action="append",
+        choices=("empty-pool", "delete-all-quotas"),
+        help="with --base: confirm a deliberate destructive change (repeatable)",
+    )
     p.set_defaults(func=cmd_plan)

@@ -18,11 +18,17 @@ def add_source_args(p: argparse.ArgumentParser, *, positional: bool = True) -> N
     """The desired-state source options shared by validate, plan and reconcile."""
     if positional:
         p.add_argument(
-            "paths", nargs="*", metavar="PATH",
+            "paths",
+            nargs="*",
+            metavar="PATH",
             help=f"files or directories of policy YAML (default: {' '.join(DEFAULT_DIRS)})",
         )
-    p.add_argument("--repo", metavar="R", help="read from this git repository instead of the working tree")
-    p.add_argument("--rev", metavar="REF", default=None, help="revision to read with --repo (default: HEAD)")
+    p.add_argument(
+        "--repo", metavar="R", help="read from this git repository instead of the working tree"
+    )
+    p.add_argument(
+        "--rev", metavar="REF", default=None, help="revision to read with --repo (default: HEAD)"
+    )
 
 
 def load_from_args(args: argparse.Namespace) -> DesiredState:
@@ -32,7 +38,9 @@ def load_from_args(args: argparse.Namespace) -> DesiredState:
         return load(files, revision=sha)
     paths = getattr(args, "paths", None) or [d for d in DEFAULT_DIRS if Path(d).exists()]
     if not paths:
-        raise SourceError(f"no policy files: give PATHs or run where {' and '.join(DEFAULT_DIRS)} exist")
+        raise SourceError(
+            f"no policy files: give PATHs or run where {' and '.join(DEFAULT_DIRS)} exist"
+        )
     return load(files_from_paths(paths))
 
 
@@ -53,12 +61,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
         state = load_from_args(args)
     except (SourceError, InvalidDesiredState) as exc:
         if args.format == "json" and isinstance(exc, InvalidDesiredState):
-            print(json.dumps({"valid": False, "problems": [problem_dict(p) for p in exc.problems]}, indent=2))
+            print(
+                json.dumps(
+                    {"valid": False, "problems": [problem_dict(p) for p in exc.problems]}, indent=2
+                )
+            )
         return report_load_error(exc)
     kinds = Counter(d.model.kind for d in state.documents)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     if args.format == "json":
-        print(json.dumps({"valid": True, "revision": state.revision, "documents": dict(sorted(kinds.items()))}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "valid": True,
+                    "revision": state.revision,
+                    "documents": dict(sorted(kinds.items())),
+                },
+                indent=2,
+            )
+        )
     else:
         at = f" at {state.revision[:12]}" if state.revision else ""
         print(f"valid: {len(state.documents)} documents{at} ({summary})")
@@ -96,6 +117,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_validate)
 
-    s = sub.add_parser("schema", help="write the JSON Schema of every kind", description="Write one JSON Schema per kind, generated from the models.")
+    s = sub.add_parser(
+        "schema",
+        help="write the JSON Schema of every kind",
+        description="Write one JSON Schema per kind, generated from the models.",
+    )
     s.add_argument("--out", default="schemas", help="directory to write (default: schemas/)")
     s.set_defaults(func=cmd_schema)

@@ -12,7 +12,9 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
 
     token = os.environ.get(args.token_env, "")
     if not token:
-        print(f"error: ${args.token_env} is empty: give the workflow's GITHUB_TOKEN", file=sys.stderr)
+        print(
+            f"error: ${args.token_env} is empty: give the workflow's GITHUB_TOKEN", file=sys.stderr
+        )
         return 1
     try:
         with open(args.body_file, encoding="utf-8") as f:
@@ -30,12 +32,21 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pr-comment", help="post/update the plan as one comment on a pull request",
-                       description="Post the Markdown plan on a GitHub pull request, updating gpupool's earlier "
-                       "comment in place, splitting when too long and hiding superseded parts.")
+    p = sub.add_parser(
+        "pr-comment",
+        help="post/update the plan as one comment on a pull request",
+        description="Post the Markdown plan on a GitHub pull request, updating gpupool's earlier "
+        "comment in place, splitting when too long and hiding superseded parts.",
+    )
     p.add_argument("--repo", required=True, help="owner/name")
     p.add_argument("--pr", required=True, type=int, help="pull request number")
-    p.add_argument("--body-file", required=True, help="the Markdown to post (from `gpupool plan --format markdown`)")
-    p.add_argument("--token-env", default="GITHUB_TOKEN", help="environment variable holding the token")
+    p.add_argument(
+        "--body-file",
+        required=True,
+        help="the Markdown to post (from `gpupool plan --format markdown`)",
+    )
+    p.add_argument(
+        "--token-env", default="GITHUB_TOKEN", help="environment variable holding the token"
+    )
     p.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
     p.set_defaults(func=cmd_pr_comment)

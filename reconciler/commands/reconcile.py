@@ -44,14 +44,26 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         return 1
     from reconciler.apply.handlers import ApplyConfig
 
-    apply_config = ApplyConfig(mig_config_namespace=args.mig_config_namespace, mig_timeout_seconds=mig_timeout,
-                               events_namespace=args.namespace)
+    apply_config = ApplyConfig(
+        mig_config_namespace=args.mig_config_namespace,
+        mig_timeout_seconds=mig_timeout,
+        events_namespace=args.namespace,
+    )
     api = make_api_client(args.kubeconfig)
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
-    ctl = Controller(source, api, namespace=args.namespace, identity=identity, dry_run=args.dry_run, apply_config=apply_config)
+    ctl = Controller(
+        source,
+        api,
+        namespace=args.namespace,
+        identity=identity,
+        dry_run=args.dry_run,
+        apply_config=apply_config,
+    )
     if args.once:
         result = ctl.cycle()
-        print(f"{'leader' if result.leader else 'follower'} revision={result.revision}: {result.summary or result.error}")
+        print(
+            f"{'leader' if result.leader else 'follower'} revision={result.revision}: {result.summary or result.error}"
+        )
         if result.applied:
             for o in result.applied.outcomes:
                 print(f"  {o.status:<8} {o.action}: {o.message}")
@@ -76,7 +88,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     while True:
         try:
             published = run_once(api, node)
-            logging.getLogger("gpupool.agent").info("published %d GPUs for %s", len(published.gpus), node)
+            logging.getLogger("gpupool.agent").info(
+                "published %d GPUs for %s", len(published.gpus), node
+            )
         except Exception as exc:  # noqa: BLE001 - report and retry next interval
             logging.getLogger("gpupool.agent").error("publish failed: %s", exc)
             if args.once:
@@ -87,28 +101,60 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reconcile", help="run the controller: keep the cluster in the shape git says",
-                       description="The in-cluster controller: poll a git branch (or watch a directory), observe the "
-                       "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object.")
+    p = sub.add_parser(
+        "reconcile",
+        help="run the controller: keep the cluster in the shape git says",
+        description="The in-cluster controller: poll a git branch (or watch a directory), observe the "
+        "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--git-url", help="git remote holding pools/ and policies/")
-    src.add_argument("--path", default=".", help="local directory holding pools/ and policies/ (watched)")
-    p.add_argument("--branch", default="main", help="branch to follow with --git-url (default main)")
-    p.add_argument("--cache", default="/tmp/gpupool-git", help="where to keep the clone of --git-url")
+    src.add_argument(
+        "--path", default=".", help="local directory holding pools/ and policies/ (watched)"
+    )
+    p.add_argument(
+        "--branch", default="main", help="branch to follow with --git-url (default main)"
+    )
+    p.add_argument(
+        "--cache", default="/tmp/gpupool-git", help="where to keep the clone of --git-url"
+    )
     p.add_argument("--interval", default="30s", help="time between cycles (default 30s)")
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "gpupool-system"), help="for the Lease, status and events")
-    p.add_argument("--identity", help="this replica's name in the Lease (default: POD_NAME or hostname)")
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "gpupool-system"),
+        help="for the Lease, status and events",
+    )
+    p.add_argument(
+        "--identity", help="this replica's name in the Lease (default: POD_NAME or hostname)"
+    )
     p.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
-    p.add_argument("--dry-run", action="store_true", help="observe and report drift; change nothing")
-    p.add_argument("--health-port", type=int, default=8080, help="port for /healthz, /readyz, /metrics (0: off)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="observe and report drift; change nothing"
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        default=8080,
+        help="port for /healthz, /readyz, /metrics (0: off)",
+    )
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    p.add_argument("--mig-config-namespace", default="gpu-operator",
-                   help="namespace of the GPU operator: the mig-parted and device-plugin ConfigMaps (default gpu-operator)")
-    p.add_argument("--mig-timeout", default="15m", help="how long mig-manager may stay pending before the change is failed (default 15m)")
+    p.add_argument(
+        "--mig-config-namespace",
+        default="gpu-operator",
+        help="namespace of the GPU operator: the mig-parted and device-plugin ConfigMaps (default gpu-operator)",
+    )
+    p.add_argument(
+        "--mig-timeout",
+        default="15m",
+        help="how long mig-manager may stay pending before the change is failed (default 15m)",
+    )
     p.set_defaults(func=cmd_reconcile)
 
-    a = sub.add_parser("agent", help="run the node agent: publish this node's GPUs (NVML)",
-                       description="Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState.")
+    a = sub.add_parser(
+        "agent",
+        help="run the node agent: publish this node's GPUs (NVML)",
+        description="Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState.",
+    )
     a.add_argument("--node", help="node name (default: NODE_NAME)")
     a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
     a.add_argument("--interval", default="30s")

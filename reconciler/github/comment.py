@@ -24,7 +24,9 @@ PART_BUDGET = LIMIT - 1000
 Transport = Callable[[str, str, dict[str, str], bytes | None], tuple[int, dict[str, str], bytes]]
 
 
-def urllib_transport(method: str, url: str, headers: dict[str, str], body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+def urllib_transport(
+    method: str, url: str, headers: dict[str, str], body: bytes | None
+) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - the GitHub API URL
@@ -43,10 +45,16 @@ class GitHub:
     api: str = "https://api.github.com"
     transport: Transport = urllib_transport
 
-    def call(self, method: str, path: str, payload: dict | None = None) -> tuple[int, dict[str, str], object]:
+    def call(
+        self, method: str, path: str, payload: dict | None = None
+    ) -> tuple[int, dict[str, str], object]:
         url = path if path.startswith("http") else self.api + path
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
-                   "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "gpupool"}
+        headers = {
+            "Authorization": f"Bearer {self.token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": "gpupool",
+        }
         body = None
         if payload is not None:
             body = json.dumps(payload).encode()
@@ -109,7 +117,7 @@ def upsert(gh: GitHub, repo: str, pr: int, markdown: str) -> list[str]:
         else:
             _, _, c = gh.call("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
             done.append(f"created {c['id']}")
-    for c in ours[len(parts):]:
+    for c in ours[len(parts) :]:
         if c.get("node_id"):
             query = "mutation($id: ID!) { minimizeComment(input: {subjectId: $id, classifier: OUTDATED}) { minimizedComment { isMinimized } } }"
             gh.call("POST", "/graphql", {"query": query, "variables": {"id": c["node_id"]}})

@@ -33,7 +33,10 @@ def publish(api_client: Any, node: Node) -> None:
                 raise
     gpus = [g.model_dump(mode="json", by_alias=True, exclude_defaults=True) for g in node.gpus]
     api.patch_cluster_custom_object_status(
-        GROUP, VERSION, NODE_STATE_PLURAL, node.name,
+        GROUP,
+        VERSION,
+        NODE_STATE_PLURAL,
+        node.name,
         {"status": {"gpus": gpus, "updatedAt": datetime.now(UTC).isoformat()}},
         _content_type="application/merge-patch+json",
     )
@@ -44,7 +47,9 @@ def previous(api_client: Any, node_name: str) -> Node | None:
     from kubernetes import client
 
     try:
-        obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL, node_name)
+        obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+            GROUP, VERSION, NODE_STATE_PLURAL, node_name
+        )
     except client.ApiException:
         return None
     gpus = [Gpu.model_validate(g) for g in (obj.get("status") or {}).get("gpus", [])]

@@ -49,17 +49,36 @@ class CycleResult:
 
 
 class Controller:
-    def __init__(self, source: Any, api_client: Any, *, namespace: str, identity: str,
-                 dry_run: bool = False, apply_config: ApplyConfig | None = None,
-                 clock: Callable[[], datetime] = _now, lease_seconds: int = 15):
+    def __init__(
+        self,
+        source: Any,
+        api_client: Any,
+        *,
+        namespace: str,
+        identity: str,
+        dry_run: bool = False,
+        apply_config: ApplyConfig | None = None,
+        clock: Callable[[], datetime] = _now,
+        lease_seconds: int = 15,
+    ):
         self.source = source
         self.api = api_client
         self.dry_run = dry_run
         self.clock = clock
-        self.elector = LeaseElector(api_client, name=LEASE_NAME, namespace=namespace,
-                                    identity=identity, lease_seconds=lease_seconds, clock=clock)
+        self.elector = LeaseElector(
+            api_client,
+            name=LEASE_NAME,
+            namespace=namespace,
+            identity=identity,
+            lease_seconds=lease_seconds,
+            clock=clock,
+        )
         self.status = StatusStore(api_client, namespace=namespace)
-        self.executor = Executor(KubeOps(api_client), apply_config or ApplyConfig(events_namespace=namespace), clock=clock)
+        self.executor = Executor(
+            KubeOps(api_client),
+            apply_config or ApplyConfig(events_namespace=namespace),
+            clock=clock,
+        )
         self.last_ok: datetime | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
 
@@ -70,7 +89,9 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - a cycle must never kill the loop
                 log.exception("reconcile cycle failed")
                 metrics.RECONCILES.labels("error").inc()
-                return CycleResult(None, "", self.elector.is_leader, None, error=f"{type(exc).__name__}: {exc}")
+                return CycleResult(
+                    None, "", self.elector.is_leader, None, error=f"{type(exc).__name__}: {exc}"
+                )
         metrics.RECONCILES.labels("error" if result.error else "ok").inc()
         if not result.error:
             self.last_ok = self.clock()
@@ -80,7 +101,9 @@ class Controller:
     def _cycle(self) -> CycleResult:
         now = self.clock()
         # with `run`, a background thread renews the lease; a lone `cycle()` (tests, --once) asks
-        leader = self.elector.is_leader if self.elector.renewing else self.elector.try_acquire_or_renew()
+        leader = (
+            self.elector.is_leader if self.elector.renewing else self.elector.try_acquire_or_renew()
+        )
         metrics.LEADER.set(1 if leader else 0)
         view = self.status.read()
         metrics.SUSPENDED.set(1 if view.suspend else 0)
@@ -90,16 +113,25 @@ class Controller:
         except (SourceError, InvalidDesiredState) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if leader:
-                self.status.write({
-                    "conditions": [condition("Ready", False, "InvalidDesiredState", msg, now),
-                                   condition("Stalled", True, "InvalidDesiredState", msg, now),
-                                   condition("Reconciling", False, "InvalidDesiredState", "nothing applied", now)],
-                    "lastAttemptedRevision": getattr(exc, "revision", None) or "",
-                    "lastAppliedRevision": view.last_applied_revision,
-                    "recentPreemptions": [t.isoformat() for t in view.recent_preemptions],
-                }, now)
+                self.status.write(
+                    {
+                        "conditions": [
+                            condition("Ready", False, "InvalidDesiredState", msg, now),
+                            condition("Stalled", True, "InvalidDesiredState", msg, now),
+                            condition(
+                                "Reconciling", False, "InvalidDesiredState", "nothing applied", now
+                            ),
+                        ],
+                        "lastAttemptedRevision": getattr(exc, "revision", None) or "",
+                        "lastAppliedRevision": view.last_applied_revision,
+                        "recentPreemptions": [t.isoformat() for t in view.recent_preemptions],
+                    },
+                    now,
+                )
             return CycleResult(None, "", leader, None, error=msg)
-        observed = observe_cluster(self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache)
+        observed = observe_cluster(
+            self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache
+        )
         p, facts = plan_state(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
         self._gauges(desired, p, facts)
@@ -118,10 +150,16 @@ class Controller:
             def record(action, out):
                 metrics.ACTIONS.labels(action.kind, out.status).inc()
                 if action.id in intents and not (out.status == "done" and out.message == "evicted"):
-                    preempted[intents.pop(action.id)] = ""  # blocked or failed: no preemption happened
+                    preempted[intents.pop(action.id)] = (
+                        ""  # blocked or failed: no preemption happened
+                    )
 
-            applied = self.executor.apply(p, on_outcome=record, before_preempt=before_preempt,
-                                          may_continue=lambda: self.elector.is_leader)
+            applied = self.executor.apply(
+                p,
+                on_outcome=record,
+                before_preempt=before_preempt,
+                may_continue=lambda: self.elector.is_leader,
+            )
             preempted[:] = [t for t in preempted if t]
         if leader and self.elector.is_leader:
             self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
@@ -130,38 +168,63 @@ class Controller:
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
         return CycleResult(snap.revision, p.summary, leader, applied)
 
-    def _status(self, p, applied: ApplyResult | None, revision: str, view, preempted: list[str], now: datetime) -> dict:
+    def _status(
+        self,
+        p,
+        applied: ApplyResult | None,
+        revision: str,
+        view,
+        preempted: list[str],
+        now: datetime,
+    ) -> dict:
         if view.suspend:
-            conds = [condition("Ready", False, "Suspended", "spec.suspend is true: observing only", now),
-                     condition("Reconciling", False, "Suspended", p.summary, now),
-                     condition("Stalled", False, "Suspended", "", now)]
+            conds = [
+                condition("Ready", False, "Suspended", "spec.suspend is true: observing only", now),
+                condition("Reconciling", False, "Suspended", p.summary, now),
+                condition("Stalled", False, "Suspended", "", now),
+            ]
         elif self.dry_run:
-            conds = [condition("Ready", not p.actions, "DryRun", p.summary, now),
-                     condition("Reconciling", False, "DryRun", "dry-run: nothing applied", now),
-                     condition("Stalled", False, "DryRun", "", now)]
+            conds = [
+                condition("Ready", not p.actions, "DryRun", p.summary, now),
+                condition("Reconciling", False, "DryRun", "dry-run: nothing applied", now),
+                condition("Stalled", False, "DryRun", "", now),
+            ]
         elif not p.actions:
-            conds = [condition("Ready", True, "ReconciliationSucceeded", f"applied revision {revision}", now),
-                     condition("Reconciling", False, "ReconciliationSucceeded", "", now),
-                     condition("Stalled", False, "ReconciliationSucceeded", "", now)]
+            conds = [
+                condition(
+                    "Ready", True, "ReconciliationSucceeded", f"applied revision {revision}", now
+                ),
+                condition("Reconciling", False, "ReconciliationSucceeded", "", now),
+                condition("Stalled", False, "ReconciliationSucceeded", "", now),
+            ]
         else:
             failed = applied.by_status("failed") if applied else []
             blocked = applied.by_status("blocked") if applied else []
             waiting = applied.by_status("waiting") if applied else []
             if failed:
                 msg = "; ".join(f"{o.action}: {o.message}" for o in failed[:5])
-                conds = [condition("Ready", False, "ApplyFailed", msg, now),
-                         condition("Reconciling", True, "Progressing", p.summary, now),
-                         condition("Stalled", True, "ApplyFailed", msg, now)]
+                conds = [
+                    condition("Ready", False, "ApplyFailed", msg, now),
+                    condition("Reconciling", True, "Progressing", p.summary, now),
+                    condition("Stalled", True, "ApplyFailed", msg, now),
+                ]
             else:
-                msg = "; ".join(f"{o.action}: {o.message}" for o in (blocked + waiting)[:5]) or p.summary
-                conds = [condition("Ready", False, "Progressing", p.summary, now),
-                         condition("Reconciling", True, "Progressing", msg, now),
-                         condition("Stalled", False, "Progressing", "", now)]
+                msg = (
+                    "; ".join(f"{o.action}: {o.message}" for o in (blocked + waiting)[:5])
+                    or p.summary
+                )
+                conds = [
+                    condition("Ready", False, "Progressing", p.summary, now),
+                    condition("Reconciling", True, "Progressing", msg, now),
+                    condition("Stalled", False, "Progressing", "", now),
+                ]
         done = not p.actions or (applied is not None and applied.converged)
         return {
             "conditions": conds,
             "lastAttemptedRevision": revision,
-            "lastAppliedRevision": revision if done and not view.suspend and not self.dry_run else view.last_applied_revision,
+            "lastAppliedRevision": revision
+            if done and not view.suspend and not self.dry_run
+            else view.last_applied_revision,
             "lastPlanSummary": p.summary,
             "lastReconcileTime": now.isoformat(),
             "recentPreemptions": preempted,
@@ -177,7 +240,10 @@ class Controller:
                 metrics.TEAM_QUOTA.labels(q.team).set(q.spec.max_gpus)
 
     def ready(self, max_age_seconds: float = 300) -> bool:
-        return self.last_ok is not None and (self.clock() - self.last_ok).total_seconds() < max_age_seconds
+        return (
+            self.last_ok is not None
+            and (self.clock() - self.last_ok).total_seconds() < max_age_seconds
+        )
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`; a change in a watched source wakes the loop early."""
@@ -195,7 +261,12 @@ class Controller:
         threading.Thread(target=watch, name="gpupool-source-watch", daemon=True).start()
         while not stop.is_set():
             result = self.cycle()
-            log.info("cycle: leader=%s revision=%s %s%s", result.leader, result.revision, result.summary,
-                     f" error={result.error}" if result.error else "")
+            log.info(
+                "cycle: leader=%s revision=%s %s%s",
+                result.leader,
+                result.revision,
+                result.summary,
+                f" error={result.error}" if result.error else "",
+            )
             wake.wait(interval_seconds)
             wake.clear()

@@ -17,7 +17,14 @@ log = logging.getLogger("gpupool.informer")
 
 
 class Informer:
-    def __init__(self, list_fn: Callable[..., Any], *, name: str, timeout_seconds: int = 60, backoff_seconds: float = 1.0):
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        *,
+        name: str,
+        timeout_seconds: int = 60,
+        backoff_seconds: float = 1.0,
+    ):
         self.list_fn = list_fn
         self.name = name
         self.timeout_seconds = timeout_seconds
@@ -39,7 +46,9 @@ class Informer:
             return list(self._items.values())
 
     def start(self, stop: threading.Event) -> Informer:
-        self._thread = threading.Thread(target=self._run, args=(stop,), name=f"informer-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name=f"informer-{self.name}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -60,8 +69,12 @@ class Informer:
                 if rv is None:
                     rv = self._relist()
                 w = watch.Watch()
-                for event in w.stream(self.list_fn, resource_version=rv, timeout_seconds=self.timeout_seconds,
-                                      allow_watch_bookmarks=True):
+                for event in w.stream(
+                    self.list_fn,
+                    resource_version=rv,
+                    timeout_seconds=self.timeout_seconds,
+                    allow_watch_bookmarks=True,
+                ):
                     if stop.is_set():
                         w.stop()
                         break

@@ -40,16 +40,27 @@ def micro_time(t: datetime) -> str:
 
 
 class LeaseElector:
-    def __init__(self, api_client: Any, *, name: str, namespace: str, identity: str,
-                 lease_seconds: int = 15, clock: Callable[[], datetime] = _now,
-                 renew_deadline: float | None = None, retry: float | None = None):
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_seconds: int = 15,
+        clock: Callable[[], datetime] = _now,
+        renew_deadline: float | None = None,
+        retry: float | None = None,
+    ):
         from kubernetes import client
 
         self.k = client
         self.api = client.CoordinationV1Api(api_client)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_seconds = lease_seconds
-        self.renew_deadline = renew_deadline if renew_deadline is not None else lease_seconds * 2 / 3
+        self.renew_deadline = (
+            renew_deadline if renew_deadline is not None else lease_seconds * 2 / 3
+        )
         self.retry = retry if retry is not None else lease_seconds / 5
         if not 0 < self.retry < self.renew_deadline < lease_seconds:
             raise ValueError("need 0 < retry < renew_deadline < lease_seconds")
@@ -72,6 +83,7 @@ class LeaseElector:
 
     def start(self, stop: threading.Event) -> LeaseElector:
         """Renew (or try to acquire) every `retry` seconds until `stop`, then step down."""
+
         def loop() -> None:
             while not stop.is_set():
                 self.try_acquire_or_renew()
@@ -108,11 +120,16 @@ class LeaseElector:
     def _attempt(self) -> bool:
         k = self.k
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.retry)
+            lease = self.api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self.retry
+            )
         except k.ApiException as exc:
             if exc.status != 404:
                 return False
-            body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(0, None)}
+            body = {
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(0, None),
+            }
             try:
                 self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.retry)
                 return True
@@ -123,7 +140,11 @@ class LeaseElector:
         renew = spec.renew_time if spec else None
         if renew is not None and renew.tzinfo is None:
             renew = renew.replace(tzinfo=UTC)
-        duration = (spec.lease_duration_seconds if spec and spec.lease_duration_seconds else self.lease_seconds)
+        duration = (
+            spec.lease_duration_seconds
+            if spec and spec.lease_duration_seconds
+            else self.lease_seconds
+        )
         expired = renew is None or self.clock() > renew + timedelta(seconds=duration)
         if holder and holder != self.identity and not expired:
             return False
@@ -132,11 +153,17 @@ class LeaseElector:
         if holder != self.identity:
             transitions += 1
         body = {
-            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease.metadata.resource_version},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.metadata.resource_version,
+            },
             "spec": self._spec(transitions, acquired),
         }
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.retry)
+            self.api.replace_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=self.retry
+            )
             return True
         except k.ApiException:
             return False  # 409: another controller won the race
@@ -153,7 +180,9 @@ class LeaseElector:
         if spec is None or not spec.holder_identity or spec.renew_time is None:
             return None
         renew = spec.renew_time if spec.renew_time.tzinfo else spec.renew_time.replace(tzinfo=UTC)
-        if self.clock() > renew + timedelta(seconds=spec.lease_duration_seconds or self.lease_seconds):
+        if self.clock() > renew + timedelta(
+            seconds=spec.lease_duration_seconds or self.lease_seconds
+        ):
             return None
         return spec.holder_identity
 
@@ -166,6 +195,16 @@ class LeaseElector:
         with contextlib.suppress(Exception):  # best effort: the lease expires anyway
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec and lease.spec.holder_identity == self.identity:
-                body = {"metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": lease.metadata.resource_version},
-                        "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "leaseTransitions": lease.spec.lease_transitions or 0}}
+                body = {
+                    "metadata": {
+                        "name": self.name,
+                        "namespace": self.namespace,
+                        "resourceVersion": lease.metadata.resource_version,
+                    },
+                    "spec": {
+                        "holderIdentity": None,
+                        "leaseDurationSeconds": 1,
+                        "leaseTransitions": lease.spec.lease_transitions or 0,
+                    },
+                }
                 self.api.replace_namespaced_lease(self.name, self.namespace, body)

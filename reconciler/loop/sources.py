@@ -46,7 +46,9 @@ class DirectorySource:
 class GitSource:
     """A git remote, cloned once into `cache` and fetched on every read; the branch is pinned."""
 
-    def __init__(self, url: str, branch: str, cache: str | Path, dirs: tuple[str, ...] = DEFAULT_DIRS):
+    def __init__(
+        self, url: str, branch: str, cache: str | Path, dirs: tuple[str, ...] = DEFAULT_DIRS
+    ):
         self.url, self.branch, self.cache, self.dirs = url, branch, Path(cache), dirs
 
     def _repo(self):
@@ -59,7 +61,9 @@ class GitSource:
 
     def read(self) -> PolicyRevision:
         repo = self._repo()
-        repo.git.fetch("origin", f"+refs/heads/{self.branch}:refs/remotes/origin/{self.branch}", "--prune")
+        repo.git.fetch(
+            "origin", f"+refs/heads/{self.branch}:refs/remotes/origin/{self.branch}", "--prune"
+        )
         files, sha = files_from_git(self.cache, f"origin/{self.branch}", self.dirs)
         return PolicyRevision(files, sha)
 

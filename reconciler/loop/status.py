@@ -21,8 +21,13 @@ class StatusView:
 
 
 def condition(type_: str, ok: bool, reason: str, message: str, now: datetime) -> dict:
-    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message[:1000],
-            "lastTransitionTime": now.isoformat()}
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message[:1000],
+        "lastTransitionTime": now.isoformat(),
+    }
 
 
 class StatusStore:
@@ -35,7 +40,9 @@ class StatusStore:
 
     def read(self) -> StatusView:
         try:
-            obj = self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+            obj = self.api.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name
+            )
         except self.k.ApiException as exc:
             if exc.status == 404:
                 return StatusView()
@@ -47,15 +54,23 @@ class StatusStore:
                 recent.append(datetime.fromisoformat(t))
             except (TypeError, ValueError):
                 continue
-        return StatusView(bool((obj.get("spec") or {}).get("suspend")), recent, st.get("lastAppliedRevision"))
+        return StatusView(
+            bool((obj.get("spec") or {}).get("suspend")), recent, st.get("lastAppliedRevision")
+        )
 
     def write(self, status: dict, now: datetime) -> None:
         prev = self._get()
         if prev is None:
-            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": {"suspend": False}}
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"suspend": False},
+            }
             try:
-                prev = self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+                prev = self.api.create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, body
+                )
             except self.k.ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -66,9 +81,16 @@ class StatusStore:
             if o and o.get("status") == c["status"]:
                 c["lastTransitionTime"] = o.get("lastTransitionTime", c["lastTransitionTime"])
         cutoff = now - timedelta(hours=1)
-        status["recentPreemptions"] = sorted({t for t in status.get("recentPreemptions", []) if datetime.fromisoformat(t) > cutoff})
+        status["recentPreemptions"] = sorted(
+            {t for t in status.get("recentPreemptions", []) if datetime.fromisoformat(t) > cutoff}
+        )
         self.api.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status},
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            self.name,
+            {"status": status},
             _content_type="application/merge-patch+json",
         )
 
@@ -76,7 +98,11 @@ class StatusStore:
         """Persist the preemption times at once (before an eviction is sent)."""
         try:
             self.api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+                self.name,
                 {"status": {"recentPreemptions": [t for t in times if t]}},
                 _content_type="application/merge-patch+json",
             )
@@ -86,7 +112,9 @@ class StatusStore:
 
     def _get(self) -> dict | None:
         try:
-            return self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+            return self.api.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name
+            )
         except self.k.ApiException as exc:
             if exc.status == 404:
                 return None

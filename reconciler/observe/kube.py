@@ -75,7 +75,7 @@ def request_from_resources(resources: dict[str, Any] | None) -> Request:
         elif k == C.SHARED_RESOURCE:
             slices += n
         elif k.startswith(C.MIG_RESOURCE_PREFIX):
-            prof = k[len(C.MIG_RESOURCE_PREFIX):]
+            prof = k[len(C.MIG_RESOURCE_PREFIX) :]
             prof = prof[:-3] + "+me" if prof.endswith(".me") else prof
             mig[prof] = mig.get(prof, 0) + n
     return Request(gpus=gpus, mig=mig, shared_slices=slices)
@@ -108,7 +108,9 @@ def _node(n: Any, state: dict | None) -> Node:
         annotations=n.metadata.annotations or {},
         allocatable={k: str(v) for k, v in (n.status.allocatable or {}).items()},
         unschedulable=bool(n.spec.unschedulable),
-        taints=[Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])],
+        taints=[
+            Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])
+        ],
         ready=ready,
         gpus=gpus,
     )
@@ -123,7 +125,10 @@ def _overlay_sharing(gpus: list[Gpu], annotation: str | None) -> list[Gpu]:
         slices = {int(k): int(v) for k, v in json.loads(annotation).items()}
     except (ValueError, TypeError, AttributeError):
         return gpus
-    return [g if g.mig_enabled else g.model_copy(update={"shared_slices": slices.get(g.index) or None}) for g in gpus]
+    return [
+        g if g.mig_enabled else g.model_copy(update={"shared_slices": slices.get(g.index) or None})
+        for g in gpus
+    ]
 
 
 def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
@@ -209,7 +214,9 @@ def observe_cluster(
     core = client.CoreV1Api(api_client)
     states: dict[str, dict] = {}
     try:
-        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL)
+        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            C.GROUP, C.VERSION, C.NODE_STATE_PLURAL
+        )
         states = {o["metadata"]["name"]: o for o in objs.get("items", [])}
     except client.ApiException as exc:
         if exc.status != 404:  # no CRD installed: fall back to node capacity
@@ -222,7 +229,10 @@ def observe_cluster(
     by_name = {n.name: n for n in nodes}
     taken: dict[str, set[int]] = {}
     workloads = []
-    pods = sorted(raw_pods, key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name))
+    pods = sorted(
+        raw_pods,
+        key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name),
+    )
     for p in pods:
         if p.status.phase in ("Succeeded", "Failed") or p.metadata.deletion_timestamp:
             continue
@@ -233,18 +243,40 @@ def observe_cluster(
         if ann:
             allocs = parse_allocation(ann)
         else:
-            allocs = _guess_allocations(req, by_name.get(p.spec.node_name or ""), taken.setdefault(p.spec.node_name or "", set()))
+            allocs = _guess_allocations(
+                req,
+                by_name.get(p.spec.node_name or ""),
+                taken.setdefault(p.spec.node_name or "", set()),
+            )
         workloads.append(_workload(p, req, allocs))
     apps = client.AppsV1Api(api_client)
-    services = [_service(d, "Deployment") for d in apps.list_deployment_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items]
-    services += [_service(s, "StatefulSet") for s in apps.list_stateful_set_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items]
+    services = [
+        _service(d, "Deployment")
+        for d in apps.list_deployment_for_all_namespaces(
+            label_selector=f"{C.INFERENCE_LABEL}=true"
+        ).items
+    ]
+    services += [
+        _service(s, "StatefulSet")
+        for s in apps.list_stateful_set_for_all_namespaces(
+            label_selector=f"{C.INFERENCE_LABEL}=true"
+        ).items
+    ]
     quotas = [
-        QuotaObject(namespace=q.metadata.namespace, name=q.metadata.name, hard={k: str(v) for k, v in (q.spec.hard or {}).items()},
-                    managed_by=(q.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""))
+        QuotaObject(
+            namespace=q.metadata.namespace,
+            name=q.metadata.name,
+            hard={k: str(v) for k, v in (q.spec.hard or {}).items()},
+            managed_by=(q.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""),
+        )
         for q in core.list_resource_quota_for_all_namespaces().items
     ]
     classes = [
-        PriorityClassObject(name=c.metadata.name, value=c.value, preemption_policy=c.preemption_policy or "PreemptLowerPriority")
+        PriorityClassObject(
+            name=c.metadata.name,
+            value=c.value,
+            preemption_policy=c.preemption_policy or "PreemptLowerPriority",
+        )
         for c in client.SchedulingV1Api(api_client).list_priority_class().items
     ]
     return ObservedState(

@@ -18,7 +18,9 @@ OBSERVED_API_VERSION = API_VERSION
 
 
 class Obs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=yaml_name, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=yaml_name, populate_by_name=True
+    )
 
 
 class GpuProcess(Obs):

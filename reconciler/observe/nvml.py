@@ -114,7 +114,10 @@ class NvmlReader:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         try:
             self._call("nvmlShutdown", None)
@@ -131,7 +134,9 @@ class NvmlReader:
         except self.nvml.NVMLError as exc:
             raise NvmlReadError(name, gpu, exc) from exc
 
-    def _optional(self, name: str, gpu: int, *args: Any, absent: tuple[type[Exception], ...] = ()) -> Any:
+    def _optional(
+        self, name: str, gpu: int, *args: Any, absent: tuple[type[Exception], ...] = ()
+    ) -> Any:
         """Like `_call`, but "not supported" (and `absent`) answers None."""
         try:
             return self._call(name, gpu, *args)
@@ -178,7 +183,9 @@ class NvmlReader:
             for p in procs
         ]
 
-    def _profile_names(self, index: int, h: Any, model: GpuModel | None) -> dict[int, tuple[str, int]]:
+    def _profile_names(
+        self, index: int, h: Any, model: GpuModel | None
+    ) -> dict[int, tuple[str, int]]:
         """NVML profile id -> (profile name, max instances) for every profile the GPU offers."""
         by_index = {p.nvml_index: p.name for p in model.profiles.values()} if model else {}
         out: dict[int, tuple[str, int]] = {}
@@ -196,7 +203,9 @@ class NvmlReader:
         for profile_id, (name, max_count) in self._profile_names(index, h, model).items():
             handles = (self.nvml.c_nvmlGpuInstance_t * max(max_count, 1))()
             count = ctypes.c_uint(0)
-            self._call("nvmlDeviceGetGpuInstances", index, h, profile_id, handles, ctypes.byref(count))
+            self._call(
+                "nvmlDeviceGetGpuInstances", index, h, profile_id, handles, ctypes.byref(count)
+            )
             for i in range(count.value):
                 info = self._call("nvmlGpuInstanceGetInfo", index, handles[i])
                 found.append(

@@ -25,10 +25,18 @@ def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
         else:
             data = YAML(typ="safe", pure=False).load(text)
     except (json.JSONDecodeError, MarkedYAMLError, YAMLError) as exc:
-        line = getattr(exc, "lineno", 0) or getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
+        line = (
+            getattr(exc, "lineno", 0) or getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
+        )
         raise InvalidSnapshot([Problem(name, line, 0, "", f"cannot parse: {exc}")]) from None
     if not isinstance(data, dict):
-        raise InvalidSnapshot([Problem(name, 1, 1, "", "an observed-state file is a mapping with kind: ObservedState")])
+        raise InvalidSnapshot(
+            [
+                Problem(
+                    name, 1, 1, "", "an observed-state file is a mapping with kind: ObservedState"
+                )
+            ]
+        )
     try:
         return ObservedState.model_validate(data)
     except ValidationError as exc:

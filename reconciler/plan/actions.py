@@ -187,8 +187,18 @@ class ApplyPriorityClass(ActionBase):
 
 
 Action = Annotated[
-    Cordon | Uncordon | LabelNode | MigReconfigure | SetSharing | Checkpoint | Preempt | Reclaim
-    | Move | Scale | ApplyQuota | ApplyPriorityClass,
+    Cordon
+    | Uncordon
+    | LabelNode
+    | MigReconfigure
+    | SetSharing
+    | Checkpoint
+    | Preempt
+    | Reclaim
+    | Move
+    | Scale
+    | ApplyQuota
+    | ApplyPriorityClass,
     Field(discriminator="kind"),
 ]
 
@@ -196,6 +206,16 @@ EVICTION_KINDS = frozenset({"preempt", "reclaim", "move"})
 
 # Order of kinds in a plan when dependencies leave a choice: disruptive first, as they would run.
 KIND_ORDER: tuple[str, ...] = (
-    "cordon", "checkpoint", "preempt", "reclaim", "move", "mig-reconfigure", "set-sharing",
-    "uncordon", "scale", "quota", "priority-class", "label-node",
+    "cordon",
+    "checkpoint",
+    "preempt",
+    "reclaim",
+    "move",
+    "mig-reconfigure",
+    "set-sharing",
+    "uncordon",
+    "scale",
+    "quota",
+    "priority-class",
+    "label-node",
 )

@@ -77,10 +77,16 @@ class ChangeReport(BaseModel):
             elif inf < 0:
                 moved.append(f"{pool}: {-inf} GPU{'s' if inf != -1 else ''} inference -> training")
         parts = moved or ["no capacity moves"]
-        parts.append(f"{len(self.repartitions)} repartition{'s' if len(self.repartitions) != 1 else ''}")
-        parts.append(f"{len(self.disruptions)} workload{'s' if len(self.disruptions) != 1 else ''} disrupted")
+        parts.append(
+            f"{len(self.repartitions)} repartition{'s' if len(self.repartitions) != 1 else ''}"
+        )
+        parts.append(
+            f"{len(self.disruptions)} workload{'s' if len(self.disruptions) != 1 else ''} disrupted"
+        )
         if self.quota_changes:
-            parts.append(f"{len(self.quota_changes)} quota object{'s' if len(self.quota_changes) != 1 else ''} changed")
+            parts.append(
+                f"{len(self.quota_changes)} quota object{'s' if len(self.quota_changes) != 1 else ''} changed"
+            )
         head = "BLOCKED" if self.gates else "Change"
         return f"{head}: " + "; ".join(parts)
 
@@ -97,7 +103,11 @@ def _doc_fields(state: DesiredState) -> dict[str, dict[str, Any]]:
     docs: dict[str, dict[str, Any]] = {}
     for d in state.documents:
         flat: dict[str, Any] = {}
-        _flatten("", d.model.model_dump(mode="json", by_alias=True, exclude={"api_version", "kind"}), flat)
+        _flatten(
+            "",
+            d.model.model_dump(mode="json", by_alias=True, exclude={"api_version", "kind"}),
+            flat,
+        )
         docs[f"{d.model.kind}/{d.model.metadata.name}"] = flat
     return docs
 
@@ -117,12 +127,16 @@ def policy_changes(base: DesiredState, head: DesiredState) -> list[str]:
     return out
 
 
-def _quota_changes(base: DesiredState, head: DesiredState) -> dict[str, dict[str, list[str | None]]]:
+def _quota_changes(
+    base: DesiredState, head: DesiredState
+) -> dict[str, dict[str, list[str | None]]]:
     b, h = desired_resource_quotas(base), desired_resource_quotas(head)
     out: dict[str, dict[str, list[str | None]]] = {}
     for key in sorted(set(b) | set(h)):
         bh, hh = b.get(key, {}), h.get(key, {})
-        diff = {r: [bh.get(r), hh.get(r)] for r in sorted(set(bh) | set(hh)) if bh.get(r) != hh.get(r)}
+        diff = {
+            r: [bh.get(r), hh.get(r)] for r in sorted(set(bh) | set(hh)) if bh.get(r) != hh.get(r)
+        }
         if diff or (key in b) != (key in h):
             out[f"{key[0]}/{key[1]}"] = diff
     return out
@@ -140,7 +154,11 @@ def _capacity(plan: Plan, pool: str) -> dict[str, int]:
 
 
 def compare(
-    base: DesiredState, head: DesiredState, observed: ObservedState, *, confirm: tuple[str, ...] = ()
+    base: DesiredState,
+    head: DesiredState,
+    observed: ObservedState,
+    *,
+    confirm: tuple[str, ...] = (),
 ) -> tuple[ChangeReport, Plan, Plan]:
     """The change report, and both plans (base, head)."""
     base_plan, base_facts = plan_state(base, observed)
@@ -159,10 +177,18 @@ def compare(
         if bt[k] != ht[k]
     ]
     be, he = _evictions(base_plan), _evictions(head_plan)
-    disruptions = [Disruption(workload=w, kind=a.kind, reason=a.reason) for w, a in sorted(he.items()) if w not in be]
+    disruptions = [
+        Disruption(workload=w, kind=a.kind, reason=a.reason)
+        for w, a in sorted(he.items())
+        if w not in be
+    ]
     base_cordons = {a.target for a in base_plan.actions if a.kind == "cordon"}
-    drained = sorted(a.target for a in head_plan.actions if a.kind == "cordon" and a.target not in base_cordons)
-    gates = _gates(base, head, base_plan, head_plan, len(disruptions), len(repartitions), len(drained), confirm)
+    drained = sorted(
+        a.target for a in head_plan.actions if a.kind == "cordon" and a.target not in base_cordons
+    )
+    gates = _gates(
+        base, head, base_plan, head_plan, len(disruptions), len(repartitions), len(drained), confirm
+    )
     report = ChangeReport(
         base_revision=base.revision,
         head_revision=head.revision,
@@ -179,26 +205,43 @@ def compare(
     return report, base_plan, head_plan
 
 
-def _gates(base, head, base_plan, head_plan, evictions, repartitions, drained, confirm) -> list[str]:
+def _gates(
+    base, head, base_plan, head_plan, evictions, repartitions, drained, confirm
+) -> list[str]:
     out = []
     policy = base.change or head.change
     if policy is not None:
         g = policy.spec.gates
         where = f"ChangePolicy/{policy.metadata.name}"
         if g.max_preemptions is not None and evictions > g.max_preemptions:
-            out.append(f"{evictions} workloads would be preempted/moved/reclaimed by this change; {where} allows {g.max_preemptions}")
+            out.append(
+                f"{evictions} workloads would be preempted/moved/reclaimed by this change; {where} allows {g.max_preemptions}"
+            )
         if g.max_repartitions is not None and repartitions > g.max_repartitions:
-            out.append(f"{repartitions} GPUs would be repartitioned; {where} allows {g.max_repartitions}")
+            out.append(
+                f"{repartitions} GPUs would be repartitioned; {where} allows {g.max_repartitions}"
+            )
         if g.max_drained_nodes is not None and drained > g.max_drained_nodes:
             out.append(f"{drained} nodes would be drained; {where} allows {g.max_drained_nodes}")
     allow_empty = "empty-pool" in confirm or bool(head.change and head.change.spec.allow_empty_pool)
     if not allow_empty:
         for p in sorted(base.pools):
             if p not in head.pools:
-                out.append(f"Pool/{p} is deleted; confirm with allowEmptyPool: true in the ChangePolicy or --confirm empty-pool")
-            elif sum(_capacity(base_plan, p).values()) > 0 and sum(_capacity(head_plan, p).values()) == 0:
-                out.append(f"Pool/{p} would select no nodes; confirm with allowEmptyPool: true or --confirm empty-pool")
-    allow_delete = "delete-all-quotas" in confirm or bool(head.change and head.change.spec.allow_delete_all_quotas)
+                out.append(
+                    f"Pool/{p} is deleted; confirm with allowEmptyPool: true in the ChangePolicy or --confirm empty-pool"
+                )
+            elif (
+                sum(_capacity(base_plan, p).values()) > 0
+                and sum(_capacity(head_plan, p).values()) == 0
+            ):
+                out.append(
+                    f"Pool/{p} would select no nodes; confirm with allowEmptyPool: true or --confirm empty-pool"
+                )
+    allow_delete = "delete-all-quotas" in confirm or bool(
+        head.change and head.change.spec.allow_delete_all_quotas
+    )
     if base.quotas and not head.quotas and not allow_delete:
-        out.append(f"every Quota ({len(base.quotas)}) is deleted; confirm with allowDeleteAllQuotas: true or --confirm delete-all-quotas")
+        out.append(
+            f"every Quota ({len(base.quotas)}) is deleted; confirm with allowDeleteAllQuotas: true or --confirm delete-all-quotas"
+        )
     return out

@@ -68,7 +68,9 @@ class GpuSlot:
         self.target_instances = list(self.instances)
 
     def free_instances(self, profile: str) -> list[tuple[str, int]]:
-        return [i for i in self.target_instances if i[0] == profile and i not in self.used_instances]
+        return [
+            i for i in self.target_instances if i[0] == profile and i not in self.used_instances
+        ]
 
     @property
     def free_slices(self) -> int:
@@ -84,7 +86,11 @@ class GpuSlot:
 
     @property
     def changes(self) -> bool:
-        return (self.target_mode, self.target_layout, self.target_slices) != (self.mode, self.layout, self.slices)
+        return (self.target_mode, self.target_layout, self.target_slices) != (
+            self.mode,
+            self.layout,
+            self.slices,
+        )
 
     @property
     def empty(self) -> bool:
@@ -92,7 +98,9 @@ class GpuSlot:
 
     def describe(self, target: bool = False) -> str:
         mode, layout, slices = (
-            (self.target_mode, self.target_layout, self.target_slices) if target else (self.mode, self.layout, self.slices)
+            (self.target_mode, self.target_layout, self.target_slices)
+            if target
+            else (self.mode, self.layout, self.slices)
         )
         if mode == "mig":
             return "MIG[" + ", ".join(layout) + "]"
@@ -143,7 +151,9 @@ class PoolView:
     def _recount_empty(self, node: str) -> None:
         if self._empty_inference is None:
             return
-        cards = [g for g in self.by_node().get(node, []) if g.target_mode != "whole" and not g.holders]
+        cards = [
+            g for g in self.by_node().get(node, []) if g.target_mode != "whole" and not g.holders
+        ]
         had = node in self._empty_inference
         if cards:
             self._empty_inference[node] = cards
@@ -157,7 +167,10 @@ class PoolView:
         """Shared cards by free slices: bucket f holds the cards with f free, in node/index
         order (bucket 0 unused). `shared_used` re-files a card after a placement."""
         if self._shared_free is None:
-            top = max((g.target_slices for g in self.inference_slots() if g.target_mode == "shared"), default=0)
+            top = max(
+                (g.target_slices for g in self.inference_slots() if g.target_mode == "shared"),
+                default=0,
+            )
             buckets: list[list[GpuSlot]] = [[] for _ in range(top + 1)]
             for g in self.inference_slots():
                 if g.free_slices > 0:
@@ -211,8 +224,16 @@ class PoolView:
         for node in sorted({g.node for g in cards}):
             self.touch(node)
 
-    def repartition(self, g: GpuSlot, mode: str, *, layout: tuple[str, ...] = (),
-                    instances: list[tuple[str, int]] | None = None, slices: int = 0, why: str) -> None:
+    def repartition(
+        self,
+        g: GpuSlot,
+        mode: str,
+        *,
+        layout: tuple[str, ...] = (),
+        instances: list[tuple[str, int]] | None = None,
+        slices: int = 0,
+        why: str,
+    ) -> None:
         """The plan gives `g` a new partitioning (it must be emptied first)."""
         g.target_mode = mode
         g.target_layout = layout if mode == "mig" else ()
@@ -369,7 +390,11 @@ class ClusterView:
 
     def targets(self) -> dict[tuple[str, str, int], str]:
         """(pool, node, index) -> the card's partitioning after the plan, as people read it."""
-        return {(pv.name, g.node, g.index): g.describe(target=True) for pv in self.pools.values() for g in pv.gpus}
+        return {
+            (pv.name, g.node, g.index): g.describe(target=True)
+            for pv in self.pools.values()
+            for g in pv.gpus
+        }
 
 
 def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView:

@@ -14,8 +14,16 @@ FORMAT_VERSION = 2
 `counts` and each action's `disruptive` are computed fields, so plan.json round-trips."""
 
 SUMMARY_KINDS = (
-    "mig-reconfigure", "set-sharing", "preempt", "reclaim", "move", "scale-up", "scale-down",
-    "quota", "priority-class", "label-node",
+    "mig-reconfigure",
+    "set-sharing",
+    "preempt",
+    "reclaim",
+    "move",
+    "scale-up",
+    "scale-down",
+    "quota",
+    "priority-class",
+    "label-node",
 )
 SUMMARY_WORDS = {
     "mig-reconfigure": ("MIG reconfiguration", "MIG reconfigurations"),

@@ -108,7 +108,9 @@ class NodeState:
         self.cpu_free_milli = cpu_free_milli
         self.memory_free_mib = memory_free_mib
         self.gpu_free_milli = list(gpu_free_milli)
-        self.cpu_capacity_milli = cpu_free_milli if cpu_capacity_milli is None else cpu_capacity_milli
+        self.cpu_capacity_milli = (
+            cpu_free_milli if cpu_capacity_milli is None else cpu_capacity_milli
+        )
         self.memory_capacity_mib = (
             memory_free_mib if memory_capacity_mib is None else memory_capacity_mib
         )
@@ -335,9 +337,7 @@ def typical_workload(requests: Iterable[PodDemand], coverage: float = 1.0) -> tu
             break
         chosen.append((key, cnt))
         cum += cnt
-    return tuple(
-        TargetPod(cpu, n, g, models, cnt / cum) for (cpu, n, g, models), cnt in chosen
-    )
+    return tuple(TargetPod(cpu, n, g, models, cnt / cum) for (cpu, n, g, models), cnt in chosen)
 
 
 # --------------------------------------------------------------------------- fragmentation
@@ -396,7 +396,9 @@ def cluster_fragmentation(nodes: Iterable[NodeState], ctx: PlacementContext) -> 
     return frag, free
 
 
-def _fgd_delta(node: NodeState, req: PodDemand, ctx: PlacementContext) -> tuple[float, tuple[int, ...]]:
+def _fgd_delta(
+    node: NodeState, req: PodDemand, ctx: PlacementContext
+) -> tuple[float, tuple[int, ...]]:
     """(fragmentation growth, GPUs) of the best GPU choice for `req` on `node`."""
     gpus = node.gpu_free_milli
     cpu_after = node.cpu_free_milli - req.cpu_milli
@@ -544,7 +546,9 @@ def choose(
     try:
         scorer = _SCORERS[policy]
     except KeyError:
-        raise ValueError(f"unknown placement policy {policy!r}; known: {', '.join(POLICIES)}") from None
+        raise ValueError(
+            f"unknown placement policy {policy!r}; known: {', '.join(POLICIES)}"
+        ) from None
     memo = ctx._scores.setdefault((policy, req), {}) if ctx.memo else None
     best = None
     ties: list[tuple[NodeState, tuple[int, ...] | None]] = []
@@ -642,11 +646,25 @@ def defragment(
         for idx, node in enumerate(nodes):
             if not model_ok(node, req):
                 continue
-            movers = sorted((r for r in residents.get(node.name, ()) if r.movable and r.req.num_gpu <= 1), key=_size)
-            sets = [(r,) for r in movers] if k == 1 else ([tuple(movers[:k])] if len(movers) >= k else [])
+            movers = sorted(
+                (r for r in residents.get(node.name, ()) if r.movable and r.req.num_gpu <= 1),
+                key=_size,
+            )
+            sets = (
+                [(r,) for r in movers]
+                if k == 1
+                else ([tuple(movers[:k])] if len(movers) >= k else [])
+            )
             for gone in sets:
                 if _fits_without(node, gone, req):
-                    found.append((tuple(sum(x) for x in zip(*(_size(r) for r in gone), strict=True)), idx, node, gone))
+                    found.append(
+                        (
+                            tuple(sum(x) for x in zip(*(_size(r) for r in gone), strict=True)),
+                            idx,
+                            node,
+                            gone,
+                        )
+                    )
             if len(found) >= max_candidates:
                 break
         found.sort(key=lambda t: (t[0], t[1]))
@@ -690,5 +708,12 @@ def choose_with_migration(
         res = _SCORERS[policy](trial, r, ctx)
         return Placement(trial.name, res[1] if res[1] is not None else default_gpus(trial, r))
 
-    return defragment(nodes, req, residents, lambda r, others: choose(policy, others, r, ctx), on,
-                      max_moves=1, max_candidates=max_candidates)
+    return defragment(
+        nodes,
+        req,
+        residents,
+        lambda r, others: choose(policy, others, r, ctx),
+        on,
+        max_moves=1,
+        max_candidates=max_candidates,
+    )

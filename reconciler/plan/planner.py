@@ -91,12 +91,18 @@ class _Run:
     actions: dict[str, Action] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     evicted: set[str] = field(default_factory=set)
-    evictions_on: dict[tuple[str, int], set[str]] = field(default_factory=dict)  # (node, gpu) -> eviction ids
+    evictions_on: dict[tuple[str, int], set[str]] = field(
+        default_factory=dict
+    )  # (node, gpu) -> eviction ids
     budget_left: int = 0
     team_usage: dict[str, Fraction] = field(default_factory=dict)
-    pool_whole_usage: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, pool) -> cards
+    pool_whole_usage: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (team, pool) -> cards
     generation: int = 0  # bumped whenever capacity is freed or repartitioned
-    failed: dict[tuple, int] = field(default_factory=dict)  # demand shape -> generation it failed at
+    failed: dict[tuple, int] = field(
+        default_factory=dict
+    )  # demand shape -> generation it failed at
     _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
 
@@ -104,7 +110,9 @@ class _Run:
         """FGD's target workload for a pool: the GPU requests observed there (whole cards as
         1000 milli, shared slices as their share of a card); a fixed seed for ties."""
         if pv.name not in self._placement:
-            slices = pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+            slices = (
+                pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+            )
             reqs = []
             for w in self.cluster.workloads.values():
                 if self.cluster.pool_of(w) != pv.name:
@@ -112,8 +120,14 @@ class _Run:
                 if w.request.gpus:
                     reqs.append(placement.PodDemand(num_gpu=w.request.gpus, gpu_milli=1000))
                 elif w.request.shared_slices:
-                    reqs.append(placement.PodDemand(num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)))
-            self._placement[pv.name] = placement.PlacementContext(target=placement.typical_workload(reqs), rng=random.Random(0))
+                    reqs.append(
+                        placement.PodDemand(
+                            num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)
+                        )
+                    )
+            self._placement[pv.name] = placement.PlacementContext(
+                target=placement.typical_workload(reqs), rng=random.Random(0)
+            )
         return self._placement[pv.name]
 
     # -- small helpers ---------------------------------------------------------------
@@ -123,7 +137,9 @@ class _Run:
         return action.id
 
     def find(self, severity: str, code: str, subject: str, message: str) -> None:
-        self.findings.append(Finding(severity=severity, code=code, subject=subject, message=message))
+        self.findings.append(
+            Finding(severity=severity, code=code, subject=subject, message=message)
+        )
 
     def pclass(self, name: str | None) -> PriorityClassSpec | None:
         return self.desired.priority_class(name)
@@ -168,7 +184,11 @@ class _Run:
         )
 
     def min_runtime(self) -> float:
-        return self.desired.priority.spec.preemption.min_runtime.total_seconds() if self.desired.priority else math.inf
+        return (
+            self.desired.priority.spec.preemption.min_runtime.total_seconds()
+            if self.desired.priority
+            else math.inf
+        )
 
     def _over_guarantee(self, w: Workload) -> bool:
         q = self.desired.quota_for_namespace(w.namespace)
@@ -179,33 +199,56 @@ class _Run:
         used = self.pool_whole_usage.get((q.team, pool), 0)
         return pq is None or used > pq.whole.guaranteed
 
-    def victims_for(self, workloads: list[Workload], preemptor_priority: int, classes: set[str]) -> list[Candidate]:
+    def victims_for(
+        self, workloads: list[Workload], preemptor_priority: int, classes: set[str]
+    ) -> list[Candidate]:
         cands = [
             self.candidate(w)
             for w in workloads
             if w.key not in self.evicted and (w.priority_class or self._default_class()) in classes
         ]
-        return order_victims(cands, preemptor_priority=preemptor_priority, min_runtime_seconds=self.min_runtime())
+        return order_victims(
+            cands, preemptor_priority=preemptor_priority, min_runtime_seconds=self.min_runtime()
+        )
 
     def _default_class(self) -> str | None:
         return self.desired.priority.spec.default_class if self.desired.priority else None
 
     # -- evictions ---------------------------------------------------------------------
-    def evict(self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None = None) -> str:
+    def evict(
+        self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None = None
+    ) -> str:
         """checkpoint (grace period) -> evict; frees the workload's GPUs in the working view."""
         cls = self.pclass(w.priority_class)
         deps: tuple[str, ...] = ()
         if not (cls and cls.spot):
-            grace = self.desired.priority.spec.preemption.checkpoint_grace_period if self.desired.priority else timedelta(0)
+            grace = (
+                self.desired.priority.spec.preemption.checkpoint_grace_period
+                if self.desired.priority
+                else timedelta(0)
+            )
             lost = self.seconds_since(w.last_checkpoint_at or w.started_at)
-            ck = self.add(Checkpoint(
-                id=f"checkpoint:{w.key}", target=w.key, pool=pool,
-                reason=f"ask {w.key} to checkpoint before it is stopped ({format_duration(lost or 0)} since its last checkpoint)",
-                grace_period_seconds=int(grace.total_seconds()), checkpointable=w.checkpointable,
-            ))
+            ck = self.add(
+                Checkpoint(
+                    id=f"checkpoint:{w.key}",
+                    target=w.key,
+                    pool=pool,
+                    reason=f"ask {w.key} to checkpoint before it is stopped ({format_duration(lost or 0)} since its last checkpoint)",
+                    grace_period_seconds=int(grace.total_seconds()),
+                    checkpointable=w.checkpointable,
+                )
+            )
             deps = (ck,)
-        fields = {"id": f"{kind}:{w.key}", "target": w.key, "pool": pool, "reason": reason, "depends_on": deps,
-                  "node": w.node, "gpus": tuple(sorted(a.gpu for a in w.allocations)), "priority_class": w.priority_class}
+        fields = {
+            "id": f"{kind}:{w.key}",
+            "target": w.key,
+            "pool": pool,
+            "reason": reason,
+            "depends_on": deps,
+            "node": w.node,
+            "gpus": tuple(sorted(a.gpu for a in w.allocations)),
+            "priority_class": w.priority_class,
+        }
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "")
         else:
@@ -221,7 +264,9 @@ class _Run:
         if team is not None:
             self.team_usage[team] = self.team_usage.get(team, Fraction(0)) - card_equivalents(w, pv)
             if w.request.gpus and pool:
-                self.pool_whole_usage[(team, pool)] = self.pool_whole_usage.get((team, pool), 0) - w.request.gpus
+                self.pool_whole_usage[(team, pool)] = (
+                    self.pool_whole_usage.get((team, pool), 0) - w.request.gpus
+                )
         self.cluster.release(w)
         self.freed()
         return aid
@@ -233,7 +278,11 @@ class _Run:
             hosts: dict[str, set[str]] = {}
             default = self._default_class()
             for w in self.cluster.workloads.values():
-                if w.phase == "Running" and w.request.gpus and self.cluster.node_pool.get(w.node or "") == pv.name:
+                if (
+                    w.phase == "Running"
+                    and w.request.gpus
+                    and self.cluster.node_pool.get(w.node or "") == pv.name
+                ):
                     hosts.setdefault(w.priority_class or default or "", set()).add(w.node)
             self._hosts[pv.name] = hosts
         hosts = self._hosts[pv.name]
@@ -259,7 +308,9 @@ def plan(desired: DesiredState, observed: ObservedState, now: datetime | None = 
     return plan_state(desired, observed, now)[0]
 
 
-def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | None = None) -> tuple[Plan, PlanFacts]:
+def plan_state(
+    desired: DesiredState, observed: ObservedState, now: datetime | None = None
+) -> tuple[Plan, PlanFacts]:
     """The plan, and the facts the controller's gauges and the change report read."""
     run = _Run(desired, observed, now or observed.observed_at, build_cluster(desired, observed))
     _init_usage(run)
@@ -280,20 +331,35 @@ def plan_state(desired: DesiredState, observed: ObservedState, now: datetime | N
         _warm_minimum(run, pv)
     for p in pending:
         if _pending_pool(run, p) is None:
-            run.find("warning", "no-pool", p.key, f"no pool can run it ({_describe_request(p.request)}); it stays pending")
+            run.find(
+                "warning",
+                "no-pool",
+                p.key,
+                f"no pool can run it ({_describe_request(p.request)}); it stays pending",
+            )
     _objects(run)
     _repartitions(run)
     _finish_drains(run)
     _check_no_overcommit(run.cluster)
     for node in run.cluster.unmatched_nodes:
-        run.find("info", "unmatched-node", node, "GPU node matches no pool's selector; gpupool leaves it alone")
+        run.find(
+            "info",
+            "unmatched-node",
+            node,
+            "GPU node matches no pool's selector; gpupool leaves it alone",
+        )
     result = Plan(
         revision=desired.revision,
         observed_at=run.now.isoformat(),
         actions=tuple(_ordered(run.actions)),
-        findings=tuple(sorted(run.findings, key=lambda f: (f.severity != "warning", f.subject, f.message))),
+        findings=tuple(
+            sorted(run.findings, key=lambda f: (f.severity != "warning", f.subject, f.message))
+        ),
         capacity={
-            pv.name: {**{f"{k}Now": v for k, v in pv.capacity(False).items()}, **{f"{k}After": v for k, v in pv.capacity(True).items()}}
+            pv.name: {
+                **{f"{k}Now": v for k, v in pv.capacity(False).items()},
+                **{f"{k}After": v for k, v in pv.capacity(True).items()},
+            }
             for pv in run.cluster.pools.values()
         },
     )
@@ -309,8 +375,14 @@ def _check_no_overcommit(cluster: ClusterView) -> None:
         if g.target_mode == "shared" and g.used_slices > g.target_slices:
             raise AssertionError(f"{g.key}: {g.used_slices} slices used of {g.target_slices}")
         if g.target_mode == "mig" and not g.used_instances <= set(g.target_instances):
-            raise AssertionError(f"{g.key}: instances {sorted(g.used_instances)} not in layout {g.target_instances}")
-        running = sorted(h for h in g.holders if h in cluster.workloads and cluster.workloads[h].phase == "Running")
+            raise AssertionError(
+                f"{g.key}: instances {sorted(g.used_instances)} not in layout {g.target_instances}"
+            )
+        running = sorted(
+            h
+            for h in g.holders
+            if h in cluster.workloads and cluster.workloads[h].phase == "Running"
+        )
         if g.changes and running:
             raise AssertionError(f"{g.key}: repartitioned while {running} still run on it")
 
@@ -331,16 +403,22 @@ def _init_usage(run: _Run) -> None:
         if team is None:
             continue
         pool = run.cluster.pool_of(w)
-        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + card_equivalents(w, run.pool_view(pool))
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + card_equivalents(
+            w, run.pool_view(pool)
+        )
         if w.request.gpus and pool:
-            run.pool_whole_usage[(team, pool)] = run.pool_whole_usage.get((team, pool), 0) + w.request.gpus
+            run.pool_whole_usage[(team, pool)] = (
+                run.pool_whole_usage.get((team, pool), 0) + w.request.gpus
+            )
 
 
 def _pending(run: _Run) -> list[Pending]:
     out = []
     for w in run.cluster.workloads.values():
         if w.phase == "Pending" and w.request.kind != "none":
-            out.append(Pending(w.key, w.namespace, w.request, w.priority_class, w.pool, w.created_at))
+            out.append(
+                Pending(w.key, w.namespace, w.request, w.priority_class, w.pool, w.created_at)
+            )
     return out
 
 
@@ -352,8 +430,14 @@ def _pending_pool(run: _Run, p: Pending) -> str | None:
             continue
         inf = pv.pool.spec.inference
         r = p.request
-        if r.gpus or (r.shared_slices and inf.shared) or (
-            r.mig and inf.mig and all(any(prof in lay.profiles for lay in inf.mig.layouts) for prof in r.mig)
+        if (
+            r.gpus
+            or (r.shared_slices and inf.shared)
+            or (
+                r.mig
+                and inf.mig
+                and all(any(prof in lay.profiles for lay in inf.mig.layouts) for prof in r.mig)
+            )
         ):
             return pv.name
     return None
@@ -378,25 +462,47 @@ def _scale(run: _Run) -> list[Pending]:
         for t in pol.spec.targets:
             svc = services.get(f"{t.namespace}/{t.name}")
             if svc is None:
-                run.find("warning", "scale-target-missing", f"{t.namespace}/{t.name}", f"ScalingPolicy/{name} targets a {t.kind} that was not observed")
+                run.find(
+                    "warning",
+                    "scale-target-missing",
+                    f"{t.namespace}/{t.name}",
+                    f"ScalingPolicy/{name} targets a {t.kind} that was not observed",
+                )
                 continue
             want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
             if want == svc.replicas:
                 continue
-            run.add(Scale(
-                id=f"scale:{svc.key}", target=svc.key, pool=pol.spec.pool, reason=why,
-                workload_kind=svc.kind, from_replicas=svc.replicas, to_replicas=want, policy=name,
-            ))
+            run.add(
+                Scale(
+                    id=f"scale:{svc.key}",
+                    target=svc.key,
+                    pool=pol.spec.pool,
+                    reason=why,
+                    workload_kind=svc.kind,
+                    from_replicas=svc.replicas,
+                    to_replicas=want,
+                    policy=name,
+                )
+            )
             for i in range(svc.replicas, want):
-                out.append(Pending(
-                    key=f"{svc.key}#replica-{i + 1}", namespace=svc.namespace, request=svc.replica_request,
-                    priority_class=svc.priority_class, pool=pol.spec.pool, created=run.now,
-                    borrow_from=tuple(pol.spec.borrow_from), origin=f"scale-up of {svc.key}",
-                ))
+                out.append(
+                    Pending(
+                        key=f"{svc.key}#replica-{i + 1}",
+                        namespace=svc.namespace,
+                        request=svc.replica_request,
+                        priority_class=svc.priority_class,
+                        pool=pol.spec.pool,
+                        created=run.now,
+                        borrow_from=tuple(pol.spec.borrow_from),
+                        origin=f"scale-up of {svc.key}",
+                    )
+                )
     return out
 
 
-def _desired_replicas(run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int) -> tuple[int, str]:
+def _desired_replicas(
+    run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int
+) -> tuple[int, str]:
     up, down = pol.spec.scale_up, pol.spec.scale_down
     n = svc.replicas
     if n < lo:
@@ -407,13 +513,24 @@ def _desired_replicas(run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: 
     per = svc.queue_length / max(n, 1) if svc.queue_length is not None else None
     wait = svc.pending_seconds_p99
     hot = []
-    if up.queue_length_per_replica is not None and per is not None and per > up.queue_length_per_replica:
+    if (
+        up.queue_length_per_replica is not None
+        and per is not None
+        and per > up.queue_length_per_replica
+    ):
         hot.append(f"queue {per:g}/replica > {up.queue_length_per_replica:g}")
     if up.pending_time is not None and wait is not None and wait > up.pending_time.total_seconds():
-        hot.append(f"p99 wait {format_duration(wait)} > {format_duration(up.pending_time.total_seconds())}")
+        hot.append(
+            f"p99 wait {format_duration(wait)} > {format_duration(up.pending_time.total_seconds())}"
+        )
     if hot:
         if n >= hi:
-            run.find("warning", "at-max-replicas", svc.key, f"wants to scale up ({'; '.join(hot)}) but is at its maximum of {hi} replicas")
+            run.find(
+                "warning",
+                "at-max-replicas",
+                svc.key,
+                f"wants to scale up ({'; '.join(hot)}) but is at its maximum of {hi} replicas",
+            )
             return n, ""
         if since is not None and since < up.cooldown.total_seconds():
             return n, ""
@@ -422,7 +539,10 @@ def _desired_replicas(run: _Run, pol: ScalingPolicy, svc: InferenceService, lo: 
     calm = per is not None and per < down.queue_length_per_replica
     if calm and n > lo and (since is None or since >= down.cooldown.total_seconds()):
         want = max(lo, n - down.step)
-        return want, f"queue {per:g}/replica < {down.queue_length_per_replica:g} for over {format_duration(down.cooldown.total_seconds())}: scale {svc.key} {n} -> {want}"
+        return (
+            want,
+            f"queue {per:g}/replica < {down.queue_length_per_replica:g} for over {format_duration(down.cooldown.total_seconds())}: scale {svc.key} {n} -> {want}",
+        )
     return n, ""
 
 
@@ -434,19 +554,40 @@ def _team_caps(run: _Run) -> None:
         cap = q.spec.max_gpus
         if cap is None or run.team_usage.get(q.team, 0) <= cap:
             continue
-        mine = [w for w in run.cluster.workloads.values() if w.phase == "Running" and w.namespace in q.spec.namespaces]
-        all_classes = {c.name for c in run.desired.priority.spec.classes} if run.desired.priority else set()
+        mine = [
+            w
+            for w in run.cluster.workloads.values()
+            if w.phase == "Running" and w.namespace in q.spec.namespaces
+        ]
+        all_classes = (
+            {c.name for c in run.desired.priority.spec.classes} if run.desired.priority else set()
+        )
         for c in run.victims_for(mine, INF_PRIORITY, all_classes):
             if run.team_usage[q.team] <= cap:
                 break
             if run.budget_left <= 0:
-                run.find("warning", "budget-spent", q.team, "over its cap but the preemption budget for this hour is spent")
+                run.find(
+                    "warning",
+                    "budget-spent",
+                    q.team,
+                    "over its cap but the preemption budget for this hour is spent",
+                )
                 break
             w = run.cluster.workloads[c.key]
             used = run.team_usage[q.team]
-            run.evict(w, "preempt", f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; {w.key} is its lowest-priority preemptible work", run.cluster.pool_of(w))
+            run.evict(
+                w,
+                "preempt",
+                f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; {w.key} is its lowest-priority preemptible work",
+                run.cluster.pool_of(w),
+            )
         if run.team_usage[q.team] > cap:
-            run.find("warning", "over-cap", q.team, f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: the rest is not preemptible yet")
+            run.find(
+                "warning",
+                "over-cap",
+                q.team,
+                f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: the rest is not preemptible yet",
+            )
 
 
 def _idle_reclaim(run: _Run) -> None:
@@ -465,14 +606,21 @@ def _idle_reclaim(run: _Run) -> None:
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = rule.idle_for.total_seconds()
             idle = [run.seconds_since(s.idle_since) for s in slots]
-            if any(s.utilization >= rule.utilization_below for s in slots) or any(i is None or i < limit for i in idle):
+            if any(s.utilization >= rule.utilization_below for s in slots) or any(
+                i is None or i < limit for i in idle
+            ):
                 continue
             cls = w.priority_class or run._default_class()
             if cls in rule.exclude_classes:
                 continue
             pc = run.pclass(cls)
             if pc is None or not pc.preemptible:
-                run.find("info", "idle-protected", w.key, f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible")
+                run.find(
+                    "info",
+                    "idle-protected",
+                    w.key,
+                    f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible",
+                )
                 continue
             why = f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) for {format_duration(min(idle))} (limit {format_duration(limit)})"
             if rule.action == "report":
@@ -488,7 +636,9 @@ def _idle_reclaim(run: _Run) -> None:
 def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
     """Drop demand that would break a team cap or borrowing limit; highest priority first."""
     out = []
-    pending = sorted(pending, key=lambda p: (-run.priority(p.priority_class), p.created or run.now, p.key))
+    pending = sorted(
+        pending, key=lambda p: (-run.priority(p.priority_class), p.created or run.now, p.key)
+    )
     for p in pending:
         team = run.team(p.namespace)
         pool = _pending_pool(run, p)
@@ -498,18 +648,30 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
             q = run.desired.quota_for_namespace(p.namespace)
             used = run.team_usage.get(team, Fraction(0))
             if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
-                run.find("info", "held-cap", p.key, f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}")
+                run.find(
+                    "info",
+                    "held-cap",
+                    p.key,
+                    f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}",
+                )
                 continue
             pq = next((x for x in q.spec.pools if x.pool == pool), None)
             if p.request.gpus and pq is not None and pq.whole.borrowing_limit is not None:
                 whole = run.pool_whole_usage.get((team, pool), 0)
                 limit = pq.whole.guaranteed + pq.whole.borrowing_limit
                 if whole + p.request.gpus > limit:
-                    run.find("info", "held-borrowing", p.key, f"held: team {team} would hold {whole + p.request.gpus} whole GPUs in {pool}, over guarantee + borrowing ({limit})")
+                    run.find(
+                        "info",
+                        "held-borrowing",
+                        p.key,
+                        f"held: team {team} would hold {whole + p.request.gpus} whole GPUs in {pool}, over guarantee + borrowing ({limit})",
+                    )
                     continue
             run.team_usage[team] = used + need
             if p.request.gpus and pool:
-                run.pool_whole_usage[(team, pool)] = run.pool_whole_usage.get((team, pool), 0) + p.request.gpus
+                run.pool_whole_usage[(team, pool)] = (
+                    run.pool_whole_usage.get((team, pool), 0) + p.request.gpus
+                )
         out.append(p)
     return out
 
@@ -563,8 +725,15 @@ def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
     states, cards = [], {}
     for node in ranked:
         slots = pv.by_node()[node]
-        states.append(placement.NodeState(node, pv.pool.spec.gpu_model, UNMETERED, UNMETERED,
-                                          [g.free_slices * 1000 // slices if g.target_mode == "shared" else 0 for g in slots]))
+        states.append(
+            placement.NodeState(
+                node,
+                pv.pool.spec.gpu_model,
+                UNMETERED,
+                UNMETERED,
+                [g.free_slices * 1000 // slices if g.target_mode == "shared" else 0 for g in slots],
+            )
+        )
         cards[node] = slots
     req = placement.PodDemand(num_gpu=1, gpu_milli=-(-k * 1000 // slices))
     chosen = placement.choose(PLACEMENT_POLICY, states, req, run.placement_ctx(pv))
@@ -599,46 +768,86 @@ def _inference_budget(pv: PoolView) -> int:
     spec = pv.pool.spec
     now_inf = len(pv.inference_slots())
     whole = len(pv.gpus) - now_inf
-    by_max = (spec.inference.max_gpus - now_inf) if spec.inference.max_gpus is not None else len(pv.gpus)
+    by_max = (
+        (spec.inference.max_gpus - now_inf) if spec.inference.max_gpus is not None else len(pv.gpus)
+    )
     return max(0, min(by_max, whole - spec.training.min_gpus))
 
 
-def _convert(run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str) -> None:
+def _convert(
+    run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str
+) -> None:
     run.freed()
     if mode == "mig":
-        pv.repartition(g, mode, layout=layout, instances=run.desired.catalog.place(pv.model, list(layout)) or [], why=why)
+        pv.repartition(
+            g,
+            mode,
+            layout=layout,
+            instances=run.desired.catalog.place(pv.model, list(layout)) or [],
+            why=why,
+        )
     elif mode == "shared":
         pv.repartition(g, mode, slices=pv.pool.spec.inference.shared.slices_per_gpu, why=why)
     else:
         pv.repartition(g, mode, why=why)
 
 
-def _free_cards(run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str) -> list[GpuSlot]:
+def _free_cards(
+    run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str
+) -> list[GpuSlot]:
     """Up to n whole cards to repartition: empty ones first, then by preemption if allowed."""
     inf_nodes = Counter(g.node for g in pv.gpus if g.target_mode != "whole")
     empty = [g for g in pv.gpus if g.free_whole]
     free_on = Counter(g.node for g in empty)
     # Next to existing inference first, then from the most fragmented nodes, so that whole
     # free nodes stay whole for multi-card training.
-    drained = {n for n, node in pv.nodes.items() if node.unschedulable and CORDONED_FOR_ANN in node.annotations}
+    drained = {
+        n
+        for n, node in pv.nodes.items()
+        if node.unschedulable and CORDONED_FOR_ANN in node.annotations
+    }
     # A node gpupool already drained for a repartition first: an interrupted change finishes
     # where it began instead of starting over elsewhere.
-    empty.sort(key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index))
+    empty.sort(
+        key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index)
+    )
     chosen = empty[:n]
     if len(chosen) >= n or preemptor is None:
         return chosen
     classes = run.victim_classes(preemptor.priority_class, preemptor.borrow_from)
-    holders = sorted({h for g in pv.gpus if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
+    holders = sorted(
+        {
+            h
+            for g in pv.gpus
+            if g.target_mode == "whole"
+            for h in g.holders
+            if h in run.cluster.workloads
+        }
+    )
     workloads = [run.cluster.workloads[h] for h in holders]
     for c in run.victims_for(workloads, run.priority(preemptor.priority_class), classes):
         if len(chosen) >= n:
             break
         if run.budget_left <= 0:
-            run.find("warning", "budget-spent", preemptor.key, "needs preemption but the preemption budget for this hour is spent")
+            run.find(
+                "warning",
+                "budget-spent",
+                preemptor.key,
+                "needs preemption but the preemption budget for this hour is spent",
+            )
             break
         w = run.cluster.workloads[c.key]
-        slots = [run.cluster.slot[(w.node, a.gpu)] for a in w.allocations if (w.node, a.gpu) in run.cluster.slot]
-        run.evict(w, "preempt", f"{why}; {w.key} ({w.priority_class}) is the cheapest preemptible victim", pv.name)
+        slots = [
+            run.cluster.slot[(w.node, a.gpu)]
+            for a in w.allocations
+            if (w.node, a.gpu) in run.cluster.slot
+        ]
+        run.evict(
+            w,
+            "preempt",
+            f"{why}; {w.key} ({w.priority_class}) is the cheapest preemptible victim",
+            pv.name,
+        )
         chosen.extend(s for s in slots if s.free_whole and s not in chosen)
     return chosen[:n]
 
@@ -670,18 +879,30 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         wants += [("shared", ())] * len(bins)
     budget = _inference_budget(pv)
     if len(wants) > budget:
-        run.find("warning", "inference-limit", pv.name, f"inference needs {len(wants)} more cards but the pool allows {budget} more (maxGPUs / training minGPUs)")
+        run.find(
+            "warning",
+            "inference-limit",
+            pv.name,
+            f"inference needs {len(wants)} more cards but the pool allows {budget} more (maxGPUs / training minGPUs)",
+        )
         wants = wants[:budget]
     if wants:
         top = unplaced[0]  # highest priority first (admission sorted them)
-        demand = ", ".join(_describe_request(p.request) for p in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
+        demand = ", ".join(_describe_request(p.request) for p in unplaced[:3]) + (
+            " ..." if len(unplaced) > 3 else ""
+        )
         why = f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity in {pv.name} ({demand})"
         cards = _free_cards(run, pv, len(wants), top, why)
         for g, (mode, layout) in zip(cards, wants, strict=False):
             _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
     for p in unplaced:
         if not _place_inference(run, pv, p):
-            run.find("warning", "waits", p.key, f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle")
+            run.find(
+                "warning",
+                "waits",
+                p.key,
+                f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle",
+            )
 
 
 def _warm_minimum(run: _Run, pv: PoolView) -> None:
@@ -699,13 +920,28 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
     else:
         return
     cards = _free_cards(
-        run, pv, min(short, _inference_budget(pv)), _inference_preemptor(run, pv),
+        run,
+        pv,
+        min(short, _inference_budget(pv)),
+        _inference_preemptor(run, pv),
         f"Pool/{pv.name} keeps inference.minGPUs={inf.min_gpus} cards for inference and has {have}",
     )
     for g in cards:
-        _convert(run, g, pv, mode, layout, why=f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm")
+        _convert(
+            run,
+            g,
+            pv,
+            mode,
+            layout,
+            why=f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm",
+        )
     if len(cards) < short:
-        run.find("info", "warm-short", pv.name, f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take")
+        run.find(
+            "info",
+            "warm-short",
+            pv.name,
+            f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take",
+        )
 
 
 def _inference_preemptor(run: _Run, pv: PoolView) -> Pending | None:
@@ -714,11 +950,22 @@ def _inference_preemptor(run: _Run, pv: PoolView) -> Pending | None:
     if run.desired.priority is None:
         return None
     preemptors = {r.preemptor for r in run.desired.priority.spec.preemption.rules}
-    classes = [c for c in run.desired.priority.spec.classes if c.workload == "inference" and c.name in preemptors]
+    classes = [
+        c
+        for c in run.desired.priority.spec.classes
+        if c.workload == "inference" and c.name in preemptors
+    ]
     if not classes:
         return None
     top = max(classes, key=lambda c: (c.value, c.name))
-    return Pending(key=f"Pool/{pv.name}", namespace="", request=Request(), priority_class=top.name, pool=pv.name, created=None)
+    return Pending(
+        key=f"Pool/{pv.name}",
+        namespace="",
+        request=Request(),
+        priority_class=top.name,
+        pool=pv.name,
+        created=None,
+    )
 
 
 # --------------------------------------------------------------------------- 6. training
@@ -747,7 +994,12 @@ def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
     if not shortlist:
         return None
     states = [_whole_state(pv, node) for node in shortlist]
-    chosen = placement.choose(PLACEMENT_POLICY, states, placement.PodDemand(num_gpu=n, gpu_milli=1000), run.placement_ctx(pv))
+    chosen = placement.choose(
+        PLACEMENT_POLICY,
+        states,
+        placement.PodDemand(num_gpu=n, gpu_milli=1000),
+        run.placement_ctx(pv),
+    )
     if chosen is None:  # pragma: no cover - every shortlisted node fits
         return None
     got = _gang_on(pv.by_node()[chosen.node], n, pv.pool.spec.training.topology)
@@ -758,7 +1010,13 @@ def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
 def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
     """A node as the placement policies see it for whole-card demand: free cards are 1000 milli."""
     slots = pv.by_node()[node]
-    return placement.NodeState(node, pv.pool.spec.gpu_model, UNMETERED, UNMETERED, [1000 if g.free_whole else 0 for g in slots])
+    return placement.NodeState(
+        node,
+        pv.pool.spec.gpu_model,
+        UNMETERED,
+        UNMETERED,
+        [1000 if g.free_whole else 0 for g in slots],
+    )
 
 
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
@@ -768,7 +1026,12 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             continue
         n = p.request.gpus
         if n > largest:
-            run.find("warning", "too-large", p.key, f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer")
+            run.find(
+                "warning",
+                "too-large",
+                p.key,
+                f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer",
+            )
             continue
         # The same shape of demand failed and nothing was freed since: it fails again.
         shape = (pv.name, n, p.priority_class, p.borrow_from)
@@ -777,7 +1040,12 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         ):
             continue
         run.failed[shape] = run.generation
-        run.find("info", "waits", p.key, f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle")
+        run.find(
+            "info",
+            "waits",
+            p.key,
+            f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle",
+        )
 
 
 def _gang_steps(run: _Run, p: Pending) -> tuple:
@@ -809,7 +1077,13 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     _, node, back = min(options, key=lambda o: (o[0], o[1]))
     for g in back:
-        _convert(run, g, pv, "whole", why=f"pending training {p.key} needs {n} whole cards on one node and these inference cards are empty")
+        _convert(
+            run,
+            g,
+            pv,
+            "whole",
+            why=f"pending training {p.key} needs {n} whole cards on one node and these inference cards are empty",
+        )
     got = _place_gang(run, pv, p)
     assert got is not None
     return True
@@ -825,31 +1099,57 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
     for node in run.nodes_hosting(pv, classes):
         slots = pv.by_node()[node]
         free = pv.free_whole_on(node)
-        ws = sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads})
+        ws = sorted(
+            {
+                h
+                for g in slots
+                if g.target_mode == "whole"
+                for h in g.holders
+                if h in run.cluster.workloads
+            }
+        )
         victims = run.victims_for([run.cluster.workloads[h] for h in ws], prio, classes)
         take, freed = [], free
         for c in victims:
             if freed >= n:
                 break
             take.append(c)
-            freed += sum(1 for a in run.cluster.workloads[c.key].allocations if run.cluster.slot.get((node, a.gpu)) is not None)
+            freed += sum(
+                1
+                for a in run.cluster.workloads[c.key].allocations
+                if run.cluster.slot.get((node, a.gpu)) is not None
+            )
         if freed < n or len(take) > run.budget_left:
             continue
-        cost = (max(c.priority for c in take) if take else -INF_PRIORITY, len(take), sum(c.seconds_since_checkpoint for c in take), node)
+        cost = (
+            max(c.priority for c in take) if take else -INF_PRIORITY,
+            len(take),
+            sum(c.seconds_since_checkpoint for c in take),
+            node,
+        )
         if best is None or cost < best[0]:
             best = (cost, take)
     if best is None:
         return False
     for c in best[1]:
         w = run.cluster.workloads[c.key]
-        run.evict(w, "preempt", f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no node has {p.request.gpus} free whole cards for it", pv.name)
+        run.evict(
+            w,
+            "preempt",
+            f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no node has {p.request.gpus} free whole cards for it",
+            pv.name,
+        )
     return _place_gang(run, pv, p) is not None
 
 
 def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     """Move a few one-card workloads off the node closest to fitting gang `p` (the shared
     defragmenter, `placement.defragment`), each to a free card elsewhere, then place `p`."""
-    rules = [m.spec.defragmentation for m in run.desired.maintenance_for(pv.name) if m.spec.defragmentation and m.spec.defragmentation.enabled]
+    rules = [
+        m.spec.defragmentation
+        for m in run.desired.maintenance_for(pv.name)
+        if m.spec.defragmentation and m.spec.defragmentation.enabled
+    ]
     if not rules:
         return False
     rule = rules[0]
@@ -866,19 +1166,49 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     one_card = placement.PodDemand(num_gpu=1, gpu_milli=1000)
     for node in names:
         slots = by_node[node]
-        for key in sorted({h for g in slots if g.target_mode == "whole" for h in g.holders if h in run.cluster.workloads}):
+        for key in sorted(
+            {
+                h
+                for g in slots
+                if g.target_mode == "whole"
+                for h in g.holders
+                if h in run.cluster.workloads
+            }
+        ):
             w = run.cluster.workloads[key]
             if len(w.allocations) != 1 or w.key in run.evicted:
                 continue
             at = next(i for i, g in enumerate(slots) if g.index == w.allocations[0].gpu)
-            residents.setdefault(node, []).append(placement.Resident(
-                key, one_card, placement.Placement(node, (at,)), movable=w.migratable or not rule.only_migratable))
+            residents.setdefault(node, []).append(
+                placement.Resident(
+                    key,
+                    one_card,
+                    placement.Placement(node, (at,)),
+                    movable=w.migratable or not rule.only_migratable,
+                )
+            )
 
-    def first_free(req: placement.PodDemand, others: list[placement.NodeState]) -> placement.Placement | None:
-        return next((placement.Placement(o.name, (i,)) for o in others for i, f in enumerate(o.gpu_free_milli) if f >= req.gpu_milli), None)
+    def first_free(
+        req: placement.PodDemand, others: list[placement.NodeState]
+    ) -> placement.Placement | None:
+        return next(
+            (
+                placement.Placement(o.name, (i,))
+                for o in others
+                for i, f in enumerate(o.gpu_free_milli)
+                if f >= req.gpu_milli
+            ),
+            None,
+        )
 
-    found = placement.defragment(states, placement.PodDemand(num_gpu=n, gpu_milli=1000), residents,
-                                 first_free, lambda trial, req: placement.Placement(trial.name, ()), max_moves=moves)
+    found = placement.defragment(
+        states,
+        placement.PodDemand(num_gpu=n, gpu_milli=1000),
+        residents,
+        first_free,
+        lambda trial, req: placement.Placement(trial.name, ()),
+        max_moves=moves,
+    )
     if found is None:
         return False
     _, migrations = found
@@ -886,8 +1216,13 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         w = run.cluster.workloads[m.key]
         dest = by_node[m.target.node][m.target.gpus[0]]
         pv.reserve([dest], w.key)
-        run.evict(w, "move", f"defragment {m.source.node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node",
-                  pv.name, target=dest.node)
+        run.evict(
+            w,
+            "move",
+            f"defragment {m.source.node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node",
+            pv.name,
+            target=dest.node,
+        )
     return _place_gang(run, pv, p) is not None
 
 
@@ -908,30 +1243,48 @@ def _objects(run: _Run) -> None:
         if cur is not None and cur.hard == hard:
             continue
         verb = "create" if cur is None else "update"
-        changed = sorted(k for k in set(hard) | set(cur.hard if cur else {}) if (cur.hard.get(k) if cur else None) != hard.get(k))
-        run.add(ApplyQuota(
-            id=f"quota:{ns}/{name}", target=f"{ns}/{name}",
-            reason=f"{verb} ResourceQuota for team {run.team(ns)}: " + ", ".join(f"{k}={hard.get(k, '(removed)')}" for k in changed),
-            verb=verb, hard=hard, previous=cur.hard if cur else None,
-        ))
+        changed = sorted(
+            k
+            for k in set(hard) | set(cur.hard if cur else {})
+            if (cur.hard.get(k) if cur else None) != hard.get(k)
+        )
+        run.add(
+            ApplyQuota(
+                id=f"quota:{ns}/{name}",
+                target=f"{ns}/{name}",
+                reason=f"{verb} ResourceQuota for team {run.team(ns)}: "
+                + ", ".join(f"{k}={hard.get(k, '(removed)')}" for k in changed),
+                verb=verb,
+                hard=hard,
+                previous=cur.hard if cur else None,
+            )
+        )
     classes = {c.name: c for c in run.observed.priority_classes}
     for name, (value, policy) in desired_priority_classes(run.desired).items():
         cur = classes.get(name)
         if cur is not None and cur.value == value and cur.preemption_policy == policy:
             continue
-        run.add(ApplyPriorityClass(
-            id=f"priority-class:{name}", target=name,
-            reason=f"{'create' if cur is None else 'update'} PriorityClass {name} (value {value}, preemptionPolicy {policy})",
-            value=value, preemption_policy=policy,
-        ))
+        run.add(
+            ApplyPriorityClass(
+                id=f"priority-class:{name}",
+                target=name,
+                reason=f"{'create' if cur is None else 'update'} PriorityClass {name} (value {value}, preemptionPolicy {policy})",
+                value=value,
+                preemption_policy=policy,
+            )
+        )
     for pv in run.cluster.pools.values():
         for node in sorted(pv.nodes):
             if pv.nodes[node].labels.get(POOL_LABEL) != pv.name:
-                run.add(LabelNode(
-                    id=f"label-node:{node}", target=node, pool=pv.name,
-                    reason=f"{node} matches Pool/{pv.name}'s selector; label it {POOL_LABEL}={pv.name}",
-                    labels={POOL_LABEL: pv.name},
-                ))
+                run.add(
+                    LabelNode(
+                        id=f"label-node:{node}",
+                        target=node,
+                        pool=pv.name,
+                        reason=f"{node} matches Pool/{pv.name}'s selector; label it {POOL_LABEL}={pv.name}",
+                        labels={POOL_LABEL: pv.name},
+                    )
+                )
 
 
 # --------------------------------------------------------------------------- 8. repartitions
@@ -943,28 +1296,59 @@ def _repartitions(run: _Run) -> None:
             changed = [g for g in slots if g.changes]
             if not changed:
                 continue
-            evictions = sorted(set().union(*(run.evictions_on.get((node, g.index), set()) for g in changed)))
+            evictions = sorted(
+                set().union(*(run.evictions_on.get((node, g.index), set()) for g in changed))
+            )
             mig = any("mig" in (g.mode, g.target_mode) for g in changed)
-            cordon = run.add(Cordon(
-                id=f"cordon:{node}", target=node, pool=pv.name,
-                reason=f"stop new pods on {node} while {len(changed)} GPU(s) are repartitioned",
-            ))
-            cards = tuple(CardChange(gpu=g.index, before=g.describe(), after=g.describe(target=True)) for g in changed)
+            cordon = run.add(
+                Cordon(
+                    id=f"cordon:{node}",
+                    target=node,
+                    pool=pv.name,
+                    reason=f"stop new pods on {node} while {len(changed)} GPU(s) are repartitioned",
+                )
+            )
+            cards = tuple(
+                CardChange(gpu=g.index, before=g.describe(), after=g.describe(target=True))
+                for g in changed
+            )
             summary = "; ".join(f"gpu{c.gpu}: {c.before} -> {c.after}" for c in cards)
-            shared = tuple(CardSlices(gpu=g.index, slices=g.target_slices) for g in slots if g.target_mode == "shared")
-            why = "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
-            common = {"target": node, "pool": pv.name, "reason": f"{summary} ({why})",
-                      "depends_on": (cordon, *evictions), "cards": cards, "shared_slices": shared}
+            shared = tuple(
+                CardSlices(gpu=g.index, slices=g.target_slices)
+                for g in slots
+                if g.target_mode == "shared"
+            )
+            why = (
+                "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
+            )
+            common = {
+                "target": node,
+                "pool": pv.name,
+                "reason": f"{summary} ({why})",
+                "depends_on": (cordon, *evictions),
+                "cards": cards,
+                "shared_slices": shared,
+            }
             if mig:
-                layout = tuple(CardLayout(gpu=g.index, profiles=tuple(g.target_layout) if g.target_mode == "mig" else None)
-                               for g in slots)
+                layout = tuple(
+                    CardLayout(
+                        gpu=g.index,
+                        profiles=tuple(g.target_layout) if g.target_mode == "mig" else None,
+                    )
+                    for g in slots
+                )
                 rc = run.add(MigReconfigure(id=f"mig-reconfigure:{node}", layout=layout, **common))
             else:
                 rc = run.add(SetSharing(id=f"set-sharing:{node}", **common))
-            run.add(Uncordon(
-                id=f"uncordon:{node}", target=node, pool=pv.name,
-                reason=f"{node} is repartitioned; schedule on it again", depends_on=(rc,),
-            ))
+            run.add(
+                Uncordon(
+                    id=f"uncordon:{node}",
+                    target=node,
+                    pool=pv.name,
+                    reason=f"{node} is repartitioned; schedule on it again",
+                    depends_on=(rc,),
+                )
+            )
 
 
 def _finish_drains(run: _Run) -> None:
@@ -975,10 +1359,14 @@ def _finish_drains(run: _Run) -> None:
                 continue
             if f"cordon:{name}" in run.actions:
                 continue
-            run.add(Uncordon(
-                id=f"uncordon:{name}", target=name, pool=pv.name,
-                reason=f"{name} was cordoned by gpupool for a repartition that is complete; schedule on it again",
-            ))
+            run.add(
+                Uncordon(
+                    id=f"uncordon:{name}",
+                    target=name,
+                    pool=pv.name,
+                    reason=f"{name} was cordoned by gpupool for a repartition that is complete; schedule on it again",
+                )
+            )
 
 
 def _ordered(actions: dict[str, Action]) -> list[Action]:

@@ -45,16 +45,26 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
             pool = desired.pools.get(pq.pool)
             model = desired.gpu_model(pool) if pool else None
             if pq.whole.guaranteed or pq.whole.borrowing_limit:
-                add("requests." + GPU_RESOURCE, _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap))
+                add(
+                    "requests." + GPU_RESOURCE,
+                    _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap),
+                )
             for prof, a in sorted(pq.mig.items()):
-                res = model.profiles[prof].resource_name if model and prof in model.profiles else mig_resource(prof)
+                res = (
+                    model.profiles[prof].resource_name
+                    if model and prof in model.profiles
+                    else mig_resource(prof)
+                )
                 add(f"requests.{res}", _limit(a.guaranteed, a.borrowing_limit, None))
             sh = pool.spec.inference.shared if pool else None
             if pq.shared_memory is not None and sh is not None:
                 per = quantity_bytes(sh.memory_per_slice)
                 g = math.ceil(quantity_bytes(pq.shared_memory.guaranteed) / per)
                 b = pq.shared_memory.borrowing_limit
-                add(f"requests.{SHARED_RESOURCE}", _limit(g, math.ceil(quantity_bytes(b) / per) if b else None, None))
+                add(
+                    f"requests.{SHARED_RESOURCE}",
+                    _limit(g, math.ceil(quantity_bytes(b) / per) if b else None, None),
+                )
         if cap is not None and "requests." + GPU_RESOURCE not in hard:
             hard["requests." + GPU_RESOURCE] = cap
         final = {k: str(v) for k, v in sorted(hard.items()) if k not in unlimited}
@@ -68,4 +78,7 @@ def desired_priority_classes(desired: DesiredState) -> dict[str, tuple[int, str]
     scheduler's own preemption is off (`Never`): it must not evict behind the plan's back."""
     if desired.priority is None:
         return {}
-    return {c.name: (c.value, "Never") for c in sorted(desired.priority.spec.classes, key=lambda c: c.name)}
+    return {
+        c.name: (c.value, "Never")
+        for c in sorted(desired.priority.spec.classes, key=lambda c: c.name)
+    }

@@ -11,9 +11,18 @@ GITHUB_COMMENT_LIMIT = 65536
 MARKDOWN_BUDGET = 60000  # leave room for a header/footer added by the workflow
 
 SYMBOL = {
-    "cordon": "~", "checkpoint": "!", "preempt": "-", "reclaim": "-", "move": ">",
-    "mig-reconfigure": "~", "set-sharing": "~", "uncordon": "~", "scale": "~",
-    "quota": "+", "priority-class": "+", "label-node": "+",
+    "cordon": "~",
+    "checkpoint": "!",
+    "preempt": "-",
+    "reclaim": "-",
+    "move": ">",
+    "mig-reconfigure": "~",
+    "set-sharing": "~",
+    "uncordon": "~",
+    "scale": "~",
+    "quota": "+",
+    "priority-class": "+",
+    "label-node": "+",
 }
 
 
@@ -73,7 +82,9 @@ def to_markdown(plan: Plan, title: str = "gpupool plan", budget: int = MARKDOWN_
     """Fits a GitHub comment: summary first, details collapsed, truncated with a note if huge."""
     head = [f"### {title}", "", f"**{plan.summary}**", ""]
     if plan.revision:
-        head.append(f"Desired revision `{plan.revision[:12]}`, observed state of {plan.observed_at}.")
+        head.append(
+            f"Desired revision `{plan.revision[:12]}`, observed state of {plan.observed_at}."
+        )
         head.append("")
     if plan.capacity:
         head += ["| pool | now (whole / MIG / shared) | after |", "|---|---|---|"]
@@ -93,7 +104,10 @@ def to_markdown(plan: Plan, title: str = "gpupool plan", budget: int = MARKDOWN_
         body += _md_table(rest) + ["", "</details>", ""]
     if plan.findings:
         body += [f"<details><summary>Findings ({len(plan.findings)})</summary>", ""]
-        body += [f"- **{f.severity}** `{_md_escape(f.subject)}`: {_md_escape(f.message)}" for f in plan.findings]
+        body += [
+            f"- **{f.severity}** `{_md_escape(f.subject)}`: {_md_escape(f.message)}"
+            for f in plan.findings
+        ]
         body += ["", "</details>", ""]
     return fit_markdown(head, body, budget)
 
@@ -110,9 +124,14 @@ def fit_markdown(head: list[str], body: list[str], budget: int) -> str:
             continue
         out.append(line)
         size += len(line) + 1
-    if any(line.startswith("<details") for line in out) and out.count("</details>") < sum(1 for x in out if x.startswith("<details")):
+    if any(line.startswith("<details") for line in out) and out.count("</details>") < sum(
+        1 for x in out if x.startswith("<details")
+    ):
         out += ["", "</details>"]
-    out += ["", f"> Truncated: {dropped} more lines did not fit in one comment. Run `gpupool plan --format text` for the full plan."]
+    out += [
+        "",
+        f"> Truncated: {dropped} more lines did not fit in one comment. Run `gpupool plan --format text` for the full plan.",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -133,7 +152,11 @@ def _rev(r: str | None) -> str:
 
 
 def change_to_text(report) -> str:
-    lines = [report.summary(), f"Base {_rev(report.base_revision)} -> head {_rev(report.head_revision)}; head is valid.", ""]
+    lines = [
+        report.summary(),
+        f"Base {_rev(report.base_revision)} -> head {_rev(report.head_revision)}; head is valid.",
+        "",
+    ]
     if report.gates:
         lines.append("Safety gates tripped:")
         lines += [f"  ! {g}" for g in report.gates]
@@ -141,17 +164,27 @@ def change_to_text(report) -> str:
     lines.append("GPUs by partition after planning (whole / MIG / shared):")
     for pool, c in sorted(report.capacity.items()):
         b, h, d = c["base"], c["head"], c["delta"]
-        lines.append(f"  {pool}: {b['whole']}/{b['mig']}/{b['shared']} -> {h['whole']}/{h['mig']}/{h['shared']}"
-                     f"  (whole {d['whole']:+d}, MIG {d['mig']:+d}, shared {d['shared']:+d})")
+        lines.append(
+            f"  {pool}: {b['whole']}/{b['mig']}/{b['shared']} -> {h['whole']}/{h['mig']}/{h['shared']}"
+            f"  (whole {d['whole']:+d}, MIG {d['mig']:+d}, shared {d['shared']:+d})"
+        )
     if report.policy_changes:
         lines += ["", "Policy changes:"] + [f"  {c}" for c in report.policy_changes]
     if report.quota_changes:
         lines += ["", "Quota objects:"]
         for key, diff in sorted(report.quota_changes.items()):
-            lines.append(f"  {key}: " + (", ".join(f"{r} {a or '-'} -> {b or '-'}" for r, (a, b) in diff.items()) or "created/deleted"))
+            lines.append(
+                f"  {key}: "
+                + (
+                    ", ".join(f"{r} {a or '-'} -> {b or '-'}" for r, (a, b) in diff.items())
+                    or "created/deleted"
+                )
+            )
     if report.repartitions:
         lines += ["", f"Repartitioned GPUs ({len(report.repartitions)}):"]
-        lines += [f"  {r.node}/gpu{r.gpu} ({r.pool}): {r.base} -> {r.head}" for r in report.repartitions]
+        lines += [
+            f"  {r.node}/gpu{r.gpu} ({r.pool}): {r.base} -> {r.head}" for r in report.repartitions
+        ]
     if report.disruptions:
         lines += ["", f"Workloads disrupted ({len(report.disruptions)}):"]
         lines += [f"  {d.kind:<8} {d.workload}: {d.reason}" for d in report.disruptions]
@@ -161,37 +194,71 @@ def change_to_text(report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def change_to_markdown(report, title: str = "gpupool plan for this change", budget: int = MARKDOWN_BUDGET) -> str:
+def change_to_markdown(
+    report, title: str = "gpupool plan for this change", budget: int = MARKDOWN_BUDGET
+) -> str:
     icon = ":no_entry:" if report.gates else ":white_check_mark:"
-    head = [f"### {title}", "", f"{icon} **{report.summary()}**", "",
-            f"Base `{_rev(report.base_revision)}` → head `{_rev(report.head_revision)}`. The head revision is valid.", ""]
+    head = [
+        f"### {title}",
+        "",
+        f"{icon} **{report.summary()}**",
+        "",
+        f"Base `{_rev(report.base_revision)}` → head `{_rev(report.head_revision)}`. The head revision is valid.",
+        "",
+    ]
     if report.gates:
-        head += ["**Safety gates tripped** (the change is refused):", ""] + [f"- {_md_escape(g)}" for g in report.gates] + [""]
-    head += ["| pool | base (whole / MIG / shared) | head | Δ whole | Δ MIG | Δ shared |", "|---|---|---|---|---|---|"]
+        head += (
+            ["**Safety gates tripped** (the change is refused):", ""]
+            + [f"- {_md_escape(g)}" for g in report.gates]
+            + [""]
+        )
+    head += [
+        "| pool | base (whole / MIG / shared) | head | Δ whole | Δ MIG | Δ shared |",
+        "|---|---|---|---|---|---|",
+    ]
     for pool, c in sorted(report.capacity.items()):
         b, h, d = c["base"], c["head"], c["delta"]
-        head.append(f"| {pool} | {b['whole']} / {b['mig']} / {b['shared']} | {h['whole']} / {h['mig']} / {h['shared']} | {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |")
+        head.append(
+            f"| {pool} | {b['whole']} / {b['mig']} / {b['shared']} | {h['whole']} / {h['mig']} / {h['shared']} | {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |"
+        )
     head.append("")
     body: list[str] = []
     if report.disruptions:
-        body += [f"<details open><summary>Workloads disrupted ({len(report.disruptions)})</summary>", "",
-                 "| workload | action | reason |", "|---|---|---|"]
-        body += [f"| `{d.workload}` | `{d.kind}` | {_md_escape(d.reason)} |" for d in report.disruptions]
+        body += [
+            f"<details open><summary>Workloads disrupted ({len(report.disruptions)})</summary>",
+            "",
+            "| workload | action | reason |",
+            "|---|---|---|",
+        ]
+        body += [
+            f"| `{d.workload}` | `{d.kind}` | {_md_escape(d.reason)} |" for d in report.disruptions
+        ]
         body += ["", "</details>", ""]
     if report.repartitions:
-        body += [f"<details open><summary>GPUs repartitioned ({len(report.repartitions)})</summary>", "",
-                 "| node | GPU | before | after |", "|---|---|---|---|"]
+        body += [
+            f"<details open><summary>GPUs repartitioned ({len(report.repartitions)})</summary>",
+            "",
+            "| node | GPU | before | after |",
+            "|---|---|---|---|",
+        ]
         body += [f"| `{r.node}` | {r.gpu} | {r.base} | {r.head} |" for r in report.repartitions]
         body += ["", "</details>", ""]
     if report.quota_changes:
-        body += [f"<details><summary>Quota objects ({len(report.quota_changes)})</summary>", "",
-                 "| object | resource | base | head |", "|---|---|---|---|"]
+        body += [
+            f"<details><summary>Quota objects ({len(report.quota_changes)})</summary>",
+            "",
+            "| object | resource | base | head |",
+            "|---|---|---|---|",
+        ]
         for key, diff in sorted(report.quota_changes.items()):
             for r, (a, b) in diff.items():
                 body.append(f"| `{key}` | `{r}` | {a or '—'} | {b or '—'} |")
         body += ["", "</details>", ""]
     if report.policy_changes:
-        body += [f"<details><summary>Policy fields changed ({len(report.policy_changes)})</summary>", ""]
+        body += [
+            f"<details><summary>Policy fields changed ({len(report.policy_changes)})</summary>",
+            "",
+        ]
         body += [f"- `{_md_escape(c)}`" for c in report.policy_changes] + ["", "</details>", ""]
     body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
     return fit_markdown(head, body, budget)

@@ -45,6 +45,8 @@ def order_victims(
     ok = [
         c
         for c in candidates
-        if eligible(c, preemptor_priority=preemptor_priority, min_runtime_seconds=min_runtime_seconds)
+        if eligible(
+            c, preemptor_priority=preemptor_priority, min_runtime_seconds=min_runtime_seconds
+        )
     ]
     return sorted(ok, key=victim_order_key)

@@ -110,7 +110,9 @@ def _occupied(model: GpuModel, placed: Iterable[tuple[str, int]]) -> int:
     return mask
 
 
-def place(catalog: Catalog, model: GpuModel, profiles: Sequence[str]) -> list[tuple[str, int]] | None:
+def place(
+    catalog: Catalog, model: GpuModel, profiles: Sequence[str]
+) -> list[tuple[str, int]] | None:
     """Backtracking search, largest instances first (the order NVIDIA recommends creating them)."""
     if any(p not in model.profiles for p in profiles):
         return None
@@ -148,7 +150,9 @@ def place(catalog: Catalog, model: GpuModel, profiles: Sequence[str]) -> list[tu
 
 def _profile(row: list) -> MigProfile:
     name, compute, memory, max_count, starts, nvml_index = row
-    return MigProfile(str(name), int(compute), int(memory), int(max_count), tuple(starts), int(nvml_index))
+    return MigProfile(
+        str(name), int(compute), int(memory), int(max_count), tuple(starts), int(nvml_index)
+    )
 
 
 def catalog_from_data(data: dict) -> Catalog:

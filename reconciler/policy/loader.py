@@ -42,7 +42,9 @@ def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
             raise _Recursive("a YAML alias refers to a mapping or list that contains it")
         inner = _ancestors | {id(node)}
         if isinstance(node, dict):
-            return {str(k) if not isinstance(k, str) else k: _plain(v, inner) for k, v in node.items()}
+            return {
+                str(k) if not isinstance(k, str) else k: _plain(v, inner) for k, v in node.items()
+            }
         return [_plain(v, inner) for v in node]
     if isinstance(node, bool):
         return bool(node)
@@ -111,7 +113,13 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
         except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
             line, col = _line_col(f.text, exc.position)
             problems.append(
-                Problem(f.path, line, col, "", f"invalid YAML: {_char(exc.character)} is not allowed in YAML text")
+                Problem(
+                    f.path,
+                    line,
+                    col,
+                    "",
+                    f"invalid YAML: {_char(exc.character)} is not allowed in YAML text",
+                )
             )
             continue
         except YAMLError as exc:
@@ -131,10 +139,19 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
                 line, col = _node_position(node) or _document_start(f.text, i)
-                what = "a list" if isinstance(node, list) else "a string" if isinstance(node, str) else "a scalar"
+                what = (
+                    "a list"
+                    if isinstance(node, list)
+                    else "a string"
+                    if isinstance(node, str)
+                    else "a scalar"
+                )
                 problems.append(
                     Problem(
-                        f.path, line, col, "",
+                        f.path,
+                        line,
+                        col,
+                        "",
                         f"document {i + 1} is {what}, not a mapping with apiVersion, kind, metadata and spec",
                     )
                 )
@@ -214,7 +231,9 @@ def validate_document(raw: RawDocument) -> tuple[Located | None, list[Problem]]:
     api = node.get("apiVersion")
     name = node.get("metadata", {}).get("name") if isinstance(node.get("metadata"), dict) else None
     known_kind = isinstance(kind, str) and kind in KINDS  # kind may be any YAML value, even a list
-    label = f"{kind}/{name}" if known_kind and isinstance(name, str) else (kind if known_kind else "")
+    label = (
+        f"{kind}/{name}" if known_kind and isinstance(name, str) else (kind if known_kind else "")
+    )
     problems: list[Problem] = []
 
     def add(path: tuple, msg: str) -> None:
@@ -259,7 +278,9 @@ def _identity(node: Any) -> tuple[str, str]:
     return (kind if isinstance(kind, str) else "", name if isinstance(name, str) else "")
 
 
-def load(files: list[SourceFile], *, revision: str | None = None, catalog: Catalog | None = None) -> DesiredState:
+def load(
+    files: list[SourceFile], *, revision: str | None = None, catalog: Catalog | None = None
+) -> DesiredState:
     """Parse, validate and cross-check; raise InvalidDesiredState with every problem found."""
     from reconciler.policy.validate import check_semantics
 

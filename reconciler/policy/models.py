@@ -46,16 +46,20 @@ Duration = Annotated[
     timedelta,
     BeforeValidator(_to_timedelta),
     PlainSerializer(lambda d: format_duration(d.total_seconds()), return_type=str),
-    WithJsonSchema({
-        "type": "string",
-        "pattern": DURATION_PATTERN,
-        "description": "Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m.",
-    }),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "description": "Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m.",
+        }
+    ),
 ]
 """Parsed once, at load: the planner works with `timedelta`, never with the text."""
 Quantity = Annotated[
     str,
-    Field(pattern=QUANTITY_PATTERN, description="Quantity in Kubernetes notation, e.g. 4Gi, 512Mi."),
+    Field(
+        pattern=QUANTITY_PATTERN, description="Quantity in Kubernetes notation, e.g. 4Gi, 512Mi."
+    ),
 ]
 Count = Annotated[int, Field(ge=0)]
 TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
@@ -414,4 +418,3 @@ KINDS: dict[str, type[Model]] = {
 }
 
 Document = Pool | Quota | PriorityPolicy | ScalingPolicy | MaintenancePolicy | ChangePolicy
-

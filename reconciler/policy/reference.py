@@ -293,7 +293,9 @@ def _type(annotation: Any, metadata: list[Any] | None = None) -> str:
         return _type(base, [*more, *metadata])
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
-        return " or ".join(_type(a) for a in args) + (" or null" if len(args) < len(get_args(annotation)) else "")
+        return " or ".join(_type(a) for a in args) + (
+            " or null" if len(args) < len(get_args(annotation)) else ""
+        )
     if origin is Literal:
         return " \\| ".join(f"`{v}`" for v in get_args(annotation))
     if origin is list:
@@ -310,7 +312,9 @@ def _type(annotation: Any, metadata: list[Any] | None = None) -> str:
         return _PATTERN_NAMES.get(pattern, "string") if pattern else "string"
     if annotation is timedelta:
         return "duration"
-    name = {int: "integer", float: "number", bool: "boolean"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    name = {int: "integer", float: "number", bool: "boolean"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
     bounds = _bounds(metadata)
     return name + (f" ({bounds})" if bounds else "")
 
@@ -361,8 +365,11 @@ def _attribute_docs(model: type[BaseModel]) -> dict[str, str]:
     docs = {}
     for a, b in itertools.pairwise(body):
         if (
-            isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-            and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)
+            isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
         ):
             docs[a.target.id] = b.value.value
     return docs
@@ -406,7 +413,9 @@ def _catalog_section(catalog: Catalog) -> list[str]:
     lines += ["| model | memory | MIG | GPU product labels |", "|---|---|---|---|"]
     for m in catalog.models.values():
         labels = ", ".join(f"`{p}`" for p in m.product_labels)
-        lines.append(f"| `{m.name}` | {m.memory_gib} GiB | {'yes' if m.mig_capable else 'no'} | {labels} |")
+        lines.append(
+            f"| `{m.name}` | {m.memory_gib} GiB | {'yes' if m.mig_capable else 'no'} | {labels} |"
+        )
     lines.append("")
     for m in catalog.models.values():
         if not m.mig_capable:
@@ -419,7 +428,9 @@ def _catalog_section(catalog: Catalog) -> list[str]:
         ]
         for p in m.profiles.values():
             starts = ", ".join(map(str, p.starts))
-            lines.append(f"| `{p.name}` | {p.compute_slices} | {p.memory_slices} | {p.max_count} | {starts} |")
+            lines.append(
+                f"| `{p.name}` | {p.compute_slices} | {p.memory_slices} | {p.max_count} | {starts} |"
+            )
         lines.append("")
     return lines
 
@@ -431,7 +442,12 @@ def render_reference(catalog: Catalog | None = None) -> str:
     for kind in KINDS:
         out.append(f"- [{kind}](#kind-{kind.lower()})")
     out.append("")
-    shared = {m for k in KINDS.values() for m in _kind_models(k) if sum(m in _kind_models(o) for o in KINDS.values()) > 1}
+    shared = {
+        m
+        for k in KINDS.values()
+        for m in _kind_models(k)
+        if sum(m in _kind_models(o) for o in KINDS.values()) > 1
+    }
     for kind, cls in KINDS.items():
         spec = cls.model_fields["spec"].annotation
         out += [f'<a id="kind-{kind.lower()}"></a>', "", f"## Kind: {kind}", ""]

@@ -24,7 +24,9 @@ def _problem(doc: Located, path: tuple, message: str) -> Problem:
     return Problem(doc.file, line, col, format_path(path), message, f"{kind}/{name}")
 
 
-def check_semantics(state: DesiredState, invalid: Collection[tuple[str, str]] = ()) -> list[Problem]:
+def check_semantics(
+    state: DesiredState, invalid: Collection[tuple[str, str]] = ()
+) -> list[Problem]:
     """Cross-document problems. `invalid`: (kind, name) of documents that failed schema
     validation; references to them are not reported again as missing (their own errors are)."""
     out: list[Problem] = []
@@ -52,13 +54,21 @@ def _duplicates(state: DesiredState) -> Iterator[Problem]:
     for d in state.documents:
         if d.key in seen:
             first = seen[d.key]
-            yield _problem(d, ("metadata", "name"), f"duplicate {d.key[0]} name {d.key[1]!r} (first defined at {first.file}:{first.line})")
+            yield _problem(
+                d,
+                ("metadata", "name"),
+                f"duplicate {d.key[0]} name {d.key[1]!r} (first defined at {first.file}:{first.line})",
+            )
             continue
         seen[d.key] = d
         if d.model.kind in ("PriorityPolicy", "ChangePolicy"):
             if d.model.kind in singletons:
                 first = singletons[d.model.kind]
-                yield _problem(d, ("kind",), f"only one {d.model.kind} may exist (another is at {first.file}:{first.line})")
+                yield _problem(
+                    d,
+                    ("kind",),
+                    f"only one {d.model.kind} may exist (another is at {first.file}:{first.line})",
+                )
             else:
                 singletons[d.model.kind] = d
 
@@ -83,24 +93,45 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
         spec = pool.spec
         model = state.catalog.model(spec.gpu_model)
         if model is None:
-            yield _problem(d, ("spec", "gpuModel"), f"unknown GPU model {spec.gpu_model!r}; known: {', '.join(state.catalog.models)}")
+            yield _problem(
+                d,
+                ("spec", "gpuModel"),
+                f"unknown GPU model {spec.gpu_model!r}; known: {', '.join(state.catalog.models)}",
+            )
             continue
         total = pool_gpus(pool)
         inf = spec.inference
         if spec.training.max_gpus is not None and spec.training.max_gpus < spec.training.min_gpus:
-            yield _problem(d, ("spec", "training", "maxGPUs"), f"maxGPUs {spec.training.max_gpus} is below minGPUs {spec.training.min_gpus}")
+            yield _problem(
+                d,
+                ("spec", "training", "maxGPUs"),
+                f"maxGPUs {spec.training.max_gpus} is below minGPUs {spec.training.min_gpus}",
+            )
         if inf.max_gpus is not None and inf.max_gpus < inf.min_gpus:
-            yield _problem(d, ("spec", "inference", "maxGPUs"), f"maxGPUs {inf.max_gpus} is below minGPUs {inf.min_gpus}")
+            yield _problem(
+                d,
+                ("spec", "inference", "maxGPUs"),
+                f"maxGPUs {inf.max_gpus} is below minGPUs {inf.min_gpus}",
+            )
         if spec.training.min_gpus + inf.min_gpus > total:
             yield _problem(
-                d, ("spec", "training", "minGPUs"),
+                d,
+                ("spec", "training", "minGPUs"),
                 f"training.minGPUs {spec.training.min_gpus} + inference.minGPUs {inf.min_gpus} exceed the pool's {total} GPUs",
             )
         if (inf.min_gpus or inf.max_gpus) and inf.mig is None and inf.shared is None:
-            yield _problem(d, ("spec", "inference"), "inference GPUs are requested but neither mig nor shared partitioning is given")
+            yield _problem(
+                d,
+                ("spec", "inference"),
+                "inference GPUs are requested but neither mig nor shared partitioning is given",
+            )
         if inf.mig is not None:
             if not model.mig_capable:
-                yield _problem(d, ("spec", "inference", "mig"), f"{model.name} does not support MIG; use shared slices or whole cards")
+                yield _problem(
+                    d,
+                    ("spec", "inference", "mig"),
+                    f"{model.name} does not support MIG; use shared slices or whole cards",
+                )
             else:
                 names: set[str] = set()
                 for i, layout in enumerate(inf.mig.layouts):
@@ -111,14 +142,21 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
                     unknown = [p for p in layout.profiles if p not in model.profiles]
                     for j, p in enumerate(layout.profiles):
                         if p in unknown:
-                            yield _problem(d, (*base, "profiles", j), f"{p!r} is not a MIG profile of {model.name}; valid: {', '.join(model.profiles)}")
+                            yield _problem(
+                                d,
+                                (*base, "profiles", j),
+                                f"{p!r} is not a MIG profile of {model.name}; valid: {', '.join(model.profiles)}",
+                            )
                     if not unknown and state.catalog.place(model, layout.profiles) is None:
-                        yield _problem(d, (*base, "profiles"), _unplaceable(state, model, layout.profiles))
+                        yield _problem(
+                            d, (*base, "profiles"), _unplaceable(state, model, layout.profiles)
+                        )
         if inf.shared is not None:
             per_gpu = inf.shared.slices_per_gpu * quantity_bytes(inf.shared.memory_per_slice)
             if per_gpu > model.memory_gib * GI:
                 yield _problem(
-                    d, ("spec", "inference", "shared", "memoryPerSlice"),
+                    d,
+                    ("spec", "inference", "shared", "memoryPerSlice"),
                     f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory of one {model.name} card",
                 )
 
@@ -197,7 +235,8 @@ def _pool_overlap(state: DesiredState) -> Iterator[Problem]:
             if selectors_overlap(cons[i], cons[j]):
                 b = docs[j]
                 yield _problem(
-                    a, ("spec", "nodeSelector"),
+                    a,
+                    ("spec", "nodeSelector"),
                     f"node selector overlaps Pool/{b.model.metadata.name} ({b.file}:{b.line}): a node could belong to both pools",
                 )
 
@@ -219,7 +258,11 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
         for i, ns in enumerate(q.spec.namespaces):
             if ns in owner and owner[ns] is not d:
                 o = owner[ns]
-                yield _problem(d, ("spec", "namespaces", i), f"namespace {ns!r} is already governed by Quota/{o.model.metadata.name} ({o.file}:{o.line})")
+                yield _problem(
+                    d,
+                    ("spec", "namespaces", i),
+                    f"namespace {ns!r} is already governed by Quota/{o.model.metadata.name} ({o.file}:{o.line})",
+                )
             owner.setdefault(ns, d)
         team_total = Fraction(0)
         for i, pq in enumerate(q.spec.pools):
@@ -228,7 +271,11 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
             if pool is None and pq.pool in invalid.pools:
                 continue  # the Pool's own errors are reported
             if pool is None:
-                yield _problem(d, (*base, "pool"), f"refers to Pool {pq.pool!r}, which does not exist; pools: {', '.join(state.pools) or 'none'}")
+                yield _problem(
+                    d,
+                    (*base, "pool"),
+                    f"refers to Pool {pq.pool!r}, which does not exist; pools: {', '.join(state.pools) or 'none'}",
+                )
                 continue
             model = state.catalog.model(pool.spec.gpu_model)
             if model is None:
@@ -236,29 +283,44 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
             share = Fraction(pq.whole.guaranteed)
             for prof, allot in pq.mig.items():
                 if prof not in model.profiles:
-                    yield _problem(d, (*base, "mig", prof), f"{prof!r} is not a MIG profile of Pool/{pq.pool}'s {model.name}")
+                    yield _problem(
+                        d,
+                        (*base, "mig", prof),
+                        f"{prof!r} is not a MIG profile of Pool/{pq.pool}'s {model.name}",
+                    )
                     continue
                 if pool.spec.inference.mig is None:
-                    yield _problem(d, (*base, "mig", prof), f"Pool/{pq.pool} offers no MIG partitioning")
+                    yield _problem(
+                        d, (*base, "mig", prof), f"Pool/{pq.pool} offers no MIG partitioning"
+                    )
                 share += allot.guaranteed * card_share(model, prof, state.catalog)
             if pq.shared_memory is not None:
                 sh = pool.spec.inference.shared
                 if sh is None:
-                    yield _problem(d, (*base, "sharedMemory"), f"Pool/{pq.pool} offers no shared slices")
+                    yield _problem(
+                        d, (*base, "sharedMemory"), f"Pool/{pq.pool} offers no shared slices"
+                    )
                 else:
-                    share += Fraction(quantity_bytes(pq.shared_memory.guaranteed), model.memory_gib * GI)
+                    share += Fraction(
+                        quantity_bytes(pq.shared_memory.guaranteed), model.memory_gib * GI
+                    )
             team_total += share
             guaranteed[pq.pool] = guaranteed.get(pq.pool, Fraction(0)) + share
             contributors.setdefault(pq.pool, []).append((d, i))
         if q.spec.max_gpus is not None and team_total > q.spec.max_gpus:
-            yield _problem(d, ("spec", "maxGPUs"), f"cap of {q.spec.max_gpus} GPUs is below the team's guarantees ({float(team_total):g} GPUs)")
+            yield _problem(
+                d,
+                ("spec", "maxGPUs"),
+                f"cap of {q.spec.max_gpus} GPUs is below the team's guarantees ({float(team_total):g} GPUs)",
+            )
     for pool_name, total in guaranteed.items():
         cap = pool_gpus(state.pools[pool_name])
         if total > cap:
             d, i = contributors[pool_name][-1]
             names = ", ".join(sorted({c.model.metadata.name for c, _ in contributors[pool_name]}))
             yield _problem(
-                d, ("spec", "pools", i),
+                d,
+                ("spec", "pools", i),
                 f"guarantees on Pool/{pool_name} add up to {float(total):g} GPUs ({names}) but the pool has {cap}",
             )
 
@@ -272,27 +334,44 @@ def _priority(state: DesiredState) -> Iterator[Problem]:
         classes = {}
         for i, c in enumerate(spec.classes):
             if c.name in classes:
-                yield _problem(d, ("spec", "classes", i, "name"), f"duplicate priority class {c.name!r}")
+                yield _problem(
+                    d, ("spec", "classes", i, "name"), f"duplicate priority class {c.name!r}"
+                )
             classes.setdefault(c.name, c)
             if c.spot and not c.preemptible:
-                yield _problem(d, ("spec", "classes", i, "spot"), "a spot class must be preemptible")
+                yield _problem(
+                    d, ("spec", "classes", i, "spot"), "a spot class must be preemptible"
+                )
         if spec.default_class and spec.default_class not in classes:
             yield _problem(d, ("spec", "defaultClass"), f"unknown class {spec.default_class!r}")
         for i, rule in enumerate(spec.preemption.rules):
             base = ("spec", "preemption", "rules", i)
             pre = classes.get(rule.preemptor)
             if pre is None:
-                yield _problem(d, (*base, "preemptor"), f"unknown class {rule.preemptor!r}; classes: {', '.join(classes)}")
+                yield _problem(
+                    d,
+                    (*base, "preemptor"),
+                    f"unknown class {rule.preemptor!r}; classes: {', '.join(classes)}",
+                )
             for j, v in enumerate(rule.victims):
                 vc = classes.get(v)
                 if vc is None:
-                    yield _problem(d, (*base, "victims", j), f"unknown class {v!r}; classes: {', '.join(classes)}")
+                    yield _problem(
+                        d,
+                        (*base, "victims", j),
+                        f"unknown class {v!r}; classes: {', '.join(classes)}",
+                    )
                     continue
                 if not vc.preemptible:
-                    yield _problem(d, (*base, "victims", j), f"class {v!r} is not preemptible, so no rule may name it a victim")
+                    yield _problem(
+                        d,
+                        (*base, "victims", j),
+                        f"class {v!r} is not preemptible, so no rule may name it a victim",
+                    )
                 if pre is not None and vc.value >= pre.value:
                     yield _problem(
-                        d, (*base, "victims", j),
+                        d,
+                        (*base, "victims", j),
                         f"{rule.preemptor} (value {pre.value}) cannot preempt {v} (value {vc.value}): a victim must have a lower priority",
                     )
 
@@ -309,9 +388,13 @@ def _scaling(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pr
         if pool is None and spec.pool in invalid.pools:
             pass  # the Pool's own errors are reported
         elif pool is None:
-            yield _problem(d, ("spec", "pool"), f"refers to Pool {spec.pool!r}, which does not exist")
+            yield _problem(
+                d, ("spec", "pool"), f"refers to Pool {spec.pool!r}, which does not exist"
+            )
         elif pool.spec.inference.mig is None and pool.spec.inference.shared is None:
-            yield _problem(d, ("spec", "pool"), f"Pool/{spec.pool} has no inference partitioning to scale into")
+            yield _problem(
+                d, ("spec", "pool"), f"Pool/{spec.pool} has no inference partitioning to scale into"
+            )
         for i, c in enumerate(spec.borrow_from):
             if invalid.priority:
                 break  # classes unknown: the PriorityPolicy's own errors are reported
@@ -323,7 +406,11 @@ def _scaling(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pr
             yield _problem(d, ("spec", "scaleUp"), "give queueLengthPerReplica and/or pendingTime")
         up = spec.scale_up.queue_length_per_replica
         if up is not None and spec.scale_down.queue_length_per_replica >= up:
-            yield _problem(d, ("spec", "scaleDown", "queueLengthPerReplica"), f"must be below scaleUp.queueLengthPerReplica ({up:g}) or the policy flaps")
+            yield _problem(
+                d,
+                ("spec", "scaleDown", "queueLengthPerReplica"),
+                f"must be below scaleUp.queueLengthPerReplica ({up:g}) or the policy flaps",
+            )
 
 
 def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Problem]:
@@ -332,8 +419,14 @@ def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterato
         spec = d.model.spec
         for i, p in enumerate(spec.pools):
             if p not in state.pools and p not in invalid.pools:
-                yield _problem(d, ("spec", "pools", i), f"refers to Pool {p!r}, which does not exist")
+                yield _problem(
+                    d, ("spec", "pools", i), f"refers to Pool {p!r}, which does not exist"
+                )
         if spec.idle_reclaim and not invalid.priority:
             for i, c in enumerate(spec.idle_reclaim.exclude_classes):
                 if c not in classes:
-                    yield _problem(d, ("spec", "idleReclaim", "excludeClasses", i), f"unknown priority class {c!r}")
+                    yield _problem(
+                        d,
+                        ("spec", "idleReclaim", "excludeClasses", i),
+                        f"unknown priority class {c!r}",
+                    )

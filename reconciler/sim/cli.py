@@ -41,13 +41,23 @@ def register(subparsers) -> None:
     )
     p.add_argument("--nodes", help=f"node CSV (default: {DEFAULT_NODES} in the openb folder)")
     p.add_argument("--pods", help=f"pod CSV (default: {DEFAULT_PODS} in the openb folder)")
-    p.add_argument("--policy", default="fgd,ours", help=f"comma-separated, from: {', '.join(POLICIES)} (default fgd,ours)")
+    p.add_argument(
+        "--policy",
+        default="fgd,ours",
+        help=f"comma-separated, from: {', '.join(POLICIES)} (default fgd,ours)",
+    )
     p.add_argument("--seed", default="42", help="comma-separated integer seeds (default 42)")
-    p.add_argument("--inflation", type=float, default=1.3, help="target GPU demand / capacity (default 1.3)")
+    p.add_argument(
+        "--inflation", type=float, default=1.3, help="target GPU demand / capacity (default 1.3)"
+    )
     p.add_argument("--mode", choices=MODES, default="fgd-replay")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--plot", metavar="PNG", help="write a plot (matplotlib) to this file")
-    p.add_argument("--migrate", action="store_true", help="fgd-replay: let a pod that fits nowhere migrate one running pod")
+    p.add_argument(
+        "--migrate",
+        action="store_true",
+        help="fgd-replay: let a pod that fits nowhere migrate one running pod",
+    )
     p.set_defaults(func=run)
 
 
@@ -85,8 +95,13 @@ def run(args) -> int:
 
             records = []
             for seed in seeds:
-                for rec in timeline(nodes, pods, seed=seed, policy=policies[-1],
-                                    progress=ProgressBar(f"timeline seed {seed}")):
+                for rec in timeline(
+                    nodes,
+                    pods,
+                    seed=seed,
+                    policy=policies[-1],
+                    progress=ProgressBar(f"timeline seed {seed}"),
+                ):
                     records.append(rec)
             columns = TIMELINE_COLUMNS
         else:
@@ -95,8 +110,15 @@ def run(args) -> int:
             records = []
             for policy in policies:
                 for seed in seeds:
-                    res = replay(nodes, pods, policy, seed, args.inflation,
-                                 progress=ProgressBar(f"{policy} seed {seed}"), migrate=args.migrate)
+                    res = replay(
+                        nodes,
+                        pods,
+                        policy,
+                        seed,
+                        args.inflation,
+                        progress=ProgressBar(f"{policy} seed {seed}"),
+                        migrate=args.migrate,
+                    )
                     records.append(res.record())
             columns = REPLAY_COLUMNS
     except TraceError as exc:
@@ -112,7 +134,9 @@ def run(args) -> int:
             if args.mode == "timeline":
                 plot_timeline(records, args.plot, title=pods_path.name)
             else:
-                plot_replay(records, args.plot, title=f"{pods_path.name}, inflation {args.inflation}")
+                plot_replay(
+                    records, args.plot, title=f"{pods_path.name}, inflation {args.inflation}"
+                )
         except ImportError:
             return _fail("--plot needs matplotlib (pip install 'gpupool[sim]')")
         except OSError as exc:

@@ -63,7 +63,9 @@ class ReplayResult:
         }
 
 
-def tune_workload(pods: Sequence[Pod], capacity_milli: int, ratio: float, rng: random.Random) -> list[Pod]:
+def tune_workload(
+    pods: Sequence[Pod], capacity_milli: int, ratio: float, rng: random.Random
+) -> list[Pod]:
     """Shuffle, then tune the total GPU demand to `ratio` x capacity (ratio <= 0: keep all)."""
     out = list(pods)
     rng.shuffle(out)

@@ -46,11 +46,24 @@ def text_table(records: Sequence[dict], columns: Sequence[tuple[str, str, str]])
             v = r.get(key, "")
             row.append(format(v, fmt) if v != "" and v is not None else "-")
         rows.append(row)
-    widths = [max(len(head[i]), *(len(row[i]) for row in rows)) if rows else len(head[i]) for i in range(len(head))]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
+    widths = [
+        max(len(head[i]), *(len(row[i]) for row in rows)) if rows else len(head[i])
+        for i in range(len(head))
+    ]
+    lines = [
+        "  ".join(
+            h.rjust(w) if i else h.ljust(w)
+            for i, (h, w) in enumerate(zip(head, widths, strict=True))
+        )
+    ]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
     return "\n".join(lines)
 
 
@@ -143,8 +156,13 @@ def plot_timeline(records: Sequence[dict], path: str, title: str = "") -> None:
         seen.add(r["policy"])
         xs = [p[0] / 3600 for p in r["series"]]
         ys = [p[1] for p in r["series"]]
-        ax.step(xs, ys, where="post", linewidth=0.8,
-                label=f"{r['policy']} (mean {r['gpu_allocation_ratio'] * 100:.0f}%)")
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            linewidth=0.8,
+            label=f"{r['policy']} (mean {r['gpu_allocation_ratio'] * 100:.0f}%)",
+        )
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel("GPU allocation (% of capacity)")
     ax.set_ylim(0, 100)

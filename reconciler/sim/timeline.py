@@ -91,12 +91,20 @@ def build_jobs(pods: Sequence[Pod]) -> list[Job]:
             continue
         raw.append(p)
     if not raw:
-        raise ValueError("the pod trace has no GPU pods with creation/deletion times after 10,000,000 s")
+        raise ValueError(
+            "the pod trace has no GPU pods with creation/deletion times after 10,000,000 s"
+        )
     raw.sort(key=lambda p: (p.creation_time, p.name))
     t0 = raw[0].creation_time
     return [
-        Job(i, p.name, p.req, classify(p), float(p.creation_time - t0),
-            float(max(1, p.deletion_time - p.creation_time)))
+        Job(
+            i,
+            p.name,
+            p.req,
+            classify(p),
+            float(p.creation_time - t0),
+            float(max(1, p.deletion_time - p.creation_time)),
+        )
         for i, p in enumerate(raw)
     ]
 
@@ -124,7 +132,9 @@ def size_cluster(nodes: Sequence[NodeSpec], gpus: float, rng: random.Random) -> 
     return out
 
 
-def _static_split(states: list[NodeState], jobs: Sequence[Job]) -> tuple[list[NodeState], list[NodeState]]:
+def _static_split(
+    states: list[NodeState], jobs: Sequence[Job]
+) -> tuple[list[NodeState], list[NodeState]]:
     train_work = sum(j.work * j.req.total_gpu_milli for j in jobs if j.training)
     all_work = sum(j.work * j.req.total_gpu_milli for j in jobs) or 1
     total = sum(n.num_gpus for n in states)
@@ -167,7 +177,9 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
     for j in jobs:
         j.arrival += rng.random()
     ctx = PlacementContext(
-        target=typical_workload(j.req for j in jobs), rng=random.Random(f"timeline/{seed}"), memo=True
+        target=typical_workload(j.req for j in jobs),
+        rng=random.Random(f"timeline/{seed}"),
+        memo=True,
     )
     if unified:
         pools = {True: states, False: states}
@@ -233,7 +245,10 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
         for node in pools[False]:
             cands = [
                 Candidate(
-                    key=r.key, priority=PRIO_TRAIN, preemptible=True, over_quota=False,
+                    key=r.key,
+                    priority=PRIO_TRAIN,
+                    preemptible=True,
+                    over_quota=False,
                     running_seconds=t - running[r.key].run_start,
                     seconds_since_checkpoint=(t - running[r.key].run_start) % CHECKPOINT_EVERY,
                     gpus=r.req.total_gpu_milli / GPU_MILLI,
@@ -243,7 +258,9 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
             ]
             if not cands:
                 continue
-            order = order_victims(cands, preemptor_priority=PRIO_INFER, min_runtime_seconds=MIN_RUNTIME)
+            order = order_victims(
+                cands, preemptor_priority=PRIO_INFER, min_runtime_seconds=MIN_RUNTIME
+            )
             trial = node.copy()
             victims = []
             for c in order:
@@ -286,7 +303,9 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
                 if placement is None and unified and not training:
                     if try_preempt(job, t):
                         continue
-                    got = choose_with_migration(place_policy, pools[training], job.req, ctx, residents)
+                    got = choose_with_migration(
+                        place_policy, pools[training], job.req, ctx, residents
+                    )
                     if got is not None:
                         placement, moves = got
                         for mv in moves:

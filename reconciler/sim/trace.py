@@ -81,7 +81,9 @@ def _rows(path: Path, required: tuple[str, ...]):
         reader.fieldnames = header
         missing = [c for c in required if c not in header]
         if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (have {', '.join(header)})")
+            raise TraceError(
+                f"{path}:1: missing column(s) {', '.join(missing)} (have {', '.join(header)})"
+            )
         try:
             for row in reader:
                 if None in row:  # more fields than the header has
@@ -93,7 +95,16 @@ def _rows(path: Path, required: tuple[str, ...]):
             raise TraceError(f"{path}: not UTF-8 text") from None
 
 
-def _int(path: Path, line: int, row: dict, col: str, *, optional: bool = False, lo: int = 0, hi: int | None = None) -> int | None:
+def _int(
+    path: Path,
+    line: int,
+    row: dict,
+    col: str,
+    *,
+    optional: bool = False,
+    lo: int = 0,
+    hi: int | None = None,
+) -> int | None:
     raw = row.get(col)
     raw = "" if raw is None else raw.strip()
     if raw == "":
@@ -152,7 +163,9 @@ def read_pods(path: str | os.PathLike) -> list[Pod]:
         if num_gpu > 0 and gpu_milli == 0:
             raise TraceError(f"{path}:{line}: num_gpu is {num_gpu} but gpu_milli is 0")
         if num_gpu > 1 and gpu_milli < GPU_MILLI:
-            raise TraceError(f"{path}:{line}: a {num_gpu}-GPU pod must take whole GPUs (gpu_milli 1000)")
+            raise TraceError(
+                f"{path}:{line}: a {num_gpu}-GPU pod must take whole GPUs (gpu_milli 1000)"
+            )
         if num_gpu == 0:
             gpu_milli = 0
         spec = (row.get("gpu_spec") or "").strip()
@@ -170,9 +183,15 @@ def read_pods(path: str | os.PathLike) -> list[Pod]:
                 req,
                 qos=(row.get("qos") or "").strip(),
                 phase=(row.get("pod_phase") or "").strip(),
-                creation_time=_int(path, line, row, "creation_time", optional=True) if "creation_time" in row else None,
-                deletion_time=_int(path, line, row, "deletion_time", optional=True) if "deletion_time" in row else None,
-                scheduled_time=_int(path, line, row, "scheduled_time", optional=True) if "scheduled_time" in row else None,
+                creation_time=_int(path, line, row, "creation_time", optional=True)
+                if "creation_time" in row
+                else None,
+                deletion_time=_int(path, line, row, "deletion_time", optional=True)
+                if "deletion_time" in row
+                else None,
+                scheduled_time=_int(path, line, row, "scheduled_time", optional=True)
+                if "scheduled_time" in row
+                else None,
             )
         )
     if not out:
