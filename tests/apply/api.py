@@ -203,6 +203,8 @@ class ApiWorld:
                                                 "resources": {"limits": limits}}]}
         if s.node:
             spec["nodeName"] = self.node(s.node)
+        else:  # stays unscheduled: the real scheduler would otherwise bind it to any free node
+            spec["nodeSelector"] = {"gpupool.test/unschedulable": "true"}
         meta: dict[str, Any] = {"name": s.name, "labels": {"app": s.name}, "annotations": dict(s.annotations)}
         if s.deleting:
             meta["finalizers"] = [HOLD]

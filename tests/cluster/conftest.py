@@ -1,5 +1,1 @@
-from tests.cluster.fixtures import (  # noqa: F401
-    control_plane,
-    kubelets,
-    pytest_runtest_makereport,
-)
+"""The control-plane fixtures come from tests/conftest.py (one control plane per session)."""

@@ -1,2 +1,1 @@
-from tests.cluster.fixtures import control_plane, pytest_runtest_makereport  # noqa: F401
-from tests.faultproxy.fixtures import fault_proxy  # noqa: F401
+"""The control-plane and proxy fixtures come from tests/conftest.py (one control plane per session)."""
