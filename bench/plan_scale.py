@@ -142,8 +142,8 @@ def scaled_desired(nodes: int) -> DesiredState:
             k = SERVING_BOOST if model.metadata.name in serving else 1
             pools = []
             for pq in model.spec.pools:
-                allot = lambda a, k=k: a.model_copy(
-                    update={  # noqa: E731
+                allot = lambda a, k=k: a.model_copy(  # noqa: E731
+                    update={
                         "guaranteed": m(a.guaranteed, k),
                         "borrowing_limit": m(a.borrowing_limit, k),
                         "lending_limit": m(a.lending_limit, k),
@@ -685,7 +685,8 @@ def main(argv: list[str] | None = None) -> int:
             info = write_snapshot(n, path)
             paths[n] = path
             print(
-                f"generated {n} nodes: {info['gpus']} GPUs, {info['pods']} pods ({info['pending']} pending, "
+                f"generated {n} nodes: {info['gpus']} GPUs, {info['pods']} pods "
+                f"({info['pending']} pending, "
                 f"{info['pods'] / info['nodes']:.1f}/node), {info['services']} services, "
                 f"{info['bytes'] / 2**20:.1f} MiB JSON in {info['generate_s']:.1f}s -> {path}",
                 file=sys.stderr,
@@ -697,7 +698,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  measured: {res}", file=sys.stderr, flush=True)
         print()
         print(
-            "| nodes | GPUs | pods | snapshot MiB | load s | plan s | plan/load | peak RSS MiB | actions |"
+            "| nodes | GPUs | pods | snapshot MiB | load s | plan s | plan/load "
+            "| peak RSS MiB | actions |"
         )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for info, res in rows:
@@ -709,21 +711,26 @@ def main(argv: list[str] | None = None) -> int:
                 else f"> {args.plan_timeout:g} (stopped)"
             )
             print(
-                f"| {info['nodes']:,} | {info['gpus']:,} | {info['pods']:,} | {info['bytes'] / 2**20:.1f} | "
-                f"{_fmt(load_s, '.3f')} | {plan_txt} | {_fmt(ratio)} | {_fmt(res.get('rss_mib'), ',.0f')} | "
+                f"| {info['nodes']:,} | {info['gpus']:,} | {info['pods']:,} "
+                f"| {info['bytes'] / 2**20:.1f} | "
+                f"{_fmt(load_s, '.3f')} | {plan_txt} | {_fmt(ratio)} "
+                f"| {_fmt(res.get('rss_mib'), ',.0f')} | "
                 f"{_fmt(res.get('actions'), ',d')} |"
             )
         print()
         print(
-            "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); near-linear growth."
+            "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); "
+            "near-linear growth."
         )
         if args.profile:
             print(
-                f"\n## cProfile of plan() at {args.profile:,} nodes (top 25 by {args.profile_sort})\n"
+                f"\n## cProfile of plan() at {args.profile:,} nodes "
+                f"(top 25 by {args.profile_sort})\n"
             )
             res = _run_worker(args.profile, paths[args.profile], args, profile=True)
             print(
-                f"load {_fmt(res.get('load_s'), '.3f')}s, plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)"
+                f"load {_fmt(res.get('load_s'), '.3f')}s, "
+                f"plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)"
             )
     finally:
         if tmp is not None:

@@ -100,7 +100,8 @@ def main() -> int:
     paper = paper_means(set(seeds))
 
     print(
-        f"GPU allocation (%) at 130% arrived load, mean over seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
+        "GPU allocation (%) at 130% arrived load, "
+        f"mean over seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
     )
     print(f"{'policy':<11}" + "".join(f"{v:>30}" for v in variants))
     print(f"{'':<11}" + "".join(f"{'ours-sim  paper  delta  s/run':>30}" for _ in variants))

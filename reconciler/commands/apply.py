@@ -56,7 +56,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     reasons = stale_reasons(saved, fingerprint(desired, observed))
     if reasons:
         print(
-            f"error: saved plan is stale: {'; '.join(reasons)}. Run `gpupool plan --out {args.plan}` again.",
+            f"error: saved plan is stale: {'; '.join(reasons)}. "
+            f"Run `gpupool plan --out {args.plan}` again.",
             file=sys.stderr,
         )
         return 1
@@ -80,7 +81,8 @@ def _apply_as_leader(api, saved: Plan, namespace: str) -> int:
 
     if StatusStore(api, namespace=namespace).read().suspend:
         print(
-            f"error: reconciliation is suspended (spec.suspend on {namespace}/gpupool): nothing applied",
+            f"error: reconciliation is suspended (spec.suspend on {namespace}/gpupool): "
+            "nothing applied",
             file=sys.stderr,
         )
         return 1
@@ -119,9 +121,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "apply",
         help="carry out a saved plan (refused when stale)",
-        description="Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
-        "desired state and the observed cluster must still match, like Terraform's saved plans. "
-        "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again).",
+        description=(
+            "Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
+            "desired state and the observed cluster must still match, "
+            "like Terraform's saved plans. "
+            "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again)."
+        ),
     )
     p.add_argument("plan", metavar="PLAN.json")
     add_source_args(p)
@@ -134,6 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--namespace",
         default="gpupool-system",
-        help="the controller's namespace: its Lease and status object are honoured (default gpupool-system)",
+        help=(
+            "the controller's namespace: its Lease and status object are honoured "
+            "(default gpupool-system)"
+        ),
     )
     p.set_defaults(func=cmd_apply)

@@ -31,8 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "observe",
         help="export the cluster's observed state as a snapshot file",
-        description="Read nodes, GPUs (from the node agents), pods and policy objects and write them as "
-        "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI).",
+        description=(
+            "Read nodes, GPUs (from the node agents), pods and policy objects and write them as "
+            "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI)."
+        ),
     )
     p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
     p.add_argument("--out", default="-", help="file to write (.json or .yaml), - for stdout")

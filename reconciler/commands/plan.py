@@ -135,8 +135,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="show what would change: an ordered, explained plan (dry run)",
-        description="Plan the changes that bring the observed cluster to the desired state. "
-        "Nothing is changed. Exit codes: 0 ok, 1 error; with --detailed-exitcode 0 no changes, 1 error, 2 changes.",
+        description=(
+            "Plan the changes that bring the observed cluster to the desired state. "
+            "Nothing is changed. Exit codes: 0 ok, 1 error; "
+            "with --detailed-exitcode 0 no changes, 1 error, 2 changes."
+        ),
     )
     add_source_args(p)
     src = p.add_mutually_exclusive_group()

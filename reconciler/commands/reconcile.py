@@ -62,7 +62,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     if args.once:
         result = ctl.cycle()
         print(
-            f"{'leader' if result.leader else 'follower'} revision={result.revision}: {result.summary or result.error}"
+            f"{'leader' if result.leader else 'follower'} revision={result.revision}: "
+            f"{result.summary or result.error}"
         )
         if result.applied:
             for o in result.applied.outcomes:
@@ -104,8 +105,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "reconcile",
         help="run the controller: keep the cluster in the shape git says",
-        description="The in-cluster controller: poll a git branch (or watch a directory), observe the "
-        "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object.",
+        description=(
+            "The in-cluster controller: poll a git branch (or watch a directory), observe the "
+            "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object."
+        ),
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--git-url", help="git remote holding pools/ and policies/")
@@ -141,7 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mig-config-namespace",
         default="gpu-operator",
-        help="namespace of the GPU operator: the mig-parted and device-plugin ConfigMaps (default gpu-operator)",
+        help=(
+            "namespace of the GPU operator: the mig-parted and device-plugin ConfigMaps "
+            "(default gpu-operator)"
+        ),
     )
     p.add_argument(
         "--mig-timeout",
@@ -153,7 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
         "agent",
         help="run the node agent: publish this node's GPUs (NVML)",
-        description="Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState.",
+        description=(
+            "Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState."
+        ),
     )
     a.add_argument("--node", help="node name (default: NODE_NAME)")
     a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")

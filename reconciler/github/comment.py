@@ -119,7 +119,10 @@ def upsert(gh: GitHub, repo: str, pr: int, markdown: str) -> list[str]:
             done.append(f"created {c['id']}")
     for c in ours[len(parts) :]:
         if c.get("node_id"):
-            query = "mutation($id: ID!) { minimizeComment(input: {subjectId: $id, classifier: OUTDATED}) { minimizedComment { isMinimized } } }"
+            query = (
+                "mutation($id: ID!) { minimizeComment(input: "
+                "{subjectId: $id, classifier: OUTDATED}) { minimizedComment { isMinimized } } }"
+            )
             gh.call("POST", "/graphql", {"query": query, "variables": {"id": c["node_id"]}})
             done.append(f"hid {c['id']}")
     return done

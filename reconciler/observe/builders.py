@@ -35,7 +35,8 @@ def gpu(
     idle_since: datetime | None = None,
     model: str = "",
 ) -> Gpu:
-    """A card: whole by default; `mig=[profiles]` places them with the real rules; `shared=slices`."""
+    """A card: whole by default; `mig=[profiles]` places them with the real rules;
+    `shared=slices`."""
     instances = []
     if mig is not None:
         cat = default_catalog()

@@ -190,7 +190,8 @@ class ObservedState(Obs):
 
 
 def parse_allocation(text: str) -> list[Allocation]:
-    """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4; "3/2" 2 shared slices."""
+    """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4;
+    "3/2" 2 shared slices."""
     out = []
     for part in (p.strip() for p in text.split(",")):
         if not part:

@@ -85,7 +85,8 @@ class ChangeReport(BaseModel):
         )
         if self.quota_changes:
             parts.append(
-                f"{len(self.quota_changes)} quota object{'s' if len(self.quota_changes) != 1 else ''} changed"
+                f"{len(self.quota_changes)} quota "
+                f"object{'s' if len(self.quota_changes) != 1 else ''} changed"
             )
         head = "BLOCKED" if self.gates else "Change"
         return f"{head}: " + "; ".join(parts)
@@ -215,7 +216,8 @@ def _gates(
         where = f"ChangePolicy/{policy.metadata.name}"
         if g.max_preemptions is not None and evictions > g.max_preemptions:
             out.append(
-                f"{evictions} workloads would be preempted/moved/reclaimed by this change; {where} allows {g.max_preemptions}"
+                f"{evictions} workloads would be preempted/moved/reclaimed by this change; "
+                f"{where} allows {g.max_preemptions}"
             )
         if g.max_repartitions is not None and repartitions > g.max_repartitions:
             out.append(
@@ -228,20 +230,23 @@ def _gates(
         for p in sorted(base.pools):
             if p not in head.pools:
                 out.append(
-                    f"Pool/{p} is deleted; confirm with allowEmptyPool: true in the ChangePolicy or --confirm empty-pool"
+                    f"Pool/{p} is deleted; confirm with allowEmptyPool: true in the ChangePolicy "
+                    "or --confirm empty-pool"
                 )
             elif (
                 sum(_capacity(base_plan, p).values()) > 0
                 and sum(_capacity(head_plan, p).values()) == 0
             ):
                 out.append(
-                    f"Pool/{p} would select no nodes; confirm with allowEmptyPool: true or --confirm empty-pool"
+                    f"Pool/{p} would select no nodes; "
+                    "confirm with allowEmptyPool: true or --confirm empty-pool"
                 )
     allow_delete = "delete-all-quotas" in confirm or bool(
         head.change and head.change.spec.allow_delete_all_quotas
     )
     if base.quotas and not head.quotas and not allow_delete:
         out.append(
-            f"every Quota ({len(base.quotas)}) is deleted; confirm with allowDeleteAllQuotas: true or --confirm delete-all-quotas"
+            f"every Quota ({len(base.quotas)}) is deleted; "
+            "confirm with allowDeleteAllQuotas: true or --confirm delete-all-quotas"
         )
     return out

@@ -636,9 +636,10 @@ def defragment(
 
     Fewest moves first; among as many moves, the smallest residents (GPU, then CPU), then
     the node's order, then the residents' order. With one move any single resident whose
-    departure makes room is a candidate; with k > 1, a node's k smallest movable residents. At most `max_candidates`
-    candidate sets are tried per move count. Nodes are not modified: the caller applies the
-    migrations, then the placement (`choose_on` picks it on a trial copy of the node)."""
+    departure makes room is a candidate; with k > 1, a node's k smallest movable residents.
+    At most `max_candidates` candidate sets are tried per move count. Nodes are not modified:
+    the caller applies the migrations, then the placement (`choose_on` picks it on a trial
+    copy of the node)."""
     if req.num_gpu == 0:
         return None  # CPU-only pods are not worth a migration
     for k in range(1, max(0, min(max_moves, sum(len(v) for v in residents.values()))) + 1):

@@ -233,7 +233,10 @@ class _Run:
                     id=f"checkpoint:{w.key}",
                     target=w.key,
                     pool=pool,
-                    reason=f"ask {w.key} to checkpoint before it is stopped ({format_duration(lost or 0)} since its last checkpoint)",
+                    reason=(
+                        f"ask {w.key} to checkpoint before it is stopped "
+                        f"({format_duration(lost or 0)} since its last checkpoint)"
+                    ),
                     grace_period_seconds=int(grace.total_seconds()),
                     checkpointable=w.checkpointable,
                 )
@@ -541,7 +544,9 @@ def _desired_replicas(
         want = max(lo, n - down.step)
         return (
             want,
-            f"queue {per:g}/replica < {down.queue_length_per_replica:g} for over {format_duration(down.cooldown.total_seconds())}: scale {svc.key} {n} -> {want}",
+            f"queue {per:g}/replica < {down.queue_length_per_replica:g} "
+            f"for over {format_duration(down.cooldown.total_seconds())}: "
+            f"scale {svc.key} {n} -> {want}",
         )
     return n, ""
 
@@ -578,7 +583,8 @@ def _team_caps(run: _Run) -> None:
             run.evict(
                 w,
                 "preempt",
-                f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; {w.key} is its lowest-priority preemptible work",
+                f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; "
+                f"{w.key} is its lowest-priority preemptible work",
                 run.cluster.pool_of(w),
             )
         if run.team_usage[q.team] > cap:
@@ -586,7 +592,8 @@ def _team_caps(run: _Run) -> None:
                 "warning",
                 "over-cap",
                 q.team,
-                f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: the rest is not preemptible yet",
+                f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: "
+                "the rest is not preemptible yet",
             )
 
 
@@ -622,7 +629,10 @@ def _idle_reclaim(run: _Run) -> None:
                     f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible",
                 )
                 continue
-            why = f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) for {format_duration(min(idle))} (limit {format_duration(limit)})"
+            why = (
+                f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) "
+                f"for {format_duration(min(idle))} (limit {format_duration(limit)})"
+            )
             if rule.action == "report":
                 run.find("info", "idle-report", w.key, why)
             else:
@@ -652,7 +662,8 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
                     "info",
                     "held-cap",
                     p.key,
-                    f"held: team {team} would use {float(used + need):g} GPUs, over its cap of {q.spec.max_gpus}",
+                    f"held: team {team} would use {float(used + need):g} GPUs, "
+                    f"over its cap of {q.spec.max_gpus}",
                 )
                 continue
             pq = next((x for x in q.spec.pools if x.pool == pool), None)
@@ -664,7 +675,8 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
                         "info",
                         "held-borrowing",
                         p.key,
-                        f"held: team {team} would hold {whole + p.request.gpus} whole GPUs in {pool}, over guarantee + borrowing ({limit})",
+                        f"held: team {team} would hold {whole + p.request.gpus} whole GPUs "
+                        f"in {pool}, over guarantee + borrowing ({limit})",
                     )
                     continue
             run.team_usage[team] = used + need
@@ -883,7 +895,8 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             "warning",
             "inference-limit",
             pv.name,
-            f"inference needs {len(wants)} more cards but the pool allows {budget} more (maxGPUs / training minGPUs)",
+            f"inference needs {len(wants)} more cards but the pool allows {budget} more "
+            "(maxGPUs / training minGPUs)",
         )
         wants = wants[:budget]
     if wants:
@@ -891,7 +904,10 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         demand = ", ".join(_describe_request(p.request) for p in unplaced[:3]) + (
             " ..." if len(unplaced) > 3 else ""
         )
-        why = f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity in {pv.name} ({demand})"
+        why = (
+            f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
+            f"in {pv.name} ({demand})"
+        )
         cards = _free_cards(run, pv, len(wants), top, why)
         for g, (mode, layout) in zip(cards, wants, strict=False):
             _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
@@ -901,7 +917,8 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
                 "warning",
                 "waits",
                 p.key,
-                f"{p.origin} ({_describe_request(p.request)}) stays pending: no capacity in {pv.name} this cycle",
+                f"{p.origin} ({_describe_request(p.request)}) stays pending: "
+                f"no capacity in {pv.name} this cycle",
             )
 
 
@@ -940,7 +957,8 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
             "info",
             "warm-short",
             pv.name,
-            f"keeps {have + len(cards)} warm inference cards, {short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take",
+            f"keeps {have + len(cards)} warm inference cards, "
+            f"{short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take",
         )
 
 
@@ -1044,7 +1062,8 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             "info",
             "waits",
             p.key,
-            f"pending training ({n} whole GPUs) waits: nothing in {pv.name} can be freed for it this cycle",
+            f"pending training ({n} whole GPUs) waits: "
+            f"nothing in {pv.name} can be freed for it this cycle",
         )
 
 
@@ -1082,7 +1101,10 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
             g,
             pv,
             "whole",
-            why=f"pending training {p.key} needs {n} whole cards on one node and these inference cards are empty",
+            why=(
+                f"pending training {p.key} needs {n} whole cards on one node "
+                "and these inference cards are empty"
+            ),
         )
     got = _place_gang(run, pv, p)
     assert got is not None
@@ -1136,7 +1158,9 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
         run.evict(
             w,
             "preempt",
-            f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) outranks {w.key} ({w.priority_class}) and no node has {p.request.gpus} free whole cards for it",
+            f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) "
+            f"outranks {w.key} ({w.priority_class}) "
+            f"and no node has {p.request.gpus} free whole cards for it",
             pv.name,
         )
     return _place_gang(run, pv, p) is not None
@@ -1219,7 +1243,8 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
         run.evict(
             w,
             "move",
-            f"defragment {m.source.node}: move {w.key} to {dest.key} so pending {p.key} gets {n} GPUs on one node",
+            f"defragment {m.source.node}: move {w.key} to {dest.key} "
+            f"so pending {p.key} gets {n} GPUs on one node",
             pv.name,
             target=dest.node,
         )
@@ -1268,7 +1293,10 @@ def _objects(run: _Run) -> None:
             ApplyPriorityClass(
                 id=f"priority-class:{name}",
                 target=name,
-                reason=f"{'create' if cur is None else 'update'} PriorityClass {name} (value {value}, preemptionPolicy {policy})",
+                reason=(
+                    f"{'create' if cur is None else 'update'} PriorityClass {name} "
+                    f"(value {value}, preemptionPolicy {policy})"
+                ),
                 value=value,
                 preemption_policy=policy,
             )
@@ -1281,7 +1309,10 @@ def _objects(run: _Run) -> None:
                         id=f"label-node:{node}",
                         target=node,
                         pool=pv.name,
-                        reason=f"{node} matches Pool/{pv.name}'s selector; label it {POOL_LABEL}={pv.name}",
+                        reason=(
+                            f"{node} matches Pool/{pv.name}'s selector; "
+                            f"label it {POOL_LABEL}={pv.name}"
+                        ),
                         labels={POOL_LABEL: pv.name},
                     )
                 )
@@ -1364,7 +1395,10 @@ def _finish_drains(run: _Run) -> None:
                     id=f"uncordon:{name}",
                     target=name,
                     pool=pv.name,
-                    reason=f"{name} was cordoned by gpupool for a repartition that is complete; schedule on it again",
+                    reason=(
+                        f"{name} was cordoned by gpupool for a repartition that is complete; "
+                        "schedule on it again"
+                    ),
                 )
             )
 

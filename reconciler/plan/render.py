@@ -90,7 +90,8 @@ def to_markdown(plan: Plan, title: str = "gpupool plan", budget: int = MARKDOWN_
         head += ["| pool | now (whole / MIG / shared) | after |", "|---|---|---|"]
         for pool, c in sorted(plan.capacity.items()):
             head.append(
-                f"| {pool} | {c['wholeNow']} / {c['migNow']} / {c['sharedNow']} | {c['wholeAfter']} / {c['migAfter']} / {c['sharedAfter']} |"
+                f"| {pool} | {c['wholeNow']} / {c['migNow']} / {c['sharedNow']} "
+                f"| {c['wholeAfter']} / {c['migAfter']} / {c['sharedAfter']} |"
             )
         head.append("")
     disruptive = [a for a in plan.actions if a.disruptive]
@@ -130,7 +131,10 @@ def fit_markdown(head: list[str], body: list[str], budget: int) -> str:
         out += ["", "</details>"]
     out += [
         "",
-        f"> Truncated: {dropped} more lines did not fit in one comment. Run `gpupool plan --format text` for the full plan.",
+        (
+            f"> Truncated: {dropped} more lines did not fit in one comment. "
+            "Run `gpupool plan --format text` for the full plan."
+        ),
     ]
     return "\n".join(out) + "\n"
 
@@ -165,7 +169,8 @@ def change_to_text(report) -> str:
     for pool, c in sorted(report.capacity.items()):
         b, h, d = c["base"], c["head"], c["delta"]
         lines.append(
-            f"  {pool}: {b['whole']}/{b['mig']}/{b['shared']} -> {h['whole']}/{h['mig']}/{h['shared']}"
+            f"  {pool}: {b['whole']}/{b['mig']}/{b['shared']} "
+            f"-> {h['whole']}/{h['mig']}/{h['shared']}"
             f"  (whole {d['whole']:+d}, MIG {d['mig']:+d}, shared {d['shared']:+d})"
         )
     if report.policy_changes:
@@ -203,7 +208,10 @@ def change_to_markdown(
         "",
         f"{icon} **{report.summary()}**",
         "",
-        f"Base `{_rev(report.base_revision)}` → head `{_rev(report.head_revision)}`. The head revision is valid.",
+        (
+            f"Base `{_rev(report.base_revision)}` → head `{_rev(report.head_revision)}`. "
+            "The head revision is valid."
+        ),
         "",
     ]
     if report.gates:
@@ -219,7 +227,9 @@ def change_to_markdown(
     for pool, c in sorted(report.capacity.items()):
         b, h, d = c["base"], c["head"], c["delta"]
         head.append(
-            f"| {pool} | {b['whole']} / {b['mig']} / {b['shared']} | {h['whole']} / {h['mig']} / {h['shared']} | {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |"
+            f"| {pool} | {b['whole']} / {b['mig']} / {b['shared']} "
+            f"| {h['whole']} / {h['mig']} / {h['shared']} "
+            f"| {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |"
         )
     head.append("")
     body: list[str] = []

@@ -26,7 +26,8 @@ class Candidate:
 
 
 def eligible(c: Candidate, *, preemptor_priority: int, min_runtime_seconds: float) -> bool:
-    """A candidate may be preempted only by a strictly higher priority, and only after min runtime."""
+    """A candidate may be preempted only by a strictly higher priority,
+    and only after min runtime."""
     return (
         c.preemptible
         and c.priority < preemptor_priority

@@ -152,7 +152,8 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
                         line,
                         col,
                         "",
-                        f"document {i + 1} is {what}, not a mapping with apiVersion, kind, metadata and spec",
+                        f"document {i + 1} is {what}, "
+                        "not a mapping with apiVersion, kind, metadata and spec",
                     )
                 )
                 continue
@@ -198,7 +199,10 @@ def _document_start(text: str, index: int) -> tuple[int, int]:
 
 
 _PATTERN_HINTS = {
-    DNS_LABEL: "is not a valid name: use lower-case letters, digits and '-', starting and ending with a letter or digit",
+    DNS_LABEL: (
+        "is not a valid name: use lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit"
+    ),
     DURATION_PATTERN: "is not a duration like 30s, 10m, 1h or 1h30m",
     QUANTITY_PATTERN: "is not a quantity like 4Gi, 512Mi or 2",
     TIME_OF_DAY: "is not a time of day in 24-hour HH:MM form, e.g. 02:30",

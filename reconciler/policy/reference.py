@@ -209,14 +209,20 @@ NOTES: dict[str, str] = {
     "Inference.mig": "MIG partitioning (MIG-capable models only).",
     "Inference.shared": "Shared slices (time-slicing / MPS).",
     "SharedInference.slicesPerGPU": "How many pods share one card.",
-    "SharedInference.memoryPerSlice": "GPU memory each slice may use, e.g. 10Gi. slicesPerGPU x memoryPerSlice must fit the card.",
+    "SharedInference.memoryPerSlice": (
+        "GPU memory each slice may use, e.g. 10Gi. slicesPerGPU x memoryPerSlice must fit the card."
+    ),
     "QuotaSpec.pools": "Per-pool allotments.",
     "MemoryAllotment.guaranteed": "GPU memory on shared slices always available to the team.",
-    "MemoryAllotment.borrowingLimit": "How much more memory the team may borrow from idle slices (none: no limit).",
+    "MemoryAllotment.borrowingLimit": (
+        "How much more memory the team may borrow from idle slices (none: no limit)."
+    ),
     "PriorityPolicySpec.classes": "The priority classes, each a Kubernetes PriorityClass.",
     "PriorityPolicySpec.defaultClass": "Class of workloads that name none.",
     "PriorityPolicySpec.preemption": "When and how gpupool preempts.",
-    "PriorityClassSpec.value": "Higher runs first; a victim must have a lower value than its preemptor.",
+    "PriorityClassSpec.value": (
+        "Higher runs first; a victim must have a lower value than its preemptor."
+    ),
     "PriorityClassSpec.workload": "What the class is for.",
     "PriorityClassSpec.description": "Free text.",
     "Preemption.rules": "Who may preempt whom; nothing is preempted without a rule.",
@@ -236,12 +242,16 @@ NOTES: dict[str, str] = {
     "MaintenancePolicySpec.idleReclaim": "Reclaiming idle cards (none: off).",
     "Defragmentation.enabled": "Switch.",
     "Defragmentation.window": "The daily window, for `when: window`.",
-    "Defragmentation.maxMigrationsPerCycle": "At most this many workloads moved per reconcile cycle.",
+    "Defragmentation.maxMigrationsPerCycle": (
+        "At most this many workloads moved per reconcile cycle."
+    ),
     "IdleReclaim.enabled": "Switch.",
     "IdleReclaim.action": "`evict` the idle workload, or only `report` it.",
     "IdleReclaim.excludeClasses": "Priority classes never reclaimed.",
     "Window.start": "Start, time of day in UTC.",
-    "ChangeGates.maxPreemptions": "A change may cause at most this many preemptions (none: no limit).",
+    "ChangeGates.maxPreemptions": (
+        "A change may cause at most this many preemptions (none: no limit)."
+    ),
     "ChangeGates.maxRepartitions": "...at most this many MIG/shared repartitions of cards.",
     "ChangeGates.maxDrainedNodes": "...at most this many drained nodes.",
     "ChangePolicySpec.gates": "Limits on what one change may do.",
@@ -386,7 +396,8 @@ def _model_section(model: type[Model], level: int = 3) -> list[str]:
         yaml = field.alias or name
         meaning = NOTES.get(f"{model.__name__}.{yaml}") or attr_docs.get(name) or field.description
         lines.append(
-            f"| `{yaml}` | {_type(field.annotation, field.metadata)} | {_default(field)} | {_cell(meaning)} |"
+            f"| `{yaml}` | {_type(field.annotation, field.metadata)} "
+            f"| {_default(field)} | {_cell(meaning)} |"
         )
     lines.append("")
     return lines
@@ -429,7 +440,8 @@ def _catalog_section(catalog: Catalog) -> list[str]:
         for p in m.profiles.values():
             starts = ", ".join(map(str, p.starts))
             lines.append(
-                f"| `{p.name}` | {p.compute_slices} | {p.memory_slices} | {p.max_count} | {starts} |"
+                f"| `{p.name}` | {p.compute_slices} | {p.memory_slices} "
+                f"| {p.max_count} | {starts} |"
             )
         lines.append("")
     return lines

@@ -57,7 +57,8 @@ def _duplicates(state: DesiredState) -> Iterator[Problem]:
             yield _problem(
                 d,
                 ("metadata", "name"),
-                f"duplicate {d.key[0]} name {d.key[1]!r} (first defined at {first.file}:{first.line})",
+                f"duplicate {d.key[0]} name {d.key[1]!r} "
+                f"(first defined at {first.file}:{first.line})",
             )
             continue
         seen[d.key] = d
@@ -117,7 +118,8 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
             yield _problem(
                 d,
                 ("spec", "training", "minGPUs"),
-                f"training.minGPUs {spec.training.min_gpus} + inference.minGPUs {inf.min_gpus} exceed the pool's {total} GPUs",
+                f"training.minGPUs {spec.training.min_gpus} + inference.minGPUs {inf.min_gpus} "
+                f"exceed the pool's {total} GPUs",
             )
         if (inf.min_gpus or inf.max_gpus) and inf.mig is None and inf.shared is None:
             yield _problem(
@@ -145,7 +147,8 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
                             yield _problem(
                                 d,
                                 (*base, "profiles", j),
-                                f"{p!r} is not a MIG profile of {model.name}; valid: {', '.join(model.profiles)}",
+                                f"{p!r} is not a MIG profile of {model.name}; "
+                                f"valid: {', '.join(model.profiles)}",
                             )
                     if not unknown and state.catalog.place(model, layout.profiles) is None:
                         yield _problem(
@@ -157,7 +160,9 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
                 yield _problem(
                     d,
                     ("spec", "inference", "shared", "memoryPerSlice"),
-                    f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} = {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory of one {model.name} card",
+                    f"{inf.shared.slices_per_gpu} slices x {inf.shared.memory_per_slice} "
+                    f"= {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory "
+                    f"of one {model.name} card",
                 )
 
 
@@ -168,15 +173,22 @@ def _unplaceable(state: DesiredState, model, profiles: list[str]) -> str:
     for name, n in counts.items():
         p = model.profiles[name]
         if n > p.max_count:
-            return f"layout cannot be placed on {model.name}: {n} x {name} but at most {p.max_count} fit"
+            return (
+                f"layout cannot be placed on {model.name}: {n} x {name} "
+                f"but at most {p.max_count} fit"
+            )
     if len(profiles) > state.catalog.max_instances:
-        return f"layout cannot be placed: {len(profiles)} instances, at most {state.catalog.max_instances} per GPU"
+        return (
+            f"layout cannot be placed: {len(profiles)} instances, "
+            f"at most {state.catalog.max_instances} per GPU"
+        )
     if sum(n for name, n in counts.items() if name.endswith("+me")) > 1:
         return "layout cannot be placed: at most one +me instance per GPU"
     slices = sum(model.profiles[p].memory_slices for p in profiles)
     return (
         f"layout cannot be placed on {model.name}: no non-overlapping start slots exist for "
-        f"{' + '.join(profiles)} ({slices} of {state.catalog.memory_slices} memory slices; placement rules, not only the sum, decide)"
+        f"{' + '.join(profiles)} ({slices} of {state.catalog.memory_slices} memory slices; "
+        "placement rules, not only the sum, decide)"
     )
 
 
@@ -237,7 +249,8 @@ def _pool_overlap(state: DesiredState) -> Iterator[Problem]:
                 yield _problem(
                     a,
                     ("spec", "nodeSelector"),
-                    f"node selector overlaps Pool/{b.model.metadata.name} ({b.file}:{b.line}): a node could belong to both pools",
+                    f"node selector overlaps Pool/{b.model.metadata.name} ({b.file}:{b.line}): "
+                    "a node could belong to both pools",
                 )
 
 
@@ -261,7 +274,8 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
                 yield _problem(
                     d,
                     ("spec", "namespaces", i),
-                    f"namespace {ns!r} is already governed by Quota/{o.model.metadata.name} ({o.file}:{o.line})",
+                    f"namespace {ns!r} is already governed by "
+                    f"Quota/{o.model.metadata.name} ({o.file}:{o.line})",
                 )
             owner.setdefault(ns, d)
         team_total = Fraction(0)
@@ -274,7 +288,8 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
                 yield _problem(
                     d,
                     (*base, "pool"),
-                    f"refers to Pool {pq.pool!r}, which does not exist; pools: {', '.join(state.pools) or 'none'}",
+                    f"refers to Pool {pq.pool!r}, which does not exist; "
+                    f"pools: {', '.join(state.pools) or 'none'}",
                 )
                 continue
             model = state.catalog.model(pool.spec.gpu_model)
@@ -311,7 +326,8 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
             yield _problem(
                 d,
                 ("spec", "maxGPUs"),
-                f"cap of {q.spec.max_gpus} GPUs is below the team's guarantees ({float(team_total):g} GPUs)",
+                f"cap of {q.spec.max_gpus} GPUs is below the team's guarantees "
+                f"({float(team_total):g} GPUs)",
             )
     for pool_name, total in guaranteed.items():
         cap = pool_gpus(state.pools[pool_name])
@@ -321,7 +337,8 @@ def _quotas(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pro
             yield _problem(
                 d,
                 ("spec", "pools", i),
-                f"guarantees on Pool/{pool_name} add up to {float(total):g} GPUs ({names}) but the pool has {cap}",
+                f"guarantees on Pool/{pool_name} add up to {float(total):g} GPUs ({names}) "
+                f"but the pool has {cap}",
             )
 
 
@@ -372,7 +389,8 @@ def _priority(state: DesiredState) -> Iterator[Problem]:
                     yield _problem(
                         d,
                         (*base, "victims", j),
-                        f"{rule.preemptor} (value {pre.value}) cannot preempt {v} (value {vc.value}): a victim must have a lower priority",
+                        f"{rule.preemptor} (value {pre.value}) cannot preempt {v} "
+                        f"(value {vc.value}): a victim must have a lower priority",
                     )
 
 
