@@ -24,8 +24,6 @@ from reconciler.plan.actions import (
     Action,
     Checkpoint,
     Eviction,
-    Scale,
-    Uncordon,
 )
 from reconciler.plan.model import Plan
 
@@ -148,7 +146,7 @@ class Executor:
             },
             "reason": "GpuPool" + "".join(p.title() for p in action.kind.split("-")),
             "message": (action.reason + (f" ({out.message})" if out.message else ""))[:1000],
-            "type": "Normal" if isinstance(action, Uncordon | Scale) else "Warning",
+            "type": "Warning",  # only disruptive steps have Events
             "source": {"component": "gpupool"},
             "firstTimestamp": now.isoformat(),
             "lastTimestamp": now.isoformat(),

@@ -53,7 +53,6 @@ class ApplyConfig:
     period plus its ConfigMap cache TTL, one minute each by default (kubernetes.io, "Mounted
     ConfigMaps are updated automatically"). mig-manager validates the label's config against
     its mounted copy and fails a config it cannot see, so the label waits this long."""
-    events_namespace: str = "default"
     emit_events: bool = True
 
 
@@ -200,9 +199,9 @@ def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> No
         ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=cm.resource_version)
 
 
-def _put_mig_config(ctx: Context, name: str, spec: dict) -> None:
+def _put_mig_config(ctx: Context, name: str, spec: dict) -> bool:
     """mig-parted config (`version: v1`, `mig-configs:`) in the ConfigMap's `config.yaml`,
-    written with the resourceVersion read, so two writers never lose one."""
+    written with the resourceVersion read, so two writers never lose one. True: it wrote."""
     ns = ctx.cfg.mig_config_namespace
     cm = ctx.ops.read_config_map(ns, ctx.cfg.mig_config_map)
     text = merged_mig_config(
@@ -217,21 +216,26 @@ def _put_mig_config(ctx: Context, name: str, spec: dict) -> None:
             {MIG_CONFIG_KEY: text},
             resource_version=None if cm is None else cm.resource_version,
         )
+        return True
+    return False
 
 
-def _propagation_left(ctx: Context, node: NodeInfo, name: str) -> float:
+def _propagation_left(
+    ctx: Context, node: NodeInfo, name: str, *, rewritten: bool
+) -> tuple[float, bool]:
     """Seconds until the mounted copy of mig-manager's ConfigMap surely holds config `name`,
     counted from the first time this node's step saw it written (recorded on the node, so a
-    restart of the controller does not shorten the wait)."""
+    restart of the controller does not shorten the wait) or from now when it was just
+    (re)written; and whether the node's mark was written now."""
     mark = node.annotations.get(C.MIG_CONFIG_WRITTEN_ANN, "")
     seen, _, at = mark.partition("@")
-    since = parse_time(at) if seen == name else None
+    since = parse_time(at) if seen == name and not rewritten else None
     if since is None:
         ctx.ops.patch_node(
             node.name, annotations={C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ctx.clock().isoformat()}"}
         )
-        return ctx.cfg.config_propagation_seconds
-    return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds()
+        return ctx.cfg.config_propagation_seconds, True
+    return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds(), False
 
 
 def _repartition(
@@ -265,14 +269,15 @@ def _repartition(
     if busy:
         return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
     if state_label:
-        _put_mig_config(ctx, name, spec)
-        left = _propagation_left(ctx, node, name)
+        wrote = _put_mig_config(ctx, name, spec)
+        left, marked = _propagation_left(ctx, node, name, rewritten=wrote)
         if left > 0:
             return Outcome(
                 a.id,
                 "waiting",
                 f"config {name} written; mig-manager reads a mounted copy: "
                 f"{int(left)}s before {label} may name it",
+                changed=wrote or marked,
             )
     else:
         _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
@@ -320,7 +325,10 @@ def checkpoint(a: Checkpoint, ctx: Context) -> Outcome:
                 a.id, "done", f"requested at {pod.annotations[C.CHECKPOINT_REQUESTED_ANN]}"
             )
         # left over from an earlier, abandoned plan: ask again, and wait the grace again
-    ctx.ops.annotate_pod(ns, name, {C.CHECKPOINT_REQUESTED_ANN: ctx.clock().isoformat()})
+    # a done mark left from an earlier request must not cut this one's grace period short
+    ctx.ops.annotate_pod(
+        ns, name, {C.CHECKPOINT_REQUESTED_ANN: ctx.clock().isoformat(), C.CHECKPOINT_DONE_ANN: None}
+    )
     return Outcome(a.id, "done", "checkpoint requested", changed=True)
 
 

@@ -135,7 +135,7 @@ class KubeOps:
             ).items
         return [_pod(p) for p in items]
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         with _errors():
             self.core.patch_namespaced_pod(
                 name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE

@@ -92,7 +92,9 @@ class ClusterOps(Protocol):
 
     def pods_on_node(self, node: str) -> list[PodInfo]: ...
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> None: ...
 
     def evict_pod(self, namespace: str, name: str) -> None:
         """Through the Eviction API: ApiError 429 when a PodDisruptionBudget refuses."""

@@ -47,7 +47,6 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     apply_config = ApplyConfig(
         mig_config_namespace=args.mig_config_namespace,
         mig_timeout_seconds=mig_timeout,
-        events_namespace=args.namespace,
     )
     api = make_api_client(args.kubeconfig)
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()

@@ -76,7 +76,7 @@ class Controller:
         self.status = StatusStore(api_client, namespace=namespace)
         self.executor = Executor(
             KubeOps(api_client),
-            apply_config or ApplyConfig(events_namespace=namespace),
+            apply_config or ApplyConfig(),
             clock=clock,
         )
         self.last_ok: datetime | None = None

@@ -120,7 +120,7 @@ class ApiWorld:
         return dataclasses.replace(row, message=row.message.replace(f"{NS}/", f"{self.ns}/")), a
 
     def config(self) -> ApplyConfig:
-        return ApplyConfig(mig_config_namespace=self.ns, events_namespace=self.ns)
+        return ApplyConfig(mig_config_namespace=self.ns)
 
     def ops(self) -> KubeOps:
         return KubeOps(self.api_client)

@@ -258,7 +258,7 @@ class MemoryCluster:
 
         return self._run("pods_on_node", list_, node=node)
 
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         def patch() -> None:
             p = self.pods.get((namespace, name))
             if p is None:

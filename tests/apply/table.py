@@ -236,7 +236,7 @@ def assert_result(row: Row, got: Result) -> None:
 
 # ---------------------------------------------------------------------- in memory
 def memory_config() -> ApplyConfig:
-    return ApplyConfig(mig_config_namespace=NS, events_namespace=NS)
+    return ApplyConfig(mig_config_namespace=NS)
 
 
 def seed_memory(row: Row) -> MemoryCluster:

@@ -47,7 +47,7 @@ def cluster(*seed) -> MemoryCluster:
 
 
 def executor(c: MemoryCluster, **cfg) -> Executor:
-    return Executor(c, ApplyConfig(mig_config_namespace=NS, events_namespace=NS, **cfg), clock=lambda: NOW)
+    return Executor(c, ApplyConfig(mig_config_namespace=NS, **cfg), clock=lambda: NOW)
 
 
 def statuses(result: ApplyResult) -> dict[str, tuple[str, str]]:

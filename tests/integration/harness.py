@@ -119,7 +119,7 @@ def controller(kube: World, root: Path, clock: Clock, *, identity: str = "gpupoo
                mig_timeout: float = 900.0, api_client=None, **kw) -> Controller:
     """The controller as it runs in the cluster: its ServiceAccount, its namespace, the GPU
     operator's namespace for the NVIDIA configs."""
-    cfg = ApplyConfig(mig_config_namespace=OPERATOR_NS, events_namespace=NS, mig_timeout_seconds=mig_timeout)
+    cfg = ApplyConfig(mig_config_namespace=OPERATOR_NS, mig_timeout_seconds=mig_timeout)
     return Controller(DirectorySource(root), api_client or kube.controller_client(), namespace=NS, identity=identity,
                       dry_run=dry_run, apply_config=cfg, clock=clock, **kw)
 
