@@ -1,13 +1,7 @@
-"""Seeding a row's starting state into an API server through the client, for the integration
-suite's `kube` fixture, whichever it is:
-
-* the fake API server (`tests.kubeapi.fixtures.KubeTarget` with `.server`): Nodes through the
-  fake's kubelet stand-in, the CRDs from deploy/;
-* the real control plane (`tests.integration.world.World`, with `.kubelets`): gpupool's CRDs are
-  installed; Nodes are created through the API as plain objects, with no kubelet behind them
-  (as on the fake), so nothing but the handler changes the pods on them;
-* any other cluster (`KubeTarget` from GPUPOOL_TEST_KUBECONFIG): rows that need Nodes or
-  GpuNodeStates skip (`require_fake()`), as the integration harness did; the rest run.
+"""Seeding a row's starting state into the real API server of the integration suite's `kube`
+fixture (`tests.integration.world.World`) through the client: gpupool's CRDs are installed;
+Nodes are created through the API as plain objects, with no kubelet behind them, so nothing
+but the handler changes the pods on them.
 
 Namespaced objects go into a namespace of the test's own; the rows' namespace `NS` in targets
 and messages is rewritten to it. Cluster-scoped names (nodes, PriorityClasses) are made unique
@@ -20,10 +14,8 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
 from reconciler import conventions as C
@@ -48,7 +40,6 @@ from tests.apply.table import (
 MERGE = "application/merge-patch+json"
 HOLD = "gpupool.test/hold"
 """A finalizer that keeps a deleted pod terminating (no kubelet stand-in needed)."""
-CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds.yaml"
 
 
 def wait_for(what: str, ok: Callable[[], bool], timeout: float = 30.0, every: float = 0.2) -> None:
@@ -80,19 +71,14 @@ class ApiWorld:
         self.api_client = kube.api_client
         self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
-        self.server = getattr(kube, "server", None)
-        self.is_fake = self.server is not None
         self.pcs: dict[str, str] = {}
         self.nodes: dict[str, str] = {}
-        self._crds = False
-        if hasattr(kube, "require_fake"):  # KubeTarget: a fresh namespace per test
-            self.ns = kube.namespace
-        else:  # World: its namespace is gpupool's own, for the whole session; this test gets one
-            self.ns = unique("gpupool-apply")
-            self.core.create_namespace({"metadata": {"name": self.ns}})
-            kube.cleanup(lambda: self.core.delete_namespace(self.ns))  # runs last; not waited for
-        self._own_pods_cleanup = self.is_fake
-        self._sa_ready = self.is_fake
+        # the World's namespace is gpupool's own, for the whole session; this test gets one
+        self.ns = unique("gpupool-apply")
+        self.core.create_namespace({"metadata": {"name": self.ns}})
+        kube.cleanup(lambda: self.core.delete_namespace(self.ns))  # runs last; not waited for
+        self._own_pods_cleanup = False
+        self._sa_ready = False
 
     # ---------------------------------------------------------------- names
     def pc(self, name: str) -> str:
@@ -103,10 +89,8 @@ class ApiWorld:
         return self.pcs[name]
 
     def node(self, name: str) -> str:
-        """A row's node name on the server: unique on a real one, so that listing the pods on a
-        node sees this test's only."""
-        if self.is_fake:
-            return name
+        """A row's node name on the server: unique, so that listing the pods on a node sees this
+        test's only."""
         return self.nodes.setdefault(name, unique(name))
 
     def localize(self, row: Row) -> tuple[Row, Action]:
@@ -147,19 +131,10 @@ class ApiWorld:
             else:  # pragma: no cover
                 raise TypeError(s)
 
-    def _cluster_wide_ok(self) -> None:
-        """Nodes and GpuNodeStates: on the fake, or on the test control plane; not on a shared cluster."""
-        if not self.is_fake and not hasattr(self.kube, "kubelets"):
-            self.kube.require_fake()
-
     def _node(self, s: Node) -> None:
-        self._cluster_wide_ok()
         name = self.node(s.name)
-        if self.server is not None:
-            self.server.cluster.add_node(name, labels=dict(s.labels))  # as a kubelet registers it
-        else:
-            self.core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **s.labels}}})
-            self.kube.cleanup(lambda: self.core.delete_node(name))
+        self.core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **s.labels}}})
+        self.kube.cleanup(lambda: self.core.delete_node(name))
         body: dict[str, Any] = {"metadata": {"annotations": dict(s.annotations)}}
         if s.cordoned:
             body["spec"] = {"unschedulable": True}
@@ -167,19 +142,11 @@ class ApiWorld:
 
     def _node_state(self, s: NodeState) -> None:
         """The node agent's GpuNodeState (create, then the status subresource)."""
-        self._cluster_wide_ok()
         custom = client.CustomObjectsApi(self.api_client)
-        if self.is_fake and not self._crds:
-            ext = client.ApiextensionsV1Api(self.api_client)
-            for crd in yaml.safe_load_all(CRDS.read_text()):
-                if crd:
-                    ext.create_custom_resource_definition(crd)
-            self._crds = True
         name = self.node(s.node)
         custom.create_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, {
             "apiVersion": C.API_VERSION, "kind": C.NODE_STATE_KIND, "metadata": {"name": name}})
-        if not self.is_fake:
-            self.kube.cleanup(lambda: custom.delete_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name))
+        self.kube.cleanup(lambda: custom.delete_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name))
         custom.patch_cluster_custom_object_status(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name,
                                                   {"status": {"gpus": [dict(g) for g in s.gpus]}},
                                                   _content_type=MERGE)
@@ -229,10 +196,9 @@ class ApiWorld:
         name = f"{pod}-budget"
         policy.create_namespaced_pod_disruption_budget(self.ns, {
             "metadata": {"name": name}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}}})
-        if not self.is_fake:
-            wait_for(f"PDB {name}'s status", lambda: (
-                (st := policy.read_namespaced_pod_disruption_budget(name, self.ns).status) is not None
-                and st.observed_generation is not None and st.current_healthy == 1))
+        wait_for(f"PDB {name}'s status", lambda: (
+            (st := policy.read_namespaced_pod_disruption_budget(name, self.ns).status) is not None
+            and st.observed_generation is not None and st.current_healthy == 1))
 
     def _workload(self, s: Workload) -> None:
         labels = {"app": s.name}
@@ -246,8 +212,7 @@ class ApiWorld:
         else:
             body["spec"]["serviceName"] = s.name
             self.apps.create_namespaced_stateful_set(self.ns, body)
-        if not self.is_fake:
-            self._settle(s.kind, s.name)
+        self._settle(s.kind, s.name)
 
     def _settle(self, kind: WorkloadKind, name: str) -> None:
         """Let a real cluster's controller catch up with a new workload, so that its status

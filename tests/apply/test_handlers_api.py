@@ -2,9 +2,7 @@
 cannot drift from what a server does; and the in-memory cluster's own answers (404s, 409s,
 merge patches, evictions) checked against the server's, call by call.
 
-The server is the integration suite's `kube` target: the fake API server over HTTP by default,
-a real cluster when GPUPOOL_TEST_KUBECONFIG is set (rows that seed Nodes then skip, as the
-integration harness does).
+The server is the integration suite's `kube` target: the real kube-apiserver of tests/cluster.
 """
 
 from __future__ import annotations
@@ -271,14 +269,10 @@ def test_a_terminating_pod_stays_until_its_deletion_finishes(kube):
     assert [(p.name, p.deleting) for p in ops.pods_on_node(world.node("gpu-1"))] == [("job", True)]
     kube.core.patch_namespaced_pod("job", world.ns, {"metadata": {"finalizers": None}},
                                    _content_type="application/merge-patch+json")
-    if world.is_fake:  # a real cluster also waits for a kubelet that never comes
-        assert ops.read_pod(world.ns, "job") is None
 
 
 def test_event_namespaces_are_checked_as_the_server_does(kube):
     world = ApiWorld(kube)
-    if world.is_fake:
-        pytest.xfail("the fake API server does not check an Event's namespace against its involvedObject")
     assert event_namespaces(world.ops(), world) == event_namespaces(MemoryCluster(namespaces={NS}), Names())
 
 
@@ -286,8 +280,6 @@ def test_a_changed_preemption_policy_is_refused_like_a_changed_value(kube):
     """preemptionPolicy is immutable on a real API server, as value is (the handler replaces the
     object when either changes); MemoryCluster refuses both."""
     world = ApiWorld(kube)
-    if world.is_fake:
-        pytest.xfail("the fake API server lets preemptionPolicy change (it checks only value)")
     world.seed((PriorityClass("gpupool-batch", 100),))
     body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": world.pc("gpupool-batch")}, "value": 100, "preemptionPolicy": "Never"}
