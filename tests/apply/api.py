@@ -85,7 +85,9 @@ class ApiWorld:
         """The server-side name of a row's PriorityClass (unique; deleted at teardown)."""
         if name not in self.pcs:
             real = self.pcs[name] = unique(name)
-            self.kube.cleanup(lambda: client.SchedulingV1Api(self.api_client).delete_priority_class(real))
+            self.kube.cleanup(
+                lambda: client.SchedulingV1Api(self.api_client).delete_priority_class(real)
+            )
         return self.pcs[name]
 
     def node(self, name: str) -> str:
@@ -98,7 +100,7 @@ class ApiWorld:
         if isinstance(a, ApplyPriorityClass):
             a = a.model_copy(update={"target": self.pc(a.target)})
         elif a.target.startswith(f"{NS}/"):
-            a = a.model_copy(update={"target": self.ns + a.target[len(NS):]})
+            a = a.model_copy(update={"target": self.ns + a.target[len(NS) :]})
         else:
             a = a.model_copy(update={"target": self.node(a.target)})
         return dataclasses.replace(row, message=row.message.replace(f"{NS}/", f"{self.ns}/")), a
@@ -124,16 +126,25 @@ class ApiWorld:
             elif isinstance(s, Workload):
                 self._workload(s)
             elif isinstance(s, ConfigMap):
-                self.core.create_namespaced_config_map(self.ns, {"metadata": {"name": s.name}, "data": dict(s.data)})
+                self.core.create_namespaced_config_map(
+                    self.ns, {"metadata": {"name": s.name}, "data": dict(s.data)}
+                )
             elif isinstance(s, PriorityClass):
                 client.SchedulingV1Api(self.api_client).create_priority_class(
-                    {"metadata": {"name": self.pc(s.name)}, "value": s.value, "preemptionPolicy": s.preemption_policy})
+                    {
+                        "metadata": {"name": self.pc(s.name)},
+                        "value": s.value,
+                        "preemptionPolicy": s.preemption_policy,
+                    }
+                )
             else:  # pragma: no cover
                 raise TypeError(s)
 
     def _node(self, s: Node) -> None:
         name = self.node(s.name)
-        self.core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **s.labels}}})
+        self.core.create_node(
+            {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **s.labels}}}
+        )
         self.kube.cleanup(lambda: self.core.delete_node(name))
         body: dict[str, Any] = {"metadata": {"annotations": dict(s.annotations)}}
         if s.cordoned:
@@ -144,49 +155,93 @@ class ApiWorld:
         """The node agent's GpuNodeState (create, then the status subresource)."""
         custom = client.CustomObjectsApi(self.api_client)
         name = self.node(s.node)
-        custom.create_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, {
-            "apiVersion": C.API_VERSION, "kind": C.NODE_STATE_KIND, "metadata": {"name": name}})
-        self.kube.cleanup(lambda: custom.delete_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name))
-        custom.patch_cluster_custom_object_status(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name,
-                                                  {"status": {"gpus": [dict(g) for g in s.gpus]}},
-                                                  _content_type=MERGE)
+        custom.create_cluster_custom_object(
+            C.GROUP,
+            C.VERSION,
+            C.NODE_STATE_PLURAL,
+            {"apiVersion": C.API_VERSION, "kind": C.NODE_STATE_KIND, "metadata": {"name": name}},
+        )
+        self.kube.cleanup(
+            lambda: custom.delete_cluster_custom_object(
+                C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, name
+            )
+        )
+        custom.patch_cluster_custom_object_status(
+            C.GROUP,
+            C.VERSION,
+            C.NODE_STATE_PLURAL,
+            name,
+            {"status": {"gpus": [dict(g) for g in s.gpus]}},
+            _content_type=MERGE,
+        )
 
     def _wait_service_account(self) -> None:
         """A real cluster admits pods only once the namespace's default ServiceAccount exists."""
         if not self._sa_ready:
-            wait_for("the default ServiceAccount", lambda: _absent(
-                lambda: self.core.read_namespaced_service_account("default", self.ns)) is not None)
+            wait_for(
+                "the default ServiceAccount",
+                lambda: (
+                    _absent(lambda: self.core.read_namespaced_service_account("default", self.ns))
+                    is not None
+                ),
+            )
             self._sa_ready = True
         if not self._own_pods_cleanup:
             # no kubelet finishes these pods' graceful deletion: remove them at once at teardown
             # (registered first, so it runs after the finalizers are taken off)
-            self.kube.cleanup(lambda: self.core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0))
+            self.kube.cleanup(
+                lambda: self.core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0)
+            )
             self._own_pods_cleanup = True
 
     def _pod(self, s: Pod) -> None:
         self._wait_service_account()
         limits = {C.GPU_RESOURCE: "1"} if s.gpus else {}
-        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.example/train:1",
-                                                "resources": {"limits": limits}}]}
+        spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": limits},
+                }
+            ]
+        }
         if s.node:
             spec["nodeName"] = self.node(s.node)
         else:  # stays unscheduled: the real scheduler would otherwise bind it to any free node
             spec["nodeSelector"] = {"gpupool.test/unschedulable": "true"}
-        meta: dict[str, Any] = {"name": s.name, "labels": {"app": s.name}, "annotations": dict(s.annotations)}
+        meta: dict[str, Any] = {
+            "name": s.name,
+            "labels": {"app": s.name},
+            "annotations": dict(s.annotations),
+        }
         if s.deleting:
             meta["finalizers"] = [HOLD]
         self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec})
         phase = s.phase or ("Running" if s.node else "Pending")
         if phase != "Pending":  # what the kubelet would report
             ready = "True" if phase == "Running" else "False"
-            self.core.patch_namespaced_pod_status(s.name, self.ns, {"status": {
-                "phase": phase, "conditions": [{"type": "Ready", "status": ready},
-                                               {"type": "ContainersReady", "status": ready}]}})
+            self.core.patch_namespaced_pod_status(
+                s.name,
+                self.ns,
+                {
+                    "status": {
+                        "phase": phase,
+                        "conditions": [
+                            {"type": "Ready", "status": ready},
+                            {"type": "ContainersReady", "status": ready},
+                        ],
+                    }
+                },
+            )
         if s.pdb:
             self._pdb(s.name)
         if s.deleting:
-            self.kube.cleanup(lambda: self.core.patch_namespaced_pod(
-                s.name, self.ns, {"metadata": {"finalizers": None}}, _content_type=MERGE))
+            self.kube.cleanup(
+                lambda: self.core.patch_namespaced_pod(
+                    s.name, self.ns, {"metadata": {"finalizers": None}}, _content_type=MERGE
+                )
+            )
             self.core.delete_namespaced_pod(s.name, self.ns)
 
     def _pdb(self, pod: str) -> None:
@@ -194,19 +249,37 @@ class ApiWorld:
         computed what it allows (a real cluster's disruption controller does that later)."""
         policy = client.PolicyV1Api(self.api_client)
         name = f"{pod}-budget"
-        policy.create_namespaced_pod_disruption_budget(self.ns, {
-            "metadata": {"name": name}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}}})
-        wait_for(f"PDB {name}'s status", lambda: (
-            (st := policy.read_namespaced_pod_disruption_budget(name, self.ns).status) is not None
-            and st.observed_generation is not None and st.current_healthy == 1))
+        policy.create_namespaced_pod_disruption_budget(
+            self.ns,
+            {
+                "metadata": {"name": name},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}},
+            },
+        )
+        wait_for(
+            f"PDB {name}'s status",
+            lambda: (
+                (st := policy.read_namespaced_pod_disruption_budget(name, self.ns).status)
+                is not None
+                and st.observed_generation is not None
+                and st.current_healthy == 1
+            ),
+        )
 
     def _workload(self, s: Workload) -> None:
         labels = {"app": s.name}
-        template = {"metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "srv", "image": "registry.example/serve:1"}]}}
-        body: dict[str, Any] = {"metadata": {"name": s.name, "annotations": dict(s.annotations)},
-                                "spec": {"replicas": s.replicas, "selector": {"matchLabels": labels},
-                                         "template": template}}
+        template = {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "srv", "image": "registry.example/serve:1"}]},
+        }
+        body: dict[str, Any] = {
+            "metadata": {"name": s.name, "annotations": dict(s.annotations)},
+            "spec": {
+                "replicas": s.replicas,
+                "selector": {"matchLabels": labels},
+                "template": template,
+            },
+        }
         if s.kind == "Deployment":
             self.apps.create_namespaced_deployment(self.ns, body)
         else:
@@ -222,7 +295,9 @@ class ApiWorld:
         def quiet() -> bool:
             obj = self.read_workload(kind, name)
             rv = obj.metadata.resource_version
-            settled = ((obj.status and obj.status.observed_generation) or 0) >= (obj.metadata.generation or 0)
+            settled = ((obj.status and obj.status.observed_generation) or 0) >= (
+                obj.metadata.generation or 0
+            )
             stable = bool(last) and last[-1] == rv
             last.append(rv)
             return settled and stable
@@ -230,7 +305,11 @@ class ApiWorld:
         wait_for(f"{kind} {name} to settle", quiet, every=1.0)
 
     def read_workload(self, kind: WorkloadKind, name: str) -> Any:
-        read = self.apps.read_namespaced_deployment if kind == "Deployment" else self.apps.read_namespaced_stateful_set
+        read = (
+            self.apps.read_namespaced_deployment
+            if kind == "Deployment"
+            else self.apps.read_namespaced_stateful_set
+        )
         return read(name, self.ns)
 
 
@@ -247,9 +326,16 @@ class ApiProbe(Probe):
 
     def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
         obj = self.world.read_workload(kind, name)
-        return {"replicas": obj.spec.replicas, "annotations": dict(obj.metadata.annotations or {}),
-                "resource_version": obj.metadata.resource_version}
+        return {
+            "replicas": obj.spec.replicas,
+            "annotations": dict(obj.metadata.annotations or {}),
+            "resource_version": obj.metadata.resource_version,
+        }
 
     def quota(self, name: str) -> dict[str, Any] | None:
         q = _absent(lambda: self.world.core.read_namespaced_resource_quota(name, self.namespace))
-        return None if q is None else {"labels": dict(q.metadata.labels or {}), "hard": dict(q.spec.hard or {})}
+        return (
+            None
+            if q is None
+            else {"labels": dict(q.metadata.labels or {}), "hard": dict(q.spec.hard or {})}
+        )

@@ -46,10 +46,18 @@ from reconciler.apply.port import (
 )
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-MUTATING = frozenset({
-    "patch_node", "annotate_pod", "evict_pod", "scale_workload", "write_config_map",
-    "server_side_apply", "delete_priority_class", "create_event",
-})
+MUTATING = frozenset(
+    {
+        "patch_node",
+        "annotate_pod",
+        "evict_pod",
+        "scale_workload",
+        "write_config_map",
+        "server_side_apply",
+        "delete_priority_class",
+        "create_event",
+    }
+)
 PLURAL = {"Deployment": "deployments.apps", "StatefulSet": "statefulsets.apps"}
 
 
@@ -58,8 +66,12 @@ def not_found(kind: str, name: str) -> ApiError:
 
 
 def modified(kind: str, name: str) -> ApiError:
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
-                                     "modified; please apply your changes to the latest version and try again")
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
+        "modified; please apply your changes to the latest version and try again",
+    )
 
 
 def merge(current: dict[str, str], patch: dict[str, str | None] | None) -> dict[str, str]:
@@ -110,9 +122,14 @@ class _Versioned:
 class MemoryCluster:
     """See the module docstring. Seed with the `add_*` methods (not logged as writes)."""
 
-    def __init__(self, *, namespaces: tuple[str, ...] | set[str] = (), pdb_blocked: set[str] | None = None,
-                 fail: dict[str, ApiError | list[ApiError]] | None = None,
-                 after: dict[str, Callable[[], None]] | None = None):
+    def __init__(
+        self,
+        *,
+        namespaces: tuple[str, ...] | set[str] = (),
+        pdb_blocked: set[str] | None = None,
+        fail: dict[str, ApiError | list[ApiError]] | None = None,
+        after: dict[str, Callable[[], None]] | None = None,
+    ):
         self.namespaces: set[str] = {*DEFAULT_NAMESPACES, *namespaces}
         self.nodes: dict[str, _Node] = {}
         self.node_states: dict[str, dict] = {}
@@ -176,34 +193,69 @@ class MemoryCluster:
     def add_namespace(self, name: str) -> None:
         self.namespaces.add(name)
 
-    def add_node(self, name: str, *, unschedulable: bool = False, labels: dict[str, str] | None = None,
-                 annotations: dict[str, str] | None = None) -> None:
+    def add_node(
+        self,
+        name: str,
+        *,
+        unschedulable: bool = False,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         self.nodes[name] = _Node(unschedulable, dict(labels or {}), dict(annotations or {}))
 
     def set_node_state(self, node: str, obj: dict) -> None:
         """The node agent's GpuNodeState (`{"status": {"gpus": [...]}}`)."""
         self.node_states[node] = copy.deepcopy(obj)
 
-    def add_pod(self, namespace: str, name: str, *, node: str | None = None, phase: str | None = None,
-                annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-                gpu_resources: bool = False, deleting: bool = False) -> None:
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        node: str | None = None,
+        phase: str | None = None,
+        annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        gpu_resources: bool = False,
+        deleting: bool = False,
+    ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending."""
         self._need_namespace(namespace)
-        self.pods[(namespace, name)] = _Pod(node, phase or ("Running" if node else "Pending"), dict(annotations or {}),
-                                            dict(labels or {}), gpu_resources, deleting)
+        self.pods[(namespace, name)] = _Pod(
+            node,
+            phase or ("Running" if node else "Pending"),
+            dict(annotations or {}),
+            dict(labels or {}),
+            gpu_resources,
+            deleting,
+        )
 
-    def add_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
-                     annotations: dict[str, str] | None = None) -> None:
+    def add_workload(
+        self,
+        kind: WorkloadKind,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         self._need_namespace(namespace)
-        self.workloads[(kind, namespace, name)] = _Versioned({"replicas": replicas, "annotations": dict(annotations or {})},
-                                                             self._next_rv())
+        self.workloads[(kind, namespace, name)] = _Versioned(
+            {"replicas": replicas, "annotations": dict(annotations or {})}, self._next_rv()
+        )
 
     def add_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self._need_namespace(namespace)
         self.config_maps[(namespace, name)] = _Versioned({"data": dict(data)}, self._next_rv())
 
-    def add_priority_class(self, name: str, *, value: int, preemption_policy: str = "PreemptLowerPriority") -> None:
-        self.priority_classes[name] = {"value": value, "preemptionPolicy": preemption_policy, "labels": {}}
+    def add_priority_class(
+        self, name: str, *, value: int, preemption_policy: str = "PreemptLowerPriority"
+    ) -> None:
+        self.priority_classes[name] = {
+            "value": value,
+            "preemptionPolicy": preemption_policy,
+            "labels": {},
+        }
 
     def finish_deletion(self, namespace: str, name: str) -> bool:
         """The kubelet confirms a terminating pod is gone; False when it was not terminating."""
@@ -223,9 +275,14 @@ class MemoryCluster:
 
         return self._run("read_node", read, name=name)
 
-    def patch_node(self, name: str, *, unschedulable: bool | None | object = Unset,
-                   labels: dict[str, str | None] | None = None,
-                   annotations: dict[str, str | None] | None = None) -> None:
+    def patch_node(
+        self,
+        name: str,
+        *,
+        unschedulable: bool | None | object = Unset,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> None:
         def patch() -> None:
             n = self.nodes.get(name)
             if n is None:
@@ -235,11 +292,19 @@ class MemoryCluster:
             n.labels = merge(n.labels, labels)
             n.annotations = merge(n.annotations, annotations)
 
-        self._run("patch_node", patch, name=name, unschedulable=unschedulable, labels=copy.deepcopy(labels),
-                  annotations=copy.deepcopy(annotations))
+        self._run(
+            "patch_node",
+            patch,
+            name=name,
+            unschedulable=unschedulable,
+            labels=copy.deepcopy(labels),
+            annotations=copy.deepcopy(annotations),
+        )
 
     def read_node_state(self, node: str) -> dict | None:
-        return self._run("read_node_state", lambda: copy.deepcopy(self.node_states.get(node)), node=node)
+        return self._run(
+            "read_node_state", lambda: copy.deepcopy(self.node_states.get(node)), node=node
+        )
 
     # ------------------------------------------------------------------ pods
     def _info(self, key: tuple[str, str], p: _Pod) -> PodInfo:
@@ -265,7 +330,9 @@ class MemoryCluster:
                 raise not_found("pods", name)
             p.annotations = merge(p.annotations, annotations)
 
-        self._run("annotate_pod", patch, namespace=namespace, name=name, annotations=dict(annotations))
+        self._run(
+            "annotate_pod", patch, namespace=namespace, name=name, annotations=dict(annotations)
+        )
 
     def evict_pod(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"
@@ -276,8 +343,11 @@ class MemoryCluster:
                 raise not_found("pods", name)
             checked = not p.deleting and p.phase not in ("Pending", "Succeeded", "Failed")
             if checked and key in self.pdb_blocked:
-                raise ApiError(429, "Too Many Requests",
-                               "Cannot evict pod as it would violate the pod's disruption budget.")
+                raise ApiError(
+                    429,
+                    "Too Many Requests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                )
             self.evictions.append(key)
             if p.node is None or p.phase in ("Succeeded", "Failed"):
                 del self.pods[(namespace, name)]  # nothing to stop: deleted at once
@@ -296,8 +366,16 @@ class MemoryCluster:
 
         return self._run("read_workload", read, kind=kind, namespace=namespace, name=name)
 
-    def scale_workload(self, kind: WorkloadKind, namespace: str, name: str, *, replicas: int,
-                       resource_version: str, annotations: dict[str, str]) -> None:
+    def scale_workload(
+        self,
+        kind: WorkloadKind,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
         def patch() -> None:
             w = self.workloads.get((kind, namespace, name))
             if w is None:
@@ -308,8 +386,16 @@ class MemoryCluster:
             if body != w.body:
                 w.body, w.resource_version = body, self._next_rv()
 
-        self._run("scale_workload", patch, kind=kind, namespace=namespace, name=name, replicas=replicas,
-                  resource_version=resource_version, annotations=dict(annotations))
+        self._run(
+            "scale_workload",
+            patch,
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            replicas=replicas,
+            resource_version=resource_version,
+            annotations=dict(annotations),
+        )
 
     def workload(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]:
         """Test access: replicas, annotations and resourceVersion (not a port operation)."""
@@ -324,15 +410,18 @@ class MemoryCluster:
 
         return self._run("read_config_map", read, namespace=namespace, name=name)
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None) -> None:
+    def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None
+    ) -> None:
         def write() -> None:
             self._need_namespace(namespace)
             cm = self.config_maps.get((namespace, name))
             if resource_version is None:
                 if cm is not None:
                     raise ApiError(409, "Conflict", f'configmaps "{name}" already exists')
-                self.config_maps[(namespace, name)] = _Versioned({"data": dict(data)}, self._next_rv())
+                self.config_maps[(namespace, name)] = _Versioned(
+                    {"data": dict(data)}, self._next_rv()
+                )
                 return
             if cm is None:
                 raise not_found("configmaps", name)
@@ -342,8 +431,14 @@ class MemoryCluster:
             if new != cm.body["data"]:
                 cm.body, cm.resource_version = {"data": new}, self._next_rv()
 
-        self._run("write_config_map", write, namespace=namespace, name=name, data=dict(data),
-                  resource_version=resource_version)
+        self._run(
+            "write_config_map",
+            write,
+            namespace=namespace,
+            name=name,
+            data=dict(data),
+            resource_version=resource_version,
+        )
 
     def namespace_exists(self, name: str) -> bool:
         return self._run("namespace_exists", lambda: name in self.namespaces, name=name)
@@ -360,11 +455,17 @@ class MemoryCluster:
                 if cur is not None:
                     for fld, new in (("value", body["value"]), ("preemptionPolicy", policy)):
                         if cur[fld] != new:
-                            raise ApiError(422, "Unprocessable Entity",
-                                           f'PriorityClass.scheduling.k8s.io "{md["name"]}" is invalid: '
-                                           f"{fld}: Forbidden: may not be changed in an update.")
-                self.priority_classes[md["name"]] = {"value": body["value"], "preemptionPolicy": policy,
-                                                     "labels": dict(md.get("labels") or {})}
+                            raise ApiError(
+                                422,
+                                "Unprocessable Entity",
+                                f'PriorityClass.scheduling.k8s.io "{md["name"]}" is invalid: '
+                                f"{fld}: Forbidden: may not be changed in an update.",
+                            )
+                self.priority_classes[md["name"]] = {
+                    "value": body["value"],
+                    "preemptionPolicy": policy,
+                    "labels": dict(md.get("labels") or {}),
+                }
             else:
                 raise ValueError(f"server_side_apply: unsupported kind {body['kind']}")
             self.applied.append(copy.deepcopy(body))
@@ -390,11 +491,19 @@ class MemoryCluster:
             self._need_namespace(namespace)
             name = body["metadata"]["name"]
             involved = (body.get("involvedObject") or {}).get("namespace") or ""
-            if body.get("eventTime") is None and involved != namespace and (involved or namespace != "default"):
+            if (
+                body.get("eventTime") is None
+                and involved != namespace
+                and (involved or namespace != "default")
+            ):
                 # core/v1 validation: an Event lives in its object's namespace, one about a
                 # cluster-scoped object (no involvedObject.namespace) in "default"
-                raise ApiError(422, "Unprocessable Entity", f'Event "{name}" is invalid: involvedObject.namespace: '
-                                                            f'Invalid value: "{involved}": does not match event.namespace')
+                raise ApiError(
+                    422,
+                    "Unprocessable Entity",
+                    f'Event "{name}" is invalid: involvedObject.namespace: '
+                    f'Invalid value: "{involved}": does not match event.namespace',
+                )
             if any(ns == namespace and e["metadata"]["name"] == name for ns, e in self.events):
                 raise ApiError(409, "Conflict", f'events "{name}" already exists')
             self.events.append((namespace, copy.deepcopy(body)))

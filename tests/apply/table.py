@@ -154,7 +154,11 @@ class MemoryProbe(Probe):
 
     def quota(self, name: str) -> dict[str, Any] | None:
         q = self.cluster.quotas.get((self.namespace, name))
-        return None if q is None else {"labels": q["metadata"].get("labels") or {}, "hard": q["spec"]["hard"]}
+        return (
+            None
+            if q is None
+            else {"labels": q["metadata"].get("labels") or {}, "hard": q["spec"]["hard"]}
+        )
 
 
 # ---------------------------------------------------------------------- a row
@@ -213,8 +217,14 @@ class Recording:
         return call
 
 
-def run(row: Row, ops: ClusterOps, cfg: ApplyConfig, action: Action | None = None, *,
-        writes: Callable[[], list[str]]) -> Result:
+def run(
+    row: Row,
+    ops: ClusterOps,
+    cfg: ApplyConfig,
+    action: Action | None = None,
+    *,
+    writes: Callable[[], list[str]],
+) -> Result:
     """Run the row's handler once; `writes()` lists what it wrote."""
     a = action or row.action
     ctx = Context(ops, cfg, clock=lambda: row.now, grace=dict(row.grace))
@@ -227,8 +237,9 @@ def run(row: Row, ops: ClusterOps, cfg: ApplyConfig, action: Action | None = Non
 
 
 def assert_result(row: Row, got: Result) -> None:
-    assert (got.status, row.message in got.message) == (row.status, True), \
+    assert (got.status, row.message in got.message) == (row.status, True), (
         f"expected {row.status} with {row.message!r}, got {got.status}: {got.message!r}"
+    )
     assert got.writes == list(row.writes)
     if got.status != "error":
         assert got.changed == (bool(row.writes) if row.changed is None else row.changed)
@@ -243,12 +254,25 @@ def seed_memory(row: Row) -> MemoryCluster:
     c = MemoryCluster(namespaces={NS}, fail=dict(row.fail))
     for s in row.seed:
         if isinstance(s, Node):
-            c.add_node(s.name, unschedulable=s.cordoned, labels=dict(s.labels), annotations=dict(s.annotations))
+            c.add_node(
+                s.name,
+                unschedulable=s.cordoned,
+                labels=dict(s.labels),
+                annotations=dict(s.annotations),
+            )
         elif isinstance(s, NodeState):
             c.set_node_state(s.node, {"status": {"gpus": list(s.gpus)}})
         elif isinstance(s, Pod):
-            c.add_pod(NS, s.name, node=s.node, phase=s.phase, annotations=dict(s.annotations),
-                      labels={"app": s.name}, gpu_resources=s.gpus, deleting=s.deleting)
+            c.add_pod(
+                NS,
+                s.name,
+                node=s.node,
+                phase=s.phase,
+                annotations=dict(s.annotations),
+                labels={"app": s.name},
+                gpu_resources=s.gpus,
+                deleting=s.deleting,
+            )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")
         elif isinstance(s, Workload):

@@ -68,7 +68,9 @@ def test_action_union_is_read_right():
 
 @pytest.mark.parametrize("kind", action_types(), ids=lambda t: t.model_fields["kind"].default)
 def test_every_action_type_has_a_handler(kind: type):
-    assert kind in HANDLERS, f"no handler for {kind.__name__}: add one in reconciler/apply/handlers.py"
+    assert kind in HANDLERS, (
+        f"no handler for {kind.__name__}: add one in reconciler/apply/handlers.py"
+    )
 
 
 def test_every_handler_is_for_an_action_type():
@@ -84,7 +86,9 @@ def test_every_kind_has_table_rows():
 
 # ---------------------------------------------------------------------- the port
 def protocol_members() -> list[str]:
-    return sorted(n for n, v in vars(ClusterOps).items() if inspect.isfunction(v) and not n.startswith("_"))
+    return sorted(
+        n for n, v in vars(ClusterOps).items() if inspect.isfunction(v) and not n.startswith("_")
+    )
 
 
 @pytest.mark.parametrize("impl", [MemoryCluster, KubeOps], ids=lambda c: c.__name__)
@@ -92,13 +96,22 @@ def test_implements_the_port(impl: type):
     for name in protocol_members():
         want = inspect.signature(getattr(ClusterOps, name)).parameters
         got = inspect.signature(getattr(impl, name)).parameters
-        assert [(p.name, p.kind, p.default) for p in got.values()] == \
-               [(p.name, p.kind, p.default) for p in want.values()], name
+        assert [(p.name, p.kind, p.default) for p in got.values()] == [
+            (p.name, p.kind, p.default) for p in want.values()
+        ], name
 
 
 def test_memory_knows_which_operations_write():
-    readers = {"read_node", "read_node_state", "read_pod", "pods_on_node", "read_workload", "read_config_map",
-               "namespace_exists", "read_priority_class"}
+    readers = {
+        "read_node",
+        "read_node_state",
+        "read_pod",
+        "pods_on_node",
+        "read_workload",
+        "read_config_map",
+        "namespace_exists",
+        "read_priority_class",
+    }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers
 
@@ -112,13 +125,19 @@ def test_dependants_of_a_waiting_step_are_skipped():
         MIG.id: ("waiting", PROPAGATING),
         UNCORDON.id: ("skipped", f"waits for {MIG.id}"),
     }
-    assert [op for op in c.write_ops() if op != "create_event"] == ["patch_node", "write_config_map", "patch_node"]
+    assert [op for op in c.write_ops() if op != "create_event"] == [
+        "patch_node",
+        "write_config_map",
+        "patch_node",
+    ]
     assert c.nodes[NODE].unschedulable  # the uncordon did not run
     assert not r.converged and not r.failed
 
 
 def test_skipping_carries_down_a_chain_and_blocked_holds_back_too():
-    c = cluster(NodeSeed())  # not cordoned: the repartition is blocked (its cordon is not in this plan)
+    c = cluster(
+        NodeSeed()
+    )  # not cordoned: the repartition is blocked (its cordon is not in this plan)
     after = UNCORDON.model_copy(update={"id": "label-after", "depends_on": (UNCORDON.id,)})
     r = executor(c).apply(plan(MIG, UNCORDON, after))
     assert [o.status for o in r.outcomes] == ["blocked", "skipped", "skipped"]
@@ -143,8 +162,10 @@ def test_checkpoint_grace_comes_from_the_plan():
     c = cluster(job())
     ex = executor(c)
     first = statuses(ex.apply(plan(CHECKPOINT, PREEMPT)))
-    assert first == {CHECKPOINT.id: ("done", "checkpoint requested"),
-                     PREEMPT.id: ("waiting", f"checkpoint grace period: {GRACE}s left")}
+    assert first == {
+        CHECKPOINT.id: ("done", "checkpoint requested"),
+        PREEMPT.id: ("waiting", f"checkpoint grace period: {GRACE}s left"),
+    }
     later = Executor(c, ex.cfg, clock=lambda: NOW.replace(minute=5, second=1))
     assert statuses(later.apply(plan(CHECKPOINT, PREEMPT)))[PREEMPT.id] == ("done", "evicted")
 
@@ -152,10 +173,14 @@ def test_checkpoint_grace_comes_from_the_plan():
 def test_nothing_more_is_applied_once_it_may_not_continue():
     c = cluster(NodeSeed(), job())
     answers = iter([True, False])
-    r = executor(c).apply(plan(CORDON, PREEMPT_NOW, LABEL), may_continue=lambda: next(answers, False))
+    r = executor(c).apply(
+        plan(CORDON, PREEMPT_NOW, LABEL), may_continue=lambda: next(answers, False)
+    )
     assert [o.status for o in r.outcomes] == ["done", "skipped", "skipped"]
     assert "leadership lost" in r.outcomes[1].message
-    assert [op for op in c.write_ops() if op != "create_event"] == ["patch_node"] and c.evictions == []
+    assert [op for op in c.write_ops() if op != "create_event"] == [
+        "patch_node"
+    ] and c.evictions == []
 
 
 # ---------------------------------------------------------------------- errors
@@ -164,8 +189,10 @@ def test_transient_errors_wait_for_the_next_cycle(status: int):
     c = cluster(NodeSeed())
     c.fail["patch_node"] = ApiError(status, "Busy", "try again")
     r = executor(c).apply(plan(CORDON, UNCORDON.model_copy(update={"depends_on": (CORDON.id,)})))
-    assert statuses(r) == {CORDON.id: ("waiting", f"API {status} Busy: retried next cycle"),
-                           UNCORDON.id: ("skipped", f"waits for {CORDON.id}")}
+    assert statuses(r) == {
+        CORDON.id: ("waiting", f"API {status} Busy: retried next cycle"),
+        UNCORDON.id: ("skipped", f"waits for {CORDON.id}"),
+    }
     assert not r.failed and not c.events
 
 
@@ -191,26 +218,59 @@ def test_a_read_error_is_an_outcome_too():
 
 # ---------------------------------------------------------------------- events
 def events(c: MemoryCluster) -> list[tuple[str, str, str, str, str]]:
-    return [(ns, e["reason"], e["type"], e["involvedObject"]["kind"], e["involvedObject"]["name"]) for ns, e in c.events]
+    return [
+        (ns, e["reason"], e["type"], e["involvedObject"]["kind"], e["involvedObject"]["name"])
+        for ns, e in c.events
+    ]
 
 
-@pytest.mark.parametrize(("seed", "action", "expected"), [
-    pytest.param((NodeSeed(),), CORDON, [("default", "GpuPoolCordon", "Warning", "Node", NODE)], id="cordon"),
-    pytest.param((NodeSeed(cordoned=True),), CORDON, [], id="cordon-unchanged"),
-    pytest.param(ROWS["mig/propagated"].seed, MIG, [("default", "GpuPoolMigReconfigure", "Warning", "Node", NODE)],
-                 id="mig-reconfigure"),
-    pytest.param((CORDONED, job()), MIG, [], id="mig-reconfigure-waiting"),
-    pytest.param((job(),), CHECKPOINT, [(NS, "GpuPoolCheckpoint", "Warning", "Pod", "job")], id="checkpoint"),
-    pytest.param((job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}),), CHECKPOINT, [], id="checkpoint-unchanged"),
-    pytest.param((job(),), PREEMPT_NOW, [(NS, "GpuPoolPreempt", "Warning", "Pod", "job")], id="preempt"),
-    pytest.param((job(),), RECLAIM, [(NS, "GpuPoolReclaim", "Warning", "Pod", "job")], id="reclaim"),
-    pytest.param((job(pdb=True),), PREEMPT_NOW, [], id="preempt-blocked"),
-    pytest.param((job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + 1)}, pdb=True),), MOVE, [],
-                 id="move-annotated-but-blocked"),
-    pytest.param((CORDONED,), UNCORDON, [], id="uncordon-is-not-disruptive"),
-    pytest.param((NodeSeed(),), LABEL, [], id="label-node-is-not-disruptive"),
-    pytest.param((), QUOTA, [], id="quota-is-not-disruptive"),
-])
+@pytest.mark.parametrize(
+    ("seed", "action", "expected"),
+    [
+        pytest.param(
+            (NodeSeed(),),
+            CORDON,
+            [("default", "GpuPoolCordon", "Warning", "Node", NODE)],
+            id="cordon",
+        ),
+        pytest.param((NodeSeed(cordoned=True),), CORDON, [], id="cordon-unchanged"),
+        pytest.param(
+            ROWS["mig/propagated"].seed,
+            MIG,
+            [("default", "GpuPoolMigReconfigure", "Warning", "Node", NODE)],
+            id="mig-reconfigure",
+        ),
+        pytest.param((CORDONED, job()), MIG, [], id="mig-reconfigure-waiting"),
+        pytest.param(
+            (job(),),
+            CHECKPOINT,
+            [(NS, "GpuPoolCheckpoint", "Warning", "Pod", "job")],
+            id="checkpoint",
+        ),
+        pytest.param(
+            (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}),),
+            CHECKPOINT,
+            [],
+            id="checkpoint-unchanged",
+        ),
+        pytest.param(
+            (job(),), PREEMPT_NOW, [(NS, "GpuPoolPreempt", "Warning", "Pod", "job")], id="preempt"
+        ),
+        pytest.param(
+            (job(),), RECLAIM, [(NS, "GpuPoolReclaim", "Warning", "Pod", "job")], id="reclaim"
+        ),
+        pytest.param((job(pdb=True),), PREEMPT_NOW, [], id="preempt-blocked"),
+        pytest.param(
+            (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + 1)}, pdb=True),),
+            MOVE,
+            [],
+            id="move-annotated-but-blocked",
+        ),
+        pytest.param((CORDONED,), UNCORDON, [], id="uncordon-is-not-disruptive"),
+        pytest.param((NodeSeed(),), LABEL, [], id="label-node-is-not-disruptive"),
+        pytest.param((), QUOTA, [], id="quota-is-not-disruptive"),
+    ],
+)
 def test_events_only_for_disruptive_steps_that_changed_something(seed, action, expected):
     c = cluster(*seed)
     executor(c).apply(plan(action))
@@ -221,7 +281,11 @@ def test_event_body():
     c = cluster(job())
     executor(c).apply(plan(PREEMPT_NOW))
     [(ns, e)] = c.events
-    assert ns == NS and e["metadata"]["namespace"] == NS and e["metadata"]["name"].startswith("gpupool.")
+    assert (
+        ns == NS
+        and e["metadata"]["namespace"] == NS
+        and e["metadata"]["name"].startswith("gpupool.")
+    )
     assert e["involvedObject"] == {"kind": "Pod", "name": "job", "namespace": NS}
     assert e["message"] == f"{PREEMPT_NOW.reason} (evicted)"
     assert e["source"] == {"component": "gpupool"} and e["count"] == 1
@@ -229,7 +293,7 @@ def test_event_body():
 
 
 def test_node_event_body():
-    """An Event about a Node lives in "default" (the API server refuses it elsewhere: MemoryCluster too)."""
+    """An Event about a Node lives in "default" (the API server and MemoryCluster refuse others)."""
     c = cluster(NodeSeed())
     executor(c).apply(plan(CORDON))
     [(ns, e)] = c.events
@@ -252,11 +316,16 @@ def test_a_failing_event_does_not_fail_the_step():
 
 
 # ---------------------------------------------------------------------- the pre-eviction hook
-def hooked(c: MemoryCluster, *actions: ActionBase) -> tuple[ApplyResult, list[tuple[str, list[str]]], list]:
+def hooked(
+    c: MemoryCluster, *actions: ActionBase
+) -> tuple[ApplyResult, list[tuple[str, list[str]]], list]:
     calls: list[tuple[str, list[str]]] = []
     seen: list = []
-    r = executor(c).apply(plan(*actions), before_preempt=lambda a: calls.append((a.id, list(c.evictions))),
-                          on_outcome=lambda a, o: seen.append((a.id, o.status)))
+    r = executor(c).apply(
+        plan(*actions),
+        before_preempt=lambda a: calls.append((a.id, list(c.evictions))),
+        on_outcome=lambda a, o: seen.append((a.id, o.status)),
+    )
     return r, calls, seen
 
 
@@ -265,21 +334,32 @@ def test_before_preempt_runs_before_the_eviction():
     r, calls, seen = hooked(c, PREEMPT_NOW)
     assert calls == [(PREEMPT_NOW.id, [])]  # nothing evicted yet when it ran
     assert c.evictions == [f"{NS}/job"]
-    assert statuses(r) == {PREEMPT_NOW.id: ("done", "evicted")}  # the controller keeps the count on exactly this
+    assert statuses(r) == {
+        PREEMPT_NOW.id: ("done", "evicted")
+    }  # the controller keeps the count on exactly this
     assert seen == [(PREEMPT_NOW.id, "done")]
 
 
-@pytest.mark.parametrize("action", [RECLAIM, MOVE.model_copy(update={"depends_on": ()})], ids=["reclaim", "move"])
+@pytest.mark.parametrize(
+    "action", [RECLAIM, MOVE.model_copy(update={"depends_on": ()})], ids=["reclaim", "move"]
+)
 def test_before_preempt_is_only_for_preemptions(action):
     c = cluster(job())
     r, calls, _ = hooked(c, action)
     assert calls == [] and r.outcomes[0].message == "evicted"
 
 
-@pytest.mark.parametrize(("seed", "message"), [
-    pytest.param(job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}), "checkpoint grace period", id="grace-left"),
-    pytest.param(job(deleting=True), "pod is terminating", id="terminating"),
-])
+@pytest.mark.parametrize(
+    ("seed", "message"),
+    [
+        pytest.param(
+            job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(5)}),
+            "checkpoint grace period",
+            id="grace-left",
+        ),
+        pytest.param(job(deleting=True), "pod is terminating", id="terminating"),
+    ],
+)
 def test_before_preempt_is_not_called_when_nothing_is_sent(seed, message):
     c = cluster(seed)
     r, calls, _ = hooked(c, CHECKPOINT, PREEMPT)

@@ -62,39 +62,103 @@ from tests.apply.table import (
 )
 
 # ---------------------------------------------------------------------- actions
-CORDON = Cordon(id=f"cordon:{NODE}", target=NODE, reason="stop new pods while gpu0 is repartitioned")
-UNCORDON = Uncordon(id=f"uncordon:{NODE}", target=NODE, reason="repartitioned", depends_on=(f"mig-reconfigure:{NODE}",))
-LABEL = LabelNode(id=f"label-node:{NODE}", target=NODE, reason="matches Pool/a100", labels={C.POOL_LABEL: "a100"})
+CORDON = Cordon(
+    id=f"cordon:{NODE}", target=NODE, reason="stop new pods while gpu0 is repartitioned"
+)
+UNCORDON = Uncordon(
+    id=f"uncordon:{NODE}",
+    target=NODE,
+    reason="repartitioned",
+    depends_on=(f"mig-reconfigure:{NODE}",),
+)
+LABEL = LabelNode(
+    id=f"label-node:{NODE}", target=NODE, reason="matches Pool/a100", labels={C.POOL_LABEL: "a100"}
+)
 MIG = MigReconfigure(
-    id=f"mig-reconfigure:{NODE}", target=NODE, reason="gpu0: whole -> 2x 3g.40gb", depends_on=(CORDON.id,),
+    id=f"mig-reconfigure:{NODE}",
+    target=NODE,
+    reason="gpu0: whole -> 2x 3g.40gb",
+    depends_on=(CORDON.id,),
     cards=(CardChange(gpu=0, before="whole", after="3g.40gb x2"),),
     layout=(CardLayout(gpu=0, profiles=("3g.40gb", "3g.40gb")), CardLayout(gpu=1, profiles=None)),
 )
 MIG_NAME = config_name(render_mig_parted(MIG))
 MIG_ENTRY = render_mig_parted(MIG)["mig-configs"]["gpupool"]
 SHARING = SetSharing(
-    id=f"set-sharing:{NODE}", target=NODE, reason="gpu1: whole -> 4 slices", depends_on=(CORDON.id,),
-    cards=(CardChange(gpu=1, before="whole", after="4 slices"),), shared_slices=(CardSlices(gpu=1, slices=4),),
+    id=f"set-sharing:{NODE}",
+    target=NODE,
+    reason="gpu1: whole -> 4 slices",
+    depends_on=(CORDON.id,),
+    cards=(CardChange(gpu=1, before="whole", after="4 slices"),),
+    shared_slices=(CardSlices(gpu=1, slices=4),),
 )
 SHARING_NAME = config_name(render_sharing(SHARING))
 GRACE = 300
-CHECKPOINT = Checkpoint(id=f"checkpoint:{NS}/job", target=f"{NS}/job", reason="before preemption",
-                        grace_period_seconds=GRACE, checkpointable=True)
-PREEMPT = Preempt(id=f"preempt:{NS}/job", target=f"{NS}/job", reason="make room for team-b",
-                  depends_on=(CHECKPOINT.id,), node=NODE, gpus=(0,))
-PREEMPT_NOW = Preempt(id=f"preempt:{NS}/job", target=f"{NS}/job", reason="not checkpointable", node=NODE, gpus=(0,))
-RECLAIM = Reclaim(id=f"reclaim:{NS}/job", target=f"{NS}/job", reason="idle for 2h", node=NODE, gpus=(0,))
-MOVE = Move(id=f"move:{NS}/job", target=f"{NS}/job", reason="defragment gpu-1", depends_on=(CHECKPOINT.id,),
-            node=NODE, gpus=(0,), to_node="gpu-2")
-SCALE = Scale(id=f"scale:{NS}/serve", target=f"{NS}/serve", reason="queue 40 > 10", workload_kind="Deployment",
-              from_replicas=2, to_replicas=3, policy="queue")
-SCALE_STS = Scale(id=f"scale:{NS}/db", target=f"{NS}/db", reason="idle", workload_kind="StatefulSet",
-                  from_replicas=3, to_replicas=1, policy="idle")
-QUOTA = ApplyQuota(id=f"quota:{NS}/gpu-quota", target=f"{NS}/gpu-quota", reason="team-a gets 8 GPUs", verb="create",
-                   hard={"requests.nvidia.com/gpu": "8"})
-QUOTA_NO_NS = QUOTA.model_copy(update={"id": "quota:gpupool-absent/gpu-quota", "target": "gpupool-absent/gpu-quota"})
-PC = ApplyPriorityClass(id="priority-class:gpupool-training", target="gpupool-training", reason="policy",
-                        value=1000, preemption_policy="PreemptLowerPriority")
+CHECKPOINT = Checkpoint(
+    id=f"checkpoint:{NS}/job",
+    target=f"{NS}/job",
+    reason="before preemption",
+    grace_period_seconds=GRACE,
+    checkpointable=True,
+)
+PREEMPT = Preempt(
+    id=f"preempt:{NS}/job",
+    target=f"{NS}/job",
+    reason="make room for team-b",
+    depends_on=(CHECKPOINT.id,),
+    node=NODE,
+    gpus=(0,),
+)
+PREEMPT_NOW = Preempt(
+    id=f"preempt:{NS}/job", target=f"{NS}/job", reason="not checkpointable", node=NODE, gpus=(0,)
+)
+RECLAIM = Reclaim(
+    id=f"reclaim:{NS}/job", target=f"{NS}/job", reason="idle for 2h", node=NODE, gpus=(0,)
+)
+MOVE = Move(
+    id=f"move:{NS}/job",
+    target=f"{NS}/job",
+    reason="defragment gpu-1",
+    depends_on=(CHECKPOINT.id,),
+    node=NODE,
+    gpus=(0,),
+    to_node="gpu-2",
+)
+SCALE = Scale(
+    id=f"scale:{NS}/serve",
+    target=f"{NS}/serve",
+    reason="queue 40 > 10",
+    workload_kind="Deployment",
+    from_replicas=2,
+    to_replicas=3,
+    policy="queue",
+)
+SCALE_STS = Scale(
+    id=f"scale:{NS}/db",
+    target=f"{NS}/db",
+    reason="idle",
+    workload_kind="StatefulSet",
+    from_replicas=3,
+    to_replicas=1,
+    policy="idle",
+)
+QUOTA = ApplyQuota(
+    id=f"quota:{NS}/gpu-quota",
+    target=f"{NS}/gpu-quota",
+    reason="team-a gets 8 GPUs",
+    verb="create",
+    hard={"requests.nvidia.com/gpu": "8"},
+)
+QUOTA_NO_NS = QUOTA.model_copy(
+    update={"id": "quota:gpupool-absent/gpu-quota", "target": "gpupool-absent/gpu-quota"}
+)
+PC = ApplyPriorityClass(
+    id="priority-class:gpupool-training",
+    target="gpupool-training",
+    reason="policy",
+    value=1000,
+    preemption_policy="PreemptLowerPriority",
+)
 
 GRACE_BY_ID = {CHECKPOINT.id: float(GRACE)}
 
@@ -105,16 +169,32 @@ CORDONED = Node(cordoned=True, annotations=OURS)
 
 def mig_node(state: str | None, *, since: float = 60, label: str = MIG_NAME) -> Node:
     labels = {C.MIG_CONFIG_LABEL: label, **({C.MIG_STATE_LABEL: state} if state else {})}
-    return Node(cordoned=True, labels=labels, annotations={**OURS, C.RECONFIGURE_SINCE_ANN: ago(since)})
+    return Node(
+        cordoned=True, labels=labels, annotations={**OURS, C.RECONFIGURE_SINCE_ANN: ago(since)}
+    )
 
 
 AGENT_NEW = NodeState(NODE, (gpu_status(0, mig=["3g.40gb", "3g.40gb"]), gpu_status(1)))
 AGENT_OLD = NodeState(NODE, (gpu_status(0), gpu_status(1)))
 OTHER_ENTRY = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
-OTHER_CONFIG = yaml_text({"version": "v1", "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
-                                                           "gpupool-000000000000": OTHER_ENTRY}})
-WITH_ENTRY = yaml_text({"version": "v1", "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
-                                                         MIG_NAME: MIG_ENTRY}})
+OTHER_CONFIG = yaml_text(
+    {
+        "version": "v1",
+        "mig-configs": {
+            ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
+            "gpupool-000000000000": OTHER_ENTRY,
+        },
+    }
+)
+WITH_ENTRY = yaml_text(
+    {
+        "version": "v1",
+        "mig-configs": {
+            ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
+            MIG_NAME: MIG_ENTRY,
+        },
+    }
+)
 MIG_CM = memory_config().mig_config_map
 SHARING_CM = memory_config().sharing_config_map
 
@@ -172,7 +252,9 @@ def mig_labelled(p: Probe) -> None:
     assert n.labels[C.MIG_CONFIG_LABEL] == MIG_NAME
     assert C.MIG_STATE_LABEL not in n.labels  # mig-manager writes it afresh
     assert n.annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
-    assert json.loads(n.annotations[C.PARTITION_ANN]) == {"0": {"from": "whole", "to": "3g.40gb x2"}}
+    assert json.loads(n.annotations[C.PARTITION_ANN]) == {
+        "0": {"from": "whole", "to": "3g.40gb x2"}
+    }
 
 
 def sharing_written(p: Probe) -> None:
@@ -236,37 +318,96 @@ def priority_class_is(value: int, policy: str = "PreemptLowerPriority"):
 
 # ---------------------------------------------------------------------- rows
 CORDON_ROWS = [
-    Row("cordon/fresh", CORDON, (Node(),), "done", "cordoned", ("patch_node",), check=cordoned_by_us),
+    Row(
+        "cordon/fresh", CORDON, (Node(),), "done", "cordoned", ("patch_node",), check=cordoned_by_us
+    ),
     Row("cordon/already-cordoned", CORDON, (Node(cordoned=True),), "done", "already cordoned"),
-    Row("cordon/already-ours", CORDON, (CORDONED,), "done", "already cordoned", check=cordoned_by_us),
+    Row(
+        "cordon/already-ours", CORDON, (CORDONED,), "done", "already cordoned", check=cordoned_by_us
+    ),
     Row("cordon/no-node", CORDON, (), "error", "404"),
 ]
 
 UNCORDON_ROWS = [
-    Row("uncordon/ours", UNCORDON, (CORDONED,), "done", "uncordoned", ("patch_node",), check=schedulable),
-    Row("uncordon/someone-elses", UNCORDON, (Node(cordoned=True, annotations={"sre": "disk"}),), "done",
-        "cordoned by someone else: left alone"),
-    Row("uncordon/mig-pending", UNCORDON, (mig_node("pending"),), "waiting", f"still applying {MIG_NAME}"),
-    Row("uncordon/mig-success", UNCORDON, (mig_node("success"),), "done", "uncordoned", ("patch_node",),
-        check=schedulable),
-    Row("uncordon/pending-config-not-ours", UNCORDON, (mig_node("pending", label=ALL_DISABLED),), "done",
-        "uncordoned", ("patch_node",), check=schedulable),
+    Row(
+        "uncordon/ours",
+        UNCORDON,
+        (CORDONED,),
+        "done",
+        "uncordoned",
+        ("patch_node",),
+        check=schedulable,
+    ),
+    Row(
+        "uncordon/someone-elses",
+        UNCORDON,
+        (Node(cordoned=True, annotations={"sre": "disk"}),),
+        "done",
+        "cordoned by someone else: left alone",
+    ),
+    Row(
+        "uncordon/mig-pending",
+        UNCORDON,
+        (mig_node("pending"),),
+        "waiting",
+        f"still applying {MIG_NAME}",
+    ),
+    Row(
+        "uncordon/mig-success",
+        UNCORDON,
+        (mig_node("success"),),
+        "done",
+        "uncordoned",
+        ("patch_node",),
+        check=schedulable,
+    ),
+    Row(
+        "uncordon/pending-config-not-ours",
+        UNCORDON,
+        (mig_node("pending", label=ALL_DISABLED),),
+        "done",
+        "uncordoned",
+        ("patch_node",),
+        check=schedulable,
+    ),
     Row("uncordon/not-cordoned", UNCORDON, (Node(),), "done", "already schedulable"),
     Row("uncordon/no-node", UNCORDON, (), "error", "404"),
 ]
 
 LABEL_ROWS = [
-    Row("label-node/present", LABEL, (Node(labels={C.POOL_LABEL: "a100"}),), "done", "labels present"),
-    Row("label-node/missing", LABEL, (Node(labels={"keep": "me"}),), "done", "labelled", ("patch_node",),
-        check=pool_labelled),
-    Row("label-node/other-pool", LABEL, (Node(labels={C.POOL_LABEL: "h100", "keep": "me"}),), "done", "labelled",
-        ("patch_node",), check=pool_labelled),
+    Row(
+        "label-node/present",
+        LABEL,
+        (Node(labels={C.POOL_LABEL: "a100"}),),
+        "done",
+        "labels present",
+    ),
+    Row(
+        "label-node/missing",
+        LABEL,
+        (Node(labels={"keep": "me"}),),
+        "done",
+        "labelled",
+        ("patch_node",),
+        check=pool_labelled,
+    ),
+    Row(
+        "label-node/other-pool",
+        LABEL,
+        (Node(labels={C.POOL_LABEL: "h100", "keep": "me"}),),
+        "done",
+        "labelled",
+        ("patch_node",),
+        check=pool_labelled,
+    ),
 ]
 
 BUSY = "GPUs still in use by team-a/job"
 WRITES_CONFIG = ("write_config_map", "patch_node")  # the entry, then the node's propagation mark
-PROPAGATING = (f"config {MIG_NAME} written; mig-manager reads a mounted copy: "
-               f"{int(memory_config().config_propagation_seconds)}s before {C.MIG_CONFIG_LABEL} may name it")
+PROPAGATING = (
+    f"config {MIG_NAME} written; mig-manager reads a mounted copy: "
+    f"{int(memory_config().config_propagation_seconds)}s before {C.MIG_CONFIG_LABEL} may name it"
+)
 LABELLED = f"{C.MIG_CONFIG_LABEL}={MIG_NAME}"
 UNFLAGGED = True
 """What `changed` says after writing the config and the propagation mark: it wrote (see
@@ -276,93 +417,292 @@ WITH_ENTRY_CM = ConfigMap(MIG_CM, {"config.yaml": WITH_ENTRY})
 
 def marked(seconds_ago: float, name: str = MIG_NAME, **kw) -> Node:
     """Cordoned by us; config `name` seen written `seconds_ago`."""
-    return Node(cordoned=True, annotations={**OURS, C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ago(seconds_ago)}"}, **kw)
+    return Node(
+        cordoned=True,
+        annotations={**OURS, C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ago(seconds_ago)}"},
+        **kw,
+    )
 
 
-def config_step(id_: str, seed: tuple, writes: tuple[str, ...] = WRITES_CONFIG, *others: str, **kw) -> Row:
-    """A row where the step writes what is missing of the config and its propagation mark, and waits."""
-    return Row(id_, MIG, seed, "waiting", PROPAGATING, writes, changed=UNFLAGGED, check=config_marked(*others), **kw)
+def config_step(
+    id_: str, seed: tuple, writes: tuple[str, ...] = WRITES_CONFIG, *others: str, **kw
+) -> Row:
+    """A row where the step writes what the config and its propagation mark lack, and waits."""
+    return Row(
+        id_,
+        MIG,
+        seed,
+        "waiting",
+        PROPAGATING,
+        writes,
+        changed=UNFLAGGED,
+        check=config_marked(*others),
+        **kw,
+    )
 
 
 MIG_ROWS = [
     Row("mig/not-cordoned", MIG, (Node(),), "blocked", "node is not cordoned"),
     config_step("mig/cordoned-by-someone-else", (Node(cordoned=True),)),
-    Row("mig/busy-by-annotation", MIG, (CORDONED, job(annotations={C.GPUS_ANN: "0"})), "waiting", BUSY),
-    Row("mig/busy-mig-instance", MIG, (CORDONED, job(annotations={C.GPUS_ANN: "1,0:4"})), "waiting", BUSY),
+    Row(
+        "mig/busy-by-annotation",
+        MIG,
+        (CORDONED, job(annotations={C.GPUS_ANN: "0"})),
+        "waiting",
+        BUSY,
+    ),
+    Row(
+        "mig/busy-mig-instance",
+        MIG,
+        (CORDONED, job(annotations={C.GPUS_ANN: "1,0:4"})),
+        "waiting",
+        BUSY,
+    ),
     Row("mig/gpu-pod-without-annotation", MIG, (CORDONED, job()), "waiting", BUSY),
     Row("mig/pending-gpu-pod-counts", MIG, (CORDONED, job(phase="Pending")), "waiting", BUSY),
-    Row("mig/terminating-gpu-pod-counts", MIG, (CORDONED, job(annotations={C.GPUS_ANN: "0"}, deleting=True)),
-        "waiting", BUSY),
+    Row(
+        "mig/terminating-gpu-pod-counts",
+        MIG,
+        (CORDONED, job(annotations={C.GPUS_ANN: "0"}, deleting=True)),
+        "waiting",
+        BUSY,
+    ),
     Row("mig/busy-after-propagation", MIG, (marked(600), WITH_ENTRY_CM, job()), "waiting", BUSY),
     config_step("mig/pod-on-other-gpu", (CORDONED, job(annotations={C.GPUS_ANN: "1"}))),
     config_step("mig/finished-gpu-pod", (CORDONED, job(phase="Succeeded"))),
     config_step("mig/cpu-pod", (CORDONED, job(gpus=False))),
     config_step("mig/pod-on-other-node", (CORDONED, job(node="gpu-2"))),
-    config_step("mig/free", (Node(cordoned=True, annotations=OURS, labels={C.MIG_CONFIG_LABEL: "gpupool-0123456789ab",
-                                                                         C.MIG_STATE_LABEL: "success"}),)),
-    config_step("mig/keeps-other-entries", (CORDONED, ConfigMap(MIG_CM, {"config.yaml": OTHER_CONFIG, "other": "x"})),
-                WRITES_CONFIG, "gpupool-000000000000"),
+    config_step(
+        "mig/free",
+        (
+            Node(
+                cordoned=True,
+                annotations=OURS,
+                labels={C.MIG_CONFIG_LABEL: "gpupool-0123456789ab", C.MIG_STATE_LABEL: "success"},
+            ),
+        ),
+    ),
+    config_step(
+        "mig/keeps-other-entries",
+        (CORDONED, ConfigMap(MIG_CM, {"config.yaml": OTHER_CONFIG, "other": "x"})),
+        WRITES_CONFIG,
+        "gpupool-000000000000",
+    ),
     config_step("mig/entry-already-there", (CORDONED, WITH_ENTRY_CM), ("patch_node",)),
     Row("mig/propagating", MIG, (marked(60), WITH_ENTRY_CM), "waiting", "60s before"),
-    config_step("mig/mark-of-another-config", (marked(999, name="gpupool-000000000000"), WITH_ENTRY_CM), ("patch_node",)),
-    config_step("mig/unreadable-mark", (marked(999, name=f"{MIG_NAME}@never"), WITH_ENTRY_CM), ("patch_node",)),
-    Row("mig/propagated", MIG, (marked(121), WITH_ENTRY_CM), "waiting", LABELLED, ("patch_node",),
-        check=mig_labelled),
-    Row("mig/propagated-clears-old-state", MIG,
-        (marked(121, labels={C.MIG_CONFIG_LABEL: ALL_DISABLED, C.MIG_STATE_LABEL: "success"}), WITH_ENTRY_CM),
-        "waiting", LABELLED, ("patch_node",), check=mig_labelled),
+    config_step(
+        "mig/mark-of-another-config",
+        (marked(999, name="gpupool-000000000000"), WITH_ENTRY_CM),
+        ("patch_node",),
+    ),
+    config_step(
+        "mig/unreadable-mark",
+        (marked(999, name=f"{MIG_NAME}@never"), WITH_ENTRY_CM),
+        ("patch_node",),
+    ),
+    Row(
+        "mig/propagated",
+        MIG,
+        (marked(121), WITH_ENTRY_CM),
+        "waiting",
+        LABELLED,
+        ("patch_node",),
+        check=mig_labelled,
+    ),
+    Row(
+        "mig/propagated-clears-old-state",
+        MIG,
+        (
+            marked(121, labels={C.MIG_CONFIG_LABEL: ALL_DISABLED, C.MIG_STATE_LABEL: "success"}),
+            WITH_ENTRY_CM,
+        ),
+        "waiting",
+        LABELLED,
+        ("patch_node",),
+        check=mig_labelled,
+    ),
     config_step("mig/entry-gone-after-propagation", (marked(600),)),
-    Row("mig/state-unset", MIG, (mig_node(None), AGENT_OLD), "waiting", f"{C.MIG_STATE_LABEL}=unset"),
-    Row("mig/pending", MIG, (mig_node("pending"), AGENT_OLD), "waiting", f"{C.MIG_STATE_LABEL}=pending"),
-    Row("mig/busy-but-label-set", MIG, (mig_node("pending"), job(annotations={C.GPUS_ANN: "0"})), "waiting",
-        f"{C.MIG_STATE_LABEL}=pending"),
-    Row("mig/agent-shows-layout", MIG, (mig_node("success"), AGENT_NEW), "done", f"mig-manager applied {MIG_NAME}"),
+    Row(
+        "mig/state-unset", MIG, (mig_node(None), AGENT_OLD), "waiting", f"{C.MIG_STATE_LABEL}=unset"
+    ),
+    Row(
+        "mig/pending",
+        MIG,
+        (mig_node("pending"), AGENT_OLD),
+        "waiting",
+        f"{C.MIG_STATE_LABEL}=pending",
+    ),
+    Row(
+        "mig/busy-but-label-set",
+        MIG,
+        (mig_node("pending"), job(annotations={C.GPUS_ANN: "0"})),
+        "waiting",
+        f"{C.MIG_STATE_LABEL}=pending",
+    ),
+    Row(
+        "mig/agent-shows-layout",
+        MIG,
+        (mig_node("success"), AGENT_NEW),
+        "done",
+        f"mig-manager applied {MIG_NAME}",
+    ),
     Row("mig/no-agent-state", MIG, (mig_node("success"),), "done", "mig-manager applied"),
-    Row("mig/agent-shows-old-layout", MIG, (mig_node("success"), AGENT_OLD), "waiting",
-        "waiting for the node agent to publish the new layout"),
-    Row("mig/failed", MIG, (mig_node("failed"), AGENT_OLD), "failed", f"mig-manager reports failed for {MIG_NAME}"),
-    Row("mig/pending-within-timeout", MIG, (mig_node("pending", since=899), AGENT_OLD), "waiting", "=pending"),
-    Row("mig/stuck-pending", MIG, (mig_node("pending", since=901), AGENT_OLD), "failed",
-        "pending: stuck for over 900s"),
-    Row("mig/stuck-unpublished", MIG, (mig_node("success", since=3600), AGENT_OLD), "failed",
-        "publish the new layout: stuck for over 900s"),
-    Row("mig/config-conflict", MIG, (CORDONED,), "error", "409",
-        fail={"write_config_map": ApiError(409, "Conflict", "the object has been modified")}),
+    Row(
+        "mig/agent-shows-old-layout",
+        MIG,
+        (mig_node("success"), AGENT_OLD),
+        "waiting",
+        "waiting for the node agent to publish the new layout",
+    ),
+    Row(
+        "mig/failed",
+        MIG,
+        (mig_node("failed"), AGENT_OLD),
+        "failed",
+        f"mig-manager reports failed for {MIG_NAME}",
+    ),
+    Row(
+        "mig/pending-within-timeout",
+        MIG,
+        (mig_node("pending", since=899), AGENT_OLD),
+        "waiting",
+        "=pending",
+    ),
+    Row(
+        "mig/stuck-pending",
+        MIG,
+        (mig_node("pending", since=901), AGENT_OLD),
+        "failed",
+        "pending: stuck for over 900s",
+    ),
+    Row(
+        "mig/stuck-unpublished",
+        MIG,
+        (mig_node("success", since=3600), AGENT_OLD),
+        "failed",
+        "publish the new layout: stuck for over 900s",
+    ),
+    Row(
+        "mig/config-conflict",
+        MIG,
+        (CORDONED,),
+        "error",
+        "409",
+        fail={"write_config_map": ApiError(409, "Conflict", "the object has been modified")},
+    ),
     Row("mig/no-node", MIG, (), "error", "404"),
 ]
 
 SHARING_ROWS = [
     Row("set-sharing/not-cordoned", SHARING, (Node(),), "blocked", "node is not cordoned"),
-    Row("set-sharing/busy", SHARING, (CORDONED, job(annotations={C.GPUS_ANN: "1/2"})), "waiting", BUSY),
-    Row("set-sharing/other-gpu-busy", SHARING, (CORDONED, job(annotations={C.GPUS_ANN: "0"})), "done",
-        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}", ("write_config_map", "patch_node"), check=sharing_written),
-    Row("set-sharing/free", SHARING, (CORDONED,), "done", f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
-        ("write_config_map", "patch_node"), check=sharing_written),
-    Row("set-sharing/keeps-other-keys", SHARING, (CORDONED, ConfigMap(SHARING_CM, {"other": "keep"})), "done",
-        f"={SHARING_NAME}", ("write_config_map", "patch_node"), check=sharing_kept_other),
-    Row("set-sharing/key-already-there", SHARING,
-        (CORDONED, ConfigMap(SHARING_CM, {SHARING_NAME: yaml_text(render_sharing(SHARING))})), "done",
-        f"={SHARING_NAME}", ("patch_node",), check=sharing_written),
-    Row("set-sharing/repeat", SHARING,
-        (Node(cordoned=True, labels={C.DEVICE_PLUGIN_CONFIG_LABEL: SHARING_NAME}, annotations=OURS),),
-        "done", f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}"),
+    Row(
+        "set-sharing/busy",
+        SHARING,
+        (CORDONED, job(annotations={C.GPUS_ANN: "1/2"})),
+        "waiting",
+        BUSY,
+    ),
+    Row(
+        "set-sharing/other-gpu-busy",
+        SHARING,
+        (CORDONED, job(annotations={C.GPUS_ANN: "0"})),
+        "done",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
+        ("write_config_map", "patch_node"),
+        check=sharing_written,
+    ),
+    Row(
+        "set-sharing/free",
+        SHARING,
+        (CORDONED,),
+        "done",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
+        ("write_config_map", "patch_node"),
+        check=sharing_written,
+    ),
+    Row(
+        "set-sharing/keeps-other-keys",
+        SHARING,
+        (CORDONED, ConfigMap(SHARING_CM, {"other": "keep"})),
+        "done",
+        f"={SHARING_NAME}",
+        ("write_config_map", "patch_node"),
+        check=sharing_kept_other,
+    ),
+    Row(
+        "set-sharing/key-already-there",
+        SHARING,
+        (CORDONED, ConfigMap(SHARING_CM, {SHARING_NAME: yaml_text(render_sharing(SHARING))})),
+        "done",
+        f"={SHARING_NAME}",
+        ("patch_node",),
+        check=sharing_written,
+    ),
+    Row(
+        "set-sharing/repeat",
+        SHARING,
+        (
+            Node(
+                cordoned=True, labels={C.DEVICE_PLUGIN_CONFIG_LABEL: SHARING_NAME}, annotations=OURS
+            ),
+        ),
+        "done",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
+    ),
 ]
 
 CHECKPOINT_ROWS = [
     Row("checkpoint/pod-gone", CHECKPOINT, (), "done", "pod is gone"),
-    Row("checkpoint/fresh", CHECKPOINT, (job(),), "done", "checkpoint requested", ("annotate_pod",),
-        check=checkpoint_asked_now),
-    Row("checkpoint/recent-request", CHECKPOINT, (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(60)}),), "done",
-        f"requested at {ago(60)}"),
-    Row("checkpoint/request-at-the-limit", CHECKPOINT,
-        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + STALE_CHECKPOINT_SECONDS)}),), "done", "requested at"),
-    Row("checkpoint/stale-request", CHECKPOINT,
-        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + STALE_CHECKPOINT_SECONDS + 1)}),), "done",
-        "checkpoint requested", ("annotate_pod",), check=checkpoint_asked_now),
-    Row("checkpoint/unreadable-request", CHECKPOINT, (job(annotations={C.CHECKPOINT_REQUESTED_ANN: "yesterday"}),),
-        "done", "checkpoint requested", ("annotate_pod",), check=checkpoint_asked_now),
-    Row("checkpoint/terminating-pod", CHECKPOINT, (job(deleting=True),), "done", "checkpoint requested",
-        ("annotate_pod",), check=checkpoint_asked_now),
+    Row(
+        "checkpoint/fresh",
+        CHECKPOINT,
+        (job(),),
+        "done",
+        "checkpoint requested",
+        ("annotate_pod",),
+        check=checkpoint_asked_now,
+    ),
+    Row(
+        "checkpoint/recent-request",
+        CHECKPOINT,
+        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(60)}),),
+        "done",
+        f"requested at {ago(60)}",
+    ),
+    Row(
+        "checkpoint/request-at-the-limit",
+        CHECKPOINT,
+        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + STALE_CHECKPOINT_SECONDS)}),),
+        "done",
+        "requested at",
+    ),
+    Row(
+        "checkpoint/stale-request",
+        CHECKPOINT,
+        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: ago(GRACE + STALE_CHECKPOINT_SECONDS + 1)}),),
+        "done",
+        "checkpoint requested",
+        ("annotate_pod",),
+        check=checkpoint_asked_now,
+    ),
+    Row(
+        "checkpoint/unreadable-request",
+        CHECKPOINT,
+        (job(annotations={C.CHECKPOINT_REQUESTED_ANN: "yesterday"}),),
+        "done",
+        "checkpoint requested",
+        ("annotate_pod",),
+        check=checkpoint_asked_now,
+    ),
+    Row(
+        "checkpoint/terminating-pod",
+        CHECKPOINT,
+        (job(deleting=True),),
+        "done",
+        "checkpoint requested",
+        ("annotate_pod",),
+        check=checkpoint_asked_now,
+    ),
 ]
 
 
@@ -371,79 +711,273 @@ def asked(seconds: float, **extra: str) -> dict[str, str]:
 
 
 EVICT_ROWS = [
-    Row("evict/grace-left", PREEMPT, (job(annotations=asked(100)),), "waiting", "checkpoint grace period: 200s left",
-        grace=GRACE_BY_ID, check=not_evicted),
-    Row("evict/not-yet-asked", PREEMPT, (job(),), "waiting", "checkpoint grace period: 300s left", grace=GRACE_BY_ID),
-    Row("evict/grace-over", PREEMPT, (job(annotations=asked(GRACE + 1)),), "done", "evicted", ("evict_pod",),
-        grace=GRACE_BY_ID, check=evicted),
-    Row("evict/checkpoint-done", PREEMPT, (job(annotations=asked(10, **{C.CHECKPOINT_DONE_ANN: "true"})),), "done",
-        "evicted", ("evict_pod",), grace=GRACE_BY_ID, check=evicted),
-    Row("evict/no-checkpoint", PREEMPT_NOW, (job(),), "done", "evicted", ("evict_pod",), check=evicted),
-    Row("evict/unscheduled-pod", PREEMPT_NOW, (job(node=None),), "done", "evicted", ("evict_pod",), check=evicted),
-    Row("evict/pdb", PREEMPT_NOW, (job(pdb=True),), "blocked", "a PodDisruptionBudget does not allow it now",
-        check=not_evicted),
-    Row("evict/pdb-after-grace", PREEMPT, (job(annotations=asked(GRACE + 1), pdb=True),), "blocked",
-        "PodDisruptionBudget", grace=GRACE_BY_ID, check=not_evicted),
+    Row(
+        "evict/grace-left",
+        PREEMPT,
+        (job(annotations=asked(100)),),
+        "waiting",
+        "checkpoint grace period: 200s left",
+        grace=GRACE_BY_ID,
+        check=not_evicted,
+    ),
+    Row(
+        "evict/not-yet-asked",
+        PREEMPT,
+        (job(),),
+        "waiting",
+        "checkpoint grace period: 300s left",
+        grace=GRACE_BY_ID,
+    ),
+    Row(
+        "evict/grace-over",
+        PREEMPT,
+        (job(annotations=asked(GRACE + 1)),),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        grace=GRACE_BY_ID,
+        check=evicted,
+    ),
+    Row(
+        "evict/checkpoint-done",
+        PREEMPT,
+        (job(annotations=asked(10, **{C.CHECKPOINT_DONE_ANN: "true"})),),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        grace=GRACE_BY_ID,
+        check=evicted,
+    ),
+    Row(
+        "evict/no-checkpoint",
+        PREEMPT_NOW,
+        (job(),),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        check=evicted,
+    ),
+    Row(
+        "evict/unscheduled-pod",
+        PREEMPT_NOW,
+        (job(node=None),),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        check=evicted,
+    ),
+    Row(
+        "evict/pdb",
+        PREEMPT_NOW,
+        (job(pdb=True),),
+        "blocked",
+        "a PodDisruptionBudget does not allow it now",
+        check=not_evicted,
+    ),
+    Row(
+        "evict/pdb-after-grace",
+        PREEMPT,
+        (job(annotations=asked(GRACE + 1), pdb=True),),
+        "blocked",
+        "PodDisruptionBudget",
+        grace=GRACE_BY_ID,
+        check=not_evicted,
+    ),
     Row("evict/pod-gone", PREEMPT_NOW, (), "done", "pod is gone"),
-    Row("evict/gone-at-eviction", PREEMPT_NOW, (job(),), "done", "pod is gone",
-        fail={"evict_pod": ApiError(404, "Not Found", 'pods "job" not found')}),
+    Row(
+        "evict/gone-at-eviction",
+        PREEMPT_NOW,
+        (job(),),
+        "done",
+        "pod is gone",
+        fail={"evict_pod": ApiError(404, "Not Found", 'pods "job" not found')},
+    ),
     Row("evict/terminating", PREEMPT_NOW, (job(deleting=True),), "done", "pod is terminating"),
-    Row("evict/server-error", PREEMPT_NOW, (job(),), "error", "500",
-        fail={"evict_pod": ApiError(500, "Internal Server Error")}),
+    Row(
+        "evict/server-error",
+        PREEMPT_NOW,
+        (job(),),
+        "error",
+        "500",
+        fail={"evict_pod": ApiError(500, "Internal Server Error")},
+    ),
     Row("reclaim/evicts", RECLAIM, (job(),), "done", "evicted", ("evict_pod",), check=evicted),
-    Row("reclaim/pdb", RECLAIM, (job(pdb=True),), "blocked", "PodDisruptionBudget", check=not_evicted),
-    Row("move/annotates-then-evicts", MOVE, (job(annotations=asked(GRACE + 1)),), "done", "evicted",
-        ("annotate_pod", "evict_pod"), grace=GRACE_BY_ID, check=moved),
-    Row("move/already-annotated", MOVE, (job(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),), "done",
-        "evicted", ("evict_pod",), grace=GRACE_BY_ID, check=moved),
-    Row("move/grace-left", MOVE, (job(annotations=asked(10)),), "waiting", "290s left", grace=GRACE_BY_ID,
-        check=not_evicted),
-    Row("move/pdb", MOVE, (job(annotations=asked(GRACE + 1), pdb=True),), "blocked", "PodDisruptionBudget",
-        ("annotate_pod",), grace=GRACE_BY_ID, changed=False, check=not_evicted),
+    Row(
+        "reclaim/pdb",
+        RECLAIM,
+        (job(pdb=True),),
+        "blocked",
+        "PodDisruptionBudget",
+        check=not_evicted,
+    ),
+    Row(
+        "move/annotates-then-evicts",
+        MOVE,
+        (job(annotations=asked(GRACE + 1)),),
+        "done",
+        "evicted",
+        ("annotate_pod", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved,
+    ),
+    Row(
+        "move/already-annotated",
+        MOVE,
+        (job(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        grace=GRACE_BY_ID,
+        check=moved,
+    ),
+    Row(
+        "move/grace-left",
+        MOVE,
+        (job(annotations=asked(10)),),
+        "waiting",
+        "290s left",
+        grace=GRACE_BY_ID,
+        check=not_evicted,
+    ),
+    Row(
+        "move/pdb",
+        MOVE,
+        (job(annotations=asked(GRACE + 1), pdb=True),),
+        "blocked",
+        "PodDisruptionBudget",
+        ("annotate_pod",),
+        grace=GRACE_BY_ID,
+        changed=False,
+        check=not_evicted,
+    ),
 ]
 
 SCALE_ROWS = [
     Row("scale/at-target", SCALE, (Workload("serve", 3),), "done", "already 3 replicas"),
-    Row("scale/changed-since-plan", SCALE, (Workload("serve", 4),), "skipped", "replicas changed to 4 since the plan"),
-    Row("scale/up", SCALE, (Workload("serve", 2, annotations={"keep": "me"}),), "done", "2 -> 3 replicas",
-        ("scale_workload",), check=scaled("Deployment", "serve", 3)),
-    Row("scale/statefulset-down", SCALE_STS,
-        (Workload("db", 3, kind="StatefulSet", annotations={"keep": "me", C.LAST_SCALE_ANN: ago(7200)}),),
-        "done", "3 -> 1 replicas", ("scale_workload",), check=scaled("StatefulSet", "db", 1)),
+    Row(
+        "scale/changed-since-plan",
+        SCALE,
+        (Workload("serve", 4),),
+        "skipped",
+        "replicas changed to 4 since the plan",
+    ),
+    Row(
+        "scale/up",
+        SCALE,
+        (Workload("serve", 2, annotations={"keep": "me"}),),
+        "done",
+        "2 -> 3 replicas",
+        ("scale_workload",),
+        check=scaled("Deployment", "serve", 3),
+    ),
+    Row(
+        "scale/statefulset-down",
+        SCALE_STS,
+        (
+            Workload(
+                "db", 3, kind="StatefulSet", annotations={"keep": "me", C.LAST_SCALE_ANN: ago(7200)}
+            ),
+        ),
+        "done",
+        "3 -> 1 replicas",
+        ("scale_workload",),
+        check=scaled("StatefulSet", "db", 1),
+    ),
     Row("scale/kind-differs", SCALE, (Workload("serve", 2, kind="StatefulSet"),), "error", "404"),
     Row("scale/missing", SCALE, (), "error", "404"),
-    Row("scale/conflict", SCALE, (Workload("serve", 2),), "error", "409",
-        fail={"scale_workload": ApiError(409, "Conflict", "the object has been modified")}),
+    Row(
+        "scale/conflict",
+        SCALE,
+        (Workload("serve", 2),),
+        "error",
+        "409",
+        fail={"scale_workload": ApiError(409, "Conflict", "the object has been modified")},
+    ),
 ]
 
 QUOTA_ROWS = [
-    Row("quota/namespace-missing", QUOTA_NO_NS, (), "blocked", "namespace gpupool-absent does not exist"),
+    Row(
+        "quota/namespace-missing",
+        QUOTA_NO_NS,
+        (),
+        "blocked",
+        "namespace gpupool-absent does not exist",
+    ),
     Row("quota/create", QUOTA, (), "done", "applied", ("server_side_apply",), check=quota_applied),
-    Row("quota/forbidden", QUOTA, (), "error", "403", fail={"server_side_apply": ApiError(403, "Forbidden")}),
+    Row(
+        "quota/forbidden",
+        QUOTA,
+        (),
+        "error",
+        "403",
+        fail={"server_side_apply": ApiError(403, "Forbidden")},
+    ),
 ]
 
 PRIORITY_CLASS_ROWS = [
-    Row("priority-class/create", PC, (), "done", "applied", ("server_side_apply",), check=priority_class_is(1000)),
-    Row("priority-class/same", PC, (PriorityClass(PC.target, 1000),), "done", "applied", ("server_side_apply",),
-        check=priority_class_is(1000)),
-    Row("priority-class/value-changed", PC, (PriorityClass(PC.target, 500),), "done", "applied",
-        ("delete_priority_class", "server_side_apply"), check=priority_class_is(1000)),
-    Row("priority-class/policy-changed", PC, (PriorityClass(PC.target, 1000, "Never"),), "done", "applied",
-        ("delete_priority_class", "server_side_apply"), check=priority_class_is(1000)),
+    Row(
+        "priority-class/create",
+        PC,
+        (),
+        "done",
+        "applied",
+        ("server_side_apply",),
+        check=priority_class_is(1000),
+    ),
+    Row(
+        "priority-class/same",
+        PC,
+        (PriorityClass(PC.target, 1000),),
+        "done",
+        "applied",
+        ("server_side_apply",),
+        check=priority_class_is(1000),
+    ),
+    Row(
+        "priority-class/value-changed",
+        PC,
+        (PriorityClass(PC.target, 500),),
+        "done",
+        "applied",
+        ("delete_priority_class", "server_side_apply"),
+        check=priority_class_is(1000),
+    ),
+    Row(
+        "priority-class/policy-changed",
+        PC,
+        (PriorityClass(PC.target, 1000, "Never"),),
+        "done",
+        "applied",
+        ("delete_priority_class", "server_side_apply"),
+        check=priority_class_is(1000),
+    ),
 ]
 
 TABLES = {
-    "cordon": CORDON_ROWS, "uncordon": UNCORDON_ROWS, "label-node": LABEL_ROWS, "mig-reconfigure": MIG_ROWS,
-    "set-sharing": SHARING_ROWS, "checkpoint": CHECKPOINT_ROWS, "evict": EVICT_ROWS, "scale": SCALE_ROWS,
-    "quota": QUOTA_ROWS, "priority-class": PRIORITY_CLASS_ROWS,
+    "cordon": CORDON_ROWS,
+    "uncordon": UNCORDON_ROWS,
+    "label-node": LABEL_ROWS,
+    "mig-reconfigure": MIG_ROWS,
+    "set-sharing": SHARING_ROWS,
+    "checkpoint": CHECKPOINT_ROWS,
+    "evict": EVICT_ROWS,
+    "scale": SCALE_ROWS,
+    "quota": QUOTA_ROWS,
+    "priority-class": PRIORITY_CLASS_ROWS,
 }
 ROWS = {r.id: r for rows in TABLES.values() for r in rows}
 assert len(ROWS) == sum(map(len, TABLES.values())), "row ids must be unique"
 
 
 def params(rows: list[Row]) -> list:
-    return [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(strict=True, reason=f"BUG: {r.bug}")] if r.bug else [])
-            for r in rows]
+    return [
+        pytest.param(
+            r,
+            id=r.id,
+            marks=[pytest.mark.xfail(strict=True, reason=f"BUG: {r.bug}")] if r.bug else [],
+        )
+        for r in rows
+    ]
 
 
 def check_row(row: Row) -> None:
@@ -505,11 +1039,22 @@ def test_priority_class(row: Row):
 
 
 # ---------------------------------------------------------------------- across the tables
-SERVER_SIDE_APPLY = (ApplyQuota, ApplyPriorityClass)  # an apply every time, by design (idempotent on the server)
+SERVER_SIDE_APPLY = (
+    ApplyQuota,
+    ApplyPriorityClass,
+)  # an apply every time, by design (idempotent on the server)
 
 
-@pytest.mark.parametrize("row", params([r for r in ROWS.values()
-                                        if r.writes and not r.fail and not r.bug and not isinstance(r.action, SERVER_SIDE_APPLY)]))
+@pytest.mark.parametrize(
+    "row",
+    params(
+        [
+            r
+            for r in ROWS.values()
+            if r.writes and not r.fail and not r.bug and not isinstance(r.action, SERVER_SIDE_APPLY)
+        ]
+    ),
+)
 def test_second_apply_writes_nothing(row: Row):
     """Level-triggered: run again on the state the first run left, a handler writes nothing."""
     _, cluster = run_memory(row)
@@ -533,19 +1078,23 @@ def test_mig_reconfigure_through_mig_manager():
         got = run(later, cluster, cfg, writes=cluster.write_ops)
         return f"{got.status}: {got.message}"
 
-    assert step(cfg.config_propagation_seconds - 1).endswith("1s before " + f"{C.MIG_CONFIG_LABEL} may name it")
+    assert step(cfg.config_propagation_seconds - 1).endswith(
+        "1s before " + f"{C.MIG_CONFIG_LABEL} may name it"
+    )
     assert step(cfg.config_propagation_seconds + 1) == f"waiting: {LABELLED}"
     assert cluster.write_ops() == ["write_config_map", "patch_node", "patch_node"]
     for state in ("pending", "success"):
         cluster.nodes[NODE].labels[C.MIG_STATE_LABEL] = state
-        assert step(200).startswith("waiting")  # success: the node agent has not published the new layout yet
+        assert step(200).startswith(
+            "waiting"
+        )  # success: the node agent has not published the new layout yet
     cluster.set_node_state(NODE, {"status": {"gpus": list(AGENT_NEW.gpus)}})
     assert step(300) == f"done: mig-manager applied {MIG_NAME}"
     assert cluster.write_ops() == ["write_config_map", "patch_node", "patch_node"]
 
 
 def test_two_nodes_share_one_mig_config_entry_without_losing_either_write():
-    """Another writer changes the ConfigMap between our read and write: 409, and the retry keeps both."""
+    """Another writer edits the ConfigMap between our read and write: 409; the retry keeps both."""
     row = ROWS["mig/keeps-other-entries"]
     cluster = seed_memory(row)
 
@@ -601,5 +1150,7 @@ def test_renewed_checkpoint_request_is_not_satisfied_by_an_old_checkpoint_done()
     cluster = seed_memory(Row("x", CHECKPOINT, (job(annotations=stale),)))
     ck = run(Row("x", CHECKPOINT), cluster, memory_config(), writes=cluster.write_ops)
     assert ck.message == "checkpoint requested"
-    ev = run(Row("y", PREEMPT, grace=GRACE_BY_ID), cluster, memory_config(), writes=cluster.write_ops)
+    ev = run(
+        Row("y", PREEMPT, grace=GRACE_BY_ID), cluster, memory_config(), writes=cluster.write_ops
+    )
     assert ev.status == "waiting", ev.message

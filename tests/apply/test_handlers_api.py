@@ -35,24 +35,69 @@ from tests.apply.test_handlers import ROWS, SERVER_SIDE_APPLY
 pytestmark = pytest.mark.kube
 
 API_ROWS = [
-    "cordon/fresh", "cordon/already-cordoned", "cordon/no-node",
-    "uncordon/ours", "uncordon/someone-elses", "uncordon/mig-pending", "uncordon/not-cordoned", "uncordon/no-node",
-    "label-node/present", "label-node/missing",
-    "mig/not-cordoned", "mig/busy-by-annotation", "mig/gpu-pod-without-annotation", "mig/terminating-gpu-pod-counts",
-    "mig/finished-gpu-pod", "mig/cpu-pod", "mig/free", "mig/keeps-other-entries", "mig/entry-already-there",
-    "mig/propagating", "mig/propagated", "mig/mark-of-another-config",
-    "mig/state-unset", "mig/agent-shows-layout", "mig/agent-shows-old-layout", "mig/failed", "mig/stuck-pending",
-    "set-sharing/not-cordoned", "set-sharing/free", "set-sharing/keeps-other-keys", "set-sharing/repeat",
-    "checkpoint/pod-gone", "checkpoint/fresh", "checkpoint/recent-request", "checkpoint/stale-request",
+    "cordon/fresh",
+    "cordon/already-cordoned",
+    "cordon/no-node",
+    "uncordon/ours",
+    "uncordon/someone-elses",
+    "uncordon/mig-pending",
+    "uncordon/not-cordoned",
+    "uncordon/no-node",
+    "label-node/present",
+    "label-node/missing",
+    "mig/not-cordoned",
+    "mig/busy-by-annotation",
+    "mig/gpu-pod-without-annotation",
+    "mig/terminating-gpu-pod-counts",
+    "mig/finished-gpu-pod",
+    "mig/cpu-pod",
+    "mig/free",
+    "mig/keeps-other-entries",
+    "mig/entry-already-there",
+    "mig/propagating",
+    "mig/propagated",
+    "mig/mark-of-another-config",
+    "mig/state-unset",
+    "mig/agent-shows-layout",
+    "mig/agent-shows-old-layout",
+    "mig/failed",
+    "mig/stuck-pending",
+    "set-sharing/not-cordoned",
+    "set-sharing/free",
+    "set-sharing/keeps-other-keys",
+    "set-sharing/repeat",
+    "checkpoint/pod-gone",
+    "checkpoint/fresh",
+    "checkpoint/recent-request",
+    "checkpoint/stale-request",
     "checkpoint/terminating-pod",
-    "evict/grace-left", "evict/grace-over", "evict/checkpoint-done", "evict/no-checkpoint", "evict/unscheduled-pod",
-    "evict/pdb", "evict/pod-gone", "evict/terminating", "reclaim/evicts", "move/annotates-then-evicts", "move/pdb",
-    "scale/at-target", "scale/changed-since-plan", "scale/up", "scale/statefulset-down", "scale/kind-differs",
+    "evict/grace-left",
+    "evict/grace-over",
+    "evict/checkpoint-done",
+    "evict/no-checkpoint",
+    "evict/unscheduled-pod",
+    "evict/pdb",
+    "evict/pod-gone",
+    "evict/terminating",
+    "reclaim/evicts",
+    "move/annotates-then-evicts",
+    "move/pdb",
+    "scale/at-target",
+    "scale/changed-since-plan",
+    "scale/up",
+    "scale/statefulset-down",
+    "scale/kind-differs",
     "scale/missing",
-    "quota/namespace-missing", "quota/create",
-    "priority-class/create", "priority-class/same", "priority-class/value-changed", "priority-class/policy-changed",
+    "quota/namespace-missing",
+    "quota/create",
+    "priority-class/create",
+    "priority-class/same",
+    "priority-class/value-changed",
+    "priority-class/policy-changed",
 ]
-assert not [i for i in API_ROWS if ROWS[i].fail], "injected errors are MemoryCluster's; the server has none"
+assert not [i for i in API_ROWS if ROWS[i].fail], (
+    "injected errors are MemoryCluster's; the server has none"
+)
 
 
 @pytest.mark.parametrize("row", [pytest.param(ROWS[i], id=i) for i in API_ROWS])
@@ -65,7 +110,9 @@ def test_row_against_the_api_server(kube, row: Row):
     assert_result(expected, got)
     if row.check is not None:
         row.check(world.probe())
-    if row.writes and not isinstance(row.action, SERVER_SIDE_APPLY):  # and a second run writes nothing
+    if row.writes and not isinstance(
+        row.action, SERVER_SIDE_APPLY
+    ):  # and a second run writes nothing
         again = run(expected, ops, world.config(), action, writes=lambda: list(ops.writes))
         assert again.status != "error", again.message
         assert again.writes == got.writes
@@ -98,8 +145,12 @@ Scenario = Callable[[ClusterOps, Any], list]
 def reads_of_missing_objects(o: ClusterOps, n: Any) -> list:
     ns = n.ns
     return [
-        o.read_node("gpupool-no-such-node"), o.read_pod(ns, "nope"), o.read_config_map(ns, "nope"),
-        o.read_priority_class(n.pc("gpupool-nope")), o.namespace_exists("gpupool-absent"), o.namespace_exists(ns),
+        o.read_node("gpupool-no-such-node"),
+        o.read_pod(ns, "nope"),
+        o.read_config_map(ns, "nope"),
+        o.read_priority_class(n.pc("gpupool-nope")),
+        o.namespace_exists("gpupool-absent"),
+        o.namespace_exists(ns),
         answer(lambda: o.read_workload("Deployment", ns, "nope")),
         answer(lambda: o.read_workload("StatefulSet", ns, "nope")),
         o.pods_on_node("gpupool-no-such-node"),
@@ -112,13 +163,26 @@ def writes_to_missing_objects(o: ClusterOps, n: Any) -> list:
         answer(lambda: o.patch_node("gpupool-no-such-node", labels={"a": "b"})),
         answer(lambda: o.annotate_pod(ns, "nope", {"a": "b"})),
         answer(lambda: o.evict_pod(ns, "nope")),
-        answer(lambda: o.scale_workload("Deployment", ns, "nope", replicas=1, resource_version="1", annotations={})),
+        answer(
+            lambda: o.scale_workload(
+                "Deployment", ns, "nope", replicas=1, resource_version="1", annotations={}
+            )
+        ),
         answer(lambda: o.write_config_map(ns, "nope", {"a": "b"}, resource_version="1")),
-        answer(lambda: o.write_config_map("gpupool-absent", "cm", {"a": "b"}, resource_version=None)),
+        answer(
+            lambda: o.write_config_map("gpupool-absent", "cm", {"a": "b"}, resource_version=None)
+        ),
         answer(lambda: o.delete_priority_class(n.pc("gpupool-nope"))),
-        answer(lambda: o.server_side_apply({"apiVersion": "v1", "kind": "ResourceQuota",
-                                            "metadata": {"name": "q", "namespace": "gpupool-absent"},
-                                            "spec": {"hard": {"pods": "1"}}})),
+        answer(
+            lambda: o.server_side_apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ResourceQuota",
+                    "metadata": {"name": "q", "namespace": "gpupool-absent"},
+                    "spec": {"hard": {"pods": "1"}},
+                }
+            )
+        ),
     ]
 
 
@@ -129,11 +193,20 @@ def config_map_versions(o: ClusterOps, n: Any) -> list:
     again = answer(lambda: o.write_config_map(ns, "cm", {"a": "2"}, resource_version=None))
     o.write_config_map(ns, "cm", {"b": "2", "c": "2"}, resource_version=first.resource_version)
     second = o.read_config_map(ns, "cm")
-    stale = answer(lambda: o.write_config_map(ns, "cm", {"a": "3"}, resource_version=first.resource_version))
-    o.write_config_map(ns, "cm", {"c": "2"}, resource_version=second.resource_version)  # nothing changes
+    stale = answer(
+        lambda: o.write_config_map(ns, "cm", {"a": "3"}, resource_version=first.resource_version)
+    )
+    o.write_config_map(
+        ns, "cm", {"c": "2"}, resource_version=second.resource_version
+    )  # nothing changes
     third = o.read_config_map(ns, "cm")
-    return [again, stale, second.data, second.resource_version != first.resource_version,
-            third.resource_version == second.resource_version]
+    return [
+        again,
+        stale,
+        second.data,
+        second.resource_version != first.resource_version,
+        third.resource_version == second.resource_version,
+    ]
 
 
 def node_merge_patches(o: ClusterOps, n: Any) -> list:
@@ -142,11 +215,16 @@ def node_merge_patches(o: ClusterOps, n: Any) -> list:
     def seen() -> tuple:
         node = o.read_node(name)
         mine = "abcxy"  # a real control plane adds its own (the TTL controller's annotation)
-        return (node.unschedulable, {k: v for k, v in node.labels.items() if k in mine},
-                {k: v for k, v in node.annotations.items() if k in mine})
+        return (
+            node.unschedulable,
+            {k: v for k, v in node.labels.items() if k in mine},
+            {k: v for k, v in node.annotations.items() if k in mine},
+        )
 
     out = [seen()]
-    o.patch_node(name, unschedulable=True, labels={"a": None, "c": "3"}, annotations={"x": None, "y": "2"})
+    o.patch_node(
+        name, unschedulable=True, labels={"a": None, "c": "3"}, annotations={"x": None, "y": "2"}
+    )
     out.append(seen())
     o.patch_node(name, labels={"b": "20"})  # the cordon is left as it is
     out.append(seen())
@@ -158,7 +236,9 @@ def node_merge_patches(o: ClusterOps, n: Any) -> list:
 def pods(o: ClusterOps, n: Any) -> list:
     ns = n.ns
     o.annotate_pod(ns, "job", {"a": "2", "b": "2"})
-    listed = [(p.name, p.phase, p.gpu_resources, p.deleting) for p in o.pods_on_node(n.node("gpu-1"))]
+    listed = [
+        (p.name, p.phase, p.gpu_resources, p.deleting) for p in o.pods_on_node(n.node("gpu-1"))
+    ]
     return [o.read_pod(ns, "job").annotations, listed, o.read_pod(ns, "cpu").gpu_resources]
 
 
@@ -171,57 +251,118 @@ def evictions(o: ClusterOps, n: Any) -> list:
 
     out = [answer(lambda: o.evict_pod(ns, "guarded")), evicted("guarded")]
     out += [answer(lambda: o.evict_pod(ns, "job")), evicted("job")]
-    out += [answer(lambda: o.evict_pod(ns, "loose")), o.read_pod(ns, "loose")]  # never scheduled: gone at once
-    out += [answer(lambda: o.evict_pod(ns, "done")), o.read_pod(ns, "done")]  # finished: gone at once
-    out += [answer(lambda: o.evict_pod(ns, "finishing")), evicted("finishing")]  # terminating: no budget check
+    out += [
+        answer(lambda: o.evict_pod(ns, "loose")),
+        o.read_pod(ns, "loose"),
+    ]  # never scheduled: gone at once
+    out += [
+        answer(lambda: o.evict_pod(ns, "done")),
+        o.read_pod(ns, "done"),
+    ]  # finished: gone at once
+    out += [
+        answer(lambda: o.evict_pod(ns, "finishing")),
+        evicted("finishing"),
+    ]  # terminating: no budget check
     return out
 
 
 def workload_versions(o: ClusterOps, n: Any) -> list:
     ns = n.ns
     first = o.read_workload("Deployment", ns, "serve")
-    o.scale_workload("Deployment", ns, "serve", replicas=3, resource_version=first.resource_version,
-                     annotations={C.LAST_SCALE_ANN: "now"})
+    o.scale_workload(
+        "Deployment",
+        ns,
+        "serve",
+        replicas=3,
+        resource_version=first.resource_version,
+        annotations={C.LAST_SCALE_ANN: "now"},
+    )
     second = o.read_workload("Deployment", ns, "serve")
-    stale = answer(lambda: o.scale_workload("Deployment", ns, "serve", replicas=1,
-                                            resource_version=first.resource_version, annotations={}))
-    return [first.replicas, second.replicas, second.resource_version != first.resource_version, stale,
-            o.read_workload("Deployment", ns, "serve").replicas, o.read_workload("StatefulSet", ns, "db").replicas]
+    stale = answer(
+        lambda: o.scale_workload(
+            "Deployment",
+            ns,
+            "serve",
+            replicas=1,
+            resource_version=first.resource_version,
+            annotations={},
+        )
+    )
+    return [
+        first.replicas,
+        second.replicas,
+        second.resource_version != first.resource_version,
+        stale,
+        o.read_workload("Deployment", ns, "serve").replicas,
+        o.read_workload("StatefulSet", ns, "db").replicas,
+    ]
 
 
 def priority_classes(o: ClusterOps, n: Any) -> list:
     name = n.pc("gpupool-batch")
 
     def body(value: int) -> dict:
-        return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                "metadata": {"name": name, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
-                "value": value, "preemptionPolicy": "PreemptLowerPriority", "description": "test"}
+        return {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+            "value": value,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "description": "test",
+        }
 
-    out = [o.read_priority_class(name), answer(lambda: o.server_side_apply(body(100))), o.read_priority_class(name)]
+    out = [
+        o.read_priority_class(name),
+        answer(lambda: o.server_side_apply(body(100))),
+        o.read_priority_class(name),
+    ]
     out.append(answer(lambda: o.server_side_apply(body(100))))
     out.append(answer(lambda: o.server_side_apply(body(200))))  # value is immutable
-    out += [o.read_priority_class(name), answer(lambda: o.delete_priority_class(name)), o.read_priority_class(name)]
+    out += [
+        o.read_priority_class(name),
+        answer(lambda: o.delete_priority_class(name)),
+        o.read_priority_class(name),
+    ]
     return out
 
 
 def event(namespace: str, kind: str, obj_ns: str | None) -> dict:
-    return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"gpupool.{uuid.uuid4().hex[:10]}", "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": "x", "namespace": obj_ns}, "reason": "GpuPoolTest",
-            "message": "m", "type": "Normal", "source": {"component": "gpupool"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"gpupool.{uuid.uuid4().hex[:10]}", "namespace": namespace},
+        "involvedObject": {"kind": kind, "name": "x", "namespace": obj_ns},
+        "reason": "GpuPoolTest",
+        "message": "m",
+        "type": "Normal",
+        "source": {"component": "gpupool"},
+    }
 
 
 def quotas_and_events(o: ClusterOps, n: Any) -> list:
     ns = n.ns
-    q = {"apiVersion": "v1", "kind": "ResourceQuota",
-         "metadata": {"name": "gpu-quota", "namespace": ns, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
-         "spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}
+    q = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "gpu-quota",
+            "namespace": ns,
+            "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY},
+        },
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8"}},
+    }
 
     on_pod = event(ns, "Pod", ns)
     return [
-        answer(lambda: o.server_side_apply(q)), answer(lambda: o.server_side_apply(q)),
-        answer(lambda: o.create_event(ns, on_pod)), answer(lambda: o.create_event(ns, on_pod)),  # same name: 409
-        answer(lambda: o.create_event("gpupool-absent", event("gpupool-absent", "Pod", "gpupool-absent"))),
+        answer(lambda: o.server_side_apply(q)),
+        answer(lambda: o.server_side_apply(q)),
+        answer(lambda: o.create_event(ns, on_pod)),
+        answer(lambda: o.create_event(ns, on_pod)),  # same name: 409
+        answer(
+            lambda: o.create_event(
+                "gpupool-absent", event("gpupool-absent", "Pod", "gpupool-absent")
+            )
+        ),
         answer(lambda: o.create_event("default", event("default", "Node", None))),
     ]
 
@@ -230,20 +371,42 @@ def event_namespaces(o: ClusterOps, n: Any) -> list:
     """An Event is in its object's namespace; one about a cluster-scoped object (a Node: no
     involvedObject.namespace) in "default" (core/v1 Event validation)."""
     ns = n.ns
-    return [answer(lambda: o.create_event(ns, event(ns, "Pod", "default"))),
-            answer(lambda: o.create_event(ns, event(ns, "Node", None))),
-            answer(lambda: o.create_event("default", event("default", "Node", None)))]
+    return [
+        answer(lambda: o.create_event(ns, event(ns, "Pod", "default"))),
+        answer(lambda: o.create_event(ns, event(ns, "Node", None))),
+        answer(lambda: o.create_event("default", event("default", "Node", None))),
+    ]
 
 
 CONTRACT: dict[str, tuple[tuple[Seed, ...], Scenario]] = {
     "reads-of-missing-objects": ((), reads_of_missing_objects),
     "writes-to-missing-objects": ((), writes_to_missing_objects),
     "config-map-versions": ((), config_map_versions),
-    "node-merge-patches": ((Node(labels={"a": "1", "b": "2"}, annotations={"x": "1"}),), node_merge_patches),
-    "pods": ((Pod("job", annotations={"a": "1", "keep": "k"}), Pod("cpu", gpus=False, phase="Succeeded")), pods),
-    "evictions": ((Pod("guarded", pdb=True), Pod("job"), Pod("loose", node=None), Pod("done", phase="Succeeded"),
-                   Pod("finishing", pdb=True, deleting=True)), evictions),
-    "workload-versions": ((Workload("serve", 2), Workload("db", 1, kind="StatefulSet")), workload_versions),
+    "node-merge-patches": (
+        (Node(labels={"a": "1", "b": "2"}, annotations={"x": "1"}),),
+        node_merge_patches,
+    ),
+    "pods": (
+        (
+            Pod("job", annotations={"a": "1", "keep": "k"}),
+            Pod("cpu", gpus=False, phase="Succeeded"),
+        ),
+        pods,
+    ),
+    "evictions": (
+        (
+            Pod("guarded", pdb=True),
+            Pod("job"),
+            Pod("loose", node=None),
+            Pod("done", phase="Succeeded"),
+            Pod("finishing", pdb=True, deleting=True),
+        ),
+        evictions,
+    ),
+    "workload-versions": (
+        (Workload("serve", 2), Workload("db", 1, kind="StatefulSet")),
+        workload_versions,
+    ),
     "priority-classes": ((), priority_classes),
     "quotas-and-events": ((), quotas_and_events),
 }
@@ -267,13 +430,19 @@ def test_a_terminating_pod_stays_until_its_deletion_finishes(kube):
     world.seed((Pod("job", deleting=True),))
     ops = world.ops()
     assert [(p.name, p.deleting) for p in ops.pods_on_node(world.node("gpu-1"))] == [("job", True)]
-    kube.core.patch_namespaced_pod("job", world.ns, {"metadata": {"finalizers": None}},
-                                   _content_type="application/merge-patch+json")
+    kube.core.patch_namespaced_pod(
+        "job",
+        world.ns,
+        {"metadata": {"finalizers": None}},
+        _content_type="application/merge-patch+json",
+    )
 
 
 def test_event_namespaces_are_checked_as_the_server_does(kube):
     world = ApiWorld(kube)
-    assert event_namespaces(world.ops(), world) == event_namespaces(MemoryCluster(namespaces={NS}), Names())
+    assert event_namespaces(world.ops(), world) == event_namespaces(
+        MemoryCluster(namespaces={NS}), Names()
+    )
 
 
 def test_a_changed_preemption_policy_is_refused_like_a_changed_value(kube):
@@ -281,6 +450,11 @@ def test_a_changed_preemption_policy_is_refused_like_a_changed_value(kube):
     object when either changes); MemoryCluster refuses both."""
     world = ApiWorld(kube)
     world.seed((PriorityClass("gpupool-batch", 100),))
-    body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": world.pc("gpupool-batch")}, "value": 100, "preemptionPolicy": "Never"}
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": world.pc("gpupool-batch")},
+        "value": 100,
+        "preemptionPolicy": "Never",
+    }
     assert answer(lambda: world.ops().server_side_apply(body)) == ("ApiError", 422)

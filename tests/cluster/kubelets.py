@@ -587,7 +587,9 @@ class SimulatedKubelets:
                 try:
                     devices.allocate(f"{meta['namespace']}/{meta['name']}", _extended_requests(pod))
                 except Exception as exc:  # noqa: BLE001 - the kubelet's admission refuses the pod
-                    self._mark_failed(core, pod, "UnexpectedAdmissionError", f"Allocate failed: {exc}")
+                    self._mark_failed(
+                        core, pod, "UnexpectedAdmissionError", f"Allocate failed: {exc}"
+                    )
                     return
             self._mark_running(st, core, pod)
             after = (meta.get("annotations") or {}).get(SUCCEED_AFTER_ANNOTATION)
@@ -726,7 +728,9 @@ class SimulatedKubelets:
 
     def _mark_failed(self, core: client.CoreV1Api, pod: dict, reason: str, message: str) -> None:
         """What the kubelet does with a pod its admission refuses: phase Failed, never run."""
-        self._patch_status(core, pod["metadata"], {"phase": "Failed", "reason": reason, "message": message})
+        self._patch_status(
+            core, pod["metadata"], {"phase": "Failed", "reason": reason, "message": message}
+        )
 
     def _final_delete(self, st: _NodeState, pod: dict) -> None:
         """The kubelet's last word on a terminated pod: delete with grace 0, guarded by UID;

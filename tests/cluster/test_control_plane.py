@@ -442,7 +442,9 @@ def test_admission_policies_are_enforced(control_plane, admin):
                     {
                         "patchType": "ApplyConfiguration",
                         "applyConfiguration": {
-                            "expression": "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"
+                            "expression": (
+                                "Object{metadata: Object.metadata{labels: {'stamped': 'yes'}}}"
+                            )
                         },
                     }
                 ],

@@ -109,7 +109,9 @@ class FakeGpu:
 
 
 class _GpuInstance:
-    def __init__(self, addr: int, gi_id: int, profile: MigProfile, start: int, ci: bool, dev: _Device):
+    def __init__(
+        self, addr: int, gi_id: int, profile: MigProfile, start: int, ci: bool, dev: _Device
+    ):
         self.addr, self.id, self.profile, self.start, self.dev = addr, gi_id, profile, start, dev
         self.mig_addr = addr + 1 if ci else None
         self.mig_uuid = f"MIG-{uuidlib.uuid5(_NS, f'{dev.uuid}/{gi_id}/{addr}')}" if ci else ""
@@ -139,7 +141,10 @@ class _Device:
         return next((p for p in self.model.profiles.values() if p.nvml_index == index), None)
 
     def profile_by_id(self, profile_id: int) -> MigProfile | None:
-        return next((p for p in self.model.profiles.values() if PROFILE_IDS[p.nvml_index] == profile_id), None)
+        return next(
+            (p for p in self.model.profiles.values() if PROFILE_IDS[p.nvml_index] == profile_id),
+            None,
+        )
 
 
 def _api(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,7 +202,9 @@ class FakeNvml:
                 if p is None:
                     raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
                 self._create(dev, p, inst.start, inst.compute_instance)
-            dev.processes = [p if isinstance(p, FakeProcess) else FakeProcess(*p) for p in spec.processes]
+            dev.processes = [
+                p if isinstance(p, FakeProcess) else FakeProcess(*p) for p in spec.processes
+            ]
 
     # --- test helpers (not pynvml) ---------------------------------------------------------
 
@@ -318,7 +325,13 @@ class FakeNvml:
         used *= MIB
         if version:
             mem = pynvml.c_nvmlMemory_v2_t()
-            mem.version, mem.total, mem.reserved, mem.free, mem.used = version, total, 0, total - used, used
+            mem.version, mem.total, mem.reserved, mem.free, mem.used = (
+                version,
+                total,
+                0,
+                total - used,
+                used,
+            )
             return mem
         return pynvml.c_nvmlMemory_t(total, total - used, used)
 
@@ -345,7 +358,9 @@ class FakeNvml:
         for p in dev.processes:
             gi_id = by_start.get(p.instance_start, none) if p.instance_start is not None else none
             info = pynvml.c_nvmlProcessInfo_v2_t(
-                p.pid, 0 if p.used_memory_mib is None else p.used_memory_mib * MIB, gi_id,
+                p.pid,
+                0 if p.used_memory_mib is None else p.used_memory_mib * MIB,
+                gi_id,
                 0 if gi_id != none else none,
             )
             obj = pynvml.nvmlStructToFriendlyObject(info)
@@ -376,10 +391,15 @@ class FakeNvml:
     # --- MIG: GPU-instance profiles and placements --------------------------------------------
 
     @_api
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int, version: int = 2) -> Any:
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, handle: Any, profile: int, version: int = 2
+    ) -> Any:
         dev = self._device(handle)
         self._mig_dev(dev)
-        if not isinstance(profile, int) or not 0 <= profile < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        if (
+            not isinstance(profile, int)
+            or not 0 <= profile < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+        ):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self._mig_on(dev)
         p = dev.profile_by_index(profile)
@@ -395,7 +415,9 @@ class FakeNvml:
         info.id = PROFILE_IDS[p.nvml_index]
         info.sliceCount = p.compute_slices
         info.instanceCount = p.max_count
-        info.memorySizeMB = dev.model.memory_gib * 1024 * p.memory_slices // self.catalog.memory_slices
+        info.memorySizeMB = (
+            dev.model.memory_gib * 1024 * p.memory_slices // self.catalog.memory_slices
+        )
         return info
 
     def _profile_for_id(self, dev: _Device, profile_id: int) -> MigProfile:
@@ -443,7 +465,9 @@ class FakeNvml:
         raise _err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
 
     @_api
-    def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: Any, profileId: int, placement: Any) -> Any:
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profileId: int, placement: Any
+    ) -> Any:
         dev = self._device(handle)
         self._mig_dev(dev)
         self._mig_on(dev)
@@ -465,7 +489,9 @@ class FakeNvml:
         return pynvml.NVML_SUCCESS
 
     @_api
-    def nvmlDeviceGetGpuInstances(self, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any) -> int:
+    def nvmlDeviceGetGpuInstances(
+        self, handle: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
+    ) -> int:
         dev = self._device(handle)
         self._mig_dev(dev)
         self._mig_on(dev)
@@ -506,7 +532,9 @@ class FakeNvml:
         self._mig_on(dev)
         if not isinstance(index, int) or not 0 <= index < self.catalog.max_instances:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        migs = sorted((gi for gi in dev.gis.values() if gi.mig_addr is not None), key=lambda g: g.id)
+        migs = sorted(
+            (gi for gi in dev.gis.values() if gi.mig_addr is not None), key=lambda g: g.id
+        )
         if index >= len(migs):
             raise _err(pynvml.NVML_ERROR_NOT_FOUND)
         return _pointer(migs[index].mig_addr, pynvml.c_nvmlDevice_t)

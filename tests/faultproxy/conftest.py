@@ -1,1 +1,1 @@
-"""The control-plane and proxy fixtures come from tests/conftest.py (one control plane per session)."""
+"""The control-plane and proxy fixtures come from tests/conftest.py: one control plane a session."""

@@ -26,11 +26,22 @@ H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4-80GB"
 
 
-def add_gpu_node(kube: World, name: str, *, pool: str = "h100", model: str = H100, count: int = 8,
-                 mig: dict[int, list[str]] | None = None, labels: dict | None = None, state: bool = True):
+def add_gpu_node(
+    kube: World,
+    name: str,
+    *,
+    pool: str = "h100",
+    model: str = H100,
+    count: int = 8,
+    mig: dict[int, list[str]] | None = None,
+    labels: dict | None = None,
+    state: bool = True,
+):
     """A GPU node as the kubelet registers it, its NVIDIA components, and (state=True) its
     node agent's GpuNodeState."""
-    return kube.add_gpu_node(name, pool=pool, model=model, count=count, mig=mig, labels=labels, publish=state)
+    return kube.add_gpu_node(
+        name, pool=pool, model=model, count=count, mig=mig, labels=labels, publish=state
+    )
 
 
 def ensure_namespace(kube: World, name: str) -> None:
@@ -41,25 +52,52 @@ def node_state(kube: World, node: str) -> dict:
     return kube.custom.get_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL, node)
 
 
-def create_pod(kube: World, ns: str, name: str, *, node: str | None = None, gpus: int = 0, mig: str | None = None,
-               shared: int = 0, cls: str | None = "training-low", pool: str | None = "h100", started: datetime | None = None,
-               annotations: dict | None = None, labels: dict | None = None, owner: dict | None = None) -> None:
+def create_pod(
+    kube: World,
+    ns: str,
+    name: str,
+    *,
+    node: str | None = None,
+    gpus: int = 0,
+    mig: str | None = None,
+    shared: int = 0,
+    cls: str | None = "training-low",
+    pool: str | None = "h100",
+    started: datetime | None = None,
+    annotations: dict | None = None,
+    labels: dict | None = None,
+    owner: dict | None = None,
+) -> None:
     """A pod asking for GPUs. With `node` it is bound there (as if scheduled before the test
     began), the kubelet admits it with devices from the node's device manager, and its start
     time is written as `started` on the test's clock; without, the real scheduler places it."""
-    limits = ({"nvidia.com/gpu": str(gpus)} if gpus else {f"nvidia.com/mig-{mig}": "1"} if mig
-              else {"nvidia.com/gpu.shared": str(shared)} if shared else {})
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.example/train:1",
-                                            "resources": {"limits": limits}}],
-                            "terminationGracePeriodSeconds": 30}
+    limits = (
+        {"nvidia.com/gpu": str(gpus)}
+        if gpus
+        else {f"nvidia.com/mig-{mig}": "1"}
+        if mig
+        else {"nvidia.com/gpu.shared": str(shared)}
+        if shared
+        else {}
+    )
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "registry.example/train:1", "resources": {"limits": limits}}
+        ],
+        "terminationGracePeriodSeconds": 30,
+    }
     if cls:
         spec["priorityClassName"] = cls
     if pool:
         spec["nodeSelector"] = {"gpupool.io/pool": pool}
     if node:
         spec["nodeName"] = node
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "annotations": dict(annotations or {}),
-                            "labels": labels or {"app": name}}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "annotations": dict(annotations or {}),
+        "labels": labels or {"app": name},
+    }
     if owner:
         meta["ownerReferences"] = [owner]
     kube.core.create_namespaced_pod(ns, {"metadata": meta, "spec": spec})
@@ -71,42 +109,87 @@ def create_pod(kube: World, ns: str, name: str, *, node: str | None = None, gpus
             raise TimeoutError(f"{ns}/{name} not admitted on {node}")
         time.sleep(0.05)
     if pod.status.phase != "Running":
-        raise AssertionError(f"{ns}/{name} was refused on {node}: {pod.status.reason} {pod.status.message}")
+        raise AssertionError(
+            f"{ns}/{name} was refused on {node}: {pod.status.reason} {pod.status.message}"
+        )
     if started is not None:  # the test's clock runs ahead of the kubelet's
         ts = started.isoformat()
-        kube.core.patch_namespaced_pod_status(name, ns, {"status": {"startTime": ts}}, _content_type=MERGE)
+        kube.core.patch_namespaced_pod_status(
+            name, ns, {"status": {"startTime": ts}}, _content_type=MERGE
+        )
     kube.nodes[node].annotate_pods()
 
 
-def create_pdb(kube: World, ns: str, name: str, selector: dict, *, min_available: int | None = None,
-               max_unavailable: int | None = None) -> None:
+def create_pdb(
+    kube: World,
+    ns: str,
+    name: str,
+    selector: dict,
+    *,
+    min_available: int | None = None,
+    max_unavailable: int | None = None,
+) -> None:
     spec: dict[str, Any] = {"selector": {"matchLabels": selector}}
     if min_available is not None:
         spec["minAvailable"] = min_available
     if max_unavailable is not None:
         spec["maxUnavailable"] = max_unavailable
-    kube.policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": name}, "spec": spec})
+    kube.policy.create_namespaced_pod_disruption_budget(
+        ns, {"metadata": {"name": name}, "spec": spec}
+    )
     deadline = time.monotonic() + 10  # the disruption controller computes what it allows
-    while kube.policy.read_namespaced_pod_disruption_budget(name, ns).status.observed_generation is None:
+    while (
+        kube.policy.read_namespaced_pod_disruption_budget(name, ns).status.observed_generation
+        is None
+    ):
         if time.monotonic() > deadline:
             raise TimeoutError(f"PDB {ns}/{name} has no status")
         time.sleep(0.1)
 
 
-def create_inference_deployment(kube: World, ns: str, name: str, *, replicas: int, queue: float,
-                                last_scale: datetime | None = None, cls: str = "serving", pool: str = "h100",
-                                slices: int = 1) -> None:
+def create_inference_deployment(
+    kube: World,
+    ns: str,
+    name: str,
+    *,
+    replicas: int,
+    queue: float,
+    last_scale: datetime | None = None,
+    cls: str = "serving",
+    pool: str = "h100",
+    slices: int = 1,
+) -> None:
     anns = {"gpupool.io/queue-length": str(queue)}
     if last_scale:
         anns["gpupool.io/last-scale"] = last_scale.isoformat()
-    kube.apps.create_namespaced_deployment(ns, {
-        "metadata": {"name": name, "labels": {"gpupool.io/inference": "true"}, "annotations": anns},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"priorityClassName": cls, "nodeSelector": {"gpupool.io/pool": pool},
-                                       "containers": [{"name": "srv", "image": "registry.example/serve:1",
-                                                       "resources": {"limits": {"nvidia.com/gpu.shared": str(slices)}}}]}}},
-    })
+    kube.apps.create_namespaced_deployment(
+        ns,
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"gpupool.io/inference": "true"},
+                "annotations": anns,
+            },
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "priorityClassName": cls,
+                        "nodeSelector": {"gpupool.io/pool": pool},
+                        "containers": [
+                            {
+                                "name": "srv",
+                                "image": "registry.example/serve:1",
+                                "resources": {"limits": {"nvidia.com/gpu.shared": str(slices)}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
 
 
 def write_policy(root: Path, text: str) -> Path:
@@ -115,16 +198,34 @@ def write_policy(root: Path, text: str) -> Path:
     return root
 
 
-def controller(kube: World, root: Path, clock: Clock, *, identity: str = "gpupool-0", dry_run: bool = False,
-               mig_timeout: float = 900.0, api_client=None, **kw) -> Controller:
+def controller(
+    kube: World,
+    root: Path,
+    clock: Clock,
+    *,
+    identity: str = "gpupool-0",
+    dry_run: bool = False,
+    mig_timeout: float = 900.0,
+    api_client=None,
+    **kw,
+) -> Controller:
     """The controller as it runs in the cluster: its ServiceAccount, its namespace, the GPU
     operator's namespace for the NVIDIA configs."""
     cfg = ApplyConfig(mig_config_namespace=OPERATOR_NS, mig_timeout_seconds=mig_timeout)
-    return Controller(DirectorySource(root), api_client or kube.controller_client(), namespace=NS, identity=identity,
-                      dry_run=dry_run, apply_config=cfg, clock=clock, **kw)
+    return Controller(
+        DirectorySource(root),
+        api_client or kube.controller_client(),
+        namespace=NS,
+        identity=identity,
+        dry_run=dry_run,
+        apply_config=cfg,
+        clock=clock,
+        **kw,
+    )
 
 
 # ------------------------------------------------------------------ the audit log: what was written
+
 
 def audit_mark(kube: World) -> int:
     """A position in the audit log; `writes(kube, since=mark)` sees only what came after."""
@@ -132,22 +233,31 @@ def audit_mark(kube: World) -> int:
     return len(kube.plane.audit_events())
 
 
-def writes(kube: World, *, since: int = 0, exclude: tuple[str, ...] = (), user: str | None = None) -> list:
+def writes(
+    kube: World, *, since: int = 0, exclude: tuple[str, ...] = (), user: str | None = None
+) -> list:
     """Mutating requests the controller's ServiceAccount sent (or `user`), oldest first,
     leaving out those whose resource is in `exclude`."""
     time.sleep(0.2)
     who = user or f"system:serviceaccount:{NS}:{CONTROLLER_SA}"
-    return [e for e in kube.plane.audit_events()[since:]
-            if e.user == who and e.verb in MUTATING and e.resource not in exclude]
+    return [
+        e
+        for e in kube.plane.audit_events()[since:]
+        if e.user == who and e.verb in MUTATING and e.resource not in exclude
+    ]
 
 
 def evictions(kube: World, *, since: int = 0) -> list[str]:
     """Evictions the controller sent that the API server carried out (201)."""
-    return [f"{e.namespace}/{e.name}" for e in writes(kube, since=since)
-            if e.subresource == "eviction" and e.code is not None and e.code < 300]
+    return [
+        f"{e.namespace}/{e.name}"
+        for e in writes(kube, since=since)
+        if e.subresource == "eviction" and e.code is not None and e.code < 300
+    ]
 
 
 # ------------------------------------------------------------------ status
+
 
 def conditions(kube: World, name: str = "gpupool") -> dict[str, dict]:
     obj = kube.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "reconcilerstatuses", name)
@@ -155,11 +265,19 @@ def conditions(kube: World, name: str = "gpupool") -> dict[str, dict]:
 
 
 def set_suspend(kube: World, value: bool) -> None:
-    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, NS, "reconcilerstatuses", "gpupool",
-                                               {"spec": {"suspend": value}})
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, "reconcilerstatuses", "gpupool", {"spec": {"suspend": value}}
+    )
 
 
-def converge(ctl: Controller, kube: World, *, clock: Clock | None = None, step: float = 60, max_cycles: int = 25):
+def converge(
+    ctl: Controller,
+    kube: World,
+    *,
+    clock: Clock | None = None,
+    step: float = 60,
+    max_cycles: int = 25,
+):
     """Cycle until a plan is empty; between cycles the scheduler and kubelets settle, the
     NVIDIA stand-ins and node agents take a step, and the test clock moves on."""
     results = []
@@ -173,6 +291,9 @@ def converge(ctl: Controller, kube: World, *, clock: Clock | None = None, step: 
         kube.settle()
         if clock is not None:
             clock.advance(step)
-    raise AssertionError(f"did not converge in {max_cycles} cycles: " + "; ".join(
-        f"{r.summary or r.error} {[(o.action, o.status, o.message) for o in (r.applied.outcomes if r.applied else [])]}"
-        for r in results[-3:]))
+    last = [
+        f"{r.summary or r.error} "
+        f"{[(o.action, o.status, o.message) for o in (r.applied.outcomes if r.applied else [])]}"
+        for r in results[-3:]
+    ]
+    raise AssertionError(f"did not converge in {max_cycles} cycles: " + "; ".join(last))

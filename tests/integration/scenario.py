@@ -21,11 +21,17 @@ TEXT = desired_text(train_min=0).replace("A100-SXM4-80GB", "H100-SXM5-80GB").rep
 
 def seed_priority_classes(kube, text: str = TEXT) -> None:
     """The PriorityClasses a converged cluster has (pods need them to be admitted)."""
-    for name, (value, policy) in desired_priority_classes(load([SourceFile("d.yaml", text)])).items():
-        kube.scheduling.create_priority_class({"metadata": {"name": name}, "value": value, "preemptionPolicy": policy})
+    for name, (value, policy) in desired_priority_classes(
+        load([SourceFile("d.yaml", text)])
+    ).items():
+        kube.scheduling.create_priority_class(
+            {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+        )
 
 
-def base(kube, tmp_path, clock: Clock, *, text: str = TEXT, workloads: bool = True, pending: bool = True) -> None:
+def base(
+    kube, tmp_path, clock: Clock, *, text: str = TEXT, workloads: bool = True, pending: bool = True
+) -> None:
     for ns in ("team-a", "team-b"):
         ensure_namespace(kube, ns)
     add_gpu_node(kube, "h100-1")
@@ -35,11 +41,40 @@ def base(kube, tmp_path, clock: Clock, *, text: str = TEXT, workloads: bool = Tr
         return
     seed_priority_classes(kube, text)
     ago = lambda h: clock.now - timedelta(hours=h)  # noqa: E731
-    ck = lambda h: {"gpupool.io/checkpointable": "true", "gpupool.io/last-checkpoint": ago(h).isoformat()}  # noqa: E731
-    create_pod(kube, "team-a", "resnet", node="h100-1", gpus=8, cls="training-high", started=ago(3),
-               annotations={"gpupool.io/checkpointable": "true"})
-    create_pod(kube, "team-b", "bert-old", node="h100-2", gpus=4, cls="training-low", started=ago(6), annotations=ck(0.5))
-    create_pod(kube, "team-b", "bert-new", node="h100-2", gpus=4, cls="training-low", started=ago(2), annotations=ck(0.1))
+    ck = lambda h: {  # noqa: E731
+        "gpupool.io/checkpointable": "true",
+        "gpupool.io/last-checkpoint": ago(h).isoformat(),
+    }
+    create_pod(
+        kube,
+        "team-a",
+        "resnet",
+        node="h100-1",
+        gpus=8,
+        cls="training-high",
+        started=ago(3),
+        annotations={"gpupool.io/checkpointable": "true"},
+    )
+    create_pod(
+        kube,
+        "team-b",
+        "bert-old",
+        node="h100-2",
+        gpus=4,
+        cls="training-low",
+        started=ago(6),
+        annotations=ck(0.5),
+    )
+    create_pod(
+        kube,
+        "team-b",
+        "bert-new",
+        node="h100-2",
+        gpus=4,
+        cls="training-low",
+        started=ago(2),
+        annotations=ck(0.1),
+    )
     if pending:
         for i in range(2):
             create_pod(kube, "team-b", f"ranker-{i}", mig="3g.40gb", cls="serving")

@@ -24,7 +24,10 @@ from .harness import (
 )
 from .scenario import base
 
-BOOKKEEPING = ("leases", "reconcilerstatuses")  # the Lease renewal and the status report, every cycle
+BOOKKEEPING = (
+    "leases",
+    "reconcilerstatuses",
+)  # the Lease renewal and the status report, every cycle
 
 
 def until_label(ctl, kube, clock, node: str = "h100-2", cycles: int = 12) -> None:
@@ -33,7 +36,11 @@ def until_label(ctl, kube, clock, node: str = "h100-2", cycles: int = 12) -> Non
     for _ in range(cycles):
         ctl.cycle()
         kube.settle()
-        if (kube.core.read_node(node).metadata.labels or {}).get(MIG_CONFIG_LABEL, "").startswith("gpupool-"):
+        if (
+            (kube.core.read_node(node).metadata.labels or {})
+            .get(MIG_CONFIG_LABEL, "")
+            .startswith("gpupool-")
+        ):
             return
         clock.advance(120)
     raise AssertionError("the controller never set the mig-manager label")
@@ -57,7 +64,9 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     assert out["preempt:team-b/bert-new"].status == "waiting"  # the 5m grace period
     assert out["mig-reconfigure:h100-2"].status == "skipped"
     assert "bert-new" in pods(kube, "team-b")
-    assert CHECKPOINT_ANN in kube.core.read_namespaced_pod("bert-new", "team-b").metadata.annotations
+    assert (
+        CHECKPOINT_ANN in kube.core.read_namespaced_pod("bert-new", "team-b").metadata.annotations
+    )
     assert conditions(kube)["Reconciling"]["status"] == "True"
     assert "grace period" in conditions(kube)["Reconciling"]["message"]
 
@@ -69,7 +78,11 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     assert pods(kube, "team-a") == ["resnet"]
     assert evictions(kube, since=mark) == ["team-b/bert-new"]
     log = writes(kube, since=mark)
-    ck = next(i for i, e in enumerate(log) if e.verb == "patch" and e.resource == "pods" and e.name == "bert-new")
+    ck = next(
+        i
+        for i, e in enumerate(log)
+        if e.verb == "patch" and e.resource == "pods" and e.name == "bert-new"
+    )
     ev = next(i for i, e in enumerate(log) if e.subresource == "eviction")
     assert ck < ev
     for name in ("ranker-0", "ranker-1"):
@@ -81,17 +94,26 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     assert kube.nodes["h100-2"].mig_manager.runs[-1][1] == "success"
     assert [o for _, o in kube.nodes["h100-2"].mig_manager.runs].count("failed") == 0
     node = kube.core.read_node("h100-2")
-    assert not node.spec.unschedulable and CORDON_ANNOTATION not in (node.metadata.annotations or {})
+    assert not node.spec.unschedulable and CORDON_ANNOTATION not in (
+        node.metadata.annotations or {}
+    )
     config = node.metadata.labels[MIG_CONFIG_LABEL]
     assert node.metadata.labels[MIG_STATE_LABEL] == "success"
-    parted = yaml.safe_load(kube.core.read_namespaced_config_map("gpupool-mig-parted-config", OPERATOR_NS).data[MIG_CONFIG_KEY])
+    parted = yaml.safe_load(
+        kube.core.read_namespaced_config_map("gpupool-mig-parted-config", OPERATOR_NS).data[
+            MIG_CONFIG_KEY
+        ]
+    )
     assert parted["version"] == "v1"
     entry = {e["devices"][0]: e for e in parted["mig-configs"][config]}
     assert entry[4] == {"devices": [4], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}
     assert entry[0] == {"devices": [0], "mig-enabled": False}
     assert "all-disabled" in parted["mig-configs"]  # the operator's default is kept
     gpu4 = node_state(kube, "h100-2")["status"]["gpus"][4]
-    assert gpu4["migEnabled"] and sorted(i["profile"] for i in gpu4["migInstances"]) == ["3g.40gb", "3g.40gb"]
+    assert gpu4["migEnabled"] and sorted(i["profile"] for i in gpu4["migInstances"]) == [
+        "3g.40gb",
+        "3g.40gb",
+    ]
     # quotas (server-side applied) and the PriorityClasses
     quota = kube.core.read_namespaced_resource_quota("gpupool-team-b", "team-b")
     assert quota.spec.hard["requests.nvidia.com/gpu"] == "16"
@@ -99,18 +121,36 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     assert kube.scheduling.read_priority_class("serving").preemption_policy == "Never"
     # status: Ready, revision recorded
     conds = conditions(kube)
-    assert conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "ReconciliationSucceeded"
+    assert (
+        conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "ReconciliationSucceeded"
+    )
     assert conds["Stalled"]["status"] == "False" and conds["Reconciling"]["status"] == "False"
-    st = kube.custom.get_namespaced_custom_object("gpupool.io", "v1alpha1", kube.namespace, "reconcilerstatuses", "gpupool")["status"]
+    st = kube.custom.get_namespaced_custom_object(
+        "gpupool.io", "v1alpha1", kube.namespace, "reconcilerstatuses", "gpupool"
+    )["status"]
     assert st["lastAppliedRevision"].startswith("dir:") and len(st["recentPreemptions"]) == 1
     # one Event per disruptive step, no more
-    reasons = sorted(e.reason for e in kube.core.list_event_for_all_namespaces().items
-                     if e.reason.startswith("GpuPool") and e.source.component == "gpupool")
+    reasons = sorted(
+        e.reason
+        for e in kube.core.list_event_for_all_namespaces().items
+        if e.reason.startswith("GpuPool") and e.source.component == "gpupool"
+    )
     # the MIG step wrote twice: the config (and waited for the mounted copy), then the label
-    assert reasons == ["GpuPoolCheckpoint", "GpuPoolCordon", "GpuPoolMigReconfigure", "GpuPoolMigReconfigure",
-                       "GpuPoolPreempt"]
-    preempt = next(e for e in kube.core.list_namespaced_event("team-b").items if e.reason == "GpuPoolPreempt")
-    assert preempt.involved_object.kind == "Pod" and preempt.involved_object.name == "bert-new" and preempt.type == "Warning"
+    assert reasons == [
+        "GpuPoolCheckpoint",
+        "GpuPoolCordon",
+        "GpuPoolMigReconfigure",
+        "GpuPoolMigReconfigure",
+        "GpuPoolPreempt",
+    ]
+    preempt = next(
+        e for e in kube.core.list_namespaced_event("team-b").items if e.reason == "GpuPoolPreempt"
+    )
+    assert (
+        preempt.involved_object.kind == "Pod"
+        and preempt.involved_object.name == "bert-new"
+        and preempt.type == "Warning"
+    )
 
 
 def test_second_apply_writes_nothing(kube, tmp_path):
@@ -126,7 +166,9 @@ def test_second_apply_writes_nothing(kube, tmp_path):
     assert writes(kube, since=mark, exclude=BOOKKEEPING) == []
     # bookkeeping only: a Lease renewal and one status patch per cycle
     assert sorted({(e.verb, e.resource, e.subresource) for e in writes(kube, since=mark)}) == [
-        ("patch", "reconcilerstatuses", "status"), ("update", "leases", None)]
+        ("patch", "reconcilerstatuses", "status"),
+        ("update", "leases", None),
+    ]
 
 
 def test_events_only_for_changes_while_waiting(kube, tmp_path):
@@ -151,15 +193,23 @@ def test_mig_manager_failed_is_stalled(kube, tmp_path):
     sim = kube.nodes["h100-2"]
     sim.gpus.nvml.failures["nvmlDeviceSetMigMode"] = pynvml.NVML_ERROR_UNKNOWN
     sim.step()
-    assert sim.step() is None and sim.mig_manager.runs[-1] == (kube.core.read_node("h100-2").metadata.labels[MIG_CONFIG_LABEL], "failed")
+    assert sim.step() is None and sim.mig_manager.runs[-1] == (
+        kube.core.read_node("h100-2").metadata.labels[MIG_CONFIG_LABEL],
+        "failed",
+    )
     r = ctl.cycle()
     out = {o.action: o for o in r.applied.outcomes}
     assert out["mig-reconfigure:h100-2"].status == "failed"
     assert out["uncordon:h100-2"].status == "skipped"
     conds = conditions(kube)
-    assert conds["Stalled"]["status"] == "True" and "mig-manager reports failed" in conds["Stalled"]["message"]
+    assert (
+        conds["Stalled"]["status"] == "True"
+        and "mig-manager reports failed" in conds["Stalled"]["message"]
+    )
     assert conds["Ready"]["status"] == "False"
-    assert kube.core.read_node("h100-2").spec.unschedulable  # not put back into service half-configured
+    assert kube.core.read_node(
+        "h100-2"
+    ).spec.unschedulable  # not put back into service half-configured
 
 
 def test_mig_manager_stuck_times_out(kube, tmp_path):
@@ -179,17 +229,22 @@ def test_mig_manager_stuck_times_out(kube, tmp_path):
 
 
 def test_uncordon_waits_while_mig_manager_pending(kube, tmp_path):
-    """The agent already shows the new layout but mig-manager has not said success: stay cordoned."""
+    """The agent already shows the new layout; mig-manager has not said success: stay cordoned."""
     clock = kube.clock
     base(kube, tmp_path, clock)
     ctl = controller(kube, tmp_path, clock)
     until_label(ctl, kube, clock)
     sim = kube.nodes["h100-2"]
     assert sim.mig_manager.step() == "pending"
-    sim.gpus.set_mig(4, True, ["3g.40gb", "3g.40gb"])  # the change is on the card before the label says so
+    sim.gpus.set_mig(
+        4, True, ["3g.40gb", "3g.40gb"]
+    )  # the change is on the card before the label says so
     sim.publish()
     r = ctl.cycle()
-    assert {o.action: o.status for o in r.applied.outcomes}["uncordon:h100-2"] in ("waiting", "skipped")
+    assert {o.action: o.status for o in r.applied.outcomes}["uncordon:h100-2"] in (
+        "waiting",
+        "skipped",
+    )
     assert kube.core.read_node("h100-2").spec.unschedulable
     assert sim.mig_manager.step() == "success"
     converge(ctl, kube, clock=clock)
@@ -218,7 +273,9 @@ def test_config_waits_for_the_mounted_copy(kube, tmp_path):
         clock.advance(60)
     assert written is not None and (clock.now - written).total_seconds() >= 120
     converge(ctl, kube, clock=clock)
-    assert [o for _, o in kube.nodes["h100-2"].mig_manager.runs] == ["success"]  # one run, on a config it could see
+    assert [o for _, o in kube.nodes["h100-2"].mig_manager.runs] == [
+        "success"
+    ]  # one run, on a config it could see
 
 
 def test_dry_run_changes_nothing(kube, tmp_path):
@@ -239,8 +296,18 @@ def test_dry_run_changes_nothing(kube, tmp_path):
 def test_suspend_changes_nothing_then_resumes(kube, tmp_path):
     clock = kube.clock
     base(kube, tmp_path, clock)
-    kube.custom.create_namespaced_custom_object("gpupool.io", "v1alpha1", kube.namespace, "reconcilerstatuses", {
-        "apiVersion": "gpupool.io/v1alpha1", "kind": "ReconcilerStatus", "metadata": {"name": "gpupool"}, "spec": {"suspend": True}})
+    kube.custom.create_namespaced_custom_object(
+        "gpupool.io",
+        "v1alpha1",
+        kube.namespace,
+        "reconcilerstatuses",
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "ReconcilerStatus",
+            "metadata": {"name": "gpupool"},
+            "spec": {"suspend": True},
+        },
+    )
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, clock)
     r = ctl.cycle()
@@ -257,13 +324,17 @@ def test_suspend_changes_nothing_then_resumes(kube, tmp_path):
 def test_invalid_desired_state_is_stalled_and_applies_nothing(kube, tmp_path):
     clock = kube.clock
     base(kube, tmp_path, clock)
-    (tmp_path / "policies" / "desired.yaml").write_text("apiVersion: gpupool.io/v1alpha1\nkind: Pool\nmetadata: {name: h100}\nspec: {}\n")
+    (tmp_path / "policies" / "desired.yaml").write_text(
+        "apiVersion: gpupool.io/v1alpha1\nkind: Pool\nmetadata: {name: h100}\nspec: {}\n"
+    )
     mark = audit_mark(kube)
     r = controller(kube, tmp_path, clock).cycle()
     assert r.error
     assert writes(kube, since=mark, exclude=BOOKKEEPING) == []
     conds = conditions(kube)
-    assert conds["Stalled"]["status"] == "True" and conds["Stalled"]["reason"] == "InvalidDesiredState"
+    assert (
+        conds["Stalled"]["status"] == "True" and conds["Stalled"]["reason"] == "InvalidDesiredState"
+    )
 
 
 def test_mig_success_waits_for_the_agent(kube, tmp_path):
@@ -274,12 +345,17 @@ def test_mig_success_waits_for_the_agent(kube, tmp_path):
     ctl = controller(kube, tmp_path, clock)
     until_label(ctl, kube, clock)
     sim = kube.nodes["h100-2"]
-    sim.mig_manager.publish = lambda: sim.advertise(sim.gpus.advertised())  # the agent has not run yet
+    sim.mig_manager.publish = lambda: sim.advertise(
+        sim.gpus.advertised()
+    )  # the agent has not run yet
     assert sim.mig_manager.step() == "pending"
     assert sim.mig_manager.step() == "success"
     r = ctl.cycle()
     out = {o.action: o for o in r.applied.outcomes}
-    assert out["mig-reconfigure:h100-2"].status == "waiting" and "node agent" in out["mig-reconfigure:h100-2"].message
+    assert (
+        out["mig-reconfigure:h100-2"].status == "waiting"
+        and "node agent" in out["mig-reconfigure:h100-2"].message
+    )
     assert out["uncordon:h100-2"].status == "skipped"
     sim.publish()
     converge(ctl, kube, clock=clock)

@@ -33,7 +33,10 @@ def test_controller_deployment_matches_the_cli():
     reconcile.register(parser.add_subparsers())
     args = parser.parse_args(c["args"])
     assert args.git_url and args.branch == "main" and args.health_port == 8080
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert (
+        c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    )
     assert {e["name"] for e in c["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "gpupool-controller"
 
@@ -53,4 +56,4 @@ def test_dashboard_uses_exactly_the_exported_metrics():
     used = {re.sub(r"_(bucket|count|sum)$", "", m) for m in re.findall(r"\bgpupool_[a-z_]+", exprs)}
     exported = {m._name for m in vars(metrics).values() if hasattr(m, "_name")}
     used = {u.removesuffix("_total") for u in used}
-    assert used == exported, (used ^ exported)
+    assert used == exported, used ^ exported

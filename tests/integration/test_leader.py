@@ -51,8 +51,14 @@ def _setup(kube, tmp_path, fault_proxy, n: int = 8):
     namespaces = [kube.new_namespace("lease") for _ in range(n)]
     write_policy(tmp_path, _policy(namespaces))
     token = kube.plane.service_account_token(NS, "gpupool-controller", create=False)
-    a = controller(kube, tmp_path, _now, identity="gpupool-a", lease_seconds=LEASE,
-                   api_client=fault_proxy.api_client(token=token))
+    a = controller(
+        kube,
+        tmp_path,
+        _now,
+        identity="gpupool-a",
+        lease_seconds=LEASE,
+        api_client=fault_proxy.api_client(token=token),
+    )
     b = controller(kube, tmp_path, _now, identity="gpupool-b", lease_seconds=LEASE)
     return namespaces, a, b
 
@@ -123,7 +129,7 @@ def test_a_leader_that_cannot_renew_stops_before_anyone_takes_over(kube, tmp_pat
         r = done["r"]
         outcomes = [o.status for o in r.applied.outcomes]
         assert "skipped" in outcomes and outcomes.count("done") < len(namespaces), outcomes
-        assert all(s == "skipped" for s in outcomes[outcomes.index("skipped"):])
+        assert all(s == "skipped" for s in outcomes[outcomes.index("skipped") :])
         writes = [q for q in fault_proxy.requests("PATCH", r"/resourcequotas/") if q.forwarded]
         last_write = max(q.started for q in writes)
         assert last_write < cut + LEASE * 2 / 3 + 0.1  # stopped within the renew deadline
@@ -141,12 +147,23 @@ def test_a_leader_that_cannot_renew_stops_before_anyone_takes_over(kube, tmp_pat
 
 
 def _quota_plan(ns: str) -> Plan:
-    return Plan(observed_at=_now().isoformat(), actions=(
-        ApplyQuota(id=f"quota:{ns}/manual", target=f"{ns}/manual", reason="by hand", verb="create",
-                   hard={"requests.nvidia.com/gpu": "1"}),))
+    return Plan(
+        observed_at=_now().isoformat(),
+        actions=(
+            ApplyQuota(
+                id=f"quota:{ns}/manual",
+                target=f"{ns}/manual",
+                reason="by hand",
+                verb="create",
+                hard={"requests.nvidia.com/gpu": "1"},
+            ),
+        ),
+    )
 
 
-def test_gpupool_apply_refuses_while_the_controller_holds_the_lease(kube, tmp_path, fault_proxy, capsys):
+def test_gpupool_apply_refuses_while_the_controller_holds_the_lease(
+    kube, tmp_path, fault_proxy, capsys
+):
     namespaces, a, _ = _setup(kube, tmp_path, fault_proxy, n=1)
     stop = threading.Event()
     try:
@@ -159,14 +176,25 @@ def test_gpupool_apply_refuses_while_the_controller_holds_the_lease(kube, tmp_pa
     while a.elector.renewing and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _apply_as_leader(kube.controller_client(), _quota_plan(namespaces[0]), NS) == 0
-    assert kube.core.read_namespaced_resource_quota("manual", namespaces[0]).spec.hard == {"requests.nvidia.com/gpu": "1"}
+    assert kube.core.read_namespaced_resource_quota("manual", namespaces[0]).spec.hard == {
+        "requests.nvidia.com/gpu": "1"
+    }
 
 
 def test_gpupool_apply_refuses_while_suspended(kube, tmp_path, capsys):
     ns = kube.new_namespace()
-    kube.custom.create_namespaced_custom_object("gpupool.io", "v1alpha1", NS, "reconcilerstatuses", {
-        "apiVersion": "gpupool.io/v1alpha1", "kind": "ReconcilerStatus", "metadata": {"name": "gpupool"},
-        "spec": {"suspend": True}})
+    kube.custom.create_namespaced_custom_object(
+        "gpupool.io",
+        "v1alpha1",
+        NS,
+        "reconcilerstatuses",
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "ReconcilerStatus",
+            "metadata": {"name": "gpupool"},
+            "spec": {"suspend": True},
+        },
+    )
     rc = _apply_as_leader(kube.controller_client(), _quota_plan(ns), NS)
     assert rc == 1 and "suspended" in capsys.readouterr().err
     assert kube.core.list_namespaced_resource_quota(ns).items == []

@@ -48,7 +48,10 @@ def test_objects_converge_and_stay_put(kube, tmp_path):
     first = ctl.cycle()
     assert first.error is None and first.leader
     assert {o.action: o.status for o in first.applied.outcomes} == {
-        f"quota:{ns}/gpupool-team-x": "done", f"priority-class:high-{sfx}": "done", f"priority-class:low-{sfx}": "done"}
+        f"quota:{ns}/gpupool-team-x": "done",
+        f"priority-class:high-{sfx}": "done",
+        f"priority-class:low-{sfx}": "done",
+    }
     q = kube.core.read_namespaced_resource_quota("gpupool-team-x", ns)
     assert q.spec.hard == {"requests.nvidia.com/gpu": "8"}
     pc = kube.scheduling.read_priority_class(f"low-{sfx}")
@@ -59,14 +62,24 @@ def test_objects_converge_and_stay_put(kube, tmp_path):
     assert second.converged and second.applied is None
     assert writes(kube, since=mark, exclude=("leases", "reconcilerstatuses")) == []
     # someone edits the quota by hand: the next cycle puts it back (drift is healed)
-    kube.core.patch_namespaced_resource_quota("gpupool-team-x", ns, {"spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    kube.core.patch_namespaced_resource_quota(
+        "gpupool-team-x", ns, {"spec": {"hard": {"requests.nvidia.com/gpu": "2"}}}
+    )
     third = ctl.cycle()
     assert [o.action for o in third.applied.outcomes] == [f"quota:{ns}/gpupool-team-x"]
-    assert kube.core.read_namespaced_resource_quota("gpupool-team-x", ns).spec.hard == {"requests.nvidia.com/gpu": "8"}
+    assert kube.core.read_namespaced_resource_quota("gpupool-team-x", ns).spec.hard == {
+        "requests.nvidia.com/gpu": "8"
+    }
     # and a PriorityClass whose value changed is replaced (value is immutable: the real server
     # refuses an update, so the test, like any other writer, deletes and recreates it)
     kube.scheduling.delete_priority_class(f"high-{sfx}")
-    kube.scheduling.create_priority_class({"metadata": {"name": f"high-{sfx}"}, "value": 1, "preemptionPolicy": "PreemptLowerPriority"})
+    kube.scheduling.create_priority_class(
+        {
+            "metadata": {"name": f"high-{sfx}"},
+            "value": 1,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+    )
     ctl.cycle()
     pc = kube.scheduling.read_priority_class(f"high-{sfx}")
     assert pc.value == 50000 and pc.preemption_policy == "Never"

@@ -75,7 +75,9 @@ def test_directory_source_wakes_on_change(tmp_path):
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     for _ in range(40):  # until the watcher is up and notices the write (bounded)
-        (tmp_path / "pools" / "a100.yaml").write_text((tmp_path / "pools" / "a100.yaml").read_text() + "\n")
+        (tmp_path / "pools" / "a100.yaml").write_text(
+            (tmp_path / "pools" / "a100.yaml").read_text() + "\n"
+        )
         t.join(0.25)
         if seen:
             break

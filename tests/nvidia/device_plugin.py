@@ -48,20 +48,28 @@ def parse_sharing(text: str) -> Sharing | None:
         raise ConfigError(f"unparsable config: {exc}") from None
     if doc.get("version") != "v1":
         raise ConfigError("unknown config version")
-    ts = ((doc.get("sharing") or {}).get("timeSlicing") or {})
+    ts = (doc.get("sharing") or {}).get("timeSlicing") or {}
     for r in ts.get("resources") or []:
         if r.get("name") != GPU_RESOURCE:
             continue
         replicas = r.get("replicas")
         if not isinstance(replicas, int) or replicas < 2:
             raise ConfigError("number of replicas must be >= 2")
-        return Sharing(replicas=replicas, rename=bool(ts.get("renameByDefault")))  # `devices` ignored
+        return Sharing(
+            replicas=replicas, rename=bool(ts.get("renameByDefault"))
+        )  # `devices` ignored
     return None
 
 
 class DevicePlugin:
-    def __init__(self, api_client, gpus: SimulatedGpuNode, mounted: MountedConfigMap,
-                 set_resources: Callable[[dict[str, str]], None], default_config: str = "default"):
+    def __init__(
+        self,
+        api_client,
+        gpus: SimulatedGpuNode,
+        mounted: MountedConfigMap,
+        set_resources: Callable[[dict[str, str]], None],
+        default_config: str = "default",
+    ):
         self.core = client.CoreV1Api(api_client)
         self.gpus, self.mounted, self.set_resources = gpus, mounted, set_resources
         self.default_config = default_config
@@ -75,7 +83,9 @@ class DevicePlugin:
         files = self.mounted.view()
         if files is None:
             return None
-        label = (self.core.read_node(self.gpus.name).metadata.labels or {}).get(DEVICE_PLUGIN_CONFIG_LABEL) or ""
+        label = (self.core.read_node(self.gpus.name).metadata.labels or {}).get(
+            DEVICE_PLUGIN_CONFIG_LABEL
+        ) or ""
         name = label or self.default_config
         if name == self.applied:
             return None

@@ -50,8 +50,12 @@ class SimulatedGpuNode:
     """False: the device plugin failed to start (e.g. replicas < 2): nothing is advertised."""
 
     def __post_init__(self) -> None:
-        self.nvml = FakeNvml([FakeGpu(self.model, mig=i in self.mig, instances=self.mig.get(i, ()))
-                              for i in range(self.count)])
+        self.nvml = FakeNvml(
+            [
+                FakeGpu(self.model, mig=i in self.mig, instances=self.mig.get(i, ()))
+                for i in range(self.count)
+            ]
+        )
         self.nvml.nvmlInit()
         self.assigned: dict[str, list[str]] = {}  # pod key -> device ids
 
@@ -73,7 +77,7 @@ class SimulatedGpuNode:
     def layout(self, index: int) -> list[tuple[str, int]]:
         return self.nvml.instances(index)
 
-    # ------------------------------------------------------------------ the device plugin's inventory
+    # ---------------------------------------------------------------- the device plugin's inventory
     def inventory(self) -> dict[str, list[str]]:
         """Resource name -> every device ID the plugin advertises (healthy plugin only)."""
         if not self.plugin_healthy:
@@ -86,7 +90,9 @@ class SimulatedGpuNode:
                         out.setdefault(mig_resource(gi.profile.name), []).append(gi.mig_uuid)
             elif self.sharing is not None:
                 name = SHARED_RESOURCE if self.sharing.rename else GPU_RESOURCE
-                out.setdefault(name, []).extend(f"{d.uuid}::{k}" for k in range(self.sharing.replicas))
+                out.setdefault(name, []).extend(
+                    f"{d.uuid}::{k}" for k in range(self.sharing.replicas)
+                )
             else:
                 out.setdefault(GPU_RESOURCE, []).append(d.uuid)
         return out
@@ -95,7 +101,7 @@ class SimulatedGpuNode:
         """What the kubelet puts in the Node's capacity/allocatable for the GPU resources."""
         return {name: str(len(ids)) for name, ids in self.inventory().items()}
 
-    # ------------------------------------------------------------------ the kubelet's device manager
+    # ---------------------------------------------------------------- the kubelet's device manager
     def allocate(self, pod: str, requests: dict[str, int]) -> list[str]:
         """Devices for a pod being admitted: the lowest free ones of each resource. Running
         work shows in NVML as a process on the card (in its MIG instance)."""
@@ -105,7 +111,9 @@ class SimulatedGpuNode:
         for resource, n in sorted(requests.items()):
             free = [i for i in inv.get(resource, []) if i not in taken and i not in got]
             if len(free) < n:
-                raise Unschedulable(f"{pod}: {n} {resource} requested, {len(free)} free on {self.name}")
+                raise Unschedulable(
+                    f"{pod}: {n} {resource} requested, {len(free)} free on {self.name}"
+                )
             got += free[:n]
         self.assigned[pod] = got
         for dev_id in got:

@@ -38,8 +38,13 @@ MERGE = "application/merge-patch+json"
 
 
 class MigManager:
-    def __init__(self, api_client, gpus: SimulatedGpuNode, mounted: MountedConfigMap,
-                 publish: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        api_client,
+        gpus: SimulatedGpuNode,
+        mounted: MountedConfigMap,
+        publish: Callable[[], None] = lambda: None,
+    ):
         self.core = client.CoreV1Api(api_client)
         self.gpus, self.mounted, self.publish = gpus, mounted, publish
         self.seen: str | None = None  # the label value the informer last handed over
@@ -48,7 +53,9 @@ class MigManager:
         self.runs: list[tuple[str, str]] = []  # (config, outcome) of every run, for tests
 
     def _label(self, key: str, value: str | None) -> None:
-        self.core.patch_node(self.gpus.name, {"metadata": {"labels": {key: value}}}, _content_type=MERGE)
+        self.core.patch_node(
+            self.gpus.name, {"metadata": {"labels": {key: value}}}, _content_type=MERGE
+        )
 
     def step(self) -> str | None:
         """One tick: notice a label change; advance a run by one phase. Returns the state
@@ -102,8 +109,12 @@ class MigManager:
     def _wanted(self, entries: list[dict]) -> dict[int, tuple[bool, list[str]]]:
         out: dict[int, tuple[bool, list[str]]] = {}
         for e in entries:
-            devices = range(self.gpus.count) if e.get("devices") == "all" else e.get("devices") or []
-            profiles = [p for p, k in sorted((e.get("mig-devices") or {}).items()) for _ in range(int(k))]
+            devices = (
+                range(self.gpus.count) if e.get("devices") == "all" else e.get("devices") or []
+            )
+            profiles = [
+                p for p, k in sorted((e.get("mig-devices") or {}).items()) for _ in range(int(k))
+            ]
             for i in devices:
                 out[int(i)] = (bool(e.get("mig-enabled")), profiles if e.get("mig-enabled") else [])
         return out
@@ -122,6 +133,8 @@ class MigManager:
             # mode.go resets every GPU of the node to apply pending mode changes
             raise pynvml.NVMLError(pynvml.NVML_ERROR_IN_USE)
         for i, (on, profiles) in sorted(wanted.items()):
-            if (i in self.gpus.mig_cards()) == on and sorted(p for p, _ in self.gpus.layout(i)) == sorted(profiles):
+            if (i in self.gpus.mig_cards()) == on and sorted(
+                p for p, _ in self.gpus.layout(i)
+            ) == sorted(profiles):
                 continue
             self.gpus.set_mig(i, on, profiles)

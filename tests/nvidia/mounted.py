@@ -24,11 +24,19 @@ SYNC_PERIOD_PLUS_CACHE_TTL = 120.0
 
 
 class MountedConfigMap:
-    def __init__(self, api_client, namespace: str, name: str, clock: Callable[[], datetime],
-                 delay: float = SYNC_PERIOD_PLUS_CACHE_TTL):
+    def __init__(
+        self,
+        api_client,
+        namespace: str,
+        name: str,
+        clock: Callable[[], datetime],
+        delay: float = SYNC_PERIOD_PLUS_CACHE_TTL,
+    ):
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.name, self.clock, self.delay = namespace, name, clock, delay
-        self.versions: list[tuple[datetime | None, str, dict[str, str]]] = []  # (first seen, rv, data)
+        self.versions: list[
+            tuple[datetime | None, str, dict[str, str]]
+        ] = []  # (first seen, rv, data)
         self.started = False
         self._observe(mount=True)
 

@@ -9,7 +9,10 @@ from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE
 from tests.nvidia.device_plugin import ConfigError, parse_sharing
 from tests.nvidia.gpunode import Sharing, SimulatedGpuNode, Unschedulable
 
-TS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {r}\n{extra}"
+TS = (
+    "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+    "    - name: nvidia.com/gpu\n      replicas: {r}\n{extra}"
+)
 
 
 def test_time_slicing_ignores_devices_and_needs_two_replicas():

@@ -47,7 +47,8 @@ spec:
     shared: {{slicesPerGPU: 4, memoryPerSlice: 20Gi}}
 """
 
-POLICIES = """\
+POLICIES = (
+    """\
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: PriorityPolicy
@@ -82,7 +83,8 @@ metadata: {name: team-b}
 spec:
   namespaces: [team-b]
   maxGPUs: 16
-  pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 12}, mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}}]
+  pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 12}, """
+    """mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}}]
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: MaintenancePolicy
@@ -91,6 +93,7 @@ spec:
   defragmentation: {when: pendingDemand, maxMigrationsPerCycle: 2}
   idleReclaim: {utilizationBelow: 5, idleFor: 1h, excludeClasses: [training-high]}
 """
+)
 
 L40S_POOL = """\
 apiVersion: gpupool.io/v1alpha1
@@ -131,13 +134,23 @@ def _objects(text: str) -> dict:
     """Quota and PriorityClass objects matching the desired state, as a converged cluster has."""
     d = load([SourceFile("desired.yaml", text)])
     return {
-        "quotas": [QuotaObject(namespace=ns, name=n, hard=h) for (ns, n), h in desired_resource_quotas(d).items()],
-        "priority_classes": [PriorityClassObject(name=n, value=v, preemption_policy=p) for n, (v, p) in desired_priority_classes(d).items()],
+        "quotas": [
+            QuotaObject(namespace=ns, name=n, hard=h)
+            for (ns, n), h in desired_resource_quotas(d).items()
+        ],
+        "priority_classes": [
+            PriorityClassObject(name=n, value=v, preemption_policy=p)
+            for n, (v, p) in desired_priority_classes(d).items()
+        ],
     }
 
 
-def busy_node(name: str, ns: str, job: str, cls: str = "training-high", started: float = 10) -> tuple:
-    return node(name, "a100", A100), [training(ns, job, name, 8, cls=cls, started=ago(started), checkpoint=ago(0.2))]
+def busy_node(
+    name: str, ns: str, job: str, cls: str = "training-high", started: float = 10
+) -> tuple:
+    return node(name, "a100", A100), [
+        training(ns, job, name, 8, cls=cls, started=ago(started), checkpoint=ago(0.2))
+    ]
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -145,7 +158,15 @@ def busy_node(name: str, ns: str, job: str, cls: str = "training-high", started:
 
 def converged():
     text = desired_text()
-    nodes = [node("a100-1", "a100", A100, [gpu(i, mig=BAL if i < 2 else None, model=A100) for i in range(8)]), node("a100-2", "a100", A100)]
+    nodes = [
+        node(
+            "a100-1",
+            "a100",
+            A100,
+            [gpu(i, mig=BAL if i < 2 else None, model=A100) for i in range(8)],
+        ),
+        node("a100-2", "a100", A100),
+    ]
     w = [
         mig_pod("team-b", "ranker-0", "a100-1", "3g.40gb", gpu_index=0, start=4, started=ago(5)),
         training("team-a", "resnet", "a100-1", [2, 3, 4, 5], cls="training-high", started=ago(3)),
@@ -157,8 +178,10 @@ def converged():
 def inference_burst_mig():
     text = desired_text()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "resnet", "a100-1", [0, 1, 2, 3], cls="training-high", started=ago(3)),
-         training("team-b", "bert", "a100-2", 8, cls="training-low", started=ago(3))]
+    w = [
+        training("team-a", "resnet", "a100-1", [0, 1, 2, 3], cls="training-high", started=ago(3)),
+        training("team-b", "bert", "a100-2", 8, cls="training-low", started=ago(3)),
+    ]
     w += [mig_pod("team-b", f"ranker-{i}", None, "3g.40gb", pool="a100") for i in range(3)]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
@@ -166,70 +189,159 @@ def inference_burst_mig():
 def inference_preempts_low_training():
     text = desired_text(train_min=0)
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
-         training("team-b", "bert-old", "a100-2", [0, 1, 2, 3], cls="training-low", started=ago(6), checkpoint=ago(0.5)),
-         training("team-b", "bert-new", "a100-2", [4, 5, 6, 7], cls="training-low", started=ago(2), checkpoint=ago(0.1))]
+    w = [
+        training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
+        training(
+            "team-b",
+            "bert-old",
+            "a100-2",
+            [0, 1, 2, 3],
+            cls="training-low",
+            started=ago(6),
+            checkpoint=ago(0.5),
+        ),
+        training(
+            "team-b",
+            "bert-new",
+            "a100-2",
+            [4, 5, 6, 7],
+            cls="training-low",
+            started=ago(2),
+            checkpoint=ago(0.1),
+        ),
+    ]
     w += [mig_pod("team-b", f"ranker-{i}", None, "3g.40gb", pool="a100") for i in range(2)]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def training_reclaims_inference_cards():
     text = desired_text()
-    nodes = [node("a100-1", "a100", A100, [gpu(i, mig=BAL if i >= 4 else None, model=A100) for i in range(8)]),
-             node("a100-2", "a100", A100)]
-    w = [training("team-b", "bert", "a100-2", 8, cls="training-low", started=ago(3)),
-         training("team-a", "llm-ft", None, 8, cls="training-high", pool="a100", created=ago(0.5))]
+    nodes = [
+        node(
+            "a100-1",
+            "a100",
+            A100,
+            [gpu(i, mig=BAL if i >= 4 else None, model=A100) for i in range(8)],
+        ),
+        node("a100-2", "a100", A100),
+    ]
+    w = [
+        training("team-b", "bert", "a100-2", 8, cls="training-low", started=ago(3)),
+        training("team-a", "llm-ft", None, 8, cls="training-high", pool="a100", created=ago(0.5)),
+    ]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def always_rule_preempts_before_giving_back():
     """training-high may preempt spot `when: always`: the spot job goes, warm MIG cards stay."""
     text = desired_text()
-    nodes = [node("a100-1", "a100", A100, [gpu(i, mig=BAL if i >= 4 else None, model=A100) for i in range(8)]),
-             node("a100-2", "a100", A100)]
-    w = [training("team-b", "spot-sweep", "a100-2", 8, cls="spot", started=ago(2)),
-         training("team-a", "llm-ft", None, 8, cls="training-high", pool="a100", created=ago(0.5))]
+    nodes = [
+        node(
+            "a100-1",
+            "a100",
+            A100,
+            [gpu(i, mig=BAL if i >= 4 else None, model=A100) for i in range(8)],
+        ),
+        node("a100-2", "a100", A100),
+    ]
+    w = [
+        training("team-b", "spot-sweep", "a100-2", 8, cls="spot", started=ago(2)),
+        training("team-a", "llm-ft", None, 8, cls="training-high", pool="a100", created=ago(0.5)),
+    ]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def team_over_cap():
     text = desired_text()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "big", "a100-1", 8, cls="training-high", started=ago(5)),
-         training("team-a", "extra-1", "a100-2", [0], cls="training-low", started=ago(2), checkpoint=ago(0.3)),
-         training("team-a", "extra-2", "a100-2", [1], cls="training-low", started=ago(4), checkpoint=ago(0.1))]
+    w = [
+        training("team-a", "big", "a100-1", 8, cls="training-high", started=ago(5)),
+        training(
+            "team-a",
+            "extra-1",
+            "a100-2",
+            [0],
+            cls="training-low",
+            started=ago(2),
+            checkpoint=ago(0.3),
+        ),
+        training(
+            "team-a",
+            "extra-2",
+            "a100-2",
+            [1],
+            cls="training-low",
+            started=ago(4),
+            checkpoint=ago(0.1),
+        ),
+    ]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def held_by_cap():
     text = desired_text()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "big", "a100-1", 8, cls="training-high", started=ago(5)),
-         training("team-a", "more", None, 2, cls="training-high", pool="a100", created=ago(0.2))]
+    w = [
+        training("team-a", "big", "a100-1", 8, cls="training-high", started=ago(5)),
+        training("team-a", "more", None, 2, cls="training-high", pool="a100", created=ago(0.2)),
+    ]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def defragment():
     text = desired_text()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-b", f"probe-{i}", "a100-1", [i], cls="training-low", started=ago(2), migratable=True) for i in range(2)]
-    w += [training("team-b", "eval", "a100-2", [0, 1, 2, 3, 4, 5], cls="training-low", started=ago(1))]
+    w = [
+        training(
+            "team-b",
+            f"probe-{i}",
+            "a100-1",
+            [i],
+            cls="training-low",
+            started=ago(2),
+            migratable=True,
+        )
+        for i in range(2)
+    ]
+    w += [
+        training("team-b", "eval", "a100-2", [0, 1, 2, 3, 4, 5], cls="training-low", started=ago(1))
+    ]
     w += [training("team-a", "gang", None, 8, cls="training-low", pool="a100", created=ago(1))]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def idle_reclaim():
     text = desired_text()
-    nodes = [node("a100-1", "a100", A100, [gpu(i, util=1.0, idle_since=ago(3)) for i in range(8)]), node("a100-2", "a100", A100)]
-    w = [training("team-b", "forgotten", "a100-1", [0, 1], cls="training-low", started=ago(5), checkpoint=ago(3)),
-         training("team-a", "protected", "a100-1", [2, 3], cls="training-high", started=ago(5)),
-         training("team-b", "busy", "a100-2", 8, cls="training-low", started=ago(5))]
+    nodes = [
+        node("a100-1", "a100", A100, [gpu(i, util=1.0, idle_since=ago(3)) for i in range(8)]),
+        node("a100-2", "a100", A100),
+    ]
+    w = [
+        training(
+            "team-b",
+            "forgotten",
+            "a100-1",
+            [0, 1],
+            cls="training-low",
+            started=ago(5),
+            checkpoint=ago(3),
+        ),
+        training("team-a", "protected", "a100-1", [2, 3], cls="training-high", started=ago(5)),
+        training("team-b", "busy", "a100-2", 8, cls="training-low", started=ago(5)),
+    ]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def model_without_mig():
-    text = L40S_POOL + POLICIES.replace("pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 4}}]", "pools: []").replace(
-        "pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 12}, mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}}]", "pools: []")
+    text = L40S_POOL + POLICIES.replace(
+        "pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 4}}]", "pools: []"
+    ).replace(
+        (
+            "pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 12}, "
+            "mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}}]"
+        ),
+        "pools: []",
+    )
     nodes = [node("l40s-1", "l40s", "L40S-48GB", [gpu(i, model="L40S-48GB") for i in range(8)])]
     w = [training("team-a", "finetune", "l40s-1", [0, 1, 2, 3], cls="training-low", started=ago(2))]
     w += [shared_pod("team-b", f"embed-{i}", None, 1, pool="l40s") for i in range(6)]
@@ -239,13 +351,40 @@ def model_without_mig():
 
 def scale_up_and_down():
     text = desired_text(extra=SCALING)
-    nodes = [node("a100-1", "a100", A100, [gpu(i, shared=4 if i == 0 else None) for i in range(8)]), node("a100-2", "a100", A100)]
-    w = [shared_pod("team-b", f"chat-{i}", "a100-1", 1, gpu_index=0, started=ago(2)) for i in range(2)]
-    w += [shared_pod("team-b", f"summarize-{i}", "a100-1", 1, gpu_index=0, started=ago(2)) for i in range(2)]
+    nodes = [
+        node("a100-1", "a100", A100, [gpu(i, shared=4 if i == 0 else None) for i in range(8)]),
+        node("a100-2", "a100", A100),
+    ]
+    w = [
+        shared_pod("team-b", f"chat-{i}", "a100-1", 1, gpu_index=0, started=ago(2))
+        for i in range(2)
+    ]
+    w += [
+        shared_pod("team-b", f"summarize-{i}", "a100-1", 1, gpu_index=0, started=ago(2))
+        for i in range(2)
+    ]
     w += [training("team-a", "resnet", "a100-2", [0, 1, 2, 3], cls="training-high", started=ago(3))]
     svcs = [
-        InferenceService(namespace="team-b", name="chat", replicas=2, priority_class="serving", replica_request=Request(shared_slices=1), pool="a100", queue_length=60, last_scale_at=ago(1)),
-        InferenceService(namespace="team-b", name="summarize", replicas=2, priority_class="serving", replica_request=Request(shared_slices=1), pool="a100", queue_length=0, last_scale_at=ago(1)),
+        InferenceService(
+            namespace="team-b",
+            name="chat",
+            replicas=2,
+            priority_class="serving",
+            replica_request=Request(shared_slices=1),
+            pool="a100",
+            queue_length=60,
+            last_scale_at=ago(1),
+        ),
+        InferenceService(
+            namespace="team-b",
+            name="summarize",
+            replicas=2,
+            priority_class="serving",
+            replica_request=Request(shared_slices=1),
+            pool="a100",
+            queue_length=0,
+            last_scale_at=ago(1),
+        ),
     ]
     return text, snapshot(NOW, nodes, w, services=svcs, **_objects(text))
 
@@ -253,17 +392,23 @@ def scale_up_and_down():
 def budget_spent():
     text = desired_text(train_min=0)
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-b", "bert-1", "a100-1", 8, cls="training-low", started=ago(6)),
-         training("team-a", "bert-2", "a100-2", 8, cls="training-low", started=ago(6))]
+    w = [
+        training("team-b", "bert-1", "a100-1", 8, cls="training-low", started=ago(6)),
+        training("team-a", "bert-2", "a100-2", 8, cls="training-low", started=ago(6)),
+    ]
     w += [mig_pod("team-b", "ranker-0", None, "3g.40gb", pool="a100")]
-    return text, snapshot(NOW, nodes, w, recent_preemptions=[ago(0.1 * i) for i in range(1, 5)], **_objects(text))
+    return text, snapshot(
+        NOW, nodes, w, recent_preemptions=[ago(0.1 * i) for i in range(1, 5)], **_objects(text)
+    )
 
 
 def min_runtime_protects():
     text = desired_text(train_min=0)
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
-         training("team-b", "just-started", "a100-2", 8, cls="training-low", started=ago(0.1))]
+    w = [
+        training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
+        training("team-b", "just-started", "a100-2", 8, cls="training-low", started=ago(0.1)),
+    ]
     w += [mig_pod("team-b", "ranker-0", None, "3g.40gb", pool="a100")]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
@@ -271,30 +416,50 @@ def min_runtime_protects():
 def nonpreemptible_protected():
     text = desired_text(train_min=0)
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
-    w = [training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
-         training("team-b", "pretrain", "a100-2", 8, cls="training-high", started=ago(3))]
+    w = [
+        training("team-a", "resnet", "a100-1", 8, cls="training-high", started=ago(3)),
+        training("team-b", "pretrain", "a100-2", 8, cls="training-high", started=ago(3)),
+    ]
     w += [mig_pod("team-b", "ranker-0", None, "3g.40gb", pool="a100")]
     return text, snapshot(NOW, nodes, w, **_objects(text))
 
 
 def objects_and_labels():
-    text = desired_text(inf_min=1).replace("{gpupool.io/pool: a100}", "{node.kubernetes.io/instance-type: p4de.24xlarge}")
+    text = desired_text(inf_min=1).replace(
+        "{gpupool.io/pool: a100}", "{node.kubernetes.io/instance-type: p4de.24xlarge}"
+    )
     n1 = node("a100-1", "a100", A100, **{"node.kubernetes.io/instance-type": "p4de.24xlarge"})
     n2 = node("a100-2", "a100", A100, **{"node.kubernetes.io/instance-type": "p4de.24xlarge"})
-    n1 = n1.model_copy(update={"labels": {k: v for k, v in n1.labels.items() if k != "gpupool.io/pool"}})
+    n1 = n1.model_copy(
+        update={"labels": {k: v for k, v in n1.labels.items() if k != "gpupool.io/pool"}}
+    )
     objs = _objects(text)
     objs["quotas"] = [q for q in objs["quotas"] if q.namespace != "team-a"]
-    objs["priority_classes"] = [c.model_copy(update={"value": 20000}) if c.name == "training-low" else c for c in objs["priority_classes"]]
+    objs["priority_classes"] = [
+        c.model_copy(update={"value": 20000}) if c.name == "training-low" else c
+        for c in objs["priority_classes"]
+    ]
     return text, snapshot(NOW, [n1, n2], [], **objs)
 
 
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
-        converged, inference_burst_mig, inference_preempts_low_training, training_reclaims_inference_cards,
+        converged,
+        inference_burst_mig,
+        inference_preempts_low_training,
+        training_reclaims_inference_cards,
         always_rule_preempts_before_giving_back,
-        team_over_cap, held_by_cap, defragment, idle_reclaim, model_without_mig, scale_up_and_down,
-        budget_spent, min_runtime_protects, nonpreemptible_protected, objects_and_labels,
+        team_over_cap,
+        held_by_cap,
+        defragment,
+        idle_reclaim,
+        model_without_mig,
+        scale_up_and_down,
+        budget_spent,
+        min_runtime_protects,
+        nonpreemptible_protected,
+        objects_and_labels,
     )
 }
 

@@ -21,23 +21,53 @@ from tests.plan.scenarios import GOLDEN, SCENARIOS, write_all
 if os.environ.get("GPUPOOL_UPDATE_GOLDEN"):
     write_all()
 
-# scenario -> (action ids that must be present, kinds that must be absent, finding codes that must be present)
+# scenario -> (action ids that must be present, kinds that must be absent,
+#              finding codes that must be present)
 EXPECT = {
     "converged": (set(), None, set()),
-    "inference-burst-mig": ({"mig-reconfigure:a100-1", "cordon:a100-1", "uncordon:a100-1"}, {"preempt"}, set()),
-    "inference-preempts-low-training": ({"checkpoint:team-b/bert-new", "preempt:team-b/bert-new", "mig-reconfigure:a100-2"}, {"reclaim"}, set()),
+    "inference-burst-mig": (
+        {"mig-reconfigure:a100-1", "cordon:a100-1", "uncordon:a100-1"},
+        {"preempt"},
+        set(),
+    ),
+    "inference-preempts-low-training": (
+        {"checkpoint:team-b/bert-new", "preempt:team-b/bert-new", "mig-reconfigure:a100-2"},
+        {"reclaim"},
+        set(),
+    ),
     "training-reclaims-inference-cards": ({"mig-reconfigure:a100-1"}, {"preempt"}, set()),
-    "always-rule-preempts-before-giving-back": ({"preempt:team-b/spot-sweep"}, {"mig-reconfigure", "checkpoint"}, set()),
-    "team-over-cap": ({"preempt:team-a/extra-1", "preempt:team-a/extra-2"}, {"mig-reconfigure"}, set()),
+    "always-rule-preempts-before-giving-back": (
+        {"preempt:team-b/spot-sweep"},
+        {"mig-reconfigure", "checkpoint"},
+        set(),
+    ),
+    "team-over-cap": (
+        {"preempt:team-a/extra-1", "preempt:team-a/extra-2"},
+        {"mig-reconfigure"},
+        set(),
+    ),
     "held-by-cap": (set(), {"preempt", "mig-reconfigure"}, {"held-cap"}),
     "defragment": ({"move:team-b/probe-0", "move:team-b/probe-1"}, {"preempt"}, set()),
     "idle-reclaim": ({"reclaim:team-b/forgotten"}, {"preempt"}, set()),
     "model-without-mig": ({"set-sharing:l40s-1"}, {"mig-reconfigure"}, {"no-pool"}),
-    "scale-up-and-down": ({"scale:team-b/chat", "scale:team-b/summarize", "set-sharing:a100-1"}, {"preempt"}, set()),
+    "scale-up-and-down": (
+        {"scale:team-b/chat", "scale:team-b/summarize", "set-sharing:a100-1"},
+        {"preempt"},
+        set(),
+    ),
     "budget-spent": (set(), {"preempt", "mig-reconfigure"}, {"budget-spent", "waits"}),
     "min-runtime-protects": (set(), {"preempt"}, {"waits"}),
     "nonpreemptible-protected": (set(), {"preempt"}, {"waits"}),
-    "objects-and-labels": ({"quota:team-a/gpupool-team-a", "priority-class:training-low", "label-node:a100-1", "mig-reconfigure:a100-1"}, {"preempt"}, set()),
+    "objects-and-labels": (
+        {
+            "quota:team-a/gpupool-team-a",
+            "priority-class:training-low",
+            "label-node:a100-1",
+            "mig-reconfigure:a100-1",
+        },
+        {"preempt"},
+        set(),
+    ),
 }
 
 
@@ -52,7 +82,9 @@ def test_golden(name):
     desired = load(files_from_paths([d / "desired.yaml"]))
     observed = load_snapshot(d / "observed.yaml")
     p = plan(desired, observed)
-    assert to_json(p) == (d / "plan.json").read_text(), f"{name}: plan.json differs (GPUPOOL_UPDATE_GOLDEN=1 to regenerate, then review)"
+    assert to_json(p) == (d / "plan.json").read_text(), (
+        f"{name}: plan.json differs (GPUPOOL_UPDATE_GOLDEN=1 to regenerate, then review)"
+    )
     assert to_markdown(p) == (d / "plan.md").read_text()
     assert len(to_markdown(p)) < GITHUB_COMMENT_LIMIT
 

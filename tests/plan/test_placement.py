@@ -46,7 +46,11 @@ CPU_ONLY = PodDemand(num_gpu=0, gpu_milli=0, cpu_milli=8000)
         (node("a", [1000], cpu=3000), WHOLE, False),
         (node("a", [1000], mem=10), PodDemand(1, 1000, 0, 100), False),
         (node("a", [1000], model="T4"), PodDemand(1, 1000, gpu_models=frozenset({"G2"})), False),
-        (node("a", [1000], model="T4"), PodDemand(1, 1000, gpu_models=frozenset({"G2", "T4"})), True),
+        (
+            node("a", [1000], model="T4"),
+            PodDemand(1, 1000, gpu_models=frozenset({"G2", "T4"})),
+            True,
+        ),
         (node("a", [], cpu=8000), CPU_ONLY, True),
     ],
 )
@@ -71,12 +75,31 @@ def test_every_policy_places_on_a_fitting_node_or_none(policy):
     "policy, nodes, req, want",
     [
         # best-fit: the tightest node
-        ("bestfit", [node("roomy", [1000] * 8), node("tight", [1000, 0, 0, 0, 0, 0, 0, 0])], WHOLE, "tight"),
+        (
+            "bestfit",
+            [node("roomy", [1000] * 8), node("tight", [1000, 0, 0, 0, 0, 0, 0, 0])],
+            WHOLE,
+            "tight",
+        ),
         # packing: an already shared GPU beats a free card on a busy node beats an idle node
-        ("packing", [node("idle", [1000] * 4), node("busy", [1000, 0, 0, 0]), node("shared", [600, 0, 0, 0])], SHARE, "shared"),
+        (
+            "packing",
+            [
+                node("idle", [1000] * 4),
+                node("busy", [1000, 0, 0, 0]),
+                node("shared", [600, 0, 0, 0]),
+            ],
+            SHARE,
+            "shared",
+        ),
         ("packing", [node("idle", [1000] * 4), node("busy", [1000, 0, 0, 0])], WHOLE, "busy"),
         # dot product: the node whose free vector is least aligned with the demand
-        ("dotprod", [node("lots", [1000] * 8), node("little", [1000, 0, 0, 0, 0, 0, 0, 0])], WHOLE, "little"),
+        (
+            "dotprod",
+            [node("lots", [1000] * 8), node("little", [1000, 0, 0, 0, 0, 0, 0, 0])],
+            WHOLE,
+            "little",
+        ),
         # FGD: never break a whole card when a half-used one fits
         ("fgd", [node("fresh", [1000, 1000]), node("half", [500, 1000])], SHARE, "half"),
         ("ours", [node("fresh", [1000, 1000]), node("half", [500, 1000])], SHARE, "half"),
@@ -113,7 +136,9 @@ def test_fgd_keeps_whole_nodes_for_multi_gpu_pods():
 
 def test_fragmentation_counts_unusable_free_gpu():
     ctx = PlacementContext(target=(TargetPod(1000, 1, 1000, None, 1.0),))
-    assert node_fragmentation(node("a", [1000, 300]), ctx) == 300  # 300 cannot host a whole-card task
+    assert (
+        node_fragmentation(node("a", [1000, 300]), ctx) == 300
+    )  # 300 cannot host a whole-card task
     assert node_fragmentation(node("a", [1000, 1000]), ctx) == 0
     assert node_fragmentation(node("a", [1000], cpu=0), ctx) == 1000  # no CPU: all of it
 
@@ -167,29 +192,49 @@ def test_migration_makes_room():
     got = choose_with_migration("ours", [a, b], big, ctx_for(big), residents)
     assert got is None  # b cannot take the 400 share either
     b2 = node("b", [450])
-    placement, moves = choose_with_migration("ours", [a, b2], big, ctx_for(big), {"a": residents["a"], "b": []})
+    placement, moves = choose_with_migration(
+        "ours", [a, b2], big, ctx_for(big), {"a": residents["a"], "b": []}
+    )
     assert placement.node == "a" and moves[0].target.node == "b"
     assert a.gpu_free_milli == [200]  # inputs are not modified
 
 
 def _first_free(req, others):
-    return next((Placement(o.name, (i,)) for o in others for i, f in enumerate(o.gpu_free_milli) if f >= req.gpu_milli), None)
+    return next(
+        (
+            Placement(o.name, (i,))
+            for o in others
+            for i, f in enumerate(o.gpu_free_milli)
+            if f >= req.gpu_milli
+        ),
+        None,
+    )
 
 
 def _on(trial, req):
-    return Placement(trial.name, tuple(i for i, f in enumerate(trial.gpu_free_milli) if f >= req.gpu_milli)[: req.num_gpu])
+    return Placement(
+        trial.name,
+        tuple(i for i, f in enumerate(trial.gpu_free_milli) if f >= req.gpu_milli)[: req.num_gpu],
+    )
 
 
 def test_defragment_moves_the_fewest_residents_and_places_them_one_after_another():
     """The planner's case: a 4-card gang; node a has two one-card residents, b two free cards."""
     one = PodDemand(1, 1000)
     a, b = node("a", [0, 0, 1000, 1000]), node("b", [1000, 1000, 0, 0])
-    residents = {"a": [Resident("x", one, Placement("a", (0,))), Resident("y", one, Placement("a", (1,)))]}
+    residents = {
+        "a": [Resident("x", one, Placement("a", (0,))), Resident("y", one, Placement("a", (1,)))]
+    }
     gang = PodDemand(4, 1000)
-    assert defragment([a, b], gang, residents, _first_free, _on, max_moves=1) is None  # two moves needed
+    assert (
+        defragment([a, b], gang, residents, _first_free, _on, max_moves=1) is None
+    )  # two moves needed
     placement, moves = defragment([a, b], gang, residents, _first_free, _on, max_moves=2)
     assert placement == Placement("a", (0, 1, 2, 3))
-    assert [(m.key, m.target) for m in moves] == [("x", Placement("b", (0,))), ("y", Placement("b", (1,)))]
+    assert [(m.key, m.target) for m in moves] == [
+        ("x", Placement("b", (0,))),
+        ("y", Placement("b", (1,))),
+    ]
     assert b.gpu_free_milli == [1000, 1000, 0, 0]  # inputs are not modified
     pinned = {"a": [Resident("x", one, Placement("a", (0,)), movable=False), residents["a"][1]]}
     assert defragment([a, b], gang, pinned, _first_free, _on, max_moves=2) is None

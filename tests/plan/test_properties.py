@@ -45,7 +45,11 @@ def clusters(draw, *, converged: bool = False):
         gpus = []
         for gi in range(8):
             r = rnd.random()
-            idle = NOW - hours(rnd.choice([0.5, 2, 5])) if (not converged and rnd.random() < 0.2) else None
+            idle = (
+                NOW - hours(rnd.choice([0.5, 2, 5]))
+                if (not converged and rnd.random() < 0.2)
+                else None
+            )
             if r < 0.6:
                 gpus.append(gpu(gi, util=1.0 if idle else 60.0, idle_since=idle))
             elif r < 0.85:
@@ -59,28 +63,76 @@ def clusters(draw, *, converged: bool = False):
             size = min(len(free_whole), rnd.choice([1, 1, 2, 4, 8]))
             idx, free_whole = free_whole[:size], free_whole[size:]
             started = NOW - hours(rnd.choice([0.05, 0.5, 3, 10]))
-            work.append(training(rnd.choice(teams), f"job-{ni}-{k}", name, idx, cls=rnd.choice(CLASSES),
-                                 started=started, checkpoint=started + hours(0.01), migratable=rnd.random() < 0.5))
+            work.append(
+                training(
+                    rnd.choice(teams),
+                    f"job-{ni}-{k}",
+                    name,
+                    idx,
+                    cls=rnd.choice(CLASSES),
+                    started=started,
+                    checkpoint=started + hours(0.01),
+                    migratable=rnd.random() < 0.5,
+                )
+            )
             k += 1
         for g in gpus:
             if g.mode == "mig":
                 for inst in g.mig_instances:
                     if rnd.random() < 0.5:
-                        work.append(mig_pod(rnd.choice(teams), f"mig-{ni}-{g.index}-{inst.start}", name, inst.profile,
-                                            gpu_index=g.index, start=inst.start, started=NOW - hours(2)))
+                        work.append(
+                            mig_pod(
+                                rnd.choice(teams),
+                                f"mig-{ni}-{g.index}-{inst.start}",
+                                name,
+                                inst.profile,
+                                gpu_index=g.index,
+                                start=inst.start,
+                                started=NOW - hours(2),
+                            )
+                        )
             elif g.mode == "shared":
                 used = rnd.randint(0, 4)
                 for s in range(used):
-                    work.append(shared_pod(rnd.choice(teams), f"sh-{ni}-{g.index}-{s}", name, 1, gpu_index=g.index, started=NOW - hours(2)))
+                    work.append(
+                        shared_pod(
+                            rnd.choice(teams),
+                            f"sh-{ni}-{g.index}-{s}",
+                            name,
+                            1,
+                            gpu_index=g.index,
+                            started=NOW - hours(2),
+                        )
+                    )
     if not converged:
         for i in range(draw(st.integers(0, 6))):
             kind = rnd.choice(["whole", "mig", "shared"])
             ns = rnd.choice(teams)
             if kind == "whole":
-                work.append(training(ns, f"pending-{i}", None, rnd.choice([1, 2, 4, 8]), cls=rnd.choice(CLASSES), pool="a100", created=NOW - hours(0.1)))
+                work.append(
+                    training(
+                        ns,
+                        f"pending-{i}",
+                        None,
+                        rnd.choice([1, 2, 4, 8]),
+                        cls=rnd.choice(CLASSES),
+                        pool="a100",
+                        created=NOW - hours(0.1),
+                    )
+                )
             elif kind == "mig":
-                w = mig_pod(ns, f"pending-{i}", None, rnd.choice(["3g.40gb", "2g.20gb", "1g.10gb"]), pool="a100")
-                work.append(w.model_copy(update={"priority_class": rnd.choice(["serving", "serving-critical"])}))
+                w = mig_pod(
+                    ns,
+                    f"pending-{i}",
+                    None,
+                    rnd.choice(["3g.40gb", "2g.20gb", "1g.10gb"]),
+                    pool="a100",
+                )
+                work.append(
+                    w.model_copy(
+                        update={"priority_class": rnd.choice(["serving", "serving-critical"])}
+                    )
+                )
             else:
                 work.append(shared_pod(ns, f"pending-{i}", None, rnd.choice([1, 2]), pool="a100"))
     recent = [] if converged else [NOW - hours(0.1)] * draw(st.integers(0, 5))
@@ -99,7 +151,9 @@ def test_invariants(case):
     p = plan(desired, observed)  # raises on over-commit
     work = {w.key: w for w in observed.workloads}
     model = desired.catalog.model(A100)
-    allowed_layouts = {tuple(sorted(lay.profiles)) for lay in desired.pools["a100"].spec.inference.mig.layouts}
+    allowed_layouts = {
+        tuple(sorted(lay.profiles)) for lay in desired.pools["a100"].spec.inference.mig.layouts
+    }
     evicted = set()
     pre = desired.priority.spec.preemption
     for a in p.actions:
@@ -114,7 +168,9 @@ def test_invariants(case):
         if a.kind in ("preempt", "reclaim", "move"):
             w = work[a.target]
             cls = desired.priority_class(w.priority_class)
-            assert cls is not None and cls.preemptible, f"{a.id}: non-preemptible class {w.priority_class}"
+            assert cls is not None and cls.preemptible, (
+                f"{a.id}: non-preemptible class {w.priority_class}"
+            )
             if a.kind == "preempt" and not cls.spot:
                 assert (NOW - w.started_at).total_seconds() >= pre.min_runtime.total_seconds()
             evicted.add(a.target)
@@ -127,7 +183,11 @@ def test_invariants(case):
         if a.kind in ("mig-reconfigure", "set-sharing"):
             changed = a.changed_gpus
             for w in observed.workloads:
-                if w.phase == "Running" and w.node == a.target and {x.gpu for x in w.allocations} & changed:
+                if (
+                    w.phase == "Running"
+                    and w.node == a.target
+                    and {x.gpu for x in w.allocations} & changed
+                ):
                     assert w.key in evicted
                     assert any(d.endswith(w.key) for d in a.depends_on)
             assert f"cordon:{a.target}" in a.depends_on and f"uncordon:{a.target}" in ids
@@ -139,7 +199,15 @@ def test_invariants(case):
         before = sum((card_equivalents(w, pv) for w in mine if w.phase == "Running"), Fraction(0))
         if before > q.spec.max_gpus:
             continue  # the cap step brings it down as far as preemption rules allow
-        after = sum((card_equivalents(w, pv) for w in mine if (w.phase == "Running" and w.key not in evicted) or (w.phase == "Pending" and w.key not in held)), Fraction(0))
+        after = sum(
+            (
+                card_equivalents(w, pv)
+                for w in mine
+                if (w.phase == "Running" and w.key not in evicted)
+                or (w.phase == "Pending" and w.key not in held)
+            ),
+            Fraction(0),
+        )
         assert after <= q.spec.max_gpus
 
 

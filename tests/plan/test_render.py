@@ -22,12 +22,30 @@ def golden_plans() -> list[str]:
 def big_plan(n: int) -> Plan:
     acts = []
     for i in range(n):
-        acts.append(Checkpoint(id=f"checkpoint:team/job-{i:05d}", target=f"team/job-{i:05d}",
-                               reason="ask it to checkpoint " + "x" * 60, grace_period_seconds=60, checkpointable=True))
-        acts.append(Preempt(id=f"preempt:team/job-{i:05d}", target=f"team/job-{i:05d}", reason="preempted for inference " + "y" * 60,
-                            depends_on=(f"checkpoint:team/job-{i:05d}",), node="n1", gpus=(0,)))
-    return Plan(observed_at="2026-12-02T00:00:00+00:00", actions=tuple(acts),
-                findings=(Finding(severity="info", code="held-cap", subject="a/b", message="held"),))
+        acts.append(
+            Checkpoint(
+                id=f"checkpoint:team/job-{i:05d}",
+                target=f"team/job-{i:05d}",
+                reason="ask it to checkpoint " + "x" * 60,
+                grace_period_seconds=60,
+                checkpointable=True,
+            )
+        )
+        acts.append(
+            Preempt(
+                id=f"preempt:team/job-{i:05d}",
+                target=f"team/job-{i:05d}",
+                reason="preempted for inference " + "y" * 60,
+                depends_on=(f"checkpoint:team/job-{i:05d}",),
+                node="n1",
+                gpus=(0,),
+            )
+        )
+    return Plan(
+        observed_at="2026-12-02T00:00:00+00:00",
+        actions=tuple(acts),
+        findings=(Finding(severity="info", code="held-cap", subject="a/b", message="held"),),
+    )
 
 
 def test_summary_counts_kinds():
@@ -67,5 +85,10 @@ def test_markdown_of_a_huge_plan_stays_under_githubs_limit():
 
 
 def test_markdown_escapes_table_cells():
-    p = Plan(observed_at="t", actions=(ApplyQuota(id="quota:a/b", target="a/b", reason="x | y\nz", verb="create", hard={}),))
+    p = Plan(
+        observed_at="t",
+        actions=(
+            ApplyQuota(id="quota:a/b", target="a/b", reason="x | y\nz", verb="create", hard={}),
+        ),
+    )
     assert "x \\| y z" in to_markdown(p)

@@ -20,24 +20,45 @@ def _writes_to_cards(source: str) -> list[int]:
     """Lines that assign a card's state or add to/remove from its sets directly."""
     out = []
     for n in ast.walk(ast.parse(source)):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+        targets = (
+            n.targets
+            if isinstance(n, ast.Assign)
+            else [n.target]
+            if isinstance(n, ast.AugAssign)
+            else []
+        )
         for t in targets:
             for el in t.elts if isinstance(t, ast.Tuple) else [t]:
-                if isinstance(el, ast.Attribute) and el.attr in CARD_STATE and not (isinstance(el.value, ast.Name) and el.value.id == "self"):
+                if (
+                    isinstance(el, ast.Attribute)
+                    and el.attr in CARD_STATE
+                    and not (isinstance(el.value, ast.Name) and el.value.id == "self")
+                ):
                     out.append(n.lineno)
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("add", "discard", "remove", "clear")
-                and isinstance(n.func.value, ast.Attribute) and n.func.value.attr in CARD_STATE):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("add", "discard", "remove", "clear")
+            and isinstance(n.func.value, ast.Attribute)
+            and n.func.value.attr in CARD_STATE
+        ):
             out.append(n.lineno)
     return sorted(out)
 
 
 def test_only_the_view_changes_cards():
-    found = {p.name: _writes_to_cards(p.read_text()) for p in sorted(PLAN.glob("*.py")) if p.name != "cluster.py"}
+    found = {
+        p.name: _writes_to_cards(p.read_text())
+        for p in sorted(PLAN.glob("*.py"))
+        if p.name != "cluster.py"
+    }
     assert not {k: v for k, v in found.items() if v}, found
 
 
 def test_the_scan_sees_direct_writes():
-    assert _writes_to_cards("g.holders.add(k)\ng.reserved_by = k\ng.used_slices += 1\nself.mode = 1\n") == [1, 2, 3]
+    assert _writes_to_cards(
+        "g.holders.add(k)\ng.reserved_by = k\ng.used_slices += 1\nself.mode = 1\n"
+    ) == [1, 2, 3]
 
 
 def _view():

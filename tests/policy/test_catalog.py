@@ -1,4 +1,4 @@
-"""The MIG catalog and its placement rules, checked against the recorded facts and by brute force."""
+"""The MIG catalog and its placement rules, checked against recorded facts and by brute force."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ A100_80 = CAT.model("A100-SXM4-80GB")
 MIG_MODELS = [m for m in CAT.models.values() if m.mig_capable]
 
 ROOT = Path(__file__).resolve().parents[2]
-FACTS_CANDIDATES = [ROOT / "shared/data/mig/profiles.yaml", ROOT.parent / "shared/data/mig/profiles.yaml"]
+FACTS_CANDIDATES = [
+    ROOT / "shared/data/mig/profiles.yaml",
+    ROOT.parent / "shared/data/mig/profiles.yaml",
+]
 
 
 def _facts() -> dict:
@@ -37,7 +40,12 @@ def _facts() -> dict:
 PLACEMENT_CASES = [
     # (model, layout, fits, why)
     ("A100-SXM4-80GB", ["1g.10gb"] * 7, True, "7 x 1g fills slices 0..6"),
-    ("A100-SXM4-80GB", ["1g.10gb"] * 7 + ["1g.20gb"], False, "8 instances; slice 7 cannot take a 2-slice 1g"),
+    (
+        "A100-SXM4-80GB",
+        ["1g.10gb"] * 7 + ["1g.20gb"],
+        False,
+        "8 instances; slice 7 cannot take a 2-slice 1g",
+    ),
     ("A100-SXM4-80GB", ["1g.10gb"] * 8, False, "at most 7 x 1g (no 1g start at slice 7)"),
     ("A100-SXM4-80GB", ["4g.40gb", "3g.40gb"], True, "4g at 0, 3g at 4"),
     ("A100-SXM4-80GB", ["4g.40gb", "4g.40gb"], False, "4g starts only at 0"),
@@ -46,7 +54,12 @@ PLACEMENT_CASES = [
     ("A100-SXM4-80GB", ["1g.10gb+me", "1g.10gb+me"], False, "one media-extension instance per GPU"),
     ("A100-SXM4-80GB", ["1g.10gb+me", "1g.10gb"], True, "one +me beside a plain 1g"),
     ("A100-SXM4-80GB", ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], True, "the balanced layout"),
-    ("A100-SXM4-80GB", ["4g.40gb", "2g.20gb", "2g.20gb"], False, "8 slices by sum, but 2g cannot start at 6"),
+    (
+        "A100-SXM4-80GB",
+        ["4g.40gb", "2g.20gb", "2g.20gb"],
+        False,
+        "8 slices by sum, but 2g cannot start at 6",
+    ),
     ("A100-SXM4-80GB", ["4g.40gb", "2g.20gb", "1g.20gb"], True, "1g.20gb can start at 6"),
     ("A100-SXM4-80GB", ["2g.20gb"] * 3 + ["1g.20gb"], True, "2g at 0,2,4 and the 2-slice 1g at 6"),
     ("A100-SXM4-80GB", ["2g.20gb"] * 4, False, "at most 3 x 2g"),
@@ -68,7 +81,9 @@ PLACEMENT_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("model", "layout", "fits", "why"), PLACEMENT_CASES, ids=[f"{c[0]}:{'+'.join(c[1]) or 'empty'}" for c in PLACEMENT_CASES]
+    ("model", "layout", "fits", "why"),
+    PLACEMENT_CASES,
+    ids=[f"{c[0]}:{'+'.join(c[1]) or 'empty'}" for c in PLACEMENT_CASES],
 )
 def test_place_table(model, layout, fits, why):
     m = CAT.model(model)
@@ -199,7 +214,11 @@ def _placeable_multisets(model_name: str) -> frozenset[tuple[str, ...]]:
     non-overlapping set that respects the instance, per-profile and +me limits.
     """
     model = CAT.model(model_name)
-    slots = [(p.name, s, ((1 << p.memory_slices) - 1) << s) for p in model.profiles.values() for s in p.starts]
+    slots = [
+        (p.name, s, ((1 << p.memory_slices) - 1) << s)
+        for p in model.profiles.values()
+        for s in p.starts
+    ]
     found: set[tuple[str, ...]] = set()
 
     def go(i: int, used: int, chosen: list[str]) -> None:
@@ -257,7 +276,7 @@ def test_place_property(data):
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_fits_after_property(data):
-    """fits_after() answers a start that keeps the GPU legal, or None when the profile cannot be added."""
+    """fits_after() answers a start that keeps the GPU legal, or None if the profile cannot fit."""
     model = data.draw(st.sampled_from(MIG_MODELS), label="model")
     layout = data.draw(_layouts(model), label="layout")
     existing = CAT.place(model, layout)

@@ -24,7 +24,11 @@ def in_repo(monkeypatch):
 
 
 def _files(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*") if ".git" not in p.parts and "__pycache__" not in p.parts and ".hypothesis" not in p.parts}
+    return {
+        p
+        for p in root.rglob("*")
+        if ".git" not in p.parts and "__pycache__" not in p.parts and ".hypothesis" not in p.parts
+    }
 
 
 def test_validate_bundled_example(in_repo, capsys):
@@ -46,7 +50,9 @@ def test_validate_json(in_repo, capsys):
     assert data["valid"] is True and data["documents"]["Pool"] == 2
 
 
-@pytest.mark.parametrize(("case", "file", "line", "col", "path", "fragment"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "file", "line", "col", "path", "fragment"), CASES, ids=[c[0] for c in CASES]
+)
 def test_validate_broken(case, file, line, col, path, fragment, capsys):
     assert main(["validate", str(BROKEN / case)]) == 1
     out, err = capsys.readouterr()
@@ -110,15 +116,29 @@ def test_console_entry(command, tmp_path):
     if not Path(command[0]).exists():
         pytest.skip(f"{command[0]} is not installed (pip install -e .)")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    ok = subprocess.run([*command, "validate", "pools", "policies"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+    ok = subprocess.run(
+        [*command, "validate", "pools", "policies"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("valid: 11 documents")
     bad = subprocess.run(
         [*command, "validate", str(BROKEN / "unplaceable_mig_layout.yaml")],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert bad.returncode == 1
-    assert "unplaceable_mig_layout.yaml:17:11: Pool/a100 spec.inference.mig.layouts[1].profiles:" in bad.stderr
+    assert (
+        "unplaceable_mig_layout.yaml:17:11: Pool/a100 spec.inference.mig.layouts[1].profiles:"
+        in bad.stderr
+    )
     assert "Traceback" not in bad.stderr
     assert list(tmp_path.iterdir()) == [], "validate wrote into the working directory"
 

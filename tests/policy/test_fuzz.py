@@ -54,7 +54,24 @@ def check_outcome(files: list[SourceFile]) -> None:
 
 # --------------------------------------------------------------------------- raw text
 
-YAML_CHARS = st.sampled_from(list(":-?[]{},&*!|>'\"#%@`\n\t ") + ["---\n", "...\n", "  ", "<<", "!!", "~", "kind", "Pool", "apiVersion", "gpupool.io/v1alpha1", "spec", "metadata", "name"])
+YAML_CHARS = st.sampled_from(
+    list(":-?[]{},&*!|>'\"#%@`\n\t ")
+    + [
+        "---\n",
+        "...\n",
+        "  ",
+        "<<",
+        "!!",
+        "~",
+        "kind",
+        "Pool",
+        "apiVersion",
+        "gpupool.io/v1alpha1",
+        "spec",
+        "metadata",
+        "name",
+    ]
+)
 
 
 @FUZZ
@@ -87,12 +104,20 @@ def test_corrupted_valid_text(doc, data):
 # --------------------------------------------------------------------------- structural mutations
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=20),
-    st.sampled_from(["Pool", "a100", "A100-SXM4-80GB", "3g.40gb", "10m", "4Gi", "-1", "gpupool.io/v1alpha1"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        ["Pool", "a100", "A100-SXM4-80GB", "3g.40gb", "10m", "4Gi", "-1", "gpupool.io/v1alpha1"]
+    ),
 )
 VALUES = st.recursive(
     SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -126,7 +151,9 @@ def _mutate(doc, data):
         elif op == "replace":
             parent[last] = data.draw(VALUES, label="value")
         elif isinstance(parent[last], dict):
-            parent[last][data.draw(st.text(min_size=1, max_size=10), label="key")] = data.draw(VALUES, label="value")
+            parent[last][data.draw(st.text(min_size=1, max_size=10), label="key")] = data.draw(
+                VALUES, label="value"
+            )
         elif isinstance(parent[last], list):
             parent[last].append(data.draw(VALUES, label="value"))
         else:
@@ -138,7 +165,12 @@ def _mutate(doc, data):
 @given(st.lists(st.sampled_from(EXAMPLES), min_size=1, max_size=3), st.data())
 def test_mutated_documents(docs, data):
     """Mutated documents beside the (valid) example pools, so references have targets."""
-    check_outcome([SourceFile("a.yaml", _dump_all([_mutate(d, data) for d in docs])), SourceFile("b.yaml", POOLS_TEXT)])
+    check_outcome(
+        [
+            SourceFile("a.yaml", _dump_all([_mutate(d, data) for d in docs])),
+            SourceFile("b.yaml", POOLS_TEXT),
+        ]
+    )
 
 
 def _dump_all(docs) -> str:

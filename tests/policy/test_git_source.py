@@ -59,7 +59,15 @@ def repo(tmp_path: Path) -> git.Repo:
     """main: a valid pool (1 node) and quota. feature: pool grows to 2 nodes, plus a bad quota.
     The working tree is left on main, with an uncommitted edit and an untracked file."""
     r = git.Repo.init(tmp_path / "desired", initial_branch="main")
-    _commit(r, {"pools/a100.yaml": POOL.format(nodes=1), "policies/quotas.yaml": QUOTA, "README.md": "x\n"}, "initial")
+    _commit(
+        r,
+        {
+            "pools/a100.yaml": POOL.format(nodes=1),
+            "policies/quotas.yaml": QUOTA,
+            "README.md": "x\n",
+        },
+        "initial",
+    )
     r.create_head("feature").checkout()
     _commit(r, {"pools/a100.yaml": POOL.format(nodes=2)}, "grow a100")
     _commit(r, {"policies/bad.yaml": BAD}, "add a bad quota")
@@ -71,7 +79,11 @@ def repo(tmp_path: Path) -> git.Repo:
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in root.rglob("*")
+        if p.is_file() and ".git" not in p.parts
+    }
 
 
 def test_reads_each_branch_without_checkout(repo: git.Repo):

@@ -23,28 +23,168 @@ CASES = [
     ("yaml_syntax.yaml", "yaml_syntax.yaml", 9, 11, "", "began at line 8"),
     ("yaml_duplicate_key.yaml", "yaml_duplicate_key.yaml", 10, 3, "", 'duplicate key "capacity"'),
     ("not_a_mapping.yaml", "not_a_mapping.yaml", 2, 1, "", "document 1 is a list, not a mapping"),
-    ("wrong_api_version.yaml", "wrong_api_version.yaml", 2, 1, "apiVersion", "must be 'gpupool.io/v1alpha1' (got 'gpupool.io/v1')"),
+    (
+        "wrong_api_version.yaml",
+        "wrong_api_version.yaml",
+        2,
+        1,
+        "apiVersion",
+        "must be 'gpupool.io/v1alpha1' (got 'gpupool.io/v1')",
+    ),
     ("unknown_kind.yaml", "unknown_kind.yaml", 3, 1, "kind", "unknown kind 'GpuPool'"),
-    ("unknown_field.yaml", "unknown_field.yaml", 10, 5, "spec.training.minGpus", "unknown field 'minGpus'"),
+    (
+        "unknown_field.yaml",
+        "unknown_field.yaml",
+        10,
+        5,
+        "spec.training.minGpus",
+        "unknown field 'minGpus'",
+    ),
     ("wrong_type.yaml", "wrong_type.yaml", 9, 5, "spec.capacity.nodes", "valid integer (got '8')"),
-    ("missing_field.yaml", "missing_field.yaml", 6, 1, "spec.capacity", "missing required field 'capacity'"),
-    ("bad_duration.yaml", "bad_duration.yaml", 10, 5, "spec.preemption.minRuntime", "'10 minutes' is not a duration"),
-    ("bad_quantity.yaml", "bad_quantity.yaml", 12, 7, "spec.inference.shared.memoryPerSlice", "'20GB' is not a quantity"),
-    ("duplicate_name", "duplicate_name/b.yaml", 5, 3, "metadata.name", "duplicate Pool name 'a100' (first defined at "),
-    ("dangling_quota_pool.yaml", "dangling_quota_pool.yaml", 20, 7, "spec.pools[0].pool", "refers to Pool 'h100', which does not exist"),
-    ("dangling_scaling_pool.yaml", "dangling_scaling_pool.yaml", 18, 3, "spec.pool", "refers to Pool 'h100', which does not exist"),
-    ("dangling_maintenance_pool.yaml", "dangling_maintenance_pool.yaml", 18, 17, "spec.pools[1]", "refers to Pool 'h100', which does not exist"),
-    ("unknown_mig_profile.yaml", "unknown_mig_profile.yaml", 13, 31, "spec.inference.mig.layouts[0].profiles[1]", "'3g.20gb' is not a MIG profile of A100-SXM4-80GB"),
-    ("unplaceable_mig_layout.yaml", "unplaceable_mig_layout.yaml", 17, 11, "spec.inference.mig.layouts[1].profiles", "cannot be placed on A100-SXM4-80GB"),
-    ("mig_on_non_mig_model.yaml", "mig_on_non_mig_model.yaml", 10, 5, "spec.inference.mig", "L40S-48GB does not support MIG"),
-    ("shared_exceeds_memory.yaml", "shared_exceeds_memory.yaml", 12, 7, "spec.inference.shared.memoryPerSlice", "4 slices x 24Gi = 96Gi exceeds the 80Gi"),
-    ("guarantees_exceed_capacity.yaml", "guarantees_exceed_capacity.yaml", 30, 7, "spec.pools[0]", "guarantees on Pool/a100 add up to 10 GPUs (search, vision) but the pool has 8"),
-    ("team_cap_below_guarantees.yaml", "team_cap_below_guarantees.yaml", 19, 3, "spec.maxGPUs", "cap of 4 GPUs is below the team's guarantees (6 GPUs)"),
-    ("overlapping_selectors.yaml", "overlapping_selectors.yaml", 19, 3, "spec.nodeSelector", "overlaps Pool/fra1"),
-    ("namespace_in_two_quotas.yaml", "namespace_in_two_quotas.yaml", 14, 24, "spec.namespaces[1]", "namespace 'shared-dev' is already governed by Quota/vision"),
-    ("priority_victim_higher.yaml", "priority_victim_higher.yaml", 14, 19, "spec.preemption.rules[0].victims[0]", "batch (value 100) cannot preempt serving (value 1000)"),
-    ("priority_victim_not_preemptible.yaml", "priority_victim_not_preemptible.yaml", 13, 19, "spec.preemption.rules[0].victims[0]", "'training-high' is not preemptible"),
-    ("priority_unknown_class.yaml", "priority_unknown_class.yaml", 13, 29, "spec.preemption.rules[0].victims[1]", "unknown class 'spot'"),
+    (
+        "missing_field.yaml",
+        "missing_field.yaml",
+        6,
+        1,
+        "spec.capacity",
+        "missing required field 'capacity'",
+    ),
+    (
+        "bad_duration.yaml",
+        "bad_duration.yaml",
+        10,
+        5,
+        "spec.preemption.minRuntime",
+        "'10 minutes' is not a duration",
+    ),
+    (
+        "bad_quantity.yaml",
+        "bad_quantity.yaml",
+        12,
+        7,
+        "spec.inference.shared.memoryPerSlice",
+        "'20GB' is not a quantity",
+    ),
+    (
+        "duplicate_name",
+        "duplicate_name/b.yaml",
+        5,
+        3,
+        "metadata.name",
+        "duplicate Pool name 'a100' (first defined at ",
+    ),
+    (
+        "dangling_quota_pool.yaml",
+        "dangling_quota_pool.yaml",
+        20,
+        7,
+        "spec.pools[0].pool",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "dangling_scaling_pool.yaml",
+        "dangling_scaling_pool.yaml",
+        18,
+        3,
+        "spec.pool",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "dangling_maintenance_pool.yaml",
+        "dangling_maintenance_pool.yaml",
+        18,
+        17,
+        "spec.pools[1]",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "unknown_mig_profile.yaml",
+        "unknown_mig_profile.yaml",
+        13,
+        31,
+        "spec.inference.mig.layouts[0].profiles[1]",
+        "'3g.20gb' is not a MIG profile of A100-SXM4-80GB",
+    ),
+    (
+        "unplaceable_mig_layout.yaml",
+        "unplaceable_mig_layout.yaml",
+        17,
+        11,
+        "spec.inference.mig.layouts[1].profiles",
+        "cannot be placed on A100-SXM4-80GB",
+    ),
+    (
+        "mig_on_non_mig_model.yaml",
+        "mig_on_non_mig_model.yaml",
+        10,
+        5,
+        "spec.inference.mig",
+        "L40S-48GB does not support MIG",
+    ),
+    (
+        "shared_exceeds_memory.yaml",
+        "shared_exceeds_memory.yaml",
+        12,
+        7,
+        "spec.inference.shared.memoryPerSlice",
+        "4 slices x 24Gi = 96Gi exceeds the 80Gi",
+    ),
+    (
+        "guarantees_exceed_capacity.yaml",
+        "guarantees_exceed_capacity.yaml",
+        30,
+        7,
+        "spec.pools[0]",
+        "guarantees on Pool/a100 add up to 10 GPUs (search, vision) but the pool has 8",
+    ),
+    (
+        "team_cap_below_guarantees.yaml",
+        "team_cap_below_guarantees.yaml",
+        19,
+        3,
+        "spec.maxGPUs",
+        "cap of 4 GPUs is below the team's guarantees (6 GPUs)",
+    ),
+    (
+        "overlapping_selectors.yaml",
+        "overlapping_selectors.yaml",
+        19,
+        3,
+        "spec.nodeSelector",
+        "overlaps Pool/fra1",
+    ),
+    (
+        "namespace_in_two_quotas.yaml",
+        "namespace_in_two_quotas.yaml",
+        14,
+        24,
+        "spec.namespaces[1]",
+        "namespace 'shared-dev' is already governed by Quota/vision",
+    ),
+    (
+        "priority_victim_higher.yaml",
+        "priority_victim_higher.yaml",
+        14,
+        19,
+        "spec.preemption.rules[0].victims[0]",
+        "batch (value 100) cannot preempt serving (value 1000)",
+    ),
+    (
+        "priority_victim_not_preemptible.yaml",
+        "priority_victim_not_preemptible.yaml",
+        13,
+        19,
+        "spec.preemption.rules[0].victims[0]",
+        "'training-high' is not preemptible",
+    ),
+    (
+        "priority_unknown_class.yaml",
+        "priority_unknown_class.yaml",
+        13,
+        29,
+        "spec.preemption.rules[0].victims[1]",
+        "unknown class 'spot'",
+    ),
 ]
 
 
@@ -64,10 +204,14 @@ def test_every_broken_file_has_a_case_and_a_comment():
     present = {p.name for p in BROKEN.iterdir()}
     assert present == covered, "each file in broken/ needs a row in CASES (and vice versa)"
     for f in BROKEN.rglob("*.yaml"):
-        assert f.read_text().startswith("# "), f"{f.name}: start with a comment saying what is wrong"
+        assert f.read_text().startswith("# "), (
+            f"{f.name}: start with a comment saying what is wrong"
+        )
 
 
-@pytest.mark.parametrize(("case", "file", "line", "col", "path", "fragment"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "file", "line", "col", "path", "fragment"), CASES, ids=[c[0] for c in CASES]
+)
 def test_broken_case(case, file, line, col, path, fragment):
     problems = problems_of(BROKEN / case)
     assert len(problems) == 1, "one concern per file:\n" + "\n".join(map(str, problems))
@@ -90,7 +234,12 @@ def test_several_problems_are_all_reported():
         (46, "spec.target"),
     ], "\n".join(map(str, problems))
     assert "2 x 4g.40gb but at most 1 fit" in problems[0].message
-    assert [p.document for p in problems] == ["Pool/a100", "Pool/h100", "Quota/vision", "ScalingPolicy/chat"]
+    assert [p.document for p in problems] == [
+        "Pool/a100",
+        "Pool/h100",
+        "Quota/vision",
+        "ScalingPolicy/chat",
+    ]
 
 
 def test_whole_broken_folder_reports_every_file():
@@ -99,7 +248,8 @@ def test_whole_broken_folder_reports_every_file():
     # duplicate_name/a.yaml is the first definition; dangling_maintenance_pool.yaml names h100,
     # which exists in this mix (several_problems.yaml, invalid there, so not reported twice)
     expected = {f.relative_to(BROKEN).as_posix() for f in BROKEN.rglob("*.yaml")} - {
-        "duplicate_name/a.yaml", "dangling_maintenance_pool.yaml"
+        "duplicate_name/a.yaml",
+        "dangling_maintenance_pool.yaml",
     }
     assert expected <= files
 
@@ -125,10 +275,38 @@ spec:
 
 INLINE = [
     # (name, text, line, column, path, fragment)
-    ("kind is a list", "apiVersion: gpupool.io/v1alpha1\nkind: [Pool]\n", 2, 1, "kind", "unknown kind ['Pool']"),
-    ("kind is a map", "apiVersion: gpupool.io/v1alpha1\nkind: {a: 1}\n", 2, 1, "kind", "unknown kind"),
-    ("missing kind", "apiVersion: gpupool.io/v1alpha1\nmetadata: {name: a}\n", 1, 1, "kind", "missing kind"),
-    ("recursive alias", "&a {apiVersion: gpupool.io/v1alpha1, kind: Pool, metadata: {name: x}, spec: *a}\n", 1, 1, "", "alias refers to a mapping or list that contains it"),
+    (
+        "kind is a list",
+        "apiVersion: gpupool.io/v1alpha1\nkind: [Pool]\n",
+        2,
+        1,
+        "kind",
+        "unknown kind ['Pool']",
+    ),
+    (
+        "kind is a map",
+        "apiVersion: gpupool.io/v1alpha1\nkind: {a: 1}\n",
+        2,
+        1,
+        "kind",
+        "unknown kind",
+    ),
+    (
+        "missing kind",
+        "apiVersion: gpupool.io/v1alpha1\nmetadata: {name: a}\n",
+        1,
+        1,
+        "kind",
+        "missing kind",
+    ),
+    (
+        "recursive alias",
+        "&a {apiVersion: gpupool.io/v1alpha1, kind: Pool, metadata: {name: x}, spec: *a}\n",
+        1,
+        1,
+        "",
+        "alias refers to a mapping or list that contains it",
+    ),
     ("bad !!int", "a: !!int abc\n", 0, 0, "", "invalid YAML"),
     ("bad !!float", "a: !!float abc\n", 0, 0, "", "invalid YAML"),
     ("bad !!omap", "!!omap [a: 1, a: 2]\n", 0, 0, "", "invalid YAML"),
@@ -136,18 +314,76 @@ INLINE = [
     ("scalar document", "# comment\nhello\n", 2, 1, "", "document 1 is a string"),
     ("second document", OK_POOL + "---\n- 1\n", 9, 1, "", "document 2 is a list"),
     ("deep nesting", "[" * 600 + "]" * 600, 0, 0, "", "nested too deeply"),
-    ("merged field", "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\nmetadata:\n  <<: {name: Bad_Name}\nspec: {}\n", 3, 1, "metadata.name", "is not a valid name"),
-    ("unquoted date", "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\nmetadata: {name: 2024-01-01}\nspec: {}\n", 3, 12, "metadata.name", "quote it"),
-    ("yes is not a bool", "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\nmetadata: {name: g}\nspec: {allowEmptyPool: yes}\n", 4, 8, "spec.allowEmptyPool", "valid boolean"),
-    ("unknown GPU model", OK_POOL.replace("A100-SXM4-80GB", "V100-16GB"), 6, 3, "spec.gpuModel", "unknown GPU model 'V100-16GB'"),
-    ("window time", "apiVersion: gpupool.io/v1alpha1\nkind: MaintenancePolicy\nmetadata: {name: m}\nspec:\n  defragmentation: {when: window, window: {start: '25:00', end: '03:00'}}\n", 5, 44, "spec.defragmentation.window.start", "not a time of day"),
-    ("second PriorityPolicy", "".join(
-        f"---\napiVersion: gpupool.io/v1alpha1\nkind: PriorityPolicy\nmetadata: {{name: p{i}}}\nspec: {{classes: [{{name: a, value: 1}}]}}\n" for i in range(2)
-    ), 8, 1, "kind", "only one PriorityPolicy may exist"),
+    (
+        "merged field",
+        (
+            "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\n"
+            "metadata:\n  <<: {name: Bad_Name}\nspec: {}\n"
+        ),
+        3,
+        1,
+        "metadata.name",
+        "is not a valid name",
+    ),
+    (
+        "unquoted date",
+        (
+            "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\n"
+            "metadata: {name: 2024-01-01}\nspec: {}\n"
+        ),
+        3,
+        12,
+        "metadata.name",
+        "quote it",
+    ),
+    (
+        "yes is not a bool",
+        (
+            "apiVersion: gpupool.io/v1alpha1\nkind: ChangePolicy\n"
+            "metadata: {name: g}\nspec: {allowEmptyPool: yes}\n"
+        ),
+        4,
+        8,
+        "spec.allowEmptyPool",
+        "valid boolean",
+    ),
+    (
+        "unknown GPU model",
+        OK_POOL.replace("A100-SXM4-80GB", "V100-16GB"),
+        6,
+        3,
+        "spec.gpuModel",
+        "unknown GPU model 'V100-16GB'",
+    ),
+    (
+        "window time",
+        (
+            "apiVersion: gpupool.io/v1alpha1\nkind: MaintenancePolicy\nmetadata: {name: m}\nspec:\n"
+            "  defragmentation: {when: window, window: {start: '25:00', end: '03:00'}}\n"
+        ),
+        5,
+        44,
+        "spec.defragmentation.window.start",
+        "not a time of day",
+    ),
+    (
+        "second PriorityPolicy",
+        "".join(
+            "---\napiVersion: gpupool.io/v1alpha1\nkind: PriorityPolicy\n"
+            f"metadata: {{name: p{i}}}\nspec: {{classes: [{{name: a, value: 1}}]}}\n"
+            for i in range(2)
+        ),
+        8,
+        1,
+        "kind",
+        "only one PriorityPolicy may exist",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "text", "line", "col", "path", "fragment"), INLINE, ids=[c[0] for c in INLINE])
+@pytest.mark.parametrize(
+    ("name", "text", "line", "col", "path", "fragment"), INLINE, ids=[c[0] for c in INLINE]
+)
 def test_inline_case(name, text, line, col, path, fragment):
     with pytest.raises(InvalidDesiredState) as info:
         load([SourceFile("inline.yaml", text)])
@@ -160,7 +396,9 @@ def test_inline_case(name, text, line, col, path, fragment):
 
 def test_no_cascade_from_an_invalid_pool_or_priority_policy():
     """A reference to a document that exists but is invalid is not also 'missing'."""
-    text = OK_POOL.replace("nodes: 1", "nodes: '1'").replace("name: a100", "name: h100") + """\
+    text = (
+        OK_POOL.replace("nodes: 1", "nodes: '1'").replace("name: a100", "name: h100")
+        + """\
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: Quota
@@ -181,9 +419,13 @@ spec:
   pools: [h100]
   idleReclaim: {excludeClasses: [a]}
 """
+    )
     with pytest.raises(InvalidDesiredState) as info:
         load([SourceFile("x.yaml", text)])
-    assert [p.path for p in info.value.problems] == ["spec.capacity.nodes", "spec.classes[0].colour"]
+    assert [p.path for p in info.value.problems] == [
+        "spec.capacity.nodes",
+        "spec.classes[0].colour",
+    ]
 
 
 def test_empty_files_and_documents_are_fine():
@@ -197,5 +439,8 @@ def test_problems_are_sorted_and_printable():
     probs = info.value.problems
     assert [p.file for p in probs] == sorted(p.file for p in probs)
     assert str(Problem("f.yaml", 0, 0, "", "boom")) == "f.yaml: boom"
-    assert str(Problem("f.yaml", 3, 4, "spec.x", "boom", "Pool/a")) == "f.yaml:3:4: Pool/a spec.x: boom"
+    assert (
+        str(Problem("f.yaml", 3, 4, "spec.x", "boom", "Pool/a"))
+        == "f.yaml:3:4: Pool/a spec.x: boom"
+    )
     assert "a.yaml:" in str(info.value)

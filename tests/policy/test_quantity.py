@@ -19,8 +19,18 @@ from reconciler.policy.quantity import (
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("0s", 0), ("30s", 30), ("10m", 600), ("1h", 3600), ("1h30m", 5400), ("1.5h", 5400),
-     ("250ms", 0.25), ("2d", 172800), ("1h0m10s", 3610), ("90s", 90)],
+    [
+        ("0s", 0),
+        ("30s", 30),
+        ("10m", 600),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("250ms", 0.25),
+        ("2d", 172800),
+        ("1h0m10s", 3610),
+        ("90s", 90),
+    ],
 )
 def test_valid_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
@@ -28,7 +38,23 @@ def test_valid_durations(text, seconds):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "10", "10 minutes", "m", "-5m", "1h 30m", "1.h", ".5h", "5M", "1w", "10m\n", " 10m", "1e3s", 10, None],
+    [
+        "",
+        "10",
+        "10 minutes",
+        "m",
+        "-5m",
+        "1h 30m",
+        "1.h",
+        ".5h",
+        "5M",
+        "1w",
+        "10m\n",
+        " 10m",
+        "1e3s",
+        10,
+        None,
+    ],
 )
 def test_invalid_durations(text):
     with pytest.raises(ValueError, match="not a duration"):
@@ -37,15 +63,27 @@ def test_invalid_durations(text):
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("4Gi", 4 * 2**30), ("512Mi", 512 * 2**20), ("1Ki", 1024), ("2", 2), ("1k", 1000),
-     ("1.5Gi", 3 * 2**29), ("500m", Decimal("0.5")), ("3G", 3 * 10**9), ("1Ti", 2**40), (7, 7), ("0", 0)],
+    [
+        ("4Gi", 4 * 2**30),
+        ("512Mi", 512 * 2**20),
+        ("1Ki", 1024),
+        ("2", 2),
+        ("1k", 1000),
+        ("1.5Gi", 3 * 2**29),
+        ("500m", Decimal("0.5")),
+        ("3G", 3 * 10**9),
+        ("1Ti", 2**40),
+        (7, 7),
+        ("0", 0),
+    ],
 )
 def test_valid_quantities(text, value):
     assert parse_quantity(text) == value
 
 
 @pytest.mark.parametrize(
-    "text", ["", "20GB", "4gi", "-1Gi", "1 Gi", "Gi", "4Gi\n", "1e3", "0x10", True, None, 1.5, "4.Gi"]
+    "text",
+    ["", "20GB", "4gi", "-1Gi", "1 Gi", "Gi", "4Gi\n", "1e3", "0x10", True, None, 1.5, "4.Gi"],
 )
 def test_invalid_quantities(text):
     with pytest.raises(ValueError, match="not a quantity"):
@@ -57,7 +95,18 @@ def test_quantity_bytes_truncates_fractions():
     assert quantity_bytes("20Gi") == 20 * 2**30
 
 
-@pytest.mark.parametrize(("n", "text"), [(20 * 2**30, "20Gi"), (2**40, "1Ti"), (3 * 2**20, "3Mi"), (1000, "1000"), (0, "0"), (1536, "1536"), (3072, "3Ki")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (20 * 2**30, "20Gi"),
+        (2**40, "1Ti"),
+        (3 * 2**20, "3Mi"),
+        (1000, "1000"),
+        (0, "0"),
+        (1536, "1536"),
+        (3072, "3Ki"),
+    ],
+)
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
 

@@ -20,7 +20,7 @@ def test_reference_is_up_to_date():
     assert DOC.read_text() == render_reference(), (
         "docs/policy-reference.md is stale; regenerate it with\n"
         "  python -c 'from reconciler.policy.reference import render_reference as r; "
-        "open(\"docs/policy-reference.md\", \"w\").write(r())'"
+        'open("docs/policy-reference.md", "w").write(r())\''
     )
 
 

@@ -1,4 +1,4 @@
-"""schemas/ is generated from the models (`gpupool schema --out schemas/`); fail when it is stale."""
+"""schemas/ is generated from the models (`gpupool schema --out schemas/`); fail if it is stale."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ SCHEMAS = ROOT / "schemas"
 def test_schemas_folder_is_up_to_date():
     expected = schema_files()
     present = {p.name for p in SCHEMAS.glob("*.json")}
-    stale = [n for n, text in expected.items() if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text() != text]
+    stale = [
+        n
+        for n, text in expected.items()
+        if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text() != text
+    ]
     extra = present - set(expected)
     assert not stale and not extra, (
         f"schemas/ is stale (changed: {stale}, not generated: {sorted(extra)}); "

@@ -29,7 +29,9 @@ def _write(repo_dir: Path, inf_min: int, max_pre: int) -> None:
     (repo_dir / "pools").mkdir(exist_ok=True)
     (repo_dir / "policies").mkdir(exist_ok=True)
     (repo_dir / "pools" / "a100.yaml").write_text(pool)
-    (repo_dir / "policies" / "policies.yaml").write_text("---\n" + policies + GATES.format(max_pre=max_pre))
+    (repo_dir / "policies" / "policies.yaml").write_text(
+        "---\n" + policies + GATES.format(max_pre=max_pre)
+    )
 
 
 @pytest.fixture
@@ -50,8 +52,24 @@ def repo(tmp_path):
     r.heads.main.checkout()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
     work = [
-        training("team-b", "sweep-old", "a100-1", [0, 1, 2, 3], cls="training-low", started=ago(6), checkpoint=ago(0.5)),
-        training("team-b", "sweep-new", "a100-1", [4, 5, 6, 7], cls="training-low", started=ago(3), checkpoint=ago(0.1)),
+        training(
+            "team-b",
+            "sweep-old",
+            "a100-1",
+            [0, 1, 2, 3],
+            cls="training-low",
+            started=ago(6),
+            checkpoint=ago(0.5),
+        ),
+        training(
+            "team-b",
+            "sweep-new",
+            "a100-1",
+            [4, 5, 6, 7],
+            cls="training-low",
+            started=ago(3),
+            checkpoint=ago(0.1),
+        ),
         training("team-a", "resnet", "a100-2", 8, cls="training-high", started=ago(3)),
     ]
     obs = tmp_path / "observed.yaml"
@@ -68,12 +86,26 @@ def run(capsys, *argv):
 def test_moves_four_cards_and_names_the_disrupted_workload(repo, capsys):
     d, r, obs = repo
     before = r.head.commit.hexsha
-    rc, out, err = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature",
-                       "--observed", str(obs), "--format", "markdown")
+    rc, out, err = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+        "--format",
+        "markdown",
+    )
     assert rc == 0, err
     assert "a100: 4 GPUs training -> inference" in out
     assert "| a100 | 16 / 0 / 0 | 12 / 4 / 0 | -4 | +4 | +0 |" in out
-    assert "`team-b/sweep-new`" in out and "`preempt`" in out  # the least work lost since checkpoint
+    assert (
+        "`team-b/sweep-new`" in out and "`preempt`" in out
+    )  # the least work lost since checkpoint
     assert "sweep-old" not in out
     assert out.count("| `a100-1` |") == 4  # the four cards, before -> after
     assert "whole | MIG[" in out
@@ -83,7 +115,20 @@ def test_moves_four_cards_and_names_the_disrupted_workload(repo, capsys):
 
 def test_json_report(repo, capsys):
     d, _, obs = repo
-    rc, out, _ = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature", "--observed", str(obs), "--format", "json")
+    rc, out, _ = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+        "--format",
+        "json",
+    )
     data = json.loads(out)
     assert rc == 0
     assert data["capacity"]["a100"]["delta"] == {"whole": -4, "mig": 4, "shared": 0}
@@ -98,15 +143,43 @@ def test_gate_trips_and_exits_1(repo, capsys):
     _write(d, inf_min=0, max_pre=0)
     r.index.add(["policies/policies.yaml"])
     r.index.commit("tighten gates on main")
-    rc, out, err = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature", "--observed", str(obs), "--format", "markdown")
+    rc, out, err = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+        "--format",
+        "markdown",
+    )
     assert rc == 1
     assert "BLOCKED" in out and "Safety gates tripped" in out
-    assert "1 workloads would be preempted/moved/reclaimed by this change; ChangePolicy/gates allows 0" in err
+    assert (
+        "1 workloads would be preempted/moved/reclaimed by this change; ChangePolicy/gates allows 0"
+        in err
+    )
 
 
 def test_same_revision_changes_nothing(repo, capsys):
     d, _, obs = repo
-    rc, out, _ = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "main", "--observed", str(obs), "--detailed-exitcode")
+    rc, out, _ = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "main",
+        "--observed",
+        str(obs),
+        "--detailed-exitcode",
+    )
     assert rc == 0
     assert "no capacity moves; 0 repartitions; 0 workloads disrupted" in out
 
@@ -121,22 +194,62 @@ def test_deleting_a_pool_needs_confirmation(repo, capsys):
     r.index.add(["policies/policies.yaml"])
     r.index.commit("decommission a100")
     r.heads.main.checkout()
-    rc, _, err = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature", "--observed", str(obs))
+    rc, _, err = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+    )
     assert rc == 1
     assert "Pool/a100 is deleted" in err and "every Quota (2) is deleted" in err
-    rc, _, err = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature", "--observed", str(obs),
-                     "--confirm", "empty-pool", "--confirm", "delete-all-quotas")
+    rc, _, err = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+        "--confirm",
+        "empty-pool",
+        "--confirm",
+        "delete-all-quotas",
+    )
     assert rc == 0, err
 
 
 def test_invalid_head_is_reported_not_planned(repo, capsys):
     d, r, obs = repo
     r.heads.feature.checkout()
-    (d / "pools" / "a100.yaml").write_text((d / "pools" / "a100.yaml").read_text().replace("minGPUs: 4", "minGPUs: four", 1))
+    (d / "pools" / "a100.yaml").write_text(
+        (d / "pools" / "a100.yaml").read_text().replace("minGPUs: 4", "minGPUs: four", 1)
+    )
     r.index.add(["pools/a100.yaml"])
     r.index.commit("typo")
     r.heads.main.checkout()
-    rc, out, err = run(capsys, "plan", "--repo", str(d), "--base", "main", "--rev", "feature", "--observed", str(obs), "--format", "markdown")
+    rc, out, err = run(
+        capsys,
+        "plan",
+        "--repo",
+        str(d),
+        "--base",
+        "main",
+        "--rev",
+        "feature",
+        "--observed",
+        str(obs),
+        "--format",
+        "markdown",
+    )
     assert rc == 1
     assert "head revision is invalid" in out and "pools/a100.yaml:" in out
     assert "Traceback" not in err

@@ -18,7 +18,7 @@ RECORDED = json.loads((Path(__file__).parent / "recorded" / "issue_comments.json
 
 
 class Recorder:
-    """A fake GitHub: serves the recorded comment list (paginated in two pages) and records writes."""
+    """A fake GitHub: serves the recorded comment list (in two pages) and records writes."""
 
     def __init__(self, comments, fail=None):
         self.comments = comments
@@ -31,21 +31,40 @@ class Recorder:
         self.calls.append((method, url, payload))
         assert headers["Authorization"] == "Bearer t0ken"
         if self.fail and self.fail in url:
-            return 403, {}, json.dumps({"message": "Resource not accessible by integration"}).encode()
+            return (
+                403,
+                {},
+                json.dumps({"message": "Resource not accessible by integration"}).encode(),
+            )
         if method == "GET" and "page=2" in url:
             return 200, {}, json.dumps(self.comments[2:]).encode()
         if method == "GET":
-            link = '<https://api.github.test/repos/o/r/issues/7/comments?per_page=100&page=2>; rel="next"'
+            link = (
+                "<https://api.github.test/repos/o/r/issues/7/comments?per_page=100&page=2>;"
+                ' rel="next"'
+            )
             return 200, {"Link": link}, json.dumps(self.comments[:2]).encode()
         if method == "POST" and url.endswith("/graphql"):
-            return 200, {}, json.dumps({"data": {"minimizeComment": {"minimizedComment": {"isMinimized": True}}}}).encode()
+            return (
+                200,
+                {},
+                json.dumps(
+                    {"data": {"minimizeComment": {"minimizedComment": {"isMinimized": True}}}}
+                ).encode(),
+            )
         if method == "POST":
             self.next_id += 1
             return 201, {}, json.dumps({"id": self.next_id, "body": payload["body"]}).encode()
-        return 200, {}, json.dumps({"id": int(url.rsplit("/", 1)[1]), "body": payload["body"]}).encode()
+        return (
+            200,
+            {},
+            json.dumps({"id": int(url.rsplit("/", 1)[1]), "body": payload["body"]}).encode(),
+        )
 
     def writes(self):
-        return [(m, u.replace("https://api.github.test", ""), p) for m, u, p in self.calls if m != "GET"]
+        return [
+            (m, u.replace("https://api.github.test", ""), p) for m, u, p in self.calls if m != "GET"
+        ]
 
 
 def gh(rec):
@@ -70,14 +89,19 @@ def test_creates_when_there_is_none_yet():
 
 
 def test_same_plan_writes_nothing():
-    body = split_body("### gpupool plan for this change\n\n:white_check_mark: **Change: no capacity moves; 0 repartitions; 0 workloads disrupted**\n")[0]
+    body = split_body(
+        "### gpupool plan for this change\n\n:white_check_mark: "
+        "**Change: no capacity moves; 0 repartitions; 0 workloads disrupted**\n"
+    )[0]
     rec = Recorder([RECORDED[0], {**RECORDED[1], "body": body}])
     assert upsert(gh(rec), "o/r", 7, body.split("\n", 1)[1]) == ["unchanged 1002"]
     assert rec.writes() == []
 
 
 def test_long_plan_is_split_into_numbered_parts_that_fit():
-    table = "".join(f"| `node-{i:05d}` | {i % 8} | whole | MIG[3g.40gb, 3g.40gb] |\n" for i in range(4000))
+    table = "".join(
+        f"| `node-{i:05d}` | {i % 8} | whole | MIG[3g.40gb, 3g.40gb] |\n" for i in range(4000)
+    )
     parts = split_body("### plan\n\n" + table)
     assert len(parts) >= 3
     assert all(len(p) < LIMIT for p in parts)
@@ -86,7 +110,9 @@ def test_long_plan_is_split_into_numbered_parts_that_fit():
     assert sum(p.count("| `node-") for p in parts) == 4000  # nothing lost
     rec = Recorder(RECORDED)
     done = upsert(gh(rec), "o/r", 7, "### plan\n\n" + table)
-    assert done[:2] == ["updated 1002", "updated 1003"] and all(d.startswith("created") for d in done[2:])
+    assert done[:2] == ["updated 1002", "updated 1003"] and all(
+        d.startswith("created") for d in done[2:]
+    )
 
 
 def test_api_error_is_reported():

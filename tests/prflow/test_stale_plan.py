@@ -16,7 +16,9 @@ def test_saved_plan_is_current_then_stale(tmp_path, capsys):
     assert all(v.startswith("sha256:") for v in saved["fingerprint"].values())
     capsys.readouterr()
 
-    assert main(["apply", str(out), "pools", "policies", "--observed", "examples/observed.yaml"]) == 0
+    assert (
+        main(["apply", str(out), "pools", "policies", "--observed", "examples/observed.yaml"]) == 0
+    )
     assert "plan is current" in capsys.readouterr().out
 
     # utilization moves every second: not a reason to refuse
@@ -37,13 +39,20 @@ def test_saved_plan_is_current_then_stale(tmp_path, capsys):
     policies.mkdir()
     for f in ("quotas", "priority", "scaling", "maintenance", "change"):
         (policies / f"{f}.yaml").write_text(Path(f"policies/{f}.yaml").read_text())
-    (policies / "maintenance.yaml").write_text(Path("policies/maintenance.yaml").read_text().replace("idleFor: 1h", "idleFor: 2h"))
-    assert main(["apply", str(out), "pools", str(policies), "--observed", "examples/observed.yaml"]) == 1
+    (policies / "maintenance.yaml").write_text(
+        Path("policies/maintenance.yaml").read_text().replace("idleFor: 1h", "idleFor: 2h")
+    )
+    assert (
+        main(["apply", str(out), "pools", str(policies), "--observed", "examples/observed.yaml"])
+        == 1
+    )
     assert "the desired state changed" in capsys.readouterr().err
 
 
 def test_apply_rejects_a_file_that_is_not_a_plan(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text('{"actions": 3}')
-    assert main(["apply", str(bad), "pools", "policies", "--observed", "examples/observed.yaml"]) == 1
+    assert (
+        main(["apply", str(bad), "pools", "policies", "--observed", "examples/observed.yaml"]) == 1
+    )
     assert "not a saved plan" in capsys.readouterr().err

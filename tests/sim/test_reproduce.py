@@ -17,7 +17,11 @@ PAPER_NAMES = {"fgd": "06-FGD", "bestfit": "05-BestFit"}
 def expected(openb, workload, policy, seed):
     with open(openb / "expected_results" / "analysis_allo_discrete.csv", newline="") as f:
         for row in csv.DictReader(f):
-            if row["workload"] == workload and row["sc_policy"] == PAPER_NAMES[policy] and int(row["seed"]) == seed:
+            if (
+                row["workload"] == workload
+                and row["sc_policy"] == PAPER_NAMES[policy]
+                and int(row["seed"]) == seed
+            ):
                 return float(row["130"])
     pytest.skip(f"no expected row for {workload} {policy} {seed}")
 

@@ -41,7 +41,10 @@ def test_reads_small_trace(files):
     "content, message",
     [
         ("sn,cpu_milli,memory_mib,gpu\nn0,1,1,1\n", "missing column(s) model"),
-        ("sn,cpu_milli,memory_mib,gpu,model\nn0,abc,1,1,G2\n", ":2: column cpu_milli: 'abc' is not a number"),
+        (
+            "sn,cpu_milli,memory_mib,gpu,model\nn0,abc,1,1,G2\n",
+            ":2: column cpu_milli: 'abc' is not a number",
+        ),
         ("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,1,G2\nn0,1,1,1,G2\n", ":3: duplicate node n0"),
         ("sn,cpu_milli,memory_mib,gpu,model\nn0,-5,1,1,G2\n", "out of range"),
         ("", "empty file"),
@@ -72,7 +75,9 @@ def test_pod_errors(tmp_path, row, message):
 
 
 def test_missing_file_is_one_line_error(capsys, tmp_path):
-    rc = main(["simulate", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "none.csv")])
+    rc = main(
+        ["simulate", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "none.csv")]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "none.csv: file not found" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -87,16 +92,36 @@ def test_bad_column_names_file(capsys, files, tmp_path):
 
 
 def test_unknown_policy_and_bad_seed(capsys, files):
-    assert main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--policy", "x"]) == 1
+    assert (
+        main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--policy", "x"]) == 1
+    )
     assert main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--seed", "a"]) == 1
 
 
 def test_cli_json_shape(capsys, files):
-    rc = main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]),
-               "--policy", "bestfit,fgd", "--seed", "1,2", "--format", "json"])
+    rc = main(
+        [
+            "simulate",
+            "--nodes",
+            str(files[0]),
+            "--pods",
+            str(files[1]),
+            "--policy",
+            "bestfit,fgd",
+            "--seed",
+            "1,2",
+            "--format",
+            "json",
+        ]
+    )
     assert rc == 0
     records = json.loads(capsys.readouterr().out)
-    assert [(r["policy"], r["seed"]) for r in records] == [("bestfit", 1), ("bestfit", 2), ("fgd", 1), ("fgd", 2)]
+    assert [(r["policy"], r["seed"]) for r in records] == [
+        ("bestfit", 1),
+        ("bestfit", 2),
+        ("fgd", 1),
+        ("fgd", 2),
+    ]
     for r in records:
         assert r["total_gpus"] == 3
         assert 0 <= r["gpu_allocation_ratio"] <= 1
@@ -147,7 +172,10 @@ def slice_trace(openb, tmp_path, every=8):
 
 @pytest.mark.trace
 def test_end_to_end_slice(openb, tmp_path):
-    nodes, pods = (read_nodes(p) if i == 0 else read_pods(p) for i, p in enumerate(slice_trace(openb, tmp_path)))
+    nodes, pods = (
+        read_nodes(p) if i == 0 else read_pods(p)
+        for i, p in enumerate(slice_trace(openb, tmp_path))
+    )
     res = {p: replay(nodes, pods, p, 42) for p in ("random", "bestfit", "fgd", "ours")}
     for r in res.values():
         assert 0.5 < r.gpu_allocation_ratio <= 1
