@@ -1208,7 +1208,8 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
                     key,
                     one_card,
                     placement.Placement(node, (at,)),
-                    movable=w.migratable or not rule.only_migratable,
+                    # a move is an eviction: only what the priority policy lets be preempted
+                    movable=(w.migratable or not rule.only_migratable) and _preemptible(run, w),
                 )
             )
 
@@ -1249,6 +1250,11 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
             target=dest.node,
         )
     return _place_gang(run, pv, p) is not None
+
+
+def _preemptible(run: _Run, w: Workload) -> bool:
+    pc = run.pclass(w.priority_class or run._default_class())
+    return pc is not None and pc.preemptible
 
 
 def _in_window(now: datetime, start: str, end: str) -> bool:
