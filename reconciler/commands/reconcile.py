@@ -12,6 +12,7 @@ import threading
 import time
 
 from reconciler.observe.kube import make_api_client
+from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from reconciler.policy.quantity import parse_duration
 
 
@@ -87,7 +88,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     interval = parse_duration(args.interval)
     while True:
         try:
-            published = run_once(api, node)
+            published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
             logging.getLogger("gpupool.agent").info(
                 "published %d GPUs for %s", len(published.gpus), node
             )
@@ -157,13 +158,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     a = sub.add_parser(
         "agent",
-        help="run the node agent: publish this node's GPUs (NVML)",
+        help="run the node agent: publish this node's GPUs (NVML) and who holds them",
         description=(
-            "Read this node's GPUs through NVML (read-only) and publish them as a GpuNodeState."
+            "Read this node's GPUs through NVML (read-only) and which pod holds which of them "
+            "through the kubelet's PodResources API, and publish both as a GpuNodeState."
         ),
     )
     a.add_argument("--node", help="node name (default: NODE_NAME)")
     a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
     a.add_argument("--interval", default="30s")
     a.add_argument("--once", action="store_true")
+    a.add_argument(
+        "--pod-resources-socket",
+        default=os.environ.get("POD_RESOURCES_SOCKET", DEFAULT_POD_RESOURCES_SOCKET),
+        help=(
+            "the kubelet's PodResources socket, asked which pod holds which GPU "
+            f"(default: POD_RESOURCES_SOCKET or {DEFAULT_POD_RESOURCES_SOCKET}; '' skips it)"
+        ),
+    )
     a.set_defaults(func=cmd_agent)

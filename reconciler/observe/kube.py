@@ -8,9 +8,14 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
 - per-node GPU facts (MIG layout, utilization, idle time) from the node agent's
   `GpuNodeState` object (gpupool.io/v1alpha1, cluster-scoped, named after the node); without
   one, a node's `nvidia.com/gpu` capacity gives that many whole cards;
-- which cards a pod holds from its `gpupool.io/gpus` annotation ("0,1", or "2:4" = GPU 2, MIG
-  instance at start 4), written by the node agent; without it, whole-card pods take the lowest
-  free indices in creation order (an approximation, said so in the README);
+- which cards a running pod holds from its node's `GpuNodeState` `status.pods`: the node agent
+  asks the kubelet's PodResources API (the only place Kubernetes knows it) and maps the device
+  IDs to cards through NVML UUIDs. Only for a node whose agent publishes no `status.pods` (an
+  older agent, no PodResources socket, a failed List) is the pod's `gpupool.io/gpus` annotation
+  read instead ("0,1", "2:4" = GPU 2, MIG instance at start 4, "3/2" = two shared slices), if
+  something writes it. A pod known neither way (say it started after the agent's last
+  publication) gets whole cards guessed: the lowest indices nobody is known to hold, in
+  creation order (an approximation, said so in the README);
 - workload traits from annotations: `gpupool.io/checkpointable`, `gpupool.io/migratable`,
   `gpupool.io/last-checkpoint` (RFC 3339);
 - inference services: Deployments/StatefulSets labelled `gpupool.io/inference=true`, with
@@ -25,6 +30,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from reconciler import conventions as C
 from reconciler.observe.model import (
     Allocation,
@@ -32,6 +39,7 @@ from reconciler.observe.model import (
     InferenceService,
     Node,
     ObservedState,
+    PodGpus,
     PriorityClassObject,
     QuotaObject,
     Request,
@@ -154,6 +162,50 @@ def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
     )
 
 
+_ALLOCATION_FIELDS = ("gpu", "migStart", "migProfile", "slices")
+
+
+def published_pods(state: dict | None) -> dict[str, list[Allocation]] | None:
+    """Pod key -> allocations from a `GpuNodeState`'s `status.pods`; None when the agent
+    published none (no key, or not a list). Fields a newer agent adds are ignored; an entry
+    that does not parse is left out (that pod falls back as if unlisted)."""
+    pods = ((state or {}).get("status") or {}).get("pods")
+    if not isinstance(pods, list):
+        return None
+    out: dict[str, list[Allocation]] = {}
+    for entry in pods:
+        if not isinstance(entry, dict):
+            continue
+        allocs = entry.get("allocations") or []
+        try:
+            pod = PodGpus.model_validate(
+                {
+                    "namespace": entry.get("namespace"),
+                    "name": entry.get("name"),
+                    "allocations": [
+                        {k: a[k] for k in _ALLOCATION_FIELDS if k in a}
+                        for a in allocs
+                        if isinstance(a, dict)
+                    ],
+                }
+            )
+        except ValidationError:
+            continue
+        out[pod.key] = pod.allocations
+    return out
+
+
+def _known_allocations(
+    p: Any, node_pods: dict[str, list[Allocation]] | None
+) -> list[Allocation] | None:
+    """What the node agent says the pod holds; the annotation only where the agent publishes
+    no pods; None when neither says."""
+    if node_pods is not None:
+        return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
+    ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
+    return parse_allocation(ann) if ann else None
+
+
 def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list[Allocation]:
     if node is None or not req.gpus:
         return []
@@ -227,27 +279,34 @@ def observe_cluster(
     raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
     nodes = [_node(n, states.get(n.metadata.name)) for n in raw_nodes]
     by_name = {n.name: n for n in nodes}
-    taken: dict[str, set[int]] = {}
-    workloads = []
+    held = {name: published_pods(state) for name, state in states.items()}
     pods = sorted(
         raw_pods,
         key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name),
     )
+    # Known holdings first (the agent's status.pods, else the annotation), so that a guess
+    # never hands out a card a pod is known to hold.
+    gpu_pods: list[tuple[Any, Request, list[Allocation] | None]] = []
+    taken: dict[str, set[int]] = {}
     for p in pods:
         if p.status.phase in ("Succeeded", "Failed") or p.metadata.deletion_timestamp:
             continue
         req = pod_request(p)
         if req.kind == "none":
             continue
-        ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
-        if ann:
-            allocs = parse_allocation(ann)
-        else:
-            allocs = _guess_allocations(
-                req,
-                by_name.get(p.spec.node_name or ""),
-                taken.setdefault(p.spec.node_name or "", set()),
-            )
+        node_name = p.spec.node_name or ""
+        known = _known_allocations(p, held.get(node_name))
+        if known is not None:
+            taken.setdefault(node_name, set()).update(a.gpu for a in known)
+        gpu_pods.append((p, req, known))
+    workloads = []
+    for p, req, known in gpu_pods:
+        node_name = p.spec.node_name or ""
+        allocs = (
+            known
+            if known is not None
+            else _guess_allocations(req, by_name.get(node_name), taken.setdefault(node_name, set()))
+        )
         workloads.append(_workload(p, req, allocs))
     apps = client.AppsV1Api(api_client)
     services = [

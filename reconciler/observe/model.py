@@ -94,6 +94,19 @@ class Allocation(Obs):
     """For a shared request: slices of this card it holds."""
 
 
+class PodGpus(Obs):
+    """Which cards one pod holds on its node: the node agent's `GpuNodeState` `status.pods`,
+    mapped from the kubelet's PodResources device IDs through NVML UUIDs."""
+
+    namespace: str
+    name: str
+    allocations: list[Allocation] = []
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class Request(Obs):
     """GPU resources a workload (or one replica) asks for."""
 
@@ -191,7 +204,7 @@ class ObservedState(Obs):
 
 def parse_allocation(text: str) -> list[Allocation]:
     """`gpupool.io/gpus`: "0,1" whole cards; "2:4" MIG instance at start 4;
-    "3/2" 2 shared slices."""
+    "3/2" 2 shared slices. (Observation reads the node agent's `status.pods` first.)"""
     out = []
     for part in (p.strip() for p in text.split(",")):
         if not part:

@@ -43,6 +43,7 @@ from tests.nvidia.device_plugin import DevicePlugin
 from tests.nvidia.gpunode import SimulatedGpuNode
 from tests.nvidia.mig_manager import MigManager
 from tests.nvidia.mounted import MountedConfigMap
+from tests.nvidia.podresources_server import PodResourcesServer, gpu_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -122,6 +123,8 @@ class GpuNodeSim:
         self.device_plugin = DevicePlugin(api, gpus, MountedConfigMap(api, OPERATOR_NS, SHARING_CM, world.clock),
                                           set_resources=self.advertise)
         self._agent: client.ApiClient | None = None
+        self._kubelet: PodResourcesServer | None = None
+        self.agent_running = False
 
     def advertise(self, resources: dict[str, str]) -> None:
         """The kubelet posts what the device plugin advertises; GPU resources it no longer
@@ -140,26 +143,54 @@ class GpuNodeSim:
             self._agent = self.world.agent_client(self.name)
         return self._agent
 
+    def pod_resources_socket(self) -> str:
+        """The kubelet's PodResources socket on this node: a gRPC server speaking the real
+        `v1.PodResourcesLister` List (tests/nvidia/podresources_server.py) that answers from the
+        device manager (gpunode.pod_resources), started on first use, stopped at teardown."""
+        if self._kubelet is None:
+            self._kubelet = PodResourcesServer(self.gpus.pod_resources, self._resource_of)
+            self.world.cleanup(self._kubelet.stop)
+        return self._kubelet.socket
+
+    def _resource_of(self, dev_id: str) -> str:
+        inv = self.gpus.inventory()
+        return next((r for r, ids in inv.items() if dev_id in ids), gpu_resource(dev_id))
+
     def publish(self) -> None:
-        """gpupool's real node agent over this node's NVML, as `gpupool-agent`."""
-        run_once(self.agent_client(), self.name, nvml=self.gpus.nvml)
+        """gpupool's real node agent over this node's NVML and its kubelet's PodResources
+        socket, as `gpupool-agent`: it publishes the GPUs and which pod holds which of them."""
+        self.agent_running = True
+        run_once(self.agent_client(), self.name, nvml=self.gpus.nvml,
+                 pod_resources_socket=self.pod_resources_socket())
 
     def annotate_pods(self) -> None:
-        """Stands in for the agent publishing which device each pod holds (the kubelet's
-        PodResources List, gpunode.pod_resources) as the `gpupool.io/gpus` annotation that
-        gpupool's Kubernetes adapter reads today."""
+        """After the kubelet admitted or removed pods: the node agent, where this node runs
+        one, publishes who holds which card (status.pods, which the controller's Kubernetes
+        adapter reads first); then the temporary annotation bridge below."""
+        if self.agent_running:
+            self.publish()
+        self._annotation_bridge()
+
+    def _annotation_bridge(self) -> None:
+        """TEMPORARY, not a real component: writes the `gpupool.io/gpus` annotation that
+        nothing writes in a real cluster. Two readers still need it: apply's `_gpus_busy`
+        (reconciler/apply/handlers.py: a GPU pod without it counts as holding every card, so
+        a MIG change waits forever) and test_converge's check of the ranker pods' cards.
+        Delete this once both read the agent's GpuNodeState status.pods (issue 12, item 5).
+        The observe path does not use it on nodes whose agent publishes pods."""
         for key, ids in self.gpus.pod_resources().items():
             parts = []
             for dev in ids:
                 card, start, slices = self.gpus.card_of(dev)
-                parts.append(f"{card}:{start}" if start is not None else f"{card}/{slices}" if slices else str(card))
+                parts.append(f"{card}:{start}" if start is not None
+                             else f"{card}/{slices}" if slices else str(card))
             text = ",".join(sorted(set(parts), key=parts.index))
             ns, _, pod = key.partition("/")
+            patch = {"metadata": {"annotations": {GPUS_ANN: text}}}
             with contextlib.suppress(client.ApiException):
                 cur = self.world.core.read_namespaced_pod(pod, ns)
                 if (cur.metadata.annotations or {}).get(GPUS_ANN) != text:
-                    self.world.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {GPUS_ANN: text}}},
-                                                         _content_type=MERGE)
+                    self.world.core.patch_namespaced_pod(pod, ns, patch, _content_type=MERGE)
 
     def observe(self) -> None:
         """The kubelet keeps syncing the mounted ConfigMaps whether or not the components

@@ -1,4 +1,6 @@
-"""Which pod holds which card: the kubelet's PodResources List (client and wire format).
+"""Which pod holds which card: the kubelet's PodResources List (client and wire format), the node
+agent's mapping of device IDs onto NVML cards and its `status.pods`, and the controller's
+Kubernetes adapter reading allocations from there before the `gpupool.io/gpus` annotation.
 
 The server is tests/nvidia/podresources_server.py: the real `v1.PodResourcesLister` List over
 a unix socket, encoded by its own wire-format encoder."""
@@ -12,6 +14,12 @@ import time
 import grpc
 import pytest
 
+from reconciler.conventions import GPUS_ANN
+from reconciler.loop.agent import run_once
+from reconciler.observe.agent import pod_gpus
+from reconciler.observe.kube import observe_cluster, published_pods
+from reconciler.observe.model import Allocation
+from reconciler.observe.nvml import read_gpus
 from reconciler.observe.podresources import (
     ContainerDevices,
     ContainerResources,
@@ -24,6 +32,7 @@ from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 from tests.nvidia.podresources_server import PodResourcesServer, encode_list_response
 
 A100 = "A100-SXM4-80GB"
+MERGE = "application/merge-patch+json"
 
 
 def _fake_node() -> FakeNvml:
@@ -148,3 +157,163 @@ def test_an_error_status_is_reported():
         kubelet.abort = grpc.StatusCode.RESOURCE_EXHAUSTED  # the kubelet's rate limit
         with pytest.raises(PodResourcesError, match="RESOURCE_EXHAUSTED"):
             list_pod_resources(kubelet.socket)
+
+
+# --- device IDs onto cards ------------------------------------------------------------------
+
+
+def test_device_ids_map_to_cards_through_nvml_uuids():
+    nvml = _fake_node()
+    gpu0, mig0, mig4, gpu2 = _ids(nvml)
+    gpus = read_gpus(nvml)
+    pods = [
+        PodResources("a", "whole", (ContainerResources("c", (ContainerDevices("r", (gpu0,)),)),)),
+        PodResources("a", "mig", (ContainerResources("c", (ContainerDevices("r", (mig4,)),)),)),
+        PodResources(
+            "a",
+            "slices",
+            (
+                ContainerResources("c1", (ContainerDevices("r", (f"{gpu2}::0", f"{gpu2}::5")),)),
+                ContainerResources("c2", (ContainerDevices("r", (f"{gpu2}::7",)),)),
+            ),
+        ),
+        PodResources(
+            "a", "mig-slice", (ContainerResources("c", (ContainerDevices("r", (f"{mig0}::1",)),)),)
+        ),
+        PodResources(
+            "a", "nic", (ContainerResources("c", (ContainerDevices("rdma/hca", ("mlx5_0",)),)),)
+        ),
+        PodResources("a", "cpu-only"),
+    ]
+    held = {p.key: p.allocations for p in pod_gpus(pods, gpus)}
+    assert held == {
+        "a/whole": [Allocation(gpu=0)],
+        "a/mig": [Allocation(gpu=1, mig_start=4, mig_profile="3g.40gb")],
+        "a/slices": [Allocation(gpu=2, slices=3)],
+        "a/mig-slice": [Allocation(gpu=1, mig_start=0, mig_profile="3g.40gb")],
+    }
+
+
+# --- the agent's publication and the controller's adapter (real control plane) ----------------
+
+
+def _node_state(kube, node: str) -> dict:
+    return kube.custom.get_cluster_custom_object("gpupool.io", "v1alpha1", "gpunodestates", node)
+
+
+def test_agent_publishes_pods_and_reports_a_failed_list(kube):
+    from tests.integration.harness import add_gpu_node
+
+    add_gpu_node(kube, "a100-pr1", model=A100, pool="a100", count=3, state=False)
+    agent = kube.agent_client("a100-pr1")
+    nvml = _fake_node()
+    gpu0, _, mig4, gpu2 = _ids(nvml)
+    served = {
+        "team-a/train": [gpu0],
+        "team-b/infer": [mig4],
+        "team-c/nb": [f"{gpu2}::0", f"{gpu2}::1"],
+    }
+    with PodResourcesServer(served) as kubelet:
+        run_once(agent, "a100-pr1", nvml=nvml, pod_resources_socket=kubelet.socket)
+        st = _node_state(kube, "a100-pr1")["status"]
+        assert st["pods"] == [
+            {"namespace": "team-a", "name": "train", "allocations": [{"gpu": 0}]},
+            {
+                "namespace": "team-b",
+                "name": "infer",
+                "allocations": [{"gpu": 1, "migStart": 4, "migProfile": "3g.40gb"}],
+            },
+            {"namespace": "team-c", "name": "nb", "allocations": [{"gpu": 2, "slices": 2}]},
+        ]
+        assert "podsError" not in st and len(st["gpus"]) == 3
+        assert published_pods(_node_state(kube, "a100-pr1"))["team-b/infer"] == [
+            Allocation(gpu=1, mig_start=4, mig_profile="3g.40gb")
+        ]
+        kubelet.abort = grpc.StatusCode.UNAVAILABLE
+        run_once(agent, "a100-pr1", nvml=nvml, pod_resources_socket=kubelet.socket)
+    st = _node_state(kube, "a100-pr1")["status"]
+    assert "pods" not in st and "UNAVAILABLE" in st["podsError"]  # no stale answer stays
+    assert len(st["gpus"]) == 3  # the GPUs are published all the same
+    run_once(agent, "a100-pr1", nvml=nvml, pod_resources_socket=kubelet.socket)  # socket gone
+    assert "no socket" in _node_state(kube, "a100-pr1")["status"]["podsError"]
+    run_once(agent, "a100-pr1", nvml=nvml)  # not asked: says nothing about pods
+    assert {"pods", "podsError"}.isdisjoint(_node_state(kube, "a100-pr1")["status"])
+
+
+def _allocs(kube, ns: str) -> dict[str, list[Allocation]]:
+    return {
+        w.name: w.allocations
+        for w in observe_cluster(kube.api_client).workloads
+        if w.namespace == ns
+    }
+
+
+def test_adapter_takes_allocations_from_the_agent_not_the_annotation(kube):
+    """Running pods admitted by the simulated kubelet; the node's agent publishes them from its
+    PodResources socket. A wrong annotation is ignored on that node."""
+    from tests.integration.harness import add_gpu_node, create_pod
+
+    sim = add_gpu_node(kube, "h100-pr2", count=4, mig={3: ["3g.40gb", "3g.40gb"]})
+    ns = kube.new_namespace("pr")
+    create_pod(kube, ns, "two", node="h100-pr2", gpus=2, pool=None, cls=None)
+    create_pod(kube, ns, "mig", node="h100-pr2", mig="3g.40gb", pool=None, cls=None)
+    held = published_pods(_node_state(kube, "h100-pr2"))
+    assert held[f"{ns}/two"] == [Allocation(gpu=0), Allocation(gpu=1)]
+    assert held[f"{ns}/mig"] == [Allocation(gpu=3, mig_start=0, mig_profile="3g.40gb")]
+    for pod in ("two", "mig"):  # what an out-of-date writer might have left
+        kube.core.patch_namespaced_pod(
+            pod, ns, {"metadata": {"annotations": {GPUS_ANN: "2"}}}, _content_type=MERGE
+        )
+    assert _allocs(kube, ns) == {
+        "two": [Allocation(gpu=0), Allocation(gpu=1)],
+        "mig": [Allocation(gpu=3, mig_start=0, mig_profile="3g.40gb")],
+    }
+    # a pod started since the agent's last publication: its whole cards are guessed among
+    # those nobody is known to hold (not from its annotation, on a node that publishes pods)
+    before = _node_state(kube, "h100-pr2")["status"]["pods"]
+    create_pod(kube, ns, "late", node="h100-pr2", gpus=1, pool=None, cls=None)
+    kube.custom.patch_cluster_custom_object_status(
+        "gpupool.io", "v1alpha1", "gpunodestates", "h100-pr2", {"status": {"pods": before}}
+    )
+    kube.core.patch_namespaced_pod(
+        "late", ns, {"metadata": {"annotations": {GPUS_ANN: "0"}}}, _content_type=MERGE
+    )
+    assert f"{ns}/late" not in published_pods(_node_state(kube, "h100-pr2"))
+    assert sim.gpus.pod_resources()[f"{ns}/late"]  # the kubelet did give it a card
+    assert _allocs(kube, ns)["late"] == [Allocation(gpu=2)]
+
+
+def test_annotation_is_the_fallback_where_the_agent_publishes_no_pods(kube):
+    from tests.integration.harness import add_gpu_node, create_pod
+
+    sim = add_gpu_node(kube, "h100-pr3", count=4)
+    ns = kube.new_namespace("pr")
+    create_pod(kube, ns, "one", node="h100-pr3", gpus=1, pool=None, cls=None)
+    run_once(sim.agent_client(), "h100-pr3", nvml=sim.gpus.nvml)  # an agent without the socket
+    assert "pods" not in _node_state(kube, "h100-pr3")["status"]
+    kube.core.patch_namespaced_pod(
+        "one", ns, {"metadata": {"annotations": {GPUS_ANN: "3"}}}, _content_type=MERGE
+    )
+    assert _allocs(kube, ns) == {"one": [Allocation(gpu=3)]}
+
+
+def test_published_pods_is_lenient_with_newer_agents():
+    state = {
+        "status": {
+            "pods": [
+                {
+                    "namespace": "a",
+                    "name": "p",
+                    "uid": "1234",  # a field this controller does not know
+                    "allocations": [{"gpu": 1, "slices": 2, "memoryMib": 9}],
+                },
+                {"namespace": "a", "name": "broken", "allocations": [{"gpu": -1}]},
+                {"name": "no-namespace"},
+                "not an object",
+            ]
+        }
+    }
+    assert published_pods(state) == {"a/p": [Allocation(gpu=1, slices=2)]}
+    assert published_pods({"status": {"gpus": []}}) is None
+    assert published_pods(None) is None
+    assert published_pods({"status": {"pods": []}}) == {}
