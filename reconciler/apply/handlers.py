@@ -151,14 +151,24 @@ def label_node(a: LabelNode, ctx: Context) -> Outcome:
 
 
 def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
-    """Pods gpupool knows to hold those GPUs on the node (by the node agent's annotation); a
-    GPU pod whose cards are unknown counts as holding all of them."""
+    """GPU pods on the node that hold one of those cards. Which card a pod holds comes from the
+    node agent's `GpuNodeState` `status.pods` (the kubelet's PodResources, as the agent read it);
+    a GPU pod it does not list (started since, or an agent that publishes no pods) falls back to
+    the `gpupool.io/gpus` annotation, and without that counts as holding every card."""
+    state = ctx.ops.read_node_state(node) or {}
+    published = (state.get("status") or {}).get("pods")
+    held_by: dict[str, set[int]] = {}
+    for entry in published or []:
+        key = f"{entry.get('namespace')}/{entry.get('name')}"
+        held_by[key] = {int(a.get("gpu", -1)) for a in entry.get("allocations") or []}
     busy = []
     for p in ctx.ops.pods_on_node(node):
         if p.phase in ("Succeeded", "Failed") or not p.gpu_resources:
             continue
-        ann = p.annotations.get(C.GPUS_ANN)
-        held = {x.gpu for x in parse_allocation(ann)} if ann else None
+        held = held_by.get(p.key)
+        if held is None:
+            ann = p.annotations.get(C.GPUS_ANN)
+            held = {x.gpu for x in parse_allocation(ann)} if ann else None
         if held is None or held & gpus:
             busy.append(p.key)
     return sorted(busy)

@@ -88,7 +88,10 @@ def test_converges_checkpoint_preempt_mig_uncordon(kube, tmp_path):
     for name in ("ranker-0", "ranker-1"):
         pod = kube.core.read_namespaced_pod(name, "team-b")
         assert pod.status.phase == "Running" and pod.spec.node_name == "h100-2"
-        assert pod.metadata.annotations["gpupool.io/gpus"].startswith("4:")
+        held = next(e for e in node_state(kube, "h100-2")["status"]["pods"] if e["name"] == name)
+        assert [a["gpu"] for a in held["allocations"]] == [4] and "migStart" in held["allocations"][
+            0
+        ]
     # the node went cordoned -> mig-manager -> uncordoned; its agent shows the new layout;
     # mig-manager ran once, on a config its mounted copy already held
     assert kube.nodes["h100-2"].mig_manager.runs[-1][1] == "success"

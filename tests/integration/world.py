@@ -29,7 +29,6 @@ import yaml
 from kubernetes import client
 
 from reconciler.conventions import (
-    GPUS_ANN,
     GROUP,
     NODE_STATE_PLURAL,
     POOL_LABEL,
@@ -55,7 +54,9 @@ MERGE = "application/merge-patch+json"
 # What the GPU operator install leaves in its namespace before gpupool writes anything:
 # mig-manager's ConfigMap with `all-disabled` (it cannot start without it) and the device
 # plugin's configs with the default one (../shared/notes/nvidia-stack.md).
-MIG_DEFAULTS = {"config.yaml": "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"}
+MIG_DEFAULTS = {
+    "config.yaml": "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+}
 SHARING_DEFAULTS = {"default": "version: v1\nflags:\n  migStrategy: mixed\n"}
 
 
@@ -91,8 +92,11 @@ def install(api_client) -> None:
         create_or_keep(lambda crd=crd: ext.create_custom_resource_definition(crd))
     for crd in docs(DEPLOY / "crds.yaml"):
         deadline = time.monotonic() + 30
-        while not any(c.type == "Established" and c.status == "True"
-                      for c in ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or []):
+        while not any(
+            c.type == "Established" and c.status == "True"
+            for c in ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions
+            or []
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {crd['metadata']['name']} not established")
             time.sleep(0.1)
@@ -118,10 +122,18 @@ class GpuNodeSim:
     def __init__(self, world: World, name: str, gpus: SimulatedGpuNode):
         self.world, self.name, self.gpus = world, name, gpus
         api = world.api_client
-        self.mig_manager = MigManager(api, gpus, MountedConfigMap(api, OPERATOR_NS, MIG_CM, world.clock),
-                                      publish=self.restart_gpu_clients)
-        self.device_plugin = DevicePlugin(api, gpus, MountedConfigMap(api, OPERATOR_NS, SHARING_CM, world.clock),
-                                          set_resources=self.advertise)
+        self.mig_manager = MigManager(
+            api,
+            gpus,
+            MountedConfigMap(api, OPERATOR_NS, MIG_CM, world.clock),
+            publish=self.restart_gpu_clients,
+        )
+        self.device_plugin = DevicePlugin(
+            api,
+            gpus,
+            MountedConfigMap(api, OPERATOR_NS, SHARING_CM, world.clock),
+            set_resources=self.advertise,
+        )
         self._agent: client.ApiClient | None = None
         self._kubelet: PodResourcesServer | None = None
         self.agent_running = False
@@ -130,7 +142,11 @@ class GpuNodeSim:
         """The kubelet posts what the device plugin advertises; GPU resources it no longer
         advertises are removed from the Node."""
         node = self.world.core.read_node(self.name)
-        gone = {k: None for k in (node.status.allocatable or {}) if k.startswith("nvidia.com/") and k not in resources}
+        gone = {
+            k: None
+            for k in (node.status.allocatable or {})
+            if k.startswith("nvidia.com/") and k not in resources
+        }
         self.world.kubelets.set_resources(self.name, {**gone, **resources})
 
     def restart_gpu_clients(self) -> None:
@@ -160,37 +176,18 @@ class GpuNodeSim:
         """gpupool's real node agent over this node's NVML and its kubelet's PodResources
         socket, as `gpupool-agent`: it publishes the GPUs and which pod holds which of them."""
         self.agent_running = True
-        run_once(self.agent_client(), self.name, nvml=self.gpus.nvml,
-                 pod_resources_socket=self.pod_resources_socket())
+        run_once(
+            self.agent_client(),
+            self.name,
+            nvml=self.gpus.nvml,
+            pod_resources_socket=self.pod_resources_socket(),
+        )
 
     def annotate_pods(self) -> None:
         """After the kubelet admitted or removed pods: the node agent, where this node runs
-        one, publishes who holds which card (status.pods, which the controller's Kubernetes
-        adapter reads first); then the temporary annotation bridge below."""
+        one, publishes who holds which card (status.pods: what the controller reads)."""
         if self.agent_running:
             self.publish()
-        self._annotation_bridge()
-
-    def _annotation_bridge(self) -> None:
-        """TEMPORARY, not a real component: writes the `gpupool.io/gpus` annotation that
-        nothing writes in a real cluster. Two readers still need it: apply's `_gpus_busy`
-        (reconciler/apply/handlers.py: a GPU pod without it counts as holding every card, so
-        a MIG change waits forever) and test_converge's check of the ranker pods' cards.
-        Delete this once both read the agent's GpuNodeState status.pods (issue 12, item 5).
-        The observe path does not use it on nodes whose agent publishes pods."""
-        for key, ids in self.gpus.pod_resources().items():
-            parts = []
-            for dev in ids:
-                card, start, slices = self.gpus.card_of(dev)
-                parts.append(f"{card}:{start}" if start is not None
-                             else f"{card}/{slices}" if slices else str(card))
-            text = ",".join(sorted(set(parts), key=parts.index))
-            ns, _, pod = key.partition("/")
-            patch = {"metadata": {"annotations": {GPUS_ANN: text}}}
-            with contextlib.suppress(client.ApiException):
-                cur = self.world.core.read_namespaced_pod(pod, ns)
-                if (cur.metadata.annotations or {}).get(GPUS_ANN) != text:
-                    self.world.core.patch_namespaced_pod(pod, ns, patch, _content_type=MERGE)
 
     def observe(self) -> None:
         """The kubelet keeps syncing the mounted ConfigMaps whether or not the components
@@ -254,27 +251,58 @@ class World:
         """The agent's ServiceAccount with a token bound to a pod on `node` (as a DaemonSet
         pod's projected token is), so the token carries the node's name."""
         pod = f"gpupool-agent-{node}"
-        create_or_keep(lambda: self.core.create_namespaced_pod(NS, {
-            "metadata": {"name": pod, "labels": {"app.kubernetes.io/component": "agent"}},
-            "spec": {"nodeName": node, "serviceAccountName": AGENT_SA,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "agent", "image": "registry.example/gpupool:test"}]}}))
+        create_or_keep(
+            lambda: self.core.create_namespaced_pod(
+                NS,
+                {
+                    "metadata": {"name": pod, "labels": {"app.kubernetes.io/component": "agent"}},
+                    "spec": {
+                        "nodeName": node,
+                        "serviceAccountName": AGENT_SA,
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "agent", "image": "registry.example/gpupool:test"}],
+                    },
+                },
+            )
+        )
         uid = self.core.read_namespaced_pod(pod, NS).metadata.uid
-        tr = self.core.create_namespaced_service_account_token(AGENT_SA, NS, {
-            "spec": {"audiences": [], "expirationSeconds": 3600,
-                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}}})
+        tr = self.core.create_namespaced_service_account_token(
+            AGENT_SA,
+            NS,
+            {
+                "spec": {
+                    "audiences": [],
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid},
+                }
+            },
+        )
         return self.plane.token_client(tr.status.token)
 
     # -- nodes ---------------------------------------------------------------------------
-    def add_gpu_node(self, name: str, *, pool: str, model: str, count: int = 8,
-                     mig: dict[int, list[str]] | None = None, labels: dict | None = None,
-                     publish: bool = True) -> GpuNodeSim:
+    def add_gpu_node(
+        self,
+        name: str,
+        *,
+        pool: str,
+        model: str,
+        count: int = 8,
+        mig: dict[int, list[str]] | None = None,
+        labels: dict | None = None,
+        publish: bool = True,
+    ) -> GpuNodeSim:
         cat = default_catalog()
         placed = {i: cat.place(cat.model(model), list(p)) or [] for i, p in (mig or {}).items()}
         gpus = SimulatedGpuNode(name, model, count, mig=placed)
         product = cat.model(model).product_labels[0]
-        self.kubelets.add_node(NodeSpec(name=name, gpus=count, gpu_product=product,
-                                        labels={POOL_LABEL: pool, PRODUCT_LABEL: product, **(labels or {})}))
+        self.kubelets.add_node(
+            NodeSpec(
+                name=name,
+                gpus=count,
+                gpu_product=product,
+                labels={POOL_LABEL: pool, PRODUCT_LABEL: product, **(labels or {})},
+            )
+        )
         self.kubelets.device_managers[name] = gpus
         sim = GpuNodeSim(self, name, gpus)
         self.nodes[name] = sim
@@ -305,8 +333,11 @@ class World:
             for ns in self.namespaces:
                 for p in self.core.list_namespaced_pod(ns).items:
                     conds = {c.type for c in p.status.conditions or []}
-                    if p.metadata.deletion_timestamp or (p.spec.node_name and p.status.phase == "Pending") or (
-                            not p.spec.node_name and "PodScheduled" not in conds):
+                    if (
+                        p.metadata.deletion_timestamp
+                        or (p.spec.node_name and p.status.phase == "Pending")
+                        or (not p.spec.node_name and "PodScheduled" not in conds)
+                    ):
                         busy.append(f"{ns}/{p.metadata.name}")
             if not busy:
                 break
@@ -342,14 +373,17 @@ class World:
                 with contextlib.suppress(client.ApiException):
                     self.scheduling.delete_priority_class(pc.metadata.name)
         with contextlib.suppress(client.ApiException):
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, "reconcilerstatuses", "gpupool")
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, NS, "reconcilerstatuses", "gpupool"
+            )
         with contextlib.suppress(client.ApiException):
             self.coordination.delete_namespaced_lease("gpupool-controller", NS)
         for cm in (MIG_CM, SHARING_CM):
             with contextlib.suppress(client.ApiException):
                 core.delete_namespaced_config_map(cm, OPERATOR_NS)
-        with contextlib.suppress(client.ApiException):
-            core.delete_collection_namespaced_event(NS)
+        for ns in (NS, "default"):  # node Events live in default
+            with contextlib.suppress(client.ApiException):
+                core.delete_collection_namespaced_event(ns)
         deadline = time.monotonic() + 60
         for ns in self.namespaces:
             while time.monotonic() < deadline:
@@ -374,8 +408,11 @@ def kube(installed, kubelets) -> Iterator[World]:
     world = World(installed, kubelets, api)
     core = world.core
     for cm, data in ((MIG_CM, MIG_DEFAULTS), (SHARING_CM, SHARING_DEFAULTS)):
-        create_or_keep(lambda cm=cm, data=data: core.create_namespaced_config_map(
-            OPERATOR_NS, {"metadata": {"name": cm}, "data": data}))
+        create_or_keep(
+            lambda cm=cm, data=data: core.create_namespaced_config_map(
+                OPERATOR_NS, {"metadata": {"name": cm}, "data": data}
+            )
+        )
     try:
         yield world
     finally:
