@@ -12,6 +12,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check reconciler tests bench scripts
 .venv/bin/lint-imports
 # kube-apiserver, kube-scheduler, kube-controller-manager and etcd from the Kubernetes Go modules,
 # cached outside the repository by version: about 8.5 minutes on a fresh 2-core machine, then

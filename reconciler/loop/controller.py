@@ -31,6 +31,13 @@ log = logging.getLogger("gpupool.controller")
 LEASE_NAME = "gpupool-controller"
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """No answer from the API server (refused, reset, timed out, retries spent)."""
+    import urllib3
+
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -87,7 +94,10 @@ class Controller:
             try:
                 result = self._cycle()
             except Exception as exc:  # noqa: BLE001 - a cycle must never kill the loop
-                log.exception("reconcile cycle failed")
+                if _unreachable(exc):  # an operational condition: one line, no traceback
+                    log.error("reconcile cycle failed: API server unreachable: %s", exc)
+                else:
+                    log.exception("reconcile cycle failed")
                 metrics.RECONCILES.labels("error").inc()
                 return CycleResult(
                     None, "", self.elector.is_leader, None, error=f"{type(exc).__name__}: {exc}"

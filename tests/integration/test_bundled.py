@@ -1,131 +1,425 @@
-"""The bundled policy (pools/ + policies/) converges a cluster seeded from the bundled snapshot.
+"""The bundled policy (the repository's own pools/ and policies/) converges a cluster seeded from
+the bundled snapshot (examples/observed.yaml), on the real control plane with the NVIDIA
+stand-ins.
 
-The fake API server is seeded, through the official client, with what examples/observed.yaml
-describes: 16 GPU nodes with their agents' GpuNodeStates, namespaces, PriorityClasses,
-ResourceQuotas, the running and pending pods (with `gpupool.io/gpus` allocations), and the two
-inference Deployments. The controller then reads the repository's own pools/ and policies/.
+Seeding goes through the World as a real cluster would have got there: GPU nodes registered by
+their kubelets with their NVIDIA components (MIG layouts at boot), PriorityClasses, the teams'
+ResourceQuotas, pods bound to their nodes and admitted by the kubelet with devices from the
+node's device manager, the inference Deployments (whose replicas the real scheduler places),
+and the node agents publishing from NVML. The snapshot's times are moved so that its
+"now" is two hours after the agents' first publication (the agent stamps idle-since with the
+wall clock, the controller plans on the test clock). Pods the snapshot shows Pending wait
+behind a scheduling gate (as under an admission controller such as Kueue): a free node must not
+let the real scheduler run them.
+
+What the real stack cannot hold: the snapshot time-slices two of h100-01's eight cards, and the
+bundled plan shares two of h100-06's. The NVIDIA device plugin time-slices every whole card of a
+node (tests/nvidia/device_plugin.py, issue 12), so the H100 pool's part is a strict xfail; the
+A100 pool (MIG cards under running work, an idle notebook, a scaling target within its band,
+team caps) must converge; its plan changes no MIG mode, so Ampere's whole-node reset (issue 12)
+does not come into it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+from datetime import timedelta
 from pathlib import Path
 
-from kubernetes import client
+import pytest
 
+from reconciler.apply.configs import config_name, render_sharing, yaml_text
 from reconciler.apply.handlers import ApplyConfig
+from reconciler.conventions import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_RESOURCE,
+    SHARED_RESOURCE,
+    SHARED_SLICES_ANN,
+)
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
-from reconciler.observe.model import Workload
+from reconciler.observe.model import ObservedState, Workload
 from reconciler.observe.snapshot import load_snapshot
-from tests.integration.harness import Clock, conditions, evictions, install_crds, publish_state
+from reconciler.plan.actions import CardChange, CardSlices, SetSharing
+
+from .harness import (
+    NS,
+    OPERATOR_NS,
+    add_gpu_node,
+    audit_mark,
+    conditions,
+    create_pod,
+    evictions,
+    writes,
+)
+from .world import SHARING_CM
 
 ROOT = Path(__file__).resolve().parents[2]
+GATE = "gpupool.test/seeded-pending"
 
 
-def _limits(w: Workload) -> dict[str, str]:
-    r = w.request
-    if r.gpus:
-        return {"nvidia.com/gpu": str(r.gpus)}
-    if r.mig:
-        return {f"nvidia.com/mig-{p}": str(n) for p, n in r.mig.items()}
-    return {"nvidia.com/gpu.shared": str(r.shared_slices)}
+def snapshot() -> ObservedState:
+    return load_snapshot(ROOT / "examples" / "observed.yaml")
 
 
-def _allocation(w: Workload) -> str:
-    parts = []
-    for a in w.allocations:
-        if a.mig_start is not None:
-            parts.append(f"{a.gpu}:{a.mig_start}")
-        elif a.slices:
-            parts.append(f"{a.gpu}/{a.slices}")
-        else:
-            parts.append(str(a.gpu))
-    return ",".join(parts)
+def _limits(request) -> dict[str, str]:
+    if request.gpus:
+        return {GPU_RESOURCE: str(request.gpus)}
+    if request.mig:
+        return {f"nvidia.com/mig-{p}": str(n) for p, n in request.mig.items()}
+    return {SHARED_RESOURCE: str(request.shared_slices)}
 
 
-def seed(kube, clock: Clock) -> None:
-    server = kube.require_fake()
-    obs = load_snapshot(ROOT / "examples" / "observed.yaml")
-    clock.now = obs.observed_at
-    install_crds(kube)
-    for c in obs.priority_classes:
-        kube.scheduling.create_priority_class({"metadata": {"name": c.name}, "value": c.value, "preemptionPolicy": c.preemption_policy})
-    namespaces = sorted({w.namespace for w in obs.workloads} | {q.namespace for q in obs.quotas})
+def _annotations(w: Workload, shift: timedelta) -> dict[str, str]:
+    anns = {
+        "gpupool.io/checkpointable": str(w.checkpointable).lower(),
+        "gpupool.io/migratable": str(w.migratable).lower(),
+    }
+    if w.last_checkpoint_at:
+        anns["gpupool.io/last-checkpoint"] = (w.last_checkpoint_at + shift).isoformat()
+    return anns
+
+
+def _pending(kube, w: Workload, shift: timedelta) -> None:
+    """A pod the snapshot shows Pending: gated, so the scheduler leaves it alone."""
+    kube.core.create_namespaced_pod(
+        w.namespace,
+        {
+            "metadata": {
+                "name": w.name,
+                "labels": {"app": w.name},
+                "annotations": _annotations(w, shift),
+            },
+            "spec": {
+                "schedulingGates": [{"name": GATE}],
+                "priorityClassName": w.priority_class,
+                "nodeSelector": {"gpupool.io/pool": w.pool},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example/w:1",
+                        "resources": {"limits": _limits(w.request)},
+                    }
+                ],
+            },
+        },
+    )
+
+
+def _cards_without_work(sim, cards: list[int]) -> None:
+    """The pod holds these cards but runs nothing on them (a notebook whose kernel stopped):
+    no compute process, 0% utilization, which is what the node agent calls idle."""
+    for i in cards:
+        sim.gpus.nvml.devices[i].processes = []
+    sim.publish()
+
+
+def _sharing_config(kube, node: str, shared: dict[int, int]) -> str:
+    """The device-plugin config gpupool would have written for these shared cards (its own
+    renderer), put into the plugin's ConfigMap before the node boots; returns its name."""
+    action = SetSharing(
+        id=f"set-sharing:{node}",
+        target=node,
+        reason="seeded from the snapshot",
+        cards=tuple(
+            CardChange(gpu=i, before="whole", after=f"shared x{k}") for i, k in shared.items()
+        ),
+        shared_slices=tuple(CardSlices(gpu=i, slices=k) for i, k in shared.items()),
+    )
+    spec = render_sharing(action)
+    name = config_name(spec)
+    kube.core.patch_namespaced_config_map(
+        SHARING_CM, OPERATOR_NS, {"data": {name: yaml_text(spec)}}
+    )
+    return name
+
+
+def _remove_services(kube, namespaces) -> None:
+    """Teardown help: the Deployments and their ReplicaSets go before their pods, or the
+    ReplicaSets bring the pods back after the kubelets have gone and the namespace waits for
+    the pod garbage collector (about 50 s)."""
     for ns in namespaces:
-        with contextlib.suppress(client.ApiException):
-            kube.core.create_namespace({"metadata": {"name": ns}})
+        kube.apps.delete_collection_namespaced_deployment(ns, propagation_policy="Orphan")
+        kube.apps.delete_collection_namespaced_replica_set(ns, propagation_policy="Orphan")
+        kube.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+
+
+def seed(kube, pools: tuple[str, ...]) -> None:
+    """The bundled snapshot's nodes and workloads of `pools` (the teams' namespaces, quotas and
+    the PriorityClasses whatever the pools), built on the World."""
+    obs = snapshot()
+    clock = kube.clock
+    clock.now += timedelta(hours=2)  # the agents stamp idle-since with the wall clock: 2 h ago
+    shift = clock.now - obs.observed_at
+    for c in obs.priority_classes:
+        kube.scheduling.create_priority_class(
+            {
+                "metadata": {"name": c.name},
+                "value": c.value,
+                "preemptionPolicy": c.preemption_policy,
+            }
+        )
+    nodes = {n.name: n for n in obs.nodes if n.labels.get("gpupool.io/pool") in pools}
+    workloads = [
+        w for w in obs.workloads if (w.node in nodes) or (w.node is None and w.pool in pools)
+    ]
+    services = [s for s in obs.services if s.pool in pools]
+    # the teams' namespaces and quotas exist whichever pools their work runs in
+    namespaces = sorted(
+        {w.namespace for w in obs.workloads}
+        | {s.namespace for s in obs.services}
+        | {q.namespace for q in obs.quotas}
+    )
+    for ns in namespaces:
+        kube.ensure_namespace(ns)
     for q in obs.quotas:
-        kube.core.create_namespaced_resource_quota(q.namespace, {"metadata": {"name": q.name}, "spec": {"hard": q.hard}})
-    for n in obs.nodes:
-        server.cluster.add_node(n.name, gpus=len(n.gpus), labels=n.labels)
-        publish_state(kube, n.name, [g.model_dump(mode="json", by_alias=True, exclude_defaults=True) for g in n.gpus], when=obs.observed_at)
-        shared = {str(g.index): g.shared_slices for g in n.gpus if g.shared_slices}
-        if shared:
-            kube.core.patch_node(n.name, {"metadata": {"annotations": {"gpupool.io/shared-slices": json.dumps(shared)}}},
-                                 _content_type="application/merge-patch+json")
-    for w in obs.workloads:
-        anns = {"gpupool.io/checkpointable": str(w.checkpointable).lower(), "gpupool.io/migratable": str(w.migratable).lower()}
-        if w.last_checkpoint_at:
-            anns["gpupool.io/last-checkpoint"] = w.last_checkpoint_at.isoformat()
-        if w.allocations:
-            anns["gpupool.io/gpus"] = _allocation(w)
-        spec = {"containers": [{"name": "main", "image": "registry.example/w:1", "resources": {"limits": _limits(w)}}],
-                "priorityClassName": w.priority_class}
-        if w.pool:
-            spec["nodeSelector"] = {"gpupool.io/pool": w.pool}
-        if w.node:
-            spec["nodeName"] = w.node
-        kube.core.create_namespaced_pod(w.namespace, {"metadata": {"name": w.name, "annotations": anns, "labels": {"app": w.name}}, "spec": spec})
-        if w.phase == "Running":
-            ts = w.started_at.isoformat()
-            kube.core.patch_namespaced_pod_status(w.name, w.namespace, {"status": {
-                "phase": "Running", "startTime": ts, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts}]}})
-    for s in obs.services:
+        kube.core.create_namespaced_resource_quota(
+            q.namespace,
+            {
+                "metadata": {
+                    "name": q.name,
+                    "labels": {"app.kubernetes.io/managed-by": q.managed_by or "gpupool"},
+                },
+                "spec": {"hard": dict(q.hard)},
+            },
+        )
+    for n in nodes.values():
+        mig = {g.index: [i.profile for i in g.mig_instances] for g in n.gpus if g.mig_enabled}
+        shared = {g.index: g.shared_slices for g in n.gpus if g.shared_slices}
+        labels = (
+            {DEVICE_PLUGIN_CONFIG_LABEL: _sharing_config(kube, n.name, shared)} if shared else {}
+        )
+        sim = add_gpu_node(
+            kube,
+            n.name,
+            pool=n.labels["gpupool.io/pool"],
+            model=n.gpus[0].model,
+            count=len(n.gpus),
+            mig=mig,
+            labels=labels,
+        )
+        if (
+            shared
+        ):  # the slices gpupool recorded when it configured them; the plugin applies its config
+            kube.core.patch_node(
+                n.name,
+                {
+                    "metadata": {
+                        "annotations": {
+                            SHARED_SLICES_ANN: json.dumps(
+                                {str(k): v for k, v in shared.items()}, sort_keys=True
+                            )
+                        }
+                    }
+                },
+            )
+            sim.device_plugin.step()
+        assert {i: sorted(sim.gpus.layout(i)) for i in mig} == {
+            g.index: sorted((i.profile, i.start) for i in g.mig_instances)
+            for g in n.gpus
+            if g.mig_enabled
+        }
+    kube.cleanup(lambda: _remove_services(kube, namespaces))
+    for s in services:  # the real scheduler places their replicas, on the nodes that offer them
         anns = {"gpupool.io/queue-length": str(s.queue_length)}
         if s.pending_seconds_p99 is not None:
             anns["gpupool.io/pending-p99-seconds"] = str(s.pending_seconds_p99)
         if s.last_scale_at:
-            anns["gpupool.io/last-scale"] = s.last_scale_at.isoformat()
-        limits = _limits(Workload(namespace="x", name="x", request=s.replica_request))
-        kube.apps.create_namespaced_deployment(s.namespace, {
-            "metadata": {"name": s.name, "labels": {"gpupool.io/inference": "true"}, "annotations": anns},
-            "spec": {"replicas": s.replicas, "selector": {"matchLabels": {"app": s.name}},
-                     "template": {"metadata": {"labels": {"app": s.name}},
-                                  "spec": {"priorityClassName": s.priority_class, "nodeSelector": {"gpupool.io/pool": s.pool},
-                                           "containers": [{"name": "srv", "image": "registry.example/serve:1", "resources": {"limits": limits}}]}}},
-        })
+            anns["gpupool.io/last-scale"] = (s.last_scale_at + shift).isoformat()
+        kube.apps.create_namespaced_deployment(
+            s.namespace,
+            {
+                "metadata": {
+                    "name": s.name,
+                    "labels": {"gpupool.io/inference": "true"},
+                    "annotations": anns,
+                },
+                "spec": {
+                    "replicas": s.replicas,
+                    "selector": {"matchLabels": {"app": s.name}},
+                    "template": {
+                        "metadata": {"labels": {"app": s.name}},
+                        "spec": {
+                            "priorityClassName": s.priority_class,
+                            "nodeSelector": {"gpupool.io/pool": s.pool},
+                            "containers": [
+                                {
+                                    "name": "srv",
+                                    "image": "registry.example/serve:1",
+                                    "resources": {"limits": _limits(s.replica_request)},
+                                }
+                            ],
+                        },
+                    },
+                },
+            },
+        )
+    for w in workloads:
+        if w.phase != "Running":
+            _pending(kube, w, shift)
+            continue
+        if any(w.name.startswith(f"{s.name}-") and w.namespace == s.namespace for s in services):
+            continue  # the Deployment's own replicas
+        r = w.request
+        create_pod(
+            kube,
+            w.namespace,
+            w.name,
+            node=w.node,
+            gpus=r.gpus,
+            mig=next(iter(r.mig), None),
+            shared=r.shared_slices,
+            cls=w.priority_class,
+            pool=w.pool or nodes[w.node].labels["gpupool.io/pool"],
+            started=w.started_at + shift,
+            annotations=_annotations(w, shift),
+        )
+        held = sorted(a.gpu for a in w.allocations)
+        if r.gpus:  # the device manager gave it the cards the snapshot says it holds
+            sim = kube.nodes[w.node]
+            cards = sorted(
+                {
+                    sim.gpus.card_of(d)[0]
+                    for d in sim.gpus.pod_resources()[f"{w.namespace}/{w.name}"]
+                }
+            )
+            assert cards == held, (w.key, cards, held)
+            gpu = {g.index: g for g in nodes[w.node].gpus}
+            if all(gpu[i].idle_since for i in held):
+                _cards_without_work(sim, held)
+    kube.settle()
 
 
-def test_bundled_policy_converges_the_bundled_cluster(kube, tmp_path):
-    clock = Clock()
-    seed(kube, clock)
-    ctl = Controller(DirectorySource(ROOT), kube.api_client, namespace=kube.namespace, identity="gpupool-0",
-                     apply_config=ApplyConfig(mig_config_namespace=kube.namespace, events_namespace=kube.namespace), clock=clock)
-    kube.server.clear_requests()
+def bundled_controller(kube) -> Controller:
+    """The controller as deployed, reading the repository's pools/ and policies/."""
+    cfg = ApplyConfig(mig_config_namespace=OPERATOR_NS)
+    return Controller(
+        DirectorySource(ROOT),
+        kube.controller_client(),
+        namespace=NS,
+        identity="gpupool-0",
+        apply_config=cfg,
+        clock=kube.clock,
+    )
+
+
+def run(ctl, kube, exporter=lambda: None, cycles: int = 16):
     results = []
-    for _ in range(12):
+    for _ in range(cycles):
         r = ctl.cycle()
         results.append(r)
         assert r.error is None, r.error
         if r.converged:
-            break
-        # the serving stack's exporter: after the scale-up the queue per replica is back in band
-        with contextlib.suppress(client.ApiException):
-            kube.apps.patch_namespaced_deployment("chat-llm", "assistant", {"metadata": {"annotations": {"gpupool.io/queue-length": "40", "gpupool.io/pending-p99-seconds": "5"}}},
-                                                  _content_type="application/merge-patch+json")
-        clock.advance(301)
-    assert results[-1].converged, [(r.summary, [(o.action, o.status, o.message) for o in (r.applied.outcomes if r.applied else [])]) for r in results[-2:]]
+            return results
+        kube.settle()
+        kube.step_nodes()
+        kube.settle()
+        exporter()
+        kube.clock.advance(301)
+    last = [
+        (
+            r.summary,
+            [(o.action, o.status, o.message) for o in (r.applied.outcomes if r.applied else [])],
+        )
+        for r in results[-2:]
+    ]
+    raise AssertionError(f"no convergence: {last}")
+
+
+def test_bundled_policy_converges_the_bundled_a100_pool(kube):
+    """The A100 pool of the bundled cluster: four MIG cards serving (a Deployment's replicas on
+    a100-01's 3g.40gb instances, embedders on its 2g.20gb), training on whole cards, spot jobs,
+    a notebook idle for two hours, a job gated behind its team's cap. The bundled policy
+    reclaims the notebook (checkpoint first, then the Eviction API) and raises the assistant
+    team's quota; nothing else moves, and a second pass has nothing to do."""
+    seed(kube, ("a100",))
+    ctl = bundled_controller(kube)
+    mark = audit_mark(kube)
+    before = {n: kube.nodes[n].gpus.mig_cards() for n in kube.nodes}
+    results = run(ctl, kube)
     # what the first plan said is what happened
-    first = results[0].summary
-    assert first.startswith("Plan: 1 sharing change, 2 preemptions, 1 idle reclaim, 1 scale-up, 1 quota change")
-    evicted = sorted(p.split("/")[-2] for p in evictions(kube.server))
-    assert evicted == ["ablation-a", "spot-sweep", "stale-notebook"]
-    assert kube.apps.read_namespaced_deployment("chat-llm", "assistant").spec.replicas == 10
+    first = results[0]
+    assert first.summary.startswith("Plan: 1 idle reclaim, 1 quota change"), first.summary
+    out = {o.action: o for o in first.applied.outcomes}
+    assert (
+        out["reclaim:llm-research/stale-notebook"].status == "waiting"
+    )  # its checkpoint grace period
+    assert evictions(kube, since=mark) == ["llm-research/stale-notebook"]
+    log = [e for e in writes(kube, since=mark) if e.name == "stale-notebook"]
+    assert [(e.verb, e.subresource) for e in log] == [
+        ("patch", None),
+        ("create", "eviction"),
+    ]  # checkpoint, then evict
     hard = kube.core.read_namespaced_resource_quota("gpupool-assistant", "assistant").spec.hard
     assert hard["requests.nvidia.com/gpu.shared"] == "96"
-    node = kube.core.read_node("h100-06")
-    assert not node.spec.unschedulable
-    assert json.loads(node.metadata.annotations["gpupool.io/shared-slices"]) == {"0": 8, "1": 8}
+    # the serving cards kept their layout and their work; the rest of the pool runs on
+    assert {n: kube.nodes[n].gpus.mig_cards() for n in kube.nodes} == before
+    assert not any(sim.mig_manager.runs for sim in kube.nodes.values())  # no MIG change at all
+    running = {
+        p.metadata.name
+        for p in kube.core.list_pod_for_all_namespaces().items
+        if p.status.phase == "Running"
+    }
+    assert {"detector-v7", "sft-llama-70b", "segmenter", "embedder-0", "tokenizer-bench"} <= running
+    assert sum(n.startswith("ranker-") for n in running) == 4
+    assert "stale-notebook" not in running
+    assert not any(kube.core.read_node(n).spec.unschedulable for n in kube.nodes)
+    conds = conditions(kube)
+    assert conds["Ready"]["status"] == "True" and conds["Stalled"]["status"] == "False"
+    mark = audit_mark(kube)
+    assert ctl.cycle().converged
+    assert not [
+        e for e in writes(kube, since=mark) if e.resource not in ("leases", "reconcilerstatuses")
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12: the device plugin time-slices every whole card of a node; the "
+    "bundled snapshot time-slices 2 of h100-01's 8 cards beside a 6-card job "
+    "(the kubelet refuses it) and the bundled plan shares 2 of h100-06's",
+)
+def test_bundled_policy_converges_the_whole_bundled_cluster(kube):
+    """Both pools, the H100 pool's shared serving included: every pod the plan placed runs, and
+    each node advertises what gpupool believes it configured."""
+    seed(kube, ("a100", "h100"))
+    ctl = bundled_controller(kube)
+    mark = audit_mark(kube)
+
+    def exporter():  # the serving stack: after the scale-up the queue per replica is back in band
+        kube.apps.patch_namespaced_deployment(
+            "chat-llm",
+            "assistant",
+            {
+                "metadata": {
+                    "annotations": {
+                        "gpupool.io/queue-length": "40",
+                        "gpupool.io/pending-p99-seconds": "5",
+                    }
+                }
+            },
+        )
+
+    run(ctl, kube, exporter)
+    evicted = evictions(kube, since=mark)
+    assert len(evicted) == len(set(evicted)) and "llm-research/stale-notebook" in evicted
+    assert (
+        kube.apps.read_namespaced_deployment("chat-llm", "assistant").spec.replicas > 6
+    )  # scaled up
     assert conditions(kube)["Ready"]["status"] == "True"
+    for p in kube.core.list_pod_for_all_namespaces().items:
+        if p.spec.scheduling_gates or not any(
+            k.startswith("nvidia.com/")
+            for c in p.spec.containers
+            for k in ((c.resources.limits or {}) if c.resources else {})
+        ):
+            continue
+        assert p.status.phase == "Running", (p.metadata.namespace, p.metadata.name, p.status.phase)
+    for name, sim in kube.nodes.items():
+        node = kube.core.read_node(name)
+        slices = json.loads((node.metadata.annotations or {}).get(SHARED_SLICES_ANN) or "{}")
+        alloc = node.status.allocatable or {}
+        assert int(alloc.get(SHARED_RESOURCE, "0")) == sum(slices.values()), name
+        assert int(alloc.get(GPU_RESOURCE, "0")) == sim.gpus.count - len(slices) - len(
+            sim.gpus.mig_cards()
+        ), name

@@ -1,312 +1,585 @@
-"""Faults: a controller killed between any two actions, failed writes, an API server restart
-mid-cycle, 409 conflicts, two controllers, a PodDisruptionBudget that blocks an eviction.
-All need the fake API server (fault injection, request log)."""
+"""Faults on the real control plane: a controller killed after any write, API errors and lost
+replies (the FaultProxy between the controller and the API server), an API server restart
+mid-cycle, natural 409s from a concurrent writer, a PodDisruptionBudget that blocks an eviction
+through the real Eviction API, two controllers and one Lease, the API server down.
+
+What the controller wrote is read from the API server's audit log (its ServiceAccount's
+requests and their response codes), so "exactly once" means once at the server, whatever the
+client saw. Evictions are counted where the server carried them out (code < 300).
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
+from tests.faultproxy.proxy import FaultProxy
+from tests.plan.scenarios import SCALING
+
 from .harness import (
-    Clock,
+    CONTROLLER_SA,
+    NS,
+    audit_mark,
     conditions,
     controller,
     converge,
     create_inference_deployment,
     create_pdb,
     evictions,
-    mig_manager_step,
+    write_policy,
     writes,
 )
-from .scenario import base
-from .test_converge import BOOKKEEPING, pods
+from .scenario import TEXT, base, seed_priority_classes
 
-# The scenario's writes, one per action: cordon, checkpoint, 2 quotas, evict, mig config + label, uncordon.
-CHANGING_STEPS = 7
+BOOKKEEPING = ("leases", "reconcilerstatuses")  # the Lease renewal and the status report
+BERT = "team-b/bert-new"
+EVICTION = r"/api/v1/namespaces/team-b/pods/bert-new/eviction$"
 
-
-class Killed(Exception):
-    """The controller process dies here."""
-
-
-def kill_after(ctl, n: int) -> None:
-    """Make the controller die right after its n-th step that wrote something (before it
-    records the outcome or reports status), as a SIGKILL between two actions would."""
-    real = ctl.executor.apply
-    seen = {"n": 0}
-
-    def apply(plan, *, on_outcome=None, **kw):
-        def hook(action, out):
-            if out.changed:
-                seen["n"] += 1
-                if seen["n"] == n:
-                    raise Killed(action.id)
-            if on_outcome:
-                on_outcome(action, out)
-        return real(plan, on_outcome=hook, **kw)
-
-    ctl.executor.apply = apply
+# What the scenario's convergence writes at the API server, each exactly once (the Lease, the
+# status object and Events aside): h100-2 is patched four times (cordon; the mark saying when
+# its mig-parted config was written; mig-manager's label; uncordon).
+EXPECTED = Counter(
+    {
+        "patch nodes h100-2": 4,
+        "patch pods team-b/bert-new": 1,  # the checkpoint request
+        "create pods/eviction team-b/bert-new": 1,
+        "patch configmaps gpu-operator/gpupool-mig-parted-config": 1,
+        "patch resourcequotas team-a/gpupool-team-a": 1,  # server-side apply (creates: 201)
+        "patch resourcequotas team-b/gpupool-team-b": 1,
+    }
+)
 
 
-def effect_counts(server) -> Counter:
-    """How many times each cluster-changing write happened (bookkeeping and Events aside)."""
+def effects(kube, since: int) -> Counter:
+    """What the controller changed at the server: its successful writes by verb and object."""
     c: Counter = Counter()
-    for r in writes(server, exclude=(*BOOKKEEPING, "/events")):
-        if r.injected or not r.status or r.status >= 300:
+    for e in writes(kube, since=since, exclude=(*BOOKKEEPING, "events")):
+        if e.code is None or e.code >= 300:
             continue
-        body = r.body if isinstance(r.body, dict) else {}
-        if r.path.endswith("/eviction"):
-            c["evict " + r.path.split("/")[-2]] += 1
-        elif r.path.startswith("/api/v1/nodes/"):
-            spec = body.get("spec") or {}
-            labels = (body.get("metadata") or {}).get("labels") or {}
-            if "unschedulable" in spec:
-                c["cordon" if spec["unschedulable"] else "uncordon"] += 1
-            if "nvidia.com/mig.config" in labels:
-                c["mig label"] += 1
-            if labels.get("nvidia.com/mig.config.state"):
-                continue  # the mig-manager stand-in
-        elif "/pods/" in r.path:
-            c["annotate " + r.path.split("/")[-1]] += 1
-        elif "/configmaps" in r.path:
-            c["mig config"] += 1
-        elif "gpunodestates" in r.path:
-            continue  # the mig-manager stand-in republishing as the agent
-        else:
-            c[f"{r.method} {r.path.split('/')[-1]}"] += 1
+        res = e.resource + (f"/{e.subresource}" if e.subresource else "")
+        c[f"{e.verb} {res} {e.namespace + '/' if e.namespace else ''}{e.name}"] += 1
     return c
 
 
-EXPECTED = Counter({"cordon": 1, "annotate bert-new": 1, "evict bert-new": 1, "mig config": 1, "mig label": 1, "uncordon": 1,
-                    "PATCH gpupool-team-a": 1, "PATCH gpupool-team-b": 1})
+@pytest.fixture
+def proxy(kube):
+    """A FaultProxy in front of the session's API server (token passthrough)."""
+    pki = kube.plane.cert_dir
+    with FaultProxy(kube.plane.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key") as p:
+        yield p
 
 
-@pytest.mark.parametrize("n", range(1, CHANGING_STEPS + 1))
-def test_killed_after_any_action_converges_without_repeats(kube, tmp_path, n):
-    kube.require_fake()
-    clock = Clock()
-    base(kube, tmp_path, clock)
-    kube.server.clear_requests()
-    ctl = controller(kube, tmp_path, clock, identity="gpupool-0")
-    kill_after(ctl, n)
-    died = False
-    for _ in range(8):
-        r = ctl.cycle()
-        if r.error and "Killed" in r.error:
-            died = True
-            break
-        clock.advance(120)
-        mig_manager_step(kube, "a100-2")
-    assert died
-    # a new replica (new identity) takes over once the dead one's Lease expires
-    clock.advance(16)
-    fresh = controller(kube, tmp_path, clock, identity="gpupool-1")
-    converge(fresh, kube, nodes=("a100-2",), clock=clock)
-    assert effect_counts(kube.server) == EXPECTED
+def pods(kube, ns: str) -> list[str]:
+    return sorted(p.metadata.name for p in kube.core.list_namespaced_pod(ns).items)
+
+
+def status(kube) -> dict:
+    return kube.custom.get_namespaced_custom_object(
+        "gpupool.io", "v1alpha1", NS, "reconcilerstatuses", "gpupool"
+    )["status"]
+
+
+def outcomes(result) -> dict:
+    return {o.action: o for o in (result.applied.outcomes if result.applied else [])}
+
+
+def through(proxy, kube, tmp_path, clock, **kw):
+    """The controller as its ServiceAccount, talking to the API server through `proxy`."""
+    token = kube.plane.service_account_token(NS, CONTROLLER_SA, create=False)
+    api = proxy.api_client(token)
+    kube.cleanup(api.close)
+    return controller(kube, tmp_path, clock, api_client=api, **kw)
+
+
+def assert_converged_once(kube, mark: int, counted: tuple[int, ...] = (1,)) -> None:
+    assert effects(kube, mark) == EXPECTED
+    assert evictions(kube, since=mark) == [BERT]
     assert pods(kube, "team-b") == ["bert-old", "ranker-0", "ranker-1"]
-    assert not kube.core.read_node("a100-2").spec.unschedulable
-    # the hourly budget still counts the one preemption, even when the kill came right after it
-    status = kube.custom.get_namespaced_custom_object("gpupool.io", "v1alpha1", kube.namespace, "reconcilerstatuses", "gpupool")
-    assert len(status["status"]["recentPreemptions"]) == 1
+    assert not kube.core.read_node("h100-2").spec.unschedulable
+    assert [o for _, o in kube.nodes["h100-2"].mig_manager.runs] == ["success"]
+    # the hourly preemption budget counts the one preemption, once
+    assert len(status(kube).get("recentPreemptions", [])) in counted
 
 
-WRITES = [
-    ("PATCH", r"/api/v1/nodes/a100-2"),
-    ("PATCH", r"/api/v1/namespaces/team-b/pods/bert-new"),
-    ("POST", r"/api/v1/namespaces/team-b/pods/bert-new/eviction"),
-    ("POST", r"/api/v1/namespaces/[^/]+/configmaps"),
-    ("PATCH", r"/api/v1/namespaces/team-b/resourcequotas/.*"),
-]
+# ------------------------------------------------------------------ killed between any two writes
 
 
-@pytest.mark.parametrize(("method", "path"), WRITES, ids=[w[1].rsplit("/", 1)[-1] for w in WRITES])
-@pytest.mark.parametrize("fault", ["500", "drop"])
-def test_failed_write_is_retried_next_cycle(kube, tmp_path, method, path, fault):
-    server = kube.require_fake()
-    clock = Clock()
+class Killed(Exception):
+    """The controller process dies here (SIGKILL): nothing after this runs."""
+
+
+WRITES = (
+    "patch_node",
+    "annotate_pod",
+    "evict_pod",
+    "scale_workload",
+    "write_config_map",
+    "server_side_apply",
+    "delete_priority_class",
+)
+
+
+def die_after_first_write(ctl) -> list[str]:
+    """Make `ctl` die right after its first write to the cluster has been carried out (the
+    reply read), before it records an outcome, reports status or writes an Event."""
+    ops, done = ctl.executor.ops, []
+    for name in WRITES:
+        real = getattr(ops, name)
+
+        def write(*a, _real=real, _name=name, **kw):
+            _real(*a, **kw)
+            done.append(f"{_name}{a}")
+            raise Killed(done[-1])
+
+        setattr(ops, name, write)
+    return done
+
+
+def test_killed_after_every_write_converges_without_repeats(kube, tmp_path):
+    """A chain of controllers, each killed right after its first write: every write of the
+    scenario is followed by a kill, and the next replica (a new identity, once the dead one's
+    Lease has expired) must pick up from the cluster alone, repeating nothing."""
+    clock = kube.clock
     base(kube, tmp_path, clock)
-    server.clear_requests()
-    f = server.fail_next(method, path, status=500, drop=fault == "drop")
-    ctl = controller(kube, tmp_path, clock)
-    converge(ctl, kube, nodes=("a100-2",), clock=clock)
-    assert f.hits == 1
-    assert effect_counts(server) == EXPECTED
-    assert evictions(server) == ["/api/v1/namespaces/team-b/pods/bert-new/eviction"]
+    mark = audit_mark(kube)
+    killed: list[str] = []
+    ctl, n = None, 0
+    for _ in range(40):
+        if ctl is None:
+            n += 1
+            ctl = controller(kube, tmp_path, clock, identity=f"gpupool-{n}")
+            done = die_after_first_write(ctl)
+        r = ctl.cycle()
+        if done:
+            assert r.error and "Killed" in r.error, r.error
+            killed += done
+            ctl = None
+            clock.advance(16)  # the dead replica's Lease (15 s) runs out
+            continue
+        assert r.error is None, r.error
+        if r.converged:
+            break
+        kube.settle()
+        kube.step_nodes()
+        kube.settle()
+        clock.advance(60)
+    else:
+        raise AssertionError(f"no convergence; killed after {killed}")
+    # every changing step was interrupted once: the writes, in order
+    assert [k.split("(")[0] for k in killed] == [
+        "patch_node",  # cordon
+        "annotate_pod",  # checkpoint request
+        "server_side_apply",
+        "server_side_apply",  # the two team quotas
+        "evict_pod",
+        "write_config_map",  # mig-parted config
+        "patch_node",  # the config-written mark (the label waits for the mounted copy)
+        "patch_node",  # mig-manager's label
+        "patch_node",  # uncordon
+    ], killed
+    assert_converged_once(kube, mark)
+
+
+# ------------------------------------------------------------------ API errors and lost replies
+
+# Each of the scenario's writes, as the proxy sees it.
+WRITE_PATHS = [
+    ("PATCH", r"/api/v1/nodes/h100-2$"),
+    ("PATCH", r"/api/v1/namespaces/team-b/pods/bert-new$"),
+    ("PATCH", r"/api/v1/namespaces/team-b/resourcequotas/gpupool-team-b$"),
+    ("POST", EVICTION),
+    ("PATCH", r"/api/v1/namespaces/gpu-operator/configmaps/gpupool-mig-parted-config$"),
+]
+STATUS = ("PATCH", r"/reconcilerstatuses/gpupool/status$")
+
+
+def test_each_write_fails_twice_then_is_done_once(kube, tmp_path, proxy):
+    """Every write of the scenario fails twice before it goes through: first with a 500 (not
+    carried out), then with a lost reply (carried out, the connection closed before the
+    answer). The cycle that meets one says so and goes on with what does not depend on it;
+    later cycles converge, and each effect happened once at the server."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    rules = []
+    for method, path in WRITE_PATHS:  # the first matching rule answers: the 500 first
+        rules += [
+            proxy.fail(500, method, path, times=1),
+            proxy.drop_response(method, path, times=1),
+        ]
+    ctl = through(proxy, kube, tmp_path, clock)
+    mark = audit_mark(kube)
+    first = ctl.cycle()
+    # the first write (the cordon) failed: its dependants wait, the independent quotas go on
+    assert first.error is None, first.error
+    out = outcomes(first)
+    assert out["cordon:h100-2"].status == "waiting" and "500" in out["cordon:h100-2"].message
+    assert out["mig-reconfigure:h100-2"].status == "skipped"
+    assert out["quota:team-a/gpupool-team-a"].status == "done"
+    assert out["quota:team-b/gpupool-team-b"].status == "waiting"
+    second = ctl.cycle()  # the cordon is carried out, its reply lost: not known to be done
+    assert outcomes(second)["cordon:h100-2"].status == "waiting"
+    assert kube.core.read_node("h100-2").spec.unschedulable
+    rules += [
+        proxy.fail(500, *STATUS, times=1),
+        proxy.drop_response(*STATUS, times=1),
+    ]  # the status too
+    results = converge(ctl, kube, clock=clock, step=150)
+    assert results[-1].converged
+    assert [r.hits for r in rules] == [1] * len(rules)
+    assert all(not r.forwarded for r in proxy.requests(fault="fail"))
+    assert len([r for r in proxy.requests(fault="drop_response") if r.forwarded]) == len(rules) // 2
+    # a lost Eviction reply is not counted in the budget at all (a bug:
+    # test_eviction_reply_lost_is_still_counted); never twice
+    assert_converged_once(kube, mark, counted=(0, 1))
+
+
+def lose_eviction_reply(kube, tmp_path, proxy):
+    """The scenario up to the preemption, whose Eviction is carried out while its reply is
+    lost; then one more cycle at once, while the pod is still terminating. Returns the
+    controller and the audit mark."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    kube.kubelets.grace_scale, old = 0.1, kube.kubelets.grace_scale  # terminating for 3 s, not 0.6
+    kube.cleanup(lambda: setattr(kube.kubelets, "grace_scale", old))
+    ctl = through(proxy, kube, tmp_path, clock)
+    mark = audit_mark(kube)
+    ctl.cycle()
+    clock.advance(400)  # past the checkpoint grace period
+    lost = proxy.drop_response("POST", EVICTION, times=1)
+    r = ctl.cycle()
+    assert lost.hits == 1 and r.error is None
+    assert outcomes(r)[f"preempt:{BERT}"].status == "waiting"  # no answer: not known to be done
+    assert kube.core.read_namespaced_pod(
+        "bert-new", "team-b"
+    ).metadata.deletion_timestamp  # but it was
+    r = ctl.cycle()
+    assert r.error is None
+    assert kube.core.read_namespaced_pod(
+        "bert-new", "team-b"
+    ).metadata.deletion_timestamp  # still going
+    return ctl, mark
+
+
+def test_eviction_reply_lost_is_not_repeated(kube, tmp_path, proxy):
+    """Written, but the reply was lost: neither the cycle that follows at once (the pod still
+    terminating) nor one after the pod is gone evicts it again. (Convergence after a lost
+    Eviction reply: test_each_write_fails_twice_then_is_done_once.)"""
+    ctl, mark = lose_eviction_reply(kube, tmp_path, proxy)
+    assert evictions(kube, since=mark) == [BERT]
+    kube.settle()
+    r = ctl.cycle()
+    assert r.error is None and f"preempt:{BERT}" not in outcomes(r)
+    assert evictions(kube, since=mark) == [BERT]
+    assert len(status(kube).get("recentPreemptions", [])) <= 1  # never twice; once: the test below
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: an Eviction carried out whose reply was lost (ApiError 0) is taken "
+    "back from recentPreemptions and never counted (issue 16: budget bookkeeping that "
+    "survives a crash at any point, exactly once)",
+)
+def test_eviction_reply_lost_is_still_counted(kube, tmp_path, proxy):
+    """...and the preemption that did happen stays in the hourly budget, once."""
+    lose_eviction_reply(kube, tmp_path, proxy)
+    assert len(status(kube).get("recentPreemptions", [])) == 1
+
+
+# ------------------------------------------------------------------ the API server restarts
 
 
 def test_apiserver_restart_mid_cycle(kube, tmp_path):
-    """The server goes away while the controller evicts (state kept); the next cycles converge."""
-    server = kube.require_fake()
-    clock = Clock()
+    """The API server goes down just as the Eviction is sent (etcd keeps the state) and comes
+    back while the cycle goes on against it: the cycle reports the error, the next ones
+    converge, and the pod is evicted once."""
+    clock = kube.clock
     base(kube, tmp_path, clock)
     ctl = controller(kube, tmp_path, clock)
+    mark = audit_mark(kube)
     ctl.cycle()
     clock.advance(400)
-    restarted = threading.Event()
+    real, back = ctl.executor.ops.evict_pod, threading.Event()
 
-    def restart(srv, req):
-        threading.Thread(target=lambda: (srv.restart(downtime=0.5), restarted.set()), daemon=True).start()
+    def evict(ns, name):
+        ctl.executor.ops.evict_pod = real
+        kube.plane.stop_apiserver()
+        threading.Thread(
+            target=lambda: (kube.plane.start_apiserver(), back.set()), daemon=True
+        ).start()
+        return real(ns, name)
 
-    server.before("POST", r".*/pods/bert-new/eviction", restart)
-    results = [ctl.cycle()]
-    assert restarted.wait(10)
-    results += converge(ctl, kube, nodes=("a100-2",), clock=clock)
-    assert results[-1].converged
-    assert evictions(server).count("/api/v1/namespaces/team-b/pods/bert-new/eviction") == 1
-    assert pods(kube, "team-b") == ["bert-old", "ranker-0", "ranker-1"]
-
-
-def test_conflict_on_update_is_retried_next_cycle(kube, tmp_path):
-    server = kube.require_fake()
-    clock = Clock()
-    base(kube, tmp_path, clock)
-    server.fail_next("PATCH", r"/api/v1/nodes/a100-2", status=409, reason="Conflict",
-                     message='Operation cannot be fulfilled on nodes "a100-2": the object has been modified')
-    ctl = controller(kube, tmp_path, clock)
+    ctl.executor.ops.evict_pod = evict
     r = ctl.cycle()
-    out = {o.action: o for o in r.applied.outcomes}
-    assert out["cordon:a100-2"].status == "waiting" and "409" in out["cordon:a100-2"].message
-    assert out["mig-reconfigure:a100-2"].status == "skipped"
-    conds = conditions(kube)
-    assert conds["Stalled"]["status"] == "False" and conds["Reconciling"]["status"] == "True"
-    converge(ctl, kube, nodes=("a100-2",), clock=clock)
-    assert not kube.core.read_node("a100-2").spec.unschedulable
+    assert back.wait(60)
+    # the Eviction met a closed port; so did the status report at the end: the cycle says so
+    assert r.error and "Connection refused" in r.error, r.error
+    assert evictions(kube, since=mark) == []
+    clock.advance(60)
+    converge(ctl, kube, clock=clock)
+    assert_converged_once(kube, mark, counted=(1, 2))  # once: the test below
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: the preemption written ahead of an Eviction that was not carried out "
+    "stays in recentPreemptions when the cycle's status report fails too (as in "
+    "the restart above); the retry adds a second entry (issue 16: budget bookkeeping "
+    "exactly once)",
+)
+def test_preemption_written_ahead_of_a_failed_eviction_is_counted_once(kube, tmp_path, proxy):
+    """The restart's effect on the budget without the restart: the Eviction gets a 500 (not
+    carried out) and the end-of-cycle status report is lost; a minute later the retry evicts."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    ctl = through(proxy, kube, tmp_path, clock)
+    ctl.cycle()
+    clock.advance(400)
+    proxy.fail(500, "POST", EVICTION, times=1)
+    report = proxy.drop_request(*STATUS, times=1, when=lambda req: b"conditions" in req.body)
+    r = ctl.cycle()
+    assert r.error and report.hits == 1
+    clock.advance(60)
+    r = ctl.cycle()
+    assert outcomes(r)[f"preempt:{BERT}"].message == "evicted"
+    assert len(status(kube)["recentPreemptions"]) == 1
 
 
-def scaling_setup(kube, tmp_path, clock):
-    from tests.plan.scenarios import SCALING, desired_text
+# ------------------------------------------------------------------ natural 409s
 
-    from .harness import add_gpu_node, publish_state  # noqa: F401
-    from .scenario import seed_priority_classes
 
-    text = desired_text(extra=SCALING)
+def scaling_setup(kube, tmp_path, clock) -> str:
+    """The scenario's nodes, no training work, two inference Deployments: `chat` with a long
+    queue (scale up 2 -> 4), `summarize` with none (scale down 2 -> 1)."""
+    text = TEXT + SCALING.replace("pool: a100", "pool: h100")
     base(kube, tmp_path, clock, text=text, workloads=False)
     seed_priority_classes(kube, text)
-    from .harness import gpu_state
-
-    gpus = [gpu_state(i) for i in range(8)]
-    gpus[0]["sharedSlices"] = 4
-    publish_state(kube, "a100-1", gpus)
-    hour_ago = clock.now.replace(microsecond=0) - __import__("datetime").timedelta(hours=1)
+    hour_ago = clock.now - timedelta(hours=1)
     create_inference_deployment(kube, "team-b", "chat", replicas=2, queue=60, last_scale=hour_ago)
-    create_inference_deployment(kube, "team-b", "summarize", replicas=2, queue=0, last_scale=hour_ago)
+    create_inference_deployment(
+        kube, "team-b", "summarize", replicas=2, queue=0, last_scale=hour_ago
+    )
+    kube.settle()
+    return text
 
 
-def test_scale_up_and_down_with_a_conflicting_writer(kube, tmp_path):
-    """Replicas and the last-scale annotation change in one patch guarded by the
-    resourceVersion read: a writer in between gets the patch a 409; the next cycle replans."""
-    server = kube.require_fake()
-    clock = Clock()
+def test_scale_with_a_concurrent_writer_gets_a_real_409(kube, tmp_path, proxy):
+    """Between the controller's read of `chat` and its patch (guarded by the resourceVersion it
+    read), someone else (an HPA, a person) sets its replicas to 3. The API server refuses the
+    patch with 409; nothing is overwritten, and the next cycle plans from 3."""
+    clock = kube.clock
     scaling_setup(kube, tmp_path, clock)
 
-    def other_writer(srv, req):  # someone (an HPA, a person) touches chat between our read and patch
-        kube.apps.patch_namespaced_deployment("chat", "team-b", {"metadata": {"labels": {"touched": "yes"}}})
+    def other_writer(req) -> bool:  # runs as the patch reaches the proxy, before it is forwarded
+        kube.apps.patch_namespaced_deployment(
+            "chat", "team-b", {"metadata": {"labels": {"touched": "yes"}}, "spec": {"replicas": 3}}
+        )
+        return False  # no fault: the real server answers the patch
 
-    server.before("PATCH", r"/apis/apps/v1/namespaces/team-b/deployments/chat", other_writer)
-    ctl = controller(kube, tmp_path, clock)
+    race = proxy.delay(
+        0, "PATCH", r"/namespaces/team-b/deployments/chat$", times=1, when=other_writer
+    )
+    ctl = through(proxy, kube, tmp_path, clock)
+    mark = audit_mark(kube)
     r = ctl.cycle()
-    out = {o.action: o for o in r.applied.outcomes}
-    assert out["scale:team-b/chat"].status == "waiting" and "409" in out["scale:team-b/chat"].message
+    assert race.hits == 0  # the predicate said no: the request went through untouched
+    out = outcomes(r)
+    assert (
+        out["scale:team-b/chat"].status == "waiting" and "409" in out["scale:team-b/chat"].message
+    )
     assert out["scale:team-b/summarize"].status == "done"
+    chat_patches = [
+        e.code for e in writes(kube, since=mark) if e.resource == "deployments" and e.name == "chat"
+    ]
+    assert chat_patches == [409]  # refused by the server itself
+    conds = conditions(kube)  # a conflict is progress to retry, not a stall
+    assert conds["Stalled"]["status"] == "False" and conds["Reconciling"]["status"] == "True"
     converge(ctl, kube, clock=clock, step=0)
     chat = kube.apps.read_namespaced_deployment("chat", "team-b")
-    assert chat.spec.replicas == 4 and chat.metadata.labels["touched"] == "yes"
+    assert chat.spec.replicas == 5 and chat.metadata.labels["touched"] == "yes"  # 3 + step 2
     assert chat.metadata.annotations["gpupool.io/last-scale"] == clock.now.isoformat()
     assert kube.apps.read_namespaced_deployment("summarize", "team-b").spec.replicas == 1
-    server.clear_requests()
+    mark = audit_mark(kube)
     assert ctl.cycle().converged  # within the cooldown: no flapping
-    assert writes(server, exclude=BOOKKEEPING) == []
+    assert writes(kube, since=mark, exclude=BOOKKEEPING) == []
+
+
+def test_replicas_changed_between_plan_and_apply_is_replanned(kube, tmp_path):
+    """Someone scales `chat` after the plan was made and before its step runs: the step sees
+    replicas it did not plan from and leaves them alone; the next cycle plans again."""
+    clock = kube.clock
+    scaling_setup(kube, tmp_path, clock)
+    ctl = controller(kube, tmp_path, clock)
+    real = ctl.executor.ops.read_workload
+
+    def read(kind, ns, name):
+        if name == "chat":
+            kube.apps.patch_namespaced_deployment(
+                "chat", "team-b", {"spec": {"replicas": 7}}
+            )  # 60/7 in band
+            ctl.executor.ops.read_workload = real
+        return real(kind, ns, name)
+
+    ctl.executor.ops.read_workload = read
+    mark = audit_mark(kube)
+    out = outcomes(ctl.cycle())
+    assert out["scale:team-b/chat"].status == "skipped" and "7" in out["scale:team-b/chat"].message
+    assert out["scale:team-b/summarize"].status == "done"
+    r = ctl.cycle()  # plans from 7: 60 queued / 7 replicas is within the band
+    assert r.error is None and "scale:team-b/chat" not in outcomes(r)
+    assert not [
+        e for e in writes(kube, since=mark) if e.resource == "deployments" and e.name == "chat"
+    ]
+    assert (
+        kube.apps.read_namespaced_deployment("chat", "team-b").spec.replicas == 7
+    )  # not the stale plan's 4
+
+
+# ------------------------------------------------------------------ PodDisruptionBudget
+
+
+def test_pdb_blocked_eviction_is_retried_not_forced(kube, tmp_path):
+    """The real Eviction API refuses (429) while the PDB allows no disruption: the step is
+    blocked, retried every cycle, never forced; once the budget allows it, one eviction."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    create_pdb(kube, "team-b", "bert-new", {"app": "bert-new"}, min_available=1)
+    ctl = controller(kube, tmp_path, clock)
+    mark = audit_mark(kube)
+    ctl.cycle()
+    clock.advance(400)
+    for _ in range(3):
+        r = ctl.cycle()
+        out = outcomes(r)
+        assert out[f"preempt:{BERT}"].status == "blocked"
+        assert "PodDisruptionBudget" in out[f"preempt:{BERT}"].message
+        assert out["mig-reconfigure:h100-2"].status == "skipped"
+        conds = conditions(kube)
+        assert (
+            conds["Reconciling"]["status"] == "True"
+            and "PodDisruptionBudget" in conds["Reconciling"]["message"]
+        )
+        assert conds["Stalled"]["status"] == "False"
+        clock.advance(60)
+    assert "bert-new" in pods(kube, "team-b")
+    attempts = lambda: [e.code for e in writes(kube, since=mark) if e.subresource == "eviction"]  # noqa: E731
+    assert attempts() == [429, 429, 429]  # the real Eviction API said no, each time
+    assert not [
+        e for e in writes(kube, since=mark) if e.verb == "delete"
+    ]  # never deleted behind its back
+    assert status(kube).get("recentPreemptions", []) == []  # blocked: not counted
+    kube.policy.patch_namespaced_pod_disruption_budget(
+        "bert-new", "team-b", {"spec": {"minAvailable": 0}}
+    )
+    converge(ctl, kube, clock=clock)
+    assert pods(kube, "team-b") == ["bert-old", "ranker-0", "ranker-1"]
+    codes = attempts()
+    assert codes[:3] == [429, 429, 429] and codes[-1] == 201 and codes.count(201) == 1
+    assert set(codes[3:-1]) <= {429}  # until the disruption controller recomputed the budget
+    assert len(status(kube)["recentPreemptions"]) == 1
+
+
+# ------------------------------------------------------------------ two controllers, one Lease
 
 
 def test_two_controllers_one_leader(kube, tmp_path):
-    server = kube.require_fake()
-    clock = Clock()
-    base(kube, tmp_path, clock)
+    clock = kube.clock
+    write_policy(tmp_path, TEXT)  # nothing to observe but the policy: leadership is the point
     a = controller(kube, tmp_path, clock, identity="gpupool-a")
     b = controller(kube, tmp_path, clock, identity="gpupool-b")
     ra = a.cycle()
-    server.clear_requests()
+    mark = audit_mark(kube)
     rb = b.cycle()
     assert ra.leader and not rb.leader and rb.applied is None
-    assert writes(server) == []  # a follower writes nothing, not even status
+    assert writes(kube, since=mark) == []  # a follower writes nothing, not even status
     for _ in range(3):
         clock.advance(5)
-        server.clear_requests()
+        mark = audit_mark(kube)
         assert not b.cycle().leader
-        assert writes(server) == []
+        assert writes(kube, since=mark) == []
         assert a.cycle().leader
     # the leader stops renewing (killed): after the lease duration the other one takes over
     clock.advance(16)
-    rb = b.cycle()
-    assert rb.leader
+    assert b.cycle().leader
     assert not a.cycle().leader
-    lease = kube.coordination.read_namespaced_lease("gpupool-controller", kube.namespace)
+    lease = kube.coordination.read_namespaced_lease("gpupool-controller", NS)
     assert lease.spec.holder_identity == "gpupool-b" and lease.spec.lease_transitions == 1
     # handing over on shutdown: release, and the standby leads at once
     b.elector.release()
     assert a.cycle().leader
+    assert (
+        kube.coordination.read_namespaced_lease("gpupool-controller", NS).spec.holder_identity
+        == "gpupool-a"
+    )
 
 
-def test_lease_race_exactly_one_wins(kube, tmp_path):
-    """Two controllers read the expired Lease, both try to take it: the resourceVersion lets one."""
-    server = kube.require_fake()
-    clock = Clock()
-    base(kube, tmp_path, clock, workloads=False)
-    a = controller(kube, tmp_path, clock, identity="gpupool-a")
-    b = controller(kube, tmp_path, clock, identity="gpupool-b")
+def test_lease_race_exactly_one_wins(kube, tmp_path, proxy):
+    """a and b both find the Lease expired; b takes it between a's read and a's update. a's
+    update carries the resourceVersion it read, and the real server refuses it (409)."""
+    clock = kube.clock
+    write_policy(tmp_path, TEXT)
+    a = through(proxy, kube, tmp_path, clock, identity="gpupool-a")
+    b = controller(kube, tmp_path, clock, identity="gpupool-b")  # straight to the server
     c = controller(kube, tmp_path, clock, identity="gpupool-c")
     assert c.elector.try_acquire_or_renew()
     clock.advance(30)  # c died
     won = {}
 
-    def b_takes_it_first(srv, req):  # between a's GET and a's PUT, b takes the lease
+    def b_first(req) -> bool:  # a's PUT has reached the proxy: b acquires before it goes on
         won["b"] = b.elector.try_acquire_or_renew()
+        return False
 
-    server.before("PUT", r".*/leases/gpupool-controller", b_takes_it_first)
+    proxy.delay(0, "PUT", r"/leases/gpupool-controller$", times=1, when=b_first)
+    mark = audit_mark(kube)
     won["a"] = a.elector.try_acquire_or_renew()
     assert won == {"b": True, "a": False}
-    assert sorted(r.status for r in server.requests("PUT")[-2:]) == [200, 409]
+    updates = [e.code for e in writes(kube, since=mark) if e.resource == "leases"]
+    assert updates == [200, 409]
+    assert (
+        kube.coordination.read_namespaced_lease("gpupool-controller", NS).spec.holder_identity
+        == "gpupool-b"
+    )
 
 
-def test_pdb_blocked_eviction_is_retried_not_forced(kube, tmp_path):
-    server = kube.require_fake()
-    clock = Clock()
-    base(kube, tmp_path, clock)
-    create_pdb(kube, "team-b", "bert-new", {"app": "bert-new"}, min_available=1)
-    ctl = controller(kube, tmp_path, clock)
-    ctl.cycle()
-    clock.advance(400)
-    for _ in range(3):
-        r = ctl.cycle()
-        out = {o.action: o for o in r.applied.outcomes}
-        assert out["preempt:team-b/bert-new"].status == "blocked"
-        assert "PodDisruptionBudget" in out["preempt:team-b/bert-new"].message
-        assert out["mig-reconfigure:a100-2"].status == "skipped"
-        conds = conditions(kube)
-        assert conds["Reconciling"]["status"] == "True" and "PodDisruptionBudget" in conds["Reconciling"]["message"]
-        assert conds["Stalled"]["status"] == "False"
-        clock.advance(60)
-    assert "bert-new" in pods(kube, "team-b")
-    attempts = [r for r in server.requests("POST") if r.path.endswith("/bert-new/eviction")]
-    assert [r.status for r in attempts] == [429, 429, 429]
-    assert not [r for r in server.requests("DELETE") if "/pods/" in r.path]  # never deleted behind the PDB's back
-    kube.policy.patch_namespaced_pod_disruption_budget("bert-new", "team-b", {"spec": {"minAvailable": 0}})
-    converge(ctl, kube, nodes=("a100-2",), clock=clock)
-    assert pods(kube, "team-b") == ["bert-old", "ranker-0", "ranker-1"]
-    assert [r.status for r in server.requests("POST") if r.path.endswith("/bert-new/eviction")] == [429, 429, 429, 201]
+# ------------------------------------------------------------------ the API server is down
 
 
-def test_api_unreachable_cycle_reports_error_and_recovers(kube, tmp_path):
-    server = kube.require_fake()
-    clock = Clock()
+def test_api_down_cycle_reports_error_and_recovers(kube, tmp_path):
+    """The API server stops (connection refused): each cycle returns its error (the loop never
+    dies), leadership is not claimed, readiness goes once no cycle succeeded for 5 minutes;
+    when the server is back the controller converges and is ready again."""
+    clock = kube.clock
     base(kube, tmp_path, clock)
     ctl = controller(kube, tmp_path, clock)
-    with server.down():
-        r = ctl.cycle()
-    assert r.error and not ctl.ready()
-    converge(ctl, kube, nodes=("a100-2",), clock=clock)
+    assert ctl.cycle().error is None and ctl.ready()
+    kube.plane.stop_apiserver()
+    try:
+        down = []
+        for _ in range(2):
+            clock.advance(200)
+            down.append(ctl.cycle())
+    finally:
+        kube.plane.start_apiserver()
+    for r in down:
+        assert r.error and not r.leader and r.applied is None
+        assert "Connection refused" in r.error, r.error
+    assert not ctl.ready()  # 400 s without a successful cycle
+    converge(ctl, kube, clock=clock)
     assert ctl.ready()
+
+
+def test_api_down_is_logged_without_a_traceback(kube, tmp_path, proxy, caplog):
+    """The API server unreachable (every connection closed unanswered): one line, no trace."""
+    write_policy(tmp_path, TEXT)
+    ctl = through(proxy, kube, tmp_path, kube.clock)
+    with proxy.drop_request(), caplog.at_level(logging.INFO, logger="gpupool"):
+        r = ctl.cycle()
+    assert r.error
+    ours = [rec for rec in caplog.records if rec.name.startswith("gpupool")]
+    assert ours and any(rec.levelno >= logging.WARNING for rec in ours)
+    assert not [rec for rec in ours if rec.exc_info], [
+        rec.getMessage() for rec in ours if rec.exc_info
+    ]

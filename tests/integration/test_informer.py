@@ -1,22 +1,33 @@
-"""The controller's watch-fed caches: list, watch, resume, relist on 410 and on restarts."""
+"""The controller's watch-fed cache (reconciler/loop/informer.py, ClusterCache) on the real API
+server, as the controller's ServiceAccount: it lists, follows the watch, resumes a watch that
+ends from the last resourceVersion (no relist), relists on 410 Gone and after an API server
+restart, and the observed state read through it equals the listed one.
+
+The 410 is injected by the FaultProxy (a real server answers 410 to a watch from a compacted
+resourceVersion, and compaction cannot be asked for); everything else is the server's own.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
+
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe.kube import observe_cluster
-from tests.integration.harness import add_gpu_node, create_pod, install_crds
+from tests.faultproxy.proxy import FaultProxy
+
+from .harness import CONTROLLER_SA, NS, add_gpu_node, create_pod
+
+PODS = r"^/api/v1/pods$"
 
 
-def eventually(check, timeout: float = 10.0):
+def eventually(check, timeout: float = 10.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return
+    while not check():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(f"{what} not reached within {timeout}s")
         time.sleep(0.05)
 
 
@@ -24,52 +35,145 @@ def names(items) -> set[str]:
     return {f"{o.metadata.namespace or ''}/{o.metadata.name}" for o in items or []}
 
 
-def test_cache_follows_changes_and_survives_compaction_and_restart(kube):
-    server = kube.require_fake()
-    ns = kube.namespace
-    add_gpu_node(kube, "a100-1", state=False)
-    create_pod(kube, ns, "before", gpus=1, pool=None, cls=None)
-    stop = threading.Event()
-    cache = ClusterCache(kube.api_client, timeout_seconds=5, backoff_seconds=0.1).start(stop)
-    try:
-        assert cache.wait_synced(10)
-        assert f"{ns}/before" in names(cache.pods()) and "/a100-1" in names(cache.nodes())
-
-        create_pod(kube, ns, "added", gpus=1, pool=None, cls=None)
-        eventually(lambda: f"{ns}/added" in names(cache.pods()))
-        kube.core.delete_namespaced_pod("before", ns)
-        eventually(lambda: f"{ns}/before" not in names(cache.pods()))
-        kube.core.patch_node("a100-1", {"metadata": {"labels": {"x": "1"}}}, _content_type="application/merge-patch+json")
-        eventually(lambda: any((n.metadata.labels or {}).get("x") == "1" for n in cache.nodes()))
-
-        # the apiserver goes away, history is compacted while it is down, things change:
-        # resuming from the old resourceVersion gets 410 Gone, and the cache relists
-        relists = cache.pod_informer.relists
-        with server.down():
-            time.sleep(0.3)
-        create_pod(kube, ns, "while-away", gpus=1, pool=None, cls=None)
-        server.cluster.compact()
-        server.restart()
-        eventually(lambda: f"{ns}/while-away" in names(cache.pods()), timeout=20)
-        assert cache.pod_informer.relists > relists
-        assert names(cache.pods()) == names(kube.core.list_pod_for_all_namespaces().items)
-    finally:
-        stop.set()
+def listed_pods(kube) -> set[str]:
+    return names(kube.core.list_pod_for_all_namespaces().items)
 
 
-def test_observed_state_from_the_cache_equals_the_listed_one(kube):
-    kube.require_fake()
-    ns = kube.namespace
-    install_crds(kube)
-    add_gpu_node(kube, "a100-1")
-    create_pod(kube, ns, "job", node="a100-1", gpus=2, allocation="0,1", cls=None)
-    stop = threading.Event()
-    cache = ClusterCache(kube.api_client, timeout_seconds=5).start(stop)
-    try:
-        assert cache.wait_synced(10)
-        listed = observe_cluster(kube.api_client)
-        cached = observe_cluster(kube.api_client, cache=cache, now=listed.observed_at)
-        assert cached == listed
-        assert [w.key for w in cached.workloads] == [f"{ns}/job"]
-    finally:
-        stop.set()
+def pod(kube, ns: str, name: str) -> None:
+    """A pod the cache sees come and go (no GPU, never scheduled: nothing else touches it)."""
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+
+
+@pytest.fixture
+def proxy(kube):
+    pki = kube.plane.cert_dir
+    with FaultProxy(kube.plane.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key") as p:
+        yield p
+
+
+@pytest.fixture
+def stop(kube):
+    ev = threading.Event()
+    kube.cleanup(ev.set)
+    return ev
+
+
+def test_cache_lists_follows_resumes_and_relists_on_410(kube, proxy, stop):
+    ns = kube.new_namespace()
+    add_gpu_node(kube, "informer-1", pool="informer", state=False)
+    pod(kube, ns, "before")
+    token = kube.plane.service_account_token(NS, CONTROLLER_SA, create=False)
+    api = proxy.api_client(token)
+    kube.cleanup(api.close)
+    # watches end every second (resumed each time); an error would cost a 30 s back-off
+    cache = ClusterCache(api, timeout_seconds=1, backoff_seconds=30).start(stop)
+    assert cache.wait_synced(10)
+    informer = cache.pod_informer
+    assert f"{ns}/before" in names(cache.pods()) and "/informer-1" in names(cache.nodes())
+
+    pod(kube, ns, "added")
+    eventually(lambda: f"{ns}/added" in names(cache.pods()), what="an added pod")
+    kube.core.delete_namespaced_pod("before", ns, grace_period_seconds=0)
+    eventually(lambda: f"{ns}/before" not in names(cache.pods()), what="a deleted pod")
+    kube.core.patch_node("informer-1", {"metadata": {"labels": {"x": "1"}}})
+    eventually(
+        lambda: any((n.metadata.labels or {}).get("x") == "1" for n in cache.nodes()),
+        what="a node change",
+    )
+
+    # a watch that ends is resumed from the last resourceVersion: no second list
+    eventually(lambda: len(proxy.requests("GET", PODS)) >= 4, what="several pod watches")
+    lists = [r for r in proxy.requests("GET", PODS) if "watch=true" not in r.query]
+    watches = [r for r in proxy.requests("GET", PODS) if "watch=true" in r.query]
+    assert len(lists) == 1 and informer.relists == 1
+    assert all("resourceVersion=" in w.query and w.status == 200 for w in watches)
+    assert len({w.query for w in watches}) > 1  # each resumed from where the last one got to
+
+    # history compacted past the cache's resourceVersion while things changed: the next watch
+    # gets 410 Gone; the cache must relist (at once), not resume, to lose the deletion
+    def compacted(req) -> bool:
+        kube.core.delete_namespaced_pod("added", ns, grace_period_seconds=0)
+        pod(kube, ns, "while-compacted")
+        return True
+
+    gone = proxy.fail(
+        410,
+        "GET",
+        PODS,
+        times=1,
+        when=lambda r: r.is_watch and compacted(r),
+        reason="Expired",
+        message="too old resource version",
+    )
+    assert gone.wait(5)
+    eventually(lambda: informer.relists == 2, timeout=5, what="a relist after 410")
+    eventually(
+        lambda: names(cache.pods()) == listed_pods(kube),
+        timeout=5,
+        what="the cache matching a list",
+    )
+    assert f"{ns}/while-compacted" in names(cache.pods()) and f"{ns}/added" not in names(
+        cache.pods()
+    )
+    after = [
+        r
+        for r in proxy.requests("GET", PODS)
+        if r.started > proxy.requests(fault="fail")[0].started
+    ]
+    assert "watch=true" not in after[0].query  # the very next request is the list
+    assert cache.node_informer.relists == 1  # the node watch was not touched
+
+
+def test_cache_relists_after_an_apiserver_restart(kube, stop):
+    ns = kube.new_namespace()
+    pod(kube, ns, "before")
+    cache = ClusterCache(kube.controller_client(), timeout_seconds=5, backoff_seconds=0.2).start(
+        stop
+    )
+    assert cache.wait_synced(10)
+    relists = (cache.pod_informer.relists, cache.node_informer.relists)
+    kube.plane.stop_apiserver()
+    time.sleep(1.0)  # the watches break; the relists meet a closed port
+    kube.plane.start_apiserver()
+    eventually(
+        lambda: (
+            cache.pod_informer.relists > relists[0] and cache.node_informer.relists > relists[1]
+        ),
+        timeout=20,
+        what="relists after the restart",
+    )
+    pod(kube, ns, "after")
+    kube.core.delete_namespaced_pod("before", ns, grace_period_seconds=0)
+    eventually(
+        lambda: f"{ns}/after" in names(cache.pods()) and f"{ns}/before" not in names(cache.pods()),
+        what="changes after the restart",
+    )
+    eventually(lambda: names(cache.pods()) == listed_pods(kube), what="the cache matching a list")
+    assert names(cache.nodes()) == names(kube.core.list_node().items)
+
+
+def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
+    ns = kube.new_namespace()
+    add_gpu_node(kube, "informer-2", pool="informer")
+    create_pod(kube, ns, "job", node="informer-2", gpus=2, cls=None, pool="informer")
+    create_pod(kube, ns, "waiting", gpus=8, cls=None, pool="informer")  # does not fit: Pending
+    kube.settle()
+    api = kube.controller_client()
+    cache = ClusterCache(api, timeout_seconds=5).start(stop)
+    assert cache.wait_synced(10)
+    eventually(lambda: names(cache.pods()) == listed_pods(kube), what="the cache matching a list")
+    listed = observe_cluster(api)
+    cached = observe_cluster(api, cache=cache, now=listed.observed_at)
+    assert cached == listed
+    work = {w.key: w for w in cached.workloads if w.namespace == ns}
+    assert sorted(work) == [f"{ns}/job", f"{ns}/waiting"]
+    assert work[f"{ns}/job"].phase == "Running" and sorted(
+        a.gpu for a in work[f"{ns}/job"].allocations
+    ) == [0, 1]
+    assert work[f"{ns}/waiting"].phase == "Pending"

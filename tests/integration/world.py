@@ -55,7 +55,9 @@ MERGE = "application/merge-patch+json"
 # mig-manager's ConfigMap with `all-disabled` (it cannot start without it) and the device
 # plugin's configs with the default one (../shared/notes/nvidia-stack.md).
 MIG_DEFAULTS = {
-    "config.yaml": "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+    "config.yaml": (
+        "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+    )
 }
 SHARING_DEFAULTS = {"default": "version: v1\nflags:\n  migStrategy: mixed\n"}
 

@@ -96,7 +96,9 @@ def test_mig_layouts(model: str, layout: str) -> None:
     fake = FakeNvml([FakeGpu(model, mig=True, instances=placed)])
     [gpu] = read_gpus(fake)
     assert gpu.mig_enabled and gpu.mode == "mig"
-    assert [(m.profile, m.start) for m in gpu.mig_instances] == sorted(placed, key=lambda x: (x[1], x[0]))
+    assert [(m.profile, m.start) for m in gpu.mig_instances] == sorted(
+        placed, key=lambda x: (x[1], x[0])
+    )
     uuids = [m.uuid for m in gpu.mig_instances]
     assert all(u.startswith("MIG-") for u in uuids) and len(set(uuids)) == len(uuids)
     assert gpu.utilization == 0  # NOT_SUPPORTED on a MIG parent: the model default
@@ -106,7 +108,11 @@ def test_mig_enabled_without_instances_and_gi_without_compute_instance() -> None
     fake = FakeNvml(
         [
             FakeGpu("H100-SXM5-80GB", mig=True),
-            FakeGpu("H100-SXM5-80GB", mig=True, instances=[FakeInstance("3g.40gb", 4, compute_instance=False)]),
+            FakeGpu(
+                "H100-SXM5-80GB",
+                mig=True,
+                instances=[FakeInstance("3g.40gb", 4, compute_instance=False)],
+            ),
         ]
     )
     empty, bare = read_gpus(fake)
@@ -126,7 +132,10 @@ def test_processes_in_mig_instances_and_unavailable_memory() -> None:
                 "A100-SXM4-40GB",
                 mig=True,
                 instances=[("3g.20gb", 0), ("3g.20gb", 4)],
-                processes=[FakeProcess(7, 4096, instance_start=4), FakeProcess(8, None, instance_start=0)],
+                processes=[
+                    FakeProcess(7, 4096, instance_start=4),
+                    FakeProcess(8, None, instance_start=0),
+                ],
                 memory_used_mib=5000,
             )
         ]
@@ -137,7 +146,9 @@ def test_processes_in_mig_instances_and_unavailable_memory() -> None:
 
 
 def test_unknown_gpu_keeps_nvml_name_and_profile_names_from_nvml() -> None:
-    fake = FakeNvml([FakeGpu("H100-SXM5-80GB", name="NVIDIA H100 Future", mig=True, instances=[("4g.40gb", 0)])])
+    fake = FakeNvml(
+        [FakeGpu("H100-SXM5-80GB", name="NVIDIA H100 Future", mig=True, instances=[("4g.40gb", 0)])]
+    )
     [gpu] = read_gpus(fake)
     assert gpu.model == "NVIDIA H100 Future"
     assert [(m.profile, m.start) for m in gpu.mig_instances] == [("4g.40gb", 0)]
@@ -149,7 +160,9 @@ def test_numa_not_supported_is_default() -> None:
 
 
 def test_several_gpus_keep_their_index() -> None:
-    fake = FakeNvml([FakeGpu("L40S-48GB"), FakeGpu("H200-SXM5-141GB", mig=True, instances=[("7g.141gb", 0)])])
+    fake = FakeNvml(
+        [FakeGpu("L40S-48GB"), FakeGpu("H200-SXM5-141GB", mig=True, instances=[("7g.141gb", 0)])]
+    )
     gpus = read_gpus(fake)
     assert [g.index for g in gpus] == [0, 1]
     assert gpus[1].mig_instances[0].profile == "7g.141gb"
@@ -180,7 +193,9 @@ def test_other_nvml_errors_name_the_gpu_and_call(call: str, code: int) -> None:
 
 
 def test_init_failure_is_an_adapter_error() -> None:
-    fake = FakeNvml([FakeGpu("L40S-48GB")], failures={"nvmlInit": pynvml.NVML_ERROR_DRIVER_NOT_LOADED})
+    fake = FakeNvml(
+        [FakeGpu("L40S-48GB")], failures={"nvmlInit": pynvml.NVML_ERROR_DRIVER_NOT_LOADED}
+    )
     with pytest.raises(NvmlReadError, match="nvmlInit failed") as err:
         read_gpus(fake)
     assert err.value.gpu is None and err.value.code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
@@ -197,7 +212,11 @@ def test_reader_is_reusable_within_one_init() -> None:
 def test_adapter_is_read_only() -> None:
     fake = FakeNvml(
         [
-            FakeGpu(m, mig=m in MIG_MODELS, instances=CAT.place(CAT.models[m], names(m, [2, 1, 0])) if m in MIG_MODELS else ())
+            FakeGpu(
+                m,
+                mig=m in MIG_MODELS,
+                instances=CAT.place(CAT.models[m], names(m, [2, 1, 0])) if m in MIG_MODELS else (),
+            )
             for m in ALL_MODELS
         ]
     )
@@ -205,7 +224,9 @@ def test_adapter_is_read_only() -> None:
     called = set(fake.called())
     assert called <= READ_CALLS
     assert not called & MUTATING_CALLS
-    assert not [c for c in called if any(w in c for w in ("Set", "Create", "Destroy", "Reset", "Clear"))]
+    assert not [
+        c for c in called if any(w in c for w in ("Set", "Create", "Destroy", "Reset", "Clear"))
+    ]
     # ...and the fake would have seen a mutation: it records those calls too.
     other = FakeNvml([FakeGpu("A100-SXM4-40GB", mig=True)])
     other.nvmlInit()
@@ -386,7 +407,11 @@ def test_possible_placements_are_the_catalog_starts(model: str) -> None:
     h = fake.nvmlDeviceGetHandleByIndex(0)
     for p in CAT.models[model].profiles.values():
         info = fake.nvmlDeviceGetGpuInstanceProfileInfo(h, p.nvml_index)
-        assert (info.id, info.instanceCount, info.name) == (PROFILE_IDS[p.nvml_index], p.max_count, f"MIG {p.name}")
+        assert (info.id, info.instanceCount, info.name) == (
+            PROFILE_IDS[p.nvml_index],
+            p.max_count,
+            f"MIG {p.name}",
+        )
         count = ctypes.c_uint()
         fake.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, None, ctypes.byref(count))
         arr = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
@@ -405,6 +430,7 @@ def test_create_without_placement_takes_the_first_free_start(a100: FakeNvml) -> 
 
 
 # --- random create/destroy sequences ---------------------------------------------------------
+
 
 def oracle(m, existing: list[tuple[str, int]], name: str, start: int) -> int | None:
     """The NVML code a create-with-placement should give, from the rules stated plainly."""
@@ -455,7 +481,9 @@ def test_random_sequences_never_overlap_and_read_back_exactly(model: str, ops: l
             except pynvml.NVMLError_InsufficientResources:
                 assert expect is None
             else:
-                assert expect is not None and fake.instances(0) == sorted([*before, (p.name, expect)])
+                assert expect is not None and fake.instances(0) == sorted(
+                    [*before, (p.name, expect)]
+                )
         else:
             expect_code = oracle(m, before, p.name, start)
             try:
@@ -481,7 +509,9 @@ def test_random_sequences_never_overlap_and_read_back_exactly(model: str, ops: l
 
 def test_collect_node() -> None:
     t0 = datetime(2025, 1, 1, tzinfo=UTC)
-    fake = FakeNvml([FakeGpu("L40S-48GB"), FakeGpu("L40S-48GB", utilization=80, processes=[(9, 100)])])
+    fake = FakeNvml(
+        [FakeGpu("L40S-48GB"), FakeGpu("L40S-48GB", utilization=80, processes=[(9, 100)])]
+    )
     node = collect_node("gpu-node-1", nvml=fake, labels={"gpupool.io/pool": "p"}, now=t0)
     assert node.name == "gpu-node-1" and node.labels == {"gpupool.io/pool": "p"}
     assert [g.idle_since for g in node.gpus] == [t0, None]

@@ -24,16 +24,31 @@ def test_example_round_trips_through_yaml_and_json(tmp_path):
         assert load_snapshot(p) == obs
 
 
+HEAD = "kind: ObservedState\nobservedAt: 2026-12-02T00:00:00Z\n"
+
+
 @pytest.mark.parametrize(
     ("text", "line", "path", "fragment"),
     [
-        ("kind: ObservedState\nobservedAt: 2026-12-02T00:00:00Z\nnodes:\n  - name: n1\n    gpus:\n      - index: 0\n        colour: red\n",
-         7, "nodes[0].gpus[0].colour", "unknown field 'colour'"),
-        ("kind: ObservedState\nobservedAt: 2026-12-02T00:00:00Z\nworkloads:\n  - namespace: a\n    name: b\n",
-         4, "workloads[0].request", "Field required"),
+        (
+            HEAD + "nodes:\n  - name: n1\n    gpus:\n      - index: 0\n        colour: red\n",
+            7,
+            "nodes[0].gpus[0].colour",
+            "unknown field 'colour'",
+        ),
+        (
+            HEAD + "workloads:\n  - namespace: a\n    name: b\n",
+            4,
+            "workloads[0].request",
+            "Field required",
+        ),
         ("kind: ObservedState\nobservedAt: yesterday\n", 2, "observedAt", "datetime"),
-        ("kind: ObservedState\nobservedAt: 2026-12-02T00:00:00Z\nnodes:\n  - name: n1\n    gpus:\n      - index: 0\n        utilization: 140\n",
-         7, "nodes[0].gpus[0].utilization", "less than or equal to 100"),
+        (
+            HEAD + "nodes:\n  - name: n1\n    gpus:\n      - index: 0\n        utilization: 140\n",
+            7,
+            "nodes[0].gpus[0].utilization",
+            "less than or equal to 100",
+        ),
     ],
 )
 def test_bad_snapshot_names_line_and_field(text, line, path, fragment):
