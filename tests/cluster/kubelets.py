@@ -750,4 +750,15 @@ class SimulatedKubelets:
             )
         except ApiException as e:
             if e.status not in (404, 409):
+                self._retry_later(st, pod)
                 raise
+        except Exception:  # no answer (the apiserver is down): the next watch event retries
+            self._retry_later(st, pod)
+            raise
+
+    def _retry_later(self, st: _NodeState, pod: dict) -> None:
+        """A final delete that did not go through: forget that it started, so the pod's next
+        watch event (the relist after a reconnect) starts it again, as the kubelet's sync loop
+        would; otherwise the pod would stay Terminating for good."""
+        with self._lock:
+            st.terminating.discard(pod["metadata"]["uid"])
