@@ -1253,7 +1253,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
 
 
 def _preemptible(run: _Run, w: Workload) -> bool:
-    pc = run.pclass(w.priority_class or run._default_class())
+    pc = run.pclass(w.priority_class)  # DesiredState.priority_class falls back to the default
     return pc is not None and pc.preemptible
 
 
