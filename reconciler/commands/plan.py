@@ -41,14 +41,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    now = None
-    if args.now:
-        try:
-            now = datetime.fromisoformat(args.now)
-        except ValueError:
-            print(f"error: --now {args.now!r} is not an ISO 8601 time", file=sys.stderr)
-            return 1
-    result = plan(desired, observed, now=now)
+    result = plan(desired, observed, now=args.now)
     text = RENDERERS[args.format](result)
     if args.out:
         saved = result.model_copy(update={"fingerprint": fingerprint(desired, observed)})
@@ -58,6 +51,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.detailed_exitcode:
         return 2 if result.actions else 0
     return 0
+
+
+def aware_time(text: str) -> datetime:
+    """`--now`: an ISO 8601 time with a timezone. A bad one is a usage error (exit 2, like any
+    bad argument): the planner compares it with the snapshot's times, which all have one."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time like 2026-12-02T06:00:00Z"
+        ) from None
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no timezone: write it in UTC with Z (2026-12-02T06:00:00Z) "
+            "or with an offset (2026-12-02T08:00:00+02:00)"
+        )
+    return t
 
 
 def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
@@ -154,7 +164,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
     p.add_argument(
-        "--now", metavar="TIME", help="plan as of this ISO 8601 time (default: the snapshot's time)"
+        "--now",
+        metavar="TIME",
+        type=aware_time,
+        help="plan as of this ISO 8601 time with a timezone, e.g. 2026-12-02T06:00:00Z "
+        "(default: the snapshot's time)",
     )
     p.add_argument("--out", metavar="FILE", help="also write the plan as JSON to FILE")
     p.add_argument(

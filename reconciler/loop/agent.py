@@ -19,7 +19,8 @@ from typing import Any
 
 from reconciler.conventions import GROUP, NODE_STATE_KIND, NODE_STATE_PLURAL, VERSION
 from reconciler.observe.agent import collect_node, pod_gpus
-from reconciler.observe.model import Gpu, Node, PodGpus
+from reconciler.observe.kube import published_gpus
+from reconciler.observe.model import Node, PodGpus
 from reconciler.observe.podresources import (
     DEFAULT_TIMEOUT,
     PodResourcesError,
@@ -84,8 +85,11 @@ def previous(api_client: Any, node_name: str) -> Node | None:
         )
     except client.ApiException:
         return None
-    gpus = [Gpu.model_validate(g) for g in (obj.get("status") or {}).get("gpus", [])]
-    return Node(name=node_name, gpus=gpus)
+    # a hand-edited publication must not stop the agent: cards that do not validate are left
+    # out (logged), times without a timezone read as UTC
+    return Node(
+        name=node_name, gpus=published_gpus(node_name, (obj.get("status") or {}).get("gpus"))
+    )
 
 
 def run_once(

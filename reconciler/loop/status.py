@@ -5,7 +5,7 @@ the recent preemptions the hourly budget counts. `spec.suspend: true` pauses app
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reconciler.conventions import GROUP, VERSION
@@ -50,10 +50,9 @@ class StatusStore:
         st = obj.get("status") or {}
         recent = []
         for t in st.get("recentPreemptions", []):
-            try:
-                recent.append(datetime.fromisoformat(t))
-            except (TypeError, ValueError):
-                continue
+            at = _time(t)
+            if at is not None:
+                recent.append(at)
         return StatusView(
             bool((obj.get("spec") or {}).get("suspend")), recent, st.get("lastAppliedRevision")
         )
@@ -82,7 +81,11 @@ class StatusStore:
                 c["lastTransitionTime"] = o.get("lastTransitionTime", c["lastTransitionTime"])
         cutoff = now - timedelta(hours=1)
         status["recentPreemptions"] = sorted(
-            {t for t in status.get("recentPreemptions", []) if datetime.fromisoformat(t) > cutoff}
+            {
+                t
+                for t in status.get("recentPreemptions", [])
+                if (at := _time(t)) is not None and at > cutoff
+            }
         )
         self.api.patch_namespaced_custom_object_status(
             GROUP,
@@ -119,3 +122,12 @@ class StatusStore:
             if exc.status == 404:
                 return None
             raise
+
+
+def _time(text: object) -> datetime | None:
+    """A stored time; one without a timezone (hand-edited) is read as UTC, junk as absent."""
+    try:
+        at = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

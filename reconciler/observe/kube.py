@@ -21,11 +21,21 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
 - inference services: Deployments/StatefulSets labelled `gpupool.io/inference=true`, with
   `gpupool.io/queue-length` and `gpupool.io/pending-p99-seconds` annotations kept current by
   the serving stack's exporter, and `gpupool.io/last-scale` written by gpupool's apply.
+
+What the cluster publishes is not trusted to be well formed, and nothing here raises on it:
+a time without a timezone is read as UTC; a negative, infinite or unreadable demand signal
+counts as absent; a published card that does not validate, a GPU index published twice
+(every copy) and a card whose MIG instances collide (`node_problems`) are left out, logged;
+an unreadable `gpupool.io/gpus` annotation counts as absent. So a snapshot dumped from here
+always loads (`ObservedState` refuses exactly what is left out here). Drift between cards and
+what pods hold is kept as observed: the planner reports and fences it
+(`reconciler/plan/consistency.py`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -45,9 +55,12 @@ from reconciler.observe.model import (
     Request,
     Taint,
     Workload,
+    node_problems,
     parse_allocation,
 )
 from reconciler.policy.quantity import parse_quantity
+
+log = logging.getLogger(__name__)
 
 
 def _ts(value: Any) -> datetime | None:
@@ -67,10 +80,13 @@ def _truthy(v: str | None) -> bool:
 
 
 def _float(v: str | None) -> float | None:
+    """A demand signal from an annotation: a finite number >= 0, else absent (None). A
+    negative queue length would read as calm and scale a service down."""
     try:
-        return float(v) if v not in (None, "") else None
+        x = float(v) if v not in (None, "") else None
     except ValueError:
         return None
+    return x if x is not None and math.isfinite(x) and x >= 0 else None
 
 
 def request_from_resources(resources: dict[str, Any] | None) -> Request:
@@ -105,12 +121,12 @@ def _node(n: Any, state: dict | None) -> Node:
     ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
     published = (state or {}).get("status") or {}
     if "gpus" in published:  # an agent's object with nothing published yet says nothing
-        gpus = [Gpu.model_validate(g) for g in published.get("gpus") or []]
+        gpus = published_gpus(n.metadata.name, published.get("gpus"))
     else:
         count = int((n.status.capacity or {}).get(C.GPU_RESOURCE, "0") or 0)
         gpus = [Gpu(index=i) for i in range(count)]
     gpus = _overlay_sharing(gpus, (n.metadata.annotations or {}).get(C.SHARED_SLICES_ANN))
-    return Node(
+    node = Node(
         name=n.metadata.name,
         labels=labels,
         annotations=n.metadata.annotations or {},
@@ -122,6 +138,39 @@ def _node(n: Any, state: dict | None) -> Node:
         ready=ready,
         gpus=gpus,
     )
+    return _without_broken_cards(node)
+
+
+def published_gpus(node: str, entries: Any) -> list[Gpu]:
+    """The cards a `GpuNodeState` publishes (`status.gpus`); an entry that does not validate
+    is left out, logged, and a time without a timezone is read as UTC."""
+    out = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict):
+            log.warning("GpuNodeState %s: status.gpus[%d] is not an object; left out", node, i)
+            continue
+        entry = dict(entry)
+        for key in ("idleSince", "idle_since"):
+            if isinstance(entry.get(key), str):  # a time without a timezone is UTC
+                stamp = _ts(entry[key])
+                entry[key] = stamp.isoformat() if stamp else None
+        try:
+            out.append(Gpu.model_validate(entry))
+        except ValidationError as exc:
+            log.warning("GpuNodeState %s: status.gpus[%d] left out: %s", node, i, exc)
+    return out
+
+
+def _without_broken_cards(node: Node) -> Node:
+    """`node` without the cards `ObservedState` would refuse: every copy of an index
+    published twice, and cards whose MIG instances collide. Logged, never raised."""
+    problems = node_problems(node)
+    if not problems:
+        return node
+    bad = {node.gpus[path[1]].index for path, _ in problems}
+    for path, msg in problems:
+        log.warning("node %s: %s: %s; card left out", node.name, path[:2], msg)
+    return node.model_copy(update={"gpus": [g for g in node.gpus if g.index not in bad]})
 
 
 def _overlay_sharing(gpus: list[Gpu], annotation: str | None) -> list[Gpu]:
@@ -134,7 +183,9 @@ def _overlay_sharing(gpus: list[Gpu], annotation: str | None) -> list[Gpu]:
     except (ValueError, TypeError, AttributeError):
         return gpus
     return [
-        g if g.mig_enabled else g.model_copy(update={"shared_slices": slices.get(g.index) or None})
+        g
+        if g.mig_enabled
+        else g.model_copy(update={"shared_slices": max(slices.get(g.index) or 0, 0) or None})
         for g in gpus
     ]
 
@@ -203,7 +254,19 @@ def _known_allocations(
     if node_pods is not None:
         return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
     ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
-    return parse_allocation(ann) if ann else None
+    if not ann:
+        return None
+    try:
+        return parse_allocation(ann)
+    except ValueError:  # pydantic's ValidationError is one too
+        log.warning(
+            "pod %s/%s: unreadable %s annotation %r; ignored",
+            p.metadata.namespace,
+            p.metadata.name,
+            C.GPUS_ANN,
+            ann,
+        )
+        return None
 
 
 def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list[Allocation]:
@@ -339,11 +402,11 @@ def observe_cluster(
         for c in client.SchedulingV1Api(api_client).list_priority_class().items
     ]
     return ObservedState(
-        observed_at=now or datetime.now(UTC),
+        observed_at=_ts(now) or datetime.now(UTC),
         nodes=nodes,
         workloads=workloads,
         services=services,
         quotas=quotas,
         priority_classes=classes,
-        recent_preemptions=recent_preemptions or [],
+        recent_preemptions=[t for t in map(_ts, recent_preemptions or []) if t is not None],
     )

@@ -2,16 +2,26 @@
 
 Adapters (NVML, Kubernetes, snapshot files) produce it; the planner reads only this, so a
 what-if needs no API calls. It serialises to YAML/JSON (`kind: ObservedState`).
+
+Load-time checks (a snapshot file that breaks one is bad input: `gpupool plan` names file, line
+and field and exits 1): every time carries a timezone, demand signals are not negative, and
+`ObservedState` refuses duplicate nodes, GPU indices and workloads and MIG instances that
+collide on a card (`snapshot_problems`). None of these can come from a live cluster: the
+Kubernetes adapter normalises times and signals and leaves out cards that fail
+`node_problems` (see `reconciler/observe/kube.py`). What a live cluster can produce (drift,
+races: a pod on a card that no longer has its MIG instance, two pods on one whole card) is
+not refused here; the planner reports it (`reconciler/plan/consistency.py`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from reconciler.conventions import API_VERSION
+from reconciler.conventions import API_VERSION, PRODUCT_LABEL
+from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
 from reconciler.policy.models import yaml_name
 
 OBSERVED_API_VERSION = API_VERSION
@@ -46,11 +56,11 @@ class Gpu(Obs):
     memory_used_mib: int = 0
     utilization: float = Field(default=0, ge=0, le=100)
     """Recent GPU utilization, percent."""
-    idle_since: datetime | None = None
+    idle_since: AwareDatetime | None = None
     """Since when utilization has stayed below the idle threshold (published by the node agent)."""
     mig_enabled: bool = False
     mig_instances: list[MigInstance] = []
-    shared_slices: int | None = None
+    shared_slices: int | None = Field(default=None, ge=0)
     """Set when the card is shared (time-slicing/MPS): how many slices it offers."""
     numa_node: int = 0
     nvlink_island: int = 0
@@ -87,10 +97,10 @@ class Allocation(Obs):
     """What a running workload holds on its node."""
 
     gpu: int = Field(ge=0)
-    mig_start: int | None = None
+    mig_start: int | None = Field(default=None, ge=0, le=7)
     """For a MIG request: the start slot of the instance it uses."""
     mig_profile: str | None = None
-    slices: int = 0
+    slices: int = Field(default=0, ge=0)
     """For a shared request: slices of this card it holds."""
 
 
@@ -138,9 +148,9 @@ class Workload(Obs):
     """Pool a pending workload asks for (its gpupool.io/pool node selector), if any."""
     node: str | None = None
     allocations: list[Allocation] = []
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    last_checkpoint_at: datetime | None = None
+    created_at: AwareDatetime | None = None
+    started_at: AwareDatetime | None = None
+    last_checkpoint_at: AwareDatetime | None = None
     owner_kind: str = ""
     owner_name: str = ""
     checkpointable: bool = False
@@ -163,10 +173,10 @@ class InferenceService(Obs):
     replica_request: Request
     priority_class: str | None = None
     pool: str | None = None
-    queue_length: float | None = None
+    queue_length: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Requests waiting (exported by the serving stack), all replicas together."""
-    pending_seconds_p99: float | None = None
-    last_scale_at: datetime | None = None
+    pending_seconds_p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    last_scale_at: AwareDatetime | None = None
 
     @property
     def key(self) -> str:
@@ -191,15 +201,148 @@ class PriorityClassObject(Obs):
 class ObservedState(Obs):
     api_version: Literal[API_VERSION] = OBSERVED_API_VERSION
     kind: Literal["ObservedState"] = "ObservedState"
-    observed_at: datetime
+    observed_at: AwareDatetime
     """The snapshot's time; the planner's notion of 'now' unless told otherwise."""
     nodes: list[Node] = []
     workloads: list[Workload] = []
     services: list[InferenceService] = []
     quotas: list[QuotaObject] = []
     priority_classes: list[PriorityClassObject] = []
-    recent_preemptions: list[datetime] = []
+    recent_preemptions: list[AwareDatetime] = []
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ObservedState:
+        problems = snapshot_problems(self)
+        if problems:
+            raise Inconsistent(problems)
+        return self
+
+
+# --------------------------------------------------------------------------- load-time checks
+
+ItemPath = tuple[str | int, ...]
+"""Where a problem is, in YAML names, relative to the object checked: ("gpus", 2, "index")."""
+
+
+class Inconsistent(ValueError):
+    """Items of one snapshot contradict each other. Carries every problem with the path of the
+    offending item, so a file's reader can point at its line (`reconciler/observe/snapshot.py`
+    finds it in pydantic's error context)."""
+
+    def __init__(self, problems: Iterable[tuple[ItemPath, str]]):
+        self.problems: tuple[tuple[ItemPath, str], ...] = tuple(problems)
+        super().__init__("; ".join(f"{_dotted(p)}: {m}" for p, m in self.problems))
+
+
+def _dotted(path: ItemPath) -> str:
+    return "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in path).lstrip(".")
+
+
+def card_model(gpu: Gpu, node: Node, catalog: Catalog | None = None) -> GpuModel | None:
+    """The catalog model of a card: its own model name (catalog or NVML name), else the
+    node's `nvidia.com/gpu.product` label; None when the catalog knows neither."""
+    catalog = catalog or default_catalog()
+    for name in (gpu.model, node.labels.get(PRODUCT_LABEL, "")):
+        if name:
+            found = catalog.model_for_product(name)
+            if found is not None:
+                return found
+    return None
+
+
+def card_problems(gpu: Gpu, model: GpuModel | None) -> list[tuple[ItemPath, str]]:
+    """MIG instances that cannot all exist on the card: any while MIG is off, two at one start,
+    or (with the catalog's profile sizes, when the model and profile are known) two whose
+    memory slices overlap. NVML never reports these: they mean a corrupt record."""
+    out: list[tuple[ItemPath, str]] = []
+    if gpu.mig_instances and not gpu.mig_enabled:
+        out.append(
+            (
+                ("migInstances",),
+                f"{len(gpu.mig_instances)} MIG instance(s) on a card whose migEnabled is false",
+            )
+        )
+    first_at: dict[int, int] = {}
+    spans: list[tuple[int, int, MigInstance]] = []  # (position, mask, instance)
+    for j, inst in enumerate(gpu.mig_instances):
+        where: ItemPath = ("migInstances", j, "start")
+        if inst.start in first_at:
+            out.append(
+                (
+                    where,
+                    f"two MIG instances start at slice {inst.start} "
+                    f"(migInstances[{first_at[inst.start]}] is the other)",
+                )
+            )
+            continue
+        first_at[inst.start] = j
+        prof = model.profiles.get(inst.profile) if model is not None else None
+        if prof is None:
+            continue  # size unknown: only the start can be compared
+        mask = ((1 << prof.memory_slices) - 1) << inst.start
+        hit = next((other for other in spans if other[1] & mask), None)
+        if hit is not None:
+            k, _, other = hit
+            out.append(
+                (
+                    where,
+                    f"MIG instance {inst.profile} at slice {inst.start} overlaps "
+                    f"{other.profile} at slice {other.start} (migInstances[{k}]) on {model.name}",
+                )
+            )
+        spans.append((j, mask, inst))
+    return out
+
+
+def node_problems(node: Node, catalog: Catalog | None = None) -> list[tuple[ItemPath, str]]:
+    """A node's cards that contradict each other or themselves: a GPU index listed twice, and
+    `card_problems` of each card. Paths are relative to the node."""
+    out: list[tuple[ItemPath, str]] = []
+    first_at: dict[int, int] = {}
+    for j, g in enumerate(node.gpus):
+        if g.index in first_at:
+            out.append(
+                (
+                    ("gpus", j, "index"),
+                    f"GPU index {g.index} is listed twice on node {node.name} "
+                    f"(gpus[{first_at[g.index]}] is the other)",
+                )
+            )
+        else:
+            first_at[g.index] = j
+        if g.mig_instances:
+            out += [(("gpus", j, *p), m) for p, m in card_problems(g, card_model(g, node, catalog))]
+    return out
+
+
+def snapshot_problems(
+    state: ObservedState, catalog: Catalog | None = None
+) -> list[tuple[ItemPath, str]]:
+    """Everything `ObservedState` refuses beyond single fields: duplicate node names and
+    workload keys, and `node_problems` of every node. Paths are relative to the snapshot."""
+    out: list[tuple[ItemPath, str]] = []
+    nodes: dict[str, int] = {}
+    for i, n in enumerate(state.nodes):
+        if n.name in nodes:
+            out.append(
+                (("nodes", i, "name"), f"node {n.name} is listed twice (nodes[{nodes[n.name]}])")
+            )
+        else:
+            nodes[n.name] = i
+        out += [(("nodes", i, *p), m) for p, m in node_problems(n, catalog)]
+    keys: dict[str, int] = {}
+    for i, w in enumerate(state.workloads):
+        if w.key in keys:
+            out.append(
+                (
+                    ("workloads", i, "name"),
+                    f"workload {w.key} is listed twice (workloads[{keys[w.key]}])",
+                )
+            )
+        else:
+            keys[w.key] = i
+    return out
 
 
 def parse_allocation(text: str) -> list[Allocation]:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from reconciler.observe.model import ObservedState
+from reconciler.observe.model import Inconsistent, ObservedState
 from reconciler.policy.loader import format_path, locate
 from reconciler.policy.problems import InvalidInput, Problem
 
@@ -40,14 +40,46 @@ def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
     try:
         return ObservedState.model_validate(data)
     except ValidationError as exc:
+        raise InvalidSnapshot(_problems(exc, text, name)) from None
+
+
+def _problems(exc: ValidationError, text: str, name: str) -> list[Problem]:
+    """One located Problem per error; an `Inconsistent` error (items that contradict each
+    other) becomes one per offending item, placed at that item's line."""
+    try:
         node = YAML(typ="rt").load(text)  # again, with positions, only to place the messages
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc = tuple(err["loc"])
-            line, col = locate(node, loc)
-            msg = f"unknown field {loc[-1]!r}" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(Problem(name, line, col, format_path(loc), msg, "ObservedState"))
-        raise InvalidSnapshot(problems) from None
+    except (YAMLError, ValueError):  # JSON that only the fast parser reads: no positions
+        node = None
+    found: list[tuple[tuple, str]] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, Inconsistent):
+            found += [((*loc, *path), msg) for path, msg in cause.problems]
+        else:
+            found.append((loc, _message(err)))
+    problems = []
+    for loc, msg in found:
+        line, col = locate(node, loc) if node is not None else (0, 0)
+        problems.append(Problem(name, line, col, format_path(loc), msg, "ObservedState"))
+    return problems
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"unknown field {err['loc'][-1]!r}"
+    if kind == "timezone_aware":
+        return (
+            f"time {err.get('input')!s} has no timezone: write it in UTC with Z "
+            "(2026-12-02T00:00:00Z) or with an offset (+02:00)"
+        )
+    if kind == "finite_number":
+        return f"must be a finite number (got {err.get('input')!r})"
+    value = err.get("input")
+    if "input" in err and isinstance(value, int | float | str) and not isinstance(value, bool):
+        return f"{err['msg']} (got {value!r})"
+    return err["msg"]
 
 
 def load_snapshot(path: str | Path) -> ObservedState:

@@ -34,11 +34,33 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
 
 
+# Upper bounds. Every number below that sizes work the planner does (a loop, a list it builds,
+# a search it runs) has one, so a typo such as `maxMigrationsPerCycle: 1000000000` is a
+# validation error with file:line, not a plan that hangs or runs out of memory. Each bound is
+# far above any real setting; the reason is written beside it.
+
+MAX_DURATION = timedelta(days=365)
+"""Durations (grace periods, minimum runtimes, cooldowns, idle times) stay within a year:
+longer is a typo, and datetime arithmetic with such values overflows."""
+MAX_REPLICAS = 10_000
+"""Replicas of one scaled service: the planner makes one pending replica per missing one."""
+MAX_NODES = 10_000
+"""Nodes of one pool: twice the largest cluster Kubernetes supports (5,000 nodes)."""
+MAX_MIGRATIONS_PER_CYCLE = 64
+"""Each migration checkpoints and restarts a running job, and the defragmenter tries a
+candidate set per move count: more than 64 in one cycle is a storm, not maintenance."""
+MAX_PREEMPTIONS_PER_HOUR = 10_000
+"""A budget larger than this is no budget; gpupool counts every preemption of the hour."""
+
+
 def _to_timedelta(value: object) -> object:
     """YAML text such as `1h30m` becomes a timedelta at load; anything else is left to pydantic
     (which rejects it: the models are strict)."""
     if isinstance(value, str):
-        return timedelta(seconds=parse_duration(value))
+        seconds = parse_duration(value)
+        if not seconds <= MAX_DURATION.total_seconds():  # also catches inf and nan
+            raise ValueError(f"a duration may be at most {MAX_DURATION.days}d")
+        return timedelta(seconds=seconds)
     return value
 
 
@@ -50,7 +72,7 @@ Duration = Annotated[
         {
             "type": "string",
             "pattern": DURATION_PATTERN,
-            "description": "Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m.",
+            "description": "Duration in Kubernetes/Go notation: 30s, 10m, 1h, 1h30m; at most 365d.",
         }
     ),
 ]
@@ -122,7 +144,8 @@ class WholeCards(Model):
     min_gpus: Count = 0
     """Reservation: at least this many cards stay whole for training, never repartitioned."""
     max_gpus: Count | None = None
-    """At most this many cards are whole; the rest may be lent to inference."""
+    """Training never holds more than this many whole cards of the pool (demand beyond it
+    is held); the rest stays for inference."""
     topology: Literal["nvlink", "numa", "node", "none"] = "node"
     """Gang placement preference for multi-card jobs: same NVLink island, same NUMA node,
     same node, or no preference."""
@@ -162,7 +185,7 @@ class Inference(Model):
 class PoolCapacity(Model):
     """The size the pool is expected to have (validation and drift reports)."""
 
-    nodes: int = Field(ge=1)
+    nodes: int = Field(ge=1, le=MAX_NODES)
     gpus_per_node: int = Field(ge=1, le=16)
 
 
@@ -193,7 +216,8 @@ class Allotment(Model):
     borrowing_limit: Count | None = None
     """How much beyond the guarantee the team may borrow from idle capacity (None: no limit)."""
     lending_limit: Count | None = None
-    """How much of the guarantee others may borrow while unused (None: all of it)."""
+    """How much of the guarantee others may borrow while unused (None: all of it); the rest
+    stays free for the team."""
 
 
 class MemoryAllotment(Model):
@@ -265,9 +289,11 @@ class Preemption(Model):
     checkpoint_grace_period: Duration = Field("5m", validate_default=True)
     """Time between the checkpoint request and the eviction."""
     min_runtime: Duration = Field("10m", validate_default=True)
-    """A workload that started less than this long ago is not preempted."""
-    budget_per_hour: Count = 10
-    """At most this many preemptions in any rolling hour (cluster-wide)."""
+    """A workload that started less than this long ago is not preempted, reclaimed or moved
+    (spot classes excepted)."""
+    budget_per_hour: int = Field(default=10, ge=0, le=MAX_PREEMPTIONS_PER_HOUR)
+    """At most this many evictions (preemptions, idle reclaims and moves) in any rolling hour
+    (cluster-wide)."""
 
 
 class PriorityPolicySpec(Model):
@@ -290,8 +316,8 @@ class ScaleTarget(Model):
     namespace: Name
     name: Name
     kind: Literal["Deployment", "StatefulSet"] = "Deployment"
-    min_replicas: Count = 1
-    max_replicas: int = Field(ge=1)
+    min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
 
     @model_validator(mode="after")
     def _bounds(self) -> ScaleTarget:
@@ -301,18 +327,18 @@ class ScaleTarget(Model):
 
 
 class ScaleUp(Model):
-    queue_length_per_replica: float | None = Field(default=None, gt=0)
+    queue_length_per_replica: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Grow when the exported queue length per replica exceeds this."""
     pending_time: Duration | None = None
     """...or when requests wait longer than this (p99)."""
-    step: int = Field(default=1, ge=1)
+    step: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     cooldown: Duration = Field("2m", validate_default=True)
 
 
 class ScaleDown(Model):
-    queue_length_per_replica: float = Field(ge=0)
+    queue_length_per_replica: float = Field(ge=0, allow_inf_nan=False)
     """Shrink when the queue per replica stays below this..."""
-    step: int = Field(default=1, ge=1)
+    step: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     cooldown: Duration = Field("10m", validate_default=True)
     """...and the last scale change is at least this old."""
 
@@ -347,7 +373,7 @@ class Defragmentation(Model):
     when: Literal["always", "pendingDemand", "window"] = "pendingDemand"
     """`pendingDemand`: only when a pending multi-card job fits nowhere whole."""
     window: Window | None = None
-    max_migrations_per_cycle: Count = 2
+    max_migrations_per_cycle: int = Field(default=2, ge=0, le=MAX_MIGRATIONS_PER_CYCLE)
     only_migratable: bool = True
     """Move only workloads marked migratable (checkpoint + restart elsewhere is safe)."""
 

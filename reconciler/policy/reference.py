@@ -47,7 +47,8 @@ A file may hold several documents separated by `---`. Conventions:
 - Models are **strict**: an unknown or misspelt field is an error, and values are not coerced
   (`"8"` is not an integer, `yes` is not a boolean: write `true`).
 - **Names** (`name`) are DNS labels: lower-case letters, digits and `-`, at most 63 characters.
-- **Durations** use Go/Kubernetes notation: `30s`, `10m`, `1h`, `1h30m`, `250ms`, `2d`.
+- **Durations** use Go/Kubernetes notation: `30s`, `10m`, `1h`, `1h30m`, `250ms`, `2d`;
+  at most `365d`.
 - **Quantities** use Kubernetes notation: `20Gi`, `512Mi`, `80G`, `2`.
 - A field without a default is required.
 

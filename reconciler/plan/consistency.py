@@ -1,0 +1,462 @@
+"""What the cluster says that cannot all be true, and one order for everything it says.
+
+A live cluster drifts and races: a pod's record names a MIG instance the card no longer has
+(the card was repartitioned under it), two pods hold one whole card, a shared card holds more
+slices than it now offers (its slice count was lowered), a pod runs on a node or card the
+snapshot does not have. That is not bad input (nothing refuses it at load time, see
+`reconciler/observe/model.py`): the planner must plan safely around it, never crash on it.
+
+`check` finds it. Each problem is a warning `Finding` with a stable code that says what
+gpupool does about it:
+
+- the allocation is ignored (`ignored_allocations`): the workload still counts as running,
+  so its team's usage holds, but no card is thought to be held by that allocation;
+- a card whose holders disagree with it is suspect (`suspect_cards`, card -> why): the planner
+  places nothing on it, never repartitions it and never counts it as free, until the cluster
+  agrees with itself again.
+
+`canonical` sorts every list of a snapshot by a total key, so no result of the planner can
+depend on the order in which an adapter or a file listed things.
+
+Pure: no I/O, no clock; it never raises on any `ObservedState`, validated or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from reconciler.conventions import PRODUCT_LABEL
+from reconciler.observe.model import (
+    Allocation,
+    Gpu,
+    InferenceService,
+    Node,
+    ObservedState,
+    QuotaObject,
+    Request,
+    Workload,
+    card_model,
+    card_problems,
+)
+from reconciler.plan.model import Finding
+from reconciler.policy.catalog import GpuModel
+from reconciler.policy.state import DesiredState
+
+Card = tuple[str, int]
+"""(node name, GPU index)."""
+
+CODES = (
+    "duplicate-node",
+    "duplicate-gpu",
+    "duplicate-workload",
+    "mig-overlap",
+    "unknown-node",
+    "unknown-gpu",
+    "unknown-mig-instance",
+    "mig-instance-shared",
+    "whole-card-shared",
+    "shared-overfull",
+    "wrong-card-mode",
+)
+"""Every finding code `check` can emit."""
+
+
+@dataclass(frozen=True)
+class Consistency:
+    findings: tuple[Finding, ...] = ()
+    """One warning per problem, sorted (subject, code, message)."""
+    suspect_cards: Mapping[Card, str] = field(default_factory=dict)
+    """Cards whose holders disagree with the card -> why, in a few words. Nothing is placed
+    on them, they are never repartitioned and never counted as free."""
+    ignored_allocations: frozenset[tuple[str, int]] = frozenset()
+    """(workload key, position in its `allocations`) the planner must not count: on an
+    unknown node or card, or on a suspect card. Positions refer to the `ObservedState` given
+    to `check` (plan with `canonical(observed)` and check that same object)."""
+
+    def usable(self, w: Workload) -> list[Allocation]:
+        """`w`'s allocations that the planner may count as holding a card."""
+        return [
+            a for i, a in enumerate(w.allocations) if (w.key, i) not in self.ignored_allocations
+        ]
+
+
+FENCED = (
+    "gpupool fences the card: places nothing there, never repartitions it and does not count "
+    "it as free until the cluster agrees with itself"
+)
+
+
+def card_key(card: Card) -> str:
+    """How findings name a card (the planner's `GpuSlot.key`)."""
+    return f"{card[0]}/gpu{card[1]}"
+
+
+# --------------------------------------------------------------------------- check
+
+
+@dataclass
+class _Checker:
+    desired: DesiredState
+    findings: list[Finding] = field(default_factory=list)
+    suspect: dict[Card, str] = field(default_factory=dict)
+    ignored: set[tuple[str, int]] = field(default_factory=set)
+
+    def warn(self, code: str, subject: str, message: str) -> None:
+        self.findings.append(
+            Finding(severity="warning", code=code, subject=subject, message=message)
+        )
+
+    def fence(self, card: Card, why: str) -> None:
+        self.suspect.setdefault(card, why)
+
+
+def check(desired: DesiredState, observed: ObservedState) -> Consistency:
+    """Every contradiction between the snapshot's cards and what its workloads hold."""
+    c = _Checker(desired)
+    cards, nodes = _cards(c, observed.nodes)
+    running = _workloads(c, observed.workloads)
+    holders = _holdings(c, running, cards, nodes)
+    _judge_cards(c, cards, holders)
+    # an allocation on a card found suspect is not counted either
+    for card, held in holders.items():
+        if card in c.suspect:
+            c.ignored.update((w.key, i) for w, i, _ in held)
+    return Consistency(
+        findings=tuple(sorted(c.findings, key=lambda f: (f.subject, f.code, f.message))),
+        suspect_cards=dict(sorted(c.suspect.items())),
+        ignored_allocations=frozenset(c.ignored),
+    )
+
+
+def _cards(c: _Checker, nodes: Iterable[Node]) -> tuple[dict[Card, Gpu], set[str]]:
+    """(node, index) -> its card, and the names of the nodes; a node or card listed twice is
+    fenced (a validated snapshot has none: this guards states built without validation)."""
+    out: dict[Card, Gpu] = {}
+    names: set[str] = set()
+    models: dict[tuple[str, str], GpuModel | None] = {}
+    for n in nodes:
+        if n.name in names:
+            c.warn(
+                "duplicate-node",
+                n.name,
+                "the node is listed twice; gpupool fences every card of it "
+                "(places nothing there, repartitions nothing)",
+            )
+            for g in n.gpus:
+                c.fence((n.name, g.index), "its node is listed twice")
+            continue
+        names.add(n.name)
+        for g in n.gpus:
+            card = (n.name, g.index)
+            if card in out:
+                c.warn(
+                    "duplicate-gpu",
+                    card_key(card),
+                    f"GPU index {g.index} is listed twice on {n.name}; gpupool fences it",
+                )
+                c.fence(card, "its index is listed twice")
+                continue
+            out[card] = g
+            if not g.mig_instances:
+                continue
+            which = (g.model, n.labels.get(PRODUCT_LABEL, ""))
+            if which not in models:
+                models[which] = card_model(g, n, c.desired.catalog)
+            problems = card_problems(g, models[which])
+            if problems:
+                c.warn(
+                    "mig-overlap",
+                    card_key(card),
+                    "its MIG instances cannot all exist ("
+                    + "; ".join(m for _, m in problems)
+                    + "); gpupool fences the card: places nothing there and never "
+                    "repartitions it until its agent reports a possible layout",
+                )
+                c.fence(card, "its MIG instances collide")
+    return out, names
+
+
+def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:
+    """Running workloads that hold something, each key once: the last listing, as the
+    planner's working view keeps it (a validated snapshot lists each key once)."""
+    last: dict[str, Workload] = {}
+    for w in workloads:
+        if w.key in last:
+            c.warn(
+                "duplicate-workload",
+                w.key,
+                "the workload is listed twice; gpupool counts one listing only",
+            )
+        last[w.key] = w
+    return [w for w in last.values() if w.phase == "Running" and w.allocations]
+
+
+def _holdings(
+    c: _Checker, running: list[Workload], cards: dict[Card, Gpu], nodes: set[str]
+) -> dict[Card, list[tuple[Workload, int, Allocation]]]:
+    """Card -> (workload, position, allocation) of what claims it; allocations on nodes or
+    cards the snapshot lacks are ignored, with one finding per workload and cause."""
+    held: dict[Card, list[tuple[Workload, int, Allocation]]] = {}
+    for w in running:
+        if not w.node or w.node not in nodes:
+            c.ignored.update((w.key, i) for i in range(len(w.allocations)))
+            where = f"node {w.node}, which is not in the snapshot" if w.node else "no node"
+            c.warn(
+                "unknown-node",
+                w.key,
+                f"runs on {where}; gpupool ignores its {len(w.allocations)} allocation(s) "
+                "and still counts it as running (its team's usage holds)",
+            )
+            continue
+        missing = []
+        for i, a in enumerate(w.allocations):
+            card = (w.node, a.gpu)
+            if card not in cards:
+                if card not in c.suspect:
+                    missing.append(a.gpu)
+                c.ignored.add((w.key, i))
+                continue
+            held.setdefault(card, []).append((w, i, a))
+        if missing:
+            have = sorted(idx for node, idx in cards if node == w.node)
+            listing = ", ".join(map(str, have)) if have else "none"
+            c.warn(
+                "unknown-gpu",
+                w.key,
+                f"holds GPU {', '.join(map(str, sorted(set(missing))))} on {w.node}, which has "
+                f"no such GPU (its GPUs: {listing}); gpupool ignores that allocation and still "
+                "counts the workload as running",
+            )
+    return held
+
+
+def _kind(a: Allocation) -> str:
+    if a.mig_start is not None:
+        return "mig"
+    if a.slices:
+        return "shared"
+    return "whole"
+
+
+def _judge_cards(
+    c: _Checker,
+    cards: dict[Card, Gpu],
+    holders: dict[Card, list[tuple[Workload, int, Allocation]]],
+) -> None:
+    for card, held in holders.items():  # findings are sorted at the end
+        if card in c.suspect:
+            continue
+        gpu = cards[card]
+        mode = gpu.mode
+        if mode == "whole" and len(held) == 1 and _kind(held[0][2]) == "whole":
+            continue  # the common case: one job on its card
+        subject = card_key(card)
+        if mode != "mig" and any(_kind(a) == "mig" for _, _, a in held):
+            keys = sorted({w.key for w, _, a in held if _kind(a) == "mig"})
+            c.warn(
+                "unknown-mig-instance",
+                subject,
+                f"{', '.join(keys)} hold(s) a MIG instance on it, but the card is {mode} "
+                "(MIG is off): it was repartitioned under them, or their record is stale; "
+                + FENCED,
+            )
+            c.fence(card, f"pods hold MIG instances on a {mode} card")
+            continue
+        wrong = sorted({w.key for w, _, a in held if _kind(a) not in (mode, "mig")})
+        if wrong:
+            kinds = sorted({_kind(a) for w, _, a in held if w.key in wrong})
+            c.warn(
+                "wrong-card-mode",
+                subject,
+                f"the card is {mode}, but {', '.join(wrong)} hold(s) it as "
+                f"{' and '.join(kinds)}; {FENCED}",
+            )
+            c.fence(card, f"held as a {'/'.join(kinds)} card, but it is {mode}")
+            continue
+        if mode == "whole":
+            keys = sorted({w.key for w, _, _ in held})
+            if len(keys) > 1:
+                c.warn(
+                    "whole-card-shared",
+                    subject,
+                    f"{len(keys)} workloads hold this whole card ({', '.join(keys)}); {FENCED}",
+                )
+                c.fence(card, f"a whole card held by {len(keys)} workloads")
+        elif mode == "shared":
+            used = sum(a.slices for _, _, a in held)
+            offered = gpu.shared_slices or 0
+            if used > offered:
+                keys = sorted({w.key for w, _, _ in held})
+                c.warn(
+                    "shared-overfull",
+                    subject,
+                    f"{used} shared slices are held ({', '.join(keys)}) but the card offers "
+                    f"{offered}; {FENCED}",
+                )
+                c.fence(card, f"{used} of {offered} shared slices held")
+        else:
+            _judge_mig(c, card, gpu, held)
+
+
+def _judge_mig(
+    c: _Checker, card: Card, gpu: Gpu, held: list[tuple[Workload, int, Allocation]]
+) -> None:
+    subject = card_key(card)
+    instances = {i.start: i.profile for i in gpu.mig_instances} if gpu.mig_enabled else {}
+    by_start: dict[int, set[str]] = {}
+    unknown: list[str] = []
+    for w, _, a in held:
+        start = a.mig_start
+        if start is None:  # pragma: no cover - `wrong-card-mode` judged those
+            continue
+        profile = instances.get(start)
+        if profile is None or (a.mig_profile and a.mig_profile != profile):
+            there = f"a {profile} instance" if profile else "no instance"
+            what = f"{a.mig_profile} " if a.mig_profile else ""
+            unknown.append(f"{w.key} holds the {what}instance at slice {start} ({there} there)")
+            continue
+        by_start.setdefault(start, set()).add(w.key)
+    if unknown:
+        c.warn(
+            "unknown-mig-instance",
+            subject,
+            f"{'; '.join(unknown)}: the card was repartitioned under its pods, or their "
+            f"record is stale; {FENCED}",
+        )
+        c.fence(card, "a pod holds a MIG instance the card does not have")
+        return
+    shared = {s: keys for s, keys in by_start.items() if len(keys) > 1}
+    if shared:
+        parts = [
+            f"{instances[s]} at slice {s} by {', '.join(sorted(keys))}"
+            for s, keys in sorted(shared.items())
+        ]
+        c.warn(
+            "mig-instance-shared",
+            subject,
+            f"one MIG instance is held by several workloads ({'; '.join(parts)}); {FENCED}",
+        )
+        c.fence(card, "a MIG instance held by several workloads")
+
+
+# --------------------------------------------------------------------------- canonical
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def _total(items: list[M], key: Callable[[M], tuple]) -> list[M]:
+    """`items` sorted by `key`; items with equal keys (which a validated snapshot does not
+    have) by their whole content, so that any input order gives the same list. The list
+    itself when it is in that order already (copies are what canonical costs)."""
+    if len(items) < 2:
+        return items
+    keys = [key(x) for x in items]
+    if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
+        return items
+    order = sorted(range(len(items)), key=keys.__getitem__)
+    out = [items[i] for i in order]
+    ks = [keys[i] for i in order]
+    i = 0
+    while i < len(out):
+        j = i + 1
+        while j < len(out) and ks[j] == ks[i]:
+            j += 1
+        if j - i > 1:
+            out[i:j] = sorted(out[i:j], key=lambda m: m.model_dump_json())
+        i = j
+    return out
+
+
+def _each(items: list[M], fn: Callable[[M], M], key: Callable[[M], tuple]) -> list[M]:
+    """`fn` on every item, then `_total`; the list itself when nothing changed."""
+    mapped = [fn(x) for x in items]
+    if all(a is b for a, b in zip(mapped, items, strict=True)):
+        mapped = items
+    return _total(mapped, key)
+
+
+def _with(m: M, **fields: object) -> M:
+    """`m` with `fields`; `m` itself when every value is the one it has."""
+    changed = {k: v for k, v in fields.items() if v is not getattr(m, k)}
+    return m.model_copy(update=changed) if changed else m
+
+
+def _dict(d: dict[str, T]) -> dict[str, T]:
+    if len(d) < 2:
+        return d
+    keys = list(d)
+    return d if keys == sorted(keys) else {k: d[k] for k in sorted(keys)}
+
+
+def _utc(t: datetime) -> tuple[datetime, str]:
+    return (t if t.tzinfo else t.replace(tzinfo=UTC), t.isoformat())
+
+
+def _request(r: Request) -> Request:
+    return _with(r, mig=_dict(r.mig))
+
+
+def _gpu(g: Gpu) -> Gpu:
+    return _with(
+        g,
+        mig_instances=_total(g.mig_instances, lambda i: (i.start, i.profile, i.uuid)),
+        processes=_total(g.processes, lambda p: (p.pid, p.used_memory_mib, p.name)),
+    )
+
+
+def _node(n: Node) -> Node:
+    return _with(
+        n,
+        labels=_dict(n.labels),
+        annotations=_dict(n.annotations),
+        allocatable=_dict(n.allocatable),
+        taints=_total(n.taints, lambda t: (t.key, t.effect, t.value)),
+        gpus=_each(n.gpus, _gpu, lambda g: (g.index,)),
+    )
+
+
+def _allocation_key(a: Allocation) -> tuple:
+    return (a.gpu, a.mig_start is not None, a.mig_start or 0, a.mig_profile or "", a.slices)
+
+
+def _workload(w: Workload) -> Workload:
+    return _with(w, request=_request(w.request), allocations=_total(w.allocations, _allocation_key))
+
+
+def _service(s: InferenceService) -> InferenceService:
+    return _with(s, replica_request=_request(s.replica_request))
+
+
+def _quota(q: QuotaObject) -> QuotaObject:
+    return _with(q, hard=_dict(q.hard))
+
+
+def _same(x: M) -> M:
+    return x
+
+
+def canonical(observed: ObservedState) -> ObservedState:
+    """The same snapshot with every list sorted by a total key (nodes by name, cards by index,
+    MIG instances by start, taints, workloads by key, allocations by (gpu, MIG start, slices),
+    services, quotas, priority classes, preemption times, processes) and every mapping by
+    key, so that a plan cannot depend on the order the cluster or a file listed things in.
+    What is in that order already is shared with `observed`, not copied."""
+    times = observed.recent_preemptions
+    ordered_times = sorted(times, key=_utc)
+    return _with(
+        observed,
+        nodes=_each(observed.nodes, _node, lambda n: (n.name,)),
+        workloads=_each(observed.workloads, _workload, lambda w: (w.key,)),
+        services=_each(observed.services, _service, lambda s: (s.key, s.kind)),
+        quotas=_each(observed.quotas, _quota, lambda q: (q.namespace, q.name)),
+        priority_classes=_each(
+            observed.priority_classes, _same, lambda p: (p.name, p.value, p.preemption_policy)
+        ),
+        recent_preemptions=times if ordered_times == times else ordered_times,
+    )
