@@ -74,7 +74,8 @@ class Executor:
         before_preempt: Callable[[Action], None] | None = None,
         may_continue: Callable[[], bool] | None = None,
     ) -> ApplyResult:
-        """`before_preempt` runs just before a preemption's Eviction request: the controller
+        """`before_preempt` runs just before the Eviction request of a preemption, reclaim or
+        move (the planner's one eviction budget counts all three): the controller
         records it there first (write-ahead), so a crash right after cannot lose it from the
         hourly budget. `may_continue` is asked before every step (the controller: "do I still
         hold the lease?"); once it says no, nothing more is applied."""

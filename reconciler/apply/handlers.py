@@ -368,7 +368,7 @@ def evict(a: Eviction, ctx: Context) -> Outcome:
         return Outcome(a.id, "waiting", f"checkpoint grace period: {int(left)}s left")
     if isinstance(a, Move) and a.to_node and pod.annotations.get(C.MOVE_TO_ANN) != a.to_node:
         ctx.ops.annotate_pod(ns, name, {C.MOVE_TO_ANN: a.to_node})
-    if isinstance(a, Preempt) and ctx.before_preempt is not None:
+    if ctx.before_preempt is not None:  # every eviction kind spends the hourly budget
         ctx.before_preempt(a)
     try:
         ctx.ops.evict_pod(ns, name)

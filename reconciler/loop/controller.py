@@ -49,10 +49,13 @@ class CycleResult:
     leader: bool
     applied: ApplyResult | None
     error: str | None = None
+    actions: int | None = None
+    """How many actions the cycle's plan had (None: no plan was made)."""
 
     @property
     def converged(self) -> bool:
-        return self.error is None and self.summary.startswith("No changes")
+        """The plan had nothing to do (demand may still wait: the findings say so)."""
+        return self.error is None and self.actions == 0
 
 
 class Controller:
@@ -176,7 +179,7 @@ class Controller:
         elif leader:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
-        return CycleResult(snap.revision, p.summary, leader, applied)
+        return CycleResult(snap.revision, p.summary, leader, applied, actions=len(p.actions))
 
     def _status(
         self,

@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from reconciler.conventions import PRODUCT_LABEL
+from reconciler.conventions import CORDONED_FOR_ANN, NVIDIA, PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
@@ -60,6 +60,8 @@ class GpuSlot:
     reserved_by: str | None = None  # a pending workload the plan makes room for
     converted: bool = False  # the plan repartitions this card
     why: str = ""  # the reason for the repartition
+    fenced: str = ""  # why nothing may be placed on or done to this card (node unavailable)
+    closed: str = ""  # why no new work is placed here (its partition drifted from the policy)
 
     def __post_init__(self) -> None:
         self.target_mode = self.mode
@@ -67,18 +69,33 @@ class GpuSlot:
         self.target_slices = self.slices
         self.target_instances = list(self.instances)
 
+    @property
+    def open(self) -> bool:
+        """New work may be placed here: the node is available and the partition is the
+        policy's (a repartition by this plan reopens a drifted card)."""
+        return not self.fenced and (not self.closed or self.converted)
+
     def free_instances(self, profile: str) -> list[tuple[str, int]]:
+        if not self.open:
+            return []
         return [
             i for i in self.target_instances if i[0] == profile and i not in self.used_instances
         ]
 
     @property
     def free_slices(self) -> int:
-        return self.target_slices - self.used_slices if self.target_mode == "shared" else 0
+        if not self.open or self.target_mode != "shared":
+            return 0
+        return max(0, self.target_slices - self.used_slices)
 
     @property
     def free_whole(self) -> bool:
-        return self.target_mode == "whole" and not self.holders and self.reserved_by is None
+        return (
+            self.target_mode == "whole"
+            and not self.holders
+            and self.reserved_by is None
+            and not self.fenced
+        )
 
     @property
     def key(self) -> str:
@@ -224,6 +241,18 @@ class PoolView:
         for node in sorted({g.node for g in cards}):
             self.touch(node)
 
+    def close(self, g: GpuSlot, why: str) -> None:
+        """No new work on `g` (its partition drifted from the policy): it drains."""
+        g.closed = why
+        self.touch(g.node, released=True)
+
+    def unreserve(self, cards: list[GpuSlot]) -> None:
+        """Give back cards `reserve` kept (a gang that could not be placed whole)."""
+        for g in cards:
+            g.reserved_by = None
+        for node in sorted({g.node for g in cards}):
+            self.touch(node)
+
     def repartition(
         self,
         g: GpuSlot,
@@ -345,6 +374,33 @@ class PoolView:
         return {m: self.count(m, target) for m in ("whole", "mig", "shared")}
 
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # comes with a cordon: judged as one
+
+
+def node_fence(node: Node) -> str:
+    """Why no new GPU work can land on `node` (empty: it can).
+
+    NotReady nodes and nodes cordoned by somebody else are not capacity. A NoSchedule or
+    NoExecute taint blocks too, except a NoSchedule taint keyed by an NVIDIA resource name:
+    Kubernetes' ExtendedResourceToleration admission plugin gives every pod requesting that
+    resource a toleration for it (key = resource name, operator Exists, effect NoSchedule;
+    kubernetes/kubernetes#55839), which is how dedicated GPU nodes are usually tainted.
+    A node gpupool itself cordoned for a repartition stays usable by the plan that drains it.
+    """
+    if not node.ready:
+        return "NotReady"
+    ours = CORDONED_FOR_ANN in node.annotations
+    if node.unschedulable and not ours:
+        return "cordoned (not by gpupool)"
+    for t in sorted(node.taints, key=lambda t: (t.key, t.effect, t.value)):
+        if t.effect == "PreferNoSchedule" or t.key == UNSCHEDULABLE_TAINT:
+            continue
+        if t.effect == "NoSchedule" and t.key.startswith(NVIDIA):
+            continue
+        return f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+    return ""
+
+
 def _slot(node: Node, gpu: Gpu) -> GpuSlot:
     instances = sorted((i.profile, i.start) for i in gpu.mig_instances) if gpu.mig_enabled else []
     return GpuSlot(
@@ -368,6 +424,7 @@ class ClusterView:
     slot: dict[tuple[str, int], GpuSlot]
     workloads: dict[str, Workload]
     unmatched_nodes: list[str]
+    fenced_nodes: dict[str, str] = field(default_factory=dict)  # node -> why it is not capacity
 
     def pool_of(self, w: Workload) -> str | None:
         if w.node:
@@ -397,7 +454,14 @@ class ClusterView:
         }
 
 
-def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView:
+def build_cluster(
+    desired: DesiredState,
+    observed: ObservedState,
+    suspect: dict[tuple[str, int], str] | None = None,
+) -> ClusterView:
+    """The working view. `suspect` cards (their holders disagree with the card: drift the
+    cluster produced) are fenced like the cards of an unavailable node."""
+    suspect = suspect or {}
     pools: dict[str, PoolView] = {}
     for name in sorted(desired.pools):
         p = desired.pools[name]
@@ -405,6 +469,7 @@ def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView
     node_pool: dict[str, str] = {}
     slot: dict[tuple[str, int], GpuSlot] = {}
     unmatched = []
+    fenced: dict[str, str] = {}
     for node in sorted(observed.nodes, key=lambda n: n.name):
         match = None
         for pv in pools.values():
@@ -420,8 +485,12 @@ def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView
             continue
         node_pool[node.name] = match.name
         match.nodes[node.name] = node
+        why = node_fence(node)
+        if why and node.gpus:
+            fenced[node.name] = why
         for g in sorted(node.gpus, key=lambda g: g.index):
             s = _slot(node, g)
+            s.fenced = why or suspect.get((node.name, g.index), "")
             match.gpus.append(s)
             slot[(node.name, g.index)] = s
     workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
@@ -437,7 +506,7 @@ def build_cluster(desired: DesiredState, observed: ObservedState) -> ClusterView
                 prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
                 s.used_instances.add((prof, a.mig_start))
             s.used_slices += a.slices
-    return ClusterView(pools, node_pool, slot, workloads, unmatched)
+    return ClusterView(pools, node_pool, slot, workloads, unmatched, fenced)
 
 
 def card_equivalents(w: Workload, pool: PoolView | None, memory_slices: int = 8) -> Fraction:

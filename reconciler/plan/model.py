@@ -38,6 +38,25 @@ SUMMARY_WORDS = {
     "label-node": ("node label change", "node label changes"),
 }
 COMPUTED = ("summary", "counts")
+WAITING_CODES = frozenset(
+    {
+        "waits",
+        "budget-spent",
+        "held-cap",
+        "held-quota",
+        "held-borrowing",
+        "held-lending",
+        "held-training-max",
+        "unreachable",
+        "no-pool",
+        "scale-held",
+    }
+)
+"""Finding codes that mean demand waits or is held: a plan with them is never 'no changes'."""
+UNSETTLED_CODES = frozenset(
+    {"over-cap", "warm-short", "partition-drift", "inference-limit", "at-max-replicas"}
+)
+"""Finding codes that mean the cluster does not match the desired state yet."""
 
 
 class Finding(BaseModel):
@@ -90,8 +109,21 @@ class Plan(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def summary(self) -> str:
+        waiting = len({f.subject for f in self.findings if f.code in WAITING_CODES})
+        unsettled = len({f.subject for f in self.findings if f.code in UNSETTLED_CODES})
         if not self.actions:
-            return "No changes. The cluster matches the desired state."
+            if not waiting and not unsettled:
+                return "No changes. The cluster matches the desired state."
+            parts = []
+            if waiting:
+                parts.append(f"{waiting} workload(s) wait or are held")
+            if unsettled:
+                parts.append(f"{unsettled} other thing(s) are not as desired")
+            return (
+                "No actions this cycle, but the cluster does not match the desired state: "
+                + ", ".join(parts)
+                + " (see findings)."
+            )
         counts = self.counts
         parts = []
         for kind in SUMMARY_KINDS:
@@ -99,4 +131,5 @@ class Plan(BaseModel):
             if n:
                 one, many = SUMMARY_WORDS[kind]
                 parts.append(f"{n} {one if n == 1 else many}")
-        return "Plan: " + ", ".join(parts) if parts else f"Plan: {len(self.actions)} actions"
+        head = "Plan: " + ", ".join(parts) if parts else f"Plan: {len(self.actions)} actions"
+        return head + (f"; {waiting} workload(s) still wait or are held" if waiting else "")

@@ -1,18 +1,27 @@
 """plan(desired, observed) -> Plan: the pure heart of gpupool.
 
-No I/O, no clock (time is an input), no globals: the same inputs give a byte-identical plan.
-The steps, in order (each one explains itself in the actions it emits):
+No I/O, no clock (time is an input), no globals: the same inputs give a byte-identical plan,
+whatever order the snapshot lists things in (`consistency.canonical`). The rules an SRE can
+hold it to are in docs/planner.md. The steps, in order (each explains itself in the actions
+and findings it emits):
 
+0. check the snapshot (`consistency.check`): cards the cluster itself over-committed and the
+   cards of unavailable nodes are fenced; cards whose partition drifted from the policy are
+   repartitioned when empty, closed to new work while busy;
 1. scale inference services whose queue/wait signals cross their ScalingPolicy thresholds;
-2. bring teams that run over their hard cap back under it (preempting their own preemptible work);
+2. bring teams that run over their hard cap back under it (their own preemptible work);
 3. reclaim GPUs idle longer than the MaintenancePolicy allows;
-4. place pending inference on free MIG instances / shared slices; when none is left,
-   repartition whole cards (empty ones first, then by preempting what the priority rules allow);
-5. keep the pool's warm inference minimum;
-6. place pending training on whole cards; when none fits, give back surplus empty inference
-   cards, preempt what the rules allow, or defragment by moving migratable work;
-7. quota objects, priority classes and pool labels that differ from the desired state;
-8. per node, the repartitions: cordon -> (checkpoint -> preempt) -> reconfigure -> uncordon.
+4. admit demand: reachable, within caps, borrowing/lending limits, training maxGPUs and, for
+   new replicas, the ResourceQuota; then per pool and priority level, highest first:
+5. place pending training on whole cards (a job's pods all or none); when none fits, give
+   back empty inference cards, preempt the cheapest victims, or defragment by moving work;
+6. place pending inference on free MIG instances / shared slices; when none is left, reshape
+   empty inference cards, take empty whole cards, then preempt;
+7. keep the pool's warm inference minimum, from empty cards only;
+8. quota objects, priority classes and pool labels that differ from the desired state;
+9. per node, the repartitions: cordon -> (checkpoint -> evict) -> reconfigure -> uncordon.
+
+Every eviction (preempt, reclaim, move) passes one gate (`_Run.gate`) and spends the budget.
 """
 
 from __future__ import annotations
@@ -22,12 +31,18 @@ import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
-from reconciler.conventions import CORDONED_FOR_ANN, POOL_LABEL
+from reconciler.conventions import (
+    CORDONED_FOR_ANN,
+    GPU_RESOURCE,
+    POOL_LABEL,
+    SHARED_RESOURCE,
+    mig_resource,
+)
 from reconciler.observe.model import InferenceService, ObservedState, Request, Workload
-from reconciler.plan import placement
+from reconciler.plan import consistency, placement
 from reconciler.plan.actions import (
     KIND_ORDER,
     Action,
@@ -56,7 +71,11 @@ from reconciler.plan.cluster import (
     card_equivalents,
 )
 from reconciler.plan.model import Finding, Plan
-from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
+from reconciler.plan.quotas import (
+    QUOTA_PREFIX,
+    desired_priority_classes,
+    desired_resource_quotas,
+)
 from reconciler.plan.victims import Candidate, order_victims
 from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
 from reconciler.policy.quantity import format_duration
@@ -66,6 +85,9 @@ INF_PRIORITY = 2**31
 PLACEMENT_POLICY = "ours"  # the simulator's best policy (docs/simulator.md); FGD plus look-ahead
 SHORTLIST = 16  # nodes scored per placement, tightest fits first (like percentageOfNodesToScore)
 UNMETERED = 10**9  # the planner does not meter CPU/memory; the scheduler checks those
+BUDGET = "preemption budget for this hour"
+ADMISSION_CODES = frozenset({"held-cap", "held-quota", "held-borrowing", "held-lending"})
+SERVICE_OWNERS = frozenset({"", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
 
 
 @dataclass
@@ -80,6 +102,11 @@ class Pending:
     created: datetime | None
     borrow_from: tuple[str, ...] = ()  # extra victim classes (ScalingPolicy.borrowFrom)
     origin: str = "pending pod"
+    order: int = 0  # tie-break among replicas of one scale-up (replica 2 before replica 10)
+    members: tuple[str, ...] = ()  # the pods of the gang, each asking `request` (default: key)
+
+    def __post_init__(self) -> None:
+        self.members = self.members or (self.key,)
 
 
 @dataclass
@@ -99,11 +126,18 @@ class _Run:
     pool_whole_usage: dict[tuple[str, str], int] = field(
         default_factory=dict
     )  # (team, pool) -> cards
+    running_whole: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (team, pool) -> whole cards its running workloads hold (guarantees judge these)
+    waiting: dict[str, str] = field(default_factory=dict)  # pending key -> why it waits
+    blocked: dict[object, str] = field(default_factory=dict)  # what stopped a step, for `waits`
+    inference_waits: set[str] = field(default_factory=set)  # pools whose inference demand waits
     generation: int = 0  # bumped whenever capacity is freed or repartitioned
     failed: dict[tuple, int] = field(
         default_factory=dict
     )  # demand shape -> generation it failed at
     _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    _gang_index: dict[tuple[str, str, str], list[Workload]] | None = None
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
 
     def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
@@ -167,22 +201,6 @@ class _Run:
                     out.update(r.victims)
         return out
 
-    def candidate(self, w: Workload) -> Candidate:
-        cls = self.pclass(w.priority_class)
-        spot = bool(cls and cls.spot)
-        running = self.seconds_since(w.started_at)
-        since_ckpt = self.seconds_since(w.last_checkpoint_at or w.started_at)
-        return Candidate(
-            key=w.key,
-            priority=cls.value if cls else 0,
-            # unknown class or unknown start: never preempted (safe default)
-            preemptible=bool(cls and cls.preemptible and running is not None),
-            over_quota=self._over_guarantee(w),
-            running_seconds=math.inf if spot else (running or 0.0),
-            seconds_since_checkpoint=since_ckpt or 0.0,
-            gpus=float(len(w.allocations) or w.request.gpus or 1),
-        )
-
     def min_runtime(self) -> float:
         return (
             self.desired.priority.spec.preemption.min_runtime.total_seconds()
@@ -190,26 +208,128 @@ class _Run:
             else math.inf
         )
 
-    def _over_guarantee(self, w: Workload) -> bool:
+    def gang(self, w: Workload) -> list[Workload]:
+        """The running pods that live and die together with `w` (pods of one job: stopping
+        one stops the job), `w` first; a pod of a service stands alone."""
+        key = gang_key(w)
+        if key is None:
+            return [w]
+        members = self._gangs().get(key, [w])
+        return [w] + [m for m in members if m.key != w.key]
+
+    def _gangs(self) -> dict[tuple[str, str, str], list[Workload]]:
+        if self._gang_index is None:
+            out: dict[tuple[str, str, str], list[Workload]] = {}
+            for w in self.cluster.workloads.values():
+                k = gang_key(w)
+                if k is not None and w.phase == "Running":
+                    out.setdefault(k, []).append(w)
+            self._gang_index = out
+        return self._gang_index
+
+    def gate(
+        self, w: Workload, preemptor_priority: int | None = None, *, budget: bool = True
+    ) -> str:
+        """The one eviction gate every preemption, reclaim and move passes: '' when `w` (and
+        its gang) may be stopped now, otherwise why not. Unknown class or start: never."""
+        members = self.gang(w)
+        for m in members:
+            if m.key in self.evicted:
+                return f"{m.key} is already stopped by this plan"
+            cls = self.pclass(m.priority_class)
+            if cls is None:
+                return f"{m.key}'s class {m.priority_class or '(none)'} is unknown"
+            if not cls.preemptible:
+                return f"{m.key}'s class {cls.name} is not preemptible"
+            running = self.seconds_since(m.started_at)
+            if running is None:
+                return f"{m.key}'s start time is unknown"
+            if not cls.spot and running < self.min_runtime():
+                return (
+                    f"{m.key} has run {format_duration(max(running, 0))} of minRuntime "
+                    f"{format_duration(self.min_runtime())}"
+                )
+            if preemptor_priority is not None and cls.value >= preemptor_priority:
+                return f"{m.key}'s priority {cls.value} is not lower"
+        if budget and self.budget_left < len(members):
+            return f"the {BUDGET} is spent"
+        return ""
+
+    def candidate(self, w: Workload, pool: str | None) -> Candidate:
+        members = self.gang(w)
+        cls = self.pclass(w.priority_class)
+        lost = 0.0
+        gpus = 0.0
+        for m in members:
+            n = float(len(m.allocations) or m.request.gpus or 1)
+            gpus += n
+            lost += n * (self.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0)
+        return Candidate(
+            key=w.key,
+            priority=cls.value if cls else 0,
+            preemptible=True,  # the gate decided
+            over_quota=self.borrowing(w, pool),
+            running_seconds=math.inf,
+            seconds_since_checkpoint=lost / max(gpus, 1.0),
+            gpus=gpus,
+            lost_gpu_seconds=lost,
+        )
+
+    def borrowing(self, w: Workload, pool: str | None) -> bool:
+        """`w`'s team holds more whole cards in `pool` than its guarantee (or has none there)."""
         q = self.desired.quota_for_namespace(w.namespace)
-        pool = self.cluster.pool_of(w)
         if q is None or pool is None:
             return True
         pq = next((p for p in q.spec.pools if p.pool == pool), None)
-        used = self.pool_whole_usage.get((q.team, pool), 0)
-        return pq is None or used > pq.whole.guaranteed
+        return pq is None or self.running_whole.get((q.team, pool), 0) > pq.whole.guaranteed
 
-    def victims_for(
-        self, workloads: list[Workload], preemptor_priority: int, classes: set[str]
+    def reclaims(self, p: Pending, pool: str) -> str | None:
+        """The team `p` belongs to, when `p` only takes back its own guarantee in `pool`:
+        then work other teams run on borrowed cards may be preempted for it, whatever its
+        priority (the Quota promise; Kueue's reclaimWithinCohort)."""
+        q = self.desired.quota_for_namespace(p.namespace)
+        if q is None or not p.request.gpus:
+            return None
+        pq = next((x for x in q.spec.pools if x.pool == pool), None)
+        if pq is None:
+            return None
+        if self.running_whole.get((q.team, pool), 0) + p.request.gpus > pq.whole.guaranteed:
+            return None
+        return q.team
+
+    def victims(
+        self,
+        workloads: list[Workload],
+        preemptor: Pending | None,
+        pool: str,
+        classes: set[str],
+        need: int,
     ) -> list[Candidate]:
-        cands = [
-            self.candidate(w)
-            for w in workloads
-            if w.key not in self.evicted and (w.priority_class or self._default_class()) in classes
-        ]
-        return order_victims(
-            cands, preemptor_priority=preemptor_priority, min_runtime_seconds=self.min_runtime()
-        )
+        """Victims for `need` cards among `workloads`, cheapest first, each gang once: those
+        the priority rules let `preemptor` displace (class in `classes`, lower priority), and
+        work of teams borrowing beyond their guarantee when `preemptor` reclaims its own."""
+        prio = self.priority(preemptor.priority_class) if preemptor else INF_PRIORITY
+        team = self.reclaims(preemptor, pool) if preemptor else None
+        default = self._default_class()
+        seen: set[str] = set()
+        cands = []
+        for w in workloads:
+            head = self.gang(w)
+            if any(m.key in seen for m in head):
+                continue
+            seen.update(m.key for m in head)
+            in_rules = (w.priority_class or default) in classes and not self.gate(
+                w, prio, budget=False
+            )
+            reclaim = (
+                team is not None
+                and self.team(w.namespace) not in (None, team)
+                and self.borrowing(w, pool)
+                and not self.gate(w, budget=False)
+            )
+            if in_rules or reclaim:
+                cands.append(self.candidate(w, pool))
+        return order_victims(cands, need)
 
     def _default_class(self) -> str | None:
         return self.desired.priority.spec.default_class if self.desired.priority else None
@@ -218,7 +338,19 @@ class _Run:
     def evict(
         self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None = None
     ) -> str:
-        """checkpoint (grace period) -> evict; frees the workload's GPUs in the working view."""
+        """checkpoint (grace period) -> evict, for `w` and the rest of its gang; frees their
+        GPUs in the working view. Each eviction spends one unit of the hourly budget."""
+        first = ""
+        for i, m in enumerate(self.gang(w)):
+            why = reason if i == 0 else f"{m.key} belongs to the same job as {w.key}: {reason}"
+            aid = self._evict_one(m, kind, why, self.cluster.pool_of(m) or pool, target)
+            first = first or aid
+        self.freed()
+        return first
+
+    def _evict_one(
+        self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None
+    ) -> str:
         cls = self.pclass(w.priority_class)
         deps: tuple[str, ...] = ()
         if not (cls and cls.spot):
@@ -260,18 +392,15 @@ class _Run:
         for a in w.allocations:
             self.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
         self.evicted.add(w.key)
-        if kind == "preempt":
-            self.budget_left -= 1
+        self.budget_left -= 1
         team = self.team(w.namespace)
         pv = self.pool_view(pool)
         if team is not None:
             self.team_usage[team] = self.team_usage.get(team, Fraction(0)) - card_equivalents(w, pv)
             if w.request.gpus and pool:
-                self.pool_whole_usage[(team, pool)] = (
-                    self.pool_whole_usage.get((team, pool), 0) - w.request.gpus
-                )
+                for usage in (self.pool_whole_usage, self.running_whole):
+                    usage[(team, pool)] = usage.get((team, pool), 0) - w.request.gpus
         self.cluster.release(w)
-        self.freed()
         return aid
 
     def nodes_hosting(self, pv: PoolView, classes: set[str]) -> list[str]:
@@ -315,16 +444,30 @@ def plan_state(
     desired: DesiredState, observed: ObservedState, now: datetime | None = None
 ) -> tuple[Plan, PlanFacts]:
     """The plan, and the facts the controller's gauges and the change report read."""
-    run = _Run(desired, observed, now or observed.observed_at, build_cluster(desired, observed))
+    if now is not None and now.tzinfo is None:
+        raise ValueError(f"plan time {now.isoformat()} has no timezone; give it in UTC")
+    observed = consistency.canonical(observed)
+    checked = consistency.check(desired, observed)
+    run = _Run(
+        desired,
+        observed,
+        now or observed.observed_at,
+        build_cluster(desired, observed, checked.suspect_cards),
+    )
+    run.findings.extend(checked.findings)
     _init_usage(run)
     observed_usage = dict(run.team_usage)
+    _fences(run)
+    _drift(run)
     pending = _pending(run)
-    pending += _scale(run)
+    scaling, replicas = _scale(run)
+    pending += replicas
     _team_caps(run)
     _idle_reclaim(run)
     pending = _admit(run, pending)
+    _emit_scales(run, scaling, pending)
     for pv in run.cluster.pools.values():
-        mine = [p for p in pending if _pending_pool(run, p) == pv.name]
+        mine = [p for p in pending if p.pool == pv.name]
         # Higher priority first, whatever the kind: a high-priority training run is not
         # squeezed out by lower-priority inference taking the last free cards, nor vice versa.
         for level in sorted({run.priority(p.priority_class) for p in mine}, reverse=True):
@@ -332,14 +475,6 @@ def plan_state(
             _training(run, pv, [p for p in batch if p.request.kind == "whole"])
             _inference(run, pv, [p for p in batch if p.request.kind in ("mig", "shared")])
         _warm_minimum(run, pv)
-    for p in pending:
-        if _pending_pool(run, p) is None:
-            run.find(
-                "warning",
-                "no-pool",
-                p.key,
-                f"no pool can run it ({_describe_request(p.request)}); it stays pending",
-            )
     _objects(run)
     _repartitions(run)
     _finish_drains(run)
@@ -356,7 +491,10 @@ def plan_state(
         observed_at=run.now.isoformat(),
         actions=tuple(_ordered(run.actions)),
         findings=tuple(
-            sorted(run.findings, key=lambda f: (f.severity != "warning", f.subject, f.message))
+            sorted(
+                run.findings,
+                key=lambda f: (f.severity != "warning", f.subject, f.code, f.message),
+            )
         ),
         capacity={
             pv.name: {
@@ -370,12 +508,15 @@ def plan_state(
 
 
 def _check_no_overcommit(cluster: ClusterView) -> None:
-    """The planner's own guard: a bug here must fail loudly, never reach a cluster."""
+    """The planner's own guard: a bug here must fail loudly, never reach a cluster. Cards
+    the cluster itself over-committed (consistency findings) are fenced and not judged."""
     for g in cluster.slot.values():
+        if g.fenced:
+            continue
         live = set(g.holders)
         if g.target_mode == "whole" and len(live) > 1:
             raise AssertionError(f"{g.key}: whole card held by {sorted(live)}")
-        if g.target_mode == "shared" and g.used_slices > g.target_slices:
+        if g.converted and g.target_mode == "shared" and g.used_slices > g.target_slices:
             raise AssertionError(f"{g.key}: {g.used_slices} slices used of {g.target_slices}")
         if g.target_mode == "mig" and not g.used_instances <= set(g.target_instances):
             raise AssertionError(
@@ -410,19 +551,45 @@ def _init_usage(run: _Run) -> None:
             w, run.pool_view(pool)
         )
         if w.request.gpus and pool:
-            run.pool_whole_usage[(team, pool)] = (
-                run.pool_whole_usage.get((team, pool), 0) + w.request.gpus
-            )
+            for usage in (run.pool_whole_usage, run.running_whole):
+                usage[(team, pool)] = usage.get((team, pool), 0) + w.request.gpus
+
+
+def _fences(run: _Run) -> None:
+    for name, why in sorted(run.cluster.fenced_nodes.items()):
+        pool = run.cluster.node_pool.get(name)
+        run.find(
+            "info",
+            "node-unavailable",
+            name,
+            f"{why}: its GPUs are not counted as capacity of {pool}; gpupool places, "
+            "repartitions and uncordons nothing there until it is available again",
+        )
+
+
+def gang_key(w: Workload) -> tuple[str, str, str] | None:
+    """Pods of one job (same namespace and owning job object) run and stop together; a pod
+    owned by a ReplicaSet/StatefulSet (a service replica) or by nothing stands alone."""
+    if w.owner_kind in SERVICE_OWNERS or not w.owner_name:
+        return None
+    return (w.namespace, w.owner_kind, w.owner_name)
 
 
 def _pending(run: _Run) -> list[Pending]:
-    out = []
+    """Pending pods as units of demand: the pending pods of one job are one gang, placed
+    all together or not at all."""
+    out: dict[object, Pending] = {}
     for w in run.cluster.workloads.values():
-        if w.phase == "Pending" and w.request.kind != "none":
-            out.append(
-                Pending(w.key, w.namespace, w.request, w.priority_class, w.pool, w.created_at)
-            )
-    return out
+        if w.phase != "Pending" or w.request.kind == "none":
+            continue
+        key = gang_key(w) if w.request.kind == "whole" else None
+        if key is not None and key in out and out[key].request == w.request:
+            out[key].members += (w.key,)
+            continue
+        p = Pending(w.key, w.namespace, w.request, w.priority_class, w.pool, w.created_at)
+        p.members = (w.key,)
+        out[key if key is not None and key not in out else w.key] = p
+    return list(out.values())
 
 
 def _pending_pool(run: _Run, p: Pending) -> str | None:
@@ -446,6 +613,40 @@ def _pending_pool(run: _Run, p: Pending) -> str | None:
     return None
 
 
+def _unreachable(run: _Run, pv: PoolView, p: Pending) -> str:
+    """Why `p` can never run in `pv` whatever is freed or repartitioned ('' when it can).
+    Judged before anything is disrupted for it, against every node of the pool (a node that
+    is unavailable now may come back)."""
+    r = p.request
+    inf = pv.pool.spec.inference
+    sizes = [len(s) for s in pv.by_node().values()]
+    largest = max(sizes, default=0)
+    if r.gpus:
+        if r.gpus > largest:
+            return f"asks {r.gpus} GPUs on one node; the largest node of {pv.name} has {largest}"
+        return ""
+    if r.shared_slices:
+        if inf.shared is None:
+            return f"asks shared slices; {pv.name} offers none"
+        if r.shared_slices > inf.shared.slices_per_gpu:
+            return (
+                f"asks {r.shared_slices} shared slices of one card; "
+                f"{pv.name}'s cards offer {inf.shared.slices_per_gpu}"
+            )
+        return ""
+    if inf.mig is None or pv.model is None or not pv.model.mig_capable:
+        return f"asks MIG instances; {pv.name} offers no MIG"
+    for prof, n in sorted(r.mig.items()):
+        most = max((lay.profiles.count(prof) for lay in inf.mig.layouts), default=0)
+        if most == 0:
+            return f"asks MIG {prof}; no layout of {pv.name} offers it"
+        if n > most * largest:
+            return f"asks {n} x MIG {prof} on one node; a node of {pv.name} offers at most " + str(
+                most * largest
+            )
+    return ""
+
+
 def _describe_request(r: Request) -> str:
     if r.gpus:
         return f"{r.gpus} whole GPU{'s' if r.gpus > 1 else ''}"
@@ -454,16 +655,114 @@ def _describe_request(r: Request) -> str:
     return f"{r.shared_slices} shared slice{'s' if r.shared_slices > 1 else ''}"
 
 
+def _describe(p: Pending) -> str:
+    each = _describe_request(p.request)
+    return each if len(p.members) == 1 else f"{len(p.members)} pods x {each}"
+
+
+def _wait(run: _Run, p: Pending, code: str, why: str, severity: str = "info") -> None:
+    """`p` waits, and the finding says why; a wait the hourly budget causes says so by code."""
+    if code == "waits" and BUDGET in why:
+        code, severity = "budget-spent", "warning"
+    run.waiting[p.key] = why
+    if p.origin == "pending pod" or code not in ADMISSION_CODES:
+        run.find(severity, code, p.key, why)
+    # a replica admission holds is reported once, on its service (`_emit_scales`)
+
+
+# --------------------------------------------------------------------------- 0. drift
+
+
+def _policy_shape(pv: PoolView, g: GpuSlot) -> str:
+    """Why `g`'s partition is not one its pool's policy offers ('' when it is)."""
+    inf = pv.pool.spec.inference
+    if g.mode == "shared":
+        if inf.shared is None:
+            return f"is shared x{g.slices}; Pool/{pv.name} offers no shared slices"
+        if g.slices != inf.shared.slices_per_gpu:
+            return f"is shared x{g.slices}; Pool/{pv.name} says x{inf.shared.slices_per_gpu}"
+    if g.mode == "mig":
+        if inf.mig is None or pv.model is None or not pv.model.mig_capable:
+            return f"is MIG; Pool/{pv.name} offers no MIG"
+        if g.layout not in {tuple(sorted(lay.profiles)) for lay in inf.mig.layouts}:
+            return f"has MIG layout [{', '.join(g.layout)}], which Pool/{pv.name} does not offer"
+    return ""
+
+
+def _drift(run: _Run) -> None:
+    """A card whose partition is not the policy's is repartitioned like any other change:
+    at once when empty; while work runs on it, nothing new is placed there (it drains)."""
+    for pv in run.cluster.pools.values():
+        inf = pv.pool.spec.inference
+        for g in pv.gpus:
+            why = _policy_shape(pv, g) if not g.fenced else ""
+            if not why:
+                continue
+            if g.holders:
+                pv.close(g, why)
+                run.find(
+                    "info",
+                    "partition-drift",
+                    g.key,
+                    f"{g.key} {why}: nothing new is placed on it; it is repartitioned once "
+                    "its workloads finish",
+                )
+                continue
+            mode, layout = _inference_shape(pv, prefer=g.mode)
+            _convert(run, g, pv, mode, layout, why=f"{g.key} {why}")
+        cap = inf.max_gpus
+        surplus = len(pv.inference_slots()) - cap if cap is not None else 0
+        for g in list(pv.inference_slots()):
+            if surplus <= 0:
+                break
+            if not g.holders and not g.fenced and g.target_mode != "whole":
+                _convert(
+                    run,
+                    g,
+                    pv,
+                    "whole",
+                    why=f"Pool/{pv.name} allows at most inference.maxGPUs={cap} inference cards",
+                )
+                surplus -= 1
+
+
+def _inference_shape(pv: PoolView, prefer: str = "") -> tuple[str, tuple[str, ...]]:
+    """The partition a new inference card of `pv` gets: the policy's preferred kind (or
+    `prefer` when the policy offers it), MIG as its first layout; whole if none is offered."""
+    inf = pv.pool.spec.inference
+    mig_ok = inf.mig is not None and pv.model is not None and pv.model.mig_capable
+    order = [prefer, inf.prefer, "mig", "shared"]
+    for mode in order:
+        if mode == "mig" and mig_ok:
+            return "mig", tuple(sorted(inf.mig.layouts[0].profiles))
+        if mode == "shared" and inf.shared is not None:
+            return "shared", ()
+    return "whole", ()
+
+
 # --------------------------------------------------------------------------- 1. scaling
 
 
-def _scale(run: _Run) -> list[Pending]:
-    services = {s.key: s for s in run.observed.services}
+@dataclass
+class _ScaleIntent:
+    svc: InferenceService
+    policy: str
+    pool: str
+    want: int
+    why: str
+
+
+def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending]]:
+    """What each ScalingPolicy asks; a scale-up becomes pending replicas, and the Scale
+    action is emitted after admission, for the replicas admission lets in."""
+    # a Deployment and a StatefulSet may share a name: the target names its kind
+    services = {(s.kind, s.key): s for s in run.observed.services}
+    intents: list[_ScaleIntent] = []
     out: list[Pending] = []
     for name in sorted(run.desired.scaling):
         pol = run.desired.scaling[name]
         for t in pol.spec.targets:
-            svc = services.get(f"{t.namespace}/{t.name}")
+            svc = services.get((t.kind, f"{t.namespace}/{t.name}"))
             if svc is None:
                 run.find(
                     "warning",
@@ -475,18 +774,7 @@ def _scale(run: _Run) -> list[Pending]:
             want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
             if want == svc.replicas:
                 continue
-            run.add(
-                Scale(
-                    id=f"scale:{svc.key}",
-                    target=svc.key,
-                    pool=pol.spec.pool,
-                    reason=why,
-                    workload_kind=svc.kind,
-                    from_replicas=svc.replicas,
-                    to_replicas=want,
-                    policy=name,
-                )
-            )
+            intents.append(_ScaleIntent(svc, name, pol.spec.pool, want, why))
             for i in range(svc.replicas, want):
                 out.append(
                     Pending(
@@ -498,9 +786,46 @@ def _scale(run: _Run) -> list[Pending]:
                         created=run.now,
                         borrow_from=tuple(pol.spec.borrow_from),
                         origin=f"scale-up of {svc.key}",
+                        order=i,
                     )
                 )
-    return out
+    return intents, out
+
+
+def _emit_scales(run: _Run, intents: list[_ScaleIntent], admitted: list[Pending]) -> None:
+    keys = {p.key for p in admitted}
+    for it in intents:
+        svc, want = it.svc, it.want
+        if want > svc.replicas:
+            ok = 0
+            while svc.replicas + ok < want and f"{svc.key}#replica-{svc.replicas + ok + 1}" in keys:
+                ok += 1
+            held = run.waiting.get(f"{svc.key}#replica-{svc.replicas + ok + 1}")
+            if ok < want - svc.replicas and held:
+                run.find(
+                    "info",
+                    "scale-held",
+                    svc.key,
+                    f"scale-up to {want} stops at {svc.replicas + ok}: {held}",
+                )
+            if ok == 0:
+                continue
+            why = it.why if ok == want - svc.replicas else f"{it.why} (admission allows {ok})"
+            want = svc.replicas + ok
+        else:
+            why = it.why
+        run.add(
+            Scale(
+                id=f"scale:{svc.key}",
+                target=svc.key,
+                pool=it.pool,
+                reason=why,
+                workload_kind=svc.kind,
+                from_replicas=svc.replicas,
+                to_replicas=want,
+                policy=it.policy,
+            )
+        )
 
 
 def _desired_replicas(
@@ -564,36 +889,36 @@ def _team_caps(run: _Run) -> None:
             for w in run.cluster.workloads.values()
             if w.phase == "Running" and w.namespace in q.spec.namespaces
         ]
-        all_classes = (
-            {c.name for c in run.desired.priority.spec.classes} if run.desired.priority else set()
-        )
-        for c in run.victims_for(mine, INF_PRIORITY, all_classes):
-            if run.team_usage[q.team] <= cap:
+        refused = ""
+        while run.team_usage[q.team] > cap:
+            excess = float(run.team_usage[q.team] - cap)
+            ok = [w for w in mine if not run.gate(w, budget=False)]
+            order = order_victims(
+                [run.candidate(w, run.cluster.pool_of(w)) for w in ok], math.ceil(excess)
+            )
+            if not order:
                 break
-            if run.budget_left <= 0:
-                run.find(
-                    "warning",
-                    "budget-spent",
-                    q.team,
-                    "over its cap but the preemption budget for this hour is spent",
-                )
+            w = run.cluster.workloads[order[0].key]
+            refused = run.gate(w)
+            if refused:
                 break
-            w = run.cluster.workloads[c.key]
             used = run.team_usage[q.team]
             run.evict(
                 w,
                 "preempt",
                 f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; "
-                f"{w.key} is its lowest-priority preemptible work",
+                f"{w.key} is the cheapest of its preemptible work",
                 run.cluster.pool_of(w),
             )
+        if BUDGET in refused:
+            run.find("warning", "budget-spent", q.team, f"over its cap but the {refused}")
         if run.team_usage[q.team] > cap:
             run.find(
                 "warning",
                 "over-cap",
                 q.team,
                 f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: "
-                "the rest is not preemptible yet",
+                + (refused or "the rest is not preemptible yet"),
             )
 
 
@@ -612,7 +937,14 @@ def _idle_reclaim(run: _Run) -> None:
             if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = rule.idle_for.total_seconds()
-            idle = [run.seconds_since(s.idle_since) for s in slots]
+            # A card's idleness counts from when this workload started at the earliest: the
+            # agent's idle_since may predate the job (the card was idle before it came).
+            idle = [
+                run.seconds_since(max(s.idle_since, w.started_at) if w.started_at else None)
+                if s.idle_since is not None
+                else None
+                for s in slots
+            ]
             if any(s.utilization >= rule.utilization_below for s in slots) or any(
                 i is None or i < limit for i in idle
             ):
@@ -620,21 +952,16 @@ def _idle_reclaim(run: _Run) -> None:
             cls = w.priority_class or run._default_class()
             if cls in rule.exclude_classes:
                 continue
-            pc = run.pclass(cls)
-            if pc is None or not pc.preemptible:
-                run.find(
-                    "info",
-                    "idle-protected",
-                    w.key,
-                    f"idle for {format_duration(min(idle))} but its class {cls} is not preemptible",
-                )
-                continue
             why = (
                 f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) "
                 f"for {format_duration(min(idle))} (limit {format_duration(limit)})"
             )
             if rule.action == "report":
                 run.find("info", "idle-report", w.key, why)
+                break
+            refused = run.gate(w)
+            if refused:
+                run.find("info", "idle-protected", w.key, f"{why}; not reclaimed: {refused}")
             else:
                 run.evict(w, "reclaim", why + ": reclaim the cards", pool)
             break
@@ -643,49 +970,160 @@ def _idle_reclaim(run: _Run) -> None:
 # --------------------------------------------------------------------------- admission
 
 
+def _quota_resources(run: _Run, pv: PoolView | None, r: Request) -> dict[str, int]:
+    """The ResourceQuota resources one pod with request `r` counts against."""
+    out: dict[str, int] = {}
+    if r.gpus:
+        out["requests." + GPU_RESOURCE] = r.gpus
+    for prof, n in r.mig.items():
+        model = pv.model if pv else None
+        res = (
+            model.profiles[prof].resource_name
+            if model and prof in model.profiles
+            else mig_resource(prof)
+        )
+        out["requests." + res] = out.get("requests." + res, 0) + n
+    if r.shared_slices:
+        out["requests." + SHARED_RESOURCE] = r.shared_slices
+    return out
+
+
 def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
-    """Drop demand that would break a team cap or borrowing limit; highest priority first."""
+    """Demand that may be worked for: reachable in its pool, within the team's cap,
+    borrowing limit, the other teams' unlent guarantees, the pool's training maximum and,
+    for replicas not created yet, the namespace's ResourceQuota. Highest priority first."""
     out = []
     pending = sorted(
-        pending, key=lambda p: (-run.priority(p.priority_class), p.created or run.now, p.key)
+        pending,
+        key=lambda p: (
+            -run.priority(p.priority_class),
+            p.created or run.now,
+            p.key.split("#")[0],
+            p.order,
+            p.key,
+        ),
     )
+    quotas = desired_resource_quotas(run.desired)
+    ns_use: dict[str, Counter] = {}
+    for w in run.cluster.workloads.values():
+        pv = run.pool_view(run.cluster.pool_of(w))
+        ns_use.setdefault(w.namespace, Counter()).update(_quota_resources(run, pv, w.request))
+    training_whole: Counter = Counter()
+    for (_, pool), n in run.running_whole.items():
+        training_whole[pool] += n
     for p in pending:
-        team = run.team(p.namespace)
         pool = _pending_pool(run, p)
-        pv = run.pool_view(pool)
-        need = card_equivalents(Workload(namespace=p.namespace, name="x", request=p.request), pv)
+        if pool is None:
+            _wait(
+                run,
+                p,
+                "no-pool",
+                f"no pool can run it ({_describe(p)}); it stays pending",
+                "warning",
+            )
+            continue
+        p.pool = pool
+        pv = run.cluster.pools[pool]
+        why = _unreachable(run, pv, p)
+        if why:
+            _wait(run, p, "unreachable", f"{p.origin} {why}: it can never run as asked", "warning")
+            continue
+        pods = len(p.members)
+        held = _held(run, p, pv, pods, training_whole, quotas, ns_use)
+        if held:
+            _wait(run, p, held[0], held[1])
+            continue
+        team = run.team(p.namespace)
         if team is not None:
-            q = run.desired.quota_for_namespace(p.namespace)
-            used = run.team_usage.get(team, Fraction(0))
-            if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
-                run.find(
-                    "info",
-                    "held-cap",
-                    p.key,
-                    f"held: team {team} would use {float(used + need):g} GPUs, "
-                    f"over its cap of {q.spec.max_gpus}",
-                )
-                continue
-            pq = next((x for x in q.spec.pools if x.pool == pool), None)
-            if p.request.gpus and pq is not None and pq.whole.borrowing_limit is not None:
-                whole = run.pool_whole_usage.get((team, pool), 0)
-                limit = pq.whole.guaranteed + pq.whole.borrowing_limit
-                if whole + p.request.gpus > limit:
-                    run.find(
-                        "info",
-                        "held-borrowing",
-                        p.key,
-                        f"held: team {team} would hold {whole + p.request.gpus} whole GPUs "
-                        f"in {pool}, over guarantee + borrowing ({limit})",
-                    )
-                    continue
-            run.team_usage[team] = used + need
-            if p.request.gpus and pool:
+            need = pods * card_equivalents(
+                Workload(namespace=p.namespace, name="x", request=p.request), pv
+            )
+            run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + need
+            if p.request.gpus:
                 run.pool_whole_usage[(team, pool)] = (
-                    run.pool_whole_usage.get((team, pool), 0) + p.request.gpus
+                    run.pool_whole_usage.get((team, pool), 0) + pods * p.request.gpus
                 )
+        if p.request.gpus:
+            training_whole[pool] += pods * p.request.gpus
+        if p.origin != "pending pod":
+            ns_use.setdefault(p.namespace, Counter()).update(_quota_resources(run, pv, p.request))
         out.append(p)
     return out
+
+
+def _held(
+    run: _Run,
+    p: Pending,
+    pv: PoolView,
+    pods: int,
+    training_whole: Counter,
+    quotas: dict[tuple[str, str], dict[str, str]],
+    ns_use: dict[str, Counter],
+) -> tuple[str, str] | None:
+    """(code, why) when admission holds `p`; None when it may go ahead."""
+    r, pool = p.request, pv.name
+    tmax = pv.pool.spec.training.max_gpus
+    if r.gpus and tmax is not None and training_whole[pool] + pods * r.gpus > tmax:
+        return "held-training-max", (
+            f"held: training in {pool} would hold {training_whole[pool] + pods * r.gpus} "
+            f"whole GPUs, over training.maxGPUs {tmax}"
+        )
+    q = run.desired.quota_for_namespace(p.namespace)
+    if q is None:
+        return None
+    team = q.team
+    if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
+        hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
+        for res, n in sorted(_quota_resources(run, pv, r).items()):
+            if res in hard and ns_use.get(p.namespace, Counter())[res] + n > int(hard[res]):
+                return "held-quota", (
+                    f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "
+                    f"{ns_use.get(p.namespace, Counter())[res]} in use"
+                )
+    need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
+    used = run.team_usage.get(team, Fraction(0))
+    if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
+        return "held-cap", (
+            f"held: team {team} would use {float(used + need):g} GPUs, "
+            f"over its cap of {q.spec.max_gpus}"
+        )
+    if not r.gpus:
+        return None
+    pq = next((x for x in q.spec.pools if x.pool == pool), None)
+    whole = run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
+    guaranteed = pq.whole.guaranteed if pq else 0
+    if pq is not None and pq.whole.borrowing_limit is not None:
+        limit = guaranteed + pq.whole.borrowing_limit
+        if whole > limit:
+            return "held-borrowing", (
+                f"held: team {team} would hold {whole} whole GPUs in {pool}, "
+                f"over guarantee + borrowing ({limit})"
+            )
+    if whole > guaranteed:
+        locked = _unlent(run, pool, team)
+        cards = pv.count("whole")
+        total = sum(n for (_, pl), n in run.pool_whole_usage.items() if pl == pool)
+        if locked and total + pods * r.gpus + locked > cards:
+            return "held-lending", (
+                f"held: team {team} would borrow beyond its guarantee in {pool}, and the "
+                f"free cards are other teams' guarantees they do not lend ({locked})"
+            )
+    return None
+
+
+def _unlent(run: _Run, pool: str, team: str) -> int:
+    """Cards of other teams' unused guarantees in `pool` that their lendingLimit keeps
+    from borrowers (None lends all of it)."""
+    locked = 0
+    for q in run.desired.quotas.values():
+        if q.team == team:
+            continue
+        for pq in q.spec.pools:
+            if pq.pool != pool or pq.whole.lending_limit is None:
+                continue
+            unused = max(0, pq.whole.guaranteed - run.pool_whole_usage.get((q.team, pool), 0))
+            locked += max(0, unused - pq.whole.lending_limit)
+    return locked
 
 
 # --------------------------------------------------------------------------- 4. inference
@@ -708,7 +1146,7 @@ def _place_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
         for g, inst in chosen:
             pv.take_instance(g, inst, p.key)
         return True
-    if r.shared_slices:
+    if r.shared_slices and pv.pool.spec.inference.shared is not None:
         g = _choose_shared(run, pv, r.shared_slices)
         if g is None:
             return False
@@ -725,7 +1163,7 @@ def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
     ranked: list[str] = []
     for bucket in pv.shared_buckets()[k:]:
         for g in bucket:
-            if g.node not in ranked:
+            if g.free_slices >= k and g.node not in ranked:
                 ranked.append(g.node)
                 if len(ranked) == SHORTLIST:
                     break
@@ -743,7 +1181,7 @@ def _choose_shared(run: _Run, pv: PoolView, k: int) -> GpuSlot | None:
                 pv.pool.spec.gpu_model,
                 UNMETERED,
                 UNMETERED,
-                [g.free_slices * 1000 // slices if g.target_mode == "shared" else 0 for g in slots],
+                [min(g.free_slices, slices) * 1000 // slices for g in slots],
             )
         )
         cards[node] = slots
@@ -804,26 +1242,29 @@ def _convert(
         pv.repartition(g, mode, why=why)
 
 
-def _free_cards(
-    run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str
-) -> list[GpuSlot]:
-    """Up to n whole cards to repartition: empty ones first, then by preemption if allowed."""
+def _drained_first(pv: PoolView, cards: list[GpuSlot]) -> list[GpuSlot]:
+    """Next to existing inference first, then from the most fragmented nodes, so that whole
+    free nodes stay whole for multi-card training; a node gpupool already drained for a
+    repartition before all: an interrupted change finishes where it began."""
     inf_nodes = Counter(g.node for g in pv.gpus if g.target_mode != "whole")
-    empty = [g for g in pv.gpus if g.free_whole]
-    free_on = Counter(g.node for g in empty)
-    # Next to existing inference first, then from the most fragmented nodes, so that whole
-    # free nodes stay whole for multi-card training.
+    free_on = Counter(g.node for g in cards)
     drained = {
         n
         for n, node in pv.nodes.items()
         if node.unschedulable and CORDONED_FOR_ANN in node.annotations
     }
-    # A node gpupool already drained for a repartition first: an interrupted change finishes
-    # where it began instead of starting over elsewhere.
-    empty.sort(
-        key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index)
+    return sorted(
+        cards,
+        key=lambda g: (g.node not in drained, -inf_nodes[g.node], free_on[g.node], g.node, g.index),
     )
-    chosen = empty[:n]
+
+
+def _free_cards(
+    run: _Run, pv: PoolView, n: int, preemptor: Pending | None, why: str
+) -> list[GpuSlot]:
+    """Up to n whole cards to repartition: empty ones first, then, for a preemptor, by
+    stopping the cheapest victims the rules allow (within the budget)."""
+    chosen = _drained_first(pv, [g for g in pv.gpus if g.free_whole])[:n]
     if len(chosen) >= n or preemptor is None:
         return chosen
     classes = run.victim_classes(preemptor.priority_class, preemptor.borrow_from)
@@ -831,28 +1272,25 @@ def _free_cards(
         {
             h
             for g in pv.gpus
-            if g.target_mode == "whole"
+            if g.target_mode == "whole" and not g.fenced
             for h in g.holders
             if h in run.cluster.workloads
         }
     )
     workloads = [run.cluster.workloads[h] for h in holders]
-    for c in run.victims_for(workloads, run.priority(preemptor.priority_class), classes):
+    for c in run.victims(workloads, preemptor, pv.name, classes, n - len(chosen)):
         if len(chosen) >= n:
             break
-        if run.budget_left <= 0:
-            run.find(
-                "warning",
-                "budget-spent",
-                preemptor.key,
-                "needs preemption but the preemption budget for this hour is spent",
-            )
-            break
         w = run.cluster.workloads[c.key]
+        refused = run.gate(w)
+        if refused:
+            run.blocked[preemptor.key] = refused
+            break
         slots = [
-            run.cluster.slot[(w.node, a.gpu)]
-            for a in w.allocations
-            if (w.node, a.gpu) in run.cluster.slot
+            run.cluster.slot[(m.node, a.gpu)]
+            for m in run.gang(w)
+            for a in m.allocations
+            if (m.node, a.gpu) in run.cluster.slot
         ]
         run.evict(
             w,
@@ -862,6 +1300,16 @@ def _free_cards(
         )
         chosen.extend(s for s in slots if s.free_whole and s not in chosen)
     return chosen[:n]
+
+
+def _reshapable(pv: PoolView) -> list[GpuSlot]:
+    """Empty, open inference cards this plan has not touched: the waiting inference demand
+    could not use them as they are (placement tried them all), so they may be reshaped."""
+    return [
+        g
+        for g in pv.inference_slots()
+        if not g.holders and not g.converted and g.open and g.reserved_by is None
+    ]
 
 
 def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
@@ -889,6 +1337,17 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             else:
                 bins.append(inf.shared.slices_per_gpu - k)
         wants += [("shared", ())] * len(bins)
+    top = unplaced[0]  # highest priority first (admission sorted them)
+    demand = ", ".join(_describe(p) for p in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
+    why = (
+        f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
+        f"in {pv.name} ({demand})"
+    )
+    # Empty inference cards of the wrong shape are reshaped first (MIG <-> shared, or another
+    # offered layout): the number of inference cards stays, whole cards stay for training.
+    for g, (mode, layout) in zip(_drained_first(pv, _reshapable(pv)), list(wants), strict=False):
+        _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
+        wants.remove((mode, layout))
     budget = _inference_budget(pv)
     if len(wants) > budget:
         run.find(
@@ -900,47 +1359,39 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         )
         wants = wants[:budget]
     if wants:
-        top = unplaced[0]  # highest priority first (admission sorted them)
-        demand = ", ".join(_describe_request(p.request) for p in unplaced[:3]) + (
-            " ..." if len(unplaced) > 3 else ""
-        )
-        why = (
-            f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
-            f"in {pv.name} ({demand})"
-        )
         cards = _free_cards(run, pv, len(wants), top, why)
         for g, (mode, layout) in zip(cards, wants, strict=False):
             _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
     for p in unplaced:
         if not _place_inference(run, pv, p):
-            run.find(
-                "warning",
+            run.inference_waits.add(pv.name)
+            blocked = run.blocked.get(p.key) or run.blocked.get(top.key)
+            _wait(
+                run,
+                p,
                 "waits",
-                p.key,
-                f"{p.origin} ({_describe_request(p.request)}) stays pending: "
-                f"no capacity in {pv.name} this cycle",
+                f"{p.origin} ({_describe(p)}) stays pending: no capacity in {pv.name} "
+                + (f"this cycle: {blocked}" if blocked else "this cycle"),
+                "warning",
             )
 
 
 def _warm_minimum(run: _Run, pv: PoolView) -> None:
+    """Warm inference cards come from empty whole cards only: nothing is stopped for
+    capacity no one asked for yet."""
     inf = pv.pool.spec.inference
     have = len(pv.inference_slots())
     short = inf.min_gpus - have
     if short <= 0 or pv.model is None:
         return
-    if inf.prefer == "mig" and inf.mig is not None and pv.model.mig_capable:
-        mode, layout = "mig", tuple(sorted(inf.mig.layouts[0].profiles))
-    elif inf.shared is not None:
-        mode, layout = "shared", ()
-    elif inf.mig is not None and pv.model.mig_capable:
-        mode, layout = "mig", tuple(sorted(inf.mig.layouts[0].profiles))
-    else:
+    mode, layout = _inference_shape(pv)
+    if mode == "whole":
         return
     cards = _free_cards(
         run,
         pv,
         min(short, _inference_budget(pv)),
-        _inference_preemptor(run, pv),
+        None,
         f"Pool/{pv.name} keeps inference.minGPUs={inf.min_gpus} cards for inference and has {have}",
     )
     for g in cards:
@@ -962,30 +1413,6 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
         )
 
 
-def _inference_preemptor(run: _Run, pv: PoolView) -> Pending | None:
-    """The warm minimum acts for the pool's inference: it may displace what the priority rules
-    already let the strongest inference class preempt, never more."""
-    if run.desired.priority is None:
-        return None
-    preemptors = {r.preemptor for r in run.desired.priority.spec.preemption.rules}
-    classes = [
-        c
-        for c in run.desired.priority.spec.classes
-        if c.workload == "inference" and c.name in preemptors
-    ]
-    if not classes:
-        return None
-    top = max(classes, key=lambda c: (c.value, c.name))
-    return Pending(
-        key=f"Pool/{pv.name}",
-        namespace="",
-        request=Request(),
-        priority_class=top.name,
-        pool=pv.name,
-        created=None,
-    )
-
-
 # --------------------------------------------------------------------------- 6. training
 
 
@@ -1003,14 +1430,30 @@ def _gang_on(slots: list[GpuSlot], n: int, topology: str) -> list[GpuSlot] | Non
     return free[:n]
 
 
-def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
+def _fits_group(slots: list[GpuSlot], n: int, topology: str) -> bool:
+    """`n` free cards of one NVLink island / NUMA node on this node."""
+    groups: Counter = Counter(
+        (g.island if topology == "nvlink" else g.numa) for g in slots if g.free_whole
+    )
+    return any(c >= n for c in groups.values())
+
+
+def _place_one(run: _Run, pv: PoolView, n: int, holder: str) -> list[GpuSlot] | None:
     """The node comes from the shared placement policy (the simulator's code) over a shortlist
-    of nodes that can take the whole gang, best-fit first; the cards within it from the
-    pool's topology preference."""
-    n = p.request.gpus
+    of nodes that can take the pod, best-fit first; the cards within it from the pool's
+    topology preference. With an NVLink/NUMA preference, nodes where one island/NUMA node
+    holds the whole pod are shortlisted first, across the pool."""
+    topology = pv.pool.spec.training.topology
     shortlist = pv.nodes_fitting(n, SHORTLIST)
     if not shortlist:
         return None
+    if n > 1 and topology in ("nvlink", "numa"):
+        grouped = [
+            node
+            for node in pv.nodes_fitting(n, len(pv.nodes))
+            if _fits_group(pv.by_node()[node], n, topology)
+        ][:SHORTLIST]
+        shortlist = grouped or shortlist
     states = [_whole_state(pv, node) for node in shortlist]
     chosen = placement.choose(
         PLACEMENT_POLICY,
@@ -1020,9 +1463,22 @@ def _place_gang(run: _Run, pv: PoolView, p: Pending) -> list[GpuSlot] | None:
     )
     if chosen is None:  # pragma: no cover - every shortlisted node fits
         return None
-    got = _gang_on(pv.by_node()[chosen.node], n, pv.pool.spec.training.topology)
-    pv.reserve(got, p.key)
+    got = _gang_on(pv.by_node()[chosen.node], n, topology)
+    pv.reserve(got, holder)
     return got
+
+
+def _place_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
+    """Every pod of the gang gets its cards, or none does."""
+    placed: list[list[GpuSlot]] = []
+    for key in p.members:
+        got = _place_one(run, pv, p.request.gpus, key)
+        if got is None:
+            for cards in placed:
+                pv.unreserve(cards)
+            return False
+        placed.append(got)
+    return True
 
 
 def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
@@ -1038,32 +1494,25 @@ def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
 
 
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
-    largest = max((len(s) for s in pv.by_node().values()), default=0)
     for p in pending:
         if _place_gang(run, pv, p):
             continue
         n = p.request.gpus
-        if n > largest:
-            run.find(
-                "warning",
-                "too-large",
-                p.key,
-                f"asks {n} GPUs on one node; {pv.name}'s nodes have fewer",
-            )
-            continue
         # The same shape of demand failed and nothing was freed since: it fails again.
-        shape = (pv.name, n, p.priority_class, p.borrow_from)
+        shape = (pv.name, n, len(p.members), p.priority_class, p.borrow_from, p.namespace)
         if run.failed.get(shape) != run.generation and (
             any(step(run, pv, p) for step in _gang_steps(run, p))
         ):
             continue
         run.failed[shape] = run.generation
-        run.find(
-            "info",
+        blocked = run.blocked.get(p.key) or run.blocked.get(shape) or ""
+        run.blocked[shape] = blocked
+        _wait(
+            run,
+            p,
             "waits",
-            p.key,
-            f"pending training ({n} whole GPUs) waits: "
-            f"nothing in {pv.name} can be freed for it this cycle",
+            f"pending training ({_describe(p)}) waits: "
+            + (blocked or f"nothing in {pv.name} can be freed for it this cycle"),
         )
 
 
@@ -1078,17 +1527,30 @@ def _gang_steps(run: _Run, p: Pending) -> tuple:
 
 
 def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
-    """Empty inference cards beyond the warm minimum return to training when training waits."""
+    """Empty inference cards beyond the warm minimum return to training when training waits,
+    unless inference demand of this pool waits too (it would take them back next cycle)."""
+    if len(p.members) != 1 or pv.name in run.inference_waits:
+        return False
     inf = pv.pool.spec.inference
     spare = len(pv.inference_slots()) - inf.min_gpus
     if spare <= 0:
+        if pv.empty_inference_nodes():
+            run.blocked.setdefault(
+                p.key,
+                f"the empty inference cards are Pool/{pv.name}'s warm minimum "
+                f"(inference.minGPUs={inf.min_gpus})",
+            )
         return False
     n = p.request.gpus
     options = []
     empty = pv.empty_inference_by_node()
     for node in pv.empty_inference_nodes():
         cards = empty[node]
-        back = [g for g in cards if not g.holders and not g.converted and g.target_mode != "whole"]
+        back = [
+            g
+            for g in cards
+            if not g.holders and not g.converted and g.target_mode != "whole" and not g.fenced
+        ]
         free = pv.free_whole_on(node)
         if free + min(len(back), spare) >= n and n - free > 0:
             options.append((n - free, node, back[: n - free]))
@@ -1106,21 +1568,28 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
                 "and these inference cards are empty"
             ),
         )
-    got = _place_gang(run, pv, p)
-    assert got is not None
+    placed = _place_gang(run, pv, p)
+    assert placed
     return True
 
 
 def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
+    """Free one node's worth of cards per pod of the gang, choosing nodes by what their
+    victims cost; all of it within the budget, or nothing at all."""
     classes = run.victim_classes(p.priority_class)
-    if not classes or run.budget_left <= 0:
+    reclaim = run.reclaims(p, pv.name)
+    if not classes and reclaim is None:
         return False
     n = p.request.gpus
-    prio = run.priority(p.priority_class)
-    best = None
-    for node in run.nodes_hosting(pv, classes):
+    options: list[tuple[tuple, str, list[Candidate]]] = []
+    nodes = sorted(pv.by_node()) if reclaim is not None else run.nodes_hosting(pv, classes)
+    for node in nodes:
         slots = pv.by_node()[node]
+        if any(g.fenced for g in slots):
+            continue
         free = pv.free_whole_on(node)
+        if free >= n:
+            continue  # it already fits there (another pod of the gang took it, or none)
         ws = sorted(
             {
                 h
@@ -1130,40 +1599,61 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
                 if h in run.cluster.workloads
             }
         )
-        victims = run.victims_for([run.cluster.workloads[h] for h in ws], prio, classes)
-        take, freed = [], free
+        victims = run.victims([run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free)
+        take, freed, evictions = [], free, 0
         for c in victims:
             if freed >= n:
                 break
+            members = run.gang(run.cluster.workloads[c.key])
+            if any(m.node != node for m in members):
+                continue  # a job spread over nodes frees cards elsewhere too: not here
             take.append(c)
+            evictions += len(members)
             freed += sum(
                 1
-                for a in run.cluster.workloads[c.key].allocations
+                for m in members
+                for a in m.allocations
                 if run.cluster.slot.get((node, a.gpu)) is not None
             )
-        if freed < n or len(take) > run.budget_left:
+        if freed < n:
             continue
         cost = (
-            max(c.priority for c in take) if take else -INF_PRIORITY,
-            len(take),
-            sum(c.seconds_since_checkpoint for c in take),
+            max(c.priority for c in take),
+            sum(max(0.0, c.gpus) for c in take) - (n - free),
+            evictions,
+            sum(c.lost for c in take),
             node,
         )
-        if best is None or cost < best[0]:
-            best = (cost, take)
-    if best is None:
+        options.append((cost, node, take))
+    options.sort(key=lambda o: o[0])
+    pods = len(p.members)
+    ready = sum(pv.free_whole_on(node) // n for node in pv.by_node())
+    chosen = options[: max(0, pods - ready)]
+    if len(chosen) < pods - ready:
         return False
-    for c in best[1]:
-        w = run.cluster.workloads[c.key]
-        run.evict(
-            w,
-            "preempt",
-            f"pending {p.key} ({p.priority_class}, {p.request.gpus} GPUs) "
-            f"outranks {w.key} ({w.priority_class}) "
-            f"and no node has {p.request.gpus} free whole cards for it",
-            pv.name,
+    evictions = sum(len(run.gang(run.cluster.workloads[c.key])) for _, _, t in chosen for c in t)
+    if evictions > run.budget_left:
+        run.blocked[p.key] = (
+            f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
         )
-    return _place_gang(run, pv, p) is not None
+        return False
+    for _, _, take in chosen:
+        for c in take:
+            w = run.cluster.workloads[c.key]
+            run.evict(
+                w,
+                "preempt",
+                f"pending {p.key} ({p.priority_class}, {_describe(p)}) "
+                + (
+                    f"reclaims team {reclaim}'s guarantee from {w.key}, which borrows"
+                    if reclaim is not None
+                    and (w.priority_class or run._default_class()) not in classes
+                    else f"outranks {w.key} ({w.priority_class})"
+                )
+                + f" and no node has {n} free whole cards for it",
+                pv.name,
+            )
+    return _place_gang(run, pv, p)
 
 
 def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
@@ -1180,10 +1670,14 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     if rule.when == "window" and not _in_window(run.now, rule.window.start, rule.window.end):
         return False
     n = p.request.gpus
-    if pv.total_free_whole() < n:
+    if len(p.members) != 1 or pv.total_free_whole() < n:
         return False
+    prio = run.priority(p.priority_class)
     by_node = pv.by_node()
-    moves = min(rule.max_migrations_per_cycle, n)
+    moves = min(rule.max_migrations_per_cycle, n, max(run.budget_left, 0))
+    if moves == 0:
+        run.blocked.setdefault(p.key, f"the {BUDGET} is spent")
+        return False
     names = pv.nodes_with_free(min(1, n - moves), len(pv.gpus))
     states = [_whole_state(pv, node) for node in names]
     residents: dict[str, list[placement.Resident]] = {}
@@ -1200,7 +1694,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
             }
         ):
             w = run.cluster.workloads[key]
-            if len(w.allocations) != 1 or w.key in run.evicted:
+            if len(w.allocations) != 1 or w.key in run.evicted or len(run.gang(w)) != 1:
                 continue
             at = next(i for i, g in enumerate(slots) if g.index == w.allocations[0].gpu)
             residents.setdefault(node, []).append(
@@ -1208,8 +1702,10 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
                     key,
                     one_card,
                     placement.Placement(node, (at,)),
-                    # a move is an eviction: only what the priority policy lets be preempted
-                    movable=(w.migratable or not rule.only_migratable) and _preemptible(run, w),
+                    # a move is an eviction: it passes the same gate as a preemption, but a
+                    # job of the same priority may be moved (it restarts at once elsewhere)
+                    movable=(w.migratable or not rule.only_migratable)
+                    and not run.gate(w, prio + 1, budget=False),
                 )
             )
 
@@ -1252,12 +1748,10 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     return _place_gang(run, pv, p) is not None
 
 
-def _preemptible(run: _Run, w: Workload) -> bool:
-    pc = run.pclass(w.priority_class)  # DesiredState.priority_class falls back to the default
-    return pc is not None and pc.preemptible
-
-
 def _in_window(now: datetime, start: str, end: str) -> bool:
+    """Maintenance windows are written in UTC (the reference says so), whatever offset
+    `now` carries."""
+    now = now.astimezone(UTC)
     t = now.hour * 60 + now.minute
     s = int(start[:2]) * 60 + int(start[3:])
     e = int(end[:2]) * 60 + int(end[3:])

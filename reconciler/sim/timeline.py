@@ -259,7 +259,10 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
             if not cands:
                 continue
             order = order_victims(
-                cands, preemptor_priority=PRIO_INFER, min_runtime_seconds=MIN_RUNTIME
+                cands,
+                job.req.total_gpu_milli / GPU_MILLI,
+                preemptor_priority=PRIO_INFER,
+                min_runtime_seconds=MIN_RUNTIME,
             )
             trial = node.copy()
             victims = []

@@ -343,10 +343,11 @@ def test_before_preempt_runs_before_the_eviction():
 @pytest.mark.parametrize(
     "action", [RECLAIM, MOVE.model_copy(update={"depends_on": ()})], ids=["reclaim", "move"]
 )
-def test_before_preempt_is_only_for_preemptions(action):
+def test_before_preempt_runs_for_every_eviction_kind(action):
+    """Reclaims and moves spend the hourly budget too (the planner's one eviction gate)."""
     c = cluster(job())
     r, calls, _ = hooked(c, action)
-    assert calls == [] and r.outcomes[0].message == "evicted"
+    assert calls == [(action.id, [])] and r.outcomes[0].message == "evicted"
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ EXPECT = {
         {"preempt"},
         set(),
     ),
-    "budget-spent": (set(), {"preempt", "mig-reconfigure"}, {"budget-spent", "waits"}),
+    "budget-spent": (set(), {"preempt", "mig-reconfigure"}, {"budget-spent"}),
     "min-runtime-protects": (set(), {"preempt"}, {"waits"}),
     "nonpreemptible-protected": (set(), {"preempt"}, {"waits"}),
     "objects-and-labels": (

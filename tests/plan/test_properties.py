@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import Allocation, Workload
 from reconciler.plan.cluster import build_cluster, card_equivalents
-from reconciler.plan.planner import plan
+from reconciler.plan.planner import _check_no_overcommit, plan
 from reconciler.plan.render import to_json
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -39,6 +39,7 @@ def clusters(draw, *, converged: bool = False):
     text = desired_text(nodes=n_nodes, train_min=train_min, inf_min=inf_min)
     rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
     nodes, work = [], []
+    inference_cards = 0
     teams = ["other"] if converged else ["team-a", "team-b", "other"]
     for ni in range(n_nodes):
         name = f"a100-{ni + 1}"
@@ -50,12 +51,14 @@ def clusters(draw, *, converged: bool = False):
                 if (not converged and rnd.random() < 0.2)
                 else None
             )
-            if r < 0.6:
+            if r < 0.6 or (converged and inference_cards >= 8):  # converged: maxGPUs 8 holds
                 gpus.append(gpu(gi, util=1.0 if idle else 60.0, idle_since=idle))
             elif r < 0.85:
                 gpus.append(gpu(gi, mig=rnd.choice(LAYOUTS), model=A100))
+                inference_cards += 1
             else:
                 gpus.append(gpu(gi, shared=4))
+                inference_cards += 1
         nodes.append(node(name, "a100", A100, gpus))
         free_whole = [g.index for g in gpus if g.mode == "whole"]
         k = 0
@@ -234,14 +237,29 @@ def test_converged_state_plans_nothing(case):
 
 
 def test_guard_catches_overcommit():
-    """The over-commit guard is live: two workloads on one whole card make planning fail."""
+    """The over-commit guard is live: a working view where the plan put two workloads on
+    one whole card fails planning loudly (the cluster's own over-commit is a finding)."""
     text = desired_text()
     n = node("a100-1", "a100", A100)
     a = training("team-a", "a", "a100-1", [0], started=NOW - hours(1))
-    b = Workload(**{**a.model_dump(), "name": "b", "allocations": [Allocation(gpu=0)]})
+    view = build_cluster(_desired(text), snapshot(NOW, [n], [a]))
+    view.pools["a100"].reserve([view.slot[("a100-1", 0)]], "team-a/b")
+    view.pools["a100"].take_slices(view.slot[("a100-1", 0)], 0, "team-a/b")
     try:
-        plan(_desired(text), snapshot(NOW, [n], [a, b]))
+        _check_no_overcommit(view)
     except AssertionError as exc:
         assert "whole card held by" in str(exc)
     else:
         raise AssertionError("over-commit was not detected")
+
+
+def test_cluster_overcommit_is_a_finding_not_a_crash():
+    """Two pods on one whole card (drift the cluster produced): a finding, the card is
+    left alone, and the rest of the plan goes on."""
+    text = desired_text()
+    n = node("a100-1", "a100", A100)
+    a = training("team-a", "a", "a100-1", [0], started=NOW - hours(1))
+    b = Workload(**{**a.model_dump(), "name": "b", "allocations": [Allocation(gpu=0)]})
+    p = plan(_desired(text), snapshot(NOW, [n], [a, b]))
+    assert "whole-card-shared" in {f.code for f in p.findings}
+    assert not [x for x in p.actions if getattr(x, "target", "") == "a100-1"]

@@ -50,9 +50,12 @@ def big_plan(n: int) -> Plan:
 
 def test_summary_counts_kinds():
     p = big_plan(3)
-    assert p.summary == "Plan: 3 preemptions"
-    assert to_text(p).splitlines()[0] == "Plan: 3 preemptions"
+    assert p.summary == "Plan: 3 preemptions; 1 workload(s) still wait or are held"
+    assert to_text(p).splitlines()[0] == p.summary
     assert Plan(observed_at="t").summary.startswith("No changes")
+    # held demand is never reported as "no changes"
+    held = Plan(observed_at="t", findings=p.findings)
+    assert held.summary.startswith("No actions this cycle, but the cluster does not match")
 
 
 def test_json_is_versioned_and_machine_readable():
@@ -80,7 +83,7 @@ def test_markdown_of_a_huge_plan_stays_under_githubs_limit():
     md = to_markdown(big_plan(3000))
     assert len(md) < GITHUB_COMMENT_LIMIT
     assert "Truncated:" in md and "gpupool plan --format text" in md
-    assert md.startswith("### gpupool plan\n\n**Plan: 3000 preemptions**")
+    assert md.startswith("### gpupool plan\n\n**Plan: 3000 preemptions;")
     assert md.count("<details") == md.count("</details>")
 
 

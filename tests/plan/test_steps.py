@@ -238,11 +238,6 @@ ADMISSION = [
         ],
         set(),
         {("no-pool", "team-a/ghost")},
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="demand no pool can run still takes team cap in _admit: "
-            "team-a/real is held-cap behind team-a/ghost, which never runs",
-        ),
         id="no-pool-demand-does-not-reserve-cap",
     ),
 ]
@@ -348,11 +343,6 @@ def test_scaling(policy, service, scale, findings):
     assert {(f.code, f.subject) for f in p.findings} == findings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_scale emits Scale 3 -> 5 though _admit then holds replica 5 for team-b's "
-    "cap (held-cap): the Deployment would grow past the cap; it should stop at 4",
-)
 def test_scale_up_stops_at_team_cap():
     # team-b: 8 + 7 whole cards + 3 shared slices = 15.75 of its cap of 16; one more slice fits
     nodes = two_nodes([gpu(0, shared=4)] + [gpu(i) for i in range(1, 8)])
@@ -364,6 +354,7 @@ def test_scale_up_stops_at_team_cap():
     p = run(desired(extra=scaling()), nodes, work, services=[svc(3, queue=60)])
     assert [(a.from_replicas, a.to_replicas) for a in p.actions if a.kind == "scale"] == [(3, 4)]
     assert not [f for f in p.findings if f.code == "held-cap"]
+    assert [f.subject for f in p.findings if f.code == "scale-held"] == ["team-b/chat"]
 
 
 # =========================================================================== team caps
@@ -732,18 +723,7 @@ def test_defragmentation_windows(rule, now, migratable, actions, findings):
     "offset",
     [
         pytest.param(0, id="utc"),
-        pytest.param(
-            9,
-            id="utc+9",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "_in_window reads now.hour/minute in now's own offset; "
-                    "windows are UTC (policy reference), "
-                    "so 03:00Z given as 12:00+09:00 falls outside 02:00-04:00 and nothing moves"
-                ),
-            ),
-        ),
+        pytest.param(9, id="utc+9"),
     ],
 )
 def test_window_is_utc_whatever_the_offset(offset):

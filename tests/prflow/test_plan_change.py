@@ -9,7 +9,7 @@ import git
 import pytest
 
 from reconciler.cli import main
-from reconciler.observe.builders import node, snapshot, training
+from reconciler.observe.builders import mig_pod, node, snapshot, training
 from reconciler.observe.snapshot import dump_snapshot
 from tests.plan.scenarios import A100, NOW, _objects, ago, desired_text
 
@@ -23,8 +23,11 @@ spec:
 """
 
 
-def _write(repo_dir: Path, inf_min: int, max_pre: int) -> None:
-    text = desired_text(train_min=4, inf_min=inf_min)
+def _write(repo_dir: Path, inf_max: int, max_pre: int) -> None:
+    text = desired_text(train_min=4).replace(
+        "maxGPUs: 8\n    prefer", f"maxGPUs: {inf_max}\n    prefer"
+    )
+    assert f"maxGPUs: {inf_max}" in text
     pool, policies = text.split("---\n", 1)
     (repo_dir / "pools").mkdir(exist_ok=True)
     (repo_dir / "policies").mkdir(exist_ok=True)
@@ -36,19 +39,20 @@ def _write(repo_dir: Path, inf_min: int, max_pre: int) -> None:
 
 @pytest.fixture
 def repo(tmp_path):
-    """main: no warm inference; feature: 4 cards kept for inference. Cluster: all training."""
+    """main: no card may serve inference; feature: up to 8 may. Cluster: all training, and
+    eight 3g.40gb serving pods wait (four cards' worth in the two-3g layout)."""
     d = tmp_path / "policy-repo"
     d.mkdir()
     r = git.Repo.init(d, initial_branch="main")
     with r.config_writer() as c:
         c.set_value("user", "name", "test").set_value("user", "email", "t@example.com")
-    _write(d, inf_min=0, max_pre=2)
+    _write(d, inf_max=0, max_pre=2)
     r.index.add(["pools/a100.yaml", "policies/policies.yaml"])
     r.index.commit("base: all cards for training")
     r.create_head("feature").checkout()
-    _write(d, inf_min=4, max_pre=2)
+    _write(d, inf_max=8, max_pre=2)
     r.index.add(["pools/a100.yaml", "policies/policies.yaml"])
-    r.index.commit("keep 4 cards warm for inference")
+    r.index.commit("let inference have up to 8 cards")
     r.heads.main.checkout()
     nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
     work = [
@@ -72,6 +76,7 @@ def repo(tmp_path):
         ),
         training("team-a", "resnet", "a100-2", 8, cls="training-high", started=ago(3)),
     ]
+    work += [mig_pod("search", f"ranker-{i}", None, "3g.40gb", pool="a100") for i in range(8)]
     obs = tmp_path / "observed.yaml"
     obs.write_text(dump_snapshot(snapshot(NOW, nodes, work, **_objects(desired_text()))))
     return d, r, obs
@@ -109,7 +114,7 @@ def test_moves_four_cards_and_names_the_disrupted_workload(repo, capsys):
     assert "sweep-old" not in out
     assert out.count("| `a100-1` |") == 4  # the four cards, before -> after
     assert "whole | MIG[" in out
-    assert "`Pool/a100 spec.inference.minGPUs: 0 -> 4`" in out
+    assert "`Pool/a100 spec.inference.maxGPUs: 0 -> 8`" in out
     assert r.head.commit.hexsha == before and r.active_branch.name == "main"  # nothing checked out
 
 
@@ -140,7 +145,7 @@ def test_json_report(repo, capsys):
 def test_gate_trips_and_exits_1(repo, capsys):
     d, r, obs = repo
     # the base's gate allows no preemption at all; the head cannot loosen it
-    _write(d, inf_min=0, max_pre=0)
+    _write(d, inf_max=0, max_pre=0)
     r.index.add(["policies/policies.yaml"])
     r.index.commit("tighten gates on main")
     rc, out, err = run(
