@@ -1,0 +1,648 @@
+"""What a plan does to a cluster, as a pure function of snapshots: the one effect model.
+
+`apply_plan` carries out a plan's actions on an `ObservedState` the way the executor's
+handlers (`reconciler/apply/handlers.py`) and the components behind them would, assuming every
+wait ends within the cycle (checkpoint grace periods, mig-manager, the device plugin).
+`schedule` is a kube-scheduler stand-in that binds pending pods; `step` is one controller
+cycle: apply, schedule, advance the clock. The multi-cycle tests (tests/plan/test_cycles.py),
+`bench/cycles.py` and a future digital twin judge plans through this module alone.
+
+Pure: no I/O, no clock (time is an argument), no randomness; the same inputs give the same
+snapshot. Snapshot lists keep their order; new pods are appended.
+
+What is modelled, per action (a target that no longer exists is skipped, as the executor
+re-reads and skips):
+
+* Cordon: `unschedulable` and the `cordoned-for` annotation, unless the node is already
+  unschedulable (then nothing: the handler leaves a node somebody else cordoned as it is).
+* Uncordon: clears both, only on a node gpupool cordoned.
+* LabelNode: the labels.
+* Checkpoint: `last_checkpoint_at = now`.
+* Preempt, Reclaim, Move: the pod is evicted and its owner recreates it: the workload turns
+  Pending (no node or allocations, `created_at = now`, `started_at = None`; request, priority
+  class, flags and checkpoint kept; `pool` = the pool of the node it ran on). Each appends
+  `now` to `recent_preemptions`: **this is the budget bookkeeping the planner reads** (the
+  rolling-hour `budgetPerHour` counts every eviction gpupool makes). A pod without an owner
+  is gone for good. Move's `to_node` is not honoured: the scheduler places the new pod.
+  ResourceQuota admission applies to every pod an owner creates (here and on scale-up): a
+  pod the namespace's quota objects have no room for is not created (the owner's retries
+  are not modelled: it is gone from the snapshot).
+* MigReconfigure / SetSharing: the node's cards take the layout (instances where
+  `catalog.place` puts them), the shared slices, or whole; only on a cordoned node, and only
+  when no card that changes has a running holder. A repartition under a running pod would
+  break it (mig-manager and the device plugin do not wait), so the effect model refuses it
+  and records nothing; the multi-cycle invariants catch a plan that asks for it.
+* Scale: `replicas`, `last_scale_at = now`; the service's pods are made to match: new
+  replicas are Pending pods (`<service>-<n>`, numbered on), a scale-down removes pending pods
+  first, then the highest-numbered ones.
+* ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes.
+
+Telemetry: a whole card a pod leaves is idle from then on (utilization 0, `idle_since` kept
+if it was idle already, else now); a whole card a pod is bound to is busy (a started pod is
+assumed to use its cards). What a workload really does on its cards is not modelled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from reconciler.conventions import (
+    CORDONED_FOR_ANN,
+    GPU_RESOURCE,
+    MANAGED_BY,
+    POOL_LABEL,
+    PRODUCT_LABEL,
+    SHARED_RESOURCE,
+)
+from reconciler.conventions import mig_resource as _mig_resource
+from reconciler.observe.model import (
+    Allocation,
+    Gpu,
+    InferenceService,
+    MigInstance,
+    Node,
+    ObservedState,
+    PriorityClassObject,
+    QuotaObject,
+    Workload,
+)
+from reconciler.plan.actions import (
+    ApplyPriorityClass,
+    ApplyQuota,
+    Checkpoint,
+    Cordon,
+    Eviction,
+    LabelNode,
+    MigReconfigure,
+    Repartition,
+    Scale,
+    Uncordon,
+)
+from reconciler.plan.cluster import selector_matches
+from reconciler.plan.model import Plan
+from reconciler.policy.state import DesiredState
+
+BUSY_UTILIZATION = 50.0
+"""Utilization a whole card gets when a pod is bound to it (the builders' default)."""
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+# A card's partitioning as the effect model compares it: ("whole",), ("shared", slices),
+# ("mig", sorted profiles).
+Partition = tuple
+
+
+# ----------------------------------------------------------------------------- the world
+@dataclass
+class _World:
+    """A mutable working copy of one snapshot; `state()` freezes it again."""
+
+    desired: DesiredState
+    observed: ObservedState
+    nodes: dict[str, Node] = field(default_factory=dict)
+    workloads: list[Workload] = field(default_factory=list)
+    services: list[InferenceService] = field(default_factory=list)
+    quotas: list[QuotaObject] = field(default_factory=list)
+    priority_classes: list[PriorityClassObject] = field(default_factory=list)
+    recent: list[datetime] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, desired: DesiredState, observed: ObservedState) -> _World:
+        return cls(
+            desired,
+            observed,
+            nodes={n.name: n for n in observed.nodes},
+            workloads=list(observed.workloads),
+            services=list(observed.services),
+            quotas=list(observed.quotas),
+            priority_classes=list(observed.priority_classes),
+            recent=list(observed.recent_preemptions),
+        )
+
+    def state(self) -> ObservedState:
+        return self.observed.model_copy(
+            update={
+                "nodes": list(self.nodes.values()),
+                "workloads": list(self.workloads),
+                "services": list(self.services),
+                "quotas": list(self.quotas),
+                "priority_classes": list(self.priority_classes),
+                "recent_preemptions": list(self.recent),
+            }
+        )
+
+    # -- lookups and replacements ------------------------------------------------------
+    def workload_at(self, key: str) -> int | None:
+        return next((i for i, w in enumerate(self.workloads) if w.key == key), None)
+
+    def service_at(self, key: str) -> int | None:
+        return next((i for i, s in enumerate(self.services) if s.key == key), None)
+
+    def update_gpu(self, node: str, index: int, **update: object) -> None:
+        n = self.nodes[node]
+        gpus = [g.model_copy(update=update) if g.index == index else g for g in n.gpus]
+        self.nodes[node] = n.model_copy(update={"gpus": gpus})
+
+    def running_on(self, node: str) -> list[Workload]:
+        return [w for w in self.workloads if w.phase == "Running" and w.node == node]
+
+    def leave_cards(self, w: Workload, now: datetime) -> None:
+        """Whole cards `w` held are idle from now on (unless they were idle already)."""
+        if w.node not in self.nodes:
+            return
+        gpus = {g.index: g for g in self.nodes[w.node].gpus}
+        for a in w.allocations:
+            g = gpus.get(a.gpu)
+            if g is None or a.mig_start is not None or a.slices or g.mode != "whole":
+                continue
+            self.update_gpu(w.node, a.gpu, utilization=0.0, idle_since=g.idle_since or now)
+
+
+def node_pool(desired: DesiredState, node: Node) -> str | None:
+    """The pool whose selector (and GPU model) the node matches, as the planner decides it."""
+    product = node.labels.get(PRODUCT_LABEL)
+    for name in sorted(desired.pools):
+        pool = desired.pools[name]
+        model = desired.catalog.model(pool.spec.gpu_model)
+        if product and model and desired.catalog.model_for_product(product) is not model:
+            continue
+        if selector_matches(pool.spec.node_selector, node.labels):
+            return name
+    return None
+
+
+# ----------------------------------------------------------------------------- actions
+def _cordon(world: _World, a: Cordon, now: datetime) -> None:
+    node = world.nodes.get(a.target)
+    if node is None or node.unschedulable:
+        return
+    world.nodes[a.target] = node.model_copy(
+        update={
+            "unschedulable": True,
+            "annotations": {**node.annotations, CORDONED_FOR_ANN: "repartition"},
+        }
+    )
+
+
+def _uncordon(world: _World, a: Uncordon, now: datetime) -> None:
+    node = world.nodes.get(a.target)
+    if node is None or not node.unschedulable or CORDONED_FOR_ANN not in node.annotations:
+        return
+    annotations = {k: v for k, v in node.annotations.items() if k != CORDONED_FOR_ANN}
+    world.nodes[a.target] = node.model_copy(
+        update={"unschedulable": False, "annotations": annotations}
+    )
+
+
+def _label(world: _World, a: LabelNode, now: datetime) -> None:
+    node = world.nodes.get(a.target)
+    if node is not None:
+        world.nodes[a.target] = node.model_copy(update={"labels": {**node.labels, **a.labels}})
+
+
+def _checkpoint(world: _World, a: Checkpoint, now: datetime) -> None:
+    i = world.workload_at(a.target)
+    if i is not None and world.workloads[i].phase == "Running":
+        world.workloads[i] = world.workloads[i].model_copy(update={"last_checkpoint_at": now})
+
+
+def recreated(desired: DesiredState, w: Workload, node: Node | None, now: datetime) -> Workload:
+    """The pod `w`'s owner creates after `w` was evicted: Pending, in the pool `w` ran in."""
+    pool = (node_pool(desired, node) if node is not None else None) or w.pool
+    return w.model_copy(
+        update={
+            "phase": "Pending",
+            "node": None,
+            "allocations": [],
+            "created_at": now,
+            "started_at": None,
+            "pool": pool,
+        }
+    )
+
+
+def quota_use(w: Workload) -> dict[str, int]:
+    """What a pod counts against a ResourceQuota (`requests.<resource>`)."""
+    r = w.request
+    use = {f"requests.{_mig_resource(p.replace('+', '.'))}": n for p, n in r.mig.items()}
+    if r.gpus:
+        use[f"requests.{GPU_RESOURCE}"] = r.gpus
+    if r.shared_slices:
+        use[f"requests.{SHARED_RESOURCE}"] = r.shared_slices
+    return use
+
+
+def admitted(quotas: Iterable[QuotaObject], workloads: Iterable[Workload], w: Workload) -> bool:
+    """ResourceQuota admission of a new pod `w`: every quota of its namespace has room for it
+    beside the namespace's other pods (Pending and Running both count)."""
+    mine = [q for q in quotas if q.namespace == w.namespace]
+    if not mine:
+        return True
+    used: dict[str, int] = {}
+    for other in workloads:
+        if other.namespace == w.namespace and other.key != w.key:
+            for k, v in quota_use(other).items():
+                used[k] = used.get(k, 0) + v
+    for q in mine:
+        for k, v in quota_use(w).items():
+            hard = q.hard.get(k)
+            if hard is not None and hard.isdigit() and used.get(k, 0) + v > int(hard):
+                return False
+    return True
+
+
+def _evict(world: _World, a: Eviction, now: datetime) -> None:
+    i = world.workload_at(a.target)
+    if i is None or world.workloads[i].phase != "Running":
+        return  # gone, or already evicted: the handler reports "pod is gone"
+    w = world.workloads[i]
+    world.leave_cards(w, now)
+    again = recreated(world.desired, w, world.nodes.get(w.node or ""), now)
+    if w.owner_kind and admitted(world.quotas, world.workloads, again):
+        world.workloads[i] = again
+    else:
+        del world.workloads[i]
+    world.recent.append(now)  # the budget bookkeeping the planner reads
+
+
+def _partition(g: Gpu) -> Partition:
+    if g.mig_enabled:
+        return ("mig", tuple(sorted(i.profile for i in g.mig_instances)))
+    if g.shared_slices:
+        return ("shared", g.shared_slices)
+    return ("whole",)
+
+
+def _targets(a: Repartition, node: Node) -> dict[int, Partition]:
+    """Card index -> the partitioning the action gives it (cards it does not name: absent)."""
+    shared = {c.gpu: c.slices for c in a.shared_slices}
+    out: dict[int, Partition] = {}
+    if isinstance(a, MigReconfigure):
+        for c in a.layout:
+            if c.profiles:
+                out[c.gpu] = ("mig", tuple(sorted(c.profiles)))
+            elif c.gpu in shared:
+                out[c.gpu] = ("shared", shared[c.gpu])
+            else:
+                out[c.gpu] = ("whole",)
+    else:
+        for g in node.gpus:
+            if g.index in shared:
+                out[g.index] = ("shared", shared[g.index])
+            elif g.index in a.changed_gpus:
+                out[g.index] = ("whole",)
+    return out
+
+
+def _repartition(world: _World, a: Repartition, now: datetime) -> None:
+    node = world.nodes.get(a.target)
+    if node is None or not node.unschedulable:
+        return  # the handler: "node is not cordoned"
+    targets = _targets(a, node)
+    gpus = {g.index: g for g in node.gpus}
+    changing = {i for i, t in targets.items() if i in gpus and _partition(gpus[i]) != t}
+    changing |= {i for i in a.changed_gpus if i in gpus}
+    held = {al.gpu for w in world.running_on(node.name) for al in w.allocations}
+    if changing & held:
+        return  # a card that changes still runs a pod: refused, nothing recorded
+    catalog = world.desired.catalog
+    new: dict[int, Gpu] = {}
+    for i in sorted(changing):
+        g, t = gpus[i], targets.get(i, _partition(gpus[i]))
+        if t[0] == "mig":
+            model = catalog.model(g.model) or catalog.model_for_product(
+                node.labels.get(PRODUCT_LABEL, "")
+            )
+            placed = catalog.place(model, list(t[1])) if model is not None else None
+            if placed is None:
+                return  # mig-manager fails an unplaceable config: nothing changes
+            instances = [MigInstance(profile=p, start=s) for p, s in placed]
+            new[i] = g.model_copy(
+                update={"mig_enabled": True, "mig_instances": instances, "shared_slices": None}
+            )
+        elif t[0] == "shared":
+            new[i] = g.model_copy(
+                update={"mig_enabled": False, "mig_instances": [], "shared_slices": t[1]}
+            )
+        else:
+            new[i] = g.model_copy(
+                update={"mig_enabled": False, "mig_instances": [], "shared_slices": None}
+            )
+    world.nodes[node.name] = node.model_copy(
+        update={"gpus": [new.get(g.index, g) for g in node.gpus]}
+    )
+
+
+_NUMBER = re.compile(r"-(\d+)$")
+
+
+def _number(w: Workload) -> int:
+    m = _NUMBER.search(w.name)
+    return int(m.group(1)) if m else -1
+
+
+def pods_of(workloads: Iterable[Workload], svc: InferenceService) -> list[Workload]:
+    """The pods of an inference service (owner: the service, or its ReplicaSet by the
+    builders' convention of naming it after the service)."""
+    return [
+        w
+        for w in workloads
+        if w.namespace == svc.namespace
+        and w.owner_name == svc.name
+        and w.owner_kind in (svc.kind, "ReplicaSet")
+    ]
+
+
+def _scale(world: _World, a: Scale, now: datetime) -> None:
+    i = world.service_at(a.target)
+    if i is None or world.services[i].kind != a.workload_kind:
+        return
+    svc = world.services[i]
+    if svc.replicas == a.to_replicas:
+        return  # "already N replicas"
+    if svc.replicas != a.from_replicas:
+        return  # "replicas changed since the plan": skipped
+    svc = svc.model_copy(update={"replicas": a.to_replicas, "last_scale_at": now})
+    world.services[i] = svc
+    pods = pods_of(world.workloads, svc)
+    if len(pods) > svc.replicas:
+        doomed = sorted(pods, key=lambda w: (w.phase != "Pending", -_number(w), w.name))
+        gone = {w.key for w in doomed[: len(pods) - svc.replicas]}
+        for w in world.workloads:
+            if w.key in gone and w.phase == "Running":
+                world.leave_cards(w, now)
+        world.workloads = [w for w in world.workloads if w.key not in gone]
+    taken = {w.key for w in world.workloads}
+    n = max((_number(w) for w in pods), default=-1) + 1
+    for _ in range(svc.replicas - len(pods)):
+        while f"{svc.namespace}/{svc.name}-{n}" in taken:
+            n += 1
+        pod = Workload(
+            namespace=svc.namespace,
+            name=f"{svc.name}-{n}",
+            priority_class=svc.priority_class,
+            phase="Pending",
+            request=svc.replica_request,
+            pool=svc.pool,
+            created_at=now,
+            owner_kind=svc.kind,
+            owner_name=svc.name,
+        )
+        if admitted(world.quotas, world.workloads, pod):
+            world.workloads.append(pod)
+        n += 1
+
+
+def _quota(world: _World, a: ApplyQuota, now: datetime) -> None:
+    ns, _, name = a.target.partition("/")
+    q = QuotaObject(namespace=ns, name=name, hard=dict(a.hard), managed_by=MANAGED_BY)
+    at = next((i for i, o in enumerate(world.quotas) if (o.namespace, o.name) == (ns, name)), None)
+    if at is None:
+        world.quotas.append(q)
+    else:
+        world.quotas[at] = q
+
+
+def _priority_class(world: _World, a: ApplyPriorityClass, now: datetime) -> None:
+    pc = PriorityClassObject(name=a.target, value=a.value, preemption_policy=a.preemption_policy)
+    at = next((i for i, o in enumerate(world.priority_classes) if o.name == a.target), None)
+    if at is None:
+        world.priority_classes.append(pc)
+    else:
+        world.priority_classes[at] = pc
+
+
+EFFECTS: dict[str, Callable] = {
+    "cordon": _cordon,
+    "uncordon": _uncordon,
+    "label-node": _label,
+    "checkpoint": _checkpoint,
+    "preempt": _evict,
+    "reclaim": _evict,
+    "move": _evict,
+    "mig-reconfigure": _repartition,
+    "set-sharing": _repartition,
+    "scale": _scale,
+    "quota": _quota,
+    "priority-class": _priority_class,
+}
+
+
+def apply_plan(
+    desired: DesiredState, observed: ObservedState, plan: Plan, *, now: datetime
+) -> ObservedState:
+    """The snapshot after every action of `plan` took effect, in plan order (see the module
+    docstring for what each kind does). Pending pods stay pending: `schedule` binds them."""
+    world = _World.of(desired, observed)
+    for a in plan.actions:
+        EFFECTS[a.kind](world, a, now)
+    return world.state()
+
+
+# ----------------------------------------------------------------------------- scheduler
+@dataclass
+class _Free:
+    """What is free on one schedulable node, kept up to date as pods are bound."""
+
+    node: Node
+    whole: list[int]  # free whole cards (mode whole, nothing on them)
+    mig: dict[int, list[tuple[str, int]]]  # card -> free (profile, start)
+    shared: dict[int, int]  # shared card -> free slices
+
+    @property
+    def mig_units(self) -> int:
+        return sum(len(v) for v in self.mig.values())
+
+
+def _tolerated(node: Node, w: Workload, extended_resource_toleration: bool) -> bool:
+    resources: set[str] = set()
+    if extended_resource_toleration:
+        r = w.request
+        if r.gpus:
+            resources.add(GPU_RESOURCE)
+        resources.update(_mig_resource(p) for p in r.mig)
+        if r.shared_slices:
+            resources.add(SHARED_RESOURCE)
+    return all(
+        t.effect not in BLOCKING_EFFECTS or (t.effect == "NoSchedule" and t.key in resources)
+        for t in node.taints
+    )
+
+
+def _free(node: Node, running: list[Workload]) -> _Free:
+    used: dict[int, list[Allocation]] = {}
+    for w in running:
+        for a in w.allocations:
+            used.setdefault(a.gpu, []).append(a)
+    whole, mig, shared = [], {}, {}
+    for g in sorted(node.gpus, key=lambda g: g.index):
+        allocs = used.get(g.index, [])
+        if g.mode == "whole":
+            if not allocs:
+                whole.append(g.index)
+        elif g.mode == "mig":
+            starts = {a.mig_start for a in allocs}
+            free = sorted(
+                ((i.profile, i.start) for i in g.mig_instances if i.start not in starts),
+                key=lambda x: (x[1], x[0]),
+            )
+            if any(a.mig_start is None for a in allocs):
+                free = []  # a whole-card holder on a MIG card: nothing is free there
+            mig[g.index] = free
+        else:
+            if not any(a.mig_start is not None or not a.slices for a in allocs):
+                shared[g.index] = max(0, (g.shared_slices or 0) - sum(a.slices for a in allocs))
+    return _Free(node, whole, mig, shared)
+
+
+def _bind_whole(frees: list[_Free], n: int) -> tuple[_Free, list[Allocation]] | None:
+    fits = [f for f in frees if len(f.whole) >= n]
+    if not fits:
+        return None
+    f = min(fits, key=lambda f: (len(f.whole), f.node.name))
+    cards, f.whole = f.whole[:n], f.whole[n:]
+    return f, [Allocation(gpu=i) for i in cards]
+
+
+def _bind_mig(frees: list[_Free], want: dict[str, int]) -> tuple[_Free, list[Allocation]] | None:
+    def fits(f: _Free) -> bool:
+        return all(
+            sum(1 for v in f.mig.values() for p, _ in v if p == prof) >= n
+            for prof, n in want.items()
+        )
+
+    ok = [f for f in frees if want and fits(f)]
+    if not ok:
+        return None
+    f = min(ok, key=lambda f: (f.mig_units, f.node.name))
+    out = []
+    for prof, n in sorted(want.items()):
+        for _ in range(n):
+            card = min(
+                (i for i, v in f.mig.items() if any(p == prof for p, _ in v)),
+                key=lambda i: (len(f.mig[i]), i),
+            )
+            inst = next(x for x in f.mig[card] if x[0] == prof)
+            f.mig[card].remove(inst)
+            out.append(Allocation(gpu=card, mig_start=inst[1], mig_profile=prof))
+    return f, out
+
+
+def _bind_shared(frees: list[_Free], k: int) -> tuple[_Free, list[Allocation]] | None:
+    options = [
+        (free, f.node.name, i, f) for f in frees for i, free in f.shared.items() if free >= k
+    ]
+    if not options:
+        return None
+    _, _, i, f = min(options, key=lambda o: o[:3])
+    f.shared[i] -= k
+    return f, [Allocation(gpu=i, slices=k)]
+
+
+def _aware(t: datetime | None) -> datetime:
+    if t is None:
+        return EPOCH
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def schedule(
+    desired: DesiredState,
+    observed: ObservedState,
+    *,
+    now: datetime,
+    extended_resource_toleration: bool = False,
+) -> ObservedState:
+    """Bind pending pods the way kube-scheduler would, never kinder.
+
+    A pending pod binds only to a Ready node that is not cordoned and has no NoSchedule or
+    NoExecute taint (with `extended_resource_toleration`, a NoSchedule taint keyed by a GPU
+    resource the pod requests is tolerated, as Kubernetes' ExtendedResourceToleration
+    admission plugin arranges when it is enabled), labelled with the pool it asks for
+    (`gpupool.io/pool`, its node selector) or any node when it asks for none. Whole cards:
+    `gpus` free whole cards on one node; MIG: a free instance of each profile asked for on
+    one node; shared: `shared_slices` free slices on one shared card. Highest priority
+    first (the value of its class in the desired PriorityPolicy; no class or an unknown one:
+    0, as Kubernetes without a global default), then the oldest, then by key. Among the
+    places that fit: the node (or card) with the fewest free units, then by name and index.
+    """
+    # The real scheduler places one pod at a time and knows nothing of the planner's intent:
+    # the cards a plan reserved for a gang or a Move's `to_node` do not bind anything here.
+    # This is deliberate: a plan that only works if the scheduler follows it is a bad plan.
+    values = {c.name: c.value for c in desired.priority.spec.classes} if desired.priority else {}
+    pending = sorted(
+        (w for w in observed.workloads if w.phase == "Pending" and w.request.kind != "none"),
+        key=lambda w: (-values.get(w.priority_class or "", 0), _aware(w.created_at), w.key),
+    )
+    if not pending:
+        return observed
+    running = [w for w in observed.workloads if w.phase == "Running"]
+    frees: dict[str, _Free] = {}
+    for node in sorted(observed.nodes, key=lambda n: n.name):
+        if node.ready and not node.unschedulable:
+            frees[node.name] = _free(node, [w for w in running if w.node == node.name])
+    nodes = {n.name: n for n in observed.nodes}
+    bound: dict[str, Workload] = {}
+    busy: set[tuple[str, int]] = set()
+    for w in pending:
+        eligible = [
+            f
+            for f in frees.values()
+            if (w.pool is None or f.node.labels.get(POOL_LABEL) == w.pool)
+            and _tolerated(f.node, w, extended_resource_toleration)
+        ]
+        r = w.request
+        if r.kind == "whole":
+            got = _bind_whole(eligible, r.gpus)
+        elif r.kind == "mig":
+            got = _bind_mig(eligible, dict(r.mig))
+        else:
+            got = _bind_shared(eligible, r.shared_slices)
+        if got is None:
+            continue
+        f, allocations = got
+        if r.kind == "whole":
+            busy.update((f.node.name, a.gpu) for a in allocations)
+        bound[w.key] = w.model_copy(
+            update={
+                "phase": "Running",
+                "node": f.node.name,
+                "allocations": allocations,
+                "started_at": now,
+            }
+        )
+    if not bound:
+        return observed
+    new_nodes = []
+    for node in observed.nodes:
+        if any(n == node.name for n, _ in busy):
+            gpus = [
+                g.model_copy(update={"utilization": BUSY_UTILIZATION, "idle_since": None})
+                if (node.name, g.index) in busy
+                else g
+                for g in node.gpus
+            ]
+            node = nodes[node.name].model_copy(update={"gpus": gpus})
+        new_nodes.append(node)
+    return observed.model_copy(
+        update={
+            "nodes": new_nodes,
+            "workloads": [bound.get(w.key, w) for w in observed.workloads],
+        }
+    )
+
+
+def step(
+    desired: DesiredState,
+    observed: ObservedState,
+    plan: Plan,
+    *,
+    now: datetime,
+    period: timedelta,
+) -> ObservedState:
+    """One controller cycle: the plan takes effect, pending pods are scheduled, and the next
+    snapshot is taken `period` later."""
+    after = schedule(desired, apply_plan(desired, observed, plan, now=now), now=now)
+    return after.model_copy(update={"observed_at": observed.observed_at + period})
