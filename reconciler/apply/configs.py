@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
+from collections.abc import Iterable, Mapping
 
 from ruamel.yaml import YAML
 
@@ -14,6 +16,15 @@ from reconciler.plan.actions import MigReconfigure, Repartition
 MIG_CONFIG_KEY = "config.yaml"
 """mig-manager reads one file; the node label names an entry of its `mig-configs`."""
 ALL_DISABLED = "all-disabled"
+"""The entry the GPU operator labels MIG-capable nodes with when they have no
+`nvidia.com/mig.config` label (NVIDIA/gpu-operator controllers/nodelabeling_controller.go, with
+ClusterPolicy `migManager.config.default: all-disabled`, the chart's default): it must be in
+mig-manager's ConfigMap from install on (deploy/gpu-operator/)."""
+DEFAULT_SHARING = "default"
+"""The device plugin's fallback config (`devicePlugin.config.default`), created by the install
+with no sharing (deploy/gpu-operator/device-plugin-config.yaml)."""
+
+_ATTEMPT = re.compile(r"(?P<base>gpupool-[0-9a-f]{12})(?:-r(?P<n>[1-9][0-9]*))?")
 
 
 def config_name(spec: dict) -> str:
@@ -21,6 +32,19 @@ def config_name(spec: dict) -> str:
     A label value holds at most 63 characters, so configs are named by content only (nodes
     that get the same layout share one entry)."""
     return "gpupool-" + hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def attempt_name(name: str, attempt: int) -> str:
+    """The label value of attempt `attempt` (0: the first) at config `name`: `name-r<n>` names
+    an identical entry. mig-manager runs again only when the label's VALUE changes (a `failed`
+    state stays until then), so a retry needs a new value naming the same config."""
+    return name if attempt == 0 else f"{name}-r{attempt}"
+
+
+def split_attempt(label: str | None) -> tuple[str, int] | None:
+    """(config name, attempt) of a label value gpupool wrote, None for any other value."""
+    m = _ATTEMPT.fullmatch(label or "")
+    return None if m is None else (m["base"], int(m["n"] or 0))
 
 
 def yaml_load(text: str):
@@ -35,10 +59,14 @@ def yaml_text(data: dict) -> str:
     return buf.getvalue()
 
 
-def render_mig_parted(a: MigReconfigure) -> dict:
-    """The mig-parted config (version v1) for a node: one entry per GPU, MIG on/off."""
+def render_mig_parted(a: MigReconfigure, gpus: Iterable[int] | None = None) -> dict:
+    """The mig-parted config (version v1) for a node: one entry per GPU, MIG on/off; only the
+    cards in `gpus` when given (mig-parted leaves the cards a config does not list alone)."""
     entries = []
+    only = None if gpus is None else set(gpus)
     for card in sorted(a.layout, key=lambda c: c.gpu):
+        if only is not None and card.gpu not in only:
+            continue
         if card.profiles:
             counts: dict[str, int] = {}
             for p in card.profiles:
@@ -47,6 +75,40 @@ def render_mig_parted(a: MigReconfigure) -> dict:
         else:
             entries.append({"devices": [card.gpu], "mig-enabled": False})
     return {"version": "v1", "mig-configs": {"gpupool": entries}}
+
+
+def mode_changes(a: MigReconfigure, mig_now: Mapping[int, bool]) -> frozenset[int]:
+    """The changed cards whose MIG mode flips. `mig_now`: MIG mode per card as the node agent
+    publishes it; a card it does not list is judged by the plan's own description of it."""
+    after = {c.gpu: bool(c.profiles) for c in a.layout}
+    return frozenset(
+        c.gpu
+        for c in a.cards
+        if mig_now.get(c.gpu, c.before.startswith("MIG")) != after.get(c.gpu, False)
+    )
+
+
+def mig_stages(a: MigReconfigure, *, cost: str, mig_now: Mapping[int, bool]) -> list[dict]:
+    """The configs mig-manager applies for `a`, in order; the last one lists every card, so the
+    node's label always ends on a config that describes the whole node (mig-manager applies the
+    label's config again whenever it starts, e.g. after a reboot, and a card left out would come
+    back without its instances).
+
+    A MIG mode change makes mig-parted walk every card the config lists: it clears every listed
+    card in MIG mode, changed or not (NVIDIA/mig-parted cmd/nvidia-mig-parted/apply/mode.go,
+    `ApplyMigMode`: `ClearMigConfig` on each listed card whose current mode is not disabled),
+    which fails on a card with work on its instances. So on a model whose mode change costs only
+    the card (`cost == "card"`, Hopper), with other cards of the node in MIG mode, the change is
+    first applied with a config that lists only the changed cards; the whole-node config then
+    finds everything applied and changes nothing (pkg/mig/reconfigure/reconfigure.go: "Selected
+    MIG config is already applied" -> success). Whole cards a config lists only get their mode
+    set to the one they have (`SetMigMode`, no change). Where a mode change costs the node
+    (Ampere) every GPU is reset anyway, so one whole-node config does it."""
+    full = render_mig_parted(a)
+    others_in_mig = any(c.profiles for c in a.layout if c.gpu not in a.changed_gpus)
+    if cost == "card" and others_in_mig and mode_changes(a, mig_now):
+        return [render_mig_parted(a, a.changed_gpus), full]
+    return [full]
 
 
 def render_sharing(a: Repartition) -> dict:
@@ -66,18 +128,21 @@ def render_sharing(a: Repartition) -> dict:
     }
 
 
-def merged_mig_config(current_text: str | None, name: str, entry: list) -> str | None:
-    """mig-parted's `config.yaml` with entry `name` added next to those already there (the
-    operator's defaults, other nodes' layouts); None when it is there already."""
+def merged_mig_config(current_text: str | None, entries: Mapping[str, list]) -> str | None:
+    """mig-parted's `config.yaml` with `entries` (name -> entry) added next to those already
+    there (the operator's defaults, other nodes' layouts); None when all are there already."""
     if current_text is None:
         body = {
             "version": "v1",
-            "mig-configs": {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}], name: entry},
+            "mig-configs": {
+                ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
+                **dict(entries),
+            },
         }
         return yaml_text(body)
     current = yaml_load(current_text) or {}
     configs = dict(current.get("mig-configs") or {})
-    if configs.get(name) == entry and current.get("version") == "v1":
+    if current.get("version") == "v1" and all(configs.get(n) == e for n, e in entries.items()):
         return None
-    configs[name] = entry
+    configs.update(entries)
     return yaml_text({**current, "version": "v1", "mig-configs": configs})

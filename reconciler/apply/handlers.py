@@ -4,6 +4,7 @@ the `ClusterOps` port, so they are table-tested against an in-memory cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,10 +14,13 @@ from typing import Any, TypeVar
 from reconciler import conventions as C
 from reconciler.apply.configs import (
     MIG_CONFIG_KEY,
+    attempt_name,
     config_name,
     merged_mig_config,
-    render_mig_parted,
+    mig_stages,
+    mode_changes,
     render_sharing,
+    split_attempt,
     yaml_text,
 )
 from reconciler.apply.port import ApiError, ClusterOps, NodeInfo
@@ -38,6 +42,7 @@ from reconciler.plan.actions import (
     SetSharing,
     Uncordon,
 )
+from reconciler.policy.catalog import MigModeChange, default_catalog
 
 STALE_CHECKPOINT_SECONDS = 3600.0  # a checkpoint request older than grace + this is asked again
 
@@ -48,11 +53,20 @@ class ApplyConfig:
     mig_config_map: str = "gpupool-mig-parted-config"
     sharing_config_map: str = "gpupool-device-plugin-config"
     mig_timeout_seconds: float = 900.0
-    config_propagation_seconds: float = 120.0
+    """How long mig-manager may leave a reconfiguration `pending` (or unanswered) before it
+    counts as failed, and how long the node agent may take to publish the new layout."""
+    config_propagation_seconds: float = 150.0
     """How long a ConfigMap change takes to reach a pod that mounts it: the kubelet's sync
     period plus its ConfigMap cache TTL, one minute each by default (kubernetes.io, "Mounted
-    ConfigMaps are updated automatically"). mig-manager validates the label's config against
-    its mounted copy and fails a config it cannot see, so the label waits this long."""
+    ConfigMaps are updated automatically"), the sync period jittered by up to half of it
+    (kubelet pod_workers.go, `workerResyncIntervalJitterFactor = 0.5`): 90s + 60s. mig-manager
+    validates the label's config against its mounted copy and fails a config it cannot see, so
+    the label waits this long after the config was written. Raise it with a kubelet whose
+    `--sync-frequency` or ConfigMap cache TTL is longer."""
+    mig_retries: int = 2
+    """How often a reconfiguration mig-manager failed (`failed`, or `pending` past
+    `mig_timeout_seconds`) is tried again, each time under a new label value naming an
+    identical config; then the step fails and the controller reports Stalled."""
     emit_events: bool = True
 
 
@@ -174,13 +188,100 @@ def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
     return sorted(busy)
 
 
-def _agent_shows(ctx: Context, a: MigReconfigure) -> bool:
+def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> None:
+    """Device-plugin config: one key per named config (the node label selects the key)."""
+    ns = ctx.cfg.mig_config_namespace
+    text = yaml_text(spec)
+    cm = ctx.ops.read_config_map(ns, config_map)
+    if cm is None:
+        ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=None)
+    elif cm.data.get(key) != text:
+        ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=cm.resource_version)
+
+
+@handles(SetSharing)
+def set_sharing(a: SetSharing, ctx: Context) -> Outcome:
+    label = C.DEVICE_PLUGIN_CONFIG_LABEL
+    node = _node(ctx, a.target)
+    if not node.unschedulable:
+        return Outcome(a.id, "blocked", "node is not cordoned")
+    spec = render_sharing(a)
+    name = config_name(spec)
+    if node.labels.get(label) == name:
+        return Outcome(a.id, "done", f"{label}={name}")
+    busy = _gpus_busy(ctx, a.target, a.changed_gpus)
+    if busy:
+        return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
+    _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
+    # the device plugin applies its config on the label change: record the slices
+    slices = {str(c.gpu): c.slices for c in a.shared_slices}
+    ctx.ops.patch_node(
+        a.target,
+        labels={label: name},
+        annotations={
+            C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
+            C.PARTITION_ANN: json.dumps(_partition(a), sort_keys=True),
+            C.SHARED_SLICES_ANN: json.dumps(slices, sort_keys=True),
+        },
+    )
+    return Outcome(a.id, "done", f"{label}={name}", changed=True)
+
+
+def _partition(a: Repartition) -> dict:
+    return {str(c.gpu): {"from": c.before, "to": c.after} for c in a.cards}
+
+
+# ----------------------------------------------------------------------------- MIG
+# mig-manager's protocol, as NVIDIA/mig-parted implements it (commit bd7160f4):
+# * cmd/nvidia-mig-manager/main.go: an informer hands the node's `nvidia.com/mig.config` over
+#   when it is added and whenever its VALUE changes (`UpdateFunc`: oldLabel != newLabel); the
+#   main loop runs one reconfiguration per value handed over and, on an error, logs it and waits
+#   for the next change. A `failed` state therefore stays until the label's value changes.
+# * pkg/mig/reconfigure/reconfigure.go `Run`: `nvidia-mig-parted assert --valid-config` of the
+#   label's config against the config FILE (the operator's ConfigMap mounted as a volume,
+#   NVIDIA/gpu-operator controllers/object_controls.go `TransformMIGManager`, CONFIG_FILE=
+#   /mig-parted-config/config.yaml) -> `failed` when it is not there; already applied ->
+#   `success`; else `pending`, stop the GPU clients, apply, restart them, `success`; an error on
+#   the way -> `failed`, except that a GPU client that does not stop in time
+#   (`waitForPodsToBeDeleted`) returns with the state left `pending`.
+#
+# Why the executor waits for the mounted copy instead of declaring every config ahead: the
+# configs are layouts the planner picks from demand and policy per node and per plan (any mix
+# of profiles over 8 cards), so they cannot be enumerated at install; and nothing in the cluster
+# tells when a pod's mounted copy holds a given key (the kubelet writes the files, mig-manager
+# reports no inventory). So a config is written, the time of that write is kept on the node
+# (`gpupool.io/mig-config-written`, surviving controller restarts), and the label waits the
+# kubelet's worst-case refresh (`config_propagation_seconds`), restarting whenever gpupool
+# (re)writes the entry. The retry names are declared ahead, with their config: they are the
+# only configs known in advance.
+
+
+def _node_gpus(state: dict | None) -> list[dict]:
+    return list(((state or {}).get("status") or {}).get("gpus") or [])
+
+
+def _mode_change_cost(node: NodeInfo, state: dict | None) -> tuple[MigModeChange, str]:
+    """What a MIG mode change costs on this node's model (catalog `mig_mode_change`), and the
+    model's name. Unknown model: "node", the safe assumption."""
+    cat = default_catalog()
+    product = node.labels.get(C.PRODUCT_LABEL)
+    model = cat.model_for_product(product) if product else None
+    for g in _node_gpus(state):
+        if model is not None:
+            break
+        name = g.get("model") or ""
+        model = cat.model(name) or cat.model_for_product(name)
+    if model is None:
+        return "node", product or "an unknown GPU model"
+    return model.mig_mode_change, model.name
+
+
+def _agent_shows(state: dict | None, a: MigReconfigure) -> bool:
     """The node agent's GpuNodeState shows the target MIG layout on every changed GPU (so the
     next plan sees it and does not repartition again). No object: nothing to wait for."""
-    obj = ctx.ops.read_node_state(a.target)
-    if obj is None:
+    if state is None:
         return True
-    gpus = {g.get("index"): g for g in ((obj.get("status") or {}).get("gpus") or [])}
+    gpus = {g.get("index"): g for g in _node_gpus(state)}
     if not gpus:
         return True
     for card in a.layout:
@@ -198,27 +299,13 @@ def _agent_shows(ctx: Context, a: MigReconfigure) -> bool:
     return True
 
 
-def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> None:
-    """Device-plugin config: one key per named config (the node label selects the key)."""
-    ns = ctx.cfg.mig_config_namespace
-    text = yaml_text(spec)
-    cm = ctx.ops.read_config_map(ns, config_map)
-    if cm is None:
-        ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=None)
-    elif cm.data.get(key) != text:
-        ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=cm.resource_version)
-
-
-def _put_mig_config(ctx: Context, name: str, spec: dict) -> bool:
-    """mig-parted config (`version: v1`, `mig-configs:`) in the ConfigMap's `config.yaml`,
-    written with the resourceVersion read, so two writers never lose one. True: it wrote."""
+def _put_mig_config(ctx: Context, entries: dict[str, list]) -> bool:
+    """mig-parted config (`version: v1`, `mig-configs:`) in the ConfigMap's `config.yaml`, with
+    `entries` added, written with the resourceVersion read, so two writers never lose one.
+    True: it wrote."""
     ns = ctx.cfg.mig_config_namespace
     cm = ctx.ops.read_config_map(ns, ctx.cfg.mig_config_map)
-    text = merged_mig_config(
-        None if cm is None else cm.data.get(MIG_CONFIG_KEY, ""),
-        name,
-        spec["mig-configs"]["gpupool"],
-    )
+    text = merged_mig_config(None if cm is None else cm.data.get(MIG_CONFIG_KEY, ""), entries)
     if text is not None:
         ctx.ops.write_config_map(
             ns,
@@ -233,10 +320,10 @@ def _put_mig_config(ctx: Context, name: str, spec: dict) -> bool:
 def _propagation_left(
     ctx: Context, node: NodeInfo, name: str, *, rewritten: bool
 ) -> tuple[float, bool]:
-    """Seconds until the mounted copy of mig-manager's ConfigMap surely holds config `name`,
-    counted from the first time this node's step saw it written (recorded on the node, so a
-    restart of the controller does not shorten the wait) or from now when it was just
-    (re)written; and whether the node's mark was written now."""
+    """Seconds until the mounted copy of mig-manager's ConfigMap surely holds config `name` (and
+    the entries written with it), counted from the first time this node's step saw it written
+    (recorded on the node, so a restart of the controller does not shorten the wait) or from now
+    when it was just (re)written; and whether the node's mark was written now."""
     mark = node.annotations.get(C.MIG_CONFIG_WRITTEN_ANN, "")
     seen, _, at = mark.partition("@")
     since = parse_time(at) if seen == name and not rewritten else None
@@ -248,76 +335,158 @@ def _propagation_left(
     return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds(), False
 
 
-def _repartition(
-    a: Repartition, ctx: Context, *, label: str, spec: dict, state_label: str | None
+@dataclass(frozen=True)
+class _MigPlan:
+    """What one MigReconfigure asks of mig-manager on its node."""
+
+    stages: list[tuple[str, list]]
+    """(config name, entry) in the order they are applied; the last lists every card."""
+    whole_node: bool
+    """A MIG mode change on a model whose mode change resets every GPU of the node."""
+    model: str
+
+
+def _mig_plan(a: MigReconfigure, node: NodeInfo, state: dict | None) -> _MigPlan:
+    cost, model = _mode_change_cost(node, state)
+    mig_now = {int(g["index"]): bool(g.get("migEnabled")) for g in _node_gpus(state)}
+    stages = [
+        (config_name(spec), spec["mig-configs"]["gpupool"])
+        for spec in mig_stages(a, cost=cost, mig_now=mig_now)
+    ]
+    return _MigPlan(stages, cost == "node" and bool(mode_changes(a, mig_now)), model)
+
+
+def _mig_label(
+    a: MigReconfigure,
+    ctx: Context,
+    node: NodeInfo,
+    plan: _MigPlan,
+    stage: int,
+    attempt: int,
+    note: str = "",
 ) -> Outcome:
-    node = _node(ctx, a.target)
-    if not node.unschedulable:
-        return Outcome(a.id, "blocked", "node is not cordoned")
-    name = config_name(spec)
-    if node.labels.get(label) == name:
-        if state_label is None:
-            return Outcome(a.id, "done", f"{label}={name}")
-        st = node.labels.get(state_label, "")
-        if st == "failed":
-            return Outcome(a.id, "failed", f"mig-manager reports failed for {name}")
-        since = parse_time(node.annotations.get(C.RECONFIGURE_SINCE_ANN))
-        if st == "success":
-            if isinstance(a, MigReconfigure) and _agent_shows(ctx, a):
-                return Outcome(a.id, "done", f"mig-manager applied {name}")
-            msg = (
-                f"mig-manager applied {name}; waiting for the node agent to publish the new layout"
-            )
-        else:
-            msg = f"{state_label}={st or 'unset'}"
-        if since and (ctx.clock() - since).total_seconds() > ctx.cfg.mig_timeout_seconds:
-            return Outcome(
-                a.id, "failed", f"{msg}: stuck for over {int(ctx.cfg.mig_timeout_seconds)}s"
-            )
-        return Outcome(a.id, "waiting", msg)
-    busy = _gpus_busy(ctx, a.target, a.changed_gpus)
-    if busy:
-        return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
-    if state_label:
-        wrote = _put_mig_config(ctx, name, spec)
-        left, marked = _propagation_left(ctx, node, name, rewritten=wrote)
-        if left > 0:
-            return Outcome(
-                a.id,
-                "waiting",
-                f"config {name} written; mig-manager reads a mounted copy: "
-                f"{int(left)}s before {label} may name it",
-                changed=wrote or marked,
-            )
+    """Point mig-manager at attempt `attempt` of stage `stage`: once the cards are idle, the
+    config (with every stage and retry name of this reconfiguration) is in the ConfigMap, and
+    the mounted copies have had the time to show it. Never labels before."""
+    label = C.MIG_CONFIG_LABEL
+    if plan.whole_node:  # mig-parted resets every GPU of the node for the mode change
+        cards = frozenset(c.gpu for c in a.layout) | a.changed_gpus
+        why = f" (a MIG mode change on {plan.model} resets every GPU of the node)"
     else:
-        _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
-    partition = {str(c.gpu): {"from": c.before, "to": c.after} for c in a.cards}
-    labels: dict[str, str | None] = {label: name}
-    annotations: dict[str, str | None] = {
-        C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
-        C.PARTITION_ANN: json.dumps(partition, sort_keys=True),
+        cards, why = a.changed_gpus, ""
+    busy = _gpus_busy(ctx, a.target, cards)
+    if busy:
+        return Outcome(a.id, "waiting", f"{note}GPUs still in use by {', '.join(busy)}{why}")
+    family = {
+        attempt_name(name, k): entry
+        for name, entry in plan.stages
+        for k in range(ctx.cfg.mig_retries + 1)
     }
-    if state_label:
-        labels[state_label] = None  # mig-manager writes it afresh
-    else:  # the device plugin applies its config on the label change: record the slices
-        slices = {str(c.gpu): c.slices for c in a.shared_slices}
-        annotations[C.SHARED_SLICES_ANN] = json.dumps(slices, sort_keys=True)
-    ctx.ops.patch_node(a.target, labels=labels, annotations=annotations)
-    return Outcome(a.id, "waiting" if state_label else "done", f"{label}={name}", changed=True)
+    wrote = _put_mig_config(ctx, family)
+    left, marked = _propagation_left(ctx, node, plan.stages[0][0], rewritten=wrote)
+    value = attempt_name(plan.stages[stage][0], attempt)
+    if left > 0:
+        return Outcome(
+            a.id,
+            "waiting",
+            f"{note}config {value} written; mig-manager reads a mounted copy: "
+            f"{int(left)}s before {label} may name it",
+            changed=wrote or marked,
+        )
+    ctx.ops.patch_node(
+        a.target,
+        labels={label: value, C.MIG_STATE_LABEL: None},  # mig-manager writes the state afresh
+        annotations={
+            C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
+            C.PARTITION_ANN: json.dumps(_partition(a), sort_keys=True),
+        },
+    )
+    return Outcome(a.id, "waiting", f"{note}{label}={value}", changed=True)
 
 
 @handles(MigReconfigure)
 def mig_reconfigure(a: MigReconfigure, ctx: Context) -> Outcome:
-    return _repartition(
-        a, ctx, label=C.MIG_CONFIG_LABEL, spec=render_mig_parted(a), state_label=C.MIG_STATE_LABEL
-    )
+    """Level-triggered over the node's labels: which of this reconfiguration's configs the label
+    names (stage and attempt, `split_attempt`) and what mig-manager says of it decide the next
+    step. `failed` (or `pending` past the timeout: mig-manager gave up without saying so) is
+    retried by a new label value naming an identical config, at most `mig_retries` times and no
+    sooner than a propagation period after the previous label; then the step fails with the
+    reason, and the node stays cordoned under a Stalled condition that says why."""
+    node = _node(ctx, a.target)
+    if not node.unschedulable:
+        return Outcome(a.id, "blocked", "node is not cordoned")
+    state = ctx.ops.read_node_state(a.target)
+    plan = _mig_plan(a, node, state)
+    names = [n for n, _ in plan.stages]
+    value = node.labels.get(C.MIG_CONFIG_LABEL, "")
+    ours = split_attempt(value)
+    if ours is None or ours[0] not in names:
+        return _mig_label(a, ctx, node, plan, 0, 0)
+    since = parse_time(node.annotations.get(C.RECONFIGURE_SINCE_ANN))
+    if since is None:  # lost (edited away): the timeout and the retry backoff count from now
+        since = ctx.clock()
+        ctx.ops.patch_node(a.target, annotations={C.RECONFIGURE_SINCE_ANN: since.isoformat()})
+        out = _mig_progress(a, ctx, node, plan, state, ours, 0.0)
+        return dataclasses.replace(out, changed=True)
+    return _mig_progress(a, ctx, node, plan, state, ours, (ctx.clock() - since).total_seconds())
 
 
-@handles(SetSharing)
-def set_sharing(a: SetSharing, ctx: Context) -> Outcome:
-    return _repartition(
-        a, ctx, label=C.DEVICE_PLUGIN_CONFIG_LABEL, spec=render_sharing(a), state_label=None
-    )
+def _mig_progress(
+    a: MigReconfigure,
+    ctx: Context,
+    node: NodeInfo,
+    plan: _MigPlan,
+    state: dict | None,
+    ours: tuple[str, int],
+    age: float,
+) -> Outcome:
+    """The label names attempt `ours[1]` of one of `plan`'s configs, set `age` seconds ago:
+    what mig-manager says of it decides the next step."""
+    value = node.labels.get(C.MIG_CONFIG_LABEL, "")
+    stage, attempt = [n for n, _ in plan.stages].index(ours[0]), ours[1]
+    st = node.labels.get(C.MIG_STATE_LABEL, "")
+    timeout = ctx.cfg.mig_timeout_seconds
+    if st == "success":
+        if stage + 1 < len(plan.stages):
+            note = f"mig-manager applied {value} to the changed cards; next the whole node: "
+            return _mig_label(a, ctx, node, plan, stage + 1, 0, note)
+        if _agent_shows(state, a):
+            return Outcome(a.id, "done", f"mig-manager applied {value}")
+        msg = f"mig-manager applied {value}; waiting for the node agent to publish the new layout"
+        if age > timeout:
+            return Outcome(a.id, "failed", f"{msg}: stuck for over {int(timeout)}s")
+        return Outcome(a.id, "waiting", msg)
+    if st == "failed" or (st == "pending" and age > timeout):
+        what = (
+            f"reports failed for {value}"
+            if st == "failed"
+            else f"left {value} pending for over {int(timeout)}s"
+        )
+        tried = [attempt_name(ours[0], k) for k in range(attempt + 1)]
+        if attempt >= ctx.cfg.mig_retries:
+            return Outcome(
+                a.id,
+                "failed",
+                f"mig-manager {what}, attempt {attempt + 1} of "
+                f"{ctx.cfg.mig_retries + 1} ({', '.join(tried)}); {a.target} stays cordoned: "
+                f"see the nvidia-mig-manager log on it; to have gpupool try again, set "
+                f"{C.MIG_CONFIG_LABEL} to any value that is no gpupool config (do not remove "
+                f"it: the GPU operator would label the node all-disabled)",
+            )
+        nxt = attempt_name(ours[0], attempt + 1)
+        note = f"mig-manager {what}; retry {attempt + 1} of {ctx.cfg.mig_retries}: "
+        wait = ctx.cfg.config_propagation_seconds - age
+        if wait > 0:
+            return Outcome(a.id, "waiting", f"{note}{nxt} in {int(wait)}s")
+        return _mig_label(a, ctx, node, plan, stage, attempt + 1, note)
+    msg = f"{C.MIG_STATE_LABEL}={st or 'unset'}"
+    if age > timeout:  # unset: mig-manager never took the label up; a new value would not help
+        return Outcome(
+            a.id,
+            "failed",
+            f"{msg}: stuck for over {int(timeout)}s; is nvidia-mig-manager running on {a.target}?",
+        )
+    return Outcome(a.id, "waiting", msg)
 
 
 # ----------------------------------------------------------------------------- workloads

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from typing import Literal, get_args
 
 from ruamel.yaml import YAML
 
@@ -39,6 +40,27 @@ class MigProfile:
         return mig_resource(self.name.replace("+", "."))
 
 
+MigModeChange = Literal["node", "card"]
+"""What a MIG mode change (whole card <-> MIG) on one card of a node costs:
+
+* `node` (Ampere: A100, A30): the driver leaves the new mode pending until a GPU reset, and
+  mig-parted then resets EVERY GPU of the node (`nvidia-smi -r` over all of them), which fails
+  while any GPU of the node runs work: the whole node must be idle. NVIDIA MIG User Guide,
+  "Deployment Considerations": "Setting MIG mode on the A100/A30 requires a GPU reset";
+  NVIDIA/mig-parted cmd/nvidia-mig-parted/apply/mode.go (`ApplyMigMode`: any pending mode change
+  -> `util.ResetAllGPUs()`), cmd/nvidia-mig-parted/util/device.go (`nvmlResetAllGPUs`).
+* `card` (Hopper and later: H100, H200): the mode change takes effect on the card at once, with
+  no pending state and no reset, so only that card must be idle. NVIDIA/mig-parted
+  deployments/systemd/hooks-minimal.yaml, chosen for compute capability >= 9.0 by
+  deployments/systemd/utils.sh (`select_hooks_file`), drops the `pre-apply-mode` hook that stops
+  every GPU client for the reset (CHANGELOG v0.5.0: "Add hooks-minimal.yaml that gets linked if
+  on Hopper or above").
+
+Either way mig-parted clears (destroys the instances of) every MIG-enabled card the applied
+config lists when any listed card changes mode (apply/mode.go), and a layout change of a card
+already in MIG mode touches only that card (apply/config.go skips cards already as wanted)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GpuModel:
     name: str
@@ -47,6 +69,9 @@ class GpuModel:
     nvml_names: tuple[str, ...]
     pci_device_ids: tuple[str, ...]
     profiles: dict[str, MigProfile] = field(hash=False)
+    mig_mode_change: MigModeChange = "node"
+    """What a MIG mode change on one card costs (see `MigModeChange`); "node" for models
+    without MIG (never asked) and as the safe assumption."""
 
     @property
     def mig_capable(self) -> bool:
@@ -155,16 +180,30 @@ def _profile(row: list) -> MigProfile:
     )
 
 
+def _mode_change(name: str, m: dict, mig_capable: bool) -> MigModeChange:
+    value = m.get("mig_mode_change")
+    if value is None and not mig_capable:
+        return "node"
+    if value not in get_args(MigModeChange):
+        raise ValueError(
+            f"catalog model {name}: mig_mode_change must be one of "
+            f"{', '.join(get_args(MigModeChange))} (got {value!r})"
+        )
+    return value
+
+
 def catalog_from_data(data: dict) -> Catalog:
     models = {}
     for name, m in data["models"].items():
+        profiles = {p.name: p for p in map(_profile, m.get("profiles", []))}
         models[name] = GpuModel(
             name=name,
             memory_gib=int(m["memory_gib"]),
             product_labels=tuple(m.get("product_labels", [])),
             nvml_names=tuple(m.get("nvml_names", [])),
             pci_device_ids=tuple(m.get("pci_device_ids", [])),
-            profiles={p.name: p for p in map(_profile, m.get("profiles", []))},
+            profiles=profiles,
+            mig_mode_change=_mode_change(name, m, bool(profiles)),
         )
     return Catalog(
         memory_slices=int(data["memory_slices"]),

@@ -9,6 +9,7 @@ import typing
 import pytest
 
 from reconciler import conventions as C
+from reconciler.apply.configs import attempt_name
 from reconciler.apply.executor import TRANSIENT, ApplyResult, Executor
 from reconciler.apply.handlers import HANDLERS, ApplyConfig
 from reconciler.apply.kube import KubeOps
@@ -24,6 +25,7 @@ from tests.apply.test_handlers import (
     GRACE,
     LABEL,
     MIG,
+    MIG_NAME,
     MOVE,
     PREEMPT,
     PREEMPT_NOW,
@@ -152,7 +154,7 @@ def test_a_dependency_outside_the_plan_counts_as_done():
 
 
 def test_a_failed_dependency_holds_back_its_dependants():
-    c = cluster(mig_node("failed"))
+    c = cluster(mig_node("failed", label=attempt_name(MIG_NAME, 2)))  # the last retry failed
     r = executor(c).apply(plan(MIG, UNCORDON))
     assert [o.status for o in r.outcomes] == ["failed", "skipped"]
     assert r.failed and c.write_ops() == []

@@ -15,6 +15,7 @@ import pytest
 from reconciler import conventions as C
 from reconciler.apply.configs import (
     ALL_DISABLED,
+    attempt_name,
     config_name,
     render_mig_parted,
     render_sharing,
@@ -84,6 +85,40 @@ MIG = MigReconfigure(
 )
 MIG_NAME = config_name(render_mig_parted(MIG))
 MIG_ENTRY = render_mig_parted(MIG)["mig-configs"]["gpupool"]
+MIG_LAYOUT = MigReconfigure(
+    id=f"mig-reconfigure:{NODE}",
+    target=NODE,
+    reason="gpu0: 7x 1g.10gb -> 2x 3g.40gb",
+    depends_on=(CORDON.id,),
+    cards=(CardChange(gpu=0, before="MIG[1g.10gb x7]", after="MIG[3g.40gb, 3g.40gb]"),),
+    layout=(CardLayout(gpu=0, profiles=("3g.40gb", "3g.40gb")), CardLayout(gpu=1, profiles=None)),
+)
+"""A layout change within MIG mode: only its own card must be idle, on any model."""
+MIG_BESIDE_MIG = MigReconfigure(
+    id=f"mig-reconfigure:{NODE}",
+    target=NODE,
+    reason="gpu0: whole -> 2x 3g.40gb",
+    depends_on=(CORDON.id,),
+    cards=(CardChange(gpu=0, before="whole", after="MIG[3g.40gb, 3g.40gb]"),),
+    layout=(
+        CardLayout(gpu=0, profiles=("3g.40gb", "3g.40gb")),
+        CardLayout(gpu=1, profiles=("7g.80gb",)),
+    ),
+)
+"""A mode change on a node with another card in MIG mode: on Hopper first a config of the
+changed card only (mig-parted clears every listed MIG card on a mode change), then the node's."""
+PART_NAME = config_name(render_mig_parted(MIG_BESIDE_MIG, {0}))
+FULL_NAME = config_name(render_mig_parted(MIG_BESIDE_MIG))
+RETRIES = 2  # ApplyConfig.mig_retries
+H100_LABELS = {C.PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
+A100_LABELS = {C.PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}
+
+
+def family(name: str) -> list[str]:
+    """A config's label values: the first attempt's and its retries' (declared together)."""
+    return [attempt_name(name, k) for k in range(RETRIES + 1)]
+
+
 SHARING = SetSharing(
     id=f"set-sharing:{NODE}",
     target=NODE,
@@ -167,10 +202,22 @@ OURS = {C.CORDONED_FOR_ANN: "repartition"}
 CORDONED = Node(cordoned=True, annotations=OURS)
 
 
-def mig_node(state: str | None, *, since: float = 60, label: str = MIG_NAME) -> Node:
+def mig_node(
+    state: str | None,
+    *,
+    since: float = 60,
+    label: str = MIG_NAME,
+    mark: str | None = None,
+    extra: dict | None = None,
+) -> Node:
+    """Cordoned by us, labelled `label` `since` seconds ago, in mig-manager state `state`;
+    `mark`: the config whose family was seen written long ago."""
     labels = {C.MIG_CONFIG_LABEL: label, **({C.MIG_STATE_LABEL: state} if state else {})}
+    marks = {C.MIG_CONFIG_WRITTEN_ANN: f"{mark}@{ago(3600)}"} if mark else {}
     return Node(
-        cordoned=True, labels=labels, annotations={**OURS, C.RECONFIGURE_SINCE_ANN: ago(since)}
+        cordoned=True,
+        labels={**labels, **(extra or {})},
+        annotations={**OURS, C.RECONFIGURE_SINCE_ANN: ago(since), **marks},
     )
 
 
@@ -186,14 +233,31 @@ OTHER_CONFIG = yaml_text(
         },
     }
 )
-WITH_ENTRY = yaml_text(
-    {
-        "version": "v1",
-        "mig-configs": {
-            ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
-            MIG_NAME: MIG_ENTRY,
-        },
-    }
+
+
+def parted(*entries: tuple[str, list]) -> str:
+    """mig-manager's config.yaml with `all-disabled` and `entries`."""
+    return yaml_text(
+        {
+            "version": "v1",
+            "mig-configs": {
+                ALL_DISABLED: [{"devices": "all", "mig-enabled": False}],
+                **dict(entries),
+            },
+        }
+    )
+
+
+WITH_ENTRY = parted(*((n, MIG_ENTRY) for n in family(MIG_NAME)))
+"""The config and its retry names, as the step writes them."""
+ONLY_BASE = parted((MIG_NAME, MIG_ENTRY))
+"""The config without its retry names (written by an older gpupool, or edited since)."""
+BESIDE_CM_TEXT = parted(
+    *(
+        (n, render_mig_parted(MIG_BESIDE_MIG, {0})["mig-configs"]["gpupool"])
+        for n in family(PART_NAME)
+    ),
+    *((n, render_mig_parted(MIG_BESIDE_MIG)["mig-configs"]["gpupool"]) for n in family(FULL_NAME)),
 )
 MIG_CM = memory_config().mig_config_map
 SHARING_CM = memory_config().sharing_config_map
@@ -220,12 +284,13 @@ def pool_labelled(p: Probe) -> None:
 
 
 def mig_config_written(*entries: str):
-    """mig-manager's config.yaml holds `all-disabled`, the new entry and `entries`."""
+    """mig-manager's config.yaml holds `all-disabled`, the new entry with its retry names and
+    `entries`."""
 
     def check(p: Probe) -> None:
         configs = p.mig_configs()
-        assert sorted(configs) == sorted({ALL_DISABLED, MIG_NAME, *entries})
-        assert configs[MIG_NAME] == MIG_ENTRY
+        assert sorted(configs) == sorted({ALL_DISABLED, *family(MIG_NAME), *entries})
+        assert all(configs[n] == MIG_ENTRY for n in family(MIG_NAME))
         assert configs[ALL_DISABLED] == [{"devices": "all", "mig-enabled": False}]
         if "gpupool-000000000000" in entries:
             assert configs["gpupool-000000000000"] == OTHER_ENTRY
@@ -245,16 +310,51 @@ def config_marked(*entries: str):
     return check
 
 
-def mig_labelled(p: Probe) -> None:
+def labelled(value: str, partition: dict | None = None):
+    """The label names `value`, the old state is gone, the reconfiguration's clock restarted."""
+
+    def check(p: Probe) -> None:
+        n = p.node()
+        assert n.unschedulable
+        assert n.labels[C.MIG_CONFIG_LABEL] == value
+        assert C.MIG_STATE_LABEL not in n.labels  # mig-manager writes it afresh
+        assert n.annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
+        assert json.loads(n.annotations[C.PARTITION_ANN]) == (
+            partition or {"0": {"from": "whole", "to": "3g.40gb x2"}}
+        )
+
+    return check
+
+
+def remarked_not_relabelled(p: Probe) -> None:
+    """The retry's entries were missing: written, the propagation clock restarted, and the
+    failed label left as it is until the mounted copies can show them."""
     mig_config_written()(p)
     n = p.node()
-    assert n.unschedulable
-    assert n.labels[C.MIG_CONFIG_LABEL] == MIG_NAME
-    assert C.MIG_STATE_LABEL not in n.labels  # mig-manager writes it afresh
-    assert n.annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
-    assert json.loads(n.annotations[C.PARTITION_ANN]) == {
-        "0": {"from": "whole", "to": "3g.40gb x2"}
-    }
+    assert n.annotations[C.MIG_CONFIG_WRITTEN_ANN] == f"{MIG_NAME}@{NOW.isoformat()}"
+    assert (n.labels[C.MIG_CONFIG_LABEL], n.labels[C.MIG_STATE_LABEL]) == (MIG_NAME, "failed")
+
+
+def since_now(p: Probe) -> None:
+    assert p.node().annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
+
+
+def still_cordoned_failed(p: Probe) -> None:
+    n = p.node()
+    assert n.unschedulable and n.labels[C.MIG_STATE_LABEL] == "failed"
+
+
+def mig_labelled(p: Probe) -> None:
+    mig_config_written()(p)
+    labelled(MIG_NAME)(p)
+
+
+def retry_labelled(attempt: int):
+    def check(p: Probe) -> None:
+        mig_config_written()(p)
+        labelled(attempt_name(MIG_NAME, attempt))(p)
+
+    return check
 
 
 def sharing_written(p: Probe) -> None:
@@ -413,6 +513,25 @@ UNFLAGGED = True
 """What `changed` says after writing the config and the propagation mark: it wrote (see
 test_a_step_that_wrote_says_so)."""
 WITH_ENTRY_CM = ConfigMap(MIG_CM, {"config.yaml": WITH_ENTRY})
+ON_GPU1 = {C.GPUS_ANN: "1"}
+BESIDE_CM = ConfigMap(MIG_CM, {"config.yaml": BESIDE_CM_TEXT})
+BESIDE_PARTITION = {"0": {"from": "whole", "to": "MIG[3g.40gb, 3g.40gb]"}}
+
+
+def both_stages_written(p: Probe) -> None:
+    """Both configs and their retry names are written at once; the mark names the first."""
+    configs = p.mig_configs()
+    part = render_mig_parted(MIG_BESIDE_MIG, {0})["mig-configs"]["gpupool"]
+    full = render_mig_parted(MIG_BESIDE_MIG)["mig-configs"]["gpupool"]
+    assert part == [
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}
+    ]  # the busy MIG card is not listed
+    assert sorted(configs) == sorted({ALL_DISABLED, *family(PART_NAME), *family(FULL_NAME)})
+    assert all(configs[n] == part for n in family(PART_NAME))
+    assert all(configs[n] == full for n in family(FULL_NAME))
+    n = p.node()
+    assert n.annotations[C.MIG_CONFIG_WRITTEN_ANN] == f"{PART_NAME}@{NOW.isoformat()}"
+    assert C.MIG_CONFIG_LABEL not in n.labels
 
 
 def marked(seconds_ago: float, name: str = MIG_NAME, **kw) -> Node:
@@ -468,7 +587,54 @@ MIG_ROWS = [
         BUSY,
     ),
     Row("mig/busy-after-propagation", MIG, (marked(600), WITH_ENTRY_CM, job()), "waiting", BUSY),
-    config_step("mig/pod-on-other-gpu", (CORDONED, job(annotations={C.GPUS_ANN: "1"}))),
+    Row(
+        "mig/unknown-model-pod-on-other-gpu",
+        MIG,
+        (CORDONED, job(annotations={C.GPUS_ANN: "1"})),
+        "waiting",
+        f"{BUSY} (a MIG mode change on an unknown GPU model resets every GPU of the node)",
+    ),
+    Row(
+        "mig/ampere-mode-change-pod-on-other-gpu",
+        MIG,
+        (Node(cordoned=True, annotations=OURS, labels=A100_LABELS), job(annotations=ON_GPU1)),
+        "waiting",
+        f"{BUSY} (a MIG mode change on A100-SXM4-80GB resets every GPU of the node)",
+    ),
+    Row(
+        "mig/ampere-mode-change-model-from-agent",
+        MIG,
+        (CORDONED, NodeState(NODE, (gpu_status(0), gpu_status(1))), job(annotations=ON_GPU1)),
+        "waiting",
+        "on A100-SXM4-80GB resets every GPU",
+    ),
+    config_step(
+        "mig/hopper-mode-change-pod-on-other-gpu",
+        (Node(cordoned=True, annotations=OURS, labels=H100_LABELS), job(annotations=ON_GPU1)),
+    ),
+    Row(
+        "mig/ampere-layout-change-pod-on-other-gpu",
+        MIG_LAYOUT,
+        (
+            Node(cordoned=True, annotations=OURS, labels=A100_LABELS),
+            NodeState(NODE, (gpu_status(0, mig=["1g.10gb"] * 7), gpu_status(1))),
+            job(annotations=ON_GPU1),
+        ),
+        "waiting",
+        f"config {config_name(render_mig_parted(MIG_LAYOUT))} written",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+    ),
+    Row(
+        "mig/ampere-layout-change-own-gpu-busy",
+        MIG_LAYOUT,
+        (
+            Node(cordoned=True, annotations=OURS, labels=A100_LABELS),
+            job(annotations={C.GPUS_ANN: "0:0"}),
+        ),
+        "waiting",
+        BUSY,
+    ),
     config_step("mig/finished-gpu-pod", (CORDONED, job(phase="Succeeded"))),
     config_step("mig/cpu-pod", (CORDONED, job(gpus=False))),
     config_step("mig/pod-on-other-node", (CORDONED, job(node="gpu-2"))),
@@ -489,7 +655,17 @@ MIG_ROWS = [
         "gpupool-000000000000",
     ),
     config_step("mig/entry-already-there", (CORDONED, WITH_ENTRY_CM), ("patch_node",)),
-    Row("mig/propagating", MIG, (marked(60), WITH_ENTRY_CM), "waiting", "60s before"),
+    Row("mig/propagating", MIG, (marked(60), WITH_ENTRY_CM), "waiting", "90s before"),
+    Row(
+        "mig/propagation-restarted-when-rewritten",
+        MIG,
+        (marked(140), ConfigMap(MIG_CM, {"config.yaml": ONLY_BASE})),
+        "waiting",
+        PROPAGATING,
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+        check=config_marked(),
+    ),
     config_step(
         "mig/mark-of-another-config",
         (marked(999, name="gpupool-000000000000"), WITH_ENTRY_CM),
@@ -503,7 +679,7 @@ MIG_ROWS = [
     Row(
         "mig/propagated",
         MIG,
-        (marked(121), WITH_ENTRY_CM),
+        (marked(151), WITH_ENTRY_CM),
         "waiting",
         LABELLED,
         ("patch_node",),
@@ -513,7 +689,7 @@ MIG_ROWS = [
         "mig/propagated-clears-old-state",
         MIG,
         (
-            marked(121, labels={C.MIG_CONFIG_LABEL: ALL_DISABLED, C.MIG_STATE_LABEL: "success"}),
+            marked(151, labels={C.MIG_CONFIG_LABEL: ALL_DISABLED, C.MIG_STATE_LABEL: "success"}),
             WITH_ENTRY_CM,
         ),
         "waiting",
@@ -558,8 +734,101 @@ MIG_ROWS = [
         "mig/failed",
         MIG,
         (mig_node("failed"), AGENT_OLD),
+        "waiting",
+        f"mig-manager reports failed for {MIG_NAME}; retry 1 of 2: {MIG_NAME}-r1 in 90s",
+    ),
+    Row(
+        "mig/failed-retried-with-a-new-value",
+        MIG,
+        (mig_node("failed", since=151, mark=MIG_NAME), WITH_ENTRY_CM, AGENT_OLD),
+        "waiting",
+        f"retry 1 of 2: {C.MIG_CONFIG_LABEL}={MIG_NAME}-r1",
+        ("patch_node",),
+        check=retry_labelled(1),
+    ),
+    Row(
+        "mig/failed-retry-waits-for-the-cards",
+        MIG,
+        (mig_node("failed", since=151, mark=MIG_NAME), WITH_ENTRY_CM, job()),
+        "waiting",
+        f"retry 1 of 2: {BUSY}",
+    ),
+    Row(
+        "mig/failed-retry-writes-its-entry-and-waits",
+        MIG,
+        (
+            mig_node("failed", since=151, mark=MIG_NAME),
+            ConfigMap(MIG_CM, {"config.yaml": ONLY_BASE}),
+        ),
+        "waiting",
+        f"retry 1 of 2: config {MIG_NAME}-r1 written; mig-manager reads a mounted copy: 150s",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+        check=remarked_not_relabelled,
+    ),
+    Row(
+        "mig/retry-failed-again",
+        MIG,
+        (
+            mig_node("failed", since=151, mark=MIG_NAME, label=attempt_name(MIG_NAME, 1)),
+            WITH_ENTRY_CM,
+        ),
+        "waiting",
+        f"reports failed for {MIG_NAME}-r1; retry 2 of 2: {C.MIG_CONFIG_LABEL}={MIG_NAME}-r2",
+        ("patch_node",),
+        check=retry_labelled(2),
+    ),
+    Row(
+        "mig/retries-exhausted",
+        MIG,
+        (
+            mig_node("failed", since=151, mark=MIG_NAME, label=attempt_name(MIG_NAME, 2)),
+            WITH_ENTRY_CM,
+        ),
         "failed",
-        f"mig-manager reports failed for {MIG_NAME}",
+        f"mig-manager reports failed for {MIG_NAME}-r2, attempt 3 of 3 ({MIG_NAME}, "
+        f"{MIG_NAME}-r1, {MIG_NAME}-r2)",
+        check=still_cordoned_failed,
+    ),
+    Row(
+        "mig/retry-applied",
+        MIG,
+        (mig_node("success", label=attempt_name(MIG_NAME, 1)), AGENT_NEW),
+        "done",
+        f"mig-manager applied {MIG_NAME}-r1",
+    ),
+    Row(
+        "mig/retry-pending",
+        MIG,
+        (mig_node("pending", label=attempt_name(MIG_NAME, 2)), AGENT_OLD),
+        "waiting",
+        f"{C.MIG_STATE_LABEL}=pending",
+    ),
+    config_step(
+        "mig/failed-label-of-another-config",
+        (mig_node("failed", label="gpupool-000000000000-r2"),),
+    ),
+    Row(
+        "mig/failed-without-its-start-time",
+        MIG,
+        (
+            Node(
+                cordoned=True,
+                annotations=OURS,
+                labels={C.MIG_CONFIG_LABEL: MIG_NAME, C.MIG_STATE_LABEL: "failed"},
+            ),
+        ),
+        "waiting",
+        f"retry 1 of 2: {MIG_NAME}-r1 in 150s",
+        ("patch_node",),
+        check=since_now,
+    ),
+    Row(
+        "mig/unset-too-long",
+        MIG,
+        (mig_node(None, since=901), AGENT_OLD),
+        "failed",
+        "stuck for over 900s; is nvidia-mig-manager running",
     ),
     Row(
         "mig/pending-within-timeout",
@@ -572,8 +841,19 @@ MIG_ROWS = [
         "mig/stuck-pending",
         MIG,
         (mig_node("pending", since=901), AGENT_OLD),
-        "failed",
-        "pending: stuck for over 900s",
+        "waiting",
+        f"left {MIG_NAME} pending for over 900s; retry 1 of 2: config {MIG_NAME}-r1 written",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+    ),
+    Row(
+        "mig/stuck-pending-retried",
+        MIG,
+        (mig_node("pending", since=901, mark=MIG_NAME), WITH_ENTRY_CM, AGENT_OLD),
+        "waiting",
+        f"left {MIG_NAME} pending for over 900s; retry 1 of 2: {C.MIG_CONFIG_LABEL}={MIG_NAME}-r1",
+        ("patch_node",),
+        check=retry_labelled(1),
     ),
     Row(
         "mig/stuck-unpublished",
@@ -591,6 +871,83 @@ MIG_ROWS = [
         fail={"write_config_map": ApiError(409, "Conflict", "the object has been modified")},
     ),
     Row("mig/no-node", MIG, (), "error", "404"),
+    # a mode change beside another MIG card on Hopper: the changed card's config, then the node's
+    Row(
+        "mig/hopper-beside-mig-writes-both-stages",
+        MIG_BESIDE_MIG,
+        (Node(cordoned=True, annotations=OURS, labels=H100_LABELS),),
+        "waiting",
+        f"config {PART_NAME} written",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+        check=both_stages_written,
+    ),
+    Row(
+        "mig/hopper-beside-mig-busy-mig-card",
+        MIG_BESIDE_MIG,
+        (
+            Node(cordoned=True, annotations=OURS, labels=H100_LABELS),
+            job(annotations={C.GPUS_ANN: "1:0"}),
+        ),
+        "waiting",
+        f"config {PART_NAME} written",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+    ),
+    Row(
+        "mig/hopper-beside-mig-changed-card-first",
+        MIG_BESIDE_MIG,
+        (
+            Node(
+                cordoned=True,
+                labels=H100_LABELS,
+                annotations={**OURS, C.MIG_CONFIG_WRITTEN_ANN: f"{PART_NAME}@{ago(151)}"},
+            ),
+            BESIDE_CM,
+        ),
+        "waiting",
+        f"{C.MIG_CONFIG_LABEL}={PART_NAME}",
+        ("patch_node",),
+        check=labelled(PART_NAME, BESIDE_PARTITION),
+    ),
+    Row(
+        "mig/hopper-beside-mig-then-the-whole-node",
+        MIG_BESIDE_MIG,
+        (
+            mig_node("success", label=PART_NAME, mark=PART_NAME, extra=H100_LABELS),
+            BESIDE_CM,
+        ),
+        "waiting",
+        f"mig-manager applied {PART_NAME} to the changed cards; next the whole node: "
+        f"{C.MIG_CONFIG_LABEL}={FULL_NAME}",
+        ("patch_node",),
+        check=labelled(FULL_NAME, BESIDE_PARTITION),
+    ),
+    Row(
+        "mig/hopper-beside-mig-done",
+        MIG_BESIDE_MIG,
+        (
+            mig_node("success", label=FULL_NAME, mark=PART_NAME, extra=H100_LABELS),
+            NodeState(
+                NODE,
+                (
+                    gpu_status(0, mig=["3g.40gb", "3g.40gb"], model="H100-SXM5-80GB"),
+                    gpu_status(1, mig=["7g.80gb"], model="H100-SXM5-80GB"),
+                ),
+            ),
+        ),
+        "done",
+        f"mig-manager applied {FULL_NAME}",
+    ),
+    Row(
+        "mig/ampere-beside-mig-one-config",
+        MIG_BESIDE_MIG,
+        (Node(cordoned=True, annotations=OURS, labels=A100_LABELS),),
+        "waiting",
+        f"config {FULL_NAME} written",
+        WRITES_CONFIG,
+        changed=UNFLAGGED,
+    ),
 ]
 
 SHARING_ROWS = [

@@ -188,26 +188,34 @@ def test_events_only_for_changes_while_waiting(kube, tmp_path):
 
 
 def test_mig_manager_failed_is_stalled(kube, tmp_path):
-    """A driver error while mig-parted applies the layout: mig-manager reports failed."""
+    """A driver error while mig-parted applies the layout, every time: mig-manager reports
+    failed; the controller retries under new label values (mig-manager re-runs only on a label
+    change), twice, then stalls with the reason and leaves the node cordoned."""
     clock = kube.clock
     base(kube, tmp_path, clock)
     ctl = controller(kube, tmp_path, clock)
     until_label(ctl, kube, clock)
     sim = kube.nodes["h100-2"]
     sim.gpus.nvml.failures["nvmlDeviceSetMigMode"] = pynvml.NVML_ERROR_UNKNOWN
-    sim.step()
-    assert sim.step() is None and sim.mig_manager.runs[-1] == (
-        kube.core.read_node("h100-2").metadata.labels[MIG_CONFIG_LABEL],
-        "failed",
-    )
-    r = ctl.cycle()
-    out = {o.action: o for o in r.applied.outcomes}
+    out = None
+    for _ in range(20):
+        sim.step()
+        r = ctl.cycle()
+        out = {o.action: o for o in r.applied.outcomes}
+        if out["mig-reconfigure:h100-2"].status == "failed":
+            break
+        clock.advance(60)
+    label = kube.core.read_node("h100-2").metadata.labels[MIG_CONFIG_LABEL]
+    first = label.removesuffix("-r2")
+    assert [o for _, o in sim.mig_manager.runs] == ["failed"] * 3
+    assert [c for c, _ in sim.mig_manager.runs] == [first, f"{first}-r1", f"{first}-r2"]
     assert out["mig-reconfigure:h100-2"].status == "failed"
     assert out["uncordon:h100-2"].status == "skipped"
     conds = conditions(kube)
     assert (
         conds["Stalled"]["status"] == "True"
         and "mig-manager reports failed" in conds["Stalled"]["message"]
+        and "attempt 3 of 3" in conds["Stalled"]["message"]
     )
     assert conds["Ready"]["status"] == "False"
     assert kube.core.read_node(
@@ -216,7 +224,9 @@ def test_mig_manager_failed_is_stalled(kube, tmp_path):
 
 
 def test_mig_manager_stuck_times_out(kube, tmp_path):
-    """mig-manager said pending and then its pod died: the change fails after the timeout."""
+    """mig-manager said pending and then its pod died: after the timeout the controller tries
+    a new label value (a mig-manager that gave up leaves `pending` and waits for a change);
+    nobody answers that one either, and the change fails after the timeout."""
     clock = kube.clock
     base(kube, tmp_path, clock)
     ctl = controller(kube, tmp_path, clock, mig_timeout=600)
@@ -227,7 +237,12 @@ def test_mig_manager_stuck_times_out(kube, tmp_path):
     clock.advance(700)
     r = ctl.cycle()
     out = {o.action: o for o in r.applied.outcomes}["mig-reconfigure:h100-2"]
-    assert out.status == "failed" and "stuck" in out.message
+    assert out.status == "waiting" and "pending for over 600s; retry 1 of 2" in out.message
+    assert kube.core.read_node("h100-2").metadata.labels[MIG_CONFIG_LABEL].endswith("-r1")
+    clock.advance(700)
+    r = ctl.cycle()
+    out = {o.action: o for o in r.applied.outcomes}["mig-reconfigure:h100-2"]
+    assert out.status == "failed" and "stuck" in out.message and "running" in out.message
     assert conditions(kube)["Stalled"]["status"] == "True"
 
 

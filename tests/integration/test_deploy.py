@@ -1,6 +1,7 @@
 """The deploy/ manifests hang together: kustomization lists real files, the controller's args
 are ones `gpupool reconcile` accepts, probes hit the health server's paths, the dashboard uses
-exactly the metrics gpupool exports."""
+exactly the metrics gpupool exports; the GPU operator's prerequisites (deploy/gpu-operator/) are
+accepted by the API server and usable by the controller."""
 
 from __future__ import annotations
 
@@ -57,3 +58,40 @@ def test_dashboard_uses_exactly_the_exported_metrics():
     exported = {m._name for m in vars(metrics).values() if hasattr(m, "_name")}
     used = {u.removesuffix("_total") for u in used}
     assert used == exported, used ^ exported
+
+
+def test_the_gpu_operator_prerequisites_install_and_the_controller_can_use_them(kube):
+    """deploy/gpu-operator/ as `kubectl create -k` makes it (its namespace and labels applied),
+    on the real API server: accepted, and read and merged into by the controller's
+    ServiceAccount with exactly deploy/rbac.yaml's rules (through `KubeOps`, as the handlers
+    do). File-level checks of their content: tests/apply/test_install.py."""
+    from kubernetes import client
+
+    from reconciler.apply.kube import KubeOps
+
+    install = DEPLOY / "gpu-operator"
+    (k,) = docs(install / "kustomization.yaml")
+    core = kube.core
+    made = []
+    for r in k["resources"]:
+        (cm,) = docs(install / r)
+        cm["metadata"]["namespace"] = k["namespace"]
+        for pair in k.get("labels", []):
+            cm["metadata"].setdefault("labels", {}).update(pair["pairs"])
+        name = cm["metadata"]["name"]
+        try:  # the world seeds the same ConfigMaps for every test: replace them
+            core.delete_namespaced_config_map(name, k["namespace"])
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        core.create_namespaced_config_map(k["namespace"], cm)
+        made.append((name, cm["data"]))
+    ops = KubeOps(kube.controller_client())
+    for name, data in made:
+        got = ops.read_config_map(k["namespace"], name)
+        assert got is not None and got.data == data
+        ops.write_config_map(
+            k["namespace"], name, {"gpupool-test": "x"}, resource_version=got.resource_version
+        )
+        after = ops.read_config_map(k["namespace"], name)
+        assert after is not None and after.data == {**data, "gpupool-test": "x"}

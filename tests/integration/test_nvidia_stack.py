@@ -1,8 +1,11 @@
 """What NVIDIA's node components really do to gpupool's plans (stand-ins in tests/nvidia, each
-behaviour cited there). The stand-ins are not kinder than the components, so these tests show
-where the executor still assumes friendlier behaviour: each is a strict xfail naming the issue
-that fixes it (issue 12, "Partitions the way NVIDIA's stack really makes them"), and turns into
-a failure the day the behaviour is fixed without the test being updated."""
+behaviour cited there). The stand-ins are not kinder than the components: the first tests pin
+the stand-ins' own behaviour on the real control plane (mig-manager's label protocol, its
+mounted config, Ampere's whole-node reset, mig-parted's clearing of listed MIG cards), then the
+controller meets them. Where gpupool still assumes friendlier behaviour the test is a strict
+xfail naming the issue that fixes it (issue 12, "Partitions the way NVIDIA's stack really makes
+them"), and turns into a failure the day the behaviour is fixed without the test being
+updated."""
 
 from __future__ import annotations
 
@@ -11,11 +14,23 @@ from datetime import timedelta
 import pytest
 
 from reconciler.apply.configs import render_sharing, yaml_text
+from reconciler.conventions import MIG_CONFIG_LABEL, MIG_STATE_LABEL
 from reconciler.plan.actions import CardChange, SetSharing
 from tests.nvidia.device_plugin import parse_sharing
 
-from .harness import A100, add_gpu_node, controller, converge, create_pod, write_policy
+from .harness import (
+    A100,
+    OPERATOR_NS,
+    add_gpu_node,
+    conditions,
+    controller,
+    converge,
+    create_pod,
+    write_policy,
+)
 from .scenario import TEXT, base, seed_priority_classes
+
+MIG_CM = "gpupool-mig-parted-config"
 
 
 def _run(ctl, kube, clock, cycles: int) -> None:
@@ -48,12 +63,164 @@ def test_stand_in_fails_a_label_set_before_the_config_is_mounted(kube, tmp_path)
     assert kube.core.read_node("h100-2").metadata.labels["nvidia.com/mig.config.state"] == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: on Ampere a MIG mode change resets every GPU of the node, so the "
-    "plan must drain the whole node; it drains only the changed card",
-)
-def test_ampere_mode_change_needs_the_whole_node_idle(kube, tmp_path):
+def _configs(kube, **configs: list[dict]) -> None:
+    """Add mig-parted configs to mig-manager's ConfigMap and let every mounted copy see them."""
+    cm = kube.core.read_namespaced_config_map(MIG_CM, OPERATOR_NS)
+    text = cm.data["config.yaml"] + "".join(
+        f"  {name}:\n"
+        + "".join(
+            f"  - devices: {i['devices']}\n    mig-enabled: {str(i['mig-enabled']).lower()}\n"
+            + (f"    mig-devices: {i['mig-devices']}\n" if "mig-devices" in i else "")
+            for i in items
+        )
+        for name, items in configs.items()
+    )
+    kube.core.patch_namespaced_config_map(MIG_CM, OPERATOR_NS, {"data": {"config.yaml": text}})
+    for sim in kube.nodes.values():
+        sim.observe()
+    kube.clock.advance(600)
+
+
+def _label(kube, node: str, value: str | None) -> None:
+    kube.core.patch_node(node, {"metadata": {"labels": {MIG_CONFIG_LABEL: value}}})
+
+
+def _run(sim) -> list[str]:
+    """mig-manager's steps until it is idle again: the states it wrote."""
+    out = []
+    while (st := sim.mig_manager.step()) is not None:
+        out.append(st)
+    return out
+
+
+ON0 = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+OFF1 = [{"devices": [1], "mig-enabled": False}]
+
+
+def test_stand_in_acts_on_value_changes_only_and_retries_on_a_new_value(kube, tmp_path):
+    """A new value naming an identical config is how a failed reconfiguration is retried;
+    removing the label while idle wakes nothing; setting it back runs it again."""
+    base(kube, tmp_path, kube.clock, workloads=False)
+    sim = kube.nodes["h100-2"]
+    sim.step()
+    sim.gpus.allocate("team-a/job", {"nvidia.com/gpu": 1})  # holds card 0
+    _configs(kube, a=ON0, **{"a-r1": ON0})
+    _label(kube, "h100-2", "a")
+    assert _run(sim) == ["pending", "failed"]  # card 0 is in use
+    sim.gpus.release("team-a/job")
+    assert _run(sim) == []  # the label did not change: failed stays
+    _label(kube, "h100-2", None)
+    assert _run(sim) == []
+    _label(kube, "h100-2", "a-r1")
+    assert _run(sim) == ["pending", "success"]
+    assert sim.gpus.mig_cards() == {0}
+    _label(kube, "h100-2", "a")  # a new value, already applied: success, nothing stopped
+    assert _run(sim) == ["success"]
+    assert [o for _, o in sim.mig_manager.runs] == ["failed", "success", "success"]
+
+
+def test_stand_in_ampere_mode_change_resets_every_gpu(kube, tmp_path):
+    """Card 0 is idle, card 1 (a whole card, not in the config) has work: on A100 enabling MIG
+    on card 0 needs a reset of every GPU and fails; on H100 it takes effect on card 0 alone."""
+    base(kube, tmp_path, kube.clock, workloads=False)
+    a100 = add_gpu_node(kube, "a100-1", model=A100, pool="a100")
+    h100 = kube.nodes["h100-2"]
+    for sim in (a100, h100):
+        sim.step()
+        sim.gpus.allocate("team-a/filler", {"nvidia.com/gpu": 1})  # card 0
+        sim.gpus.allocate("team-a/job", {"nvidia.com/gpu": 1})  # card 1
+        sim.gpus.release("team-a/filler")
+        assert sim.gpus.busy_cards() == {1}
+    _configs(kube, on0=ON0)
+    for node in ("a100-1", "h100-2"):
+        _label(kube, node, "on0")
+    assert _run(a100) == ["pending", "failed"]
+    assert a100.gpus.mig_cards() == set()
+    assert _run(h100) == ["pending", "success"]
+    assert h100.gpus.mig_cards() == {0}
+
+
+def test_stand_in_mode_change_clears_every_listed_mig_card(kube, tmp_path):
+    """H100, card 1 in MIG mode with work on an instance: a config that enables MIG on card 0
+    and also lists card 1 fails (mig-parted clears every listed MIG card on a mode change); the
+    config of card 0 alone succeeds, and then the whole-node config is already applied."""
+    base(kube, tmp_path, kube.clock, workloads=False)
+    sim = add_gpu_node(kube, "h100-9", mig={1: ["3g.40gb", "3g.40gb"]})
+    sim.step()
+    sim.gpus.allocate("team-a/infer", {"nvidia.com/mig-3g.40gb": 1})
+    assert sim.gpus.busy_cards() == {1}
+    keep1 = [{"devices": [1], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    _configs(kube, both=keep1 + ON0, only0=ON0)
+    _label(kube, "h100-9", "both")
+    assert _run(sim) == ["pending", "failed"]
+    assert sim.gpus.mig_cards() == {1} and len(sim.gpus.layout(1)) == 2  # not cleared
+    _label(kube, "h100-9", "only0")
+    assert _run(sim) == ["pending", "success"]
+    _label(kube, "h100-9", "both")
+    assert _run(sim) == ["success"]  # already applied: nothing touched
+    assert sim.gpus.busy_cards() == {1} and sim.gpus.mig_cards() == {0, 1}
+
+
+def test_stand_in_fails_a_config_file_it_cannot_parse(kube, tmp_path):
+    """mig-parted parses the whole file before it selects a config: one bad entry anywhere
+    fails every label."""
+    base(kube, tmp_path, kube.clock, workloads=False)
+    sim = kube.nodes["h100-2"]
+    sim.step()
+    _configs(kube, good=OFF1, bad=[{"devices": [0], "mig-enabled": True}])  # no mig-devices
+    _label(kube, "h100-2", "good")
+    assert _run(sim) == ["failed"]
+
+
+def test_a_failed_reconfiguration_is_retried_under_a_new_label_value(kube, tmp_path):
+    """A kubelet slower than the wait (a longer sync period): mig-manager's mounted copy does
+    not have the config yet when the label names it, so it fails; the controller retries with
+    the config's retry name (declared with it) one propagation period later, and converges."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    sim = kube.nodes["h100-2"]
+    sim.mig_manager.mounted.delay = 200  # > config_propagation_seconds (150)
+    ctl = controller(kube, tmp_path, clock)
+    converge(ctl, kube, clock=clock)
+    (first, failed), (second, ok) = sim.mig_manager.runs
+    assert (failed, ok, second) == ("failed", "success", f"{first}-r1")
+    node = kube.core.read_node("h100-2")
+    assert node.metadata.labels[MIG_CONFIG_LABEL] == second
+    assert node.metadata.labels[MIG_STATE_LABEL] == "success"
+    assert not node.spec.unschedulable
+    assert conditions(kube)["Ready"]["status"] == "True"
+
+
+def test_ampere_mode_change_waits_for_the_whole_node(kube, tmp_path):
+    """The executor's side of Ampere's whole-node reset: it does not point mig-manager at a MIG
+    mode change while any GPU of the A100 node runs work (the label would only fail), says so,
+    and goes ahead once the node is idle: one run, no failure, uncordoned."""
+    clock = kube.clock
+    ctl = _ampere_setup(kube, tmp_path)
+    out = None
+    for _ in range(15):
+        r = ctl.cycle()
+        kube.settle()
+        kube.step_nodes()
+        kube.settle()
+        out = {o.action: o for o in r.applied.outcomes}.get("mig-reconfigure:a100-2")
+        if out is not None and "resets every GPU" in out.message:
+            break
+        clock.advance(60)
+    assert out is not None and out.status == "waiting"
+    assert "bert-old" in out.message and "A100-SXM4-80GB resets every GPU" in out.message
+    labels = kube.core.read_node("a100-2").metadata.labels or {}
+    assert not (labels.get(MIG_CONFIG_LABEL) or "").startswith("gpupool-")
+    assert kube.nodes["a100-2"].mig_manager.runs == []
+    # the job finishes (what the planner's whole-node drain will do): the change goes ahead
+    kube.core.delete_namespaced_pod("bert-old", "team-b", grace_period_seconds=0)
+    kube.settle()
+    converge(ctl, kube, clock=clock)
+    assert [o for _, o in kube.nodes["a100-2"].mig_manager.runs] == ["success"]
+    assert not kube.core.read_node("a100-2").spec.unschedulable
+
+
+def _ampere_setup(kube, tmp_path):
     clock = kube.clock
     text = TEXT.replace("H100-SXM5-80GB", "A100-SXM4-80GB").replace("h100", "a100")
     for ns in ("team-a", "team-b"):
@@ -100,7 +267,18 @@ def test_ampere_mode_change_needs_the_whole_node_idle(kube, tmp_path):
     for i in range(2):
         create_pod(kube, "team-b", f"ranker-{i}", mig="3g.40gb", cls="serving", pool="a100")
     kube.settle()
-    converge(controller(kube, tmp_path, clock), kube, clock=clock)
+    return controller(kube, tmp_path, clock)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12: on Ampere a MIG mode change resets every GPU of the node, so the "
+    "plan must drain the whole node (catalog `mig_mode_change: node`); it drains only the "
+    "changed card, and the executor then waits for the rest of the node forever",
+)
+def test_ampere_mode_change_needs_the_whole_node_idle(kube, tmp_path):
+    ctl = _ampere_setup(kube, tmp_path)
+    converge(ctl, kube, clock=kube.clock)
 
 
 def _shared_setup(kube, tmp_path):

@@ -150,12 +150,11 @@ class SimulatedGpuNode:
             dev.processes = [p for p in dev.processes if p.pid != pid]
 
     # ------------------------------------------------------------------ mig-parted's apply
-    def set_mig(self, index: int, enabled: bool, profiles: list[str]) -> None:
-        """Make card `index` MIG-enabled with `profiles` (placed as the catalog places them) or
-        a whole card, as mig-parted does: tear down the old compute and GPU instances, switch
-        the mode through NVML, create the new instances. Refused (NVML IN_USE) while a process
-        runs on the card. (The fake has no compute-instance destroy call, so the teardown of
-        the old instances is done on its state directly.)"""
+    def clear_mig(self, index: int) -> None:
+        """mig-parted's `ClearMigConfig` (NVIDIA/mig-parted pkg/mig/config/config.go): destroy
+        every compute and GPU instance of the card; NVML refuses (IN_USE) while a process runs
+        in one. (The fake has no compute-instance destroy call, so the teardown is done on its
+        state directly.)"""
         n = self.nvml
         dev = self._devices()[index]
         if dev.processes:
@@ -166,12 +165,31 @@ class SimulatedGpuNode:
             if gi.mig_addr is not None:
                 n._handles.pop(gi.mig_addr, None)
                 n._mig_devices.pop(gi.mig_addr, None)
+
+    def set_mig_mode(self, index: int, enabled: bool) -> None:
+        """`nvmlDeviceSetMigMode`: a change is refused (IN_USE) while the card has instances or
+        processes; setting the mode it has changes nothing."""
+        n = self.nvml
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        if dev.mig != mode:
-            n.nvmlDeviceSetMigMode(n.nvmlDeviceGetHandleByIndex(index), mode)
+        n.nvmlDeviceSetMigMode(n.nvmlDeviceGetHandleByIndex(index), mode)
+
+    def create_mig(self, index: int, profiles: list[str]) -> None:
+        """mig-parted's `SetMigConfig`: clear the card, then create `profiles` (placed as the
+        catalog places them)."""
+        self.clear_mig(index)
+        n = self.nvml
+        dev = self._devices()[index]
+        placed = n.catalog.place(n.catalog.model(self.model), list(profiles)) or []
+        if len(placed) != len(profiles):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        for prof, start in placed:
+            n._create(dev, dev.model.profiles[prof], start, True)
+
+    def set_mig(self, index: int, enabled: bool, profiles: list[str]) -> None:
+        """Make card `index` MIG-enabled with `profiles` or a whole card, as mig-parted does on
+        one card: tear down the old instances, switch the mode through NVML, create the new
+        instances. Refused (NVML IN_USE) while a process runs on the card."""
+        self.clear_mig(index)
+        self.set_mig_mode(index, enabled)
         if enabled:
-            placed = n.catalog.place(n.catalog.model(self.model), list(profiles)) or []
-            if len(placed) != len(profiles):
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-            for prof, start in placed:
-                n._create(dev, dev.model.profiles[prof], start, True)
+            self.create_mig(index, profiles)

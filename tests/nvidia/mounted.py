@@ -3,14 +3,19 @@
 Kubernetes documents that a mounted ConfigMap is refreshed by the kubelet's periodic sync from
 its own TTL cache, so an update reaches the files "as long as kubelet sync period + ttl of
 ConfigMaps cache in kubelet" later (kubernetes.io, Configure a Pod to Use a ConfigMap, "Mounted
-ConfigMaps are updated automatically"; both default to one minute). A pod whose ConfigMap volume
-does not exist does not start at all (the volume cannot be mounted), and starts with the
-then-current content once it exists.
+ConfigMaps are updated automatically"; both default to one minute), and the kubelet's periodic
+sync of a pod comes round every sync period jittered by up to half of it (kubelet
+pod_workers.go, `wait.Jitter(resyncInterval, workerResyncIntervalJitterFactor)` with factor
+0.5): up to 90s + 60s. A pod whose ConfigMap volume does not exist does not start at all (the
+volume cannot be mounted; the GPU operator's mig-manager DaemonSet mounts its ConfigMap as a
+non-optional volume, NVIDIA/gpu-operator assets/state-mig-manager/0600_daemonset.yaml), and
+starts with the then-current content once it exists. (The volume is mounted as a directory,
+not with subPath, so updates do reach it.)
 
 `MountedConfigMap.view()` gives the content the pod's files hold now: the newest version that
 has been in the API server for at least `delay` seconds (of the injected clock), the worst case
-by default. Every call also records what the API server holds, so call it often enough to see
-each version (the stand-ins call it every step).
+by default; a test makes a slower kubelet by raising `delay`. Every call also records what the
+API server holds, so call it often enough to see each version (the stand-ins call it every step).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from datetime import datetime
 
 from kubernetes import client
 
-SYNC_PERIOD_PLUS_CACHE_TTL = 120.0
+SYNC_PERIOD_PLUS_CACHE_TTL = 150.0
+"""60s sync period x 1.5 (jitter) + 60s ConfigMap cache TTL: the kubelet's defaults."""
 
 
 class MountedConfigMap:

@@ -6,6 +6,7 @@ import pynvml
 import pytest
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE
+from reconciler.policy.catalog import catalog_from_data, default_catalog
 from tests.nvidia.device_plugin import ConfigError, parse_sharing
 from tests.nvidia.gpunode import Sharing, SimulatedGpuNode, Unschedulable
 
@@ -50,3 +51,37 @@ def test_mig_changes_need_the_card_idle():
     node.set_mig(1, True, ["3g.40gb", "3g.40gb"])
     assert sorted(p for p, _ in node.layout(1)) == ["3g.40gb", "3g.40gb"]
     assert node.family == "hopper" and SimulatedGpuNode("m", "A100-SXM4-80GB", 1).family == "ampere"
+
+
+def test_clearing_a_mig_card_needs_it_idle_and_keeps_its_mode():
+    node = SimulatedGpuNode("n", "A100-SXM4-80GB", 2, mig={0: [("3g.40gb", 0), ("3g.40gb", 4)]})
+    node.allocate("a/infer", {"nvidia.com/mig-3g.40gb": 1})
+    with pytest.raises(pynvml.NVMLError):
+        node.clear_mig(0)
+    node.release("a/infer")
+    node.clear_mig(0)
+    assert node.layout(0) == [] and node.mig_cards() == {0}
+
+
+def test_the_catalog_says_what_the_stand_in_hardware_does_on_a_mode_change():
+    """`GpuModel.mig_mode_change` (what the planner reads) and the stand-in's family (what
+    mig_manager.py acts on) agree for every MIG-capable model: node on Ampere, card on Hopper."""
+    for name, model in default_catalog().models.items():
+        if model.mig_capable:
+            family = SimulatedGpuNode("n", name, 1).family
+            assert model.mig_mode_change == {"ampere": "node", "hopper": "card"}[family], name
+
+
+def test_a_mig_capable_model_must_say_what_its_mode_change_costs():
+    data = {
+        "memory_slices": 8,
+        "compute_slices": 7,
+        "max_instances": 7,
+        "models": {"X": {"memory_gib": 80, "profiles": [["7g.80gb", 7, 8, 1, [0], 4]]}},
+    }
+    with pytest.raises(ValueError, match="mig_mode_change"):
+        catalog_from_data(data)
+    data["models"]["X"]["mig_mode_change"] = "card"
+    assert catalog_from_data(data).model("X").mig_mode_change == "card"
+    data["models"]["Y"] = {"memory_gib": 24, "profiles": []}  # no MIG: not asked
+    assert catalog_from_data(data).model("Y").mig_mode_change == "node"
