@@ -374,6 +374,20 @@ class PoolView:
         return {m: self.count(m, target) for m in ("whole", "mig", "shared")}
 
 
+def node_pool_name(desired: DesiredState, node: Node) -> str | None:
+    """The pool whose selector (and GPU model) `node` matches: the first by name. The model's
+    `nvidia.com/gpu.product` values are implied, so pools of different models never overlap."""
+    product = node.labels.get(PRODUCT_LABEL)
+    for name in sorted(desired.pools):
+        pool = desired.pools[name]
+        model = desired.catalog.model(pool.spec.gpu_model)
+        if product and model and desired.catalog.model_for_product(product) is not model:
+            continue
+        if selector_matches(pool.spec.node_selector, node.labels):
+            return name
+    return None
+
+
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # comes with a cordon: judged as one
 
 
@@ -471,14 +485,7 @@ def build_cluster(
     unmatched = []
     fenced: dict[str, str] = {}
     for node in sorted(observed.nodes, key=lambda n: n.name):
-        match = None
-        for pv in pools.values():
-            product = node.labels.get(PRODUCT_LABEL)
-            if product and pv.model and desired.catalog.model_for_product(product) is not pv.model:
-                continue
-            if selector_matches(pv.pool.spec.node_selector, node.labels):
-                match = pv
-                break
+        match = pools.get(node_pool_name(desired, node) or "")
         if match is None:
             if node.gpus:
                 unmatched.append(node.name)

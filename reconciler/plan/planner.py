@@ -970,7 +970,7 @@ def _idle_reclaim(run: _Run) -> None:
 # --------------------------------------------------------------------------- admission
 
 
-def _quota_resources(run: _Run, pv: PoolView | None, r: Request) -> dict[str, int]:
+def _quota_resources(pv: PoolView | None, r: Request) -> dict[str, int]:
     """The ResourceQuota resources one pod with request `r` counts against."""
     out: dict[str, int] = {}
     if r.gpus:
@@ -1007,7 +1007,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
     ns_use: dict[str, Counter] = {}
     for w in run.cluster.workloads.values():
         pv = run.pool_view(run.cluster.pool_of(w))
-        ns_use.setdefault(w.namespace, Counter()).update(_quota_resources(run, pv, w.request))
+        ns_use.setdefault(w.namespace, Counter()).update(_quota_resources(pv, w.request))
     training_whole: Counter = Counter()
     for (_, pool), n in run.running_whole.items():
         training_whole[pool] += n
@@ -1046,7 +1046,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
         if p.request.gpus:
             training_whole[pool] += pods * p.request.gpus
         if p.origin != "pending pod":
-            ns_use.setdefault(p.namespace, Counter()).update(_quota_resources(run, pv, p.request))
+            ns_use.setdefault(p.namespace, Counter()).update(_quota_resources(pv, p.request))
         out.append(p)
     return out
 
@@ -1074,7 +1074,7 @@ def _held(
     team = q.team
     if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
         hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
-        for res, n in sorted(_quota_resources(run, pv, r).items()):
+        for res, n in sorted(_quota_resources(pv, r).items()):
             if res in hard and ns_use.get(p.namespace, Counter())[res] + n > int(hard[res]):
                 return "held-quota", (
                     f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "

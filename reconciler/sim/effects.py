@@ -81,7 +81,7 @@ from reconciler.plan.actions import (
     Scale,
     Uncordon,
 )
-from reconciler.plan.cluster import selector_matches
+from reconciler.plan.cluster import node_pool_name as node_pool
 from reconciler.plan.model import Plan
 from reconciler.policy.state import DesiredState
 
@@ -159,19 +159,6 @@ class _World:
             if g is None or a.mig_start is not None or a.slices or g.mode != "whole":
                 continue
             self.update_gpu(w.node, a.gpu, utilization=0.0, idle_since=g.idle_since or now)
-
-
-def node_pool(desired: DesiredState, node: Node) -> str | None:
-    """The pool whose selector (and GPU model) the node matches, as the planner decides it."""
-    product = node.labels.get(PRODUCT_LABEL)
-    for name in sorted(desired.pools):
-        pool = desired.pools[name]
-        model = desired.catalog.model(pool.spec.gpu_model)
-        if product and model and desired.catalog.model_for_product(product) is not model:
-            continue
-        if selector_matches(pool.spec.node_selector, node.labels):
-            return name
-    return None
 
 
 # ----------------------------------------------------------------------------- actions
