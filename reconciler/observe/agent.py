@@ -10,15 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from reconciler.observe.model import Allocation, Gpu, Node, PodGpus
+from reconciler.observe.model import Allocation, Gpu, Node, PodGpus, known_below
 from reconciler.observe.nvml import NvmlApi, read_gpus
 from reconciler.observe.podresources import PodResources
 from reconciler.policy.catalog import Catalog
-
-
-def _idle(gpu: Gpu) -> bool:
-    """Nothing runs on the card. An observation, not a policy threshold."""
-    return not gpu.processes and gpu.utilization == 0
 
 
 def collect_node(
@@ -31,15 +26,31 @@ def collect_node(
 ) -> Node:
     """Read every GPU through NVML and return this node as the observed-state model.
 
-    `idle_since` is set on a GPU with no running compute process and 0% utilization: carried
-    over from `previous` (the agent's last publication) for the same GPU UUID, else `now`.
+    Idleness is an observation, not a policy threshold: for each of `UTILIZATION_LEVELS` the
+    card's utilization is under now, `below_since` says since when it has stayed under it,
+    whether or not a process holds the card (a notebook that keeps a CUDA context open and
+    computes nothing is idle). The start is carried over from `previous` (the agent's last
+    publication) for the same GPU UUID, else it is `now`; a card whose UUID changed starts
+    afresh. `idle_since` is the lowest level's entry. The planner picks the level for each
+    policy's `utilizationBelow` (`Gpu.idle_since_below`).
+
+    The window is the run of published samples: one sample at or above a level ends that
+    level's stretch. Each sample is NVML's utilization, the percent of time over the driver's
+    last sample period (between 1/6 s and 1 s, depending on the product) during which a
+    kernel ran (NVML API reference, nvmlUtilization_t:
+    https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html). The agent reads
+    one such sample per publication (every `--interval`, 30 s by default), so a burst that
+    falls between two publications is not seen: a card busy in short bursts can look idle.
+    The driver keeps a buffer of recent utilization samples, readable with
+    `nvmlDeviceGetSamples` (NVIDIA cuda-python NVML bindings, device_get_samples:
+    https://nvidia.github.io/cuda-python/pr-preview/pr-2903/cuda-bindings/latest/module/generated/cuda.bindings.nvml.device_get_samples.html),
+    which could close this gap; the adapter does not read it yet.
     """
     now = now or datetime.now(UTC)
-    before = {g.uuid: g.idle_since for g in previous.gpus if g.uuid} if previous else {}
-    gpus = []
-    for g in read_gpus(nvml, catalog):
-        since = (before.get(g.uuid) or now) if _idle(g) else None
-        gpus.append(g.model_copy(update={"idle_since": since}))
+    before = {g.uuid: known_below(g) for g in previous.gpus if g.uuid} if previous else {}
+    gpus = [
+        g.with_sample(g.utilization, now, before.get(g.uuid, {})) for g in read_gpus(nvml, catalog)
+    ]
     return Node(name=node_name, labels=dict(labels or {}), gpus=gpus)
 
 

@@ -75,6 +75,12 @@ def _ts(value: Any) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+def _stamp(value: str) -> str | None:
+    """A published time as ISO text with a timezone (UTC when it had none); None if unreadable."""
+    stamp = _ts(value)
+    return stamp.isoformat() if stamp else None
+
+
 def _truthy(v: str | None) -> bool:
     return (v or "").strip().lower() in ("1", "true", "yes")
 
@@ -143,7 +149,8 @@ def _node(n: Any, state: dict | None) -> Node:
 
 def published_gpus(node: str, entries: Any) -> list[Gpu]:
     """The cards a `GpuNodeState` publishes (`status.gpus`); an entry that does not validate
-    is left out, logged, and a time without a timezone is read as UTC."""
+    is left out, logged, and a time without a timezone is read as UTC (`idleSince` and each
+    `belowSince` level; an unreadable idle time is read as not idle)."""
     out = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
         if not isinstance(entry, dict):
@@ -152,8 +159,15 @@ def published_gpus(node: str, entries: Any) -> list[Gpu]:
         entry = dict(entry)
         for key in ("idleSince", "idle_since"):
             if isinstance(entry.get(key), str):  # a time without a timezone is UTC
-                stamp = _ts(entry[key])
-                entry[key] = stamp.isoformat() if stamp else None
+                entry[key] = _stamp(entry[key])
+        for key in ("belowSince", "below_since"):
+            if isinstance(entry.get(key), dict):  # level -> time, read the same way
+                stamps = {
+                    level: _stamp(value) if isinstance(value, str) else value
+                    for level, value in entry[key].items()
+                }
+                # an unreadable time drops its level: that idle stretch is not known
+                entry[key] = {level: t for level, t in stamps.items() if t is not None}
         try:
             out.append(Gpu.model_validate(entry))
         except ValidationError as exc:

@@ -15,8 +15,9 @@ not refused here; the planner reports it (`reconciler/plan/consistency.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -25,6 +26,12 @@ from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
 from reconciler.policy.models import yaml_name
 
 OBSERVED_API_VERSION = API_VERSION
+
+UTILIZATION_LEVELS: tuple[int, ...] = (1, 2, 5, 10, 15, 20, 25, 30, 40, 50)
+"""The utilization thresholds (percent) the node agent tracks on every card (`Gpu.below_since`).
+The agent does not read policy: each MaintenancePolicy may set its own `utilizationBelow`, so
+the agent publishes a fixed ladder and the planner reads the level that fits
+(`Gpu.idle_since_below`)."""
 
 
 class Obs(BaseModel):
@@ -57,7 +64,14 @@ class Gpu(Obs):
     utilization: float = Field(default=0, ge=0, le=100)
     """Recent GPU utilization, percent."""
     idle_since: AwareDatetime | None = None
-    """Since when utilization has stayed below the idle threshold (published by the node agent)."""
+    """Since when utilization has stayed below 1 % (the lowest of `UTILIZATION_LEVELS`),
+    processes or not: `below_since[1]` (published by the node agent). Kept for readers that
+    predate `below_since`; an agent from before it set this only with no process and 0 %.
+    Idle reclaim reads `idle_since_below`, which uses this when `below_since` is empty."""
+    below_since: dict[Annotated[int, Field(ge=1, le=100)], AwareDatetime] = {}
+    """Level (percent, one of `UTILIZATION_LEVELS`) -> since when every utilization sample the
+    agent published has been below that level, processes or not. A level is absent while the
+    latest sample is at or above it."""
     mig_enabled: bool = False
     mig_instances: list[MigInstance] = []
     shared_slices: int | None = Field(default=None, ge=0)
@@ -73,6 +87,73 @@ class Gpu(Obs):
         if self.shared_slices:
             return "shared"
         return "whole"
+
+    def idle_since_below(self, percent: float) -> datetime | None:
+        """Since when this card's utilization has stayed below `percent` (a policy's
+        `utilizationBelow`); None when it is not known to be. See `idle_since_below`."""
+        return idle_since_below(self.below_since, self.idle_since, percent)
+
+    def with_sample(
+        self,
+        utilization: float,
+        now: datetime,
+        before: Mapping[int, datetime] | None = None,
+    ) -> Gpu:
+        """This card after a utilization sample taken at `now`: `utilization`, and for each of
+        `UTILIZATION_LEVELS` above it the stretch carried over from `before` (default: this
+        card's own `below_since`, or its legacy `idle_since` when that is empty), else
+        starting `now`; levels at or below the sample end their stretch. `idle_since` follows
+        the lowest level."""
+        if before is None:
+            before = known_below(self)
+        below = below_since_after(before, utilization, now)
+        return self.model_copy(
+            update={
+                "utilization": utilization,
+                "below_since": below,
+                "idle_since": below.get(UTILIZATION_LEVELS[0]),
+            }
+        )
+
+
+def below_since_after(
+    before: Mapping[int, datetime], utilization: float, now: datetime
+) -> dict[int, datetime]:
+    """`below_since` after one sample: every level the sample is under keeps its start from
+    `before` (else starts `now`); a level the sample reaches is dropped, so one sample at or
+    above a level restarts that level's stretch, and only that level's and those below it."""
+    return {lvl: before.get(lvl, now) for lvl in UTILIZATION_LEVELS if utilization < lvl}
+
+
+def known_below(gpu: Gpu) -> dict[int, datetime]:
+    """What `gpu` says about its stretches below each level: its `below_since`, or, from an
+    agent that predates it (only `idle_since`: no process and 0 %, under every level), that
+    time for every level."""
+    if gpu.below_since:
+        return dict(gpu.below_since)
+    if gpu.idle_since is not None:
+        return dict.fromkeys(UTILIZATION_LEVELS, gpu.idle_since)
+    return {}
+
+
+def idle_since_below(
+    below_since: Mapping[int, datetime], idle_since: datetime | None, percent: float
+) -> datetime | None:
+    """Since when utilization has stayed below `percent`, read conservatively from the levels
+    the agent tracks: the start of the stretch below the largest level <= `percent` (below a
+    lower level is below `percent` too). A threshold between two levels (7 %) is read as the
+    level under it (5 %), so the idle time may be under-counted, never over-counted; one
+    under the lowest level (0.5 %) is never known to hold: None. None as well when no such
+    level is published (the card is at or above it now).
+
+    `below_since` empty and `idle_since` set (a snapshot file, or an agent from before
+    `below_since`): `idle_since`, for any `percent` > 0."""
+    if percent <= 0:
+        return None  # nothing is below 0 %
+    if not below_since:
+        return idle_since
+    fits = [lvl for lvl in below_since if lvl <= percent]
+    return below_since[max(fits)] if fits else None
 
 
 class Taint(Obs):

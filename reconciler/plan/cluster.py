@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from datetime import datetime
 from fractions import Fraction
 
 from reconciler.conventions import CORDONED_FOR_ANN, NVIDIA, PRODUCT_LABEL
-from reconciler.observe.model import Gpu, Node, ObservedState, Workload
+from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
 from reconciler.policy.state import DesiredState
@@ -48,6 +49,7 @@ class GpuSlot:
     island: int = 0
     utilization: float = 0.0
     idle_since: object = None
+    below_since: dict[int, datetime] = field(default_factory=dict)  # level (percent) -> since
     # who holds it
     holders: set[str] = field(default_factory=set)  # workload keys
     used_instances: set[tuple[str, int]] = field(default_factory=set)
@@ -68,6 +70,13 @@ class GpuSlot:
         self.target_layout = self.layout
         self.target_slices = self.slices
         self.target_instances = list(self.instances)
+    def idle_since_below(self, percent: float) -> datetime | None:
+        """Since when the card's utilization has stayed below `percent` (a policy's
+        `utilizationBelow`), read conservatively from the levels the agent publishes
+        (`reconciler.observe.model.idle_since_below`); None: not known to be."""
+        since = self.idle_since if isinstance(self.idle_since, datetime) else None
+        return idle_since_below(self.below_since, since, percent)
+
 
     @property
     def open(self) -> bool:
@@ -421,6 +430,7 @@ def _slot(node: Node, gpu: Gpu) -> GpuSlot:
         node=node.name,
         index=gpu.index,
         mode=gpu.mode,
+        below_since=dict(gpu.below_since),
         layout=tuple(sorted(p for p, _ in instances)),
         instances=instances,
         slices=gpu.shared_slices or 0,

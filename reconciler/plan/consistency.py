@@ -348,6 +348,7 @@ def _judge_mig(
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+K = TypeVar("K", str, int)
 
 
 def _total(items: list[M], key: Callable[[M], tuple]) -> list[M]:
@@ -387,7 +388,7 @@ def _with(m: M, **fields: object) -> M:
     return m.model_copy(update=changed) if changed else m
 
 
-def _dict(d: dict[str, T]) -> dict[str, T]:
+def _dict(d: dict[K, T]) -> dict[K, T]:
     if len(d) < 2:
         return d
     keys = list(d)
@@ -407,6 +408,7 @@ def _gpu(g: Gpu) -> Gpu:
         g,
         mig_instances=_total(g.mig_instances, lambda i: (i.start, i.profile, i.uuid)),
         processes=_total(g.processes, lambda p: (p.pid, p.used_memory_mib, p.name)),
+        below_since=_dict(g.below_since),
     )
 
 

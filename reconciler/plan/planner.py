@@ -937,13 +937,15 @@ def _idle_reclaim(run: _Run) -> None:
             if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = rule.idle_for.total_seconds()
-            # A card's idleness counts from when this workload started at the earliest: the
-            # agent's idle_since may predate the job (the card was idle before it came).
+            # A card's idleness is its time under the policy's threshold (processes or not,
+            # from the levels the agent publishes), counted from when this workload started at
+            # the earliest: the card may have been idle before the job came.
+            since = [s.idle_since_below(rule.utilization_below) for s in slots]
             idle = [
-                run.seconds_since(max(s.idle_since, w.started_at) if w.started_at else None)
-                if s.idle_since is not None
+                run.seconds_since(max(t, w.started_at) if w.started_at else None)
+                if t is not None
                 else None
-                for s in slots
+                for t in since
             ]
             if any(s.utilization >= rule.utilization_below for s in slots) or any(
                 i is None or i < limit for i in idle

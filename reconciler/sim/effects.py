@@ -158,7 +158,14 @@ class _World:
             g = gpus.get(a.gpu)
             if g is None or a.mig_start is not None or a.slices or g.mode != "whole":
                 continue
-            self.update_gpu(w.node, a.gpu, utilization=0.0, idle_since=g.idle_since or now)
+            idle = g.with_sample(0.0, now)
+            self.update_gpu(
+                w.node,
+                a.gpu,
+                utilization=0.0,
+                idle_since=idle.idle_since,
+                below_since=idle.below_since,
+            )
 
 
 # ----------------------------------------------------------------------------- actions
@@ -606,9 +613,7 @@ def schedule(
     for node in observed.nodes:
         if any(n == node.name for n, _ in busy):
             gpus = [
-                g.model_copy(update={"utilization": BUSY_UTILIZATION, "idle_since": None})
-                if (node.name, g.index) in busy
-                else g
+                g.with_sample(BUSY_UTILIZATION, now) if (node.name, g.index) in busy else g
                 for g in node.gpus
             ]
             node = nodes[node.name].model_copy(update={"gpus": gpus})
