@@ -70,4 +70,6 @@ DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA + "device-plugin.config"
 
 
 def mig_resource(profile: str) -> str:
-    return MIG_RESOURCE_PREFIX + profile
+    """The device plugin's resource for a MIG profile under the `mixed` strategy (`+` of a
+    media-extension profile becomes `.`)."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")

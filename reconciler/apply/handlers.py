@@ -613,6 +613,7 @@ def priority_class(a: ApplyPriorityClass, ctx: Context) -> Outcome:
             "metadata": {"name": a.target, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
             "value": a.value,
             "preemptionPolicy": a.preemption_policy,
+            "globalDefault": a.global_default,
             "description": "managed by gpupool",
         }
     )

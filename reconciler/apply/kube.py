@@ -240,7 +240,9 @@ class KubeOps:
         return (
             None
             if pc is None
-            else PriorityClassInfo(pc.value, pc.preemption_policy or "PreemptLowerPriority")
+            else PriorityClassInfo(
+                pc.value, pc.preemption_policy or "PreemptLowerPriority", bool(pc.global_default)
+            )
         )
 
     def delete_priority_class(self, name: str) -> None:

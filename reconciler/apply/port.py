@@ -65,6 +65,7 @@ class WorkloadInfo:
 class PriorityClassInfo:
     value: int
     preemption_policy: str
+    global_default: bool = False
 
 
 Unset = object()  # `patch_node(unschedulable=...)` left out: not changed

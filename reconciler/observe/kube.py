@@ -412,6 +412,7 @@ def observe_cluster(
             name=c.metadata.name,
             value=c.value,
             preemption_policy=c.preemption_policy or "PreemptLowerPriority",
+            global_default=bool(c.global_default),
         )
         for c in client.SchedulingV1Api(api_client).list_priority_class().items
     ]

@@ -263,6 +263,35 @@ class InferenceService(Obs):
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def pod_owner_kind(self) -> str:
+        """What owns its pods: a Deployment's are owned by its ReplicaSet."""
+        return "ReplicaSet" if self.kind == "Deployment" else self.kind
+
+    def owns(self, w: Workload) -> bool:
+        """`w` is one of this service's pods: owned by the StatefulSet, or by a ReplicaSet of
+        the Deployment, which the deployment controller names `<deployment>-<template hash>`
+        (kubernetes pkg/controller/deployment/sync.go, getNewReplicaSet); the bare name is
+        accepted too (snapshot files and the effect model name it after the service)."""
+        if w.namespace != self.namespace:
+            return False
+        if w.owner_kind != self.pod_owner_kind:
+            return False
+        if self.kind == "StatefulSet":
+            return w.owner_name == self.name
+        return self.name in (
+            w.owner_name,
+            w.owner_name.rsplit("-", 1)[0],
+        )
+
+
+def scale_down_order(w: Workload) -> tuple:
+    """Which pods of a service a scale-down deletes first: unscheduled before scheduled, then
+    the newest (the ReplicaSet controller's ranking, kubernetes pkg/controller/replicaset
+    getPodsToDelete and pkg/controller controller_utils.go ActivePodsWithRanks)."""
+    created = w.created_at.timestamp() if w.created_at else 0.0
+    return (w.phase != "Pending", -created, w.name)
+
 
 class QuotaObject(Obs):
     """A ResourceQuota that exists in the cluster."""
@@ -277,6 +306,10 @@ class PriorityClassObject(Obs):
     name: str
     value: int
     preemption_policy: str = "PreemptLowerPriority"
+    global_default: bool = False
+    """The class the API server gives pods created without a priorityClassName (Kubernetes'
+    Priority admission, plugin/pkg/admission/priority/admission.go: on create only; a pod
+    created while no class is globalDefault keeps priority 0 for good)."""
 
 
 class ObservedState(Obs):

@@ -139,6 +139,8 @@ class Eviction(ActionBase):
 
 class Preempt(Eviction):
     kind: Literal["preempt"] = "preempt"
+    preemptor: str | None = None
+    """The pending demand it makes room for; None when it enforces its team's maxGPUs."""
 
 
 class Reclaim(Eviction):
@@ -184,6 +186,8 @@ class ApplyPriorityClass(ActionBase):
     kind: Literal["priority-class"] = "priority-class"
     value: int
     preemption_policy: Literal["Never", "PreemptLowerPriority"]
+    global_default: bool = False
+    """Given to pods created without a class (PriorityPolicy `defaultClass`)."""
 
 
 Action = Annotated[

@@ -63,13 +63,13 @@ class GpuSlot:
     converted: bool = False  # the plan repartitions this card
     why: str = ""  # the reason for the repartition
     fenced: str = ""  # why nothing may be placed on or done to this card (node unavailable)
-    closed: str = ""  # why no new work is placed here (its partition drifted from the policy)
 
     def __post_init__(self) -> None:
         self.target_mode = self.mode
         self.target_layout = self.layout
         self.target_slices = self.slices
         self.target_instances = list(self.instances)
+
     def idle_since_below(self, percent: float) -> datetime | None:
         """Since when the card's utilization has stayed below `percent` (a policy's
         `utilizationBelow`), read conservatively from the levels the agent publishes
@@ -77,12 +77,10 @@ class GpuSlot:
         since = self.idle_since if isinstance(self.idle_since, datetime) else None
         return idle_since_below(self.below_since, since, percent)
 
-
     @property
     def open(self) -> bool:
-        """New work may be placed here: the node is available and the partition is the
-        policy's (a repartition by this plan reopens a drifted card)."""
-        return not self.fenced and (not self.closed or self.converted)
+        """New work may be placed here: its node is available."""
+        return not self.fenced
 
     def free_instances(self, profile: str) -> list[tuple[str, int]]:
         if not self.open:
@@ -249,11 +247,6 @@ class PoolView:
             g.reserved_by = holder
         for node in sorted({g.node for g in cards}):
             self.touch(node)
-
-    def close(self, g: GpuSlot, why: str) -> None:
-        """No new work on `g` (its partition drifted from the policy): it drains."""
-        g.closed = why
-        self.touch(g.node, released=True)
 
     def unreserve(self, cards: list[GpuSlot]) -> None:
         """Give back cards `reserve` kept (a gang that could not be placed whole)."""

@@ -36,12 +36,15 @@ from fractions import Fraction
 
 from reconciler.conventions import (
     CORDONED_FOR_ANN,
-    GPU_RESOURCE,
     POOL_LABEL,
-    SHARED_RESOURCE,
-    mig_resource,
 )
-from reconciler.observe.model import InferenceService, ObservedState, Request, Workload
+from reconciler.observe.model import (
+    InferenceService,
+    ObservedState,
+    Request,
+    Workload,
+    scale_down_order,
+)
 from reconciler.plan import consistency, placement
 from reconciler.plan.actions import (
     KIND_ORDER,
@@ -75,6 +78,7 @@ from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     desired_priority_classes,
     desired_resource_quotas,
+    quota_use,
 )
 from reconciler.plan.victims import Candidate, order_victims
 from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
@@ -182,6 +186,15 @@ class _Run:
         c = self.pclass(name)
         return c.value if c else 0
 
+    def demand_priority(self, p: Pending) -> int:
+        """The priority kube-scheduler gives `p`. A pod that exists without a class was
+        created while no class was globalDefault and has priority 0 for good (Priority
+        admission stamps the default on create only); a replica not created yet will get
+        the class its template names, or defaultClass (published as globalDefault)."""
+        if p.priority_class is None and p.origin == "pending pod":
+            return 0
+        return self.priority(p.priority_class)
+
     def team(self, namespace: str) -> str | None:
         q = self.desired.quota_for_namespace(namespace)
         return q.team if q else None
@@ -285,8 +298,11 @@ class _Run:
 
     def reclaims(self, p: Pending, pool: str) -> str | None:
         """The team `p` belongs to, when `p` only takes back its own guarantee in `pool`:
-        then work other teams run on borrowed cards may be preempted for it, whatever its
-        priority (the Quota promise; Kueue's reclaimWithinCohort)."""
+        then lower-priority work other teams run on borrowed cards may be preempted for it,
+        whatever the class rules say (the Quota promise; Kueue's reclaimWithinCohort:
+        LowerPriority). Not work of higher priority: nothing holds the recreated victim back,
+        and kube-scheduler binds the higher priority first (Kueue's `Any` needs admission
+        control: the recreated victim would have to stay unadmitted)."""
         q = self.desired.quota_for_namespace(p.namespace)
         if q is None or not p.request.gpus:
             return None
@@ -307,8 +323,9 @@ class _Run:
     ) -> list[Candidate]:
         """Victims for `need` cards among `workloads`, cheapest first, each gang once: those
         the priority rules let `preemptor` displace (class in `classes`, lower priority), and
-        work of teams borrowing beyond their guarantee when `preemptor` reclaims its own."""
-        prio = self.priority(preemptor.priority_class) if preemptor else INF_PRIORITY
+        lower-priority work of teams borrowing beyond their guarantee when `preemptor`
+        reclaims its own."""
+        prio = self.demand_priority(preemptor) if preemptor else INF_PRIORITY
         team = self.reclaims(preemptor, pool) if preemptor else None
         default = self._default_class()
         seen: set[str] = set()
@@ -325,7 +342,7 @@ class _Run:
                 team is not None
                 and self.team(w.namespace) not in (None, team)
                 and self.borrowing(w, pool)
-                and not self.gate(w, budget=False)
+                and not self.gate(w, prio, budget=False)
             )
             if in_rules or reclaim:
                 cands.append(self.candidate(w, pool))
@@ -336,20 +353,32 @@ class _Run:
 
     # -- evictions ---------------------------------------------------------------------
     def evict(
-        self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None = None
+        self,
+        w: Workload,
+        kind: str,
+        reason: str,
+        pool: str | None,
+        target: str | None = None,
+        preemptor: str | None = None,
     ) -> str:
         """checkpoint (grace period) -> evict, for `w` and the rest of its gang; frees their
         GPUs in the working view. Each eviction spends one unit of the hourly budget."""
         first = ""
         for i, m in enumerate(self.gang(w)):
             why = reason if i == 0 else f"{m.key} belongs to the same job as {w.key}: {reason}"
-            aid = self._evict_one(m, kind, why, self.cluster.pool_of(m) or pool, target)
+            aid = self._evict_one(m, kind, why, self.cluster.pool_of(m) or pool, target, preemptor)
             first = first or aid
         self.freed()
         return first
 
     def _evict_one(
-        self, w: Workload, kind: str, reason: str, pool: str | None, target: str | None
+        self,
+        w: Workload,
+        kind: str,
+        reason: str,
+        pool: str | None,
+        target: str | None,
+        preemptor: str | None,
     ) -> str:
         cls = self.pclass(w.priority_class)
         deps: tuple[str, ...] = ()
@@ -387,7 +416,9 @@ class _Run:
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "")
         else:
-            action = Preempt(**fields) if kind == "preempt" else Reclaim(**fields)
+            action = (
+                Preempt(**fields, preemptor=preemptor) if kind == "preempt" else Reclaim(**fields)
+            )
         aid = self.add(action)
         for a in w.allocations:
             self.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
@@ -459,9 +490,8 @@ def plan_state(
     observed_usage = dict(run.team_usage)
     _fences(run)
     _drift(run)
-    pending = _pending(run)
-    scaling, replicas = _scale(run)
-    pending += replicas
+    scaling, replicas, scaled_away = _scale(run)
+    pending = [p for p in _pending(run) if not set(p.members) <= scaled_away] + replicas
     _team_caps(run)
     _idle_reclaim(run)
     pending = _admit(run, pending)
@@ -470,8 +500,8 @@ def plan_state(
         mine = [p for p in pending if p.pool == pv.name]
         # Higher priority first, whatever the kind: a high-priority training run is not
         # squeezed out by lower-priority inference taking the last free cards, nor vice versa.
-        for level in sorted({run.priority(p.priority_class) for p in mine}, reverse=True):
-            batch = [p for p in mine if run.priority(p.priority_class) == level]
+        for level in sorted({run.demand_priority(p) for p in mine}, reverse=True):
+            batch = [p for p in mine if run.demand_priority(p) == level]
             _training(run, pv, [p for p in batch if p.request.kind == "whole"])
             _inference(run, pv, [p for p in batch if p.request.kind in ("mig", "shared")])
         _warm_minimum(run, pv)
@@ -691,7 +721,10 @@ def _policy_shape(pv: PoolView, g: GpuSlot) -> str:
 
 def _drift(run: _Run) -> None:
     """A card whose partition is not the policy's is repartitioned like any other change:
-    at once when empty; while work runs on it, nothing new is placed there (it drains)."""
+    at once when empty. While work runs on it, it stays what it is, to the planner as to
+    kube-scheduler: the device plugin keeps advertising its instances or slices and nothing
+    can close one card to the scheduler (the plugin advertises per node, a cordon stops the
+    whole node), so its free capacity is counted where pods will really land."""
     for pv in run.cluster.pools.values():
         inf = pv.pool.spec.inference
         for g in pv.gpus:
@@ -699,13 +732,17 @@ def _drift(run: _Run) -> None:
             if not why:
                 continue
             if g.holders:
-                pv.close(g, why)
                 run.find(
                     "info",
                     "partition-drift",
                     g.key,
-                    f"{g.key} {why}: nothing new is placed on it; it is repartitioned once "
-                    "its workloads finish",
+                    f"{g.key} {why}: it is repartitioned once its workloads finish; until "
+                    "then kube-scheduler still binds pods to its free "
+                    + (
+                        "slices (time-slicing does not isolate memory)"
+                        if g.mode == "shared"
+                        else "capacity"
+                    ),
                 )
                 continue
             mode, layout = _inference_shape(pv, prefer=g.mode)
@@ -752,13 +789,16 @@ class _ScaleIntent:
     why: str
 
 
-def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending]]:
+def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
     """What each ScalingPolicy asks; a scale-up becomes pending replicas, and the Scale
-    action is emitted after admission, for the replicas admission lets in."""
+    action is emitted after admission, for the replicas admission lets in. A scale-down
+    deletes the service's pending pods first (`scale_down_order`): their keys come back
+    as the third item, demand no longer."""
     # a Deployment and a StatefulSet may share a name: the target names its kind
     services = {(s.kind, s.key): s for s in run.observed.services}
     intents: list[_ScaleIntent] = []
     out: list[Pending] = []
+    gone: set[str] = set()
     for name in sorted(run.desired.scaling):
         pol = run.desired.scaling[name]
         for t in pol.spec.targets:
@@ -775,6 +815,13 @@ def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending]]:
             if want == svc.replicas:
                 continue
             intents.append(_ScaleIntent(svc, name, pol.spec.pool, want, why))
+            if want < svc.replicas:
+                pods = sorted(
+                    (w for w in run.cluster.workloads.values() if svc.owns(w)),
+                    key=scale_down_order,
+                )
+                doomed = pods[: max(0, len(pods) - want)]
+                gone.update(w.key for w in doomed if w.phase == "Pending")
             for i in range(svc.replicas, want):
                 out.append(
                     Pending(
@@ -789,7 +836,7 @@ def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending]]:
                         order=i,
                     )
                 )
-    return intents, out
+    return intents, out, gone
 
 
 def _emit_scales(run: _Run, intents: list[_ScaleIntent], admitted: list[Pending]) -> None:
@@ -880,6 +927,35 @@ def _desired_replicas(
 
 
 def _team_caps(run: _Run) -> None:
+    """A team over its maxGPUs gives back its cheapest preemptible work, but only work its
+    namespace's ResourceQuota keeps out once stopped: the pod's owner creates it again at
+    once, and the API server's quota admission is the only thing that refuses it (nothing in
+    gpupool holds a pod back yet). Work the quota would admit again (MIG and shared slices,
+    which `maxGPUs` does not cap in a ResourceQuota; a team spread over namespaces) is left
+    running: stopping it would only restart it. New demand of the team is held meanwhile."""
+    quotas = desired_resource_quotas(run.desired)
+    use: dict[str, Counter] = {}
+    for w in run.cluster.workloads.values():
+        use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
+    stopped: list[Workload] = []
+
+    def stays_out(w: Workload) -> bool:
+        gang = run.gang(w)
+        after = {ns: Counter(c) for ns, c in use.items()}
+        for m in gang:
+            after[m.namespace].subtract(quota_use(m.request))
+        for m in stopped + gang:
+            if not m.owner_kind:
+                continue  # a pod without an owner is not created again
+            q = run.desired.quota_for_namespace(m.namespace)
+            hard = quotas.get((m.namespace, QUOTA_PREFIX + q.team), {}) if q else {}
+            if not any(
+                res in hard and after[m.namespace][res] + n > int(hard[res])
+                for res, n in quota_use(m.request).items()
+            ):
+                return False
+        return True
+
     for q in sorted(run.desired.quotas.values(), key=lambda q: q.team):
         cap = q.spec.max_gpus
         if cap is None or run.team_usage.get(q.team, 0) <= cap:
@@ -892,7 +968,7 @@ def _team_caps(run: _Run) -> None:
         refused = ""
         while run.team_usage[q.team] > cap:
             excess = float(run.team_usage[q.team] - cap)
-            ok = [w for w in mine if not run.gate(w, budget=False)]
+            ok = [w for w in mine if not run.gate(w, budget=False) and stays_out(w)]
             order = order_victims(
                 [run.candidate(w, run.cluster.pool_of(w)) for w in ok], math.ceil(excess)
             )
@@ -903,13 +979,18 @@ def _team_caps(run: _Run) -> None:
             if refused:
                 break
             used = run.team_usage[q.team]
+            gang = run.gang(w)
             run.evict(
                 w,
                 "preempt",
                 f"team {q.team} uses {float(used):g} GPUs, over its cap of {cap}; "
-                f"{w.key} is the cheapest of its preemptible work",
+                f"{w.key} is the cheapest of its preemptible work its ResourceQuota keeps "
+                "from coming back",
                 run.cluster.pool_of(w),
             )
+            for m in gang:
+                use[m.namespace].subtract(quota_use(m.request))
+            stopped.extend(gang)
         if BUDGET in refused:
             run.find("warning", "budget-spent", q.team, f"over its cap but the {refused}")
         if run.team_usage[q.team] > cap:
@@ -918,7 +999,11 @@ def _team_caps(run: _Run) -> None:
                 "over-cap",
                 q.team,
                 f"still uses {float(run.team_usage[q.team]):g} GPUs, over its cap of {cap}: "
-                + (refused or "the rest is not preemptible yet"),
+                + (
+                    refused
+                    or "the rest is not preemptible yet, or its ResourceQuota would admit it "
+                    "again (the pod's owner recreates it); new demand of the team is held"
+                ),
             )
 
 
@@ -972,24 +1057,6 @@ def _idle_reclaim(run: _Run) -> None:
 # --------------------------------------------------------------------------- admission
 
 
-def _quota_resources(pv: PoolView | None, r: Request) -> dict[str, int]:
-    """The ResourceQuota resources one pod with request `r` counts against."""
-    out: dict[str, int] = {}
-    if r.gpus:
-        out["requests." + GPU_RESOURCE] = r.gpus
-    for prof, n in r.mig.items():
-        model = pv.model if pv else None
-        res = (
-            model.profiles[prof].resource_name
-            if model and prof in model.profiles
-            else mig_resource(prof)
-        )
-        out["requests." + res] = out.get("requests." + res, 0) + n
-    if r.shared_slices:
-        out["requests." + SHARED_RESOURCE] = r.shared_slices
-    return out
-
-
 def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
     """Demand that may be worked for: reachable in its pool, within the team's cap,
     borrowing limit, the other teams' unlent guarantees, the pool's training maximum and,
@@ -998,7 +1065,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
     pending = sorted(
         pending,
         key=lambda p: (
-            -run.priority(p.priority_class),
+            -run.demand_priority(p),
             p.created or run.now,
             p.key.split("#")[0],
             p.order,
@@ -1009,7 +1076,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
     ns_use: dict[str, Counter] = {}
     for w in run.cluster.workloads.values():
         pv = run.pool_view(run.cluster.pool_of(w))
-        ns_use.setdefault(w.namespace, Counter()).update(_quota_resources(pv, w.request))
+        ns_use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
     training_whole: Counter = Counter()
     for (_, pool), n in run.running_whole.items():
         training_whole[pool] += n
@@ -1048,7 +1115,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
         if p.request.gpus:
             training_whole[pool] += pods * p.request.gpus
         if p.origin != "pending pod":
-            ns_use.setdefault(p.namespace, Counter()).update(_quota_resources(pv, p.request))
+            ns_use.setdefault(p.namespace, Counter()).update(quota_use(p.request))
         out.append(p)
     return out
 
@@ -1076,7 +1143,7 @@ def _held(
     team = q.team
     if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
         hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
-        for res, n in sorted(_quota_resources(pv, r).items()):
+        for res, n in sorted(quota_use(r).items()):
             if res in hard and ns_use.get(p.namespace, Counter())[res] + n > int(hard[res]):
                 return "held-quota", (
                     f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "
@@ -1299,6 +1366,7 @@ def _free_cards(
             "preempt",
             f"{why}; {w.key} ({w.priority_class}) is the cheapest preemptible victim",
             pv.name,
+            preemptor=preemptor.key,
         )
         chosen.extend(s for s in slots if s.free_whole and s not in chosen)
     return chosen[:n]
@@ -1654,6 +1722,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
                 )
                 + f" and no node has {n} free whole cards for it",
                 pv.name,
+                preemptor=p.key,
             )
     return _place_gang(run, pv, p)
 
@@ -1674,7 +1743,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
     n = p.request.gpus
     if len(p.members) != 1 or pv.total_free_whole() < n:
         return False
-    prio = run.priority(p.priority_class)
+    prio = run.demand_priority(p)
     by_node = pv.by_node()
     moves = min(rule.max_migrations_per_cycle, n, max(run.budget_left, 0))
     if moves == 0:
@@ -1787,20 +1856,37 @@ def _objects(run: _Run) -> None:
             )
         )
     classes = {c.name: c for c in run.observed.priority_classes}
-    for name, (value, policy) in desired_priority_classes(run.desired).items():
+    wanted = desired_priority_classes(run.desired)
+    # The API server admits one globalDefault class (plugin/pkg/admission/priority): another
+    # one, not the policy's, keeps that role and the policy's default is published without it.
+    other = sorted(c.name for c in classes.values() if c.global_default and c.name not in wanted)
+    for name, want in wanted.items():
+        if want.global_default and other:
+            want = want.model_copy(update={"global_default": False})
+            run.find(
+                "warning",
+                "default-class-taken",
+                name,
+                f"PriorityClass {other[0]} is the cluster's globalDefault: pods created without "
+                f"a class get its priority, not defaultClass {name}'s",
+            )
         cur = classes.get(name)
-        if cur is not None and cur.value == value and cur.preemption_policy == policy:
+        if cur is not None and cur.model_dump(exclude={"name"}) == want.model_dump(
+            exclude={"name"}
+        ):
             continue
+        default = ", the default for pods that name none" if want.global_default else ""
         run.add(
             ApplyPriorityClass(
                 id=f"priority-class:{name}",
                 target=name,
                 reason=(
                     f"{'create' if cur is None else 'update'} PriorityClass {name} "
-                    f"(value {value}, preemptionPolicy {policy})"
+                    f"(value {want.value}, preemptionPolicy {want.preemption_policy}{default})"
                 ),
-                value=value,
-                preemption_policy=policy,
+                value=want.value,
+                preemption_policy=want.preemption_policy,
+                global_default=want.global_default,
             )
         )
     for pv in run.cluster.pools.values():

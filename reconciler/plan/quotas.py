@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
+from reconciler.observe.model import PriorityClassObject, Request
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -32,6 +33,19 @@ def _adder(hard: dict[str, int], unlimited: set[str]):
     return add
 
 
+def quota_use(r: Request) -> dict[str, int]:
+    """What one pod with request `r` counts against a ResourceQuota (`requests.<resource>`)."""
+    use: dict[str, int] = {}
+    if r.gpus:
+        use["requests." + GPU_RESOURCE] = r.gpus
+    for prof, n in sorted(r.mig.items()):
+        key = "requests." + mig_resource(prof)
+        use[key] = use.get(key, 0) + n
+    if r.shared_slices:
+        use["requests." + SHARED_RESOURCE] = r.shared_slices
+    return use
+
+
 def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict[str, str]]:
     """(namespace, name) -> spec.hard, for every namespace a Quota governs."""
     out: dict[tuple[str, str], dict[str, str]] = {}
@@ -43,19 +57,13 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
 
         for pq in q.spec.pools:
             pool = desired.pools.get(pq.pool)
-            model = desired.gpu_model(pool) if pool else None
             if pq.whole.guaranteed or pq.whole.borrowing_limit:
                 add(
                     "requests." + GPU_RESOURCE,
                     _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap),
                 )
             for prof, a in sorted(pq.mig.items()):
-                res = (
-                    model.profiles[prof].resource_name
-                    if model and prof in model.profiles
-                    else mig_resource(prof)
-                )
-                add(f"requests.{res}", _limit(a.guaranteed, a.borrowing_limit, None))
+                add(f"requests.{mig_resource(prof)}", _limit(a.guaranteed, a.borrowing_limit, None))
             sh = pool.spec.inference.shared if pool else None
             if pq.shared_memory is not None and sh is not None:
                 per = quantity_bytes(sh.memory_per_slice)
@@ -73,12 +81,17 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
     return out
 
 
-def desired_priority_classes(desired: DesiredState) -> dict[str, tuple[int, str]]:
-    """name -> (value, preemptionPolicy). gpupool decides preemption itself, so the
-    scheduler's own preemption is off (`Never`): it must not evict behind the plan's back."""
+def desired_priority_classes(desired: DesiredState) -> dict[str, PriorityClassObject]:
+    """The PriorityClasses the policy implies, by name. gpupool decides preemption itself, so
+    the scheduler's own preemption is off (`Never`): it must not evict behind the plan's back.
+    `defaultClass` is the `globalDefault` class: the API server stamps it on pods created
+    without a class, so kube-scheduler and the planner see the same priority for them."""
     if desired.priority is None:
         return {}
+    default = desired.priority.spec.default_class
     return {
-        c.name: (c.value, "Never")
+        c.name: PriorityClassObject(
+            name=c.name, value=c.value, preemption_policy="Never", global_default=c.name == default
+        )
         for c in sorted(desired.priority.spec.classes, key=lambda c: c.name)
     }

@@ -37,7 +37,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The device plugin's resource under the `mixed` strategy (`+` becomes `.`)."""
-        return mig_resource(self.name.replace("+", "."))
+        return mig_resource(self.name)
 
 
 MigModeChange = Literal["node", "card"]

@@ -219,7 +219,11 @@ NOTES: dict[str, str] = {
         "How much more memory the team may borrow from idle slices (none: no limit)."
     ),
     "PriorityPolicySpec.classes": "The priority classes, each a Kubernetes PriorityClass.",
-    "PriorityPolicySpec.defaultClass": "Class of workloads that name none.",
+    "PriorityPolicySpec.defaultClass": (
+        "Class of pods that name none: published as the cluster's `globalDefault` "
+        "PriorityClass, which the API server stamps on pods created without a class "
+        "(a pod created before keeps priority 0)."
+    ),
     "PriorityPolicySpec.preemption": "When and how gpupool preempts.",
     "PriorityClassSpec.value": (
         "Higher runs first; a victim must have a lower value than its preemptor."

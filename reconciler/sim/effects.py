@@ -26,7 +26,8 @@ re-reads and skips):
   is gone for good. Move's `to_node` is not honoured: the scheduler places the new pod.
   ResourceQuota admission applies to every pod an owner creates (here and on scale-up): a
   pod the namespace's quota objects have no room for is not created (the owner's retries
-  are not modelled: it is gone from the snapshot).
+  are not modelled: it is gone from the snapshot). Priority admission too: a pod created
+  without a class gets the globalDefault PriorityClass, if one exists.
 * MigReconfigure / SetSharing: the node's cards take the layout (instances where
   `catalog.place` puts them), the shared slices, or whole; only on a cordoned node, and only
   when no card that changes has a running holder. A repartition under a running pod would
@@ -34,8 +35,9 @@ re-reads and skips):
   and records nothing; the multi-cycle invariants catch a plan that asks for it.
 * Scale: `replicas`, `last_scale_at = now`; the service's pods are made to match: new
   replicas are Pending pods (`<service>-<n>`, numbered on), a scale-down removes pending pods
-  first, then the highest-numbered ones.
-* ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes.
+  first, then the newest (`scale_down_order`).
+* ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes (a
+  second globalDefault class is refused, as the API server does).
 
 Telemetry: a whole card a pod leaves is idle from then on (utilization 0, `idle_since` kept
 if it was idle already, else now); a whole card a pod is bound to is busy (a started pod is
@@ -68,6 +70,7 @@ from reconciler.observe.model import (
     PriorityClassObject,
     QuotaObject,
     Workload,
+    scale_down_order,
 )
 from reconciler.plan.actions import (
     ApplyPriorityClass,
@@ -83,6 +86,7 @@ from reconciler.plan.actions import (
 )
 from reconciler.plan.cluster import node_pool_name as node_pool
 from reconciler.plan.model import Plan
+from reconciler.plan.quotas import quota_use
 from reconciler.policy.state import DesiredState
 
 BUSY_UTILIZATION = 50.0
@@ -218,15 +222,14 @@ def recreated(desired: DesiredState, w: Workload, node: Node | None, now: dateti
     )
 
 
-def quota_use(w: Workload) -> dict[str, int]:
-    """What a pod counts against a ResourceQuota (`requests.<resource>`)."""
-    r = w.request
-    use = {f"requests.{_mig_resource(p.replace('+', '.'))}": n for p, n in r.mig.items()}
-    if r.gpus:
-        use[f"requests.{GPU_RESOURCE}"] = r.gpus
-    if r.shared_slices:
-        use[f"requests.{SHARED_RESOURCE}"] = r.shared_slices
-    return use
+def with_default_class(classes: Iterable[PriorityClassObject], w: Workload) -> Workload:
+    """A pod as the API server creates it: without a priorityClassName it gets the
+    globalDefault class, if one exists (Priority admission, on create only: kubernetes
+    plugin/pkg/admission/priority/admission.go); otherwise it keeps none (priority 0)."""
+    if w.priority_class:
+        return w
+    default = next((c.name for c in classes if c.global_default), None)
+    return w.model_copy(update={"priority_class": default}) if default else w
 
 
 def admitted(quotas: Iterable[QuotaObject], workloads: Iterable[Workload], w: Workload) -> bool:
@@ -238,10 +241,10 @@ def admitted(quotas: Iterable[QuotaObject], workloads: Iterable[Workload], w: Wo
     used: dict[str, int] = {}
     for other in workloads:
         if other.namespace == w.namespace and other.key != w.key:
-            for k, v in quota_use(other).items():
+            for k, v in quota_use(other.request).items():
                 used[k] = used.get(k, 0) + v
     for q in mine:
-        for k, v in quota_use(w).items():
+        for k, v in quota_use(w.request).items():
             hard = q.hard.get(k)
             if hard is not None and hard.isdigit() and used.get(k, 0) + v > int(hard):
                 return False
@@ -254,7 +257,9 @@ def _evict(world: _World, a: Eviction, now: datetime) -> None:
         return  # gone, or already evicted: the handler reports "pod is gone"
     w = world.workloads[i]
     world.leave_cards(w, now)
-    again = recreated(world.desired, w, world.nodes.get(w.node or ""), now)
+    again = with_default_class(
+        world.priority_classes, recreated(world.desired, w, world.nodes.get(w.node or ""), now)
+    )
     if w.owner_kind and admitted(world.quotas, world.workloads, again):
         world.workloads[i] = again
     else:
@@ -338,18 +343,6 @@ def _number(w: Workload) -> int:
     return int(m.group(1)) if m else -1
 
 
-def pods_of(workloads: Iterable[Workload], svc: InferenceService) -> list[Workload]:
-    """The pods of an inference service (owner: the service, or its ReplicaSet by the
-    builders' convention of naming it after the service)."""
-    return [
-        w
-        for w in workloads
-        if w.namespace == svc.namespace
-        and w.owner_name == svc.name
-        and w.owner_kind in (svc.kind, "ReplicaSet")
-    ]
-
-
 def _scale(world: _World, a: Scale, now: datetime) -> None:
     i = world.service_at(a.target)
     if i is None or world.services[i].kind != a.workload_kind:
@@ -361,9 +354,9 @@ def _scale(world: _World, a: Scale, now: datetime) -> None:
         return  # "replicas changed since the plan": skipped
     svc = svc.model_copy(update={"replicas": a.to_replicas, "last_scale_at": now})
     world.services[i] = svc
-    pods = pods_of(world.workloads, svc)
+    pods = [w for w in world.workloads if svc.owns(w)]
     if len(pods) > svc.replicas:
-        doomed = sorted(pods, key=lambda w: (w.phase != "Pending", -_number(w), w.name))
+        doomed = sorted(pods, key=scale_down_order)
         gone = {w.key for w in doomed[: len(pods) - svc.replicas]}
         for w in world.workloads:
             if w.key in gone and w.phase == "Running":
@@ -382,9 +375,10 @@ def _scale(world: _World, a: Scale, now: datetime) -> None:
             request=svc.replica_request,
             pool=svc.pool,
             created_at=now,
-            owner_kind=svc.kind,
+            owner_kind=svc.pod_owner_kind,
             owner_name=svc.name,
         )
+        pod = with_default_class(world.priority_classes, pod)
         if admitted(world.quotas, world.workloads, pod):
             world.workloads.append(pod)
         n += 1
@@ -401,7 +395,16 @@ def _quota(world: _World, a: ApplyQuota, now: datetime) -> None:
 
 
 def _priority_class(world: _World, a: ApplyPriorityClass, now: datetime) -> None:
-    pc = PriorityClassObject(name=a.target, value=a.value, preemption_policy=a.preemption_policy)
+    if a.global_default and any(
+        o.global_default and o.name != a.target for o in world.priority_classes
+    ):
+        return  # the API server admits one globalDefault class: refused
+    pc = PriorityClassObject(
+        name=a.target,
+        value=a.value,
+        preemption_policy=a.preemption_policy,
+        global_default=a.global_default,
+    )
     at = next((i for i, o in enumerate(world.priority_classes) if o.name == a.target), None)
     if at is None:
         world.priority_classes.append(pc)

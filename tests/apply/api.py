@@ -135,6 +135,7 @@ class ApiWorld:
                         "metadata": {"name": self.pc(s.name)},
                         "value": s.value,
                         "preemptionPolicy": s.preemption_policy,
+                        "globalDefault": s.global_default,
                     }
                 )
             else:  # pragma: no cover

@@ -249,11 +249,17 @@ class MemoryCluster:
         self.config_maps[(namespace, name)] = _Versioned({"data": dict(data)}, self._next_rv())
 
     def add_priority_class(
-        self, name: str, *, value: int, preemption_policy: str = "PreemptLowerPriority"
+        self,
+        name: str,
+        *,
+        value: int,
+        preemption_policy: str = "PreemptLowerPriority",
+        global_default: bool = False,
     ) -> None:
         self.priority_classes[name] = {
             "value": value,
             "preemptionPolicy": preemption_policy,
+            "globalDefault": global_default,
             "labels": {},
         }
 
@@ -461,9 +467,23 @@ class MemoryCluster:
                                 f'PriorityClass.scheduling.k8s.io "{md["name"]}" is invalid: '
                                 f"{fld}: Forbidden: may not be changed in an update.",
                             )
+                # one globalDefault class: kubernetes plugin/pkg/admission/priority/admission.go
+                taken = [
+                    n
+                    for n, pc in self.priority_classes.items()
+                    if pc.get("globalDefault") and n != md["name"]
+                ]
+                if body.get("globalDefault") and taken:
+                    raise ApiError(
+                        403,
+                        "Forbidden",
+                        f"PriorityClass {taken[0]} is already marked as default. "
+                        "Only one default can exist",
+                    )
                 self.priority_classes[md["name"]] = {
                     "value": body["value"],
                     "preemptionPolicy": policy,
+                    "globalDefault": bool(body.get("globalDefault")),
                     "labels": dict(md.get("labels") or {}),
                 }
             else:
@@ -475,7 +495,11 @@ class MemoryCluster:
     def read_priority_class(self, name: str) -> PriorityClassInfo | None:
         def read() -> PriorityClassInfo | None:
             pc = self.priority_classes.get(name)
-            return None if pc is None else PriorityClassInfo(pc["value"], pc["preemptionPolicy"])
+            return (
+                None
+                if pc is None
+                else PriorityClassInfo(pc["value"], pc["preemptionPolicy"], pc["globalDefault"])
+            )
 
         return self._run("read_priority_class", read, name=name)
 

@@ -95,6 +95,7 @@ class PriorityClass:
     name: str
     value: int
     preemption_policy: str = "PreemptLowerPriority"
+    global_default: bool = False
 
 
 Seed = Node | NodeState | Pod | Workload | ConfigMap | PriorityClass
@@ -280,7 +281,12 @@ def seed_memory(row: Row) -> MemoryCluster:
         elif isinstance(s, ConfigMap):
             c.add_config_map(NS, s.name, dict(s.data))
         elif isinstance(s, PriorityClass):
-            c.add_priority_class(s.name, value=s.value, preemption_policy=s.preemption_policy)
+            c.add_priority_class(
+                s.name,
+                value=s.value,
+                preemption_policy=s.preemption_policy,
+                global_default=s.global_default,
+            )
         else:  # pragma: no cover
             raise TypeError(s)
     return c

@@ -195,6 +195,8 @@ PC = ApplyPriorityClass(
     preemption_policy="PreemptLowerPriority",
 )
 
+PC_DEFAULT = PC.model_copy(update={"global_default": True})
+
 GRACE_BY_ID = {CHECKPOINT.id: float(GRACE)}
 
 # ---------------------------------------------------------------------- states
@@ -408,10 +410,11 @@ def quota_applied(p: Probe) -> None:
     assert q["hard"] == {"requests.nvidia.com/gpu": "8"}
 
 
-def priority_class_is(value: int, policy: str = "PreemptLowerPriority"):
+def priority_class_is(value: int, policy: str = "PreemptLowerPriority", default: bool = False):
     def check(p: Probe) -> None:
         pc = p.priority_class(PC.target)
         assert pc is not None and (pc.value, pc.preemption_policy) == (value, policy)
+        assert pc.global_default == default
 
     return check
 
@@ -1307,6 +1310,23 @@ PRIORITY_CLASS_ROWS = [
         "applied",
         ("delete_priority_class", "server_side_apply"),
         check=priority_class_is(1000),
+    ),
+    Row(
+        "priority-class/global-default",
+        PC_DEFAULT,
+        (),
+        "done",
+        "applied",
+        ("server_side_apply",),
+        check=priority_class_is(1000, default=True),
+    ),
+    Row(
+        # the API server admits one globalDefault class (Priority admission): 403
+        "priority-class/global-default-taken",
+        PC_DEFAULT,
+        (PriorityClass("gpupool-site-default", 5, global_default=True),),
+        "error",
+        "403",
     ),
 ]
 

@@ -102,6 +102,8 @@ API_ROWS = [
     "priority-class/same",
     "priority-class/value-changed",
     "priority-class/policy-changed",
+    "priority-class/global-default",
+    "priority-class/global-default-taken",
 ]
 assert not [i for i in API_ROWS if ROWS[i].fail], (
     "injected errors are MemoryCluster's; the server has none"

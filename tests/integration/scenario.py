@@ -21,11 +21,14 @@ TEXT = desired_text(train_min=0).replace("A100-SXM4-80GB", "H100-SXM5-80GB").rep
 
 def seed_priority_classes(kube, text: str = TEXT) -> None:
     """The PriorityClasses a converged cluster has (pods need them to be admitted)."""
-    for name, (value, policy) in desired_priority_classes(
-        load([SourceFile("d.yaml", text)])
-    ).items():
+    for pc in desired_priority_classes(load([SourceFile("d.yaml", text)])).values():
         kube.scheduling.create_priority_class(
-            {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+            {
+                "metadata": {"name": pc.name},
+                "value": pc.value,
+                "preemptionPolicy": pc.preemption_policy,
+                "globalDefault": pc.global_default,
+            }
         )
 
 

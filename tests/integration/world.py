@@ -325,7 +325,7 @@ class World:
         if name not in self.namespaces:
             self.namespaces.append(name)
 
-    def settle(self, timeout: float = 10.0) -> None:
+    def settle(self, timeout: float = 30.0) -> None:  # 10 s was too short on 2 busy cores
         """Let the scheduler and the kubelets catch up: every pod bound to a node has been
         admitted (Running/Failed), every unbound pod has been looked at by the scheduler, no pod
         is waiting out its deletion; then the node stand-ins publish who holds which device."""

@@ -37,7 +37,6 @@ from reconciler.observe.model import (
     InferenceService,
     Node,
     ObservedState,
-    PriorityClassObject,
     QuotaObject,
     Request,
     Taint,
@@ -597,7 +596,7 @@ def _services(
                 request=req,
                 pool=t.pool,
                 created_at=NOW - minutes(5),
-                owner_kind=t.kind,
+                owner_kind="ReplicaSet" if t.kind == "Deployment" else t.kind,
                 owner_name=t.name,
             )
             spot = _take(req, t.pool, free)
@@ -695,10 +694,7 @@ def _objects(draw, desired: DesiredState) -> dict:
         QuotaObject(namespace=ns, name=n, hard=h, managed_by="gpupool")
         for (ns, n), h in desired_resource_quotas(desired).items()
     ]
-    classes = [
-        PriorityClassObject(name=n, value=v, preemption_policy=p)
-        for n, (v, p) in desired_priority_classes(desired).items()
-    ]
+    classes = [*desired_priority_classes(desired).values()]
     if mode == "stale":
         quotas = quotas[1:]
         classes = [c.model_copy(update={"value": c.value + 1}) for c in classes[:1]] + classes[1:]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
-from reconciler.observe.model import InferenceService, PriorityClassObject, QuotaObject, Request
+from reconciler.observe.model import InferenceService, QuotaObject, Request
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -138,10 +138,7 @@ def _objects(text: str) -> dict:
             QuotaObject(namespace=ns, name=n, hard=h)
             for (ns, n), h in desired_resource_quotas(d).items()
         ],
-        "priority_classes": [
-            PriorityClassObject(name=n, value=v, preemption_policy=p)
-            for n, (v, p) in desired_priority_classes(d).items()
-        ],
+        "priority_classes": [*desired_priority_classes(d).values()],
     }
 
 

@@ -17,8 +17,9 @@ pending pods, the clock moves on by the case's period: 30 s, 1 min or 5 min). Th
     class, or none without a defaultClass: never), that has run minRuntime unless spot, and
     keeps the evictions of the rolling hour (`recent_preemptions`, where the effect model
     records every eviction) within budgetPerHour;
-(d') a Preempt's victim has a strictly lower priority than something pending (a pending pod,
-    or a replica the same plan scales up);
+(d') a Preempt's victim has a strictly lower priority than the demand it names as its
+    preemptor (a pending pod, whose priority without a class is 0 as kube-scheduler gives it,
+    or a replica the same plan scales up); a Preempt naming none enforces a team's cap;
 (e) the plans settle: on a stable input (the same case with cycles an hour apart, so no
     cooldown, minRuntime, idleFor or budget wait is pending after a cycle), no plan of cycles
     SETTLED + 1 .. CYCLES cordons, evicts, repartitions or scales: only actions that wait
@@ -48,7 +49,6 @@ from reconciler.observe.builders import gpu, mig_pod, node, shared_pod, snapshot
 from reconciler.observe.model import (
     InferenceService,
     ObservedState,
-    PriorityClassObject,
     QuotaObject,
     Request,
     Taint,
@@ -273,9 +273,16 @@ def in_hour(times: list[datetime], now: datetime) -> int:
 
 
 def priority_faults(desired: DesiredState, before: ObservedState, p: Plan) -> list[str]:
-    """Preemptions whose victim does not have a lower priority than some pending demand (a
-    pending pod, or a replica the same plan scales up)."""
-    pending = [_value(desired, w.priority_class) for w in before.workloads if w.phase == "Pending"]
+    """Preemptions whose victim does not have a lower priority than the pending demand it
+    names (a pending pod, or a replica the same plan scales up; a pod without a class has
+    priority 0, as kube-scheduler gives it), or than any pending demand when it names none.
+    A preemption that names none enforces a team's cap and must say so."""
+    pending_at = {
+        w.key: _value(desired, w.priority_class) if w.priority_class else 0
+        for w in before.workloads
+        if w.phase == "Pending"
+    }
+    pending = list(pending_at.values())
     services = {s.key: s for s in before.services}
     pending += [
         _value(desired, services[a.target].priority_class)
@@ -289,7 +296,16 @@ def priority_faults(desired: DesiredState, before: ObservedState, p: Plan) -> li
         if not isinstance(a, Preempt) or w is None:
             continue
         value = _value(desired, w.priority_class)
-        if not any(v > value for v in pending):
+        if a.preemptor is None:
+            if "over its cap" not in a.reason:
+                out.append(f"{a.id}: names no preemptor and enforces no cap ({a.reason})")
+            continue
+        if a.preemptor in pending_at and pending_at[a.preemptor] <= value:
+            out.append(
+                f"{a.id}: victim priority {value} ({w.priority_class}) is not lower than "
+                f"its preemptor {a.preemptor}'s {pending_at[a.preemptor]} ({a.reason})"
+            )
+        elif not any(v > value for v in pending):
             out.append(
                 f"{a.id}: victim priority {value} ({w.priority_class}); nothing pending is "
                 f"higher (pending: {sorted(set(pending), reverse=True)}; reason: {a.reason})"
@@ -481,18 +497,8 @@ def cycles_property(name: str, examples: int = EXAMPLES, xfail: str | None = Non
 test_no_crash_and_no_overcommit = cycles_property("crash/over-commit")
 test_no_action_is_undone = cycles_property("undone")
 test_evictions_follow_the_rules = cycles_property("evictions")
-test_preemptions_serve_higher_priority_demand = cycles_property(
-    "preempt-priority",
-    xfail="preemptions with nothing pending of higher priority: a team over maxGPUs preempts "
-    "its own work (planner step 2), a team reclaiming its guarantee preempts higher-priority "
-    "work of a borrowing team; the issue's rule or the planner must give",
-)
-test_plans_settle = cycles_property(
-    "unsettled",
-    xfail="preemption loops: a team over maxGPUs through pods its ResourceQuota does not "
-    "limit, a pod without priorityClassName (defaultClass for the planner, 0 for "
-    "kube-scheduler), a team reclaiming its guarantee from higher-priority work",
-)
+test_preemptions_serve_higher_priority_demand = cycles_property("preempt-priority")
+test_plans_settle = cycles_property("unsettled")
 test_plans_ignore_list_order = cycles_property("order")
 
 
@@ -670,7 +676,12 @@ def test_scale_adds_pending_replicas_and_removes_pending_ones_first():
         priority_class="high",
         pool="a100",
     )
-    pods = [shared_pod("t", f"chat-{i}", "a100-1", 1, started=_ago(60)) for i in range(2)]
+    pods = [
+        shared_pod("t", f"chat-{i}", "a100-1", 1, started=_ago(60)).model_copy(
+            update={"created_at": _ago(90 - i)}
+        )
+        for i in range(2)
+    ]
     s = snapshot(T0, [n], pods, services=[svc])
 
     def scale(a: int, b: int) -> Scale:
@@ -692,7 +703,7 @@ def test_scale_adds_pending_replicas_and_removes_pending_ones_first():
         ("chat-3", "chat", "a100", T0),
     ]
     down = apply_plan(desired, up, _plan(scale(4, 1)), now=T0)
-    assert [w.name for w in down.workloads] == ["chat-0"]
+    assert [w.name for w in down.workloads] == ["chat-0"]  # pending first, then the newest
     # replicas changed since the plan: skipped, as the handler does
     assert apply_plan(desired, s, _plan(scale(3, 4)), now=T0) == s
 
@@ -754,7 +765,7 @@ def test_generated_yaml_is_what_the_loader_reads(case):
 
 
 # ----------------------------------------------------------------------------- reproducers
-# The planner failures the properties found, each at its smallest: strict xfails until fixed.
+# The planner failures the properties found, each at its smallest (all fixed; kept as tests).
 ONE_POOL = """\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
@@ -780,10 +791,7 @@ def _run(text: str, nodes, work, period: timedelta = SETTLE_PERIOD, **kw) -> Tra
             QuotaObject(namespace=ns, name=n, hard=h, managed_by="gpupool")
             for (ns, n), h in desired_resource_quotas(desired).items()
         ],
-        "priority_classes": [
-            PriorityClassObject(name=n, value=v, preemption_policy=p)
-            for n, (v, p) in desired_priority_classes(desired).items()
-        ],
+        "priority_classes": [*desired_priority_classes(desired).values()],
     }
     return simulate(desired, snapshot(T0, nodes, work, **objects, **kw), period)
 
@@ -792,12 +800,6 @@ def _owned(w: Workload, owner: str) -> Workload:
     return w.model_copy(update={"owner_kind": "ReplicaSet", "owner_name": owner})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 11: a team over maxGPUs through MIG/shared pods its ResourceQuota does not "
-    "limit is preempted, recreated, rescheduled and preempted again, every hour for good",
-)
 def test_cap_is_not_enforced_by_preempting_what_kube_schedules_again():
     text = ONE_POOL.format(
         inference=f"mig: {{layouts: [{{name: balanced, profiles: {BALANCED}}}]}}",
@@ -810,13 +812,6 @@ def test_cap_is_not_enforced_by_preempting_what_kube_schedules_again():
     assert unsettled(_run(text, nodes, [pod])) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 11: a pending pod without priorityClassName preempts as defaultClass, but "
-    "kube-scheduler gives it priority 0 (no globalDefault PriorityClass): the recreated "
-    "victim takes the cards back, and it is preempted again every cycle",
-)
 def test_a_pod_without_a_class_does_not_preempt_in_a_loop():
     text = ONE_POOL.format(
         inference="",
@@ -831,12 +826,6 @@ def test_a_pod_without_a_class_does_not_preempt_in_a_loop():
     assert unsettled(_run(text, [node("a100-1", "a100", A100, count=2)], work)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 11: a team reclaiming its guarantee preempts higher-priority work of a "
-    "borrowing team; kube-scheduler binds the recreated victim first, every cycle",
-)
 def test_reclaiming_a_guarantee_does_not_preempt_in_a_loop():
     text = ONE_POOL.format(
         inference="", priority="  classes: [{name: high, value: 50000}, {name: low, value: 1000}]\n"
@@ -851,13 +840,6 @@ def test_reclaiming_a_guarantee_does_not_preempt_in_a_loop():
     assert unsettled(_run(text, [node("a100-1", "a100", A100, count=2)], work)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 11: pending replicas of a service the same plan scales down (the "
-    "ReplicaSet deletes pending pods first) still count as demand: cards are repartitioned "
-    "for them and given back next cycle",
-)
 def test_scale_down_takes_its_pending_replicas_out_of_demand():
     text = ONE_POOL.format(
         inference="shared: {slicesPerGPU: 2, memoryPerSlice: 40Gi}",
@@ -892,13 +874,6 @@ spec:
     assert undone(trace) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 11: a shared card with another slice count than the policy's is closed to "
-    "the planner, not to kube-scheduler: a new shared card is made for a pod that lands on "
-    "the old one, stays empty and is made whole again next cycle",
-)
 def test_a_drifted_shared_card_is_not_duplicated():
     text = ONE_POOL.format(
         inference="shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}",

@@ -427,9 +427,11 @@ CAP_ROWS = [
             ),
         ],
         {"gpus2": [gpu(i, mig=BAL if i == 1 else None, model=A100) for i in range(8)]},
-        evicted("preempt", "team-a/low"),
         set(),
-        id="mig-share-counts-toward-cap",
+        {("over-cap", "team-a")},
+        # 8.43 card-equivalents with the MIG share, but the ResourceQuota caps whole cards
+        # (8, 8 in use): a preempted `low` would be admitted and bound again at once
+        id="mig-share-counts-toward-cap-but-the-quota-would-readmit",
     ),
     pytest.param(
         [job("team-a", "big", "a100-1", 8, HIGH), job("team-a", "more", "a100-2", [0, 1], HIGH)],
