@@ -22,6 +22,7 @@ does not come into it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -110,7 +111,9 @@ def _cards_without_work(sim, cards: list[int]) -> None:
     """The pod holds these cards but runs nothing on them (a notebook whose kernel stopped):
     no compute process, 0% utilization, which is what the node agent calls idle."""
     for i in cards:
-        sim.gpus.nvml.devices[i].processes = []
+        dev = sim.gpus.nvml.devices[i]
+        dev.processes = []
+        dev.spec = dataclasses.replace(dev.spec, utilization=0)
     sim.publish()
 
 

@@ -16,6 +16,7 @@ internal/rm/device_map.go builds replicas as AnnotatedID `uuid::n`).
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
 
@@ -23,6 +24,9 @@ import pynvml
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
+
+BUSY_UTILIZATION = 90
+"""Percent a card with a running container reports in the stand-in."""
 
 
 class Unschedulable(Exception):
@@ -148,6 +152,11 @@ class SimulatedGpuNode:
             dev.processes.append(proc)
         else:
             dev.processes = [p for p in dev.processes if p.pid != pid]
+        # a started container computes on its card; the last one gone leaves it at 0%
+        # (idle is judged by utilization, processes or not: `Gpu.below_since`)
+        dev.spec = dataclasses.replace(
+            dev.spec, utilization=BUSY_UTILIZATION if dev.processes else 0
+        )
 
     # ------------------------------------------------------------------ mig-parted's apply
     def clear_mig(self, index: int) -> None:
