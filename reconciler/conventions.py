@@ -49,14 +49,15 @@ RECONFIGURE_SINCE_ANN = PREFIX + "reconfigure-since"
 PARTITION_ANN = PREFIX + "partition"
 MIG_CONFIG_WRITTEN_ANN = PREFIX + "mig-config-written"
 """`<config name>@<time>`: when apply first saw that config in mig-manager's ConfigMap."""
-SHARED_SLICES_ANN = PREFIX + "shared-slices"
-
+SHARING_CONFIG_WRITTEN_ANN = PREFIX + "sharing-config-written"
+"""`<config name>@<time>`: when apply first saw that config in the device plugin's ConfigMap."""
 # ---------------------------------------------------------------- NVIDIA's names
 NVIDIA = "nvidia.com/"
 GPU_RESOURCE = NVIDIA + "gpu"
 """Whole cards, as the device plugin advertises them."""
 SHARED_RESOURCE = NVIDIA + "gpu.shared"
-"""Time-sliced replicas with `renameByDefault: true` in the device plugin's sharing config."""
+"""Time-sliced (or MPS) replicas with `renameByDefault: true` in the device plugin's sharing
+config: `replicas` per card not in MIG mode, on every such card of the node."""
 MIG_RESOURCE_PREFIX = NVIDIA + "mig-"
 """`nvidia.com/mig-<profile>` per MIG profile (the device plugin's mixed strategy)."""
 PRODUCT_LABEL = NVIDIA + "gpu.product"

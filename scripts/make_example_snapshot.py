@@ -3,8 +3,10 @@
 Deterministic; rerun after changing the story below. The story (2026-12-02 14:00 UTC):
 - a100: node 1 serves search on 4 MIG cards; vision trains on 4 whole cards; llm-research runs
   low-priority 8-card fine-tunes; spot jobs soak up cards; one fine-tune has sat idle for 2h.
-- h100: assistant's chat-llm runs on 2 shared cards and its queue is long (scale-up due);
-  llm-research runs high-priority pre-training; a new 8-card run is pending.
+- h100: assistant's chat-llm runs on h100-01, whose two plain cards are shared (the device
+  plugin shares every card of a node not in MIG mode) and whose other six are empty MIG cards;
+  its queue is long (scale-up due); llm-research runs high-priority pre-training; a new 8-card
+  run is pending.
 - vision-dev wants 2 more cards but vision is at its cap of 8.
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training  # noqa: E402
-from reconciler.observe.model import InferenceService, PriorityClassObject, QuotaObject, Request  # noqa: E402
+from reconciler.observe.model import InferenceService, QuotaObject, Request  # noqa: E402
 from reconciler.observe.snapshot import dump_snapshot  # noqa: E402
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas  # noqa: E402
 from reconciler.policy.files import files_from_paths  # noqa: E402
@@ -43,7 +45,8 @@ def build():
             "h100-01",
             "h100",
             H100,
-            [gpu(i, shared=8 if i < 2 else None, util=70.0) for i in range(8)],
+            [gpu(i, shared=8, util=70.0) for i in range(2)]
+            + [gpu(i, mig=["4g.40gb", "3g.40gb"], model=H100, util=0.0) for i in range(2, 8)],
         ),
         *[node(f"h100-0{i}", "h100", H100) for i in range(2, 9)],
     ]
@@ -150,22 +153,11 @@ def build():
             checkpoint=ago(0.2),
         )
     )
-    # h100: assistant chat on two shared cards (8 slices each, 2 slices per replica)
+    # h100: assistant chat on h100-01's two shared cards (8 slices each, 2 per replica)
     for r in range(6):
         w.append(
             shared_pod("assistant", f"chat-llm-{r}", "h100-01", 2, gpu_index=r % 2, started=ago(48))
         )
-    w.append(
-        training(
-            "llm-research",
-            "pretrain-8b",
-            "h100-01",
-            [2, 3, 4, 5, 6, 7],
-            cls="training-high",
-            started=ago(40),
-            checkpoint=ago(0.5),
-        )
-    )
     for i in range(2, 6):
         w.append(
             training(
@@ -249,10 +241,7 @@ def build():
         else q
         for q in quotas
     ]
-    classes = [
-        PriorityClassObject(name=n, value=v, preemption_policy=p)
-        for n, (v, p) in desired_priority_classes(desired).items()
-    ]
+    classes = list(desired_priority_classes(desired).values())
     return snapshot(
         NOW,
         nodes,

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from ruamel.yaml import YAML
 
 from reconciler import conventions as C
-from reconciler.plan.actions import MigReconfigure, Repartition
+from reconciler.plan.actions import MigReconfigure, SetSharing
 
 MIG_CONFIG_KEY = "config.yaml"
 """mig-manager reads one file; the node label names an entry of its `mig-configs`."""
@@ -111,21 +111,57 @@ def mig_stages(a: MigReconfigure, *, cost: str, mig_now: Mapping[int, bool]) -> 
     return [full]
 
 
-def render_sharing(a: Repartition) -> dict:
-    """A device-plugin sharing config: time-slicing replicas for the shared cards."""
-    slices = {c.gpu: c.slices for c in a.shared_slices}
-    replicas = max(slices.values()) if slices else 1
+SHARING_FLAGS = {"migStrategy": "mixed"}
+"""The `flags` of every device-plugin config gpupool renders, the same as the install's `default`
+(deploy/gpu-operator/device-plugin-config.yaml): a node keeps its MIG resource names whichever
+config its label selects (the operator's MIG_STRATEGY environment variable wins over the file
+anyway: NVIDIA/k8s-device-plugin api/config/v1/config.go `NewConfig`)."""
+SHARING_KEYS = {"time-slicing": "timeSlicing", "mps": "mps"}
+"""`SetSharing.strategy` -> the section of `sharing` (NVIDIA/k8s-device-plugin
+api/config/v1/sharing.go: `timeSlicing`, `mps`; the two are mutually exclusive)."""
+MPS_MAX_REPLICAS = 48
+"""MPS serves at most 48 clients per card from Volta on (16 before): the MPS control daemon
+refuses more replicas ("maximum allowed replicas exceeded", NVIDIA/k8s-device-plugin
+cmd/mps-control-daemon/mps/device.go `assertReplicas`)."""
+
+
+def render_sharing(a: SetSharing) -> dict | None:
+    """The device-plugin config (`version: v1`) that shares every card of the node not in MIG
+    mode `a.slices` ways; None for no sharing (the node's label then selects the install's
+    `default`, which has no `sharing` section).
+
+    As NVIDIA/k8s-device-plugin reads it (commit 1b826acc6): sharing applies per node to every
+    device of the resource (api/config/v1/replicas.go: a resource without `devices` means
+    "all", a list is ignored with "Customizing the 'devices' field ... is not yet supported"),
+    so none is written; `replicas` must be at least 2 (replicas.go, "number of replicas must be
+    >= 2"), which `SetSharing.slices` guarantees, so `replicas: 1` is never rendered;
+    `renameByDefault: true` advertises the replicas as `nvidia.com/gpu.shared` and
+    `nvidia.com/gpu` disappears from the node (replicas.go `DefaultSharedRename`). MPS takes the
+    same shape under `sharing.mps` (sharing.go; README "With CUDA MPS"); GPU feature discovery,
+    reading the same config, labels the node `nvidia.com/mps.capable=true`
+    (internal/lm/nvml.go `newSharingLabeler`), which starts the MPS control daemon there; gpupool
+    writes nothing else for it."""
+    if a.slices is None:
+        return None
     return {
         "version": "v1",
+        "flags": dict(SHARING_FLAGS),
         "sharing": {
-            "timeSlicing": {
+            SHARING_KEYS[a.strategy]: {
                 "renameByDefault": True,
-                "resources": [
-                    {"name": C.GPU_RESOURCE, "replicas": replicas, "devices": sorted(slices)}
-                ],
+                "resources": [{"name": C.GPU_RESOURCE, "replicas": a.slices}],
             }
         },
     }
+
+
+def sharing_resources(a: SetSharing) -> dict[str, int]:
+    """What the node's allocatable shows once the device plugin applied `a`'s config: every card
+    not in MIG mode as one `nvidia.com/gpu`, or as `slices` `nvidia.com/gpu.shared` (with
+    `renameByDefault` the other name is not advertised: 0)."""
+    if a.slices is None:
+        return {C.GPU_RESOURCE: a.plain_cards, C.SHARED_RESOURCE: 0}
+    return {C.GPU_RESOURCE: 0, C.SHARED_RESOURCE: a.slices * a.plain_cards}
 
 
 def merged_mig_config(current_text: str | None, entries: Mapping[str, list]) -> str | None:

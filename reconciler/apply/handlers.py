@@ -13,13 +13,16 @@ from typing import Any, TypeVar
 
 from reconciler import conventions as C
 from reconciler.apply.configs import (
+    DEFAULT_SHARING,
     MIG_CONFIG_KEY,
+    MPS_MAX_REPLICAS,
     attempt_name,
     config_name,
     merged_mig_config,
     mig_stages,
     mode_changes,
     render_sharing,
+    sharing_resources,
     split_attempt,
     yaml_text,
 )
@@ -52,6 +55,14 @@ class ApplyConfig:
     mig_config_namespace: str = "gpu-operator"
     mig_config_map: str = "gpupool-mig-parted-config"
     sharing_config_map: str = "gpupool-device-plugin-config"
+    sharing_default_config: str = DEFAULT_SHARING
+    """The device plugin's config that shares nothing, the label value of an unshared node: the
+    GPU operator's `devicePlugin.config.default` (deploy/gpu-operator/values.yaml), created by the
+    install."""
+    sharing_timeout_seconds: float = 600.0
+    """How long after `nvidia.com/device-plugin.config` was set the node's allocatable may take to
+    show the config's resources (the plugin restarts and re-registers with the kubelet) before
+    the step fails and the controller reports Stalled."""
     mig_timeout_seconds: float = 900.0
     """How long mig-manager may leave a reconfiguration `pending` (or unanswered) before it
     counts as failed, and how long the node agent may take to publish the new layout."""
@@ -188,8 +199,9 @@ def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
     return sorted(busy)
 
 
-def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> None:
-    """Device-plugin config: one key per named config (the node label selects the key)."""
+def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> bool:
+    """Device-plugin config: one key per named config (the node label selects the key), merged
+    into the ConfigMap with the resourceVersion read. True: it wrote."""
     ns = ctx.cfg.mig_config_namespace
     text = yaml_text(spec)
     cm = ctx.ops.read_config_map(ns, config_map)
@@ -197,34 +209,151 @@ def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> No
         ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=None)
     elif cm.data.get(key) != text:
         ctx.ops.write_config_map(ns, config_map, {key: text}, resource_version=cm.resource_version)
+    else:
+        return False
+    return True
+
+
+# The device plugin's protocol, as NVIDIA/k8s-device-plugin implements it (commit 1b826acc6):
+# * cmd/config-manager/main.go: the config-manager sidecar watches the node's
+#   `nvidia.com/device-plugin.config` (on add and whenever it changes) and selects that key of its
+#   MOUNTED copy of the ConfigMap, or the default config when the label is empty; a key its copy
+#   does not have ends the sidecar ("specified config ... does not exist"), and the kubelet
+#   restarts it until the copy has it. So a named config is written, and the label waits
+#   `config_propagation_seconds` after the write (the time is kept on the node in
+#   `gpupool.io/sharing-config-written`), as for mig-manager. The install's `default` is in every
+#   copy from the start: no wait.
+# * api/config/v1/replicas.go: `replicas` >= 2, `devices` ignored: the config applies to every
+#   card of the node not in MIG mode (configs.render_sharing).
+# * The new resources are real only when the kubelet shows them in the node's
+#   `status.allocatable` (the plugin restarts with the new config and re-registers; with MPS it
+#   also waits for the MPS control daemon, internal/plugin/mps.go `waitForDaemon`). The step is
+#   done only then; past `sharing_timeout_seconds` after the label it fails (Stalled).
+# * internal/plugin/mps.go `getMPSOptions`: an MPS config on a node with a MIG device fails the
+#   plugin ("sharing using MPS is not supported for MIG devices"), and with FAIL_ON_INIT_ERROR
+#   the node then advertises no GPU at all: refused here before anything is written.
+
+
+def _quantity(value: str | None) -> int:
+    """An extended resource's count in allocatable ("8"); anything unreadable counts as 0."""
+    try:
+        return int(str(value or "0"))
+    except ValueError:
+        return 0
+
+
+def _advertised(node: NodeInfo, want: dict[str, int]) -> bool:
+    return all(_quantity(node.allocatable.get(k)) == n for k, n in want.items())
+
+
+def _shown(node: NodeInfo, want: dict[str, int]) -> str:
+    return ", ".join(f"{k}={_quantity(node.allocatable.get(k))}" for k in want)
+
+
+def _mig_cards(state: dict | None) -> list[int]:
+    return sorted(int(g.get("index", -1)) for g in _node_gpus(state) if g.get("migEnabled"))
 
 
 @handles(SetSharing)
 def set_sharing(a: SetSharing, ctx: Context) -> Outcome:
+    """Level-triggered over the node's label and allocatable: the label names the config (the
+    install's `default` for no sharing) and allocatable shows what it advertises -> done, without
+    writes; the label names it but allocatable does not show it yet -> waiting, failed past
+    `sharing_timeout_seconds`; else, once cordoned and the changed cards idle, write the config,
+    wait for the mounted copies, then set the label."""
     label = C.DEVICE_PLUGIN_CONFIG_LABEL
     node = _node(ctx, a.target)
+    spec = render_sharing(a)
+    default = ctx.cfg.sharing_default_config
+    name = default if spec is None else config_name(spec)
+    want = sharing_resources(a)
+    current = node.labels.get(label) or ""
+    selected = current == name or (spec is None and not current)
+    if selected and _advertised(node, want):
+        return Outcome(a.id, "done", f"{label}={name}; allocatable shows {_shown(node, want)}")
     if not node.unschedulable:
         return Outcome(a.id, "blocked", "node is not cordoned")
-    spec = render_sharing(a)
-    name = config_name(spec)
-    if node.labels.get(label) == name:
-        return Outcome(a.id, "done", f"{label}={name}")
+    if selected:
+        return _sharing_progress(a, ctx, node, name, want)
+    if a.strategy == "mps" and a.slices is not None:
+        refused = _mps_refused(a, ctx)
+        if refused:
+            return Outcome(a.id, "failed", refused)
     busy = _gpus_busy(ctx, a.target, a.changed_gpus)
     if busy:
         return Outcome(a.id, "waiting", f"GPUs still in use by {', '.join(busy)}")
-    _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
-    # the device plugin applies its config on the label change: record the slices
-    slices = {str(c.gpu): c.slices for c in a.shared_slices}
+    if spec is not None:  # `default` is in every mounted copy from the install on: no wait
+        wrote = _put_named_config(ctx, ctx.cfg.sharing_config_map, name, spec)
+        left, marked = _propagation_left(
+            ctx, node, name, rewritten=wrote, mark=C.SHARING_CONFIG_WRITTEN_ANN
+        )
+        if left > 0:
+            return Outcome(
+                a.id,
+                "waiting",
+                f"config {name} written; the device plugin's config-manager reads a mounted "
+                f"copy: {int(left)}s before {label} may name it",
+                changed=wrote or marked,
+            )
     ctx.ops.patch_node(
         a.target,
         labels={label: name},
         annotations={
             C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat(),
             C.PARTITION_ANN: json.dumps(_partition(a), sort_keys=True),
-            C.SHARED_SLICES_ANN: json.dumps(slices, sort_keys=True),
         },
     )
-    return Outcome(a.id, "done", f"{label}={name}", changed=True)
+    return Outcome(
+        a.id,
+        "waiting",
+        f"{label}={name}; waiting for allocatable to show {_shown_want(want)}",
+        changed=True,
+    )
+
+
+def _shown_want(want: dict[str, int]) -> str:
+    return ", ".join(f"{k}={n}" for k, n in want.items())
+
+
+def _mps_refused(a: SetSharing, ctx: Context) -> str:
+    """Why the device plugin would refuse this MPS config on the node ("" when it would not)."""
+    if (a.slices or 0) > MPS_MAX_REPLICAS:
+        return (
+            f"MPS serves at most {MPS_MAX_REPLICAS} clients per card; {a.slices} slices would "
+            f"stop the device plugin on {a.target}"
+        )
+    mig = _mig_cards(ctx.ops.read_node_state(a.target))
+    if mig:
+        return (
+            f"the device plugin refuses MPS on a node with MIG devices (GPU "
+            f"{', '.join(map(str, mig))} in MIG mode) and would stop on {a.target}"
+        )
+    return ""
+
+
+def _sharing_progress(
+    a: SetSharing, ctx: Context, node: NodeInfo, name: str, want: dict[str, int]
+) -> Outcome:
+    """The label names the config; allocatable does not show its resources yet."""
+    label = C.DEVICE_PLUGIN_CONFIG_LABEL
+    msg = (
+        f"{label}={name}; waiting for allocatable to show {_shown_want(want)} "
+        f"(now {_shown(node, want)})"
+    )
+    since = parse_time(node.annotations.get(C.RECONFIGURE_SINCE_ANN))
+    if since is None:  # lost (or never written: a label someone else set): count from now
+        ctx.ops.patch_node(a.target, annotations={C.RECONFIGURE_SINCE_ANN: ctx.clock().isoformat()})
+        return Outcome(a.id, "waiting", msg, changed=True)
+    age = (ctx.clock() - since).total_seconds()
+    timeout = ctx.cfg.sharing_timeout_seconds
+    if age > timeout:
+        return Outcome(
+            a.id,
+            "failed",
+            f"{msg}: stuck for over {int(timeout)}s; {a.target} stays cordoned: see the "
+            f"nvidia-device-plugin pod on it (config-manager and plugin logs)",
+        )
+    return Outcome(a.id, "waiting", msg)
 
 
 def _partition(a: Repartition) -> dict:
@@ -318,19 +447,22 @@ def _put_mig_config(ctx: Context, entries: dict[str, list]) -> bool:
 
 
 def _propagation_left(
-    ctx: Context, node: NodeInfo, name: str, *, rewritten: bool
+    ctx: Context,
+    node: NodeInfo,
+    name: str,
+    *,
+    rewritten: bool,
+    mark: str = C.MIG_CONFIG_WRITTEN_ANN,
 ) -> tuple[float, bool]:
-    """Seconds until the mounted copy of mig-manager's ConfigMap surely holds config `name` (and
-    the entries written with it), counted from the first time this node's step saw it written
-    (recorded on the node, so a restart of the controller does not shorten the wait) or from now
-    when it was just (re)written; and whether the node's mark was written now."""
-    mark = node.annotations.get(C.MIG_CONFIG_WRITTEN_ANN, "")
-    seen, _, at = mark.partition("@")
+    """Seconds until the mounted copy of a ConfigMap (mig-manager's, or the device plugin's with
+    `mark` its annotation) surely holds config `name` (and the entries written with it), counted
+    from the first time this node's step saw it written (recorded on the node in the annotation
+    `mark`, so a restart of the controller does not shorten the wait) or from now when it was
+    just (re)written; and whether the node's mark was written now."""
+    seen, _, at = node.annotations.get(mark, "").partition("@")
     since = parse_time(at) if seen == name and not rewritten else None
     if since is None:
-        ctx.ops.patch_node(
-            node.name, annotations={C.MIG_CONFIG_WRITTEN_ANN: f"{name}@{ctx.clock().isoformat()}"}
-        )
+        ctx.ops.patch_node(node.name, annotations={mark: f"{name}@{ctx.clock().isoformat()}"})
         return ctx.cfg.config_propagation_seconds, True
     return ctx.cfg.config_propagation_seconds - (ctx.clock() - since).total_seconds(), False
 

@@ -96,6 +96,9 @@ class KubeOps:
             unschedulable=bool(n.spec.unschedulable),
             labels=dict(n.metadata.labels or {}),
             annotations=dict(n.metadata.annotations or {}),
+            allocatable={
+                k: str(v) for k, v in ((n.status.allocatable if n.status else None) or {}).items()
+            },
         )
 
     def patch_node(

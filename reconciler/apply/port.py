@@ -31,6 +31,8 @@ class NodeInfo:
     unschedulable: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    allocatable: dict[str, str] = field(default_factory=dict)
+    """`status.allocatable` as the kubelet posts it: what the device plugin advertises now."""
 
 
 @dataclass(frozen=True)

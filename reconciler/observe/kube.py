@@ -34,7 +34,6 @@ what pods hold is kept as observed: the planner reports and fences it
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from datetime import UTC, datetime
@@ -131,7 +130,7 @@ def _node(n: Any, state: dict | None) -> Node:
     else:
         count = int((n.status.capacity or {}).get(C.GPU_RESOURCE, "0") or 0)
         gpus = [Gpu(index=i) for i in range(count)]
-    gpus = _overlay_sharing(gpus, (n.metadata.annotations or {}).get(C.SHARED_SLICES_ANN))
+    gpus = _overlay_sharing(n.metadata.name, gpus, n.status.allocatable)
     node = Node(
         name=n.metadata.name,
         labels=labels,
@@ -187,20 +186,41 @@ def _without_broken_cards(node: Node) -> Node:
     return node.model_copy(update={"gpus": [g for g in node.gpus if g.index not in bad]})
 
 
-def _overlay_sharing(gpus: list[Gpu], annotation: str | None) -> list[Gpu]:
-    """Shared slices per card come from the device plugin's config, not from NVML: apply writes
-    the layout it configured as the node annotation `gpupool.io/shared-slices` ({"3": 8})."""
-    if not annotation:
-        return gpus
+def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
+    """Shared slices come from what the device plugin advertises, not from NVML: it shares every
+    card of the node not in MIG mode the same number of ways (its config applies per node and
+    ignores a `devices` list), advertised as `nvidia.com/gpu.shared` in the node's allocatable.
+    S of them over P such cards: each is shared S // P ways. Never raises: a remainder is
+    logged and floored, slices with no such card (or none published) are logged and ignored."""
+    value = (allocatable or {}).get(C.SHARED_RESOURCE)
     try:
-        slices = {int(k): int(v) for k, v in json.loads(annotation).items()}
-    except (ValueError, TypeError, AttributeError):
+        total = int(math.floor(parse_quantity(str(value)))) if value is not None else 0
+    except (ValueError, TypeError, ArithmeticError):
+        log.warning("node %s: %s=%r unreadable; read as not shared", node, C.SHARED_RESOURCE, value)
         return gpus
+    if total <= 0:
+        return gpus
+    plain = [g for g in gpus if not g.mig_enabled]
+    if not plain:
+        log.warning(
+            "node %s: %s=%d but no card out of MIG mode is published; read as not shared",
+            node,
+            C.SHARED_RESOURCE,
+            total,
+        )
+        return gpus
+    each, rest = divmod(total, len(plain))
+    if rest:
+        log.warning(
+            "node %s: %s=%d is not a multiple of its %d cards out of MIG mode; %d slices each",
+            node,
+            C.SHARED_RESOURCE,
+            total,
+            len(plain),
+            each,
+        )
     return [
-        g
-        if g.mig_enabled
-        else g.model_copy(update={"shared_slices": max(slices.get(g.index) or 0, 0) or None})
-        for g in gpus
+        g if g.mig_enabled else g.model_copy(update={"shared_slices": each or None}) for g in gpus
     ]
 
 

@@ -112,9 +112,20 @@ class MigReconfigure(Repartition):
 
 
 class SetSharing(Repartition):
-    """Whole cards <-> shared slices (the device plugin's sharing config)."""
+    """A node's whole cards <-> shared slices. The device plugin shares per node: the config
+    the node label selects applies to every card of the node not in MIG mode (it ignores a
+    `devices` list), so a node is shared as a whole or not at all."""
 
     kind: Literal["set-sharing"] = "set-sharing"
+    slices: int | None = Field(default=None, ge=2)
+    """Replicas of every non-MIG card of the node after the change; None: no sharing (the
+    plugin's `default` config; `replicas: 1` is not "no sharing", the plugin rejects it)."""
+    strategy: Literal["time-slicing", "mps"] = "time-slicing"
+    """How the cards are shared: time-slicing isolates no memory; MPS caps each client's
+    memory at the card's divided by `slices`."""
+    plain_cards: int = Field(default=0, ge=0)
+    """Cards of the node not in MIG mode after the change: the plugin advertises each as one
+    `nvidia.com/gpu`, or as `slices` `nvidia.com/gpu.shared` (what allocatable must show)."""
 
 
 # ----------------------------------------------------------------------------- workloads

@@ -151,6 +151,7 @@ def _cards(c: _Checker, nodes: Iterable[Node]) -> tuple[dict[Card, Gpu], set[str
                 c.fence((n.name, g.index), "its node is listed twice")
             continue
         names.add(n.name)
+        _judge_sharing(c, n)
         for g in n.gpus:
             card = (n.name, g.index)
             if card in out:
@@ -179,6 +180,27 @@ def _cards(c: _Checker, nodes: Iterable[Node]) -> tuple[dict[Card, Gpu], set[str
                 )
                 c.fence(card, "its MIG instances collide")
     return out, names
+
+
+def _judge_sharing(c: _Checker, n: Node) -> None:
+    """The device plugin shares per node: every card of a node not in MIG mode is whole, or
+    all are shared with one slice count (NVIDIA/k8s-device-plugin ignores a `devices` list,
+    api/config/v1/replicas.go). A node reported otherwise is not what the plugin advertises:
+    its plain cards are fenced until its state reads right."""
+    plain = {g.shared_slices or 0 for g in n.gpus if not g.mig_enabled}
+    if len(plain) <= 1:
+        return
+    counts = ", ".join("whole" if k == 0 else f"shared x{k}" for k in sorted(plain))
+    c.warn(
+        "partial-sharing",
+        n.name,
+        f"its cards not in MIG mode are reported {counts}; the device plugin shares all of a "
+        "node's cards or none, with one count. gpupool fences them (places nothing there, "
+        "repartitions nothing) until the node reports one sharing",
+    )
+    for g in n.gpus:
+        if not g.mig_enabled:
+            c.fence((n.name, g.index), "its node's sharing is reported per card")
 
 
 def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:

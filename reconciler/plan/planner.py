@@ -663,6 +663,10 @@ def _unreachable(run: _Run, pv: PoolView, p: Pending) -> str:
                 f"asks {r.shared_slices} shared slices of one card; "
                 f"{pv.name}'s cards offer {inf.shared.slices_per_gpu}"
             )
+        if inf.shared.strategy == "mps" and r.shared_slices > 1:
+            # the plugin fails a request for more than one shared replica under MPS
+            # (failRequestsGreaterThanOne, NVIDIA/k8s-device-plugin api/config/v1/config.go)
+            return f"asks {r.shared_slices} shared slices; under MPS a pod gets one"
         return ""
     if inf.mig is None or pv.model is None or not pv.model.mig_capable:
         return f"asks MIG instances; {pv.name} offers no MIG"
@@ -745,22 +749,37 @@ def _drift(run: _Run) -> None:
                     ),
                 )
                 continue
+            if g.converted:
+                continue  # reshaped with its node already
             mode, layout = _inference_shape(pv, prefer=g.mode)
-            _convert(run, g, pv, mode, layout, why=f"{g.key} {why}")
+            if not _reshape(run, g, pv, mode, layout, why=f"{g.key} {why}"):
+                run.find(
+                    "info",
+                    "partition-drift",
+                    g.key,
+                    f"{g.key} {why}: it is repartitioned once the other shared cards of "
+                    f"{g.node} are empty (the device plugin shares per node)",
+                )
         cap = inf.max_gpus
         surplus = len(pv.inference_slots()) - cap if cap is not None else 0
         for g in list(pv.inference_slots()):
             if surplus <= 0:
                 break
-            if not g.holders and not g.fenced and g.target_mode != "whole":
-                _convert(
+            if g.holders or g.fenced or g.target_mode == "whole":
+                continue
+            if g.target_mode == "shared":
+                unit = [c for c in _plain_cards(pv, g.node) if c.target_mode == "shared"]
+                if len(pv.inference_slots()) - len(unit) < inf.min_gpus:
+                    continue  # unsharing the whole node would go below the warm minimum
+            surplus -= len(
+                _reshape(
                     run,
                     g,
                     pv,
                     "whole",
                     why=f"Pool/{pv.name} allows at most inference.maxGPUs={cap} inference cards",
                 )
-                surplus -= 1
+            )
 
 
 def _inference_shape(pv: PoolView, prefer: str = "") -> tuple[str, tuple[str, ...]]:
@@ -1294,8 +1313,17 @@ def _inference_budget(pv: PoolView) -> int:
 
 
 def _convert(
-    run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str
+    run: _Run,
+    g: GpuSlot,
+    pv: PoolView,
+    mode: str,
+    layout: tuple[str, ...] = (),
+    *,
+    why: str,
+    slices: int = 0,
 ) -> None:
+    """One card's new target, as given: callers go through `_reshape`, which keeps a node's
+    sharing whole (`_set_node_sharing`)."""
     run.freed()
     if mode == "mig":
         pv.repartition(
@@ -1306,9 +1334,109 @@ def _convert(
             why=why,
         )
     elif mode == "shared":
-        pv.repartition(g, mode, slices=pv.pool.spec.inference.shared.slices_per_gpu, why=why)
+        pv.repartition(
+            g, mode, slices=slices or pv.pool.spec.inference.shared.slices_per_gpu, why=why
+        )
     else:
         pv.repartition(g, mode, why=why)
+
+
+# The device plugin shares per node: the config a node's label selects applies to every card of
+# the node not in MIG mode ("plain" cards here), and it ignores a `devices` list
+# (NVIDIA/k8s-device-plugin api/config/v1/replicas.go; ../shared/notes/nvidia-stack.md). So the
+# plain cards of a node are all whole or all shared with one slice count, in the observed state
+# and in every plan; MIG cards are separate resources and change one by one.
+
+
+def _node_slices(pv: PoolView, node: str) -> int:
+    """The slice count the node's plain cards have in the plan (0: not shared)."""
+    return max(
+        (g.target_slices for g in pv.by_node()[node] if g.target_mode == "shared"), default=0
+    )
+
+
+def _plain_cards(pv: PoolView, node: str) -> list[GpuSlot]:
+    return [g for g in pv.by_node()[node] if g.target_mode != "mig"]
+
+
+def _set_node_sharing(run: _Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
+    """Every plain card of `node` becomes shared x`slices` (0: whole), or nothing changes
+    when a card that would change holds work, is reserved or fenced, or (MPS) when the node
+    has MIG cards: the plugin refuses MPS beside MIG (NVIDIA/k8s-device-plugin
+    internal/plugin/mps.go)."""
+    mig_beside = any(g.target_mode == "mig" for g in pv.by_node()[node])
+    if slices and _policy_strategy(pv) == "mps" and mig_beside:
+        return False
+    want = ("shared", slices) if slices else ("whole", 0)
+    cards = [g for g in _plain_cards(pv, node) if (g.target_mode, g.target_slices) != want]
+    if any(g.holders or g.reserved_by is not None or g.fenced for g in cards):
+        return False
+    for g in cards:
+        _convert(run, g, pv, want[0], why=why, slices=slices)
+    return True
+
+
+def _resets_node(pv: PoolView) -> bool:
+    """A MIG mode change on one card resets every GPU of the node (Ampere: the catalog's
+    `mig_mode_change: node`, reconciler/policy/catalog.py)."""
+    return pv.model is not None and pv.model.mig_mode_change == "node"
+
+
+def _reset_blocked(pv: PoolView, g: GpuSlot, mode: str) -> bool:
+    """Turning MIG on or off on `g` would reset a card that holds work or is kept for some:
+    on Ampere every card of the node; mig-parted's reset fails under running work."""
+    if not _resets_node(pv) or (g.target_mode == "mig") == (mode == "mig"):
+        return False
+    return any(c.holders or c.reserved_by is not None for c in pv.by_node()[g.node] if c is not g)
+
+
+def _policy_strategy(pv: PoolView) -> str:
+    sh = pv.pool.spec.inference.shared
+    return sh.strategy if sh is not None else "time-slicing"
+
+
+def _policy_slices(pv: PoolView) -> int:
+    sh = pv.pool.spec.inference.shared
+    return sh.slices_per_gpu if sh is not None else 0
+
+
+def _reshape(
+    run: _Run, g: GpuSlot, pv: PoolView, mode: str, layout: tuple[str, ...] = (), *, why: str
+) -> list[GpuSlot]:
+    """Give `g` partition `mode` (`layout` for MIG) the way the hardware and the device plugin
+    allow; returns the cards that change (more than `g` when its node's sharing changes, none
+    when it cannot be done now: a card that would change with it holds work).
+
+    - MIG: the card alone (a MIG card is its own resource, whatever the node's sharing).
+    - shared: on a shared node a plain or MIG card joins the node's slice count; otherwise
+      every plain card of the node becomes shared with the policy's count.
+    - whole: on a shared node every shared card becomes whole with it."""
+    node = g.node
+    if _reset_blocked(pv, g, mode):
+        return []
+    if mode == "mig" and _node_slices(pv, node) and _policy_strategy(pv) == "mps":
+        return []  # MIG beside MPS: the plugin refuses the node
+    before = [c for c in pv.by_node()[node] if c.converted]
+    if mode == "mig":
+        _convert(run, g, pv, "mig", layout, why=why)
+    elif mode == "shared":
+        have = _node_slices(pv, node)
+        if g.target_mode == "mig" and have:
+            _convert(run, g, pv, "shared", why=why, slices=have)
+        else:
+            target = _policy_slices(pv)
+            if not _set_node_sharing(run, pv, node, target, why):
+                return []
+            if g.target_mode == "mig":
+                _convert(run, g, pv, "shared", why=why, slices=target)
+    else:
+        if _node_slices(pv, node) and not _set_node_sharing(run, pv, node, 0, why):
+            return []
+        if g.target_mode != "whole":
+            _convert(run, g, pv, "whole", why=why)
+    return [c for c in pv.by_node()[node] if c.converted and c not in before] or (
+        [g] if g.converted else []
+    )
 
 
 def _drained_first(pv: PoolView, cards: list[GpuSlot]) -> list[GpuSlot]:
@@ -1333,7 +1461,24 @@ def _free_cards(
 ) -> list[GpuSlot]:
     """Up to n whole cards to repartition: empty ones first, then, for a preemptor, by
     stopping the cheapest victims the rules allow (within the budget)."""
-    chosen = _drained_first(pv, [g for g in pv.gpus if g.free_whole])[:n]
+    free = [g for g in pv.gpus if g.free_whole]
+    if _resets_node(pv):
+        # a card turned to MIG resets every GPU of its node (Ampere): only cards of nodes with
+        # nothing running; for a preemptor, a node whose work may all be preempted is drained
+        chosen = _drained_first(pv, [g for g in free if not _reset_blocked(pv, g, "mig")])[:n]
+        while len(chosen) < n and preemptor is not None:
+            busy = [
+                node
+                for node, slots in pv.by_node().items()
+                if any(g.holders for g in slots)
+                and any(g.target_mode == "whole" and not g.fenced for g in slots)
+            ]
+            node = _preempt_node(run, pv, busy, preemptor, why, every_card=True)
+            if node is None:
+                break
+            chosen += [g for g in pv.by_node()[node] if g.free_whole][: n - len(chosen)]
+        return chosen
+    chosen = _drained_first(pv, free)[:n]
     if len(chosen) >= n or preemptor is None:
         return chosen
     classes = run.victim_classes(preemptor.priority_class, preemptor.borrow_from)
@@ -1397,6 +1542,7 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
         else:
             shared_unmet.append(p.request.shared_slices)
     wants: list[tuple[str, tuple[str, ...]]] = [("mig", lay) for lay in _layouts_for(pv, mig_unmet)]
+    shared_need = 0
     if shared_unmet and inf.shared is not None:
         bins: list[int] = []  # first-fit decreasing over new shared cards
         for k in sorted(shared_unmet, reverse=True):
@@ -1406,18 +1552,25 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
                     break
             else:
                 bins.append(inf.shared.slices_per_gpu - k)
-        wants += [("shared", ())] * len(bins)
+        shared_need = len(bins)
     top = unplaced[0]  # highest priority first (admission sorted them)
     demand = ", ".join(_describe(p) for p in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
     why = (
         f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
         f"in {pv.name} ({demand})"
     )
-    # Empty inference cards of the wrong shape are reshaped first (MIG <-> shared, or another
-    # offered layout): the number of inference cards stays, whole cards stay for training.
-    for g, (mode, layout) in zip(_drained_first(pv, _reshapable(pv)), list(wants), strict=False):
-        _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
-        wants.remove((mode, layout))
+    # Empty inference cards of the wrong shape are reshaped first (another offered layout, a
+    # shared card to MIG, a MIG card of a shared node to shared): the number of inference
+    # cards stays, whole cards stay for training.
+    for g in _drained_first(pv, _reshapable(pv)):
+        if g.converted:
+            continue
+        if wants:
+            mode, layout = wants[0]
+            if _reshape(run, g, pv, mode, layout, why=f"pending inference ({demand})"):
+                wants.pop(0)
+        elif shared_need and g.target_mode == "mig" and _node_slices(pv, g.node):
+            shared_need -= len(_reshape(run, g, pv, "shared", why=f"pending inference ({demand})"))
     budget = _inference_budget(pv)
     if len(wants) > budget:
         run.find(
@@ -1431,7 +1584,9 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
     if wants:
         cards = _free_cards(run, pv, len(wants), top, why)
         for g, (mode, layout) in zip(cards, wants, strict=False):
-            _convert(run, g, pv, mode, layout, why=f"pending inference ({demand})")
+            _reshape(run, g, pv, mode, layout, why=f"pending inference ({demand})")
+    if shared_need > 0:
+        _share_nodes(run, pv, shared_need, top, why, f"pending inference ({demand})")
     for p in unplaced:
         if not _place_inference(run, pv, p):
             run.inference_waits.add(pv.name)
@@ -1446,6 +1601,108 @@ def _inference(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             )
 
 
+def _share_nodes(
+    run: _Run, pv: PoolView, need: int, top: Pending | None, why: str, reason: str
+) -> int:
+    """Shared cards for `need` more by sharing whole nodes (the device plugin shares per node:
+    every plain card of the node at once), within the pool's inference budget: a node whose
+    plain cards are all free, the smallest that covers the need (else the largest); then,
+    for `top`, a node whose plain cards' holders may all be preempted for it, cheapest first.
+    Returns how many cards became shared; says why when it falls short."""
+    made = 0
+    while made < need:
+        rest, budget = need - made, _inference_budget(pv)
+        free, busy = [], []
+        for node in pv.by_node():
+            plain = _plain_cards(pv, node)
+            if _node_slices(pv, node) or not plain or len(plain) > budget:
+                continue
+            if len(plain) < len(pv.by_node()[node]) and _policy_strategy(pv) == "mps":
+                continue  # MPS beside MIG cards: the plugin refuses the node
+            if any(g.fenced or g.reserved_by is not None for g in plain):
+                continue
+            if all(not g.holders for g in plain):
+                free.append(
+                    (len(plain) < rest, len(plain) if len(plain) >= rest else -len(plain), node)
+                )
+            elif top is not None:
+                busy.append(node)
+        if free:
+            node = min(free)[2]
+        else:
+            node = _preempt_node(run, pv, busy, top, why) if top is not None else None
+            if node is None:
+                if top is not None and not busy and not free:
+                    run.blocked.setdefault(
+                        top.key,
+                        f"no node of {pv.name} can be shared whole within inference.maxGPUs "
+                        "(the device plugin shares every plain card of a node)",
+                    )
+                break
+        cards = len(_plain_cards(pv, node))
+        if not _set_node_sharing(run, pv, node, _policy_slices(pv), reason):
+            break  # pragma: no cover - the node was checked free
+        made += cards
+    return made
+
+
+def _preempt_node(
+    run: _Run, pv: PoolView, nodes: list[str], p: Pending, why: str, every_card: bool = False
+) -> str | None:
+    """The node among `nodes` whose plain cards' holders (every card's with `every_card`)
+    the rules let `p` preempt, all of them, at the least cost (priority, evictions, GPU-time
+    lost), within the budget; the holders are preempted. None when there is none."""
+    classes = run.victim_classes(p.priority_class, p.borrow_from)
+    options = []
+    for node in nodes:
+        slots = pv.by_node()[node] if every_card else _plain_cards(pv, node)
+        holders = sorted({h for g in slots for h in g.holders})
+        work = [run.cluster.workloads[h] for h in holders if h in run.cluster.workloads]
+        if len(work) != len(holders):
+            continue
+        cands = run.victims(work, p, pv.name, classes, len(slots))
+        keys = {m.key for c in cands for m in run.gang(run.cluster.workloads[c.key])}
+        if not set(holders) <= keys:
+            continue
+        evictions = len(keys)
+        options.append(
+            (
+                max(c.priority for c in cands),
+                evictions,
+                sum(c.lost for c in cands),
+                node,
+                cands,
+            )
+        )
+    if not options:
+        return None
+    _, evictions, _, node, cands = min(options, key=lambda o: o[:4])
+    if evictions > run.budget_left:
+        run.blocked[p.key] = (
+            f"sharing {node} needs {evictions} preemption(s) and the {BUDGET} has "
+            f"{run.budget_left} left"
+        )
+        return None
+    for c in cands:
+        w = run.cluster.workloads[c.key]
+        if w.key in run.evicted:
+            continue
+        run.evict(
+            w,
+            "preempt",
+            f"{why}; "
+            + (
+                f"a MIG mode change resets every GPU of {node}"
+                if every_card
+                else f"the device plugin shares every plain card of {node}"
+            )
+            + f", and {w.key} ({w.priority_class}) runs there",
+            pv.name,
+            preemptor=p.key,
+        )
+    return node
+
+
 def _warm_minimum(run: _Run, pv: PoolView) -> None:
     """Warm inference cards come from empty whole cards only: nothing is stopped for
     capacity no one asked for yet."""
@@ -1457,29 +1714,28 @@ def _warm_minimum(run: _Run, pv: PoolView) -> None:
     mode, layout = _inference_shape(pv)
     if mode == "whole":
         return
-    cards = _free_cards(
-        run,
-        pv,
-        min(short, _inference_budget(pv)),
-        None,
-        f"Pool/{pv.name} keeps inference.minGPUs={inf.min_gpus} cards for inference and has {have}",
-    )
-    for g in cards:
-        _convert(
+    why = f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm"
+    if mode == "shared":
+        made = _share_nodes(run, pv, short, None, "", why)
+    else:
+        cards = _free_cards(
             run,
-            g,
             pv,
-            mode,
-            layout,
-            why=f"keep Pool/{pv.name} inference.minGPUs={inf.min_gpus} cards warm",
+            min(short, _inference_budget(pv)),
+            None,
+            f"Pool/{pv.name} keeps inference.minGPUs={inf.min_gpus} cards for inference "
+            f"and has {have}",
         )
-    if len(cards) < short:
+        made = sum(len(_reshape(run, g, pv, mode, layout, why=why)) for g in cards)
+    if made < short:
         run.find(
             "info",
             "warm-short",
             pv.name,
-            f"keeps {have + len(cards)} warm inference cards, "
-            f"{short - len(cards)} short of minGPUs {inf.min_gpus}: no empty whole card to take",
+            f"keeps {have + made} warm inference cards, "
+            f"{short - made} short of minGPUs {inf.min_gpus}: no empty whole "
+            + ("node" if mode == "shared" else "card")
+            + " to take",
         )
 
 
@@ -1615,20 +1871,36 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
     options = []
     empty = pv.empty_inference_by_node()
     for node in pv.empty_inference_nodes():
-        cards = empty[node]
+        free = pv.free_whole_on(node)
+        if n - free <= 0:
+            continue
+        if _node_slices(pv, node):
+            # a shared node comes back whole or not at all (the plugin shares per node), and
+            # its MIG cards would come back shared
+            back = [g for g in _plain_cards(pv, node) if g.target_mode == "shared"]
+            if any(g.holders or g.converted or g.fenced for g in back) or len(back) > spare:
+                continue
+            if free + len(back) >= n:
+                options.append((len(back), node, back))
+            continue
         back = [
             g
-            for g in cards
-            if not g.holders and not g.converted and g.target_mode != "whole" and not g.fenced
+            for g in empty[node]
+            if not g.holders
+            and not g.converted
+            and g.target_mode == "mig"
+            and not g.fenced
+            and not _reset_blocked(pv, g, "whole")
         ]
-        free = pv.free_whole_on(node)
-        if free + min(len(back), spare) >= n and n - free > 0:
+        if free + min(len(back), spare) >= n:
             options.append((n - free, node, back[: n - free]))
     if not options:
         return False
     _, node, back = min(options, key=lambda o: (o[0], o[1]))
     for g in back:
-        _convert(
+        if g.target_mode == "whole":
+            continue  # came back with its node
+        _reshape(
             run,
             g,
             pv,
@@ -1918,7 +2190,6 @@ def _repartitions(run: _Run) -> None:
             evictions = sorted(
                 set().union(*(run.evictions_on.get((node, g.index), set()) for g in changed))
             )
-            mig = any("mig" in (g.mode, g.target_mode) for g in changed)
             cordon = run.add(
                 Cordon(
                     id=f"cordon:{node}",
@@ -1927,11 +2198,6 @@ def _repartitions(run: _Run) -> None:
                     reason=f"stop new pods on {node} while {len(changed)} GPU(s) are repartitioned",
                 )
             )
-            cards = tuple(
-                CardChange(gpu=g.index, before=g.describe(), after=g.describe(target=True))
-                for g in changed
-            )
-            summary = "; ".join(f"gpu{c.gpu}: {c.before} -> {c.after}" for c in cards)
             shared = tuple(
                 CardSlices(gpu=g.index, slices=g.target_slices)
                 for g in slots
@@ -1940,15 +2206,11 @@ def _repartitions(run: _Run) -> None:
             why = (
                 "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
             )
-            common = {
-                "target": node,
-                "pool": pv.name,
-                "reason": f"{summary} ({why})",
-                "depends_on": (cordon, *evictions),
-                "cards": cards,
-                "shared_slices": shared,
-            }
-            if mig:
+            mig_cards = [g for g in changed if "mig" in (g.mode, g.target_mode)]
+            share_cards = [g for g in changed if g not in mig_cards]
+            done: list[str] = []
+            deps = (cordon, *evictions)
+            if mig_cards:
                 layout = tuple(
                     CardLayout(
                         gpu=g.index,
@@ -1956,9 +2218,33 @@ def _repartitions(run: _Run) -> None:
                     )
                     for g in slots
                 )
-                rc = run.add(MigReconfigure(id=f"mig-reconfigure:{node}", layout=layout, **common))
-            else:
-                rc = run.add(SetSharing(id=f"set-sharing:{node}", **common))
+                done.append(
+                    run.add(
+                        MigReconfigure(
+                            id=f"mig-reconfigure:{node}",
+                            layout=layout,
+                            **_repartition_fields(pv, node, mig_cards, shared, why, deps),
+                        )
+                    )
+                )
+            before = max((g.slices for g in slots if g.mode == "shared"), default=0)
+            after = _node_slices(pv, node)
+            if share_cards or before != after:
+                sh = pv.pool.spec.inference.shared
+                done.append(
+                    run.add(
+                        SetSharing(
+                            id=f"set-sharing:{node}",
+                            slices=after or None,
+                            strategy=sh.strategy if sh is not None else "time-slicing",
+                            plain_cards=len(_plain_cards(pv, node)),
+                            **_repartition_fields(
+                                pv, node, share_cards, shared, why, (*deps, *done)
+                            ),
+                        )
+                    )
+                )
+            rc = done[-1]
             run.add(
                 Uncordon(
                     id=f"uncordon:{node}",
@@ -1968,6 +2254,28 @@ def _repartitions(run: _Run) -> None:
                     depends_on=(rc,),
                 )
             )
+
+
+def _repartition_fields(
+    pv: PoolView,
+    node: str,
+    changed: list[GpuSlot],
+    shared: tuple[CardSlices, ...],
+    why: str,
+    deps: tuple[str, ...],
+) -> dict:
+    cards = tuple(
+        CardChange(gpu=g.index, before=g.describe(), after=g.describe(target=True)) for g in changed
+    )
+    summary = "; ".join(f"gpu{c.gpu}: {c.before} -> {c.after}" for c in cards)
+    return {
+        "target": node,
+        "pool": pv.name,
+        "reason": f"{summary} ({why})",
+        "depends_on": deps,
+        "cards": cards,
+        "shared_slices": shared,
+    }
 
 
 def _finish_drains(run: _Run) -> None:

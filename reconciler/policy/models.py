@@ -169,6 +169,10 @@ class SharedInference(Model):
     slices_per_gpu: int = Field(ge=2, le=48)
     memory_per_slice: Quantity
     """GPU memory each slice may use, e.g. 10Gi. slicesPerGPU x memoryPerSlice must fit the card."""
+    strategy: Literal["time-slicing", "mps"] = "time-slicing"
+    """time-slicing isolates no memory (memoryPerSlice is a promise the pods keep); mps caps each
+    client's memory at the card's divided by slicesPerGPU. Either applies to every card of a
+    node not in MIG mode: the device plugin shares per node."""
 
 
 class Inference(Model):

@@ -29,7 +29,8 @@ re-reads and skips):
   are not modelled: it is gone from the snapshot). Priority admission too: a pod created
   without a class gets the globalDefault PriorityClass, if one exists.
 * MigReconfigure / SetSharing: the node's cards take the layout (instances where
-  `catalog.place` puts them), the shared slices, or whole; only on a cordoned node, and only
+  `catalog.place` puts them), the shared slices, or whole, the way the device plugin
+  applies them (`_targets`: sharing is per node); only on a cordoned node, and only
   when no card that changes has a running holder. A repartition under a running pod would
   break it (mig-manager and the device plugin do not wait), so the effect model refuses it
   and records nothing; the multi-cycle invariants catch a plan that asks for it.
@@ -82,6 +83,7 @@ from reconciler.plan.actions import (
     MigReconfigure,
     Repartition,
     Scale,
+    SetSharing,
     Uncordon,
 )
 from reconciler.plan.cluster import node_pool_name as node_pool
@@ -276,23 +278,28 @@ def _partition(g: Gpu) -> Partition:
 
 
 def _targets(a: Repartition, node: Node) -> dict[int, Partition]:
-    """Card index -> the partitioning the action gives it (cards it does not name: absent)."""
-    shared = {c.gpu: c.slices for c in a.shared_slices}
+    """Card index -> the partitioning the action gives it (cards it does not change: absent).
+
+    As the hardware and the device plugin do it, whatever the plan believed: the plugin's
+    config applies to every card of the node not in MIG mode (it ignores a `devices` list:
+    NVIDIA/k8s-device-plugin api/config/v1/replicas.go), so SetSharing reshapes all of them,
+    and a card MigReconfigure takes out of MIG comes back as the node's other plain cards are
+    (shared with their count, or whole)."""
     out: dict[int, Partition] = {}
     if isinstance(a, MigReconfigure):
+        plain = [g.shared_slices or 0 for g in node.gpus if not g.mig_enabled]
+        node_slices = max(plain, default=0)
         for c in a.layout:
             if c.profiles:
                 out[c.gpu] = ("mig", tuple(sorted(c.profiles)))
-            elif c.gpu in shared:
-                out[c.gpu] = ("shared", shared[c.gpu])
+            elif node_slices:
+                out[c.gpu] = ("shared", node_slices)
             else:
                 out[c.gpu] = ("whole",)
-    else:
+    elif isinstance(a, SetSharing):
         for g in node.gpus:
-            if g.index in shared:
-                out[g.index] = ("shared", shared[g.index])
-            elif g.index in a.changed_gpus:
-                out[g.index] = ("whole",)
+            if not g.mig_enabled:
+                out[g.index] = ("shared", a.slices) if a.slices else ("whole",)
     return out
 
 

@@ -151,6 +151,11 @@ class ApiWorld:
         if s.cordoned:
             body["spec"] = {"unschedulable": True}
         self.core.patch_node(name, body, _content_type=MERGE)
+        if s.allocatable:  # what a kubelet posts for the device plugin's resources
+            res = dict(s.allocatable)
+            self.core.patch_node_status(
+                name, {"status": {"capacity": res, "allocatable": res}}, _content_type=MERGE
+            )
 
     def _node_state(self, s: NodeState) -> None:
         """The node agent's GpuNodeState (create, then the status subresource)."""

@@ -101,6 +101,8 @@ class _Node:
     unschedulable: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    allocatable: dict[str, str] = field(default_factory=dict)
+    """status.allocatable: the kubelet's to write (`set_allocatable`), never a handler's."""
 
 
 @dataclass
@@ -200,8 +202,15 @@ class MemoryCluster:
         unschedulable: bool = False,
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
+        allocatable: dict[str, str] | None = None,
     ) -> None:
-        self.nodes[name] = _Node(unschedulable, dict(labels or {}), dict(annotations or {}))
+        self.nodes[name] = _Node(
+            unschedulable, dict(labels or {}), dict(annotations or {}), dict(allocatable or {})
+        )
+
+    def set_allocatable(self, name: str, allocatable: dict[str, str]) -> None:
+        """What the kubelet posts once the device plugin advertises its resources."""
+        self.nodes[name].allocatable = dict(allocatable)
 
     def set_node_state(self, node: str, obj: dict) -> None:
         """The node agent's GpuNodeState (`{"status": {"gpus": [...]}}`)."""
@@ -277,7 +286,9 @@ class MemoryCluster:
             n = self.nodes.get(name)
             if n is None:
                 return None  # KubeOps: 404 -> None
-            return NodeInfo(name, n.unschedulable, dict(n.labels), dict(n.annotations))
+            return NodeInfo(
+                name, n.unschedulable, dict(n.labels), dict(n.annotations), dict(n.allocatable)
+            )
 
         return self._run("read_node", read, name=name)
 

@@ -52,6 +52,8 @@ class Node:
     cordoned: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    """status.allocatable, as the kubelet posts what the device plugin advertises."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 unschedulable=s.cordoned,
                 labels=dict(s.labels),
                 annotations=dict(s.annotations),
+                allocatable=dict(s.allocatable),
             )
         elif isinstance(s, NodeState):
             c.set_node_state(s.node, {"status": {"gpus": list(s.gpus)}})

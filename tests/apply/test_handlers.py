@@ -19,6 +19,7 @@ from reconciler.apply.configs import (
     config_name,
     render_mig_parted,
     render_sharing,
+    yaml_load,
     yaml_text,
 )
 from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS
@@ -61,6 +62,7 @@ from tests.apply.table import (
     run_memory,
     seed_memory,
 )
+from tests.nvidia.device_plugin import parse_sharing
 
 # ---------------------------------------------------------------------- actions
 CORDON = Cordon(
@@ -122,12 +124,39 @@ def family(name: str) -> list[str]:
 SHARING = SetSharing(
     id=f"set-sharing:{NODE}",
     target=NODE,
-    reason="gpu1: whole -> 4 slices",
+    reason="gpu1: whole -> 4 slices (every card of the node not in MIG mode)",
     depends_on=(CORDON.id,),
-    cards=(CardChange(gpu=1, before="whole", after="4 slices"),),
+    cards=(CardChange(gpu=1, before="whole", after="shared x4"),),
     shared_slices=(CardSlices(gpu=1, slices=4),),
+    slices=4,
+    plain_cards=1,
 )
+"""gpu0 is in MIG mode (its instances are separate resources), gpu1 is the node's only plain
+card: the plugin advertises 4 `nvidia.com/gpu.shared` and no `nvidia.com/gpu`."""
 SHARING_NAME = config_name(render_sharing(SHARING))
+UNSHARE = SetSharing(
+    id=f"set-sharing:{NODE}",
+    target=NODE,
+    reason="gpu1: 4 slices -> whole",
+    depends_on=(CORDON.id,),
+    cards=(CardChange(gpu=1, before="shared x4", after="whole"),),
+    slices=None,
+    plain_cards=1,
+)
+MPS = SetSharing(
+    id=f"set-sharing:{NODE}",
+    target=NODE,
+    reason="gpu0, gpu1: whole -> 4 MPS clients",
+    depends_on=(CORDON.id,),
+    cards=(
+        CardChange(gpu=0, before="whole", after="mps x4"),
+        CardChange(gpu=1, before="whole", after="mps x4"),
+    ),
+    slices=4,
+    strategy="mps",
+    plain_cards=2,
+)
+MPS_NAME = config_name(render_sharing(MPS))
 GRACE = 300
 CHECKPOINT = Checkpoint(
     id=f"checkpoint:{NS}/job",
@@ -359,18 +388,91 @@ def retry_labelled(attempt: int):
     return check
 
 
-def sharing_written(p: Probe) -> None:
-    data = p.config_map(SHARING_CM)
-    assert data is not None and data[SHARING_NAME] == yaml_text(render_sharing(SHARING))
+SHARED_4 = {C.SHARED_RESOURCE: "4"}
+"""gpu1 shared 4 ways, as the kubelet posts it (gpu0's MIG instances left out)."""
+WHOLE_1 = {C.GPU_RESOURCE: "1"}
+DEFAULT_CONFIG = memory_config().sharing_default_config
+SHARING_PROPAGATING = f"config {SHARING_NAME} written; the device plugin's config-manager"
+SHARING_LABELLED = f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}; waiting for allocatable"
+
+
+def sharing_node(
+    *,
+    label: str | None = None,
+    since: float | None = None,
+    mark: tuple[str, float] | None = None,
+    allocatable: dict[str, str] | None = None,
+    cordoned: bool = True,
+) -> Node:
+    """Cordoned by us; the device plugin's label `label` set `since` seconds ago; config
+    `mark[0]` seen written `mark[1]` seconds ago; what the kubelet shows in allocatable."""
+    ann = dict(OURS) if cordoned else {}
+    if since is not None:
+        ann[C.RECONFIGURE_SINCE_ANN] = ago(since)
+    if mark is not None:
+        ann[C.SHARING_CONFIG_WRITTEN_ANN] = f"{mark[0]}@{ago(mark[1])}"
+    return Node(
+        cordoned=cordoned,
+        labels={C.DEVICE_PLUGIN_CONFIG_LABEL: label} if label else {},
+        annotations=ann,
+        allocatable=dict(allocatable or {}),
+    )
+
+
+SHARING_CM_WITH_KEY = ConfigMap(SHARING_CM, {SHARING_NAME: yaml_text(render_sharing(SHARING))})
+MIG_ON_GPU0 = NodeState(NODE, (gpu_status(0, mig=["3g.40gb", "3g.40gb"]), gpu_status(1)))
+
+
+def sharing_config_is(action: SetSharing, name: str, section: str):
+    """The plugin's ConfigMap holds `name`: `replicas` >= 2 for `nvidia.com/gpu` under
+    `sharing.<section>`, renamed, no `devices` list, the install's flags."""
+
+    def check(p: Probe) -> None:
+        data = p.config_map(SHARING_CM)
+        assert data is not None and data[name] == yaml_text(render_sharing(action))
+        doc = yaml_load(data[name])
+        assert doc["version"] == "v1" and doc["flags"] == {"migStrategy": "mixed"}
+        assert list(doc["sharing"]) == [section]
+        assert doc["sharing"][section] == {
+            "renameByDefault": True,
+            "resources": [{"name": C.GPU_RESOURCE, "replicas": action.slices}],
+        }
+        parse_sharing(data[name])  # the device plugin's own check
+
+    return check
+
+
+def sharing_marked(p: Probe) -> None:
+    """The config is written, its propagation clock starts now; the label waits."""
+    sharing_config_is(SHARING, SHARING_NAME, "timeSlicing")(p)
     n = p.node()
-    assert n.labels[C.DEVICE_PLUGIN_CONFIG_LABEL] == SHARING_NAME
-    assert json.loads(n.annotations[C.SHARED_SLICES_ANN]) == {"1": 4}
-    assert n.annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
+    assert n.annotations[C.SHARING_CONFIG_WRITTEN_ANN] == f"{SHARING_NAME}@{NOW.isoformat()}"
+    assert C.DEVICE_PLUGIN_CONFIG_LABEL not in n.labels
 
 
 def sharing_kept_other(p: Probe) -> None:
-    sharing_written(p)
+    sharing_marked(p)
     assert p.config_map(SHARING_CM)["other"] == "keep"
+
+
+def sharing_labelled(value: str, partition: dict):
+    """The label names `value`, the step's clock starts now; nothing optimistic is recorded."""
+
+    def check(p: Probe) -> None:
+        n = p.node()
+        assert n.unschedulable and n.labels[C.DEVICE_PLUGIN_CONFIG_LABEL] == value
+        assert n.annotations[C.RECONFIGURE_SINCE_ANN] == NOW.isoformat()
+        assert json.loads(n.annotations[C.PARTITION_ANN]) == partition
+        assert "gpupool.io/shared-slices" not in n.annotations  # no optimistic record
+
+    return check
+
+
+def unshared_by_default(p: Probe) -> None:
+    """Back to the install's `default`: no config written, no propagation wait."""
+    sharing_labelled(DEFAULT_CONFIG, {"1": {"from": "shared x4", "to": "whole"}})(p)
+    assert p.config_map(SHARING_CM) is None
+    assert C.SHARING_CONFIG_WRITTEN_ANN not in p.node().annotations
 
 
 def checkpoint_asked_now(p: Probe) -> None:
@@ -953,6 +1055,7 @@ MIG_ROWS = [
     ),
 ]
 
+SHARED_PARTITION = {"1": {"from": "whole", "to": "shared x4"}}
 SHARING_ROWS = [
     Row("set-sharing/not-cordoned", SHARING, (Node(),), "blocked", "node is not cordoned"),
     Row(
@@ -965,49 +1068,210 @@ SHARING_ROWS = [
     Row(
         "set-sharing/other-gpu-busy",
         SHARING,
-        (CORDONED, job(annotations={C.GPUS_ANN: "0"})),
-        "done",
-        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
-        ("write_config_map", "patch_node"),
-        check=sharing_written,
+        (CORDONED, MIG_ON_GPU0, job(annotations={C.GPUS_ANN: "0:0"})),
+        "waiting",
+        SHARING_PROPAGATING,
+        WRITES_CONFIG,
+        check=sharing_marked,
     ),
     Row(
         "set-sharing/free",
         SHARING,
         (CORDONED,),
-        "done",
-        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
-        ("write_config_map", "patch_node"),
-        check=sharing_written,
+        "waiting",
+        SHARING_PROPAGATING,
+        WRITES_CONFIG,
+        check=sharing_marked,
     ),
     Row(
         "set-sharing/keeps-other-keys",
         SHARING,
         (CORDONED, ConfigMap(SHARING_CM, {"other": "keep"})),
-        "done",
-        f"={SHARING_NAME}",
-        ("write_config_map", "patch_node"),
+        "waiting",
+        SHARING_PROPAGATING,
+        WRITES_CONFIG,
         check=sharing_kept_other,
     ),
     Row(
+        # written by an earlier run whose mark was lost: the wait starts again from now
         "set-sharing/key-already-there",
         SHARING,
-        (CORDONED, ConfigMap(SHARING_CM, {SHARING_NAME: yaml_text(render_sharing(SHARING))})),
-        "done",
-        f"={SHARING_NAME}",
+        (CORDONED, SHARING_CM_WITH_KEY),
+        "waiting",
+        SHARING_PROPAGATING,
         ("patch_node",),
-        check=sharing_written,
+        check=sharing_marked,
+    ),
+    Row(
+        "set-sharing/propagating",
+        SHARING,
+        (sharing_node(mark=(SHARING_NAME, 60)), SHARING_CM_WITH_KEY),
+        "waiting",
+        f"90s before {C.DEVICE_PLUGIN_CONFIG_LABEL} may name it",
+    ),
+    Row(
+        "set-sharing/propagation-restarted-when-rewritten",
+        SHARING,
+        (
+            sharing_node(mark=(SHARING_NAME, 151)),
+            ConfigMap(SHARING_CM, {SHARING_NAME: "version: v1\n"}),
+        ),
+        "waiting",
+        SHARING_PROPAGATING,
+        WRITES_CONFIG,
+        check=sharing_marked,
+    ),
+    Row(
+        "set-sharing/mark-of-another-config",
+        SHARING,
+        (sharing_node(mark=("gpupool-000000000000", 999)), SHARING_CM_WITH_KEY),
+        "waiting",
+        SHARING_PROPAGATING,
+        ("patch_node",),
+        check=sharing_marked,
+    ),
+    Row(
+        "set-sharing/propagated",
+        SHARING,
+        (sharing_node(mark=(SHARING_NAME, 151), allocatable=WHOLE_1), SHARING_CM_WITH_KEY),
+        "waiting",
+        SHARING_LABELLED,
+        ("patch_node",),
+        check=sharing_labelled(SHARING_NAME, SHARED_PARTITION),
+    ),
+    Row(
+        "set-sharing/propagated-but-busy-again",
+        SHARING,
+        (
+            sharing_node(mark=(SHARING_NAME, 151)),
+            SHARING_CM_WITH_KEY,
+            job(annotations={C.GPUS_ANN: "1/2"}),
+        ),
+        "waiting",
+        BUSY,
+    ),
+    Row(
+        "set-sharing/waiting-for-allocatable",
+        SHARING,
+        (sharing_node(label=SHARING_NAME, since=60, allocatable=WHOLE_1),),
+        "waiting",
+        f"{SHARING_LABELLED} to show {C.GPU_RESOURCE}=0, {C.SHARED_RESOURCE}=4 "
+        f"(now {C.GPU_RESOURCE}=1, {C.SHARED_RESOURCE}=0)",
+    ),
+    Row(
+        "set-sharing/allocatable-shows-both-names",
+        SHARING,
+        (
+            sharing_node(
+                label=SHARING_NAME, since=60, allocatable={**WHOLE_1, C.SHARED_RESOURCE: "4"}
+            ),
+        ),
+        "waiting",
+        f"(now {C.GPU_RESOURCE}=1, {C.SHARED_RESOURCE}=4)",
+    ),
+    Row(
+        "set-sharing/since-lost",
+        SHARING,
+        (sharing_node(label=SHARING_NAME, allocatable=WHOLE_1),),
+        "waiting",
+        SHARING_LABELLED,
+        ("patch_node",),
+        check=since_now,
+    ),
+    Row(
+        "set-sharing/done-when-allocatable-shows-it",
+        SHARING,
+        (sharing_node(label=SHARING_NAME, since=60, allocatable=SHARED_4),),
+        "done",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}; allocatable shows",
     ),
     Row(
         "set-sharing/repeat",
         SHARING,
         (
-            Node(
-                cordoned=True, labels={C.DEVICE_PLUGIN_CONFIG_LABEL: SHARING_NAME}, annotations=OURS
+            sharing_node(
+                label=SHARING_NAME,
+                allocatable={**SHARED_4, C.GPU_RESOURCE: "0", C.mig_resource("3g.40gb"): "2"},
+                cordoned=False,
             ),
         ),
         "done",
         f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={SHARING_NAME}",
+    ),
+    Row(
+        "set-sharing/timeout",
+        SHARING,
+        (sharing_node(label=SHARING_NAME, since=601, allocatable=WHOLE_1),),
+        "failed",
+        "stuck for over 600s",
+    ),
+    Row(
+        "set-sharing/unshare-selects-default",
+        UNSHARE,
+        (sharing_node(label=SHARING_NAME, allocatable=SHARED_4),),
+        "waiting",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={DEFAULT_CONFIG}; waiting for allocatable",
+        ("patch_node",),
+        check=unshared_by_default,
+    ),
+    Row(
+        "set-sharing/unshare-busy",
+        UNSHARE,
+        (sharing_node(label=SHARING_NAME, allocatable=SHARED_4), job(annotations=ON_GPU1)),
+        "waiting",
+        BUSY,
+    ),
+    Row(
+        "set-sharing/unshare-waits-for-allocatable",
+        UNSHARE,
+        (sharing_node(label=DEFAULT_CONFIG, since=30, allocatable=SHARED_4),),
+        "waiting",
+        f"(now {C.GPU_RESOURCE}=0, {C.SHARED_RESOURCE}=4)",
+    ),
+    Row(
+        "set-sharing/unshare-done",
+        UNSHARE,
+        (sharing_node(label=DEFAULT_CONFIG, since=30, allocatable=WHOLE_1),),
+        "done",
+        f"{C.DEVICE_PLUGIN_CONFIG_LABEL}={DEFAULT_CONFIG}",
+    ),
+    Row(
+        # no label: the config-manager selects the default config already
+        "set-sharing/unshare-no-label-done",
+        UNSHARE,
+        (sharing_node(allocatable=WHOLE_1, cordoned=False),),
+        "done",
+        "allocatable shows",
+    ),
+    Row(
+        "set-sharing/unshare-timeout",
+        UNSHARE,
+        (sharing_node(label=DEFAULT_CONFIG, since=601, allocatable=SHARED_4),),
+        "failed",
+        "stuck for over 600s",
+    ),
+    Row(
+        "set-sharing/mps-rendered",
+        MPS,
+        (CORDONED,),
+        "waiting",
+        f"config {MPS_NAME} written",
+        WRITES_CONFIG,
+        check=sharing_config_is(MPS, MPS_NAME, "mps"),
+    ),
+    Row(
+        "set-sharing/mps-beside-mig-refused",
+        MPS.model_copy(update={"plain_cards": 1}),
+        (CORDONED, MIG_ON_GPU0),
+        "failed",
+        "refuses MPS on a node with MIG devices (GPU 0 in MIG mode)",
+    ),
+    Row(
+        "set-sharing/mps-too-many-clients",
+        MPS.model_copy(update={"slices": 64}),
+        (CORDONED,),
+        "failed",
+        "at most 48 clients per card",
     ),
 ]
 

@@ -12,9 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler.apply.configs import ALL_DISABLED, DEFAULT_SHARING, MIG_CONFIG_KEY
+from reconciler.apply.configs import (
+    ALL_DISABLED,
+    DEFAULT_SHARING,
+    MIG_CONFIG_KEY,
+    MPS_MAX_REPLICAS,
+    SHARING_FLAGS,
+    render_sharing,
+    yaml_text,
+)
 from reconciler.apply.handlers import ApplyConfig
-from tests.nvidia.device_plugin import parse_sharing
+from reconciler.plan.actions import SetSharing
+from tests.nvidia.device_plugin import ConfigError, parse_sharing
 from tests.nvidia.mig_parted_spec import SpecError, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +138,41 @@ def test_device_plugin_default_shares_nothing_and_every_config_is_accepted():
     assert parse_sharing(cm["data"][DEFAULT_SHARING]) is None  # no sharing at all
     assert "sharing" not in yaml.safe_load(cm["data"][DEFAULT_SHARING])
     assert yaml.safe_load(cm["data"][DEFAULT_SHARING])["flags"]["migStrategy"] == "mixed"
+
+
+def test_every_sharing_config_gpupool_renders_is_accepted_and_keeps_the_default_flags():
+    """Named configs carry the install's `default` flags (migStrategy mixed), no `devices` list
+    (the plugin ignores it: every card not in MIG mode is shared) and `replicas` >= 2; no
+    sharing is no config at all (the label selects `default`), never `replicas: 1`."""
+    default = yaml.safe_load(config_map("device-plugin-config.yaml")["data"][DEFAULT_SHARING])
+    assert default["flags"] == SHARING_FLAGS
+    assert CFG.sharing_default_config == DEFAULT_SHARING
+    for strategy, key in (("time-slicing", "timeSlicing"), ("mps", "mps")):
+        for slices in (2, 4, 7, MPS_MAX_REPLICAS):
+            a = SetSharing(
+                id="set-sharing:n", target="n", reason="r", cards=(), slices=slices,
+                strategy=strategy, plain_cards=8,
+            )  # fmt: skip
+            spec = render_sharing(a)
+            assert spec is not None and spec["flags"] == default["flags"]
+            (r,) = spec["sharing"][key]["resources"]
+            assert "devices" not in r and r["replicas"] == slices >= 2
+            got = parse_sharing(yaml_text(spec))
+            assert got is not None and (got.replicas, got.rename, got.strategy) == (
+                slices,
+                True,
+                strategy,
+            )
+    none = SetSharing(id="set-sharing:n", target="n", reason="r", cards=(), plain_cards=8)
+    assert render_sharing(none) is None
+    with pytest.raises(ConfigError):  # what "no sharing" must never be rendered as
+        parse_sharing(TS_ONE)
+
+
+TS_ONE = (
+    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+    "    - name: nvidia.com/gpu\n      replicas: 1\n"
+)
 
 
 def _keys(values: dict, prefix: str = "") -> list[tuple[str, set[str]]]:

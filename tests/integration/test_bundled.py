@@ -12,22 +12,17 @@ wall clock, the controller plans on the test clock). Pods the snapshot shows Pen
 behind a scheduling gate (as under an admission controller such as Kueue): a free node must not
 let the real scheduler run them.
 
-What the real stack cannot hold: the snapshot time-slices two of h100-01's eight cards, and the
-bundled plan shares two of h100-06's. The NVIDIA device plugin time-slices every whole card of a
-node (tests/nvidia/device_plugin.py, issue 12), so the H100 pool's part is a strict xfail; the
-A100 pool (MIG cards under running work, an idle notebook, a scaling target within its band,
-team caps) must converge; its plan changes no MIG mode, so Ampere's whole-node reset (issue 12)
-does not come into it.
+The snapshot shares h100-01 the way the device plugin does, every card not in MIG mode (its
+two plain cards, beside six MIG cards); the bundled plan takes one of those MIG cards out of
+MIG for the scale-up, and it comes back shared. The A100 pool (MIG cards under running work, an
+idle notebook, a scaling target within its band, team caps) changes no MIG mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import timedelta
 from pathlib import Path
-
-import pytest
 
 from reconciler.apply.configs import config_name, render_sharing, yaml_text
 from reconciler.apply.handlers import ApplyConfig
@@ -35,13 +30,13 @@ from reconciler.conventions import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_RESOURCE,
     SHARED_RESOURCE,
-    SHARED_SLICES_ANN,
 )
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
+from reconciler.observe.kube import observe_cluster
 from reconciler.observe.model import ObservedState, Workload
 from reconciler.observe.snapshot import load_snapshot
-from reconciler.plan.actions import CardChange, CardSlices, SetSharing
+from reconciler.plan.actions import SetSharing
 
 from .harness import (
     NS,
@@ -117,17 +112,17 @@ def _cards_without_work(sim, cards: list[int]) -> None:
     sim.publish()
 
 
-def _sharing_config(kube, node: str, shared: dict[int, int]) -> str:
-    """The device-plugin config gpupool would have written for these shared cards (its own
-    renderer), put into the plugin's ConfigMap before the node boots; returns its name."""
+def _sharing_config(kube, node: str, slices: int, plain: int) -> str:
+    """The device-plugin config gpupool would have written for a node whose `plain` cards (not
+    in MIG mode) are shared x`slices` (its own renderer), put into the plugin's ConfigMap
+    before the node boots; returns its name."""
     action = SetSharing(
         id=f"set-sharing:{node}",
         target=node,
         reason="seeded from the snapshot",
-        cards=tuple(
-            CardChange(gpu=i, before="whole", after=f"shared x{k}") for i, k in shared.items()
-        ),
-        shared_slices=tuple(CardSlices(gpu=i, slices=k) for i, k in shared.items()),
+        cards=(),
+        slices=slices,
+        plain_cards=plain,
     )
     spec = render_sharing(action)
     name = config_name(spec)
@@ -188,9 +183,12 @@ def seed(kube, pools: tuple[str, ...]) -> None:
         )
     for n in nodes.values():
         mig = {g.index: [i.profile for i in g.mig_instances] for g in n.gpus if g.mig_enabled}
-        shared = {g.index: g.shared_slices for g in n.gpus if g.shared_slices}
+        shared = {g.shared_slices for g in n.gpus if g.shared_slices}
+        plain = sum(1 for g in n.gpus if not g.mig_enabled)
         labels = (
-            {DEVICE_PLUGIN_CONFIG_LABEL: _sharing_config(kube, n.name, shared)} if shared else {}
+            {DEVICE_PLUGIN_CONFIG_LABEL: _sharing_config(kube, n.name, max(shared), plain)}
+            if shared
+            else {}
         )
         sim = add_gpu_node(
             kube,
@@ -201,21 +199,7 @@ def seed(kube, pools: tuple[str, ...]) -> None:
             mig=mig,
             labels=labels,
         )
-        if (
-            shared
-        ):  # the slices gpupool recorded when it configured them; the plugin applies its config
-            kube.core.patch_node(
-                n.name,
-                {
-                    "metadata": {
-                        "annotations": {
-                            SHARED_SLICES_ANN: json.dumps(
-                                {str(k): v for k, v in shared.items()}, sort_keys=True
-                            )
-                        }
-                    }
-                },
-            )
+        if shared:  # the plugin applies its config
             sim.device_plugin.step()
         assert {i: sorted(sim.gpus.layout(i)) for i in mig} == {
             g.index: sorted((i.profile, i.start) for i in g.mig_instances)
@@ -376,12 +360,6 @@ def test_bundled_policy_converges_the_bundled_a100_pool(kube):
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: the device plugin time-slices every whole card of a node; the "
-    "bundled snapshot time-slices 2 of h100-01's 8 cards beside a 6-card job "
-    "(the kubelet refuses it) and the bundled plan shares 2 of h100-06's",
-)
 def test_bundled_policy_converges_the_whole_bundled_cluster(kube):
     """Both pools, the H100 pool's shared serving included: every pod the plan placed runs, and
     each node advertises what gpupool believes it configured."""
@@ -418,11 +396,13 @@ def test_bundled_policy_converges_the_whole_bundled_cluster(kube):
         ):
             continue
         assert p.status.phase == "Running", (p.metadata.namespace, p.metadata.name, p.status.phase)
-    for name, sim in kube.nodes.items():
+    seen = {n.name: n.gpus for n in observe_cluster(kube.controller_client()).nodes}
+    for name in kube.nodes:
         node = kube.core.read_node(name)
-        slices = json.loads((node.metadata.annotations or {}).get(SHARED_SLICES_ANN) or "{}")
+        # what gpupool believes: the node's cards as the controller observes them
+        cards = seen[name]
         alloc = node.status.allocatable or {}
-        assert int(alloc.get(SHARED_RESOURCE, "0")) == sum(slices.values()), name
-        assert int(alloc.get(GPU_RESOURCE, "0")) == sim.gpus.count - len(slices) - len(
-            sim.gpus.mig_cards()
-        ), name
+        assert int(alloc.get(SHARED_RESOURCE, "0")) == sum(g.shared_slices or 0 for g in cards), (
+            name
+        )
+        assert int(alloc.get(GPU_RESOURCE, "0")) == sum(1 for g in cards if g.mode == "whole"), name

@@ -9,13 +9,27 @@ updated."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-import pytest
-
-from reconciler.apply.configs import render_sharing, yaml_text
-from reconciler.conventions import MIG_CONFIG_LABEL, MIG_STATE_LABEL
-from reconciler.plan.actions import CardChange, SetSharing
+from reconciler.apply.configs import config_name, render_sharing, yaml_text
+from reconciler.apply.executor import Executor
+from reconciler.apply.handlers import ApplyConfig, Context, set_sharing
+from reconciler.apply.kube import KubeOps
+from reconciler.conventions import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_RESOURCE,
+    GROUP,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    NODE_STATE_PLURAL,
+    SHARED_RESOURCE,
+    VERSION,
+)
+from reconciler.observe.kube import _node as observe_node
+from reconciler.observe.kube import observe_cluster
+from reconciler.plan.actions import CardChange, CardLayout, MigReconfigure, SetSharing
+from reconciler.plan.model import Plan
+from tests.apply.memory import MemoryCluster
 from tests.nvidia.device_plugin import parse_sharing
 
 from .harness import (
@@ -29,6 +43,7 @@ from .harness import (
     write_policy,
 )
 from .scenario import TEXT, base, seed_priority_classes
+from .world import SHARING_DEFAULTS
 
 MIG_CM = "gpupool-mig-parted-config"
 
@@ -85,7 +100,7 @@ def _label(kube, node: str, value: str | None) -> None:
     kube.core.patch_node(node, {"metadata": {"labels": {MIG_CONFIG_LABEL: value}}})
 
 
-def _run(sim) -> list[str]:
+def _mig_steps(sim) -> list[str]:
     """mig-manager's steps until it is idle again: the states it wrote."""
     out = []
     while (st := sim.mig_manager.step()) is not None:
@@ -106,16 +121,16 @@ def test_stand_in_acts_on_value_changes_only_and_retries_on_a_new_value(kube, tm
     sim.gpus.allocate("team-a/job", {"nvidia.com/gpu": 1})  # holds card 0
     _configs(kube, a=ON0, **{"a-r1": ON0})
     _label(kube, "h100-2", "a")
-    assert _run(sim) == ["pending", "failed"]  # card 0 is in use
+    assert _mig_steps(sim) == ["pending", "failed"]  # card 0 is in use
     sim.gpus.release("team-a/job")
-    assert _run(sim) == []  # the label did not change: failed stays
+    assert _mig_steps(sim) == []  # the label did not change: failed stays
     _label(kube, "h100-2", None)
-    assert _run(sim) == []
+    assert _mig_steps(sim) == []
     _label(kube, "h100-2", "a-r1")
-    assert _run(sim) == ["pending", "success"]
+    assert _mig_steps(sim) == ["pending", "success"]
     assert sim.gpus.mig_cards() == {0}
     _label(kube, "h100-2", "a")  # a new value, already applied: success, nothing stopped
-    assert _run(sim) == ["success"]
+    assert _mig_steps(sim) == ["success"]
     assert [o for _, o in sim.mig_manager.runs] == ["failed", "success", "success"]
 
 
@@ -134,9 +149,9 @@ def test_stand_in_ampere_mode_change_resets_every_gpu(kube, tmp_path):
     _configs(kube, on0=ON0)
     for node in ("a100-1", "h100-2"):
         _label(kube, node, "on0")
-    assert _run(a100) == ["pending", "failed"]
+    assert _mig_steps(a100) == ["pending", "failed"]
     assert a100.gpus.mig_cards() == set()
-    assert _run(h100) == ["pending", "success"]
+    assert _mig_steps(h100) == ["pending", "success"]
     assert h100.gpus.mig_cards() == {0}
 
 
@@ -152,12 +167,12 @@ def test_stand_in_mode_change_clears_every_listed_mig_card(kube, tmp_path):
     keep1 = [{"devices": [1], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
     _configs(kube, both=keep1 + ON0, only0=ON0)
     _label(kube, "h100-9", "both")
-    assert _run(sim) == ["pending", "failed"]
+    assert _mig_steps(sim) == ["pending", "failed"]
     assert sim.gpus.mig_cards() == {1} and len(sim.gpus.layout(1)) == 2  # not cleared
     _label(kube, "h100-9", "only0")
-    assert _run(sim) == ["pending", "success"]
+    assert _mig_steps(sim) == ["pending", "success"]
     _label(kube, "h100-9", "both")
-    assert _run(sim) == ["success"]  # already applied: nothing touched
+    assert _mig_steps(sim) == ["success"]  # already applied: nothing touched
     assert sim.gpus.busy_cards() == {1} and sim.gpus.mig_cards() == {0, 1}
 
 
@@ -169,7 +184,7 @@ def test_stand_in_fails_a_config_file_it_cannot_parse(kube, tmp_path):
     sim.step()
     _configs(kube, good=OFF1, bad=[{"devices": [0], "mig-enabled": True}])  # no mig-devices
     _label(kube, "h100-2", "good")
-    assert _run(sim) == ["failed"]
+    assert _mig_steps(sim) == ["failed"]
 
 
 def test_a_failed_reconfiguration_is_retried_under_a_new_label_value(kube, tmp_path):
@@ -192,32 +207,47 @@ def test_a_failed_reconfiguration_is_retried_under_a_new_label_value(kube, tmp_p
 
 
 def test_ampere_mode_change_waits_for_the_whole_node(kube, tmp_path):
-    """The executor's side of Ampere's whole-node reset: it does not point mig-manager at a MIG
-    mode change while any GPU of the A100 node runs work (the label would only fail), says so,
-    and goes ahead once the node is idle: one run, no failure, uncordoned."""
+    """The executor's side of Ampere's whole-node reset, a backstop for a plan that asks for
+    it anyway (the planner drains the whole node first: the test below): it does not point
+    mig-manager at a MIG mode change while any GPU of the A100 node runs work (the label would
+    only fail), says so, and goes ahead once the node is idle: one run, no failure."""
     clock = kube.clock
-    ctl = _ampere_setup(kube, tmp_path)
-    out = None
-    for _ in range(15):
-        r = ctl.cycle()
-        kube.settle()
-        kube.step_nodes()
-        kube.settle()
-        out = {o.action: o for o in r.applied.outcomes}.get("mig-reconfigure:a100-2")
-        if out is not None and "resets every GPU" in out.message:
-            break
-        clock.advance(60)
-    assert out is not None and out.status == "waiting"
+    _ampere_setup(kube, tmp_path)
+    kube.core.delete_namespaced_pod("bert-new", "team-b", grace_period_seconds=0)  # cards 4-7
+    kube.settle()
+    kube.core.patch_node("a100-2", {"spec": {"unschedulable": True}})  # the plan's cordon
+    ex = Executor(KubeOps(kube.controller_client()), clock=clock)
+    layout = tuple(
+        CardLayout(gpu=i, profiles=("3g.40gb", "3g.40gb") if i in (4, 5) else None)
+        for i in range(8)
+    )
+    change = MigReconfigure(
+        id="mig-reconfigure:a100-2",
+        target="a100-2",
+        reason="cards 4, 5 to MIG",
+        cards=tuple(
+            CardChange(gpu=i, before="whole", after="MIG[3g.40gb, 3g.40gb]") for i in (4, 5)
+        ),
+        layout=layout,
+    )
+    (out,) = ex.apply(Plan(observed_at="t", actions=(change,))).outcomes
+    assert out.status == "waiting"
     assert "bert-old" in out.message and "A100-SXM4-80GB resets every GPU" in out.message
     labels = kube.core.read_node("a100-2").metadata.labels or {}
     assert not (labels.get(MIG_CONFIG_LABEL) or "").startswith("gpupool-")
     assert kube.nodes["a100-2"].mig_manager.runs == []
-    # the job finishes (what the planner's whole-node drain will do): the change goes ahead
+    # the job finishes: the change goes ahead
     kube.core.delete_namespaced_pod("bert-old", "team-b", grace_period_seconds=0)
     kube.settle()
-    converge(ctl, kube, clock=clock)
+    for _ in range(20):
+        (out,) = ex.apply(Plan(observed_at="t", actions=(change,))).outcomes
+        kube.step_nodes()
+        kube.settle()
+        if out.status in ("done", "failed"):
+            break
+        clock.advance(30)
+    assert out.status == "done", out.message
     assert [o for _, o in kube.nodes["a100-2"].mig_manager.runs] == ["success"]
-    assert not kube.core.read_node("a100-2").spec.unschedulable
 
 
 def _ampere_setup(kube, tmp_path):
@@ -270,15 +300,13 @@ def _ampere_setup(kube, tmp_path):
     return controller(kube, tmp_path, clock)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: on Ampere a MIG mode change resets every GPU of the node, so the "
-    "plan must drain the whole node (catalog `mig_mode_change: node`); it drains only the "
-    "changed card, and the executor then waits for the rest of the node forever",
-)
 def test_ampere_mode_change_needs_the_whole_node_idle(kube, tmp_path):
+    """The planner drains a whole A100 node for a MIG mode change (a100-1 runs non-preemptible
+    work; a100-2's low-priority job is preempted, its high-priority one is not preemptible, so
+    it waits for it): the plan converges, with no mig-manager failure and nothing cordoned."""
     ctl = _ampere_setup(kube, tmp_path)
     converge(ctl, kube, clock=kube.clock)
+    assert all(o == "success" for sim in kube.nodes.values() for _, o in sim.mig_manager.runs)
 
 
 def _shared_setup(kube, tmp_path):
@@ -290,12 +318,9 @@ def _shared_setup(kube, tmp_path):
     return controller(kube, tmp_path, kube.clock)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: the device plugin time-slices every whole card of a node (it "
-    "ignores `devices`); gpupool counts only the converted cards as shared",
-)
-def test_sharing_one_card_shares_the_node(kube, tmp_path):
+def test_sharing_shares_the_whole_node_as_the_plan_counted(kube, tmp_path):
+    """One shared pod waits: the planner shares a whole node (the device plugin shares every
+    card of a node not in MIG mode), and what the node advertises is what gpupool counts."""
     ctl = _shared_setup(kube, tmp_path)
     _run(ctl, kube, kube.clock, 4)
     nodes = {n.metadata.name: n for n in kube.core.list_node().items}
@@ -304,22 +329,138 @@ def test_sharing_one_card_shares_the_node(kube, tmp_path):
         for n in ("h100-1", "h100-2")
         if "nvidia.com/gpu.shared" in (nodes[n].status.allocatable or {})
     ]
-    assert shared, "no node was converted"
+    assert len(shared) == 1, "one node is shared, whole"
     alloc = nodes[shared[0]].status.allocatable
-    assert alloc.get("nvidia.com/gpu") == "7"  # what the plan counted: one card shared, seven whole
+    seen = {n.name: n for n in observe_cluster(kube.controller_client()).nodes}[shared[0]]
+    assert int(alloc["nvidia.com/gpu.shared"]) == sum(g.shared_slices or 0 for g in seen.gpus)
+    assert int(alloc.get("nvidia.com/gpu", "0")) == sum(1 for g in seen.gpus if g.mode == "whole")
+    assert all(g.mode != "whole" for g in seen.gpus)
+    assert (
+        kube.nodes[shared[0]].device_plugin.rejected,
+        kube.nodes[shared[0]].device_plugin.crashes,
+    ) == (0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: turning shared cards back to whole renders `replicas: 1`, which "
-    "the device plugin rejects (it must drop the sharing config instead)",
-)
 def test_unsharing_renders_a_config_the_plugin_accepts():
+    """Back to whole cards is no rendered config at all (never `replicas: 1`): the handler
+    points the node's label at the install's `default`, which the plugin accepts and which
+    shares nothing; every config gpupool does render passes the plugin's own check."""
     back = SetSharing(
         id="set-sharing:n",
         target="n",
         reason="back to whole",
         cards=(CardChange(gpu=0, before="shared x4", after="whole"),),
-        shared_slices=(),
+        slices=None,
+        plain_cards=1,
     )
-    parse_sharing(yaml_text(render_sharing(back)))  # the device plugin's own check
+    assert render_sharing(back) is None
+    cluster = MemoryCluster(namespaces={OPERATOR_NS})
+    cluster.add_node("n", unschedulable=True, labels={DEVICE_PLUGIN_CONFIG_LABEL: "gpupool-x"})
+    cfg = ApplyConfig()
+    out = set_sharing(back, Context(cluster, cfg, clock=lambda: datetime.now(UTC)))
+    assert out.status == "waiting"
+    selected = cluster.read_node("n").labels[DEVICE_PLUGIN_CONFIG_LABEL]
+    assert selected == cfg.sharing_default_config
+    assert cluster.write_ops() == ["patch_node"]  # no config written for it
+    assert parse_sharing(SHARING_DEFAULTS[selected]) is None  # exists from install, no sharing
+    for strategy in ("time-slicing", "mps"):
+        for slices in (2, 4, 8):
+            spec = render_sharing(back.model_copy(update={"slices": slices, "strategy": strategy}))
+            assert parse_sharing(yaml_text(spec)).replicas == slices  # the device plugin's check
+
+
+# ------------------------------------------------------------- set-sharing through the executor
+def _drive(kube, sim, ex: Executor, action: SetSharing, limit: int = 20) -> list[tuple]:
+    """Apply `action` every 30 s of the test clock until it is done or failed, the node's
+    components (config-manager and plugin, the kubelet's mount sync) stepping in between;
+    returns (seconds since the first apply, outcome)."""
+    start, seen = kube.clock.now, []
+    for _ in range(limit):
+        (out,) = ex.apply(Plan(observed_at="t", actions=(action,))).outcomes
+        seen.append(((kube.clock.now - start).total_seconds(), out))
+        sim.observe()  # the kubelet syncs the mounted ConfigMap whether or not anyone looks
+        sim.step()
+        if out.status in ("done", "failed"):
+            break
+        kube.clock.advance(30)
+    return seen
+
+
+def _allocatable(kube, node: str) -> dict[str, str]:
+    alloc = kube.core.read_node(node).status.allocatable or {}
+    return {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}
+
+
+def test_executor_shares_a_whole_node_and_back(kube):
+    """SetSharing through the executor on a cordoned idle node, against the faithful device
+    plugin (config-manager reading a late mounted copy): the config is written, the label waits
+    out the propagation, the plugin shares every card out of MIG mode, and the step is done
+    only when allocatable shows it; back to `default` converges the same way. The plugin never
+    rejects a config and its config-manager never crashes."""
+    node = "share-1"
+    sim = add_gpu_node(kube, node, count=4, mig={0: ["7g.80gb"]})  # cards 1..3 out of MIG mode
+    kube.core.patch_node(node, {"spec": {"unschedulable": True}})  # the plan's cordon
+    ex = Executor(KubeOps(kube.controller_client()), clock=kube.clock)
+    plain = (1, 2, 3)
+    share = SetSharing(
+        id=f"set-sharing:{node}",
+        target=node,
+        reason="cards 1-3: whole -> 4 slices",
+        cards=tuple(CardChange(gpu=i, before="whole", after="shared x4") for i in plain),
+        slices=4,
+        plain_cards=len(plain),
+    )
+    seen = _drive(kube, sim, ex, share)
+    t_end, last = seen[-1]
+    assert last.status == "done", [(t, o.status, o.message) for t, o in seen]
+    labelled = next(t for t, o in seen if o.message.startswith(DEVICE_PLUGIN_CONFIG_LABEL))
+    assert labelled >= ApplyConfig().config_propagation_seconds  # waited for the mounted copy
+    assert t_end > labelled  # done only once allocatable showed it, after the label
+    name = config_name(render_sharing(share))
+    assert kube.core.read_node(node).metadata.labels[DEVICE_PLUGIN_CONFIG_LABEL] == name
+    assert _allocatable(kube, node) == {SHARED_RESOURCE: "12", "nvidia.com/mig-7g.80gb": "1"}
+    state = kube.custom.get_cluster_custom_object(GROUP, VERSION, NODE_STATE_PLURAL, node)
+    observed = observe_node(kube.core.read_node(node), state)
+    assert [g.shared_slices for g in observed.gpus] == [None, 4, 4, 4]  # read from allocatable
+
+    back = share.model_copy(
+        update={
+            "reason": "cards 1-3: 4 slices -> whole",
+            "cards": tuple(CardChange(gpu=i, before="shared x4", after="whole") for i in plain),
+            "slices": None,
+        }
+    )
+    seen = _drive(kube, sim, ex, back)
+    assert seen[-1][1].status == "done", [(t, o.status, o.message) for t, o in seen]
+    assert seen[0][1].message.startswith(f"{DEVICE_PLUGIN_CONFIG_LABEL}=default")  # no wait
+    assert kube.core.read_node(node).metadata.labels[DEVICE_PLUGIN_CONFIG_LABEL] == "default"
+    assert _allocatable(kube, node) == {GPU_RESOURCE: "3", "nvidia.com/mig-7g.80gb": "1"}
+    assert (sim.device_plugin.rejected, sim.device_plugin.crashes) == (0, 0)
+    assert sim.gpus.plugin_healthy
+
+
+def test_executor_fails_a_sharing_the_plugin_never_shows(kube):
+    """A device plugin that never advertises the config's resources (here: it is not running)
+    leaves the step waiting, then failed past `sharing_timeout_seconds` with the reason; the
+    node stays cordoned."""
+    node = "share-2"
+    add_gpu_node(kube, node, count=2)
+    kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    cfg = ApplyConfig(config_propagation_seconds=0, sharing_timeout_seconds=120)
+    ex = Executor(KubeOps(kube.controller_client()), config=cfg, clock=kube.clock)
+    share = SetSharing(
+        id=f"set-sharing:{node}",
+        target=node,
+        reason="whole -> 2 slices",
+        cards=(CardChange(gpu=0, before="whole", after="shared x2"),),
+        slices=2,
+        plain_cards=2,
+    )
+    statuses = []
+    for _ in range(6):
+        (out,) = ex.apply(Plan(observed_at="t", actions=(share,))).outcomes
+        statuses.append(out.status)
+        kube.clock.advance(60)
+    assert statuses[:3] == ["waiting"] * 3 and statuses[-1] == "failed", statuses
+    assert "stuck for over 120s" in out.message and GPU_RESOURCE in out.message
+    assert kube.core.read_node(node).spec.unschedulable

@@ -153,7 +153,10 @@ class GpuNodeSim:
 
     def restart_gpu_clients(self) -> None:
         """mig-manager restarts the device plugin and the other GPU clients after a change."""
-        self.advertise(self.gpus.advertised())
+        if self.device_plugin.applied is not None:
+            self.device_plugin.restart()  # advertises what it now does
+        else:
+            self.advertise(self.gpus.advertised())
         self.publish()
 
     def agent_client(self) -> client.ApiClient:

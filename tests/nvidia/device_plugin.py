@@ -13,6 +13,12 @@ Read in NVIDIA/k8s-device-plugin (commit 1b826acc6):
   field ... is not yet supported ... Ignoring": sharing applies to every card of the resource
   on the node. With `renameByDefault: true` the replicas are advertised as
   `nvidia.com/gpu.shared` (and `nvidia.com/gpu` disappears from the node).
+* api/config/v1/sharing.go: `sharing.mps` takes the same shape as `sharing.timeSlicing` and wins
+  when both are there (`SharingStrategy`); internal/plugin/mps.go `getMPSOptions`: an MPS config
+  on a node with any MIG device fails the plugin ("sharing using MPS is not supported for MIG
+  devices"); cmd/mps-control-daemon/mps/device.go `assertReplicas`: more than 48 replicas per
+  card (Volta and newer) is an invalid MPS configuration, and the plugin, which waits for the
+  MPS daemon (`waitForDaemon`), does not come up.
 * A config the plugin rejects stops it from starting (the GPU operator runs it with
   FAIL_ON_INIT_ERROR=true, api/config/v1/flags.go `failOnInitError`): the node then advertises
   none of its GPU resources.
@@ -39,25 +45,39 @@ class ConfigError(Exception):
     pass
 
 
+MPS_MAX_REPLICAS = 48  # per card, Volta and newer (mps/device.go `maxClients`)
+
+
 def parse_sharing(text: str) -> Sharing | None:
-    """The time-slicing the plugin would apply for `nvidia.com/gpu`; raises ConfigError where
-    the plugin refuses the config."""
+    """The sharing (time-slicing or MPS) the plugin would apply for `nvidia.com/gpu`; raises
+    ConfigError where the plugin refuses the config whatever the node."""
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"unparsable config: {exc}") from None
-    if doc.get("version") != "v1":
+    if not isinstance(doc, dict) or doc.get("version") != "v1":
         raise ConfigError("unknown config version")
-    ts = (doc.get("sharing") or {}).get("timeSlicing") or {}
-    for r in ts.get("resources") or []:
-        if r.get("name") != GPU_RESOURCE:
-            continue
-        replicas = r.get("replicas")
-        if not isinstance(replicas, int) or replicas < 2:
-            raise ConfigError("number of replicas must be >= 2")
-        return Sharing(
-            replicas=replicas, rename=bool(ts.get("renameByDefault"))
-        )  # `devices` ignored
+    sharing = doc.get("sharing") or {}
+    found: Sharing | None = None
+    for key, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):
+        section = sharing.get(key) or {}
+        for r in section.get("resources") or []:
+            replicas = r.get("replicas")
+            if not isinstance(replicas, int) or replicas < 2:  # every resource is checked
+                raise ConfigError("number of replicas must be >= 2")
+            if r.get("name") == GPU_RESOURCE:  # `devices` ignored: every card
+                found = Sharing(replicas, bool(section.get("renameByDefault")), strategy)
+    return found  # MPS, read last, wins when both are there
+
+
+def node_refuses(sharing: Sharing | None, gpus: SimulatedGpuNode) -> str | None:
+    """Why the plugin does not come up with `sharing` on this node (None: it does)."""
+    if sharing is None or sharing.strategy != "mps":
+        return None
+    if gpus.mig_cards():
+        return "sharing using MPS is not supported for MIG devices"
+    if sharing.replicas > MPS_MAX_REPLICAS:
+        return "invalid MPS configuration: maximum allowed replicas exceeded"
     return None
 
 
@@ -93,11 +113,25 @@ class DevicePlugin:
             self.crashes += 1  # exits; restarted, it will look again next time
             return None
         self.applied = name
+        self._start(files[name])
+        return name
+
+    def restart(self) -> None:
+        """The plugin started again with the config it has (mig-manager restarts the GPU
+        clients after a reconfiguration): a node that has MIG cards now may refuse it."""
+        files = self.mounted.view() or {}
+        if self.applied in files:
+            self._start(files[self.applied])
+
+    def _start(self, text: str) -> None:
         try:
-            self.gpus.sharing = parse_sharing(files[name])
+            sharing = parse_sharing(text)
+            refused = node_refuses(sharing, self.gpus)
+            if refused:
+                raise ConfigError(refused)
+            self.gpus.sharing = sharing
             self.gpus.plugin_healthy = True
         except ConfigError:
             self.rejected += 1
             self.gpus.plugin_healthy = False
         self.set_resources(self.gpus.advertised())
-        return name

@@ -36,10 +36,11 @@ class Unschedulable(Exception):
 
 @dataclass
 class Sharing:
-    """The device plugin's time-slicing for `nvidia.com/gpu`: every whole card of the node."""
+    """The device plugin's sharing of `nvidia.com/gpu`: every whole card of the node."""
 
     replicas: int
     rename: bool = True  # renameByDefault: advertised as nvidia.com/gpu.shared
+    strategy: str = "time-slicing"  # or "mps": advertised the same way
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pytest
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE
 from reconciler.policy.catalog import catalog_from_data, default_catalog
-from tests.nvidia.device_plugin import ConfigError, parse_sharing
+from tests.nvidia.device_plugin import ConfigError, node_refuses, parse_sharing
 from tests.nvidia.gpunode import Sharing, SimulatedGpuNode, Unschedulable
 
 TS = (
@@ -22,6 +22,27 @@ def test_time_slicing_ignores_devices_and_needs_two_replicas():
     with pytest.raises(ConfigError, match=">= 2"):
         parse_sharing(TS.format(r=1, extra=""))
     assert parse_sharing("version: v1\nflags: {migStrategy: mixed}\n") is None  # no sharing
+
+
+MPS = (
+    "version: v1\nsharing:\n  mps:\n    renameByDefault: true\n    resources:\n"
+    "    - name: nvidia.com/gpu\n      replicas: {r}\n"
+)
+
+
+def test_mps_is_parsed_like_time_slicing_and_refused_beside_mig():
+    s = parse_sharing(MPS.format(r=4))
+    assert s == Sharing(replicas=4, rename=True, strategy="mps")
+    with pytest.raises(ConfigError, match=">= 2"):
+        parse_sharing(MPS.format(r=1))
+    whole = SimulatedGpuNode("n", "H100-SXM5-80GB", 2)
+    assert node_refuses(s, whole) is None
+    assert "maximum allowed replicas" in node_refuses(parse_sharing(MPS.format(r=49)), whole)
+    mixed = SimulatedGpuNode("m", "H100-SXM5-80GB", 2, mig={0: [("7g.80gb", 0)]})
+    assert "MIG" in node_refuses(s, mixed)
+    assert node_refuses(parse_sharing(TS.format(r=4, extra="")), mixed) is None
+    whole.sharing = s
+    assert whole.advertised() == {SHARED_RESOURCE: "8"}
 
 
 def test_sharing_applies_to_every_whole_card_of_the_node():

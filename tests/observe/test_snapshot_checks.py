@@ -388,9 +388,52 @@ def test_adapter_reads_bad_signals_as_absent():
     assert kube._float("12.5") == 12.5
 
 
-def test_adapter_reads_bad_sharing_annotation_as_not_shared():
-    gpus = kube._overlay_sharing([Gpu(index=0), Gpu(index=1)], '{"0": -2, "1": 4}')
-    assert [g.shared_slices for g in gpus] == [None, 4]
+def _published(*gpus: dict) -> dict:
+    return {"status": {"gpus": list(gpus)}}
+
+
+MIG0 = {"index": 0, "migEnabled": True, "migInstances": [{"profile": "7g.80gb", "start": 0}]}
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "published", "slices"),
+    [
+        # every card out of MIG mode shares the node's slices: 12 over cards 1..3
+        ({"nvidia.com/gpu.shared": "12"}, (MIG0, {"index": 1}, {"index": 2}, {"index": 3}),
+         [None, 4, 4, 4]),
+        ({"nvidia.com/gpu": "2"}, ({"index": 0}, {"index": 1}), [None, None]),  # not shared
+        ({"nvidia.com/gpu.shared": "0", "nvidia.com/gpu": "2"}, ({"index": 0}, {"index": 1}),
+         [None, None]),
+        # a remainder (a card's slices not yet advertised): floored, logged
+        ({"nvidia.com/gpu.shared": "7"}, ({"index": 0}, {"index": 1}), [3, 3]),
+        # fewer slices than cards: floor 0, not shared
+        ({"nvidia.com/gpu.shared": "1"}, ({"index": 0}, {"index": 1}), [None, None]),
+        # slices but every card in MIG mode: left unshared, logged
+        ({"nvidia.com/gpu.shared": "4"}, (MIG0,), [None]),
+        ({"nvidia.com/gpu.shared": "lots"}, ({"index": 0},), [None]),  # unreadable
+    ],
+)  # fmt: skip
+def test_adapter_reads_shared_slices_from_allocatable(allocatable, published, slices):
+    """The device plugin shares every card of the node not in MIG mode the same way and
+    advertises them as `nvidia.com/gpu.shared`: the node's allocatable is the truth."""
+    k8s = _k8s_node("n1")
+    k8s.status.allocatable = allocatable
+    n = kube._node(k8s, _published(*published))
+    assert [g.shared_slices for g in n.gpus] == slices
+    assert [g.mode for g in n.gpus] == [
+        "mig" if g.get("migEnabled") else ("shared" if k else "whole")
+        for g, k in zip(published, slices, strict=True)
+    ]
+
+
+def test_adapter_ignores_the_old_shared_slices_annotation():
+    """gpupool wrote `gpupool.io/shared-slices` before the device plugin's allocatable was read;
+    a node that still carries it is judged by its allocatable alone."""
+    k8s = _k8s_node("n1")
+    k8s.metadata.annotations = {"gpupool.io/shared-slices": '{"0": 4}'}
+    k8s.status.allocatable = {"nvidia.com/gpu": "2"}
+    n = kube._node(k8s, _published({"index": 0}, {"index": 1}))
+    assert [g.shared_slices for g in n.gpus] == [None, None]
 
 
 @pytest.mark.parametrize("annotation", ["a,b", "0:9", "1/-2", "0:x"])

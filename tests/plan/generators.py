@@ -6,7 +6,8 @@ MaintenancePolicy) and an observed snapshot of 1-4 nodes of 2-8 cards that is co
 (no card over-committed), plus the controller's period and a seed for order shuffles.
 
 What it covers: cards whole / MIG (placeable layouts, also ones the policy does not offer) /
-shared (also with a slice count the policy does not use); running training gangs of 1-8
+shared (also with a slice count the policy does not use; per node, as the device plugin
+shares: every card of a node not in MIG mode with one count); running training gangs of 1-8
 cards, MIG and shared inference pods, inference services with their replica pods; pending
 demand of every kind, including demand nothing can ever run (shared slices above
 slicesPerGPU, MIG profiles no layout offers, gangs larger than any node); nodes cordoned by
@@ -471,14 +472,15 @@ def _node(draw, name: str, pool: PoolDraw, classes: list[ClassDraw], work: list,
     status = draw(choice(["ready"] * 4 + ["cordoned", "ours", "not-ready", "tainted"]))
     gpus = []
     training_node = draw(BOOL)  # only whole cards (where gangs and defragmentation live)
+    # the device plugin shares per node: every card not in MIG mode is shared with one count
+    node_slices = None if training_node else draw(choice([None, None, pool.slices or 4, 2, 8]))
     for i in range(cards):
-        mode = "whole" if training_node else draw(choice(["whole", "mig", "shared"]))
+        mode = "plain" if training_node else draw(choice(["plain", "mig", "plain"]))
         if mode == "mig":
             layout = draw(choice(sorted(LAYOUTS)))
             gpus.append(gpu(i, mig=list(LAYOUTS[layout]), model=model))
-        elif mode == "shared":
-            slices = draw(choice([pool.slices or 4, 2, 8]))
-            gpus.append(gpu(i, shared=slices, model=model))
+        elif node_slices:
+            gpus.append(gpu(i, shared=node_slices, model=model))
         else:
             gpus.append(gpu(i, model=model))
     cls_names = running_classes(classes)

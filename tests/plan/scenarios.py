@@ -102,7 +102,7 @@ metadata: {name: l40s}
 spec:
   gpuModel: L40S-48GB
   nodeSelector: {matchLabels: {gpupool.io/pool: l40s}}
-  capacity: {nodes: 1, gpusPerNode: 8}
+  capacity: {nodes: 2, gpusPerNode: 4}
   training: {minGPUs: 2}
   inference:
     maxGPUs: 6
@@ -339,7 +339,11 @@ def model_without_mig():
         ),
         "pools: []",
     )
-    nodes = [node("l40s-1", "l40s", "L40S-48GB", [gpu(i, model="L40S-48GB") for i in range(8)])]
+    # the device plugin shares every plain card of a node: l40s-2, the free node, is shared whole
+    nodes = [
+        node(f"l40s-{n}", "l40s", "L40S-48GB", [gpu(i, model="L40S-48GB") for i in range(4)])
+        for n in (1, 2)
+    ]
     w = [training("team-a", "finetune", "l40s-1", [0, 1, 2, 3], cls="training-low", started=ago(2))]
     w += [shared_pod("team-b", f"embed-{i}", None, 1, pool="l40s") for i in range(6)]
     w += [mig_pod("team-b", "wants-mig", None, "1g.10gb")]
@@ -349,7 +353,14 @@ def model_without_mig():
 def scale_up_and_down():
     text = desired_text(extra=SCALING)
     nodes = [
-        node("a100-1", "a100", A100, [gpu(i, shared=4 if i == 0 else None) for i in range(8)]),
+        # gpu0 is the node's one plain card, shared (the device plugin shares per node); the
+        # rest are empty MIG cards
+        node(
+            "a100-1",
+            "a100",
+            A100,
+            [gpu(0, shared=4)] + [gpu(i, mig=BAL, model=A100) for i in range(1, 8)],
+        ),
         node("a100-2", "a100", A100),
     ]
     w = [

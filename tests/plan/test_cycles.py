@@ -643,13 +643,16 @@ def test_mig_reconfigure_gives_the_catalogs_placements_and_refuses_a_busy_card()
 
 def test_set_sharing_cordon_and_uncordon():
     desired = _desired()
-    n = node("a100-1", "a100", A100, count=2)
+    cards = [gpu(0, model=A100), gpu(1, model=A100), gpu(2, mig=BALANCED[1:-1].split(", "))]
+    n = node("a100-1", "a100", A100, cards)
     share = SetSharing(
         id="set-sharing:a100-1",
         target="a100-1",
         reason="r",
         cards=(CardChange(gpu=0, before="whole", after="shared x4"),),
         shared_slices=(CardSlices(gpu=0, slices=4),),
+        slices=4,
+        plain_cards=2,
     )
     cordon = Cordon(id="cordon:a100-1", target="a100-1", reason="r")
     uncordon = Uncordon(id="uncordon:a100-1", target="a100-1", reason="r")
@@ -657,12 +660,33 @@ def test_set_sharing_cordon_and_uncordon():
     assert apply_plan(desired, snapshot(T0, [n]), _plan(share), now=T0).nodes == [n]
     after = apply_plan(desired, snapshot(T0, [n]), _plan(cordon, share, uncordon), now=T0)
     m = after.nodes[0]
-    assert [g.shared_slices for g in m.gpus] == [4, None]
+    # the device plugin shares every card not in MIG mode, whatever the action names
+    assert [g.shared_slices for g in m.gpus] == [4, 4, None] and m.gpus[2].mig_enabled
     assert not m.unschedulable and CORDONED_FOR_ANN not in m.annotations
+    # back to no sharing: every plain card is whole again
+    back = share.model_copy(update={"slices": None, "shared_slices": ()})
+    again = apply_plan(desired, after, _plan(cordon, back, uncordon), now=T0)
+    assert [g.shared_slices for g in again.nodes[0].gpus] == [None, None, None]
     # a node somebody else cordoned is left as it is by both
     sre = n.model_copy(update={"unschedulable": True})
     kept = apply_plan(desired, snapshot(T0, [sre]), _plan(cordon, uncordon), now=T0)
     assert kept.nodes[0].unschedulable and CORDONED_FOR_ANN not in kept.nodes[0].annotations
+
+
+def test_a_card_leaving_mig_comes_back_as_its_node_shares():
+    desired = _desired()
+    cards = [gpu(0, shared=4, model=A100), gpu(1, mig=BALANCED[1:-1].split(", "), model=A100)]
+    n = node("a100-1", "a100", A100, cards)
+    off = MigReconfigure(
+        id="mig-reconfigure:a100-1",
+        target="a100-1",
+        reason="r",
+        cards=(CardChange(gpu=1, before="MIG", after="whole"),),  # what a plan might believe
+        layout=(CardLayout(gpu=0, profiles=None), CardLayout(gpu=1, profiles=None)),
+    )
+    cordon = Cordon(id="cordon:a100-1", target="a100-1", reason="r")
+    after = apply_plan(desired, snapshot(T0, [n]), _plan(cordon, off), now=T0)
+    assert [g.shared_slices for g in after.nodes[0].gpus] == [4, 4]
 
 
 def test_scale_adds_pending_replicas_and_removes_pending_ones_first():

@@ -25,9 +25,11 @@ if os.environ.get("GPUPOOL_UPDATE_GOLDEN"):
 #              finding codes that must be present)
 EXPECT = {
     "converged": (set(), None, set()),
+    # A100: a MIG mode change resets every GPU of the node; a100-1 runs non-preemptible
+    # training, so a100-2 is drained (its low-priority job preempted) and repartitioned
     "inference-burst-mig": (
-        {"mig-reconfigure:a100-1", "cordon:a100-1", "uncordon:a100-1"},
-        {"preempt"},
+        {"mig-reconfigure:a100-2", "cordon:a100-2", "uncordon:a100-2", "preempt:team-b/bert"},
+        {"reclaim", "mig-reconfigure:a100-1"},
         set(),
     ),
     "inference-preempts-low-training": (
@@ -49,11 +51,13 @@ EXPECT = {
     "held-by-cap": (set(), {"preempt", "mig-reconfigure"}, {"held-cap"}),
     "defragment": ({"move:team-b/probe-0", "move:team-b/probe-1"}, {"preempt"}, set()),
     "idle-reclaim": ({"reclaim:team-b/forgotten"}, {"preempt"}, set()),
-    "model-without-mig": ({"set-sharing:l40s-1"}, {"mig-reconfigure"}, {"no-pool"}),
+    "model-without-mig": ({"set-sharing:l40s-2"}, {"mig-reconfigure"}, {"no-pool"}),
     "scale-up-and-down": (
-        {"scale:team-b/chat", "scale:team-b/summarize", "set-sharing:a100-1"},
-        {"preempt"},
-        set(),
+        # a100-1's MIG cards cannot leave MIG (on A100 that resets the node, and its shared
+        # card serves); a100-2 cannot be shared whole within maxGPUs: the new replicas wait
+        {"scale:team-b/chat", "scale:team-b/summarize"},
+        {"preempt", "mig-reconfigure:a100-1"},
+        {"waits"},
     ),
     "budget-spent": (set(), {"preempt", "mig-reconfigure"}, {"budget-spent"}),
     "min-runtime-protects": (set(), {"preempt"}, {"waits"}),

@@ -30,6 +30,14 @@ def ids(p, kind: str) -> set[str]:
     return {a.target for a in p.actions if a.kind == kind}
 
 
+H100 = "H100-SXM5-80GB"
+
+
+def hopper_nodes() -> list:
+    """`two_nodes()` with H100 cards, whose MIG mode changes one card at a time."""
+    return [node(f"a100-{i}", "a100", H100, [gpu(k, model=H100) for k in range(8)]) for i in (1, 2)]
+
+
 def codes(p) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for f in p.findings:
@@ -78,18 +86,28 @@ def test_gang_larger_than_any_node_disrupts_nothing_and_takes_no_cap():
 
 
 def test_shared_slice_count_changed_by_policy_is_repartitioned_when_empty():
-    # the policy says x4; an empty card still runs x8 from an older policy
-    nodes = two_nodes([gpu(0, shared=8)] + [gpu(i) for i in range(1, 8)])
+    # the policy says x4; an empty node still runs x8 from an older policy: the device plugin
+    # shares per node, so the node's config changes, every card with it
+    nodes = two_nodes([gpu(i, shared=8) for i in range(8)])
     p = run(desired(), nodes, [])
-    sharing = [a for a in p.actions if a.kind == "set-sharing"]
-    assert [(c.before, c.after) for a in sharing for c in a.cards] == [("shared x8", "shared x4")]
+    (sharing,) = [a for a in p.actions if a.kind == "set-sharing"]
+    assert (sharing.slices, sharing.plain_cards) == (4, 8)
+    assert {(c.before, c.after) for c in sharing.cards} == {("shared x8", "shared x4")}
+    assert len(sharing.cards) == 8
+
+
+def test_one_busy_card_keeps_its_node_at_the_old_slice_count():
+    nodes = two_nodes([gpu(i, shared=8) for i in range(8)])
+    p = run(desired(), nodes, [shared_pod("serve", "old", "a100-1", 1, started=ago(2))])
+    assert not [a for a in p.actions if a.kind == "set-sharing"]
+    assert "a100-1/gpu0" in codes(p)["partition-drift"]
 
 
 def test_busy_drifted_shared_card_is_counted_where_kube_scheduler_binds():
     # x8 card with 3 pods on it, the policy says x4: the device plugin still offers its 5
     # free slices and kube-scheduler binds the new pod there, so no x4 card is made for it
     # (it would stay empty and be given back: a loop); the finding says why and warns
-    nodes = two_nodes([gpu(0, shared=8)] + [gpu(i) for i in range(1, 8)])
+    nodes = two_nodes([gpu(0, shared=8)] + [gpu(i, mig=BAL, model=A100) for i in range(1, 8)])
     work = [shared_pod("serve", f"chat-{i}", "a100-1", 1, started=ago(2)) for i in range(3)]
     work += [shared_pod("serve", "new", None, 1, pool="a100")]
     p = run(desired(), nodes, work)
@@ -110,8 +128,8 @@ def test_empty_mig_card_with_a_layout_the_policy_dropped_is_reshaped():
 
 def test_shared_card_in_a_pool_without_shared_policy_does_not_crash():
     text = desired().replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
-    nodes = two_nodes([gpu(0, shared=4)] + [gpu(i) for i in range(1, 8)])
-    busy = two_nodes([gpu(0, shared=4)] + [gpu(i) for i in range(1, 8)])
+    nodes = two_nodes([gpu(0, shared=4)] + [gpu(i, mig=BAL, model=A100) for i in range(1, 8)])
+    busy = nodes
     p = run(text, nodes, [])
     assert [c.after for a in p.actions if a.kind == "mig-reconfigure" for c in a.cards] == [
         "MIG[" + ", ".join(sorted(BAL)) + "]"
@@ -120,14 +138,41 @@ def test_shared_card_in_a_pool_without_shared_policy_does_not_crash():
     assert "a100-1/gpu0" in codes(p)["partition-drift"] and not p.actions
 
 
-def test_empty_mig_card_becomes_shared_for_shared_demand_when_no_card_is_left():
-    # inference may have only 1 card; it is an empty MIG card; a shared pod waits
+def test_empty_mig_card_of_a_shared_node_becomes_shared_for_shared_demand():
+    # inference may have 8 cards and has them: the MIG card turns off MIG and joins the node's
+    # slices (its plain cards are shared, so a card leaving MIG is shared too). On H100 a MIG
+    # mode change costs only the card; on A100 it resets every GPU of the node, whose shared
+    # cards serve: it waits
+    def cards(model):
+        return [gpu(0, mig=BAL, model=model)] + [  # noqa: E731
+            gpu(i, shared=4, model=model) for i in range(1, 8)
+        ]
+
+    busy = [shared_pod("serve", f"s{i}", "a100-1", 4, gpu_index=i) for i in range(1, 8)]
+    chat = shared_pod("serve", "chat", None, 2, pool="a100")
+    h100 = desired().replace(A100, "H100-SXM5-80GB")
+    nodes = [node("a100-1", "a100", "H100-SXM5-80GB", cards("H100-SXM5-80GB"))]
+    p = run(h100, nodes, [*busy, chat])
+    assert [(a.kind, c.gpu, c.after) for a in p.actions for c in getattr(a, "cards", ())] == [
+        ("mig-reconfigure", 0, "shared x4")
+    ]
+    p = run(desired(), [node("a100-1", "a100", A100, cards(A100))], [*busy, chat])
+    assert not [a for a in p.actions if a.kind == "mig-reconfigure"]
+    assert "serve/chat" in codes(p)["waits"]
+
+
+def test_a_node_is_shared_whole_or_not_at_all():
+    # maxGPUs 1: sharing a node shares all 7 of its plain cards, over the limit: it waits
     text = desired().replace("maxGPUs: 8\n    prefer", "maxGPUs: 1\n    prefer")
     nodes = two_nodes([gpu(0, mig=BAL, model=A100)] + [gpu(i) for i in range(1, 8)])
     p = run(text, nodes, [shared_pod("serve", "chat", None, 2, pool="a100")])
-    assert [(c.gpu, c.after) for a in p.actions for c in getattr(a, "cards", ())] == [
-        (0, "shared x4")
-    ]
+    assert not [a for a in p.actions if a.kind in ("set-sharing", "mig-reconfigure")]
+    assert "serve/chat" in codes(p)["waits"]
+    # room for it: the node with the fewest plain cards is shared whole (7 cards, not 8)
+    p = run(desired(), nodes, [shared_pod("serve", "chat", None, 2, pool="a100")])
+    (sharing,) = [a for a in p.actions if a.kind == "set-sharing"]
+    assert (sharing.target, sharing.slices, len(sharing.cards)) == ("a100-1", 4, 7)
+    assert sharing.plain_cards == 7
 
 
 # =========================================================================== 3. node health
@@ -185,8 +230,13 @@ def test_one_mig_instance_preempts_the_one_gpu_job_not_the_eight_gpu_job():
         job("team-b", "seven", "a100-2", [1, 2, 3, 4, 5, 6, 7], HIGH),
     ]
     work += [mig_pod("serve", "ranker", None, "1g.10gb", cls="serving", pool="a100")]
-    p = run(desired(), two_nodes(), work)
+    # H100: a MIG mode change costs one card
+    p = run(desired().replace(A100, H100), hopper_nodes(), work)
     assert ids(p, "preempt") == {"team-b/one"}
+    # A100: it resets every GPU of the node, and a100-2 also runs a job that may not be
+    # preempted: a100-1 is drained instead, the only node that can be
+    p = run(desired(), two_nodes(), work)
+    assert ids(p, "preempt") == {"team-b/eight"}
 
 
 def test_warm_minimum_never_preempts():
@@ -412,7 +462,7 @@ def test_stopping_one_pod_of_a_running_job_stops_the_whole_job():
         job("team-b", "fill-2", "a100-2", [1, 2, 3, 4, 5, 6, 7], HIGH),
         mig_pod("serve", "ranker", None, "1g.10gb", cls="serving", pool="a100"),
     ]
-    p = run(desired(), two_nodes(), work)
+    p = run(desired().replace(A100, H100), hopper_nodes(), work)  # a card's mode change: one card
     assert ids(p, "preempt") == {"team-b/dist-0", "team-b/dist-1"}
 
 
@@ -466,3 +516,25 @@ def test_a_pending_pod_without_a_class_preempts_nothing():
     assert ids(named, "preempt")  # the same pod with its class does
     classless = run(text, two_nodes(), [*work, pend("team-a", "classless", 8, None)])
     assert not ids(classless, "preempt")
+
+
+# =========================================================================== MPS
+
+
+def test_mps_never_shares_a_node_with_mig_cards_and_gives_a_pod_one_slice():
+    text = (
+        desired()
+        .replace(
+            "shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}",
+            "shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi, strategy: mps}",
+        )
+        .replace("maxGPUs: 8\n    prefer", "maxGPUs: 16\n    prefer")
+    )
+    # a100-1 has a MIG card: the device plugin refuses MPS there; a100-2 is shared whole
+    nodes = two_nodes([gpu(0, mig=BAL, model=A100)] + [gpu(i) for i in range(1, 8)])
+    p = run(text, nodes, [shared_pod("serve", "chat", None, 1, pool="a100")])
+    (sharing,) = [a for a in p.actions if a.kind == "set-sharing"]
+    assert (sharing.target, sharing.strategy, sharing.plain_cards) == ("a100-2", "mps", 8)
+    # more than one slice per pod: the plugin fails it under MPS (failRequestsGreaterThanOne)
+    p = run(text, nodes, [shared_pod("serve", "big", None, 2, pool="a100")])
+    assert "serve/big" in codes(p)["unreachable"] and not p.actions

@@ -164,7 +164,7 @@ ADMISSION = [
             run_a("team-a", "big", "a100-1", 7),
             mig_pod("team-a", "tiny-0", None, "1g.10gb", pool="a100"),
         ],
-        repartition("a100-1"),
+        repartition("a100-2"),  # A100: a MIG mode change resets the node, a100-1 runs `big`
         set(),
         id="cap-fraction-fits-admitted",
     ),
@@ -287,7 +287,11 @@ def svc(
     )
 
 
-SHARED_CARD = [gpu(i, shared=4 if i < 2 else None) for i in range(8)]  # 8 free slices on a100-1
+# 8 free slices on a100-1: its two plain cards are shared (the device plugin shares a node's
+# plain cards together), the rest are empty MIG cards of the policy's layout
+SHARED_CARD = [gpu(i, shared=4) for i in range(2)] + [
+    gpu(i, mig=BAL, model=A100) for i in range(2, 8)
+]
 
 SCALING_ROWS = [
     pytest.param({}, svc(2, queue=60), (2, 4), set(), id="queue-over-threshold-up-by-step"),
@@ -344,11 +348,15 @@ def test_scaling(policy, service, scale, findings):
 
 
 def test_scale_up_stops_at_team_cap():
-    # team-b: 8 + 7 whole cards + 3 shared slices = 15.75 of its cap of 16; one more slice fits
-    nodes = two_nodes([gpu(0, shared=4)] + [gpu(i) for i in range(1, 8)])
-    work = [
-        run_a("team-b", "huge", "a100-2", 8),
-        run_a("team-b", "huge2", "a100-1", list(range(1, 8))),
+    # team-b: 8 whole cards + 7 full MIG cards + 3 shared slices = 15.75 of its cap of 16; one
+    # more slice fits
+    nodes = two_nodes(
+        [gpu(0, shared=4)] + [gpu(i, mig=["7g.80gb"], model=A100) for i in range(1, 8)]
+    )
+    work = [run_a("team-b", "huge", "a100-2", 8)]
+    work += [
+        mig_pod("team-b", f"big-{i}", "a100-1", "7g.80gb", gpu_index=i, started=ago(2))
+        for i in range(1, 8)
     ]
     work += [shared_pod("team-b", f"chat-{i}", "a100-1", 1, started=ago(2)) for i in range(3)]
     p = run(desired(extra=scaling()), nodes, work, services=[svc(3, queue=60)])

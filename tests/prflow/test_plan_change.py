@@ -9,9 +9,11 @@ import git
 import pytest
 
 from reconciler.cli import main
-from reconciler.observe.builders import mig_pod, node, snapshot, training
+from reconciler.observe.builders import gpu, mig_pod, node, snapshot, training
 from reconciler.observe.snapshot import dump_snapshot
 from tests.plan.scenarios import A100, NOW, _objects, ago, desired_text
+
+H100 = "H100-SXM5-80GB"
 
 GATES = """\
 ---
@@ -24,8 +26,11 @@ spec:
 
 
 def _write(repo_dir: Path, inf_max: int, max_pre: int) -> None:
-    text = desired_text(train_min=4).replace(
-        "maxGPUs: 8\n    prefer", f"maxGPUs: {inf_max}\n    prefer"
+    # H100: a MIG mode change costs one card (on A100 it resets the whole node)
+    text = (
+        desired_text(train_min=4)
+        .replace("maxGPUs: 8\n    prefer", f"maxGPUs: {inf_max}\n    prefer")
+        .replace(A100, H100)
     )
     assert f"maxGPUs: {inf_max}" in text
     pool, policies = text.split("---\n", 1)
@@ -54,7 +59,9 @@ def repo(tmp_path):
     r.index.add(["pools/a100.yaml", "policies/policies.yaml"])
     r.index.commit("let inference have up to 8 cards")
     r.heads.main.checkout()
-    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    nodes = [
+        node(f"a100-{i}", "a100", H100, [gpu(k, model=H100) for k in range(8)]) for i in (1, 2)
+    ]
     work = [
         training(
             "team-b",
