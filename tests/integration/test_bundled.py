@@ -388,11 +388,16 @@ def test_bundled_policy_converges_the_whole_bundled_cluster(kube):
         kube.apps.read_namespaced_deployment("chat-llm", "assistant").spec.replicas > 6
     )  # scaled up
     assert conditions(kube)["Ready"]["status"] == "True"
+    seeded = {w.namespace for w in snapshot().workloads}  # not other tests' leftovers
     for p in kube.core.list_pod_for_all_namespaces().items:
-        if p.spec.scheduling_gates or not any(
-            k.startswith("nvidia.com/")
-            for c in p.spec.containers
-            for k in ((c.resources.limits or {}) if c.resources else {})
+        if (
+            p.metadata.namespace not in seeded
+            or p.spec.scheduling_gates
+            or not any(
+                k.startswith("nvidia.com/")
+                for c in p.spec.containers
+                for k in ((c.resources.limits or {}) if c.resources else {})
+            )
         ):
             continue
         assert p.status.phase == "Running", (p.metadata.namespace, p.metadata.name, p.status.phase)
