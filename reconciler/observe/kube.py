@@ -110,7 +110,26 @@ def request_from_resources(resources: dict[str, Any] | None) -> Request:
     return Request(gpus=gpus, mig=mig, shared_slices=slices)
 
 
+def _declared_memory_mib(annotations: dict | None) -> int:
+    """`gpupool.io/gpu-memory` as MiB; an unreadable value counts as undeclared (logged)."""
+    text = (annotations or {}).get(C.GPU_MEMORY_ANN)
+    if not text:
+        return 0
+    try:
+        value = parse_quantity(str(text))
+    except (ValueError, TypeError):
+        log.warning("%s=%r is not a quantity; read as undeclared", C.GPU_MEMORY_ANN, text)
+        return 0
+    return max(0, int(math.ceil(value / 2**20)))
+
+
 def pod_request(pod: Any) -> Request:
+    return _pod_resources(pod).model_copy(
+        update={"gpu_memory_mib": _declared_memory_mib(pod.metadata.annotations)}
+    )
+
+
+def _pod_resources(pod: Any) -> Request:
     total: dict[str, int] = {}
     for c in pod.spec.containers or []:
         res = (c.resources.limits or {}) if c.resources else {}
@@ -326,7 +345,13 @@ def _service(obj: Any, kind: str) -> InferenceService:
         kind=kind,
         replicas=obj.spec.replicas if obj.spec.replicas is not None else 1,
         ready_replicas=(obj.status.ready_replicas or 0) if obj.status else 0,
-        replica_request=request_from_resources(resources),
+        replica_request=request_from_resources(resources).model_copy(
+            update={
+                "gpu_memory_mib": _declared_memory_mib(obj.spec.template.metadata.annotations)
+                if obj.spec.template.metadata
+                else 0
+            }
+        ),
         priority_class=obj.spec.template.spec.priority_class_name,
         pool=(obj.spec.template.spec.node_selector or {}).get(C.POOL_LABEL),
         queue_length=_float(ann.get(C.QUEUE_LENGTH_ANN)),

@@ -207,6 +207,8 @@ class Request(Obs):
     """MIG instances by profile (nvidia.com/mig-<profile>)."""
     shared_slices: int = Field(default=0, ge=0)
     """Shared slices (nvidia.com/gpu.shared)."""
+    gpu_memory_mib: int = Field(default=0, ge=0)
+    """GPU memory it declares it will use (annotation gpupool.io/gpu-memory); 0: undeclared."""
 
     @property
     def kind(self) -> Literal["whole", "mig", "shared", "none"]:

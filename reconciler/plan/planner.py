@@ -82,7 +82,7 @@ from reconciler.plan.quotas import (
 )
 from reconciler.plan.victims import Candidate, order_victims
 from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
-from reconciler.policy.quantity import format_duration
+from reconciler.policy.quantity import format_duration, quantity_bytes
 from reconciler.policy.state import DesiredState
 
 INF_PRIORITY = 2**31
@@ -663,6 +663,12 @@ def _unreachable(run: _Run, pv: PoolView, p: Pending) -> str:
                 f"asks {r.shared_slices} shared slices of one card; "
                 f"{pv.name}'s cards offer {inf.shared.slices_per_gpu}"
             )
+        card_mib = pv.model.memory_gib * 1024 if pv.model is not None else 0
+        if card_mib and r.gpu_memory_mib > card_mib:
+            return (
+                f"declares {r.gpu_memory_mib} MiB of GPU memory; a card of {pv.name} has "
+                f"{card_mib} MiB"
+            )
         if inf.shared.strategy == "mps" and r.shared_slices > 1:
             # the plugin fails a request for more than one shared replica under MPS
             # (failRequestsGreaterThanOne, NVIDIA/k8s-device-plugin api/config/v1/config.go)
@@ -679,6 +685,30 @@ def _unreachable(run: _Run, pv: PoolView, p: Pending) -> str:
                 most * largest
             )
     return ""
+
+
+def _memory_beyond_share(run: _Run, pv: PoolView, p: Pending) -> None:
+    """Shared work that declares more GPU memory than its slices' share (slices x
+    memoryPerSlice): under time-slicing nothing stops it from taking its neighbours' memory
+    (MPS caps it and the pod fails instead). Said, not held: the card has the memory."""
+    sh = pv.pool.spec.inference.shared
+    r = p.request
+    if sh is None or not r.shared_slices or not r.gpu_memory_mib:
+        return
+    share = r.shared_slices * quantity_bytes(sh.memory_per_slice) // 2**20
+    if r.gpu_memory_mib > share:
+        run.find(
+            "warning",
+            "memory-over-share",
+            p.key,
+            f"declares {r.gpu_memory_mib} MiB of GPU memory for {r.shared_slices} slice(s) of "
+            f"{sh.memory_per_slice}: "
+            + (
+                "MPS caps it at its share, so it will fail to allocate"
+                if sh.strategy == "mps"
+                else "time-slicing does not isolate memory, so its neighbours may run out"
+            ),
+        )
 
 
 def _describe_request(r: Request) -> str:
@@ -1116,6 +1146,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
         if why:
             _wait(run, p, "unreachable", f"{p.origin} {why}: it can never run as asked", "warning")
             continue
+        _memory_beyond_share(run, pv, p)
         pods = len(p.members)
         held = _held(run, p, pv, pods, training_whole, quotas, ns_use)
         if held:

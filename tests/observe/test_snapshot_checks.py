@@ -457,3 +457,20 @@ def test_adapter_times_without_timezone_are_utc():
     assert kube._ts("2026-12-01T23:00:00") == datetime(2026, 12, 1, 23, tzinfo=UTC)
     assert kube._ts(datetime(2026, 12, 1, 23)) == datetime(2026, 12, 1, 23, tzinfo=UTC)
     assert kube._ts("2026-12-01T23:00:00Z") == datetime(2026, 12, 1, 23, tzinfo=UTC)
+
+
+def _k8s_pod(annotations: dict) -> SimpleNamespace:
+    res = SimpleNamespace(limits={"nvidia.com/gpu.shared": "2"}, requests=None)
+    return SimpleNamespace(
+        metadata=SimpleNamespace(annotations=annotations),
+        spec=SimpleNamespace(containers=[SimpleNamespace(resources=res)]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "mib"),
+    [({}, 0), ({"gpupool.io/gpu-memory": "20Gi"}, 20480), ({"gpupool.io/gpu-memory": "x"}, 0)],
+)
+def test_a_pod_declares_its_gpu_memory_by_annotation(annotations, mib):
+    r = kube.pod_request(_k8s_pod(annotations))
+    assert (r.shared_slices, r.gpu_memory_mib) == (2, mib)

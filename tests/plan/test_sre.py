@@ -538,3 +538,23 @@ def test_mps_never_shares_a_node_with_mig_cards_and_gives_a_pod_one_slice():
     # more than one slice per pod: the plugin fails it under MPS (failRequestsGreaterThanOne)
     p = run(text, nodes, [shared_pod("serve", "big", None, 2, pool="a100")])
     assert "serve/big" in codes(p)["unreachable"] and not p.actions
+
+
+# =========================================================================== memory honesty
+
+
+def test_shared_work_declaring_more_memory_than_a_card_never_runs():
+    big = shared_pod("serve", "big", None, 1, pool="a100")
+    big = big.model_copy(update={"request": Request(shared_slices=1, gpu_memory_mib=90 * 1024)})
+    p = run(desired(), two_nodes(), [big])
+    assert "serve/big" in codes(p)["unreachable"] and not p.actions
+
+
+def test_shared_work_declaring_more_than_its_share_is_warned_about():
+    # 2 slices x 20Gi = 40Gi; it declares 60Gi: it fits the card, but time-slicing lets it
+    # take its neighbours' memory
+    pod = shared_pod("serve", "hungry", None, 2, pool="a100")
+    pod = pod.model_copy(update={"request": Request(shared_slices=2, gpu_memory_mib=60 * 1024)})
+    p = run(desired(), two_nodes(), [pod])
+    (f,) = [f for f in p.findings if f.code == "memory-over-share"]
+    assert f.subject == "serve/hungry" and "does not isolate memory" in f.message
