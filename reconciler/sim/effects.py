@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 
 from reconciler.conventions import (
     CORDONED_FOR_ANN,
+    DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_RESOURCE,
     MANAGED_BY,
     POOL_LABEL,
@@ -303,11 +304,26 @@ def _targets(a: Repartition, node: Node) -> dict[int, Partition]:
     return out
 
 
+def sharing_config(strategy: str, slices: int | None) -> str:
+    """The device-plugin config name the effect model puts on a node's
+    `nvidia.com/device-plugin.config` label (the executor names configs by content)."""
+    return f"{strategy}-x{slices}" if slices else "default"
+
+
+def _mps(node: Node) -> bool:
+    return node.labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "").startswith("mps-")
+
+
 def _repartition(world: _World, a: Repartition, now: datetime) -> None:
     node = world.nodes.get(a.target)
     if node is None or not node.unschedulable:
         return  # the handler: "node is not cordoned"
     targets = _targets(a, node)
+    # MPS beside MIG: the device plugin refuses the node (NVIDIA/k8s-device-plugin
+    # internal/plugin/mps.go); the handler refuses such a step before writing anything
+    mps = a.strategy == "mps" and bool(a.slices) if isinstance(a, SetSharing) else _mps(node)
+    if mps and any(targets.get(g.index, _partition(g))[0] == "mig" for g in node.gpus):
+        return
     gpus = {g.index: g for g in node.gpus}
     changing = {i for i, t in targets.items() if i in gpus and _partition(gpus[i]) != t}
     changing |= {i for i in a.changed_gpus if i in gpus}
@@ -337,8 +353,11 @@ def _repartition(world: _World, a: Repartition, now: datetime) -> None:
             new[i] = g.model_copy(
                 update={"mig_enabled": False, "mig_instances": [], "shared_slices": None}
             )
+    labels = node.labels
+    if isinstance(a, SetSharing):
+        labels = {**labels, DEVICE_PLUGIN_CONFIG_LABEL: sharing_config(a.strategy, a.slices)}
     world.nodes[node.name] = node.model_copy(
-        update={"gpus": [new.get(g.index, g) for g in node.gpus]}
+        update={"gpus": [new.get(g.index, g) for g in node.gpus], "labels": labels}
     )
 
 
@@ -603,7 +622,10 @@ def schedule(
         elif r.kind == "mig":
             got = _bind_mig(eligible, dict(r.mig))
         else:
-            got = _bind_shared(eligible, r.shared_slices)
+            # under MPS the plugin fails a request for more than one replica
+            # (failRequestsGreaterThanOne, api/config/v1/config.go): the pod never runs there
+            fits = [f for f in eligible if r.shared_slices == 1 or not _mps(f.node)]
+            got = _bind_shared(fits, r.shared_slices)
         if got is None:
             continue
         f, allocations = got

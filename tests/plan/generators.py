@@ -7,7 +7,8 @@ MaintenancePolicy) and an observed snapshot of 1-4 nodes of 2-8 cards that is co
 
 What it covers: cards whole / MIG (placeable layouts, also ones the policy does not offer) /
 shared (also with a slice count the policy does not use; per node, as the device plugin
-shares: every card of a node not in MIG mode with one count); running training gangs of 1-8
+shares: every card of a node not in MIG mode with one count; time-slicing or MPS, never MPS
+beside MIG cards); running training gangs of 1-8
 cards, MIG and shared inference pods, inference services with their replica pods; pending
 demand of every kind, including demand nothing can ever run (shared slices above
 slicesPerGPU, MIG profiles no layout offers, gangs larger than any node); nodes cordoned by
@@ -32,7 +33,7 @@ from io import StringIO
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
+from reconciler.conventions import DEVICE_PLUGIN_CONFIG_LABEL, POOL_LABEL, PRODUCT_LABEL
 from reconciler.observe.builders import PRODUCT, gpu, mig_pod, shared_pod, training
 from reconciler.observe.model import (
     InferenceService,
@@ -48,6 +49,7 @@ from reconciler.policy.models import KINDS
 from reconciler.policy.problems import InvalidDesiredState
 from reconciler.policy.state import DesiredState, Located
 from reconciler.policy.validate import check_semantics
+from reconciler.sim.effects import sharing_config
 
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 API = "gpupool.io/v1alpha1"
@@ -186,6 +188,7 @@ class PoolDraw:
     slices: int | None
     by_group: bool
     doc: dict
+    mps: bool = False  # shared by MPS: the device plugin refuses it on a node with MIG cards
 
     @property
     def capacity(self) -> int:
@@ -215,6 +218,8 @@ def _pool(draw, name: str, nodes: int) -> PoolDraw:
             inf["mig"] = {"layouts": [{"name": n, "profiles": list(LAYOUTS[n])} for n in layouts]}
         if slices:
             inf["shared"] = {"slicesPerGPU": slices, "memoryPerSlice": SHARED_MEMORY[slices]}
+            if draw(choice([False, True])):
+                inf["shared"]["strategy"] = "mps"
     train_min = draw(ints(0, min(4, total - inf.get("minGPUs", 0))))
     train = {"minGPUs": train_min}
     train["topology"] = draw(choice(["node", "nvlink", "numa", "none"]))
@@ -229,7 +234,10 @@ def _pool(draw, name: str, nodes: int) -> PoolDraw:
         "training": train,
         "inference": inf,
     }
-    return PoolDraw(name, MODELS[name], nodes, layouts, slices, by_group, _doc("Pool", name, spec))
+    mps = inf.get("shared", {}).get("strategy") == "mps"
+    return PoolDraw(
+        name, MODELS[name], nodes, layouts, slices, by_group, _doc("Pool", name, spec), mps
+    )
 
 
 @dataclass
@@ -476,6 +484,8 @@ def _node(draw, name: str, pool: PoolDraw, classes: list[ClassDraw], work: list,
     node_slices = None if training_node else draw(choice([None, None, pool.slices or 4, 2, 8]))
     for i in range(cards):
         mode = "plain" if training_node else draw(choice(["plain", "mig", "plain"]))
+        if node_slices and pool.mps:
+            mode = "plain"  # the device plugin refuses MPS on a node with MIG cards
         if mode == "mig":
             layout = draw(choice(sorted(LAYOUTS)))
             gpus.append(gpu(i, mig=list(LAYOUTS[layout]), model=model))
@@ -523,6 +533,10 @@ def _node(draw, name: str, pool: PoolDraw, classes: list[ClassDraw], work: list,
                 for g in gpus
             ]
     labels = {PRODUCT_LABEL: PRODUCT[model], GROUP_LABEL: pool.name}
+    if node_slices and any(g.shared_slices for g in gpus):
+        # the device plugin's config, as the effect model names it (sim.effects.sharing_config)
+        strategy = "mps" if pool.mps else "time-slicing"
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = sharing_config(strategy, node_slices)
     if not pool.by_group or draw(BOOL):
         labels[POOL_LABEL] = pool.name
     n = Node(
