@@ -323,7 +323,20 @@ class World:
         self.ensure_namespace(name)
         return name
 
-    def ensure_namespace(self, name: str) -> None:
+    def ensure_namespace(self, name: str, wait: float = 120.0) -> None:
+        """Create `name`, first waiting out an earlier test's deletion of it (a namespace being
+        terminated refuses new objects with 403 NamespaceTerminating)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                ns = self.core.read_namespace(name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+                break
+            if (ns.status.phase if ns.status else "") != "Terminating":
+                break
+            time.sleep(0.5)
         create_or_keep(lambda: self.core.create_namespace({"metadata": {"name": name}}))
         if name not in self.namespaces:
             self.namespaces.append(name)
@@ -364,6 +377,11 @@ class World:
                 fn()
         core = self.core
         for ns in self.namespaces:
+            # controllers first (orphaning their pods), or a ReplicaSet brings its pods back
+            # after the kubelets are gone and the namespace waits for the pod GC (about 50 s)
+            with contextlib.suppress(client.ApiException):
+                self.apps.delete_collection_namespaced_deployment(ns, propagation_policy="Orphan")
+                self.apps.delete_collection_namespaced_replica_set(ns, propagation_policy="Orphan")
             with contextlib.suppress(client.ApiException):
                 core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
                 core.delete_namespace(ns)
