@@ -1663,7 +1663,7 @@ def _share_nodes(
         else:
             node = _preempt_node(run, pv, busy, top, why) if top is not None else None
             if node is None:
-                if top is not None and not busy and not free:
+                if top is not None and not busy:
                     run.blocked.setdefault(
                         top.key,
                         f"no node of {pv.name} can be shared whole within inference.maxGPUs "
@@ -2261,13 +2261,12 @@ def _repartitions(run: _Run) -> None:
             before = max((g.slices for g in slots if g.mode == "shared"), default=0)
             after = _node_slices(pv, node)
             if share_cards or before != after:
-                sh = pv.pool.spec.inference.shared
                 done.append(
                     run.add(
                         SetSharing(
                             id=f"set-sharing:{node}",
                             slices=after or None,
-                            strategy=sh.strategy if sh is not None else "time-slicing",
+                            strategy=_policy_strategy(pv),
                             plain_cards=len(_plain_cards(pv, node)),
                             **_repartition_fields(
                                 pv, node, share_cards, shared, why, (*deps, *done)

@@ -134,27 +134,25 @@ SHARING = SetSharing(
 """gpu0 is in MIG mode (its instances are separate resources), gpu1 is the node's only plain
 card: the plugin advertises 4 `nvidia.com/gpu.shared` and no `nvidia.com/gpu`."""
 SHARING_NAME = config_name(render_sharing(SHARING))
-UNSHARE = SetSharing(
-    id=f"set-sharing:{NODE}",
-    target=NODE,
-    reason="gpu1: 4 slices -> whole",
-    depends_on=(CORDON.id,),
-    cards=(CardChange(gpu=1, before="shared x4", after="whole"),),
-    slices=None,
-    plain_cards=1,
+UNSHARE = SHARING.model_copy(
+    update={
+        "reason": "gpu1: 4 slices -> whole",
+        "cards": (CardChange(gpu=1, before="shared x4", after="whole"),),
+        "shared_slices": (),
+        "slices": None,
+    }
 )
-MPS = SetSharing(
-    id=f"set-sharing:{NODE}",
-    target=NODE,
-    reason="gpu0, gpu1: whole -> 4 MPS clients",
-    depends_on=(CORDON.id,),
-    cards=(
-        CardChange(gpu=0, before="whole", after="mps x4"),
-        CardChange(gpu=1, before="whole", after="mps x4"),
-    ),
-    slices=4,
-    strategy="mps",
-    plain_cards=2,
+MPS = SHARING.model_copy(
+    update={
+        "reason": "gpu0, gpu1: whole -> 4 MPS clients",
+        "cards": (
+            CardChange(gpu=0, before="whole", after="mps x4"),
+            CardChange(gpu=1, before="whole", after="mps x4"),
+        ),
+        "shared_slices": (),
+        "strategy": "mps",
+        "plain_cards": 2,
+    }
 )
 MPS_NAME = config_name(render_sharing(MPS))
 GRACE = 300
