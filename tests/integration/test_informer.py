@@ -160,9 +160,13 @@ def test_cache_relists_after_an_apiserver_restart(kube, stop):
 
 def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
     ns = kube.new_namespace()
-    add_gpu_node(kube, "informer-2", pool="informer")
-    create_pod(kube, ns, "job", node="informer-2", gpus=2, cls=None, pool="informer")
-    create_pod(kube, ns, "waiting", gpus=8, cls=None, pool="informer")  # does not fit: Pending
+    # a pool of this test's own: a node of another test (same pool label, 8 free cards) that the
+    # scheduler's cache still holds after its deletion must not take `waiting`, which the pod
+    # garbage collector then removes with that node
+    pool = f"informer-{ns}"
+    add_gpu_node(kube, "informer-2", pool=pool)
+    create_pod(kube, ns, "job", node="informer-2", gpus=2, cls=None, pool=pool)
+    create_pod(kube, ns, "waiting", gpus=8, cls=None, pool=pool)  # does not fit: Pending
     kube.settle()
     api = kube.controller_client()
     cache = ClusterCache(api, timeout_seconds=5).start(stop)
