@@ -40,6 +40,39 @@ CHECKPOINT_DONE_ANN = PREFIX + "checkpoint-done"
 """Written by the workload: the checkpoint asked for is on disk; evict without waiting."""
 MOVE_TO_ANN = PREFIX + "move-to"
 
+# ---------------------------------------------------------------- admission (scheduling gates)
+ADMISSION_GATE = PREFIX + "admission"
+"""The scheduling gate gpupool's admission policy (deploy/admission-gate.yaml) puts on every
+GPU pod created in a gated namespace: kube-scheduler ignores the pod until gpupool admits it
+(sets its node and removes the gate)."""
+ADMISSION_NAMESPACE_LABEL = PREFIX + "admission"
+ADMISSION_NAMESPACE_VALUE = "gated"
+"""A namespace labelled `gpupool.io/admission=gated` gets the gate on its GPU pods."""
+ADMITTED_ANN = PREFIX + "admitted"
+"""Written with the admission (one patch with the node affinity and the gate's removal): the
+node gpupool admitted the pod to."""
+RESERVED_ANN = PREFIX + "reserved"
+"""On a gated pod: `<node>:<gpus>` ("node-a:0,1,2,3"), the cards gpupool is freeing for it
+(written before the evictions that free them; read back by the next cycles until admitted)."""
+INTENDED_GPUS_ANN = PREFIX + "intended-gpus"
+"""On an admitted pod: the cards the plan meant for it (the `gpupool.io/gpus` format), a hint
+the node agent can compare with what the device plugin allocated."""
+GANG_ANN = PREFIX + "gang"
+GANG_SIZE_ANN = PREFIX + "gang-size"
+"""An explicit gang: pods with the same `gpupool.io/gang` in a namespace are admitted and
+stopped together, once `gpupool.io/gang-size` of them exist."""
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+"""The coscheduling plugin's pod-group label (kubernetes-sigs/scheduler-plugins); the group's
+size is its PodGroup's `spec.minMember`."""
+POD_GROUP_GROUP, POD_GROUP_VERSION, POD_GROUP_PLURAL = (
+    "scheduling.x-k8s.io",
+    "v1alpha1",
+    "podgroups",
+)
+HELD_CONDITION = PREFIX + "Admitted"
+"""Pod condition gpupool sets (status False) on a gated pod it holds, with the reason;
+`kubectl describe pod` lists it."""
+
 # ---------------------------------------------------------------- annotations on workloads
 QUEUE_LENGTH_ANN = PREFIX + "queue-length"
 PENDING_P99_ANN = PREFIX + "pending-p99-seconds"

@@ -15,6 +15,7 @@ from reconciler.apply.port import (
     ApiError,
     ConfigMapInfo,
     NodeInfo,
+    PodCondition,
     PodInfo,
     PriorityClassInfo,
     Unset,
@@ -24,6 +25,7 @@ from reconciler.apply.port import (
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 
 
 def _message(exc: client.ApiException) -> str:
@@ -67,15 +69,55 @@ def _gpu_resources(pod: Any) -> bool:
     return False
 
 
+def _time(t: Any) -> str:
+    if t is None:
+        return ""
+    return t.isoformat() if hasattr(t, "isoformat") else str(t)
+
+
 def _pod(p: Any) -> PodInfo:
+    status = p.status
     return PodInfo(
         namespace=p.metadata.namespace,
         name=p.metadata.name,
-        phase=p.status.phase or "Pending",
+        phase=(status.phase if status else None) or "Pending",
         annotations=dict(p.metadata.annotations or {}),
         deleting=p.metadata.deletion_timestamp is not None,
         gpu_resources=_gpu_resources(p),
+        node=p.spec.node_name or None,
+        gates=tuple(g.name for g in p.spec.scheduling_gates or []),
+        conditions=tuple(
+            PodCondition(
+                c.type, c.status, c.reason or "", c.message or "", _time(c.last_transition_time)
+            )
+            for c in (status.conditions if status else None) or []
+        ),
     )
+
+
+def _required_terms(api: Any, p: Any) -> list[dict]:
+    """The pod's required node affinity terms, as the API's JSON."""
+    aff = p.spec.affinity
+    na = aff.node_affinity if aff else None
+    req = na.required_during_scheduling_ignored_during_execution if na else None
+    if req is None:
+        return []
+    return [api.sanitize_for_serialization(t) for t in req.node_selector_terms or []]
+
+
+def admission_terms(terms: list[dict], node: str) -> list[dict]:
+    """Required node affinity terms that pin a pod to `node`: one term with only the node, or,
+    when the pod has terms of its own, the node's requirement added to each (a term's
+    requirements are ANDed, terms ORed), since a gated pod's non-empty terms may only grow
+    (validateNodeAffinityMutation)."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    if not terms:
+        return [{"matchFields": [pin]}]
+    out = []
+    for t in terms:
+        fields = list(t.get("matchFields") or [])
+        out.append({**t, "matchFields": fields if pin in fields else [*fields, pin]})
+    return out
 
 
 class KubeOps:
@@ -142,6 +184,59 @@ class KubeOps:
         with _errors():
             self.core.patch_namespaced_pod(
                 name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            )
+
+    def admit_pod(
+        self, namespace: str, name: str, *, node: str, annotations: dict[str, str]
+    ) -> None:
+        with _errors():
+            cur = self.core.read_namespaced_pod(name, namespace)
+        body = {
+            "metadata": {
+                # a change since the read (the terms below come from it) is a 409, retried
+                "resourceVersion": cur.metadata.resource_version,
+                "annotations": annotations,
+            },
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": admission_terms(
+                                _required_terms(self.api, cur), node
+                            )
+                        }
+                    }
+                },
+                "schedulingGates": [{"$patch": "delete", "name": C.ADMISSION_GATE}],
+            },
+        }
+        with _errors():
+            # strategic merge: schedulingGates is merged by `name` (the directive deletes only
+            # gpupool's gate); a merge patch would replace the whole list
+            self.core.patch_namespaced_pod(name, namespace, body, _content_type=STRATEGIC)
+
+    def set_pod_condition(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        type: str,
+        status: str,
+        reason: str,
+        message: str,
+        last_transition_time: str,
+    ) -> None:
+        cond = {
+            "type": type,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": last_transition_time,
+        }
+        with _errors():
+            # strategic merge: status.conditions is merged by `type`
+            self.core.patch_namespaced_pod_status(
+                name, namespace, {"status": {"conditions": [cond]}}, _content_type=STRATEGIC
             )
 
     def evict_pod(self, namespace: str, name: str) -> None:

@@ -36,6 +36,18 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class PodCondition:
+    """One entry of a pod's `status.conditions`."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+    """RFC 3339, as the API server returns it ("" when unset)."""
+
+
+@dataclass(frozen=True)
 class PodInfo:
     namespace: str
     name: str
@@ -45,10 +57,20 @@ class PodInfo:
     """The pod has a deletionTimestamp: it is already on its way out."""
     gpu_resources: bool = False
     """Some container asks for a GPU resource (whole, MIG or shared)."""
+    node: str | None = None
+    """`spec.nodeName`: the node it is bound to, None while unscheduled."""
+    gates: tuple[str, ...] = ()
+    """The names of its `spec.schedulingGates`, in order: kube-scheduler leaves it alone while
+    there is any."""
+    conditions: tuple[PodCondition, ...] = ()
+    """Its `status.conditions`."""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def condition(self, type: str) -> PodCondition | None:
+        return next((c for c in self.conditions if c.type == type), None)
 
 
 @dataclass(frozen=True)
@@ -101,6 +123,42 @@ class ClusterOps(Protocol):
 
     def evict_pod(self, namespace: str, name: str) -> None:
         """Through the Eviction API: ApiError 429 when a PodDisruptionBudget refuses."""
+
+    def admit_pod(
+        self, namespace: str, name: str, *, node: str, annotations: dict[str, str]
+    ) -> None:
+        """Let a gated pod be scheduled, on `node` only: ONE strategic-merge patch that
+        * requires the node: `spec.affinity.nodeAffinity.requiredDuringScheduling...
+          .nodeSelectorTerms` = `[{matchFields: [{key: metadata.name, operator: In, values:
+          [node]}]}]`; a pod that already has required terms of its own keeps them, with this
+          requirement added to each (terms are ORed, a term's requirements ANDed), because the
+          API server allows only additions to a gated pod's non-empty terms;
+        * removes gpupool's gate: `{"$patch": "delete", "name": ADMISSION_GATE}` in
+          `spec.schedulingGates` (a list merged by `name`: other gates stay);
+        * sets `annotations`.
+        The API server accepts a change of node affinity only while the pod is gated, i.e. when
+        the pod it patches still has a scheduling gate (k8s.io/kubernetes v1.37.2
+        pkg/apis/core/validation/validation.go, ValidatePodUpdate: "Handle validations
+        specific to gated pods", `podIsGated := len(oldPod.Spec.SchedulingGates) > 0`, then
+        validateNodeAffinityMutation; the affinity of an ungated pod falls under "pod updates
+        may not change fields other than ..."). So the gate's removal and the affinity go in
+        one request: a pod with no gate left is refused with ApiError 422 (Invalid), a missing
+        pod with 404; a pod that changed since it was read (the terms are read first) with
+        409."""
+
+    def set_pod_condition(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        type: str,
+        status: str,
+        reason: str,
+        message: str,
+        last_transition_time: str,
+    ) -> None:
+        """Set one condition in the pod's `status.conditions` (a strategic-merge patch of the
+        pods/status subresource, merged by condition `type`: the others stay)."""
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo: ...

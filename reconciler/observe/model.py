@@ -239,10 +239,38 @@ class Workload(Obs):
     checkpointable: bool = False
     migratable: bool = False
     """Can be checkpointed and restarted elsewhere (defragmentation may move it)."""
+    admission: Literal["gpupool", "admitted", "scheduler", "other"] = "gpupool"
+    """Who decides where a Pending pod goes:
+    `gpupool`: it carries gpupool's scheduling gate (`gpupool.io/admission`) and no other:
+    gpupool's demand, to be admitted (snapshot files: the default);
+    `admitted`: gpupool removed its gate and pinned it to `node`, and kube-scheduler has not
+    bound it yet: it holds `allocations` (the cards meant for it) like a running pod;
+    `scheduler`: no gate: kube-scheduler places it as it comes (gpupool plans around it, its
+    placement a prediction, and never admits it);
+    `other`: another admission system's gate (Kueue's) is still on: not demand until it is
+    gone. A Running pod's value means nothing."""
+    terminating: bool = False
+    """The pod is being deleted (evicted, preempted, scaled down): it holds its cards until
+    the kubelet has stopped it, and is never stopped again."""
+    reserved_node: str | None = None
+    reserved_gpus: list[int] = []
+    """A gated pod's reservation (`gpupool.io/reserved`): the cards gpupool is freeing for it."""
+    gang: str = ""
+    """Its gang's identity when not its owner: an explicit `gpupool.io/gang` or a pod group."""
+    gang_size: int | None = Field(default=None, ge=1)
+    """How many pods its gang has when complete (Job parallelism, PodGroup minMember,
+    `gpupool.io/gang-size`); None: the pods that exist are the gang."""
+    held: str = ""
+    """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def placed(self) -> bool:
+        """It holds cards on `node`: running, or admitted and about to be bound there."""
+        return bool(self.node) and (self.phase == "Running" or self.admission == "admitted")
 
 
 class InferenceService(Obs):

@@ -181,6 +181,42 @@ class Scale(ActionBase):
         return self.to_replicas > self.from_replicas
 
 
+# ----------------------------------------------------------------------------- admission
+class PodAdmission(Frozen):
+    """One pod of an admitted gang: the node it goes to and the cards the plan means for it
+    (a hint: the device plugin chooses the devices; the node agent reports what it chose)."""
+
+    name: str
+    node: str
+    gpus: tuple[int, ...] = ()
+
+
+class Admit(ActionBase):
+    """Let a gated gang run where the plan placed it (target: namespace/gang).
+
+    The executor first records the reservation on every pod (`gpupool.io/reserved`), then
+    waits until every pod of `after` is gone (the pods evicted to free these cards: while they
+    terminate, kube-scheduler still counts their cards and might preempt others), then, per
+    pod, sets required node affinity to its node and removes gpupool's scheduling gate in one
+    patch (the API server allows the affinity only while the pod is gated). All pods of the
+    gang or, if interrupted, the rest of them in the next cycle."""
+
+    kind: Literal["admit"] = "admit"
+    namespace: str
+    pods: tuple[PodAdmission, ...]
+    after: tuple[str, ...] = ()
+    """Pods (namespace/name) that must be gone first: evicted for these cards."""
+
+
+class Hold(ActionBase):
+    """Tell a gated pod's owner why it stays gated: a pod condition `gpupool.io/Admitted`
+    False with the reason (target: namespace/name)."""
+
+    kind: Literal["hold"] = "hold"
+    code: str
+    message: str
+
+
 # ----------------------------------------------------------------------------- objects
 class ApplyQuota(ActionBase):
     """Create or update a team's ResourceQuota (target: namespace/name)."""
@@ -212,6 +248,8 @@ Action = Annotated[
     | Reclaim
     | Move
     | Scale
+    | Admit
+    | Hold
     | ApplyQuota
     | ApplyPriorityClass,
     Field(discriminator="kind"),
@@ -222,6 +260,7 @@ EVICTION_KINDS = frozenset({"preempt", "reclaim", "move"})
 # Order of kinds in a plan when dependencies leave a choice: disruptive first, as they would run.
 KIND_ORDER: tuple[str, ...] = (
     "cordon",
+    "admit",  # its reservation is written before the evictions that free its cards
     "checkpoint",
     "preempt",
     "reclaim",
@@ -230,6 +269,7 @@ KIND_ORDER: tuple[str, ...] = (
     "set-sharing",
     "uncordon",
     "scale",
+    "hold",
     "quota",
     "priority-class",
     "label-node",

@@ -505,7 +505,7 @@ def build_cluster(
             slot[(node.name, g.index)] = s
     workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
     for w in workloads.values():
-        if w.phase != "Running" or not w.node:
+        if not w.placed:
             continue
         for a in w.allocations:
             s = slot.get((w.node, a.gpu))

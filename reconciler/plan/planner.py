@@ -49,6 +49,7 @@ from reconciler.plan import consistency, placement
 from reconciler.plan.actions import (
     KIND_ORDER,
     Action,
+    Admit,
     ApplyPriorityClass,
     ApplyQuota,
     CardChange,
@@ -57,9 +58,11 @@ from reconciler.plan.actions import (
     Checkpoint,
     Cordon,
     Eviction,
+    Hold,
     LabelNode,
     MigReconfigure,
     Move,
+    PodAdmission,
     Preempt,
     Reclaim,
     Scale,
@@ -92,6 +95,7 @@ UNMETERED = 10**9  # the planner does not meter CPU/memory; the scheduler checks
 BUDGET = "preemption budget for this hour"
 ADMISSION_CODES = frozenset({"held-cap", "held-quota", "held-borrowing", "held-lending"})
 SERVICE_OWNERS = frozenset({"", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
+ADMITTED_ELSEWHERE = frozenset({"admitted", "other"})  # pending pods that are not demand
 
 
 @dataclass
@@ -108,6 +112,10 @@ class Pending:
     origin: str = "pending pod"
     order: int = 0  # tie-break among replicas of one scale-up (replica 2 before replica 10)
     members: tuple[str, ...] = ()  # the pods of the gang, each asking `request` (default: key)
+    gated: bool = False  # every pod carries gpupool's gate: an Admit lets it run
+    placed: bool = False  # its reservation was honoured before any other placement
+    reserved: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    """member -> (node, cards) the pod's `gpupool.io/reserved` names: freed for it earlier."""
 
     def __post_init__(self) -> None:
         self.members = self.members or (self.key,)
@@ -140,6 +148,9 @@ class _Run:
     failed: dict[tuple, int] = field(
         default_factory=dict
     )  # demand shape -> generation it failed at
+    stopping: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    """(node, gpu) -> pods terminating there: left out of the view (their cards are as good as
+    free to the plan), but an admission onto those cards waits until they are gone."""
     _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     _gang_index: dict[tuple[str, str, str], list[Workload]] | None = None
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
@@ -477,6 +488,11 @@ def plan_state(
     """The plan, and the facts the controller's gauges and the change report read."""
     if now is not None and now.tzinfo is None:
         raise ValueError(f"plan time {now.isoformat()} has no timezone; give it in UTC")
+    stopping = [w for w in observed.workloads if w.terminating]
+    if stopping:
+        observed = observed.model_copy(
+            update={"workloads": [w for w in observed.workloads if not w.terminating]}
+        )
     observed = consistency.canonical(observed)
     checked = consistency.check(desired, observed)
     run = _Run(
@@ -486,6 +502,9 @@ def plan_state(
         build_cluster(desired, observed, checked.suspect_cards),
     )
     run.findings.extend(checked.findings)
+    for w in stopping:
+        for a in w.allocations if w.node else ():
+            run.stopping.setdefault((w.node or "", a.gpu), set()).add(w.key)
     _init_usage(run)
     observed_usage = dict(run.team_usage)
     _fences(run)
@@ -496,6 +515,7 @@ def plan_state(
     _idle_reclaim(run)
     pending = _admit(run, pending)
     _emit_scales(run, scaling, pending)
+    _reservations(run, pending)
     for pv in run.cluster.pools.values():
         mine = [p for p in pending if p.pool == pv.name]
         # Higher priority first, whatever the kind: a high-priority training run is not
@@ -508,6 +528,7 @@ def plan_state(
     _objects(run)
     _repartitions(run)
     _finish_drains(run)
+    _admissions(run, pending)
     _check_no_overcommit(run.cluster)
     for node in run.cluster.unmatched_nodes:
         run.find(
@@ -553,9 +574,7 @@ def _check_no_overcommit(cluster: ClusterView) -> None:
                 f"{g.key}: instances {sorted(g.used_instances)} not in layout {g.target_instances}"
             )
         running = sorted(
-            h
-            for h in g.holders
-            if h in cluster.workloads and cluster.workloads[h].phase == "Running"
+            h for h in g.holders if h in cluster.workloads and cluster.workloads[h].placed
         )
         if g.changes and running:
             raise AssertionError(f"{g.key}: repartitioned while {running} still run on it")
@@ -571,7 +590,7 @@ def _init_usage(run: _Run) -> None:
         recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
         run.budget_left = max(0, pol.spec.preemption.budget_per_hour - recent)
     for w in run.cluster.workloads.values():
-        if w.phase != "Running":
+        if not w.placed:
             continue
         team = run.team(w.namespace)
         if team is None:
@@ -598,28 +617,69 @@ def _fences(run: _Run) -> None:
 
 
 def gang_key(w: Workload) -> tuple[str, str, str] | None:
-    """Pods of one job (same namespace and owning job object) run and stop together; a pod
-    owned by a ReplicaSet/StatefulSet (a service replica) or by nothing stands alone."""
+    """Pods of one job run and stop together: an explicit gang or pod group (`w.gang`), else
+    the pods of one owning job object; a pod owned by a ReplicaSet/StatefulSet (a service
+    replica) or by nothing stands alone."""
+    if w.gang:
+        return (w.namespace, "gang", w.gang)
     if w.owner_kind in SERVICE_OWNERS or not w.owner_name:
         return None
     return (w.namespace, w.owner_kind, w.owner_name)
 
 
 def _pending(run: _Run) -> list[Pending]:
-    """Pending pods as units of demand: the pending pods of one job are one gang, placed
-    all together or not at all."""
-    out: dict[object, Pending] = {}
+    """Pending pods as units of demand: the pending whole-card pods of one gang (`gang_key`)
+    are one unit, placed, admitted and stopped all together or not at all. Pods admitted
+    already, or still gated by another admission system, are not demand. A gang whose pods
+    disagree (request, class, pool, size) or that is not complete yet (fewer pods than its
+    size) waits, with a finding."""
+    groups: dict[object, list[Workload]] = {}
     for w in run.cluster.workloads.values():
-        if w.phase != "Pending" or w.request.kind == "none":
+        if w.phase != "Pending" or w.request.kind == "none" or w.admission in ADMITTED_ELSEWHERE:
             continue
         key = gang_key(w) if w.request.kind == "whole" else None
-        if key is not None and key in out and out[key].request == w.request:
-            out[key].members += (w.key,)
+        groups.setdefault(key if key is not None else w.key, []).append(w)
+    out = []
+    for key, ws in groups.items():
+        head = ws[0]
+        p = Pending(
+            head.key, head.namespace, head.request, head.priority_class, head.pool, head.created_at
+        )
+        p.members = tuple(w.key for w in ws)
+        p.gated = all(w.admission == "gpupool" for w in ws)
+        p.reserved = {
+            w.key: (w.reserved_node, tuple(w.reserved_gpus)) for w in ws if w.reserved_node
+        }
+        if not isinstance(key, tuple):
+            out.append(p)
             continue
-        p = Pending(w.key, w.namespace, w.request, w.priority_class, w.pool, w.created_at)
-        p.members = (w.key,)
-        out[key if key is not None and key not in out else w.key] = p
-    return list(out.values())
+        if any(
+            (w.request, w.priority_class, w.pool, w.gang_size)
+            != (head.request, head.priority_class, head.pool, head.gang_size)
+            for w in ws
+        ):
+            _wait(
+                run,
+                p,
+                "gang-inconsistent",
+                f"the pods of gang {key[2]} disagree on request, class, pool or size "
+                f"({', '.join(w.name for w in ws)}): none is admitted until they agree",
+                "warning",
+            )
+            continue
+        size = head.gang_size
+        placed = sum(1 for w in run.cluster.workloads.values() if w.placed and gang_key(w) == key)
+        if size is not None and len(ws) + placed < size:
+            _wait(
+                run,
+                p,
+                "gang-incomplete",
+                f"gang {key[2]} has {len(ws) + placed} of its {size} pods: it is admitted "
+                "once all exist",
+            )
+            continue
+        out.append(p)
+    return out
 
 
 def _pending_pool(run: _Run, p: Pending) -> str | None:
@@ -732,6 +792,21 @@ def _wait(run: _Run, p: Pending, code: str, why: str, severity: str = "info") ->
     if p.origin == "pending pod" or code not in ADMISSION_CODES:
         run.find(severity, code, p.key, why)
     # a replica admission holds is reported once, on its service (`_emit_scales`)
+    if not p.gated:
+        return
+    for m in p.members:  # the pod stays gated: its owner sees why in `kubectl describe`
+        w = run.cluster.workloads.get(m)
+        if w is not None and w.held != why:
+            run.add(
+                Hold(
+                    id=f"hold:{m}",
+                    target=m,
+                    pool=p.pool,
+                    reason=f"{m} stays gated: {why}",
+                    code=code,
+                    message=why,
+                )
+            )
 
 
 # --------------------------------------------------------------------------- 0. drift
@@ -1852,7 +1927,7 @@ def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
 
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
     for p in pending:
-        if _place_gang(run, pv, p):
+        if p.placed or _place_gang(run, pv, p):
             continue
         n = p.request.gpus
         # The same shape of demand failed and nothing was freed since: it fails again.
@@ -1955,6 +2030,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
         return False
     n = p.request.gpus
     options: list[tuple[tuple, str, list[Candidate]]] = []
+    reserved_nodes = {node for node, _ in p.reserved.values()}
     nodes = sorted(pv.by_node()) if reclaim is not None else run.nodes_hosting(pv, classes)
     for node in nodes:
         slots = pv.by_node()[node]
@@ -1991,6 +2067,7 @@ def _preempt_for_gang(run: _Run, pv: PoolView, p: Pending) -> bool:
         if freed < n:
             continue
         cost = (
+            node not in reserved_nodes,  # the node already being freed for it comes first
             max(c.priority for c in take),
             sum(max(0.0, c.gpus) for c in take) - (n - free),
             evictions,
@@ -2327,6 +2404,83 @@ def _finish_drains(run: _Run) -> None:
                     ),
                 )
             )
+
+
+# --------------------------------------------------------------------------- 9. admissions
+
+
+def _reservations(run: _Run, pending: list[Pending]) -> None:
+    """Cards freed for a gated gang in earlier cycles stay its own: when every card its pods'
+    reservations name is free now (their victims gone or terminating), the gang is placed
+    there before any other demand is (highest priority first, as admission sorted them)."""
+    for p in pending:
+        if not p.gated or p.request.kind != "whole" or set(p.reserved) != set(p.members):
+            continue
+        pv = run.pool_view(p.pool)
+        if pv is None:
+            continue
+        cards: list[list[GpuSlot]] = []
+        for m in p.members:
+            node, gpus = p.reserved[m]
+            slots = [run.cluster.slot.get((node, i)) for i in gpus]
+            if (
+                node not in pv.nodes
+                or len(gpus) != p.request.gpus
+                or not all(g is not None and g.free_whole for g in slots)
+                or any(g in c for c in cards for g in slots)
+            ):
+                break
+            cards.append([g for g in slots if g is not None])
+        else:
+            for m, got in zip(p.members, cards, strict=True):
+                pv.reserve(got, m)
+            p.placed = True
+
+
+def _admissions(run: _Run, pending: list[Pending]) -> None:
+    """An Admit for every gated gang the plan placed: each pod's node and cards, after the
+    repartitions and uncordons of those nodes, and once the pods stopped to free the cards
+    are gone. Demand kube-scheduler places itself (no gate) is never admitted."""
+    where: dict[str, list[GpuSlot]] = {}
+    for g in run.cluster.slot.values():
+        if g.reserved_by:
+            where.setdefault(g.reserved_by, []).append(g)
+        for h in g.holders:
+            where.setdefault(h, []).append(g)
+    node_steps: dict[str, list[str]] = {}
+    for aid, a in run.actions.items():
+        if isinstance(a, MigReconfigure | SetSharing | Uncordon):
+            node_steps.setdefault(a.target, []).append(aid)
+    for p in pending:
+        if not p.gated or p.origin != "pending pod" or any(m not in where for m in p.members):
+            continue
+        pods, after, deps = [], set(), set()
+        for m in p.members:
+            cards = sorted(where[m], key=lambda g: g.index)
+            node = cards[0].node
+            pods.append(
+                PodAdmission(name=m.split("/", 1)[1], node=node, gpus=tuple(g.index for g in cards))
+            )
+            deps.update(node_steps.get(node, ()))
+            for g in cards:
+                after.update(
+                    run.actions[e].target for e in run.evictions_on.get((node, g.index), ())
+                )
+                after.update(run.stopping.get((node, g.index), ()))
+        nodes = sorted({a.node for a in pods})
+        freed = f", once {len(after)} pod(s) stopped for it are gone" if after else ""
+        run.add(
+            Admit(
+                id=f"admit:{p.key}",
+                target=p.key,
+                pool=p.pool,
+                reason=(f"admit {p.origin} {p.key} ({_describe(p)}) to {', '.join(nodes)}{freed}"),
+                depends_on=tuple(sorted(deps)),
+                namespace=p.namespace,
+                pods=tuple(pods),
+                after=tuple(sorted(after)),
+            )
+        )
 
 
 def _ordered(actions: dict[str, Action]) -> list[Action]:

@@ -20,6 +20,8 @@ SYMBOL = {
     "set-sharing": "~",
     "uncordon": "~",
     "scale": "~",
+    "admit": "+",
+    "hold": "=",
     "quota": "+",
     "priority-class": "+",
     "label-node": "+",

@@ -37,6 +37,12 @@ re-reads and skips):
 * Scale: `replicas`, `last_scale_at = now`; the service's pods are made to match: new
   replicas are Pending pods (`<service>-<n>`, numbered on), a scale-down removes pending pods
   first, then the newest (`scale_down_order`).
+* Admit: the reservation on the gang's gated pods; then, once no pod of `after` is placed
+  any more, each pod is admitted: pinned to its node (`admission: admitted`, a whole-card pod
+  holding the cards meant for it) for `schedule` to bind there, and nowhere else.
+* Hold: the pod's `held` message. Pods an owner recreates (eviction, scale-up) come back
+  gated (`admission: gpupool`), as the admission policy gates them, unless the evicted pod
+  was kube-scheduler's own (`scheduler`).
 * ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes (a
   second globalDefault class is refused, as the API server does).
 
@@ -75,11 +81,13 @@ from reconciler.observe.model import (
     scale_down_order,
 )
 from reconciler.plan.actions import (
+    Admit,
     ApplyPriorityClass,
     ApplyQuota,
     Checkpoint,
     Cordon,
     Eviction,
+    Hold,
     LabelNode,
     MigReconfigure,
     Repartition,
@@ -221,6 +229,11 @@ def recreated(desired: DesiredState, w: Workload, node: Node | None, now: dateti
             "created_at": now,
             "started_at": None,
             "pool": pool,
+            # the admission policy gates the new pod as it gated the old one
+            "admission": "scheduler" if w.admission == "scheduler" else "gpupool",
+            "reserved_node": None,
+            "reserved_gpus": [],
+            "held": "",
         }
     )
 
@@ -438,6 +451,46 @@ def _priority_class(world: _World, a: ApplyPriorityClass, now: datetime) -> None
         world.priority_classes[at] = pc
 
 
+def _admit(world: _World, a: Admit, now: datetime) -> None:
+    """The handler: reservations on the gated pods first; then, once no pod of `after` is
+    still placed, each gated pod is pinned to its node and ungated (a whole-card pod holds
+    the cards meant for it until it is bound; a MIG or shared one holds nothing known)."""
+    at = {p.name: p for p in a.pods}
+    idx = [world.workload_at(f"{a.namespace}/{name}") for name in at]
+    if any(i is None for i in idx):
+        return  # a pod of the gang is gone: skipped
+    pods = [world.workloads[i] for i in idx if i is not None]
+    if any(w.phase != "Pending" or w.admission not in ("gpupool", "admitted") for w in pods):
+        return
+    for i in idx:
+        w = world.workloads[i]  # type: ignore[index]
+        if w.admission == "gpupool":
+            pa = at[w.name]
+            world.workloads[i] = w.model_copy(  # type: ignore[index]
+                update={"reserved_node": pa.node, "reserved_gpus": list(pa.gpus)}
+            )
+    if any((j := world.workload_at(k)) is not None and world.workloads[j].placed for k in a.after):
+        return  # waits for the pods stopped for these cards to be gone
+    for i in idx:
+        w = world.workloads[i]  # type: ignore[index]
+        if w.admission != "gpupool":
+            continue
+        pa = at[w.name]
+        world.workloads[i] = w.model_copy(  # type: ignore[index]
+            update={
+                "admission": "admitted",
+                "node": pa.node,
+                "allocations": [Allocation(gpu=g) for g in pa.gpus] if w.request.gpus else [],
+            }
+        )
+
+
+def _hold(world: _World, a: Hold, now: datetime) -> None:
+    i = world.workload_at(a.target)
+    if i is not None and world.workloads[i].admission == "gpupool":
+        world.workloads[i] = world.workloads[i].model_copy(update={"held": a.message})
+
+
 EFFECTS: dict[str, Callable] = {
     "cordon": _cordon,
     "uncordon": _uncordon,
@@ -449,6 +502,8 @@ EFFECTS: dict[str, Callable] = {
     "mig-reconfigure": _repartition,
     "set-sharing": _repartition,
     "scale": _scale,
+    "admit": _admit,
+    "hold": _hold,
     "quota": _quota,
     "priority-class": _priority_class,
 }
@@ -580,10 +635,12 @@ def schedule(
 ) -> ObservedState:
     """Bind pending pods the way kube-scheduler would, never kinder.
 
-    A pending pod binds only to a Ready node that is not cordoned and has no NoSchedule or
-    NoExecute taint (with `extended_resource_toleration`, a NoSchedule taint keyed by a GPU
-    resource the pod requests is tolerated, as Kubernetes' ExtendedResourceToleration
-    admission plugin arranges when it is enabled), labelled with the pool it asks for
+    Only pods without a gate bind: kube-scheduler's own (`admission: scheduler`) and those
+    gpupool admitted, which bind only to the node they were admitted to (required node
+    affinity). A pending pod binds only to a Ready node that is not cordoned and has no
+    NoSchedule or NoExecute taint (with `extended_resource_toleration`, a NoSchedule taint
+    keyed by a GPU resource the pod requests is tolerated, as Kubernetes'
+    ExtendedResourceToleration admission plugin arranges when it is enabled), labelled with the pool it asks for
     (`gpupool.io/pool`, its node selector) or any node when it asks for none. Whole cards:
     `gpus` free whole cards on one node; MIG: a free instance of each profile asked for on
     one node; shared: `shared_slices` free slices on one shared card. Highest priority
@@ -596,7 +653,13 @@ def schedule(
     # This is deliberate: a plan that only works if the scheduler follows it is a bad plan.
     values = {c.name: c.value for c in desired.priority.spec.classes} if desired.priority else {}
     pending = sorted(
-        (w for w in observed.workloads if w.phase == "Pending" and w.request.kind != "none"),
+        (
+            w
+            for w in observed.workloads
+            if w.phase == "Pending"
+            and w.request.kind != "none"
+            and w.admission in ("scheduler", "admitted")
+        ),
         key=lambda w: (-values.get(w.priority_class or "", 0), _aware(w.created_at), w.key),
     )
     if not pending:
@@ -614,6 +677,7 @@ def schedule(
             f
             for f in frees.values()
             if (w.pool is None or f.node.labels.get(POOL_LABEL) == w.pool)
+            and (w.admission != "admitted" or f.node.name == w.node)  # its node affinity
             and _tolerated(f.node, w, extended_resource_toleration)
         ]
         r = w.request

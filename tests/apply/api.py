@@ -22,7 +22,7 @@ from reconciler import conventions as C
 from reconciler.apply.handlers import ApplyConfig
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ClusterOps, NodeInfo, PriorityClassInfo, WorkloadKind
-from reconciler.plan.actions import Action, ApplyPriorityClass
+from reconciler.plan.actions import Action, Admit, ApplyPriorityClass
 from tests.apply.table import (
     NODE,
     NS,
@@ -38,6 +38,7 @@ from tests.apply.table import (
 )
 
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 HOLD = "gpupool.test/hold"
 """A finalizer that keeps a deleted pod terminating (no kubelet stand-in needed)."""
 
@@ -97,6 +98,15 @@ class ApiWorld:
 
     def localize(self, row: Row) -> tuple[Row, Action]:
         a = row.action
+        if isinstance(a, Admit):  # the gang's namespace and the pods it waits for
+            a = a.model_copy(
+                update={
+                    "namespace": self.ns if a.namespace == NS else a.namespace,
+                    "after": tuple(
+                        self.ns + k[len(NS) :] if k.startswith(f"{NS}/") else k for k in a.after
+                    ),
+                }
+            )
         if isinstance(a, ApplyPriorityClass):
             a = a.model_copy(update={"target": self.pc(a.target)})
         elif a.target.startswith(f"{NS}/"):
@@ -216,6 +226,16 @@ class ApiWorld:
             spec["nodeName"] = self.node(s.node)
         else:  # stays unscheduled: the real scheduler would otherwise bind it to any free node
             spec["nodeSelector"] = {"gpupool.test/unschedulable": "true"}
+        if s.gates:  # only at creation: afterwards a gate can only be removed
+            spec["schedulingGates"] = [{"name": g} for g in s.gates]
+        if s.affinity:
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [dict(t) for t in s.affinity]
+                    }
+                }
+            }
         meta: dict[str, Any] = {
             "name": s.name,
             "labels": {"app": s.name},
@@ -239,6 +259,26 @@ class ApiWorld:
                         ],
                     }
                 },
+            )
+        if s.conditions:
+            self.core.patch_namespaced_pod_status(
+                s.name,
+                self.ns,
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": c.type,
+                                "status": c.status,
+                                "reason": c.reason or None,
+                                "message": c.message or None,
+                                "lastTransitionTime": c.last_transition_time or None,
+                            }
+                            for c in s.conditions
+                        ]
+                    }
+                },
+                _content_type=STRATEGIC,
             )
         if s.pdb:
             self._pdb(s.name)
@@ -329,6 +369,18 @@ class ApiProbe(Probe):
 
     def priority_class(self, name: str) -> PriorityClassInfo | None:
         return super().priority_class(self.world.pcs.get(name, name))
+
+    def pod_terms(self, name: str) -> list[dict]:
+        pod = self.world.core.read_namespaced_pod(name, self.namespace)
+        aff = pod.spec.affinity
+        na = aff.node_affinity if aff else None
+        req = na.required_during_scheduling_ignored_during_execution if na else None
+        if req is None:
+            return []
+        return [
+            self.world.api_client.sanitize_for_serialization(t)
+            for t in req.node_selector_terms or []
+        ]
 
     def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
         obj = self.world.read_workload(kind, name)

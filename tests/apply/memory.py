@@ -11,6 +11,12 @@ It keeps the semantics the handlers depend on as the API server (behind `KubeOps
   (workloads); writes to a missing object raise 404, and so does creating a namespaced object
   in a namespace that does not exist;
 * node and pod patches are merge patches: a None value removes that key (or the cordon);
+* `admit_pod` removes gpupool's scheduling gate (other gates stay), requires the node by
+  affinity (added to each of the pod's own required node affinity terms, if it has any) and
+  sets the annotations; like the API server it refuses (422) a pod that has no scheduling
+  gate left when the affinity would change (affinity is mutable only while a pod is gated;
+  one with another system's gate is still gated, so accepted); `set_pod_condition` merges
+  by condition type; a pod is never created with both a node and scheduling gates (422);
 * an eviction of a missing pod is a 404; one a PodDisruptionBudget refuses is a 429 (pods in
   `pdb_blocked`; like the real Eviction API, a pod that is Pending, finished or already
   terminating is not checked against its budget); an accepted eviction of a running pod bound
@@ -34,10 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler import conventions as C
 from reconciler.apply.port import (
     ApiError,
     ConfigMapInfo,
     NodeInfo,
+    PodCondition,
     PodInfo,
     PriorityClassInfo,
     Unset,
@@ -50,6 +58,8 @@ MUTATING = frozenset(
     {
         "patch_node",
         "annotate_pod",
+        "admit_pod",
+        "set_pod_condition",
         "evict_pod",
         "scale_workload",
         "write_config_map",
@@ -113,6 +123,25 @@ class _Pod:
     labels: dict[str, str]
     gpu_resources: bool
     deleting: bool = False
+    gates: list[str] = field(default_factory=list)
+    """spec.schedulingGates names."""
+    terms: list[dict] = field(default_factory=list)
+    """spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    .nodeSelectorTerms, as the API's JSON."""
+    conditions: list[PodCondition] = field(default_factory=list)
+
+
+def pinned(terms: list[dict], node: str) -> list[dict]:
+    """Required node affinity terms once a pod is admitted to `node`: the node's requirement
+    in each of its own terms, or one term with only it."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    if not terms:
+        return [{"matchFields": [pin]}]
+    out = []
+    for t in terms:
+        fields = list(t.get("matchFields") or [])
+        out.append({**t, "matchFields": fields if pin in fields else [*fields, pin]})
+    return out
 
 
 @dataclass
@@ -227,9 +256,21 @@ class MemoryCluster:
         labels: dict[str, str] | None = None,
         gpu_resources: bool = False,
         deleting: bool = False,
+        gates: tuple[str, ...] = (),
+        terms: list[dict] | None = None,
+        conditions: tuple[PodCondition, ...] = (),
     ) -> None:
-        """A pod; `phase` defaults to Running when it is bound to a node, else Pending."""
+        """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
+        `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
+        required node affinity terms."""
         self._need_namespace(namespace)
+        if node and gates:
+            raise ApiError(
+                422,
+                "Unprocessable Entity",
+                f'Pod "{name}" is invalid: spec.nodeName: Forbidden: cannot be set until all '
+                "schedulingGates have been cleared",
+            )
         self.pods[(namespace, name)] = _Pod(
             node,
             phase or ("Running" if node else "Pending"),
@@ -237,7 +278,14 @@ class MemoryCluster:
             dict(labels or {}),
             gpu_resources,
             deleting,
+            list(gates),
+            copy.deepcopy(list(terms or [])),
+            list(conditions),
         )
+
+    def pod_terms(self, namespace: str, name: str) -> list[dict]:
+        """Test access: the pod's required node affinity terms (not a port operation)."""
+        return copy.deepcopy(self.pods[(namespace, name)].terms)
 
     def add_workload(
         self,
@@ -325,7 +373,17 @@ class MemoryCluster:
 
     # ------------------------------------------------------------------ pods
     def _info(self, key: tuple[str, str], p: _Pod) -> PodInfo:
-        return PodInfo(key[0], key[1], p.phase, dict(p.annotations), p.deleting, p.gpu_resources)
+        return PodInfo(
+            key[0],
+            key[1],
+            p.phase,
+            dict(p.annotations),
+            p.deleting,
+            p.gpu_resources,
+            node=p.node,
+            gates=tuple(p.gates),
+            conditions=tuple(p.conditions),
+        )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
         def read() -> PodInfo | None:
@@ -350,6 +408,58 @@ class MemoryCluster:
         self._run(
             "annotate_pod", patch, namespace=namespace, name=name, annotations=dict(annotations)
         )
+
+    def admit_pod(
+        self, namespace: str, name: str, *, node: str, annotations: dict[str, str]
+    ) -> None:
+        def patch() -> None:
+            p = self.pods.get((namespace, name))
+            if p is None:
+                raise not_found("pods", name)
+            terms = pinned(p.terms, node)
+            if not p.gates and terms != p.terms:
+                # ValidatePodUpdate: node affinity is mutable only while the pod is gated
+                raise ApiError(
+                    422,
+                    "Unprocessable Entity",
+                    f'Pod "{name}" is invalid: spec: Forbidden: pod updates may not change '
+                    "fields other than ...",
+                )
+            p.gates = [g for g in p.gates if g != C.ADMISSION_GATE]
+            p.terms = terms
+            p.annotations = merge(p.annotations, annotations)
+
+        self._run(
+            "admit_pod",
+            patch,
+            namespace=namespace,
+            name=name,
+            node=node,
+            annotations=dict(annotations),
+        )
+
+    def set_pod_condition(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        type: str,
+        status: str,
+        reason: str,
+        message: str,
+        last_transition_time: str,
+    ) -> None:
+        cond = PodCondition(type, status, reason, message, last_transition_time)
+
+        def patch() -> None:
+            p = self.pods.get((namespace, name))
+            if p is None:
+                raise not_found("pods", name)
+            others = [c for c in p.conditions if c.type != type]
+            at = next((i for i, c in enumerate(p.conditions) if c.type == type), len(others))
+            p.conditions = [*others[:at], cond, *others[at:]]
+
+        self._run("set_pod_condition", patch, namespace=namespace, name=name, condition=cond)
 
     def evict_pod(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"

@@ -21,6 +21,7 @@ from reconciler.apply.port import (
     ApiError,
     ClusterOps,
     NodeInfo,
+    PodCondition,
     PodInfo,
     PriorityClassInfo,
     WorkloadKind,
@@ -76,6 +77,13 @@ class Pod:
     deleting: bool = False
     pdb: bool = False
     """A PodDisruptionBudget protects it and allows no disruption now."""
+    gates: tuple[str, ...] = ()
+    """Scheduling gates, set at creation (the API server allows them only on an unbound pod,
+    and afterwards only their removal)."""
+    affinity: tuple[Mapping[str, Any], ...] = ()
+    """Its own required node affinity terms (nodeSelectorTerms, as the API's JSON)."""
+    conditions: tuple[PodCondition, ...] = ()
+    """status.conditions besides what the kubelet or the scheduler would post."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,10 @@ class Probe:
     def pod(self, name: str) -> PodInfo | None:
         return self.ops.read_pod(self.namespace, name)
 
+    def pod_terms(self, name: str) -> list[dict]:
+        """The pod's required node affinity terms (nodeSelectorTerms, as the API's JSON)."""
+        raise NotImplementedError
+
     def evicted(self, name: str) -> bool:
         """Gone, or terminating (a kubelet finishes the deletion later)."""
         p = self.pod(name)
@@ -154,6 +166,9 @@ class MemoryProbe(Probe):
 
     def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
         return self.cluster.workload(kind, self.namespace, name)
+
+    def pod_terms(self, name: str) -> list[dict]:
+        return self.cluster.pod_terms(self.namespace, name)
 
     def quota(self, name: str) -> dict[str, Any] | None:
         q = self.cluster.quotas.get((self.namespace, name))
@@ -276,6 +291,9 @@ def seed_memory(row: Row) -> MemoryCluster:
                 labels={"app": s.name},
                 gpu_resources=s.gpus,
                 deleting=s.deleting,
+                gates=s.gates,
+                terms=[dict(t) for t in s.affinity],
+                conditions=s.conditions,
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")

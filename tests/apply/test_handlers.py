@@ -22,9 +22,10 @@ from reconciler.apply.configs import (
     yaml_load,
     yaml_text,
 )
-from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS
-from reconciler.apply.port import ApiError
+from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS, condition_reason, parse_time
+from reconciler.apply.port import ApiError, PodCondition
 from reconciler.plan.actions import (
+    Admit,
     ApplyPriorityClass,
     ApplyQuota,
     CardChange,
@@ -32,9 +33,11 @@ from reconciler.plan.actions import (
     CardSlices,
     Checkpoint,
     Cordon,
+    Hold,
     LabelNode,
     MigReconfigure,
     Move,
+    PodAdmission,
     Preempt,
     Reclaim,
     Scale,
@@ -1517,6 +1520,352 @@ SCALE_ROWS = [
     ),
 ]
 
+# ---------------------------------------------------------------------- admission
+GATE = C.ADMISSION_GATE
+OTHER_GATE = "kueue.x-k8s.io/admission"
+ADMIT = Admit(
+    id=f"admit:{NS}/train",
+    target=f"{NS}/train",
+    reason="team-a's gang train fits on node-a and node-b",
+    namespace=NS,
+    pods=(
+        PodAdmission(name="p-0", node="node-a", gpus=(0, 1)),
+        PodAdmission(name="p-1", node="node-b", gpus=(2, 3)),
+    ),
+)
+ADMIT_AFTER = ADMIT.model_copy(update={"after": (f"{NS}/victim",)})
+ADMIT_ONE = ADMIT.model_copy(update={"pods": ADMIT.pods[:1]})
+ADMITTED_MSG = "admitted 2 pod(s): p-0 -> node-a, p-1 -> node-b"
+RESERVED = {"p-0": "node-a:0,1", "p-1": "node-b:2,3"}
+PLACED = {"p-0": ("node-a", "0,1"), "p-1": ("node-b", "2,3")}
+OWN_TERM = {
+    "matchExpressions": [
+        {"key": C.PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}
+    ]
+}
+
+
+def pin(node: str) -> dict:
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def gated(name: str, *gates: str, **kw) -> Pod:
+    """A pending pod gpupool's admission policy gated (and `gates` of other systems)."""
+    return Pod(name, node=None, gates=(GATE, *gates), **kw)
+
+
+def admitted(name: str, node: str, gpus: str) -> Pod:
+    """A pod this step admitted in an earlier run: no gate, pinned, annotated."""
+    return Pod(
+        name,
+        node=None,
+        annotations={
+            C.RESERVED_ANN: f"{node}:{gpus}",
+            C.ADMITTED_ANN: node,
+            C.INTENDED_GPUS_ANN: gpus,
+        },
+        affinity=({"matchFields": [pin(node)]},),
+    )
+
+
+RESERVED_GANG = tuple(gated(n, annotations={C.RESERVED_ANN: r}) for n, r in RESERVED.items())
+
+
+def reserved_only(*names: str):
+    def check(p: Probe) -> None:
+        for name in names:
+            pod = p.pod(name)
+            assert pod is not None and GATE in pod.gates, name
+            assert pod.annotations[C.RESERVED_ANN] == RESERVED[name]
+            assert C.ADMITTED_ANN not in pod.annotations and p.pod_terms(name) == []
+
+    return check
+
+
+def gang_admitted(p: Probe) -> None:
+    for name, (node, gpus) in PLACED.items():
+        pod = p.pod(name)
+        assert pod is not None and pod.gates == (), (name, pod)
+        assert pod.annotations[C.ADMITTED_ANN] == node
+        assert pod.annotations[C.INTENDED_GPUS_ANN] == gpus
+        assert pod.annotations[C.RESERVED_ANN] == f"{node}:{gpus}"
+        assert p.pod_terms(name) == [{"matchFields": [pin(node)]}]
+
+
+def nothing_written(name: str):
+    def check(p: Probe) -> None:
+        pod = p.pod(name)
+        assert pod is not None and pod.gates == (GATE,) and pod.annotations == {}
+
+    return check
+
+
+def untouched_ungated(p: Probe) -> None:
+    """p-0 reserved, still gated; p-1 (ungated by someone else) as it was."""
+    reserved_only("p-0")(p)
+    pod = p.pod("p-1")
+    assert pod is not None and pod.gates == () and p.pod_terms("p-1") == []
+    assert not {C.RESERVED_ANN, C.ADMITTED_ANN} & set(pod.annotations)
+
+
+def kept_other_gate(p: Probe) -> None:
+    reserved_only("p-0")(p)
+    pod = p.pod("p-1")
+    assert pod is not None and pod.gates == (GATE, OTHER_GATE) and p.pod_terms("p-1") == []
+
+
+def own_affinity_kept(p: Probe) -> None:
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == ()
+    assert p.pod_terms("p-0") == [{**OWN_TERM, "matchFields": [pin("node-a")]}]
+
+
+ADMIT_ROWS = [
+    Row(
+        "admit/fresh-gang",
+        ADMIT,
+        (gated("p-0"), gated("p-1")),
+        "done",
+        ADMITTED_MSG,
+        ("annotate_pod", "annotate_pod", "admit_pod", "admit_pod"),
+        check=gang_admitted,
+    ),
+    Row(
+        "admit/reserved-already",
+        ADMIT,
+        RESERVED_GANG,
+        "done",
+        ADMITTED_MSG,
+        ("admit_pod", "admit_pod"),
+        check=gang_admitted,
+    ),
+    Row(
+        "admit/after-pod-running",
+        ADMIT_AFTER,
+        (gated("p-0"), gated("p-1"), Pod("victim")),
+        "waiting",
+        f"waits for {NS}/victim (not evicted yet) to be gone",
+        ("annotate_pod", "annotate_pod"),
+        check=reserved_only("p-0", "p-1"),
+    ),
+    Row(
+        "admit/after-pod-terminating",
+        ADMIT_AFTER,
+        (*RESERVED_GANG, Pod("victim", deleting=True)),
+        "waiting",
+        f"waits for {NS}/victim (terminating) to be gone: kube-scheduler still counts its cards",
+        check=reserved_only("p-0", "p-1"),
+    ),
+    Row(
+        "admit/after-pod-gone",
+        ADMIT_AFTER,
+        RESERVED_GANG,
+        "done",
+        ADMITTED_MSG,
+        ("admit_pod", "admit_pod"),
+        check=gang_admitted,
+    ),
+    Row(
+        # a StatefulSet recreates its evicted pod under the same name: unbound, it holds no card
+        "admit/after-pod-recreated-unbound",
+        ADMIT_AFTER,
+        (*RESERVED_GANG, Pod("victim", node=None)),
+        "done",
+        ADMITTED_MSG,
+        ("admit_pod", "admit_pod"),
+        check=gang_admitted,
+    ),
+    Row(
+        # kube-scheduler counts no finished pod (its informer lists none)
+        "admit/after-pod-finished",
+        ADMIT_AFTER,
+        (*RESERVED_GANG, Pod("victim", phase="Succeeded", deleting=True)),
+        "done",
+        ADMITTED_MSG,
+        ("admit_pod", "admit_pod"),
+        check=gang_admitted,
+    ),
+    Row(
+        "admit/pod-gone",
+        ADMIT,
+        (gated("p-0"),),
+        "skipped",
+        f"pod {NS}/p-1 is gone; the gang is planned again next cycle",
+        check=nothing_written("p-0"),
+    ),
+    Row(
+        "admit/pod-terminating",
+        ADMIT,
+        (gated("p-0"), gated("p-1", deleting=True)),
+        "skipped",
+        f"pod {NS}/p-1 is terminating",
+    ),
+    Row(
+        "admit/ungated-by-someone-else",
+        ADMIT,
+        (gated("p-0"), Pod("p-1", node=None)),
+        "skipped",
+        "p-1 was ungated by someone else: left alone, nothing admitted",
+        ("annotate_pod",),
+        check=untouched_ungated,
+    ),
+    Row(
+        "admit/admitted-elsewhere-before",
+        ADMIT,
+        (gated("p-0"), admitted("p-1", "node-c", "0,1")),
+        "skipped",
+        "p-1 was admitted to node-c before: left alone",
+        ("annotate_pod",),
+        check=reserved_only("p-0"),
+    ),
+    Row(
+        "admit/another-admission-system",
+        ADMIT,
+        (gated("p-0"), gated("p-1", OTHER_GATE)),
+        "skipped",
+        f"p-1 is held by another admission system ({OTHER_GATE})",
+        ("annotate_pod", "annotate_pod"),
+        check=kept_other_gate,
+    ),
+    Row(
+        "admit/already-admitted",
+        ADMIT,
+        (admitted("p-0", "node-a", "0,1"), admitted("p-1", "node-b", "2,3")),
+        "done",
+        f"already {ADMITTED_MSG}",
+        check=gang_admitted,
+    ),
+    Row(
+        "admit/half-admitted",
+        ADMIT,
+        (admitted("p-0", "node-a", "0,1"), RESERVED_GANG[1]),
+        "done",
+        ADMITTED_MSG,
+        ("admit_pod",),
+        check=gang_admitted,
+    ),
+    Row(
+        "admit/keeps-the-pods-own-affinity",
+        ADMIT_ONE,
+        (gated("p-0", affinity=(OWN_TERM,)),),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("annotate_pod", "admit_pod"),
+        check=own_affinity_kept,
+    ),
+    Row(
+        "admit/refused",
+        ADMIT,
+        RESERVED_GANG,
+        "failed",
+        f'pod {NS}/p-0: the API server refused the admission: Pod "p-0": spec: Forbidden',
+        fail={"admit_pod": ApiError(422, "Unprocessable Entity", 'Pod "p-0": spec: Forbidden')},
+    ),
+    Row(
+        "admit/gone-at-the-patch",
+        ADMIT,
+        RESERVED_GANG,
+        "skipped",
+        f"pod {NS}/p-0 is gone",
+        fail={"admit_pod": ApiError(404, "Not Found", 'pods "p-0" not found')},
+    ),
+    Row(
+        "admit/conflict",
+        ADMIT,
+        RESERVED_GANG,
+        "error",
+        "409",
+        fail={"admit_pod": ApiError(409, "Conflict", "the object has been modified")},
+    ),
+]
+
+HOLD = Hold(
+    id=f"hold:{NS}/p-0",
+    target=f"{NS}/p-0",
+    reason="team-a is at its cap",
+    code="held-cap",
+    message="team team-a would use 10 GPUs, over its cap of 8",
+)
+
+
+def held_cond(message: str = HOLD.message, *, since: float = 600, status: str = "False"):
+    return PodCondition(C.HELD_CONDITION, status, "HeldCap", message, ago(since))
+
+
+def held(since: float):
+    """The condition says HOLD's message; its status last changed `since` seconds ago."""
+
+    def check(p: Probe) -> None:
+        pod = p.pod("p-0")
+        assert pod is not None
+        cond = pod.condition(C.HELD_CONDITION)
+        assert cond is not None
+        assert (cond.status, cond.reason, cond.message) == ("False", "HeldCap", HOLD.message)
+        assert parse_time(cond.last_transition_time) == NOW - timedelta(seconds=since)
+
+    return check
+
+
+def no_held_condition(p: Probe) -> None:
+    pod = p.pod("p-0")
+    assert pod is not None and pod.condition(C.HELD_CONDITION) is None
+
+
+HOLD_ROWS = [
+    Row(
+        "hold/set",
+        HOLD,
+        (gated("p-0"),),
+        "done",
+        "held: team team-a",
+        ("set_pod_condition",),
+        check=held(0),
+    ),
+    Row(
+        "hold/same-message",
+        HOLD,
+        (gated("p-0", conditions=(held_cond(),)),),
+        "done",
+        "already held",
+        check=held(600),
+    ),
+    Row(
+        "hold/new-message-keeps-the-transition-time",
+        HOLD,
+        (gated("p-0", conditions=(held_cond("team team-a would use 9 GPUs"),)),),
+        "done",
+        "held: team team-a would use 10 GPUs",
+        ("set_pod_condition",),
+        check=held(600),
+    ),
+    Row(
+        "hold/from-true",
+        HOLD,
+        (gated("p-0", conditions=(held_cond("admitted", status="True"),)),),
+        "done",
+        "held:",
+        ("set_pod_condition",),
+        check=held(0),
+    ),
+    Row(
+        "hold/admitted-meanwhile",
+        HOLD,
+        (admitted("p-0", "node-a", "0,1"),),
+        "done",
+        "admitted meanwhile",
+        check=no_held_condition,
+    ),
+    Row("hold/pod-gone", HOLD, (), "done", "pod is gone"),
+    Row(
+        "hold/gone-at-the-patch",
+        HOLD,
+        (gated("p-0"),),
+        "done",
+        "pod is gone",
+        fail={"set_pod_condition": ApiError(404, "Not Found", 'pods "p-0" not found')},
+    ),
+]
+
 QUOTA_ROWS = [
     Row(
         "quota/namespace-missing",
@@ -1601,6 +1950,8 @@ TABLES = {
     "checkpoint": CHECKPOINT_ROWS,
     "evict": EVICT_ROWS,
     "scale": SCALE_ROWS,
+    "admit": ADMIT_ROWS,
+    "hold": HOLD_ROWS,
     "quota": QUOTA_ROWS,
     "priority-class": PRIORITY_CLASS_ROWS,
 }
@@ -1664,6 +2015,16 @@ def test_evict(row: Row):
 
 @pytest.mark.parametrize("row", params(SCALE_ROWS))
 def test_scale(row: Row):
+    check_row(row)
+
+
+@pytest.mark.parametrize("row", params(ADMIT_ROWS))
+def test_admit(row: Row):
+    check_row(row)
+
+
+@pytest.mark.parametrize("row", params(HOLD_ROWS))
+def test_hold(row: Row):
     check_row(row)
 
 
@@ -1793,3 +2154,34 @@ def test_renewed_checkpoint_request_is_not_satisfied_by_an_old_checkpoint_done()
         Row("y", PREEMPT, grace=GRACE_BY_ID), cluster, memory_config(), writes=cluster.write_ops
     )
     assert ev.status == "waiting", ev.message
+
+
+def test_condition_reasons_are_camel_case():
+    assert condition_reason("held-cap") == "HeldCap"
+    assert condition_reason("held-training-max") == "HeldTrainingMax"
+    assert condition_reason("no-pool") == "NoPool"
+
+
+def test_admission_waits_for_the_evicted_pod_then_admits_the_gang():
+    """Reservation first (while the victim still runs), then waiting while it terminates, then
+    the admission once the kubelet has let it go; each write once."""
+    row = ROWS["admit/after-pod-running"]
+    _, cluster = run_memory(row)
+    assert cluster.write_ops() == ["annotate_pod", "annotate_pod"]
+    cluster.evict_pod(NS, "victim")
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert (got.status, got.changed) == ("waiting", False)
+    assert "(terminating)" in got.message
+    assert cluster.finish_deletion(NS, "victim")
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert (got.status, got.message, got.changed) == ("done", ADMITTED_MSG, True)
+    assert cluster.write_ops()[2:] == ["evict_pod", "admit_pod", "admit_pod"]
+    gang_admitted(MemoryProbe(cluster, NS, memory_config()))
+
+
+def test_an_ungated_pod_is_refused_affinity_as_the_server_does():
+    cluster = seed_memory(Row("x", ADMIT, (Pod("p-0", node=None),)))
+    with pytest.raises(ApiError) as exc:
+        cluster.admit_pod(NS, "p-0", node="node-a", annotations={C.ADMITTED_ANN: "node-a"})
+    assert exc.value.status == 422
+    assert cluster.pods[(NS, "p-0")].annotations == {}

@@ -14,23 +14,27 @@ from typing import Any
 import pytest
 
 from reconciler import conventions as C
+from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
 from tests.apply.api import ApiWorld
 from tests.apply.memory import MemoryCluster
 from tests.apply.table import (
     NS,
+    MemoryProbe,
     Node,
     Pod,
     PriorityClass,
+    Probe,
     Recording,
     Row,
     Seed,
     Workload,
     assert_result,
+    memory_config,
     run,
     seed_memory,
 )
-from tests.apply.test_handlers import ROWS, SERVER_SIDE_APPLY
+from tests.apply.test_handlers import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
 
 pytestmark = pytest.mark.kube
 
@@ -118,6 +122,27 @@ API_ROWS = [
     "scale/statefulset-down",
     "scale/kind-differs",
     "scale/missing",
+    "admit/fresh-gang",
+    "admit/reserved-already",
+    "admit/after-pod-running",
+    "admit/after-pod-terminating",
+    "admit/after-pod-gone",
+    "admit/after-pod-recreated-unbound",
+    "admit/after-pod-finished",
+    "admit/pod-gone",
+    "admit/pod-terminating",
+    "admit/ungated-by-someone-else",
+    "admit/admitted-elsewhere-before",
+    "admit/another-admission-system",
+    "admit/already-admitted",
+    "admit/half-admitted",
+    "admit/keeps-the-pods-own-affinity",
+    "hold/set",
+    "hold/same-message",
+    "hold/new-message-keeps-the-transition-time",
+    "hold/from-true",
+    "hold/admitted-meanwhile",
+    "hold/pod-gone",
     "quota/namespace-missing",
     "quota/create",
     "priority-class/create",
@@ -490,3 +515,103 @@ def test_a_changed_preemption_policy_is_refused_like_a_changed_value(kube):
         "preemptionPolicy": "Never",
     }
     assert answer(lambda: world.ops().server_side_apply(body)) == ("ApiError", 422)
+
+
+# ---------------------------------------------------------------------- admission: fake vs server
+ADMISSION_SEEDS: tuple[Seed, ...] = (
+    Pod("ours", node=None, gates=(GATE,)),
+    Pod("ours-and-other", node=None, gates=(GATE, OTHER_GATE)),
+    Pod("other-only", node=None, gates=(OTHER_GATE,)),
+    Pod("ungated", node=None),
+    Pod("own-terms", node=None, gates=(GATE,), affinity=(OWN_TERM,)),
+    Pod("job"),
+)
+
+
+def admissions(o: ClusterOps, p: Probe) -> list:
+    """admit_pod on each kind of pod, then again; set_pod_condition merged by type. What comes
+    back: the answer, then the pod's gates, annotation and required node affinity terms."""
+    ns = p.namespace
+
+    def seen(name: str) -> Any:
+        pod = o.read_pod(ns, name)
+        if pod is None:
+            return None
+        return (pod.gates, pod.annotations.get(C.ADMITTED_ANN), p.pod_terms(name))
+
+    def admit(name: str, node: str = "node-a") -> Any:
+        return answer(lambda: o.admit_pod(ns, name, node=node, annotations={C.ADMITTED_ANN: node}))
+
+    out = []
+    for name in ("ours", "ours-and-other", "other-only", "ungated", "own-terms", "nope"):
+        out += [name, admit(name), seen(name)]
+    # ungated now: the same affinity again changes nothing (accepted), another node is refused
+    out += [admit("ours"), seen("ours"), admit("ours", "node-b"), seen("ours")]
+
+    def conditions(name: str) -> Any:
+        pod = o.read_pod(ns, name)
+        mine = (C.HELD_CONDITION, "example.com/Other")  # the scheduler posts PodScheduled
+        return sorted(
+            (c.type, c.status, c.reason, c.message) for c in pod.conditions if c.type in mine
+        )
+
+    def cond(type_: str, message: str) -> Any:
+        return answer(
+            lambda: o.set_pod_condition(
+                ns,
+                "job",
+                type=type_,
+                status="False",
+                reason="HeldCap",
+                message=message,
+                last_transition_time="2026-03-02T12:00:00Z",
+            )
+        )
+
+    out += [cond(C.HELD_CONDITION, "one"), conditions("job")]
+    out += [cond("example.com/Other", "two"), conditions("job")]
+    out += [cond(C.HELD_CONDITION, "three"), conditions("job")]
+    out += [
+        answer(
+            lambda: o.set_pod_condition(
+                ns,
+                "nope",
+                type=C.HELD_CONDITION,
+                status="False",
+                reason="HeldCap",
+                message="x",
+                last_transition_time="2026-03-02T12:00:00Z",
+            )
+        )
+    ]
+    return out
+
+
+def test_memory_cluster_admits_as_the_server_does(kube):
+    """The server keeps other gates, refuses affinity on a pod with no gate left (422) and
+    accepts it on one another system still gates, adds the node to a pod's own terms, and
+    merges pod conditions by type: the fake must agree, answer by answer."""
+    memory = seed_memory(Row("admissions", ROWS["cordon/fresh"].action, ADMISSION_SEEDS))
+    want = admissions(memory, MemoryProbe(memory, NS, memory_config()))
+    world = ApiWorld(kube)
+    world.seed(ADMISSION_SEEDS)
+    got = admissions(world.ops(), world.probe())
+    assert got == want
+    assert ("ApiError", 422) in got and ("ApiError", 404) in got
+
+
+def test_admission_steps_run_with_the_controllers_rbac(kube):
+    """Admit (pods: get, patch) and Hold (pods/status: patch) as the controller's
+    ServiceAccount, held to exactly deploy/rbac.yaml's rules: a missing rule is a 403."""
+    api = kube.controller_client()
+    kube.cleanup(api.close)
+    for name in ("admit/fresh-gang", "hold/set"):
+        row = ROWS[name]
+        world = ApiWorld(kube)  # a namespace each: both rows have a pod p-0
+        world.seed(row.seed)
+        expected, action = world.localize(row)
+        ops = Recording(KubeOps(api))
+        got = run(expected, ops, world.config(), action, writes=lambda ops=ops: list(ops.writes))
+        assert_result(expected, got)
+        assert row.check is not None
+        row.check(world.probe())

@@ -53,6 +53,11 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
     # The MIG step reads the agent's GpuNodeState only when mig-manager says success before the
     # agent republished; in a run the next plan already sees the new layout and drops the step.
     "*: get gpupool.io/gpunodestates": "test_converge.py::test_mig_success_waits_for_the_agent",
+    # Hold's pod condition: only pods in a namespace gated for admission are held, and the runs
+    # below gate none.
+    "*: patch core/pods/status": (
+        "../apply/test_handlers_api.py::test_admission_steps_run_with_the_controllers_rbac"
+    ),
 }
 
 

@@ -543,6 +543,11 @@ def _ago(minutes: float) -> datetime:
     return T0 - timedelta(minutes=minutes)
 
 
+def _ungated(w: Workload) -> Workload:
+    """A pending pod kube-scheduler places itself (no gpupool gate): what `schedule` binds."""
+    return w.model_copy(update={"admission": "scheduler"})
+
+
 def test_preempted_pod_comes_back_pending_and_counts_in_the_budget():
     job = training("t", "job", "a100-1", [0, 1], cls="low", started=_ago(90))
     s = snapshot(T0, [node("a100-1", "a100", A100, count=2)], [job])
@@ -553,9 +558,26 @@ def test_preempted_pod_comes_back_pending_and_counts_in_the_budget():
     assert (w.created_at, w.pool, w.priority_class, w.request.gpus) == (T0, "a100", "low", 2)
     assert after.recent_preemptions == [T0]
     assert overcommits(after) == []
-    # the scheduler binds it again, on the cards it left
+    # recreated in a gated namespace it is gated again: the scheduler leaves it alone
+    assert w.admission == "gpupool"
+    assert _work(schedule(_desired(), after, now=T0))["t/job"].phase == "Pending"
+    # a pod kube-scheduler placed comes back ungated and is bound again, on the cards it left
+    ungated = s.model_copy(update={"workloads": [_ungated(job)]})
+    after = apply_plan(_desired(), ungated, _plan(evict), now=T0)
     again = _work(schedule(_desired(), after, now=T0))["t/job"]
     assert (again.phase, again.node, again.started_at) == ("Running", "a100-1", T0)
+
+
+def test_schedule_binds_an_admitted_pod_only_to_its_node_and_never_a_gated_one():
+    nodes = [node("a100-1", "a100", A100, count=8), node("a100-2", "a100", A100, count=4)]
+    admitted = training("t", "in", None, 2, cls="high", pool="a100", created=_ago(1))
+    admitted = admitted.model_copy(update={"admission": "admitted", "node": "a100-1"})
+    gated = training("t", "gated", None, 2, cls="high", pool="a100", created=_ago(2))
+    other = gated.model_copy(update={"name": "kueue", "admission": "other"})
+    w = _work(schedule(_desired(), snapshot(T0, nodes, [admitted, gated, other]), now=T0))
+    # the stand-in alone would pick the tightest node (a100-2); the affinity says a100-1
+    assert (w["t/in"].phase, w["t/in"].node) == ("Running", "a100-1")
+    assert w["t/gated"].phase == w["t/kueue"].phase == "Pending"
 
 
 def test_an_eviction_of_a_workload_that_is_gone_is_skipped():
@@ -577,7 +599,7 @@ def test_an_eviction_of_a_workload_that_is_gone_is_skipped():
 )
 def test_schedule_never_binds_where_kube_scheduler_would_not(change):
     n = node("a100-1", "a100", A100, count=8)
-    pending = training("t", "job", None, 2, cls="high", pool="a100", created=_ago(1))
+    pending = _ungated(training("t", "job", None, 2, cls="high", pool="a100", created=_ago(1)))
     ok = schedule(_desired(), snapshot(T0, [n], [pending]), now=T0)
     assert _work(ok)["t/job"].phase == "Running"
     blocked = snapshot(T0, [n.model_copy(update=change)], [pending])
@@ -587,9 +609,9 @@ def test_schedule_never_binds_where_kube_scheduler_would_not(change):
 def test_schedule_takes_priority_first_then_the_tightest_node():
     nodes = [node("a100-1", "a100", A100, count=8), node("a100-2", "a100", A100, count=4)]
     work = [
-        training("t", "big-low", None, 8, cls="low", pool="a100", created=_ago(30)),
-        training("t", "big-high", None, 8, cls="high", pool="a100", created=_ago(1)),
-        training("t", "small", None, 2, cls="low", pool="a100", created=_ago(5)),
+        _ungated(training("t", "big-low", None, 8, cls="low", pool="a100", created=_ago(30))),
+        _ungated(training("t", "big-high", None, 8, cls="high", pool="a100", created=_ago(1))),
+        _ungated(training("t", "small", None, 2, cls="low", pool="a100", created=_ago(5))),
     ]
     w = _work(schedule(_desired(), snapshot(T0, nodes, work), now=T0))
     assert (w["t/big-high"].phase, w["t/big-high"].node) == ("Running", "a100-1")
@@ -604,10 +626,10 @@ def test_schedule_uses_only_free_mig_instances_and_shared_slices():
     work = [
         mig_pod("t", "m-0", "a100-1", "1g.10gb", gpu_index=0, start=2, started=_ago(60)),
         shared_pod("t", "s-0", "a100-1", 3, gpu_index=1, started=_ago(60)),
-        mig_pod("t", "m-1", None, "1g.10gb", cls="high", pool="a100"),
-        mig_pod("t", "m-2", None, "1g.10gb", cls="high", pool="a100"),
-        shared_pod("t", "s-1", None, 2, cls="high", pool="a100"),
-        shared_pod("t", "s-2", None, 1, cls="high", pool="a100"),
+        _ungated(mig_pod("t", "m-1", None, "1g.10gb", cls="high", pool="a100")),
+        _ungated(mig_pod("t", "m-2", None, "1g.10gb", cls="high", pool="a100")),
+        _ungated(shared_pod("t", "s-1", None, 2, cls="high", pool="a100")),
+        _ungated(shared_pod("t", "s-2", None, 1, cls="high", pool="a100")),
     ]
     after = schedule(_desired(), snapshot(T0, [n], work), now=T0)
     w = _work(after)
