@@ -640,8 +640,9 @@ def schedule(
     affinity). A pending pod binds only to a Ready node that is not cordoned and has no
     NoSchedule or NoExecute taint (with `extended_resource_toleration`, a NoSchedule taint
     keyed by a GPU resource the pod requests is tolerated, as Kubernetes'
-    ExtendedResourceToleration admission plugin arranges when it is enabled), labelled with the pool it asks for
-    (`gpupool.io/pool`, its node selector) or any node when it asks for none. Whole cards:
+    ExtendedResourceToleration admission plugin arranges when it is enabled), labelled with
+    the pool it asks for (`gpupool.io/pool`, its node selector) or any node when it asks for
+    none. Whole cards:
     `gpus` free whole cards on one node; MIG: a free instance of each profile asked for on
     one node; shared: `shared_slices` free slices on one shared card. Highest priority
     first (the value of its class in the desired PriorityPolicy; no class or an unknown one:
