@@ -243,10 +243,95 @@ def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
     ]
 
 
-def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
+def _int(text: str | None) -> int | None:
+    try:
+        value = int(str(text))
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def _gpus(text: str | None) -> list[int] | None:
+    """ "0,1,2": card indices; None when unreadable."""
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        return None
+    return out if all(i >= 0 for i in out) else None
+
+
+def _admission(p: Any) -> tuple[str, str | None]:
+    """(`Workload.admission`, the node it was admitted to) from the pod's scheduling gates and
+    gpupool's `admitted` annotation. A gate of another system (Kueue's) wins: the pod is not
+    gpupool's demand until that system removed its gate."""
+    gates = [g.name for g in (p.spec.scheduling_gates or [])]
+    if any(g != C.ADMISSION_GATE for g in gates):
+        return "other", None
+    if gates:
+        return "gpupool", None
+    admitted = (p.metadata.annotations or {}).get(C.ADMITTED_ANN)
+    if admitted and not p.spec.node_name:
+        return "admitted", admitted
+    return "scheduler", None
+
+
+def _reservation(ann: dict) -> tuple[str | None, list[int]]:
+    """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (logged)."""
+    text = ann.get(C.RESERVED_ANN)
+    if not text:
+        return None, []
+    node, _, cards = text.rpartition(":")
+    gpus = _gpus(cards)
+    if not node or not gpus:
+        log.warning("unreadable %s annotation %r; ignored", C.RESERVED_ANN, text)
+        return None, []
+    return node, gpus
+
+
+def _held(p: Any) -> str:
+    for c in (p.status.conditions or []) if p.status else []:
+        if c.type == C.HELD_CONDITION and c.status == "False":
+            return c.message or ""
+    return ""
+
+
+def _gang(p: Any, sizes: dict[tuple[str, str, str], int]) -> tuple[str, int | None]:
+    """(`Workload.gang`, `gang_size`): an explicit `gpupool.io/gang` (its size from
+    `gpupool.io/gang-size`), else a coscheduling pod group (its PodGroup's minMember), else
+    the owning Job (its parallelism; the gang key is the owner then, so `gang` stays empty)."""
+    ns = p.metadata.namespace
+    ann = p.metadata.annotations or {}
+    if ann.get(C.GANG_ANN):
+        return ann[C.GANG_ANN], _int(ann.get(C.GANG_SIZE_ANN))
+    group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
+    if group:
+        return f"pod-group:{group}", sizes.get((ns, "PodGroup", group))
+    owner = (p.metadata.owner_references or [None])[0]
+    if owner is not None:
+        return "", sizes.get((ns, owner.kind, owner.name))
+    return "", None
+
+
+def _workload(
+    p: Any,
+    req: Request,
+    allocations: list[Allocation],
+    sizes: dict[tuple[str, str, str], int] | None = None,
+) -> Workload:
     ann = p.metadata.annotations or {}
     owner = (p.metadata.owner_references or [None])[0]
-    running = p.status.phase == "Running" and bool(p.spec.node_name)
+    # bound is running as far as cards go: kube-scheduler counts a pod's resources on its
+    # node from the binding on, before the kubelet has started it
+    running = bool(p.spec.node_name)
+    admission, admitted_to = _admission(p)
+    reserved_node, reserved_gpus = _reservation(ann)
+    gang, gang_size = _gang(p, sizes or {})
+    node = p.spec.node_name if running else admitted_to
+    if not running:
+        # an admitted pod holds the whole cards meant for it until kube-scheduler binds it;
+        # which MIG instance or slices it will get is not known before
+        intended = _gpus(ann.get(C.INTENDED_GPUS_ANN)) if admitted_to and req.gpus else None
+        allocations = [Allocation(gpu=i) for i in intended or []]
     return Workload(
         namespace=p.metadata.namespace,
         name=p.metadata.name,
@@ -254,8 +339,8 @@ def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
         phase="Running" if running else "Pending",
         request=req,
         pool=(p.spec.node_selector or {}).get(C.POOL_LABEL),
-        node=p.spec.node_name if running else None,
-        allocations=allocations if running else [],
+        node=node,
+        allocations=allocations,
         created_at=_ts(p.metadata.creation_timestamp),
         started_at=_ts(p.status.start_time) if running else None,
         last_checkpoint_at=_ts(ann.get(C.LAST_CHECKPOINT_ANN)),
@@ -263,7 +348,41 @@ def _workload(p: Any, req: Request, allocations: list[Allocation]) -> Workload:
         owner_name=owner.name if owner else "",
         checkpointable=_truthy(ann.get(C.CHECKPOINTABLE_ANN)),
         migratable=_truthy(ann.get(C.MIGRATABLE_ANN)),
+        admission=admission,
+        terminating=p.metadata.deletion_timestamp is not None,
+        reserved_node=reserved_node,
+        reserved_gpus=reserved_gpus,
+        gang=gang,
+        gang_size=gang_size,
+        held=_held(p),
     )
+
+
+def gang_sizes(api_client: Any) -> dict[tuple[str, str, str], int]:
+    """(namespace, kind, name) -> pods a complete gang has: a Job's `parallelism` (default
+    1), a coscheduling PodGroup's `minMember` (kubernetes-sigs/scheduler-plugins
+    apis/scheduling/v1alpha1; absent CRD or no permission: none)."""
+    from kubernetes import client
+
+    out: dict[tuple[str, str, str], int] = {}
+    for j in client.BatchV1Api(api_client).list_job_for_all_namespaces().items:
+        par = j.spec.parallelism if j.spec.parallelism is not None else 1
+        if par > 0:
+            out[(j.metadata.namespace, "Job", j.metadata.name)] = par
+    try:
+        groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
+        )
+    except client.ApiException as exc:
+        if exc.status not in (403, 404):
+            raise
+        groups = {}
+    for g in groups.get("items", []):
+        meta, spec = g.get("metadata") or {}, g.get("spec") or {}
+        size = _int(spec.get("minMember"))
+        if size is not None and meta.get("namespace") and meta.get("name"):
+            out[(meta["namespace"], "PodGroup", meta["name"])] = size
+    return out
 
 
 _ALLOCATION_FIELDS = ("gpu", "migStart", "migProfile", "slices")
@@ -411,8 +530,10 @@ def observe_cluster(
     gpu_pods: list[tuple[Any, Request, list[Allocation] | None]] = []
     taken: dict[str, set[int]] = {}
     for p in pods:
-        if p.status.phase in ("Succeeded", "Failed") or p.metadata.deletion_timestamp:
+        if p.status.phase in ("Succeeded", "Failed"):
             continue
+        if p.metadata.deletion_timestamp and not p.spec.node_name:
+            continue  # an unbound pod being deleted holds nothing and is nobody's demand
         req = pod_request(p)
         if req.kind == "none":
             continue
@@ -421,6 +542,7 @@ def observe_cluster(
         if known is not None:
             taken.setdefault(node_name, set()).update(a.gpu for a in known)
         gpu_pods.append((p, req, known))
+    sizes = gang_sizes(api_client)
     workloads = []
     for p, req, known in gpu_pods:
         node_name = p.spec.node_name or ""
@@ -429,7 +551,7 @@ def observe_cluster(
             if known is not None
             else _guess_allocations(req, by_name.get(node_name), taken.setdefault(node_name, set()))
         )
-        workloads.append(_workload(p, req, allocs))
+        workloads.append(_workload(p, req, allocs, sizes))
     apps = client.AppsV1Api(api_client)
     services = [
         _service(d, "Deployment")

@@ -229,6 +229,10 @@ class World:
         return client.AppsV1Api(self.api_client)
 
     @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api_client)
+
+    @property
     def policy(self) -> client.PolicyV1Api:
         return client.PolicyV1Api(self.api_client)
 
@@ -382,6 +386,8 @@ class World:
             with contextlib.suppress(client.ApiException):
                 self.apps.delete_collection_namespaced_deployment(ns, propagation_policy="Orphan")
                 self.apps.delete_collection_namespaced_replica_set(ns, propagation_policy="Orphan")
+            with contextlib.suppress(client.ApiException):
+                self.batch.delete_collection_namespaced_job(ns, propagation_policy="Orphan")
             with contextlib.suppress(client.ApiException):
                 core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
                 core.delete_namespace(ns)

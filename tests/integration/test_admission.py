@@ -1,0 +1,122 @@
+"""Admission on the real control plane: a gated gang gets exactly the cards freed for it.
+
+The done-criterion of the admission issue: an 8-GPU Job that needs a preemption, in a
+namespace gpupool gates (deploy/admission-gate.yaml), is admitted onto the node whose work
+was preempted for it, once that work is gone, and onto nothing else; a lower-priority gated
+pod that would fit in the freed cards stays gated, with the reason on it; nothing is
+evicted twice. The real kube-scheduler binds the admitted pod (its node affinity is the only
+thing that makes it pick that node), the real Job controller creates the pod (the admission
+policy gates it), the simulated kubelets run it with devices from the node's device manager.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from reconciler.conventions import (
+    ADMISSION_GATE,
+    GPU_RESOURCE,
+    HELD_CONDITION,
+    POOL_LABEL,
+    RESERVED_ANN,
+)
+
+from .harness import NS, controller, converge, create_pod, evictions, node_state
+from .scenario import TEXT, base
+from .test_admission_gate import gated_namespace
+from .world import CONTROLLER_SA
+
+# training-high may preempt training-low here (checkpoint first: grace period 5m)
+POLICY = TEXT.replace(
+    "{preemptor: training-high, victims: [spot], when: always}",
+    "{preemptor: training-high, victims: [spot, training-low], when: always}",
+)
+assert POLICY != TEXT
+CONTROLLER = f"system:serviceaccount:{NS}:{CONTROLLER_SA}"
+
+
+def job(ns: str, name: str, gpus: int, cls: str, parallelism: int = 1) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
+    }
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "priorityClassName": cls,
+                    "nodeSelector": {POOL_LABEL: "h100"},
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def pods_of(kube, ns: str, app: str) -> list:
+    return kube.core.list_namespaced_pod(ns, label_selector=f"app={app}").items
+
+
+def test_a_gang_needing_a_preemption_gets_exactly_the_freed_cards(kube, tmp_path):
+    clock = kube.clock
+    # h100-1: resnet (training-high, 8 cards, not preemptible); h100-2: bert-old and bert-new
+    # (training-low, 4 cards each): the only cards that can be freed for the gang
+    base(kube, tmp_path, clock, text=POLICY, pending=False)
+    ns = gated_namespace(kube)
+    kube.batch.create_namespaced_job(ns, job(ns, "llm", 8, "training-high"))
+    # a lower-priority gated pod that would fit in half of the freed cards
+    create_pod(kube, ns, "small", gpus=4, cls="training-low")
+    kube.settle()
+    (gang_pod,) = pods_of(kube, ns, "llm")
+    assert [g.name for g in gang_pod.spec.scheduling_gates or []] == [ADMISSION_GATE]
+
+    ctl = controller(kube, tmp_path, clock)
+    results = converge(ctl, kube, clock=clock, step=60, max_cycles=20)
+    assert all(r.error is None for r in results)
+
+    (gang_pod,) = pods_of(kube, ns, "llm")
+    assert gang_pod.status.phase == "Running" and gang_pod.spec.node_name == "h100-2"
+    assert not gang_pod.spec.scheduling_gates
+    assert (gang_pod.metadata.annotations or {})[RESERVED_ANN] == "h100-2:" + ",".join(
+        str(i) for i in range(8)
+    )
+    # the cards the device plugin gave it (the node agent's PodResources view) are the ones
+    # freed: every card of h100-2, which bert-old and bert-new held
+    held = {
+        f"{e['namespace']}/{e['name']}": sorted(a["gpu"] for a in e.get("allocations", []))
+        for e in node_state(kube, "h100-2")["status"]["pods"]
+    }
+    assert held == {f"{ns}/{gang_pod.metadata.name}": list(range(8))}
+    # admitted only once the victims were gone: the kubelet's final deletion of both comes
+    # before gpupool's last write to the gang pod (the patch that ungated it)
+    log = kube.plane.audit_events()
+    gone = max(
+        i
+        for i, e in enumerate(log)
+        if e.verb == "delete" and e.resource == "pods" and e.name in ("bert-old", "bert-new")
+    )
+    admitted = max(
+        i
+        for i, e in enumerate(log)
+        if e.user == CONTROLLER and e.verb == "patch" and e.name == gang_pod.metadata.name
+    )
+    assert gone < admitted
+    # exactly the two victims, each once; resnet untouched
+    assert Counter(evictions(kube)) == Counter({"team-b/bert-old": 1, "team-b/bert-new": 1})
+    assert kube.core.read_namespaced_pod("resnet", "team-a").status.phase == "Running"
+    # the small pod stays gated, and says why
+    small = kube.core.read_namespaced_pod("small", ns)
+    assert [g.name for g in small.spec.scheduling_gates or []] == [ADMISSION_GATE]
+    assert not small.spec.node_name
+    (cond,) = [c for c in small.status.conditions or [] if c.type == HELD_CONDITION]
+    assert cond.status == "False" and "small" not in cond.message and cond.message
