@@ -192,7 +192,8 @@ class PodAdmission(Frozen):
 
 
 class Admit(ActionBase):
-    """Let a gated gang run where the plan placed it (target: namespace/gang).
+    """Let a gated gang run where the plan placed it (target: its first pod, namespace/name;
+    the id `admit:<that key>` is stable while the gang's pods exist).
 
     The executor first records the reservation on every pod (`gpupool.io/reserved`), then
     waits until every pod of `after` is gone (the pods evicted to free these cards: while they
