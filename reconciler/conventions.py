@@ -54,6 +54,12 @@ node gpupool admitted the pod to."""
 RESERVED_ANN = PREFIX + "reserved"
 """On a gated pod: `<node>:<gpus>` ("node-a:0,1,2,3"), the cards gpupool is freeing for it
 (written before the evictions that free them; read back by the next cycles until admitted)."""
+NEXT_POD_RESERVED_ANN = PREFIX + "next-pod-reserved"
+"""On a Job: `<node>:<gpus>@<time>` (RFC 3339), written by a defragmentation move before it
+evicts the Job's pod: the pod the Job creates next (gated) is reserved on those cards, so the
+move lands where the plan meant. Honoured for pods created within `NEXT_POD_RESERVATION_TTL`
+of `<time>`."""
+NEXT_POD_RESERVATION_TTL_SECONDS = 600
 INTENDED_GPUS_ANN = PREFIX + "intended-gpus"
 """On an admitted pod: the cards the plan meant for it (the `gpupool.io/gpus` format), a hint
 the node agent can compare with what the device plugin allocated."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -295,6 +296,19 @@ def _held(p: Any) -> str:
     return ""
 
 
+def _next_pod_reservation(text: str | None) -> tuple[str, list[int], datetime] | None:
+    """A Job's `gpupool.io/next-pod-reserved` = "<node>:<gpus>@<time>"; unreadable: None."""
+    if not text:
+        return None
+    where, _, when = text.rpartition("@")
+    node, gpus = _reservation({C.RESERVED_ANN: where})
+    at = _ts(when)
+    if node is None or at is None:
+        log.warning("unreadable %s annotation %r; ignored", C.NEXT_POD_RESERVED_ANN, text)
+        return None
+    return node, gpus, at
+
+
 def _gang(p: Any, sizes: dict[tuple[str, str, str], int]) -> tuple[str, int | None]:
     """(`Workload.gang`, `gang_size`): an explicit `gpupool.io/gang` (its size from
     `gpupool.io/gang-size`), else a coscheduling pod group (its PodGroup's minMember), else
@@ -316,16 +330,29 @@ def _workload(
     p: Any,
     req: Request,
     allocations: list[Allocation],
-    sizes: dict[tuple[str, str, str], int] | None = None,
+    owners: Owners | None = None,
 ) -> Workload:
     ann = p.metadata.annotations or {}
     owner = (p.metadata.owner_references or [None])[0]
+    owners = owners or Owners()
     # bound is running as far as cards go: kube-scheduler counts a pod's resources on its
     # node from the binding on, before the kubelet has started it
     running = bool(p.spec.node_name)
     admission, admitted_to = _admission(p)
     reserved_node, reserved_gpus = _reservation(ann)
-    gang, gang_size = _gang(p, sizes or {})
+    moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
+    created = _ts(p.metadata.creation_timestamp)
+    if (
+        reserved_node is None
+        and admission == "gpupool"
+        and owner is not None
+        and owner.kind == "Job"
+        and moved is not None
+        and created is not None
+        and 0 <= (created - moved[2]).total_seconds() <= C.NEXT_POD_RESERVATION_TTL_SECONDS
+    ):
+        reserved_node, reserved_gpus = moved[0], moved[1]  # a move's target, for this pod
+    gang, gang_size = _gang(p, owners.sizes)
     node = p.spec.node_name if running else admitted_to
     if not running:
         # an admitted pod holds the whole cards meant for it until kube-scheduler binds it;
@@ -358,17 +385,31 @@ def _workload(
     )
 
 
-def gang_sizes(api_client: Any) -> dict[tuple[str, str, str], int]:
-    """(namespace, kind, name) -> pods a complete gang has: a Job's `parallelism` (default
-    1), a coscheduling PodGroup's `minMember` (kubernetes-sigs/scheduler-plugins
-    apis/scheduling/v1alpha1; absent CRD or no permission: none)."""
+@dataclass
+class Owners:
+    """What pods' owners say about them."""
+
+    sizes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(namespace, kind, name) -> pods a complete gang has."""
+    next_pod: dict[tuple[str, str], tuple[str, list[int], datetime]] = field(default_factory=dict)
+    """(namespace, Job) -> (node, cards, since): where a move reserved its next pod."""
+
+
+def read_owners(api_client: Any) -> Owners:
+    """Gang sizes: a Job's `parallelism` (default 1), a coscheduling PodGroup's `minMember`
+    (kubernetes-sigs/scheduler-plugins apis/scheduling/v1alpha1; absent CRD or no
+    permission: none); and the next-pod reservations moves left on Jobs."""
     from kubernetes import client
 
-    out: dict[tuple[str, str, str], int] = {}
+    owners = Owners()
+    out = owners.sizes
     for j in client.BatchV1Api(api_client).list_job_for_all_namespaces().items:
         par = j.spec.parallelism if j.spec.parallelism is not None else 1
         if par > 0:
             out[(j.metadata.namespace, "Job", j.metadata.name)] = par
+        moved = _next_pod_reservation((j.metadata.annotations or {}).get(C.NEXT_POD_RESERVED_ANN))
+        if moved is not None:
+            owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
     try:
         groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
             C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
@@ -382,7 +423,7 @@ def gang_sizes(api_client: Any) -> dict[tuple[str, str, str], int]:
         size = _int(spec.get("minMember"))
         if size is not None and meta.get("namespace") and meta.get("name"):
             out[(meta["namespace"], "PodGroup", meta["name"])] = size
-    return out
+    return owners
 
 
 _ALLOCATION_FIELDS = ("gpu", "migStart", "migProfile", "slices")
@@ -542,7 +583,7 @@ def observe_cluster(
         if known is not None:
             taken.setdefault(node_name, set()).update(a.gpu for a in known)
         gpu_pods.append((p, req, known))
-    sizes = gang_sizes(api_client)
+    owners = read_owners(api_client)
     workloads = []
     for p, req, known in gpu_pods:
         node_name = p.spec.node_name or ""
@@ -551,7 +592,7 @@ def observe_cluster(
             if known is not None
             else _guess_allocations(req, by_name.get(node_name), taken.setdefault(node_name, set()))
         )
-        workloads.append(_workload(p, req, allocs, sizes))
+        workloads.append(_workload(p, req, allocs, owners))
     apps = client.AppsV1Api(api_client)
     services = [
         _service(d, "Deployment")
@@ -583,7 +624,11 @@ def observe_cluster(
         )
         for c in client.SchedulingV1Api(api_client).list_priority_class().items
     ]
+    gated = core.list_namespace(
+        label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
+    ).items
     return ObservedState(
+        gated_namespaces=sorted(n.metadata.name for n in gated),
         observed_at=_ts(now) or datetime.now(UTC),
         nodes=nodes,
         workloads=workloads,

@@ -352,6 +352,9 @@ class ObservedState(Obs):
     services: list[InferenceService] = []
     quotas: list[QuotaObject] = []
     priority_classes: list[PriorityClassObject] = []
+    gated_namespaces: list[str] | None = None
+    """Namespaces labelled for gpupool's admission (their new GPU pods are gated); None: not
+    known (a snapshot file that does not say)."""
     recent_preemptions: list[AwareDatetime] = []
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
 

@@ -161,10 +161,13 @@ class Reclaim(Eviction):
 
 
 class Move(Eviction):
-    """Defragmentation: checkpoint, evict, let it restart on `to_node`."""
+    """Defragmentation: checkpoint, evict, let it restart on `to_node`: the owning Job gets
+    `gpupool.io/next-pod-reserved` first, so its recreated (gated) pod is admitted there."""
 
     kind: Literal["move"] = "move"
     to_node: str
+    to_gpus: tuple[int, ...] = ()
+    """The cards on `to_node` kept for it: its owner's next pod is reserved there."""
 
 
 class Scale(ActionBase):

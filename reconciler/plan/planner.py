@@ -371,13 +371,16 @@ class _Run:
         pool: str | None,
         target: str | None = None,
         preemptor: str | None = None,
+        to_gpus: tuple[int, ...] = (),
     ) -> str:
         """checkpoint (grace period) -> evict, for `w` and the rest of its gang; frees their
         GPUs in the working view. Each eviction spends one unit of the hourly budget."""
         first = ""
         for i, m in enumerate(self.gang(w)):
             why = reason if i == 0 else f"{m.key} belongs to the same job as {w.key}: {reason}"
-            aid = self._evict_one(m, kind, why, self.cluster.pool_of(m) or pool, target, preemptor)
+            aid = self._evict_one(
+                m, kind, why, self.cluster.pool_of(m) or pool, target, preemptor, to_gpus
+            )
             first = first or aid
         self.freed()
         return first
@@ -390,6 +393,7 @@ class _Run:
         pool: str | None,
         target: str | None,
         preemptor: str | None,
+        to_gpus: tuple[int, ...] = (),
     ) -> str:
         cls = self.pclass(w.priority_class)
         deps: tuple[str, ...] = ()
@@ -425,7 +429,7 @@ class _Run:
             "priority_class": w.priority_class,
         }
         if kind == "move":
-            action: Eviction = Move(**fields, to_node=target or "")
+            action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
         else:
             action = (
                 Preempt(**fields, preemptor=preemptor) if kind == "preempt" else Reclaim(**fields)
@@ -637,6 +641,28 @@ def _pending(run: _Run) -> list[Pending]:
     for w in run.cluster.workloads.values():
         if w.phase != "Pending" or w.request.kind == "none" or w.admission in ADMITTED_ELSEWHERE:
             continue
+        if w.admission == "scheduler" and w.reserved_node:
+            run.find(
+                "warning",
+                "gate-removed",
+                w.key,
+                f"gpupool's scheduling gate was removed by someone else before it admitted the "
+                f"pod (cards were reserved for it on {w.reserved_node}): kube-scheduler places "
+                "it outside gpupool's plan",
+            )
+        elif (
+            w.admission == "gpupool"
+            and run.observed.gated_namespaces is not None
+            and w.namespace not in run.observed.gated_namespaces
+        ):
+            run.find(
+                "warning",
+                "gated-unmanaged-namespace",
+                w.key,
+                f"carries gpupool's scheduling gate in namespace {w.namespace}, which is not "
+                "labelled for gpupool's admission (someone added the gate, or removed the "
+                "label): gpupool admits it like any gated pod",
+            )
         key = gang_key(w) if w.request.kind == "whole" else None
         groups.setdefault(key if key is not None else w.key, []).append(w)
     out = []
@@ -2195,6 +2221,7 @@ def _defragment(run: _Run, pv: PoolView, p: Pending) -> bool:
             f"so pending {p.key} gets {n} GPUs on one node",
             pv.name,
             target=dest.node,
+            to_gpus=(dest.index,),
         )
     return _place_gang(run, pv, p) is not None
 

@@ -23,7 +23,8 @@ re-reads and skips):
   class, flags and checkpoint kept; `pool` = the pool of the node it ran on). Each appends
   `now` to `recent_preemptions`: **this is the budget bookkeeping the planner reads** (the
   rolling-hour `budgetPerHour` counts every eviction gpupool makes). A pod without an owner
-  is gone for good. Move's `to_node` is not honoured: the scheduler places the new pod.
+  is gone for good. A Move of a Job's pod reserves the recreated (gated) pod on `to_node`
+  and `to_gpus`, as the handler does through the Job's `next-pod-reserved` annotation.
   ResourceQuota admission applies to every pod an owner creates (here and on scale-up): a
   pod the namespace's quota objects have no room for is not created (the owner's retries
   are not modelled: it is gone from the snapshot). Priority admission too: a pod created
@@ -90,6 +91,7 @@ from reconciler.plan.actions import (
     Hold,
     LabelNode,
     MigReconfigure,
+    Move,
     Repartition,
     Scale,
     SetSharing,
@@ -276,6 +278,16 @@ def _evict(world: _World, a: Eviction, now: datetime) -> None:
     again = with_default_class(
         world.priority_classes, recreated(world.desired, w, world.nodes.get(w.node or ""), now)
     )
+    if (
+        isinstance(a, Move)
+        and a.to_node
+        and w.owner_kind == "Job"
+        and again.admission != "scheduler"
+    ):
+        # the handler reserves the Job's next pod on the move's target
+        again = again.model_copy(
+            update={"reserved_node": a.to_node, "reserved_gpus": list(a.to_gpus)}
+        )
     if w.owner_kind and admitted(world.quotas, world.workloads, again):
         world.workloads[i] = again
     else:

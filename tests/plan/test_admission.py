@@ -19,12 +19,13 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.observe.builders import mig_pod, shared_pod, snapshot
+from reconciler.observe.builders import mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import Allocation, Request, Workload
 from reconciler.plan.actions import EVICTION_KINDS, Admit, Hold
 from reconciler.plan.model import Plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from tests.plan import scenarios
 from tests.plan.scenarios import NOW, _objects
 from tests.plan.test_cycles import overcommits, simulate
 from tests.plan.test_steps import HIGH, LOW, desired, job, pend, run, two_nodes
@@ -436,3 +437,71 @@ def test_an_admit_waits_for_the_repartition_and_uncordon_of_its_node(swaps, pod,
     # ungated, the same pod gets the same repartition and no Admit
     q = run(desired(*swaps), two_nodes(), [as_("scheduler", pod)])
     assert {x.id for x in q.actions} == {x.id for x in p.actions} - {a.id}
+
+
+# =========================================================================== 7. moves that land
+
+
+def test_a_defragmentation_move_lands_on_its_target_over_cycles():
+    """The defragment scenario: two migratable one-card probes on a100-1 are moved so the
+    pending 8-GPU gang gets a100-1. Each Move names its target card; the recreated (gated)
+    probe is reserved there (the handler writes it on the Job) and admitted there, not
+    wherever the placement would put it next cycle; the gang gets a100-1 whole."""
+    text, start = scenarios.defragment()
+    # a100-3 has one free card: a tighter fit for a one-card pod than the moves' target
+    # a100-2 (two free), so a probe placed afresh would go there, not where it was moved
+    third = node("a100-3", "a100", scenarios.A100)
+    fill = training(
+        "team-b", "fill", "a100-3", list(range(7)), cls="training-low", started=scenarios.ago(1)
+    )
+    start = start.model_copy(
+        update={"nodes": [*start.nodes, third], "workloads": [*start.workloads, fill]}
+    )
+    d = load([SourceFile("desired.yaml", text)])
+    t = simulate(d, start, timedelta(seconds=60), cycles=5)
+    assert t.error is None
+    moves = [a for a in t.plans[0].actions if a.kind == "move"]
+    assert {a.target for a in moves} == {"team-b/probe-0", "team-b/probe-1"}
+    assert all(a.to_node == "a100-2" and len(a.to_gpus) == 1 for a in moves)
+    final = {w.key: w for w in t.states[-1].workloads}
+    for a in moves:
+        w = final[a.target]
+        assert (w.phase, w.node, [x.gpu for x in w.allocations]) == (
+            "Running",
+            a.to_node,
+            list(a.to_gpus),
+        ), a.target
+    gang = final["team-a/gang"]
+    assert (gang.phase, gang.node) == ("Running", "a100-1")
+    # moved once each, nothing else stopped
+    stopped = Counter(a.target for p in t.plans for a in p.actions if a.kind in EVICTION_KINDS)
+    assert stopped == {"team-b/probe-0": 1, "team-b/probe-1": 1}
+    assert [m for s in t.states for m in overcommits(s)] == []
+
+
+# =========================================================================== 8. bad input
+
+
+def test_a_gate_removed_by_someone_else_is_a_warning_and_not_admitted():
+    # the first Admit wrote the reservation; someone then removed gpupool's gate by hand
+    pod = pend("team-a", "job", 2).model_copy(
+        update={"admission": "scheduler", "reserved_node": "a100-1", "reserved_gpus": [0, 1]}
+    )
+    p = run(desired(), two_nodes(), [pod])
+    assert [a for a in p.actions if a.kind in ("admit", "hold")] == []
+    (f,) = [f for f in p.findings if f.code == "gate-removed"]
+    assert (f.severity, f.subject) == ("warning", "team-a/job")
+
+
+@pytest.mark.parametrize(
+    ("gated_namespaces", "warned"),
+    [(None, False), (["team-a"], False), (["team-b"], True)],
+    ids=["namespaces-unknown", "labelled", "not-labelled"],
+)
+def test_a_pod_gated_in_a_namespace_not_labelled_for_gpupool_is_still_admitted(
+    gated_namespaces, warned
+):
+    p = run(desired(), two_nodes(), [pend("team-a", "job", 2)], gated_namespaces=gated_namespaces)
+    assert [a.target for a in p.actions if a.kind == "admit"] == ["team-a/job"]
+    codes = {(f.code, f.subject) for f in p.findings}
+    assert (("gated-unmanaged-namespace", "team-a/job") in codes) == warned
