@@ -1,0 +1,139 @@
+"""How the Kubernetes adapter reads admission from a pod (reconciler/observe/kube.py): its
+scheduling gates, gpupool's annotations and condition, its gang, a move's reservation on its
+Job. Built from the official client's models, as the API server returns them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes import client
+
+from reconciler import conventions as C
+from reconciler.observe.kube import Owners, _workload, pod_request
+
+T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def pod(
+    *,
+    gates: tuple[str, ...] = (),
+    node: str | None = None,
+    phase: str = "Pending",
+    annotations: dict | None = None,
+    labels: dict | None = None,
+    owner: tuple[str, str] | None = None,
+    conditions: list | None = None,
+    deleting: bool = False,
+    created: datetime = T0,
+) -> client.V1Pod:
+    refs = (
+        [client.V1OwnerReference(api_version="v1", kind=owner[0], name=owner[1], uid="u")]
+        if owner
+        else None
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="p",
+            namespace="team-a",
+            annotations=annotations,
+            labels=labels,
+            owner_references=refs,
+            creation_timestamp=created,
+            deletion_timestamp=T0 if deleting else None,
+        ),
+        spec=client.V1PodSpec(
+            node_name=node,
+            scheduling_gates=[client.V1PodSchedulingGate(name=g) for g in gates] or None,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    resources=client.V1ResourceRequirements(limits={C.GPU_RESOURCE: "2"}),
+                )
+            ],
+        ),
+        status=client.V1PodStatus(phase=phase, conditions=conditions),
+    )
+
+
+def read(p: client.V1Pod, owners: Owners | None = None):
+    return _workload(p, pod_request(p), [], owners)
+
+
+@pytest.mark.parametrize(
+    ("kw", "admission", "node"),
+    [
+        ({"gates": (C.ADMISSION_GATE,)}, "gpupool", None),
+        ({"gates": (KUEUE_GATE, C.ADMISSION_GATE)}, "other", None),
+        ({"gates": (KUEUE_GATE,)}, "other", None),
+        ({}, "scheduler", None),
+        ({"annotations": {C.ADMITTED_ANN: "n1", C.INTENDED_GPUS_ANN: "2,3"}}, "admitted", "n1"),
+    ],
+    ids=["ours", "ours-and-kueue", "kueue-only", "no-gate", "admitted-not-bound"],
+)
+def test_who_decides_a_pending_pod(kw, admission, node):
+    w = read(pod(**kw))
+    assert (w.phase, w.admission, w.node) == ("Pending", admission, node)
+    # an admitted pod holds the whole cards meant for it until it is bound
+    assert [a.gpu for a in w.allocations] == ([2, 3] if admission == "admitted" else [])
+    assert w.placed == (admission == "admitted")
+
+
+def test_a_bound_pod_is_placed_before_it_runs_and_a_terminating_one_still_holds_cards():
+    bound = read(pod(node="n1", phase="Pending"))
+    assert (bound.phase, bound.node, bound.placed) == ("Running", "n1", True)
+    stopping = read(pod(node="n1", phase="Running", deleting=True))
+    assert stopping.terminating and stopping.placed
+
+
+def test_reservation_and_held_condition_and_unreadable_annotations():
+    held = client.V1PodCondition(type=C.HELD_CONDITION, status="False", message="held: cap")
+    w = read(
+        pod(
+            gates=(C.ADMISSION_GATE,),
+            annotations={C.RESERVED_ANN: "n1:0,1"},
+            conditions=[held],
+        )
+    )
+    assert (w.reserved_node, w.reserved_gpus, w.held) == ("n1", [0, 1], "held: cap")
+    for bad in ("n1", "n1:x", ":0", "n1:-1"):
+        w = read(pod(gates=(C.ADMISSION_GATE,), annotations={C.RESERVED_ANN: bad}))
+        assert (w.reserved_node, w.reserved_gpus) == (None, []), bad
+
+
+@pytest.mark.parametrize(
+    ("kw", "owners", "gang", "size"),
+    [
+        ({"annotations": {C.GANG_ANN: "g", C.GANG_SIZE_ANN: "4"}}, Owners(), "g", 4),
+        ({"annotations": {C.GANG_ANN: "g", C.GANG_SIZE_ANN: "all"}}, Owners(), "g", None),
+        (
+            {"labels": {C.POD_GROUP_LABEL: "pg"}},
+            Owners(sizes={("team-a", "PodGroup", "pg"): 3}),
+            "pod-group:pg",
+            3,
+        ),
+        ({"owner": ("Job", "j")}, Owners(sizes={("team-a", "Job", "j"): 2}), "", 2),
+        ({"owner": ("ReplicaSet", "r")}, Owners(), "", None),
+    ],
+    ids=["explicit", "explicit-bad-size", "pod-group", "job", "replica-set"],
+)
+def test_gang_identity_and_size(kw, owners, gang, size):
+    w = read(pod(gates=(C.ADMISSION_GATE,), **kw), owners)
+    assert (w.gang, w.gang_size) == (gang, size)
+
+
+@pytest.mark.parametrize(
+    ("created", "gates", "reserved"),
+    [
+        (T0 + timedelta(seconds=30), (C.ADMISSION_GATE,), True),
+        (T0 - timedelta(seconds=30), (C.ADMISSION_GATE,), False),  # older than the move
+        (T0 + timedelta(minutes=11), (C.ADMISSION_GATE,), False),  # past the TTL
+        (T0 + timedelta(seconds=30), (), False),  # not gated: the scheduler's
+    ],
+    ids=["next-pod", "older-pod", "too-late", "ungated"],
+)
+def test_a_moves_reservation_on_the_job_reserves_its_next_pod(created, gates, reserved):
+    owners = Owners(next_pod={("team-a", "j"): ("n2", [5], T0)})
+    w = read(pod(gates=gates, owner=("Job", "j"), created=created), owners)
+    assert (w.reserved_node, w.reserved_gpus) == (("n2", [5]) if reserved else (None, []))
