@@ -60,6 +60,9 @@ evicts the Job's pod: the pod the Job creates next (gated) is reserved on those 
 move lands where the plan meant. Honoured for pods created within `NEXT_POD_RESERVATION_TTL`
 of `<time>`."""
 NEXT_POD_RESERVATION_TTL_SECONDS = 600
+SUSPENDED_BY_ANN = PREFIX + "suspended-at"
+"""On a Job gpupool suspended (`spec.suspend: true`) to stop its gang: when. gpupool resumes
+only Jobs that carry it (a Job suspended by its owner or by Kueue is theirs)."""
 INTENDED_GPUS_ANN = PREFIX + "intended-gpus"
 """On an admitted pod: the cards the plan meant for it (the `gpupool.io/gpus` format), a hint
 the node agent can compare with what the device plugin allocated."""

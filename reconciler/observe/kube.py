@@ -53,6 +53,7 @@ from reconciler.observe.model import (
     PriorityClassObject,
     QuotaObject,
     Request,
+    SuspendedJob,
     Taint,
     Workload,
     node_problems,
@@ -393,6 +394,22 @@ class Owners:
     """(namespace, kind, name) -> pods a complete gang has."""
     next_pod: dict[tuple[str, str], tuple[str, list[int], datetime]] = field(default_factory=dict)
     """(namespace, Job) -> (node, cards, since): where a move reserved its next pod."""
+    suspended: list[SuspendedJob] = field(default_factory=list)
+    """Jobs gpupool suspended to stop their gang (`gpupool.io/suspended-at`)."""
+
+
+def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
+    """A Job gpupool suspended, as demand: its pod template's request, class and pool."""
+    tmpl = j.spec.template
+    return SuspendedJob(
+        namespace=j.metadata.namespace,
+        name=j.metadata.name,
+        parallelism=parallelism,
+        request=template_request(tmpl.spec),
+        priority_class=tmpl.spec.priority_class_name,
+        pool=(tmpl.spec.node_selector or {}).get(C.POOL_LABEL),
+        suspended_at=_ts(since),
+    )
 
 
 def read_owners(api_client: Any) -> Owners:
@@ -407,9 +424,12 @@ def read_owners(api_client: Any) -> Owners:
         par = j.spec.parallelism if j.spec.parallelism is not None else 1
         if par > 0:
             out[(j.metadata.namespace, "Job", j.metadata.name)] = par
-        moved = _next_pod_reservation((j.metadata.annotations or {}).get(C.NEXT_POD_RESERVED_ANN))
+        ann = j.metadata.annotations or {}
+        moved = _next_pod_reservation(ann.get(C.NEXT_POD_RESERVED_ANN))
         if moved is not None:
             owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
+        if j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0:
+            owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
     try:
         groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
             C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
@@ -491,21 +511,25 @@ def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list
     return [Allocation(gpu=i) for i in chosen]
 
 
-def _service(obj: Any, kind: str) -> InferenceService:
-    ann = obj.metadata.annotations or {}
-    containers = obj.spec.template.spec.containers or []
+def template_request(spec: Any) -> Request:
+    """The GPU request of one pod a pod template (`spec`) makes."""
     resources: dict[str, Any] = {}
-    for c in containers:
+    for c in spec.containers or []:
         if c.resources:
             resources.update(c.resources.requests or {})
             resources.update(c.resources.limits or {})
+    return request_from_resources(resources)
+
+
+def _service(obj: Any, kind: str) -> InferenceService:
+    ann = obj.metadata.annotations or {}
     return InferenceService(
         namespace=obj.metadata.namespace,
         name=obj.metadata.name,
         kind=kind,
         replicas=obj.spec.replicas if obj.spec.replicas is not None else 1,
         ready_replicas=(obj.status.ready_replicas or 0) if obj.status else 0,
-        replica_request=request_from_resources(resources).model_copy(
+        replica_request=template_request(obj.spec.template.spec).model_copy(
             update={
                 "gpu_memory_mib": _declared_memory_mib(obj.spec.template.metadata.annotations)
                 if obj.spec.template.metadata
@@ -628,6 +652,7 @@ def observe_cluster(
         label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
     ).items
     return ObservedState(
+        suspended_jobs=owners.suspended,
         gated_namespaces=sorted(n.metadata.name for n in gated),
         observed_at=_ts(now) or datetime.now(UTC),
         nodes=nodes,

@@ -323,6 +323,23 @@ def scale_down_order(w: Workload) -> tuple:
     return (w.phase != "Pending", -created, w.name)
 
 
+class SuspendedJob(Obs):
+    """A Job gpupool suspended to stop its gang (`gpupool.io/suspended-at`): demand for
+    `parallelism` pods asking `request` each, resumed when they fit."""
+
+    namespace: str
+    name: str
+    parallelism: int = Field(ge=1)
+    request: Request
+    priority_class: str | None = None
+    pool: str | None = None
+    suspended_at: AwareDatetime | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class QuotaObject(Obs):
     """A ResourceQuota that exists in the cluster."""
 
@@ -352,6 +369,7 @@ class ObservedState(Obs):
     services: list[InferenceService] = []
     quotas: list[QuotaObject] = []
     priority_classes: list[PriorityClassObject] = []
+    suspended_jobs: list[SuspendedJob] = []
     gated_namespaces: list[str] | None = None
     """Namespaces labelled for gpupool's admission (their new GPU pods are gated); None: not
     known (a snapshot file that does not say)."""

@@ -146,6 +146,9 @@ class Eviction(ActionBase):
     gpus: tuple[int, ...]
     """The cards it held on `node`."""
     priority_class: str | None = None
+    suspend_job: str | None = None
+    """The Job that owns it, suspended instead of evicting the pod (the Job controller then
+    deletes its pods and creates none until gpupool resumes it); None: evicted."""
 
 
 class Preempt(Eviction):
@@ -212,6 +215,13 @@ class Admit(ActionBase):
     """Pods (namespace/name) that must be gone first: evicted for these cards."""
 
 
+class Resume(ActionBase):
+    """Resume a Job gpupool suspended (target: namespace/name): the plan found room for its
+    pods, which are created gated and admitted like any gated gang."""
+
+    kind: Literal["resume"] = "resume"
+
+
 class Hold(ActionBase):
     """Tell a gated pod's owner why it stays gated: a pod condition `gpupool.io/Admitted`
     False with the reason (target: namespace/name)."""
@@ -253,6 +263,7 @@ Action = Annotated[
     | Move
     | Scale
     | Admit
+    | Resume
     | Hold
     | ApplyQuota
     | ApplyPriorityClass,
@@ -273,6 +284,7 @@ KIND_ORDER: tuple[str, ...] = (
     "set-sharing",
     "uncordon",
     "scale",
+    "resume",
     "hold",
     "quota",
     "priority-class",

@@ -65,6 +65,7 @@ from reconciler.plan.actions import (
     PodAdmission,
     Preempt,
     Reclaim,
+    Resume,
     Scale,
     SetSharing,
     Uncordon,
@@ -418,6 +419,7 @@ class _Run:
                 )
             )
             deps = (ck,)
+        job = gang_key(w)
         fields = {
             "id": f"{kind}:{w.key}",
             "target": w.key,
@@ -428,6 +430,9 @@ class _Run:
             "gpus": tuple(sorted(a.gpu for a in w.allocations)),
             "priority_class": w.priority_class,
         }
+        if kind != "move" and job is not None and job[1] == "Job" and not w.gang:
+            # stop the gang by suspending its Job: no replacement pod, no retry spent
+            fields["suspend_job"] = job[2]
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
         else:
@@ -514,7 +519,9 @@ def plan_state(
     _fences(run)
     _drift(run)
     scaling, replicas, scaled_away = _scale(run)
-    pending = [p for p in _pending(run) if not set(p.members) <= scaled_away] + replicas
+    pending = (
+        [p for p in _pending(run) if not set(p.members) <= scaled_away] + replicas + _suspended(run)
+    )
     _team_caps(run)
     _idle_reclaim(run)
     pending = _admit(run, pending)
@@ -815,7 +822,7 @@ def _wait(run: _Run, p: Pending, code: str, why: str, severity: str = "info") ->
     if code == "waits" and BUDGET in why:
         code, severity = "budget-spent", "warning"
     run.waiting[p.key] = why
-    if p.origin == "pending pod" or code not in ADMISSION_CODES:
+    if not p.origin.startswith("scale-up") or code not in ADMISSION_CODES:
         run.find(severity, code, p.key, why)
     # a replica admission holds is reported once, on its service (`_emit_scales`)
     if not p.gated:
@@ -2464,6 +2471,25 @@ def _reservations(run: _Run, pending: list[Pending]) -> None:
             p.placed = True
 
 
+def _suspended(run: _Run) -> list[Pending]:
+    """Jobs gpupool suspended to stop their gang: demand for all their pods again (created
+    when the Job is resumed, gated, then admitted)."""
+    out = []
+    for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
+        p = Pending(
+            j.key,
+            j.namespace,
+            j.request,
+            j.priority_class,
+            j.pool,
+            j.suspended_at,
+            origin="suspended job",
+        )
+        p.members = tuple(f"{j.key}#{i}" for i in range(j.parallelism))
+        out.append(p)
+    return out
+
+
 def _admissions(run: _Run, pending: list[Pending]) -> None:
     """An Admit for every gated gang the plan placed: each pod's node and cards, after the
     repartitions and uncordons of those nodes, and once the pods stopped to free the cards
@@ -2479,7 +2505,23 @@ def _admissions(run: _Run, pending: list[Pending]) -> None:
         if isinstance(a, MigReconfigure | SetSharing | Uncordon):
             node_steps.setdefault(a.target, []).append(aid)
     for p in pending:
-        if not p.gated or p.origin != "pending pod" or any(m not in where for m in p.members):
+        if any(m not in where for m in p.members):
+            continue
+        if p.origin == "suspended job":
+            nodes = sorted({where[m][0].node for m in p.members})
+            run.add(
+                Resume(
+                    id=f"resume:{p.key}",
+                    target=p.key,
+                    pool=p.pool,
+                    reason=(
+                        f"resume Job {p.key}, suspended to stop its gang: its {_describe(p)} "
+                        f"fit on {', '.join(nodes)} now (its pods are admitted once created)"
+                    ),
+                )
+            )
+            continue
+        if not p.gated or p.origin != "pending pod":
             continue
         pods, after, deps = [], set(), set()
         for m in p.members:

@@ -21,6 +21,7 @@ SYMBOL = {
     "uncordon": "~",
     "scale": "~",
     "admit": "+",
+    "resume": "+",
     "hold": "=",
     "quota": "+",
     "priority-class": "+",

@@ -38,6 +38,10 @@ re-reads and skips):
 * Scale: `replicas`, `last_scale_at = now`; the service's pods are made to match: new
   replicas are Pending pods (`<service>-<n>`, numbered on), a scale-down removes pending pods
   first, then the newest (`scale_down_order`).
+* Preempt/Reclaim with `suspend_job`: the Job is suspended instead: the pod is deleted and
+  not recreated (its pending siblings go too), the Job becomes a `SuspendedJob` (one
+  budget entry per pod stopped, as the handler records one per action).
+* Resume: the suspended Job's pods are created again, gated.
 * Admit: the reservation on the gang's gated pods; then, once no pod of `after` is placed
   any more, each pod is admitted: pinned to its node (`admission: admitted`, a whole-card pod
   holding the cards meant for it) for `schedule` to bind there, and nowhere else.
@@ -78,6 +82,7 @@ from reconciler.observe.model import (
     ObservedState,
     PriorityClassObject,
     QuotaObject,
+    SuspendedJob,
     Workload,
     scale_down_order,
 )
@@ -93,6 +98,7 @@ from reconciler.plan.actions import (
     MigReconfigure,
     Move,
     Repartition,
+    Resume,
     Scale,
     SetSharing,
     Uncordon,
@@ -125,6 +131,7 @@ class _World:
     quotas: list[QuotaObject] = field(default_factory=list)
     priority_classes: list[PriorityClassObject] = field(default_factory=list)
     recent: list[datetime] = field(default_factory=list)
+    suspended: list[SuspendedJob] = field(default_factory=list)
 
     @classmethod
     def of(cls, desired: DesiredState, observed: ObservedState) -> _World:
@@ -137,6 +144,7 @@ class _World:
             quotas=list(observed.quotas),
             priority_classes=list(observed.priority_classes),
             recent=list(observed.recent_preemptions),
+            suspended=list(observed.suspended_jobs),
         )
 
     def state(self) -> ObservedState:
@@ -148,6 +156,7 @@ class _World:
                 "quotas": list(self.quotas),
                 "priority_classes": list(self.priority_classes),
                 "recent_preemptions": list(self.recent),
+                "suspended_jobs": list(self.suspended),
             }
         )
 
@@ -269,12 +278,37 @@ def admitted(quotas: Iterable[QuotaObject], workloads: Iterable[Workload], w: Wo
     return True
 
 
+def _suspend(world: _World, a: Eviction, w: Workload, now: datetime) -> None:
+    """`w`'s Job is suspended: the Job controller deletes its pods (this one and any pending
+    one; the running others have their own action) and creates none until resumed."""
+    key = f"{w.namespace}/{a.suspend_job}"
+    mine = [x for x in world.workloads if x.owner_kind == "Job" and x.owner_name == a.suspend_job]
+    if not any(j.key == key for j in world.suspended):
+        world.suspended.append(
+            SuspendedJob(
+                namespace=w.namespace,
+                name=a.suspend_job or "",
+                parallelism=w.gang_size or len(mine) or 1,
+                request=w.request,
+                priority_class=w.priority_class,
+                pool=recreated(world.desired, w, world.nodes.get(w.node or ""), now).pool,
+                suspended_at=now,
+            )
+        )
+    gone = {w.key} | {x.key for x in mine if x.phase == "Pending" and x.namespace == w.namespace}
+    world.workloads = [x for x in world.workloads if x.key not in gone]
+
+
 def _evict(world: _World, a: Eviction, now: datetime) -> None:
     i = world.workload_at(a.target)
     if i is None or world.workloads[i].phase != "Running":
         return  # gone, or already evicted: the handler reports "pod is gone"
     w = world.workloads[i]
     world.leave_cards(w, now)
+    if a.suspend_job:
+        _suspend(world, a, w, now)
+        world.recent.append(now)  # the budget bookkeeping the planner reads
+        return
     again = with_default_class(
         world.priority_classes, recreated(world.desired, w, world.nodes.get(w.node or ""), now)
     )
@@ -497,6 +531,30 @@ def _admit(world: _World, a: Admit, now: datetime) -> None:
         )
 
 
+def _resume(world: _World, a: Resume, now: datetime) -> None:
+    """The Job runs again: its pods are created, gated (as the admission policy gates them)."""
+    j = next((j for j in world.suspended if j.key == a.target), None)
+    if j is None:
+        return
+    world.suspended = [x for x in world.suspended if x.key != a.target]
+    for i in range(j.parallelism):
+        pod = Workload(
+            namespace=j.namespace,
+            name=f"{j.name}-r{len(world.recent)}-{i}",
+            priority_class=j.priority_class,
+            phase="Pending",
+            request=j.request,
+            pool=j.pool,
+            created_at=now,
+            owner_kind="Job",
+            owner_name=j.name,
+            gang_size=j.parallelism,
+        )
+        pod = with_default_class(world.priority_classes, pod)
+        if admitted(world.quotas, world.workloads, pod):
+            world.workloads.append(pod)
+
+
 def _hold(world: _World, a: Hold, now: datetime) -> None:
     i = world.workload_at(a.target)
     if i is not None and world.workloads[i].admission == "gpupool":
@@ -515,6 +573,7 @@ EFFECTS: dict[str, Callable] = {
     "set-sharing": _repartition,
     "scale": _scale,
     "admit": _admit,
+    "resume": _resume,
     "hold": _hold,
     "quota": _quota,
     "priority-class": _priority_class,

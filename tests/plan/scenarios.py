@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
-from reconciler.observe.model import InferenceService, QuotaObject, Request
+from reconciler.observe.model import InferenceService, QuotaObject, Request, SuspendedJob
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -450,6 +450,26 @@ def objects_and_labels():
     return text, snapshot(NOW, [n1, n2], [], **objs)
 
 
+def suspended_job_resumes():
+    """team-b's 2 x 4-GPU Job was suspended by gpupool to stop its gang (a preemption); a100-2
+    has 8 free cards again: the Job is resumed (its pods come back gated and are admitted
+    next cycle); a Job suspended by someone else (no gpupool annotation) is not gpupool's and
+    is not in the snapshot as demand."""
+    text = desired_text()
+    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    w = [training("team-a", "big", "a100-1", 8, cls="training-high", started=ago(5))]
+    job = SuspendedJob(
+        namespace="team-b",
+        name="finetune",
+        parallelism=2,
+        request=Request(gpus=4),
+        priority_class="training-low",
+        pool="a100",
+        suspended_at=ago(0.5),
+    )
+    return text, snapshot(NOW, nodes, w, suspended_jobs=[job], **_objects(text))
+
+
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -468,6 +488,7 @@ SCENARIOS = {
         min_runtime_protects,
         nonpreemptible_protected,
         objects_and_labels,
+        suspended_job_resumes,
     )
 }
 

@@ -387,9 +387,10 @@ def test_preemption_for_a_gated_pod_converges_over_cycles():
     stopped = Counter(a.target for p in t.plans for a in p.actions if a.kind in EVICTION_KINDS)
     assert stopped == {"team-b/v1": 1, "team-b/v2": 1}
     assert len(t.states[-1].recent_preemptions) == 2
-    for v in ("team-b/v1", "team-b/v2"):  # recreated gated, told why they wait
-        assert (final[v].phase, final[v].admission) == ("Pending", "gpupool")
-        assert final[v].held
+    # their Jobs are suspended (no replacement pod races for the cards), demand to resume
+    assert not {"team-b/v1", "team-b/v2"} & set(final)
+    assert {j.key for j in t.states[-1].suspended_jobs} == {"team-b/v1", "team-b/v2"}
+    assert all(a.suspend_job for p in t.plans for a in p.actions if a.kind in EVICTION_KINDS)
 
     # from the cycle that admitted it on, nothing is stopped; at the end only reasons are shown
     # plans[k] turns states[k] into states[k + 1]: the first plan after which it is placed
@@ -399,12 +400,9 @@ def test_preemption_for_a_gated_pod_converges_over_cycles():
         if any(w.key == "team-a/big" and w.placed for w in s.workloads)
     )
     assert all(a.kind not in EVICTION_KINDS for p in t.plans[admitted_by:] for a in p.actions)
-    for p in t.plans[admitted_by + 1 :]:
-        assert {(a.kind, a.target) for a in p.actions} <= {
-            ("hold", "team-b/v1"),
-            ("hold", "team-b/v2"),
-        }
-    assert t.plans[-1].actions == ()  # a Hold is not repeated once the pod shows it
+    for p in t.plans[admitted_by + 1 :]:  # no room to resume them: nothing else happens
+        assert p.actions == ()
+        assert {f.subject for f in p.findings if f.code == "waits"} == {"team-b/v1", "team-b/v2"}
 
 
 # =========================================================================== 6. after a repartition
@@ -505,3 +503,43 @@ def test_a_pod_gated_in_a_namespace_not_labelled_for_gpupool_is_still_admitted(
     assert [a.target for a in p.actions if a.kind == "admit"] == ["team-a/job"]
     codes = {(f.code, f.subject) for f in p.findings}
     assert (("gated-unmanaged-namespace", "team-a/job") in codes) == warned
+
+
+# =========================================================================== 9. suspend, resume
+
+
+def test_a_suspended_jobs_gang_is_resumed_and_admitted_when_room_comes_back():
+    """The gang preempted for team-a/big is stopped by suspending its Jobs; when big finishes,
+    the Jobs are resumed, their new pods come back gated and are admitted, and run."""
+    text = desired(PREEMPT_LOW)
+    d = load([SourceFile("desired.yaml", text)])
+    start = snapshot(NOW, two_nodes(), [*victims(), fill(), big()], **_objects(text))
+    t = simulate(d, start, timedelta(seconds=60), cycles=4)
+    assert t.error is None
+    last = t.states[-1]
+    assert {j.key for j in last.suspended_jobs} == {"team-b/v1", "team-b/v2"}
+    assert not any(a.kind == "resume" for p in t.plans for a in p.actions)  # no room
+    # big finishes: its cards are free again
+    done = last.model_copy(
+        update={"workloads": [w for w in last.workloads if w.key != "team-a/big"]}
+    )
+    t2 = simulate(d, done, timedelta(seconds=60), cycles=4)
+    assert t2.error is None
+    resumed = Counter(a.target for p in t2.plans for a in p.actions if a.kind == "resume")
+    assert resumed == {"team-b/v1": 1, "team-b/v2": 1}
+    final = t2.states[-1]
+    assert final.suspended_jobs == []
+    running = {w.owner_name for w in final.workloads if w.phase == "Running"}
+    assert {"v1", "v2"} <= running
+    assert not any(a.kind in EVICTION_KINDS for p in t2.plans for a in p.actions)
+    assert [m for s in t2.states for m in overcommits(s)] == []
+
+
+def test_a_job_gang_is_stopped_by_suspending_its_job_and_a_bare_pod_by_eviction():
+    text = desired(PREEMPT_LOW)
+    bare = [w.model_copy(update={"owner_kind": "", "owner_name": ""}) for w in victims()]
+    for work, suspended in ((victims(), True), (bare, False)):
+        p = run(text, two_nodes(), [*work, fill(), big()])
+        stops = [a for a in p.actions if a.kind == "preempt"]
+        assert {a.target for a in stops} == {"team-b/v1", "team-b/v2"}
+        assert {a.suspend_job for a in stops} == ({"v1", "v2"} if suspended else {None})

@@ -72,6 +72,8 @@ EXPECT = {
         {"preempt"},
         set(),
     ),
+    # a Job gpupool suspended fits again: resumed, nothing stopped for it
+    "suspended-job-resumes": ({"resume:team-b/finetune"}, {"preempt", "checkpoint"}, set()),
 }
 
 
