@@ -419,7 +419,7 @@ class _Run:
                 )
             )
             deps = (ck,)
-        job = gang_key(w)
+        job = suspended_job(w)
         fields = {
             "id": f"{kind}:{w.key}",
             "target": w.key,
@@ -430,9 +430,9 @@ class _Run:
             "gpus": tuple(sorted(a.gpu for a in w.allocations)),
             "priority_class": w.priority_class,
         }
-        if kind != "move" and job is not None and job[1] == "Job" and not w.gang:
+        if kind != "move" and job:
             # stop the gang by suspending its Job: no replacement pod, no retry spent
-            fields["suspend_job"] = job[2]
+            fields["suspend_job"] = job
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
         else:
@@ -569,6 +569,18 @@ def plan_state(
     return result, PlanFacts(targets=run.cluster.targets(), team_usage=observed_usage)
 
 
+def _resource_quotas(run: _Run) -> dict[tuple[str, str], dict[str, str]]:
+    """The ResourceQuotas gpupool keeps: every team namespace's, except in namespaces gpupool
+    gates. There admission enforces caps, borrowing and lending limits, holding a pod gated
+    until it fits; a quota counts gated pods from their creation and would refuse pods
+    admission would only queue, so it is kept empty."""
+    gated = set(run.observed.gated_namespaces or ())
+    return {
+        (ns, name): ({} if ns in gated else hard)
+        for (ns, name), hard in desired_resource_quotas(run.desired).items()
+    }
+
+
 def _check_no_overcommit(cluster: ClusterView) -> None:
     """The planner's own guard: a bug here must fail loudly, never reach a cluster. Cards
     the cluster itself over-committed (consistency findings) are fenced and not judged."""
@@ -636,6 +648,13 @@ def gang_key(w: Workload) -> tuple[str, str, str] | None:
     if w.owner_kind in SERVICE_OWNERS or not w.owner_name:
         return None
     return (w.namespace, w.owner_kind, w.owner_name)
+
+
+def suspended_job(w: Workload) -> str:
+    """The Job whose suspension stops `w`'s gang ('' when its gang is not a Job's: an
+    explicit gang or pod group, another owner, none)."""
+    key = gang_key(w)
+    return key[2] if key is not None and key[1] == "Job" and not w.gang else ""
 
 
 def _pending(run: _Run) -> list[Pending]:
@@ -1090,7 +1109,8 @@ def _team_caps(run: _Run) -> None:
     gpupool holds a pod back yet). Work the quota would admit again (MIG and shared slices,
     which `maxGPUs` does not cap in a ResourceQuota; a team spread over namespaces) is left
     running: stopping it would only restart it. New demand of the team is held meanwhile."""
-    quotas = desired_resource_quotas(run.desired)
+    quotas = _resource_quotas(run)
+    gated = set(run.observed.gated_namespaces or ())
     use: dict[str, Counter] = {}
     for w in run.cluster.workloads.values():
         use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
@@ -1102,8 +1122,10 @@ def _team_caps(run: _Run) -> None:
         for m in gang:
             after[m.namespace].subtract(quota_use(m.request))
         for m in stopped + gang:
-            if not m.owner_kind:
-                continue  # a pod without an owner is not created again
+            if not m.owner_kind or m.namespace in gated or suspended_job(m):
+                # not created again: no owner, or a Job suspended; or created gated and
+                # held by admission until the team is under its cap
+                continue
             q = run.desired.quota_for_namespace(m.namespace)
             hard = quotas.get((m.namespace, QUOTA_PREFIX + q.team), {}) if q else {}
             if not any(
@@ -1229,7 +1251,7 @@ def _admit(run: _Run, pending: list[Pending]) -> list[Pending]:
             p.key,
         ),
     )
-    quotas = desired_resource_quotas(run.desired)
+    quotas = _resource_quotas(run)
     ns_use: dict[str, Counter] = {}
     for w in run.cluster.workloads.values():
         pv = run.pool_view(run.cluster.pool_of(w))
@@ -2248,8 +2270,10 @@ def _in_window(now: datetime, start: str, end: str) -> bool:
 
 def _objects(run: _Run) -> None:
     have = {(q.namespace, q.name): q for q in run.observed.quotas}
-    for (ns, name), hard in desired_resource_quotas(run.desired).items():
+    for (ns, name), hard in _resource_quotas(run).items():
         cur = have.get((ns, name))
+        if cur is None and not hard:
+            continue
         if cur is not None and cur.hard == hard:
             continue
         verb = "create" if cur is None else "update"
@@ -2263,7 +2287,13 @@ def _objects(run: _Run) -> None:
                 id=f"quota:{ns}/{name}",
                 target=f"{ns}/{name}",
                 reason=f"{verb} ResourceQuota for team {run.team(ns)}: "
-                + ", ".join(f"{k}={hard.get(k, '(removed)')}" for k in changed),
+                + ", ".join(f"{k}={hard.get(k, '(removed)')}" for k in changed)
+                + (
+                    f" ({ns} is gated: gpupool's admission enforces the team's limits and "
+                    "queues what a quota would refuse)"
+                    if ns in (run.observed.gated_namespaces or ())
+                    else ""
+                ),
                 verb=verb,
                 hard=hard,
                 previous=cur.hard if cur else None,

@@ -120,3 +120,44 @@ def test_a_gang_needing_a_preemption_gets_exactly_the_freed_cards(kube, tmp_path
     assert not small.spec.node_name
     (cond,) = [c for c in small.status.conditions or [] if c.type == HELD_CONDITION]
     assert cond.status == "False" and "small" not in cond.message and cond.message
+
+
+def test_a_jobs_gang_is_suspended_for_a_preemptor_and_resumed_when_it_is_gone(kube, tmp_path):
+    """The victim is a Job: gpupool stops it by suspending the Job (the real Job controller
+    deletes its pod and creates none, and counts no failure), admits the preemptor onto the
+    cards, and when the preemptor's Job is deleted resumes the victim, whose new pod is gated
+    and admitted again."""
+    clock = kube.clock
+    base(kube, tmp_path, clock, text=POLICY, pending=False)
+    ns = gated_namespace(kube)
+    # bert-old/bert-new leave h100-2 to the victim Job
+    for name in ("bert-old", "bert-new"):
+        kube.core.delete_namespaced_pod(name, "team-b", grace_period_seconds=0)
+    kube.batch.create_namespaced_job(ns, job(ns, "victim", 8, "training-low"))
+    kube.settle()
+    ctl = controller(kube, tmp_path, clock)
+    converge(ctl, kube, clock=clock, step=60, max_cycles=10)
+    (v,) = pods_of(kube, ns, "victim")
+    assert (v.status.phase, v.spec.node_name) == ("Running", "h100-2")
+    clock.advance(20 * 60)  # past minRuntime
+
+    mark = len(kube.plane.audit_events())
+    kube.batch.create_namespaced_job(ns, job(ns, "llm", 8, "training-high"))
+    kube.settle()
+    converge(ctl, kube, clock=clock, step=60, max_cycles=20)
+    (gang_pod,) = pods_of(kube, ns, "llm")
+    assert (gang_pod.status.phase, gang_pod.spec.node_name) == ("Running", "h100-2")
+    victim = kube.batch.read_namespaced_job("victim", ns)
+    assert victim.spec.suspend is True
+    assert pods_of(kube, ns, "victim") == []
+    assert not (victim.status.failed or 0)  # suspension spends no backoffLimit retry
+    assert evictions(kube, since=mark) == []  # stopped by suspension, not evicted
+
+    kube.batch.delete_namespaced_job("llm", ns, propagation_policy="Foreground")
+    kube.settle()
+    converge(ctl, kube, clock=clock, step=60, max_cycles=20)
+    victim = kube.batch.read_namespaced_job("victim", ns)
+    assert not victim.spec.suspend
+    (again,) = pods_of(kube, ns, "victim")
+    assert (again.status.phase, again.spec.node_name) == ("Running", "h100-2")
+    assert not again.spec.scheduling_gates

@@ -19,14 +19,15 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.observe.builders import mig_pod, node, shared_pod, snapshot, training
+from reconciler.observe.builders import gpu, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import Allocation, Request, Workload
 from reconciler.plan.actions import EVICTION_KINDS, Admit, Hold
 from reconciler.plan.model import Plan
+from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan import scenarios
-from tests.plan.scenarios import NOW, _objects
+from tests.plan.scenarios import A100, BAL, NOW, _objects
 from tests.plan.test_cycles import overcommits, simulate
 from tests.plan.test_steps import HIGH, LOW, desired, job, pend, run, two_nodes
 
@@ -543,3 +544,46 @@ def test_a_job_gang_is_stopped_by_suspending_its_job_and_a_bare_pod_by_eviction(
         stops = [a for a in p.actions if a.kind == "preempt"]
         assert {a.target for a in stops} == {"team-b/v1", "team-b/v2"}
         assert {a.suspend_job for a in stops} == ({"v1", "v2"} if suspended else {None})
+
+
+# =========================================================================== 10. quotas
+
+
+def test_a_gated_namespace_keeps_no_gpu_resourcequota():
+    """A quota counts gated pods from their creation and would refuse what admission only
+    queues: in a gated namespace gpupool empties its quota (the snapshot's objects are those
+    of the ungated policy) and creates none where there is none."""
+    text = desired()
+    work = [pend("team-a", "job", 2)]
+    ungated = run(text, two_nodes(), work, gated_namespaces=[])
+    assert not [a for a in ungated.actions if a.kind == "quota"]
+    p = run(text, two_nodes(), work, gated_namespaces=["team-a"])
+    (q,) = [a for a in p.actions if a.kind == "quota"]
+    assert (q.target.split("/")[0], q.verb, q.hard) == ("team-a", "update", {})
+    assert "gated" in q.reason
+    objs = _objects(text)
+    objs["quotas"] = [x for x in objs["quotas"] if x.namespace != "team-a"]
+    d = load([SourceFile("desired.yaml", text)])
+    none = plan(d, snapshot(NOW, two_nodes(), work, gated_namespaces=["team-a"], **objs))
+    assert not [a for a in none.actions if a.kind == "quota"]
+
+
+def test_a_team_over_its_cap_in_a_gated_namespace_gives_back_what_its_owner_recreates():
+    """Ungated, a ReplicaSet's pod the quota would admit again is left running (over-cap);
+    gated, the recreated pod is held by admission, so it is stopped."""
+    text = desired()
+    # 7 + 1 whole cards (the quota's 8) and a MIG share: 8.43 card-equivalents, over 8
+    work = [
+        job("team-a", "big", "a100-1", 7, HIGH),
+        job("team-a", "low", "a100-2", [0]).model_copy(
+            update={"owner_kind": "ReplicaSet", "owner_name": "low-5d8f"}
+        ),
+        mig_pod("team-a", "ranker-0", "a100-2", "3g.40gb", gpu_index=1, start=4),
+    ]
+    nodes = two_nodes(None, [gpu(i, mig=BAL if i == 1 else None, model=A100) for i in range(8)])
+    ungated = run(text, nodes, work, gated_namespaces=[])
+    assert not [a for a in ungated.actions if a.kind == "preempt"]
+    assert "team-a" in {f.subject for f in ungated.findings if f.code == "over-cap"}
+    gated = run(text, nodes, work, gated_namespaces=["team-a"])
+    (stop,) = [a for a in gated.actions if a.kind == "preempt"]
+    assert (stop.target, stop.preemptor, stop.suspend_job) == ("team-a/low", None, None)

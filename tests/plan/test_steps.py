@@ -440,10 +440,27 @@ CAP_ROWS = [
             ),
         ],
         {"gpus2": [gpu(i, mig=BAL if i == 1 else None, model=A100) for i in range(8)]},
+        evicted("preempt", "team-a/low"),
+        set(),
+        # 8.43 card-equivalents with the MIG share; `low` is a Job's: suspended, it does not
+        # come back (and is held at admission), so stopping it brings the team under its cap
+        id="mig-share-counts-toward-cap-a-suspended-job-stays-out",
+    ),
+    pytest.param(
+        [
+            job("team-a", "big", "a100-1", 7, HIGH),
+            job("team-a", "low", "a100-2", [0]).model_copy(
+                update={"owner_kind": "ReplicaSet", "owner_name": "low-5d8f"}
+            ),
+            mig_pod(
+                "team-a", "ranker-0", "a100-2", "3g.40gb", gpu_index=1, start=4, started=ago(2)
+            ),
+        ],
+        {"gpus2": [gpu(i, mig=BAL if i == 1 else None, model=A100) for i in range(8)]},
         set(),
         {("over-cap", "team-a")},
-        # 8.43 card-equivalents with the MIG share, but the ResourceQuota caps whole cards
-        # (8, 8 in use): a preempted `low` would be admitted and bound again at once
+        # ungated, `low`'s ReplicaSet recreates it at once, and the ResourceQuota caps whole
+        # cards (8, 8 in use): a preempted `low` would be admitted and bound again
         id="mig-share-counts-toward-cap-but-the-quota-would-readmit",
     ),
     pytest.param(
