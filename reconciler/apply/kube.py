@@ -14,6 +14,7 @@ from reconciler import conventions as C
 from reconciler.apply.port import (
     ApiError,
     ConfigMapInfo,
+    JobInfo,
     NodeInfo,
     PodCondition,
     PodInfo,
@@ -75,8 +76,16 @@ def _time(t: Any) -> str:
     return t.isoformat() if hasattr(t, "isoformat") else str(t)
 
 
+def _owner(p: Any) -> tuple[str, str]:
+    """(kind, name) of the pod's controller ownerReference, else of its first; ("", "")."""
+    refs = p.metadata.owner_references or []
+    ref = next((r for r in refs if r.controller), refs[0] if refs else None)
+    return (ref.kind or "", ref.name or "") if ref is not None else ("", "")
+
+
 def _pod(p: Any) -> PodInfo:
     status = p.status
+    owner_kind, owner_name = _owner(p)
     return PodInfo(
         namespace=p.metadata.namespace,
         name=p.metadata.name,
@@ -92,6 +101,8 @@ def _pod(p: Any) -> PodInfo:
             )
             for c in (status.conditions if status else None) or []
         ),
+        owner_kind=owner_kind,
+        owner_name=owner_name,
     )
 
 
@@ -125,6 +136,7 @@ class KubeOps:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
@@ -247,6 +259,33 @@ class KubeOps:
         }
         with _errors():
             self.core.create_namespaced_pod_eviction(name, namespace, body)
+
+    # jobs
+    def read_job(self, namespace: str, name: str) -> JobInfo | None:
+        with _errors():  # list, not get: the controller's RBAC lists Jobs and gets none
+            items = self.batch.list_namespaced_job(
+                namespace, field_selector=f"metadata.name={name}"
+            ).items
+        job = next((j for j in items if j.metadata.name == name), None)
+        if job is None:
+            return None
+        return JobInfo(
+            dict(job.metadata.annotations or {}),
+            suspended=bool(job.spec is not None and job.spec.suspend),
+        )
+
+    def annotate_job(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        with _errors():
+            self.batch.patch_namespaced_job(
+                name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            )
+
+    def set_job_suspend(
+        self, namespace: str, name: str, *, suspend: bool, annotations: dict[str, str | None]
+    ) -> None:
+        body = {"metadata": {"annotations": annotations}, "spec": {"suspend": suspend}}
+        with _errors():
+            self.batch.patch_namespaced_job(name, namespace, body, _content_type=MERGE)
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:

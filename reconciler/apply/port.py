@@ -64,6 +64,10 @@ class PodInfo:
     there is any."""
     conditions: tuple[PodCondition, ...] = ()
     """Its `status.conditions`."""
+    owner_kind: str = ""
+    owner_name: str = ""
+    """Its owner: the ownerReference marked `controller`, else the first one ("" when it has
+    none): `Job` for a batch/v1 Job's pod, `ReplicaSet` for a Deployment's."""
 
     @property
     def key(self) -> str:
@@ -71,6 +75,15 @@ class PodInfo:
 
     def condition(self, type: str) -> PodCondition | None:
         return next((c for c in self.conditions if c.type == type), None)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A batch/v1 Job, as much as apply reads of it."""
+
+    annotations: dict[str, str] = field(default_factory=dict)
+    suspended: bool = False
+    """`spec.suspend` is true: the Job controller keeps none of its pods running."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,23 @@ class ClusterOps(Protocol):
     ) -> None:
         """Set one condition in the pod's `status.conditions` (a strategic-merge patch of the
         pods/status subresource, merged by condition `type`: the others stay)."""
+
+    # jobs
+    def read_job(self, namespace: str, name: str) -> JobInfo | None:
+        """A batch/v1 Job, None when it is missing. Read through a `list` with the field
+        selector `metadata.name=<name>`: the controller may list Jobs (it observes them) but not
+        get one, and needs no more."""
+
+    def annotate_job(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """One merge patch of a batch/v1 Job's annotations (a None value removes that key);
+        ApiError 404 when the Job is missing."""
+
+    def set_job_suspend(
+        self, namespace: str, name: str, *, suspend: bool, annotations: dict[str, str | None]
+    ) -> None:
+        """ONE merge patch of a batch/v1 Job's `spec.suspend` and its annotations (a None value
+        removes that key), so the suspension and gpupool's mark on it cannot be parted by a
+        crash; ApiError 404 when the Job is missing."""
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo: ...

@@ -162,10 +162,9 @@ class Controller:
 
             def record(action, out):
                 metrics.ACTIONS.labels(action.kind, out.status).inc()
-                if action.id in intents and not (out.status == "done" and out.message == "evicted"):
-                    preempted[intents.pop(action.id)] = (
-                        ""  # blocked or failed: no preemption happened
-                    )
+                if action.id in intents and not out.stopped:
+                    # blocked, failed, or the pod was gone already: no preemption happened
+                    preempted[intents.pop(action.id)] = ""
 
             applied = self.executor.apply(
                 p,

@@ -27,11 +27,13 @@ from tests.apply.table import (
     NODE,
     NS,
     ConfigMap,
+    Job,
     Node,
     NodeState,
     Pod,
     PriorityClass,
     Probe,
+    ReplicaSet,
     Row,
     Seed,
     Workload,
@@ -41,6 +43,9 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 HOLD = "gpupool.test/hold"
 """A finalizer that keeps a deleted pod terminating (no kubelet stand-in needed)."""
+NOBODY = "gpupool.test/nobody"
+"""The `spec.managedBy` of the rows' Jobs: a controller that does not exist, so the Job
+controller leaves them and their pods alone (JobManagedBy, GA since Kubernetes 1.35)."""
 
 
 def wait_for(what: str, ok: Callable[[], bool], timeout: float = 30.0, every: float = 0.2) -> None:
@@ -72,7 +77,10 @@ class ApiWorld:
         self.api_client = kube.api_client
         self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
         self.pcs: dict[str, str] = {}
+        self.uids: dict[tuple[str, str], str] = {}
+        """(kind, name) -> uid of the seeded Jobs and ReplicaSets (pods' ownerReferences)."""
         self.nodes: dict[str, str] = {}
         # the World's namespace is gpupool's own, for the whole session; this test gets one
         self.ns = unique("gpupool-apply")
@@ -131,6 +139,10 @@ class ApiWorld:
                 self._node(s)
             elif isinstance(s, NodeState):
                 self._node_state(s)
+            elif isinstance(s, Job):
+                self._job(s)
+            elif isinstance(s, ReplicaSet):
+                self._replica_set(s)
             elif isinstance(s, Pod):
                 self._pod(s)
             elif isinstance(s, Workload):
@@ -210,6 +222,51 @@ class ApiWorld:
             )
             self._own_pods_cleanup = True
 
+    def _job(self, s: Job) -> None:
+        body = {
+            "metadata": {"name": s.name, "annotations": dict(s.annotations)},
+            "spec": {
+                "managedBy": NOBODY,
+                "suspend": s.suspended,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "registry.example/train:1"}],
+                    }
+                },
+            },
+        }
+        job = self.batch.create_namespaced_job(self.ns, body)
+        self.uids[("Job", s.name)] = job.metadata.uid
+
+    def _replica_set(self, s: ReplicaSet) -> None:
+        labels = {"app": f"{s.name}-replicas"}  # no row's pod has it: the controller ignores them
+        body = {
+            "metadata": {"name": s.name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "srv", "image": "registry.example/serve:1"}]},
+                },
+            },
+        }
+        rs = self.apps.create_namespaced_replica_set(self.ns, body)
+        self.uids[("ReplicaSet", s.name)] = rs.metadata.uid
+
+    def _owner_reference(self, kind: str, name: str, controller: bool) -> dict[str, Any]:
+        uid = self.uids.get((kind, name))
+        assert uid is not None, f"seed the {kind} {name} before the pods it owns"
+        api_version = {"Job": "batch/v1", "ReplicaSet": "apps/v1"}[kind]
+        return {
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            "uid": uid,
+            "controller": controller,
+        }
+
     def _pod(self, s: Pod) -> None:
         self._wait_service_account()
         limits = {C.GPU_RESOURCE: "1"} if s.gpus else {}
@@ -243,6 +300,10 @@ class ApiWorld:
         }
         if s.deleting:
             meta["finalizers"] = [HOLD]
+        if s.owners:
+            meta["ownerReferences"] = [
+                self._owner_reference(o.kind, o.name, o.controller) for o in s.owners
+            ]
         self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec})
         phase = s.phase or ("Running" if s.node else "Pending")
         if phase != "Pending":  # what the kubelet would report
@@ -381,6 +442,14 @@ class ApiProbe(Probe):
             self.world.api_client.sanitize_for_serialization(t)
             for t in req.node_selector_terms or []
         ]
+
+    def job_annotations(self, name: str) -> dict[str, str] | None:
+        job = _absent(lambda: self.world.batch.read_namespaced_job(name, self.namespace))
+        return None if job is None else dict(job.metadata.annotations or {})
+
+    def job_suspended(self, name: str) -> bool | None:
+        job = _absent(lambda: self.world.batch.read_namespaced_job(name, self.namespace))
+        return None if job is None else bool(job.spec.suspend)
 
     def workload(self, kind: WorkloadKind, name: str) -> dict[str, Any]:
         obj = self.world.read_workload(kind, name)

@@ -10,7 +10,13 @@ It keeps the semantics the handlers depend on as the API server (behind `KubeOps
   node states, pods, ConfigMaps, PriorityClasses), and raise `ApiError(404)` where it does not
   (workloads); writes to a missing object raise 404, and so does creating a namespaced object
   in a namespace that does not exist;
-* node and pod patches are merge patches: a None value removes that key (or the cordon);
+* node, pod and Job patches are merge patches: a None value removes that key (or the cordon);
+* a pod's owner (`owner_kind`, `owner_name`) is its controller ownerReference's, else its
+  first's; Jobs (`add_job`) are read as the controller reads them (a list by name: None when
+  missing), annotated, and suspended or resumed (`spec.suspend` with annotations), each with
+  one merge patch (404 when missing). No Job controller runs here: a suspended Job's pods stay
+  as they are (on a server the Job controller deletes them; tests/apply/test_handlers_api.py
+  shows it);
 * `admit_pod` removes gpupool's scheduling gate (other gates stay), requires the node by
   affinity (added to each of the pod's own required node affinity terms, if it has any) and
   sets the annotations; like the API server it refuses (422) a pod that has no scheduling
@@ -44,6 +50,7 @@ from reconciler import conventions as C
 from reconciler.apply.port import (
     ApiError,
     ConfigMapInfo,
+    JobInfo,
     NodeInfo,
     PodCondition,
     PodInfo,
@@ -58,6 +65,8 @@ MUTATING = frozenset(
     {
         "patch_node",
         "annotate_pod",
+        "annotate_job",
+        "set_job_suspend",
         "admit_pod",
         "set_pod_condition",
         "evict_pod",
@@ -129,6 +138,8 @@ class _Pod:
     """spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
     .nodeSelectorTerms, as the API's JSON."""
     conditions: list[PodCondition] = field(default_factory=list)
+    owner_kind: str = ""
+    owner_name: str = ""
 
 
 def pinned(terms: list[dict], node: str) -> list[dict]:
@@ -166,6 +177,8 @@ class MemoryCluster:
         self.node_states: dict[str, dict] = {}
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.workloads: dict[tuple[str, str, str], _Versioned] = {}
+        self.jobs: dict[tuple[str, str], _Versioned] = {}
+        """batch/v1 Jobs by (namespace, name): `{"annotations": {...}, "suspend": bool}`."""
         self.config_maps: dict[tuple[str, str], _Versioned] = {}
         self.quotas: dict[tuple[str, str], dict] = {}
         self.priority_classes: dict[str, dict] = {}
@@ -259,10 +272,12 @@ class MemoryCluster:
         gates: tuple[str, ...] = (),
         terms: list[dict] | None = None,
         conditions: tuple[PodCondition, ...] = (),
+        owner: tuple[str, str] | None = None,
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
-        required node affinity terms."""
+        required node affinity terms; `owner`: (kind, name) of its owner (the Job need not
+        exist: a pod outlives its deleted Job until the garbage collector catches up)."""
         self._need_namespace(namespace)
         if node and gates:
             raise ApiError(
@@ -281,6 +296,7 @@ class MemoryCluster:
             list(gates),
             copy.deepcopy(list(terms or [])),
             list(conditions),
+            *(owner or ("", "")),
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:
@@ -300,6 +316,30 @@ class MemoryCluster:
         self.workloads[(kind, namespace, name)] = _Versioned(
             {"replicas": replicas, "annotations": dict(annotations or {})}, self._next_rv()
         )
+
+    def add_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: dict[str, str] | None = None,
+        suspend: bool = False,
+    ) -> None:
+        """A batch/v1 Job (only its annotations and `spec.suspend` are kept)."""
+        self._need_namespace(namespace)
+        self.jobs[(namespace, name)] = _Versioned(
+            {"annotations": dict(annotations or {}), "suspend": suspend}, self._next_rv()
+        )
+
+    def job_annotations(self, namespace: str, name: str) -> dict[str, str] | None:
+        """Test access: a Job's annotations, None when it is missing (not a port operation)."""
+        j = self.jobs.get((namespace, name))
+        return None if j is None else dict(j.body["annotations"])
+
+    def job_suspended(self, namespace: str, name: str) -> bool | None:
+        """Test access: a Job's `spec.suspend`, None when it is missing (not a port operation)."""
+        j = self.jobs.get((namespace, name))
+        return None if j is None else bool(j.body["suspend"])
 
     def add_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self._need_namespace(namespace)
@@ -383,6 +423,8 @@ class MemoryCluster:
             node=p.node,
             gates=tuple(p.gates),
             conditions=tuple(p.conditions),
+            owner_kind=p.owner_kind,
+            owner_name=p.owner_name,
         )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -482,6 +524,49 @@ class MemoryCluster:
                 p.deleting = True
 
         self._run("evict_pod", evict, namespace=namespace, name=name)
+
+    # ------------------------------------------------------------------ jobs
+    def read_job(self, namespace: str, name: str) -> JobInfo | None:
+        def read() -> JobInfo | None:
+            j = self.jobs.get((namespace, name))
+            if j is None:
+                return None
+            return JobInfo(dict(j.body["annotations"]), suspended=bool(j.body["suspend"]))
+
+        return self._run("read_job", read, namespace=namespace, name=name)
+
+    def annotate_job(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        def patch() -> None:
+            j = self.jobs.get((namespace, name))
+            if j is None:
+                raise not_found("jobs.batch", name)
+            new = merge(j.body["annotations"], annotations)
+            if new != j.body["annotations"]:
+                j.body, j.resource_version = {**j.body, "annotations": new}, self._next_rv()
+
+        self._run(
+            "annotate_job", patch, namespace=namespace, name=name, annotations=dict(annotations)
+        )
+
+    def set_job_suspend(
+        self, namespace: str, name: str, *, suspend: bool, annotations: dict[str, str | None]
+    ) -> None:
+        def patch() -> None:
+            j = self.jobs.get((namespace, name))
+            if j is None:
+                raise not_found("jobs.batch", name)
+            body = {"annotations": merge(j.body["annotations"], annotations), "suspend": suspend}
+            if body != j.body:
+                j.body, j.resource_version = body, self._next_rv()
+
+        self._run(
+            "set_job_suspend",
+            patch,
+            namespace=namespace,
+            name=name,
+            suspend=suspend,
+            annotations=dict(annotations),
+        )
 
     # ------------------------------------------------------------------ workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:

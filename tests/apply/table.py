@@ -66,6 +66,40 @@ class NodeState:
 
 
 @dataclass(frozen=True)
+class Job:
+    """A batch/v1 Job, seeded before the pods it owns. On a server it is managed by no one
+    (`spec.managedBy` names no real controller), so the Job controller neither creates pods for
+    it nor touches the pods the rows give it."""
+
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    suspended: bool = False
+    """`spec.suspend`: true from its creation."""
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    """An apps/v1 ReplicaSet to own pods (MemoryCluster keeps none: nothing reads them). On a
+    server: zero replicas, and a selector no row's pod matches."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Owner:
+    """One ownerReference of a pod: a `Job` or `ReplicaSet` seeded before the pod (on a server
+    the garbage collector deletes a pod whose owners are all missing).
+
+    A server's ReplicaSet controller releases a pod it controls that its selector does not
+    match, and deletes one it does beyond its replicas, so rows give a ReplicaSet's pod a
+    reference with `controller` False: its owner is then its first reference (see PodInfo)."""
+
+    kind: str
+    name: str
+    controller: bool = True
+
+
+@dataclass(frozen=True)
 class Pod:
     name: str
     node: str | None = NODE
@@ -84,6 +118,14 @@ class Pod:
     """Its own required node affinity terms (nodeSelectorTerms, as the API's JSON)."""
     conditions: tuple[PodCondition, ...] = ()
     """status.conditions besides what the kubelet or the scheduler would post."""
+    owners: tuple[Owner, ...] = ()
+    """Its ownerReferences, in order."""
+
+    @property
+    def owner(self) -> tuple[str, str] | None:
+        """(kind, name) of its owner: the controller reference, else the first (as PodInfo)."""
+        o = next((o for o in self.owners if o.controller), self.owners[0] if self.owners else None)
+        return None if o is None else (o.kind, o.name)
 
 
 @dataclass(frozen=True)
@@ -108,7 +150,7 @@ class PriorityClass:
     global_default: bool = False
 
 
-Seed = Node | NodeState | Pod | Workload | ConfigMap | PriorityClass
+Seed = Node | NodeState | Job | ReplicaSet | Pod | Workload | ConfigMap | PriorityClass
 
 
 # ---------------------------------------------------------------------- reading back
@@ -128,6 +170,14 @@ class Probe:
 
     def pod_terms(self, name: str) -> list[dict]:
         """The pod's required node affinity terms (nodeSelectorTerms, as the API's JSON)."""
+        raise NotImplementedError
+
+    def job_annotations(self, name: str) -> dict[str, str] | None:
+        """A Job's annotations, None when it is missing."""
+        raise NotImplementedError
+
+    def job_suspended(self, name: str) -> bool | None:
+        """A Job's `spec.suspend`, None when it is missing."""
         raise NotImplementedError
 
     def evicted(self, name: str) -> bool:
@@ -170,6 +220,12 @@ class MemoryProbe(Probe):
     def pod_terms(self, name: str) -> list[dict]:
         return self.cluster.pod_terms(self.namespace, name)
 
+    def job_annotations(self, name: str) -> dict[str, str] | None:
+        return self.cluster.job_annotations(self.namespace, name)
+
+    def job_suspended(self, name: str) -> bool | None:
+        return self.cluster.job_suspended(self.namespace, name)
+
     def quota(self, name: str) -> dict[str, Any] | None:
         q = self.cluster.quotas.get((self.namespace, name))
         return (
@@ -200,6 +256,9 @@ class Row:
     check: Callable[[Probe], None] | None = None
     changed: bool | None = None
     """Outcome.changed; None: whether anything was written."""
+    budget: int | None = None
+    """How often the handler called `Context.before_preempt` (the controller's write-ahead
+    record in the hourly eviction budget); None: not checked."""
     bug: str | None = None
     """The row states what should happen and the handler does not do it yet (a strict xfail)."""
 
@@ -213,6 +272,10 @@ class Result:
     message: str
     changed: bool
     writes: list[str]
+    budget: list[str] = field(default_factory=list)
+    """The ids of the actions `before_preempt` was called for, in order."""
+    stopped: bool = False
+    """Outcome.stopped."""
 
 
 class Recording:
@@ -245,13 +308,20 @@ def run(
 ) -> Result:
     """Run the row's handler once; `writes()` lists what it wrote."""
     a = action or row.action
-    ctx = Context(ops, cfg, clock=lambda: row.now, grace=dict(row.grace))
+    budget: list[str] = []
+    ctx = Context(
+        ops,
+        cfg,
+        clock=lambda: row.now,
+        grace=dict(row.grace),
+        before_preempt=lambda x: budget.append(x.id),
+    )
     try:
         out = HANDLERS[type(a)](a, ctx)
     except ApiError as exc:
-        return Result("error", f"{exc.status} {exc}", False, writes())
+        return Result("error", f"{exc.status} {exc}", False, writes(), budget)
     assert out.action == a.id
-    return Result(out.status, out.message, out.changed, writes())
+    return Result(out.status, out.message, out.changed, writes(), budget, out.stopped)
 
 
 def assert_result(row: Row, got: Result) -> None:
@@ -259,6 +329,8 @@ def assert_result(row: Row, got: Result) -> None:
         f"expected {row.status} with {row.message!r}, got {got.status}: {got.message!r}"
     )
     assert got.writes == list(row.writes)
+    if row.budget is not None:
+        assert len(got.budget) == row.budget, f"before_preempt called for {got.budget}"
     if got.status != "error":
         assert got.changed == (bool(row.writes) if row.changed is None else row.changed)
 
@@ -294,9 +366,14 @@ def seed_memory(row: Row) -> MemoryCluster:
                 gates=s.gates,
                 terms=[dict(t) for t in s.affinity],
                 conditions=s.conditions,
+                owner=s.owner,
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")
+        elif isinstance(s, Job):
+            c.add_job(NS, s.name, annotations=dict(s.annotations), suspend=s.suspended)
+        elif isinstance(s, ReplicaSet):
+            pass  # kept by no one: only its pods' ownerReferences name it
         elif isinstance(s, Workload):
             c.add_workload(s.kind, NS, s.name, replicas=s.replicas, annotations=dict(s.annotations))
         elif isinstance(s, ConfigMap):

@@ -17,7 +17,7 @@ from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import Action, ActionBase, Preempt
 from reconciler.plan.model import Plan
 from tests.apply.memory import MUTATING, MemoryCluster
-from tests.apply.table import NODE, NOW, NS, Row, ago, seed_memory
+from tests.apply.table import NODE, NOW, NS, Job, Row, ago, seed_memory
 from tests.apply.test_handlers import (
     CHECKPOINT,
     CORDON,
@@ -27,17 +27,23 @@ from tests.apply.test_handlers import (
     MIG,
     MIG_NAME,
     MOVE,
+    OWNED_BY_TRAIN,
     PREEMPT,
+    PREEMPT_JOB_NOW,
     PREEMPT_NOW,
     PROPAGATING,
     QUOTA,
     RECLAIM,
+    RESUME,
     ROWS,
+    TRAIN,
     UNCORDON,
     job,
+    jobs_pod,
     mig_node,
 )
 from tests.apply.test_handlers import Node as NodeSeed
+from tests.apply.test_handlers import Pod as PodSeed
 
 
 def plan(*actions: ActionBase) -> Plan:
@@ -109,6 +115,7 @@ def test_memory_knows_which_operations_write():
         "read_node_state",
         "read_pod",
         "pods_on_node",
+        "read_job",
         "read_workload",
         "read_config_map",
         "namespace_exists",
@@ -375,6 +382,72 @@ def test_a_refused_preemption_reports_something_other_than_evicted():
     r, calls, _ = hooked(c, PREEMPT_NOW)
     assert calls == [(PREEMPT_NOW.id, [])]
     assert r.outcomes[0].status == "blocked" and r.outcomes[0].message != "evicted"
+
+
+def test_before_preempt_runs_before_the_suspension():
+    """Write-ahead for a suspension too: the Job is not suspended yet when the hook runs; the
+    outcome says the pod was stopped (the entry stays), and the Event is on the pod."""
+    c = cluster(TRAIN, jobs_pod())
+    seen: list[tuple[str, bool | None]] = []
+    r = executor(c).apply(
+        plan(PREEMPT_JOB_NOW),
+        before_preempt=lambda a: seen.append((a.id, c.job_suspended(NS, "train"))),
+    )
+    assert seen == [(PREEMPT_JOB_NOW.id, False)]
+    assert c.job_suspended(NS, "train") and c.evictions == []
+    [out] = r.outcomes
+    assert (out.status, out.changed, out.stopped) == ("done", True, True)
+    assert c.write_ops() == ["set_job_suspend", "create_event"]
+    assert c.events[0][1]["involvedObject"] == {"kind": "Pod", "name": "job", "namespace": NS}
+
+
+def test_a_jobs_gang_is_suspended_once_and_every_pod_counted():
+    """One Preempt per pod of the gang: the first suspends the Job, the others find it
+    suspended by gpupool; each is one entry of the budget (one pod stopped), one write in all."""
+    c = cluster(TRAIN, PodSeed("p-0", owners=OWNED_BY_TRAIN), PodSeed("p-1", owners=OWNED_BY_TRAIN))
+    gang = [
+        PREEMPT_JOB_NOW.model_copy(update={"id": f"preempt:{NS}/{p}", "target": f"{NS}/{p}"})
+        for p in ("p-0", "p-1")
+    ]
+    r, calls, _ = hooked(c, *gang)
+    assert [i for i, _ in calls] == [a.id for a in gang]
+    assert [(o.status, o.changed, o.stopped) for o in r.outcomes] == [
+        ("done", True, True),
+        ("done", False, True),
+    ]
+    assert [op for op in c.write_ops() if op != "create_event"] == ["set_job_suspend"]
+
+
+@pytest.mark.parametrize(
+    ("seed", "message"),
+    [
+        pytest.param((TRAIN,), "pod is gone", id="gone"),
+        pytest.param((TRAIN, jobs_pod(deleting=True)), "pod is terminating", id="terminating"),
+    ],
+)
+def test_before_preempt_is_not_called_for_a_gang_already_stopped(seed, message):
+    c = cluster(*seed)
+    r, calls, _ = hooked(c, PREEMPT_JOB_NOW)
+    assert calls == [] and r.outcomes[0].message == message
+    assert not r.outcomes[0].stopped and c.job_suspended(NS, "train") is False
+
+
+def test_a_job_suspended_by_someone_else_is_not_a_stop_of_ours():
+    """The hook ran (write-ahead, before the Job was read); the outcome says gpupool stopped
+    nothing, so the controller can take the entry back."""
+    c = cluster(Job("train", suspended=True), jobs_pod())
+    r, calls, _ = hooked(c, PREEMPT_JOB_NOW)
+    assert calls == [(PREEMPT_JOB_NOW.id, [])]
+    [out] = r.outcomes
+    assert (out.status, out.changed, out.stopped) == ("done", False, False)
+    assert c.write_ops() == []
+
+
+def test_resume_is_not_disruptive_and_makes_no_event():
+    c = cluster(Job("train", annotations={C.SUSPENDED_BY_ANN: ago(60)}, suspended=True))
+    r = executor(c).apply(plan(RESUME))
+    assert statuses(r)[RESUME.id][0] == "done" and c.job_suspended(NS, "train") is False
+    assert c.write_ops() == ["set_job_suspend"] and c.events == []
 
 
 def test_preempt_type_is_the_only_one_with_the_hook():

@@ -40,6 +40,7 @@ from reconciler.plan.actions import (
     PodAdmission,
     Preempt,
     Reclaim,
+    Resume,
     Scale,
     SetSharing,
     Uncordon,
@@ -49,12 +50,15 @@ from tests.apply.table import (
     NOW,
     NS,
     ConfigMap,
+    Job,
     MemoryProbe,
     Node,
     NodeState,
+    Owner,
     Pod,
     PriorityClass,
     Probe,
+    ReplicaSet,
     Row,
     Workload,
     ago,
@@ -188,6 +192,16 @@ MOVE = Move(
     node=NODE,
     gpus=(0,),
     to_node="gpu-2",
+    to_gpus=(2, 3),
+)
+# a Job's gang is stopped by suspending the Job (the planner names it in `suspend_job`)
+PREEMPT_JOB = PREEMPT.model_copy(update={"suspend_job": "train"})
+PREEMPT_JOB_NOW = PREEMPT_NOW.model_copy(update={"suspend_job": "train"})
+RECLAIM_JOB = RECLAIM.model_copy(update={"suspend_job": "train"})
+RESUME = Resume(
+    id=f"resume:{NS}/train",
+    target=f"{NS}/train",
+    reason="resume Job team-a/train, suspended to stop its gang: it fits on gpu-1 now",
 )
 SCALE = Scale(
     id=f"scale:{NS}/serve",
@@ -494,6 +508,66 @@ def moved(p: Probe) -> None:
     assert p.evicted("job")
     pod = p.pod("job")
     assert pod is None or pod.annotations[C.MOVE_TO_ANN] == "gpu-2"
+
+
+RESERVED_NOW = f"gpu-2:2,3@{NOW.isoformat()}"
+"""MOVE's reservation on its Job, written at NOW."""
+RESERVED_MSG = "the next pod of Job train is reserved on gpu-2"
+JOB_GONE_MSG = "its Job train is gone: no pod replaces it"
+TRAIN = Job("train")
+OWNED_BY_TRAIN = (Owner("Job", "train"),)
+
+
+def jobs_pod(**kw) -> Pod:
+    """The pod `job`, created by the Job `train`."""
+    return Pod("job", owners=OWNED_BY_TRAIN, **kw)
+
+
+def job_reserved(value: str | None):
+    def check(p: Probe) -> None:
+        ann = p.job_annotations("train")
+        assert ann is not None and ann.get(C.NEXT_POD_RESERVED_ANN) == value, ann
+
+    return check
+
+
+def moved_and_job_reserved(value: str = RESERVED_NOW):
+    def check(p: Probe) -> None:
+        moved(p)
+        job_reserved(value)(p)
+
+    return check
+
+
+def held_and_job_reserved(p: Probe) -> None:
+    not_evicted(p)
+    job_reserved(RESERVED_NOW)(p)
+
+
+SUSPENDED_MSG = "suspended Job train: the Job controller stops its pods"
+SUSPENDED_BY_US = {C.SUSPENDED_BY_ANN: ago(30)}
+"""The mark gpupool leaves on a Job it suspended (30 s before NOW)."""
+
+
+def job_suspended(at: str | None, suspended: bool = True):
+    """The Job `train` is (not) suspended, with gpupool's mark `at` (None: no mark)."""
+
+    def check(p: Probe) -> None:
+        ann = p.job_annotations("train")
+        assert ann is not None, "Job train is gone"
+        assert (p.job_suspended("train"), ann.get(C.SUSPENDED_BY_ANN)) == (suspended, at), ann
+
+    return check
+
+
+def suspended_not_evicted(at: str | None = NOW.isoformat()):
+    """The Job is suspended (the Job controller stops the pod, not gpupool: it is not evicted)."""
+
+    def check(p: Probe) -> None:
+        not_evicted(p)
+        job_suspended(at)(p)
+
+    return check
 
 
 def scaled(kind, name: str, replicas: int):
@@ -1475,6 +1549,357 @@ EVICT_ROWS = [
         changed=False,
         check=not_evicted,
     ),
+    # moves that land: the pod's Job is told, before the eviction, where its next pod goes
+    Row(
+        "move/reserves-the-jobs-next-pod",
+        MOVE,
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1))),
+        "done",
+        f"evicted; {RESERVED_MSG}",
+        ("annotate_pod", "annotate_job", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved_and_job_reserved(),
+    ),
+    Row(
+        # retried after a PodDisruptionBudget refused: the reservation is kept as it is
+        "move/job-already-reserved",
+        MOVE,
+        (
+            Job("train", annotations={C.NEXT_POD_RESERVED_ANN: f"gpu-2:2,3@{ago(60)}"}),
+            jobs_pod(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),
+        ),
+        "done",
+        RESERVED_MSG,
+        ("evict_pod",),
+        grace=GRACE_BY_ID,
+        check=moved_and_job_reserved(f"gpu-2:2,3@{ago(60)}"),
+    ),
+    Row(
+        "move/job-reserved-for-other-cards",
+        MOVE,
+        (
+            Job("train", annotations={C.NEXT_POD_RESERVED_ANN: f"gpu-2:0,1@{ago(60)}"}),
+            jobs_pod(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),
+        ),
+        "done",
+        RESERVED_MSG,
+        ("annotate_job", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved_and_job_reserved(),
+    ),
+    Row(
+        # honoured only for pods created within the TTL of its time: renewed past half of it,
+        # so the pod this eviction makes room for has at least the other half
+        "move/job-reservation-renewed-past-half-its-ttl",
+        MOVE,
+        (
+            Job(
+                "train",
+                annotations={
+                    C.NEXT_POD_RESERVED_ANN: "gpu-2:2,3@"
+                    + ago(C.NEXT_POD_RESERVATION_TTL_SECONDS / 2 + 1)
+                },
+            ),
+            jobs_pod(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),
+        ),
+        "done",
+        RESERVED_MSG,
+        ("annotate_job", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved_and_job_reserved(),
+    ),
+    Row(
+        "move/job-reservation-unreadable",
+        MOVE,
+        (
+            Job("train", annotations={C.NEXT_POD_RESERVED_ANN: "gpu-2:2,3@yesterday"}),
+            jobs_pod(annotations=asked(GRACE + 1, **{C.MOVE_TO_ANN: "gpu-2"})),
+        ),
+        "done",
+        RESERVED_MSG,
+        ("annotate_job", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved_and_job_reserved(),
+    ),
+    Row(
+        # a pod outlives its deleted Job until the garbage collector gets to it (on a server the
+        # collector races the row: in memory only)
+        "move/job-gone",
+        MOVE,
+        (jobs_pod(annotations=asked(GRACE + 1)),),
+        "done",
+        f"evicted ({JOB_GONE_MSG})",
+        ("annotate_pod", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved,
+    ),
+    Row(
+        "move/job-deleted-before-the-patch",
+        MOVE,
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1))),
+        "done",
+        JOB_GONE_MSG,
+        ("annotate_pod", "evict_pod"),
+        grace=GRACE_BY_ID,
+        fail={"annotate_job": ApiError(404, "Not Found", 'jobs.batch "train" not found')},
+        check=moved,
+    ),
+    Row(
+        "move/job-server-error",
+        MOVE,
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1))),
+        "error",
+        "500",
+        ("annotate_pod",),
+        grace=GRACE_BY_ID,
+        fail={"annotate_job": ApiError(500, "Internal Server Error")},
+        check=not_evicted,
+    ),
+    Row(
+        # a ReplicaSet's replacement is admitted like any new pod: nothing reserved, no Job read
+        "move/replicaset-pod-not-reserved",
+        MOVE,
+        (
+            ReplicaSet("serve-7d9f"),
+            Pod(
+                "job",
+                owners=(Owner("ReplicaSet", "serve-7d9f", controller=False),),
+                annotations=asked(GRACE + 1),
+            ),
+        ),
+        "done",
+        "evicted",
+        ("annotate_pod", "evict_pod"),
+        grace=GRACE_BY_ID,
+        check=moved,
+    ),
+    Row(
+        "move/job-grace-left",
+        MOVE,
+        (TRAIN, jobs_pod(annotations=asked(10))),
+        "waiting",
+        "290s left",
+        grace=GRACE_BY_ID,
+        check=lambda p: (not_evicted(p), job_reserved(None)(p)),
+    ),
+    Row(
+        # the reservation stays for the retry, which leaves it as it is
+        "move/job-pdb",
+        MOVE,
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1), pdb=True)),
+        "blocked",
+        "PodDisruptionBudget",
+        ("annotate_pod", "annotate_job"),
+        grace=GRACE_BY_ID,
+        changed=False,
+        check=held_and_job_reserved,
+    ),
+    Row(
+        # preemption and reclaim free the cards for someone else: nothing is reserved
+        "preempt/jobs-pod-not-reserved",
+        PREEMPT_NOW,
+        (TRAIN, jobs_pod()),
+        "done",
+        "evicted",
+        ("evict_pod",),
+        check=lambda p: (evicted(p), job_reserved(None)(p)),
+    ),
+    # a Job's gang is stopped by suspending the Job: the Job controller deletes its pods (not
+    # counted against backoffLimit) and creates none until gpupool resumes it. The rows' Jobs
+    # are managed by no one on a server, so the pod stays: test_handlers_api.py shows the real
+    # Job controller stopping it.
+    Row(
+        "suspend/suspends-the-job",
+        PREEMPT_JOB_NOW,
+        (TRAIN, jobs_pod()),
+        "done",
+        SUSPENDED_MSG,
+        ("set_job_suspend",),
+        budget=1,
+        check=suspended_not_evicted(),
+    ),
+    Row(
+        "suspend/after-the-grace-period",
+        PREEMPT_JOB,
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1))),
+        "done",
+        SUSPENDED_MSG,
+        ("set_job_suspend",),
+        grace=GRACE_BY_ID,
+        budget=1,
+        check=suspended_not_evicted(),
+    ),
+    Row(
+        "suspend/grace-left",
+        PREEMPT_JOB,
+        (TRAIN, jobs_pod(annotations=asked(100))),
+        "waiting",
+        "checkpoint grace period: 200s left",
+        grace=GRACE_BY_ID,
+        budget=0,
+        check=lambda p: (not_evicted(p), job_suspended(None, suspended=False)(p)),
+    ),
+    Row(
+        "suspend/reclaim",
+        RECLAIM_JOB,
+        (TRAIN, jobs_pod()),
+        "done",
+        SUSPENDED_MSG,
+        ("set_job_suspend",),
+        budget=1,
+        check=suspended_not_evicted(),
+    ),
+    Row(
+        # the Job controller deletes a suspended Job's pods without the Eviction API: no
+        # PodDisruptionBudget is consulted
+        "suspend/no-pdb-consulted",
+        PREEMPT_JOB_NOW,
+        (TRAIN, jobs_pod(pdb=True)),
+        "done",
+        SUSPENDED_MSG,
+        ("set_job_suspend",),
+        budget=1,
+        check=suspended_not_evicted(),
+    ),
+    Row(
+        # another pod of the same gang came first (or the Job controller has not stopped this
+        # one yet): each pod stopped is one entry of the budget, nothing is written again
+        "suspend/already-suspended-by-gpupool",
+        PREEMPT_JOB_NOW,
+        (Job("train", annotations=SUSPENDED_BY_US, suspended=True), jobs_pod()),
+        "done",
+        f"Job train already suspended by gpupool at {ago(30)}",
+        budget=1,
+        check=suspended_not_evicted(ago(30)),
+    ),
+    Row(
+        "suspend/suspended-by-someone-else",
+        PREEMPT_JOB_NOW,
+        (Job("train", suspended=True), jobs_pod()),
+        "done",
+        "already suspended by someone else",
+        budget=1,
+        check=lambda p: (not_evicted(p), job_suspended(None)(p)),
+    ),
+    Row(
+        # the Job was deleted (its pods outlive it until the garbage collector comes): evicted
+        "suspend/job-gone",
+        PREEMPT_JOB_NOW,
+        (job(),),
+        "done",
+        "evicted (its Job train is gone: the pod is evicted instead)",
+        ("evict_pod",),
+        budget=1,
+        check=evicted,
+    ),
+    Row(
+        "suspend/job-deleted-before-the-patch",
+        PREEMPT_JOB_NOW,
+        (TRAIN, jobs_pod()),
+        "done",
+        "evicted (its Job train is gone",
+        ("evict_pod",),
+        fail={"set_job_suspend": ApiError(404, "Not Found", 'jobs.batch "train" not found')},
+        budget=1,
+        check=evicted,
+    ),
+    Row(
+        "suspend/job-gone-pdb",
+        PREEMPT_JOB_NOW,
+        (job(pdb=True),),
+        "blocked",
+        "PodDisruptionBudget",
+        budget=1,
+        check=not_evicted,
+    ),
+    Row("suspend/pod-gone", PREEMPT_JOB_NOW, (TRAIN,), "done", "pod is gone", budget=0),
+    Row(
+        "suspend/pod-terminating",
+        PREEMPT_JOB_NOW,
+        (TRAIN, jobs_pod(deleting=True)),
+        "done",
+        "pod is terminating",
+        budget=0,
+        check=job_suspended(None, suspended=False),
+    ),
+    Row(
+        "suspend/server-error",
+        PREEMPT_JOB_NOW,
+        (TRAIN, jobs_pod()),
+        "error",
+        "500",
+        fail={"set_job_suspend": ApiError(500, "Internal Server Error")},
+        budget=1,
+        check=lambda p: (not_evicted(p), job_suspended(None, suspended=False)(p)),
+    ),
+    Row(
+        # a move must land where the plan meant: its pod is evicted (the planner never gives a
+        # move `suspend_job`; were it given, it is ignored)
+        "suspend/move-evicts",
+        MOVE.model_copy(update={"suspend_job": "train"}),
+        (TRAIN, jobs_pod(annotations=asked(GRACE + 1))),
+        "done",
+        f"evicted; {RESERVED_MSG}",
+        ("annotate_pod", "annotate_job", "evict_pod"),
+        grace=GRACE_BY_ID,
+        budget=1,
+        check=lambda p: (moved_and_job_reserved()(p), job_suspended(None, suspended=False)(p)),
+    ),
+]
+
+
+def resumed_keeping_others(p: Probe) -> None:
+    job_suspended(None, suspended=False)(p)
+    ann = p.job_annotations("train")
+    assert ann is not None and ann.get("keep") == "k", ann
+
+
+RESUMED_MSG = f"resumed Job train (suspended at {ago(600)}): the Job controller creates its pods"
+
+RESUME_ROWS = [
+    Row(
+        "resume/ours",
+        RESUME,
+        (Job("train", annotations={C.SUSPENDED_BY_ANN: ago(600), "keep": "k"}, suspended=True),),
+        "done",
+        RESUMED_MSG,
+        ("set_job_suspend",),
+        check=resumed_keeping_others,
+    ),
+    Row(
+        "resume/someone-elses",
+        RESUME,
+        (Job("train", suspended=True),),
+        "skipped",
+        "suspended by someone else",
+        check=job_suspended(None),
+    ),
+    Row(
+        "resume/not-suspended",
+        RESUME,
+        (TRAIN,),
+        "done",
+        "Job is not suspended: nothing to resume",
+        check=job_suspended(None, suspended=False),
+    ),
+    Row("resume/job-gone", RESUME, (), "done", "Job is gone"),
+    Row(
+        "resume/job-deleted-before-the-patch",
+        RESUME,
+        (Job("train", annotations=SUSPENDED_BY_US, suspended=True),),
+        "done",
+        "Job is gone",
+        fail={"set_job_suspend": ApiError(404, "Not Found", 'jobs.batch "train" not found')},
+    ),
+    Row(
+        "resume/server-error",
+        RESUME,
+        (Job("train", annotations=SUSPENDED_BY_US, suspended=True),),
+        "error",
+        "500",
+        fail={"set_job_suspend": ApiError(500, "Internal Server Error")},
+        check=job_suspended(ago(30)),
+    ),
 ]
 
 SCALE_ROWS = [
@@ -1949,6 +2374,7 @@ TABLES = {
     "set-sharing": SHARING_ROWS,
     "checkpoint": CHECKPOINT_ROWS,
     "evict": EVICT_ROWS,
+    "resume": RESUME_ROWS,
     "scale": SCALE_ROWS,
     "admit": ADMIT_ROWS,
     "hold": HOLD_ROWS,
@@ -2010,6 +2436,11 @@ def test_checkpoint(row: Row):
 
 @pytest.mark.parametrize("row", params(EVICT_ROWS))
 def test_evict(row: Row):
+    check_row(row)
+
+
+@pytest.mark.parametrize("row", params(RESUME_ROWS))
+def test_resume(row: Row):
     check_row(row)
 
 
@@ -2185,3 +2616,42 @@ def test_an_ungated_pod_is_refused_affinity_as_the_server_does():
         cluster.admit_pod(NS, "p-0", node="node-a", annotations={C.ADMITTED_ANN: "node-a"})
     assert exc.value.status == 422
     assert cluster.pods[(NS, "p-0")].annotations == {}
+
+
+@pytest.mark.parametrize(
+    ("row_id", "stopped"),
+    [
+        ("evict/no-checkpoint", True),
+        ("move/reserves-the-jobs-next-pod", True),
+        ("suspend/suspends-the-job", True),
+        ("suspend/already-suspended-by-gpupool", True),
+        ("suspend/job-gone", True),
+        ("evict/pdb", False),
+        ("evict/gone-at-eviction", False),
+        ("suspend/suspended-by-someone-else", False),
+        ("suspend/job-gone-pdb", False),
+        ("suspend/pod-gone", False),
+        ("suspend/grace-left", False),
+        ("resume/ours", False),
+    ],
+)
+def test_an_outcome_says_whether_gpupool_stopped_the_pod(row_id: str, stopped: bool):
+    """`Outcome.stopped`: the write-ahead budget entry of `before_preempt` should stay (the pod
+    was evicted, or its Job is suspended by gpupool), or be taken back."""
+    got, _ = run_memory(ROWS[row_id])
+    assert got.stopped is stopped, got.message
+
+
+def test_a_suspension_is_written_once_and_counted_once_per_run():
+    """Level-triggered: the second run finds the Job suspended by gpupool and writes nothing;
+    each run that reaches the stop records it once (the pod still runs: no Job controller here)."""
+    row = ROWS["suspend/suspends-the-job"]
+    first, cluster = run_memory(row)
+    second = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert cluster.write_ops() == ["set_job_suspend"]
+    assert (first.budget, second.budget) == ([PREEMPT_JOB_NOW.id], [PREEMPT_JOB_NOW.id])
+    assert (second.status, second.changed) == ("done", False)
+    assert second.message.startswith(f"Job train already suspended by gpupool at {NOW.isoformat()}")
+    cluster.pods[(NS, "job")].deleting = True  # the Job controller deletes it
+    third = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert (third.message, third.budget) == ("pod is terminating", [])

@@ -7,6 +7,7 @@ The server is the integration suite's `kube` target: the real kube-apiserver of 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,18 +15,24 @@ from typing import Any
 import pytest
 
 from reconciler import conventions as C
+from reconciler.apply.handlers import HANDLERS, Context
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
-from tests.apply.api import ApiWorld
+from reconciler.plan.actions import Preempt, Resume
+from tests.apply.api import ApiWorld, wait_for
 from tests.apply.memory import MemoryCluster
 from tests.apply.table import (
+    NOW,
     NS,
+    Job,
     MemoryProbe,
     Node,
+    Owner,
     Pod,
     PriorityClass,
     Probe,
     Recording,
+    ReplicaSet,
     Row,
     Seed,
     Workload,
@@ -116,6 +123,31 @@ API_ROWS = [
     "reclaim/evicts",
     "move/annotates-then-evicts",
     "move/pdb",
+    "move/reserves-the-jobs-next-pod",
+    "move/job-already-reserved",
+    "move/job-reserved-for-other-cards",
+    "move/job-reservation-renewed-past-half-its-ttl",
+    "move/job-reservation-unreadable",
+    "move/replicaset-pod-not-reserved",
+    "move/job-grace-left",
+    "move/job-pdb",
+    "preempt/jobs-pod-not-reserved",
+    "suspend/suspends-the-job",
+    "suspend/after-the-grace-period",
+    "suspend/grace-left",
+    "suspend/reclaim",
+    "suspend/no-pdb-consulted",
+    "suspend/already-suspended-by-gpupool",
+    "suspend/suspended-by-someone-else",
+    "suspend/job-gone",
+    "suspend/job-gone-pdb",
+    "suspend/pod-gone",
+    "suspend/pod-terminating",
+    "suspend/move-evicts",
+    "resume/ours",
+    "resume/someone-elses",
+    "resume/not-suspended",
+    "resume/job-gone",
     "scale/at-target",
     "scale/changed-since-plan",
     "scale/up",
@@ -323,6 +355,43 @@ def evictions(o: ClusterOps, n: Any) -> list:
     return out
 
 
+def jobs(o: ClusterOps, n: Any) -> list:
+    """Pods' owners (the controller reference, else the first), Jobs read by name (None when
+    missing), annotated, suspended and resumed with merge patches (404 when missing)."""
+    ns = n.ns
+
+    def owner(name: str) -> tuple[str, str]:
+        p = o.read_pod(ns, name)
+        return (p.owner_kind, p.owner_name)
+
+    def annotations(name: str) -> Any:
+        j = o.read_job(ns, name)
+        return None if j is None else j.annotations
+
+    def state(name: str) -> Any:
+        j = o.read_job(ns, name)
+        return None if j is None else (j.suspended, j.annotations)
+
+    def suspend(name: str, suspend: bool, annotations: dict[str, str | None]) -> Any:
+        return answer(lambda: o.set_job_suspend(ns, name, suspend=suspend, annotations=annotations))
+
+    out: list = [owner("worker"), owner("replica"), owner("bare")]
+    out += [annotations("train"), annotations("nope")]
+    out.append(answer(lambda: o.annotate_job(ns, "train", {"a": None, "b": "2"})))
+    out.append(annotations("train"))
+    out.append(answer(lambda: o.annotate_job(ns, "train", {"b": "2"})))  # changes nothing
+    out.append(annotations("train"))
+    out.append(answer(lambda: o.annotate_job(ns, "nope", {"a": "b"})))
+    # spec.suspend and the annotations in one merge patch; a None value removes its key
+    out += [state("train"), state("paused")]
+    out += [suspend("train", True, {"s": "1", "b": None}), state("train")]
+    out += [suspend("train", True, {"s": "1"}), state("train")]  # changes nothing
+    out += [suspend("train", False, {"s": None}), state("train")]
+    out += [suspend("paused", False, {}), state("paused")]
+    out.append(suspend("nope", True, {"s": "1"}))
+    return out
+
+
 def workload_versions(o: ClusterOps, n: Any) -> list:
     ns = n.ns
     first = o.read_workload("Deployment", ns, "serve")
@@ -459,6 +528,24 @@ CONTRACT: dict[str, tuple[tuple[Seed, ...], Scenario]] = {
             Pod("finishing", pdb=True, deleting=True),
         ),
         evictions,
+    ),
+    "jobs": (
+        (
+            Job("train", annotations={"a": "1", "keep": "k"}),
+            Job("paused", suspended=True),
+            ReplicaSet("serve-7d9f"),
+            # a non-controller reference first: the controller one is the owner
+            Pod(
+                "worker",
+                owners=(
+                    Owner("ReplicaSet", "serve-7d9f", controller=False),
+                    Owner("Job", "train"),
+                ),
+            ),
+            Pod("replica", owners=(Owner("ReplicaSet", "serve-7d9f", controller=False),)),
+            Pod("bare"),
+        ),
+        jobs,
     ),
     "workload-versions": (
         (Workload("serve", 2), Workload("db", 1, kind="StatefulSet")),
@@ -615,3 +702,111 @@ def test_admission_steps_run_with_the_controllers_rbac(kube):
         assert_result(expected, got)
         assert row.check is not None
         row.check(world.probe())
+
+
+def test_move_of_a_jobs_pod_runs_with_the_controllers_rbac(kube):
+    """A move that lands (pods: get, patch; jobs: list, patch; pods/eviction: create) as the
+    controller's ServiceAccount, held to exactly deploy/rbac.yaml's rules: a missing rule is a
+    403. The controller runs of tests/integration/test_rbac.py move no Job's pod."""
+    api = kube.controller_client()
+    kube.cleanup(api.close)
+    row = ROWS["move/reserves-the-jobs-next-pod"]
+    world = ApiWorld(kube)
+    world.seed(row.seed)
+    expected, action = world.localize(row)
+    ops = Recording(KubeOps(api))
+    got = run(expected, ops, world.config(), action, writes=lambda: list(ops.writes))
+    assert_result(expected, got)
+    assert row.check is not None
+    row.check(world.probe())
+
+
+# ---------------------------------------------------------------------- suspension: Job controller
+def test_a_suspended_job_is_stopped_by_the_job_controller_and_resumed(kube):
+    """What the suspension rows leave out (their Jobs are `spec.managedBy` no one, and the Job
+    controller skips such a Job entirely: job_controller.go managedByExternalController): here a
+    Job of the real Job controller. Preempting its pod suspends the Job (as the controller's
+    ServiceAccount: jobs list + patch, pods get); the Job controller deletes the pod, creates
+    none while suspended and does not count the deleted pod as failed (backoffLimit 0 would
+    fail the Job at the first failure); resuming lets it create a pod again."""
+    api = kube.controller_client()
+    kube.cleanup(api.close)
+    world = ApiWorld(kube)
+    world._wait_service_account()  # the Job controller cannot create pods before it exists
+    batch, ns = world.batch, world.ns
+    batch.create_namespaced_job(
+        ns,
+        {
+            "metadata": {"name": "train"},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        # never scheduled: nothing but the Job controller touches its pods
+                        "nodeSelector": {"gpupool.test/unschedulable": "true"},
+                        "containers": [{"name": "main", "image": "registry.example/train:1"}],
+                    }
+                },
+            },
+        },
+    )
+
+    def pods() -> list[str]:
+        listed = world.core.list_namespaced_pod(
+            ns, label_selector="batch.kubernetes.io/job-name=train"
+        ).items
+        return sorted(p.metadata.name for p in listed if p.metadata.deletion_timestamp is None)
+
+    def job() -> Any:
+        return batch.read_namespaced_job("train", ns)
+
+    def condition(type_: str) -> str | None:
+        conds = job().status.conditions or []
+        return next((c.status for c in conds if c.type == type_), None)
+
+    wait_for("the Job controller's pod", lambda: len(pods()) == 1)
+    [first] = pods()
+    ops = Recording(KubeOps(api))
+    pod = ops.read_pod(ns, first)
+    assert pod is not None and (pod.owner_kind, pod.owner_name) == ("Job", "train")
+
+    preempt = Preempt(
+        id=f"preempt:{ns}/{first}",
+        target=f"{ns}/{first}",
+        reason="make room",
+        node=None,
+        gpus=(),
+        suspend_job="train",
+    )
+    budget: list[str] = []
+    ctx = Context(
+        ops, world.config(), clock=lambda: NOW, before_preempt=lambda a: budget.append(a.id)
+    )
+    out = HANDLERS[Preempt](preempt, ctx)
+    assert (out.status, out.changed, out.stopped) == ("done", True, True), out.message
+    assert out.message == "suspended Job train: the Job controller stops its pods"
+    assert budget == [preempt.id] and ops.writes == ["set_job_suspend"]
+    assert job().spec.suspend and job().metadata.annotations[C.SUSPENDED_BY_ANN] == NOW.isoformat()
+
+    wait_for("the suspended Job's pod to go", lambda: ops.read_pod(ns, first) is None)
+    wait_for("the JobSuspended condition", lambda: condition("Suspended") == "True")
+    time.sleep(2)  # give the Job controller time to do what it must not: create a pod
+    assert pods() == []
+    status = job().status
+    assert not status.failed and condition("Failed") is None, status  # not counted: no failure
+    again = HANDLERS[Preempt](preempt, ctx)  # the pod is gone: nothing recorded, nothing written
+    assert (again.status, again.message) == ("done", "pod is gone")
+    assert budget == [preempt.id] and ops.writes == ["set_job_suspend"]
+
+    resume = Resume(id=f"resume:{ns}/train", target=f"{ns}/train", reason="room again")
+    out = HANDLERS[Resume](resume, ctx)
+    assert (out.status, out.changed) == ("done", True), out.message
+    assert not job().spec.suspend and C.SUSPENDED_BY_ANN not in (job().metadata.annotations or {})
+    wait_for("a new pod of the resumed Job", lambda: len(pods()) == 1)
+    assert pods() != [first]
+    wait_for("the JobSuspended condition False", lambda: condition("Suspended") == "False")
+    assert not job().status.failed and condition("Failed") is None
+    out = HANDLERS[Resume](resume, ctx)
+    assert (out.status, out.changed) == ("done", False), out.message
+    assert ops.writes == ["set_job_suspend", "set_job_suspend"]

@@ -58,6 +58,10 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
     "*: patch core/pods/status": (
         "../apply/test_handlers_api.py::test_admission_steps_run_with_the_controllers_rbac"
     ),
+    # A move's reservation on the evicted pod's Job: the runs below move no Job's pod.
+    "*: patch batch/jobs": (
+        "../apply/test_handlers_api.py::test_move_of_a_jobs_pod_runs_with_the_controllers_rbac"
+    ),
 }
 
 
