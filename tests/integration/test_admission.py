@@ -22,7 +22,15 @@ from reconciler.conventions import (
     RESERVED_ANN,
 )
 
-from .harness import NS, controller, converge, create_pod, evictions, node_state
+from .harness import (
+    NS,
+    audit_mark,
+    controller,
+    converge,
+    create_pod,
+    evictions,
+    node_state,
+)
 from .scenario import TEXT, base
 from .test_admission_gate import gated_namespace
 from .world import CONTROLLER_SA
@@ -80,6 +88,7 @@ def test_a_gang_needing_a_preemption_gets_exactly_the_freed_cards(kube, tmp_path
     (gang_pod,) = pods_of(kube, ns, "llm")
     assert [g.name for g in gang_pod.spec.scheduling_gates or []] == [ADMISSION_GATE]
 
+    mark = audit_mark(kube)  # the audit log is the session's: count this test's only
     ctl = controller(kube, tmp_path, clock)
     results = converge(ctl, kube, clock=clock, step=60, max_cycles=20)
     assert all(r.error is None for r in results)
@@ -112,7 +121,9 @@ def test_a_gang_needing_a_preemption_gets_exactly_the_freed_cards(kube, tmp_path
     )
     assert gone < admitted
     # exactly the two victims, each once; resnet untouched
-    assert Counter(evictions(kube)) == Counter({"team-b/bert-old": 1, "team-b/bert-new": 1})
+    assert Counter(evictions(kube, since=mark)) == Counter(
+        {"team-b/bert-old": 1, "team-b/bert-new": 1}
+    )
     assert kube.core.read_namespaced_pod("resnet", "team-a").status.phase == "Running"
     # the small pod stays gated, and says why
     small = kube.core.read_namespaced_pod("small", ns)
