@@ -1,0 +1,1436 @@
+"""gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7).
+
+    .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~18 min
+    .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~4 min
+    .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
+    .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
+
+A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed twice
+through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
+kube-controller-manager v1.37.2, built from Go and cached; simulated kubelets; per GPU node the
+NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integration/world.py):
+
+1. **default**: the pods are created in a namespace without the admission label, so
+   kube-scheduler alone places them;
+2. **gpupool**: the same pods in a namespace labelled `gpupool.io/admission=gated`
+   (deploy/admission-gate.yaml, installed by `world.install`, gates them), with gpupool's
+   controller (`reconciler.loop.controller.Controller` as tests/integration/harness.py builds
+   it: its ServiceAccount, its informers as `Controller.run` starts them) cycling in this
+   script's main thread: `ctl.cycle()`, then `world.settle()` and `world.step_nodes()`, its
+   injected clock set to the replay's trace time before each cycle; so gpupool admits every pod.
+
+Then the simulator places the same pods on the same nodes with the same arrivals and work
+times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
+the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
+and one table compares the four.
+
+**Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
+(creation >= 10,000,000 s, as `reconciler.sim.timeline` uses), `--pods` consecutive ones from a
+point drawn with `--seed`. Each needs `deletion_time - creation_time` trace seconds of work
+from the moment it runs (a job: waiting does not shorten it), then it is deleted; a pod that
+has not started by the end counts as never started. The trace's own concurrency of
+whole-card pods is at most 58 GPUs, far below a few hundred nodes, so the arrivals are packed
+`density` times closer than the trace has them (the work times are kept), `density` chosen so
+that the offered demand over the window (each pod counted from its arrival) is `--load` x the
+cluster's cards. `--speed` trace seconds pass per wall second (default: what makes the
+arrivals last `--window` wall seconds), then `--tail` wall seconds more. All pods have one
+priority class; no quota, no preemption, maintenance off: placement quality alone.
+
+**Cluster.** `--nodes` GPU nodes drawn with `--seed` from the trace's node list, each with
+its trace GPU count (1, 2, 4 or 8) but all as H100-SXM5-80GB (one Pool has one model; the
+whole-card pods of the trace name no model). The pods ask for `nvidia.com/gpu` only (no CPU or
+memory: gpupool's planner does not meter those, so the comparison stays on cards).
+
+**Measured** (the real runs from the kubelets' device managers: cards really handed out): the
+GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
+% of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
+from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
+last arrival), pods never started (and their cards), creation -> binding p50/p95 (wall seconds
+and the trace seconds they stand for; also for the pods created while < 80 % of the cards
+were in use, i.e. the latency of admission itself), and gpupool's cycles. What would be a
+fault of admission is counted and listed: a node asked for more cards than it has by the pods
+bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
+refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the
+observed state of up to three of them, for `gpupool plan DIR/policy.yaml --observed ...`).
+
+**What limits the size.** The pods per second, more than the nodes: gpupool's executor sends
+its admissions one request after another (Admit: read the pod, write the reservation, write
+the admission; a Hold: read, write the condition), so a cycle's length grows with the pods
+that arrived during the previous one. Keeping a cluster busy with departures needs more pods
+as it has more cards (3-4 pods a card here). Measured on the 2-core machine with other test
+suites running: 6-7 pods/s keep cycles at p50 0.5 s (100-200 nodes); 13 pods/s (200 nodes,
+3,951 pods in 300 s) ran away: cycles of 10, 23, 45, 80 s, and gpupool's allocation fell to
+44 % against 75 % for kube-scheduler. Everything but the control plane is Python in this one
+process (the controller shares its interpreter lock with the simulated kubelets, unlike in a
+cluster). `World.settle()` and `World.step_nodes()` go over every node (about 45 and 85 ms a
+node here), so this script's world publishes only the nodes whose device assignments changed
+and steps the NVIDIA stand-ins only within the mount delay after their ConfigMaps changed (the
+same calls, where they can change something). The simulated kubelets number node CIDRs
+10.244.<n>.0/24, so at most 254 nodes. Heartbeats are slowed (20 s, node-monitor grace 300 s)
+so that idle nodes do not load the API server.
+
+Exits 0 with a message when the trace or the control-plane binary is missing (this script
+never builds it: `scripts/build-control-plane.sh` does, in minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import hashlib
+import heapq
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reconciler.plan.placement import (  # noqa: E402
+    GPU_MILLI,
+    NodeState,
+    Placement,
+    PlacementContext,
+    PodDemand,
+    allocate,
+    choose,
+    cluster_fragmentation,
+    release,
+    typical_workload,
+)
+from reconciler.sim.timeline import BUSY_FROM  # noqa: E402
+from reconciler.sim.trace import (  # noqa: E402
+    DEFAULT_NODES,
+    DEFAULT_PODS,
+    NodeSpec,
+    Pod,
+    TraceError,
+    openb_dir,
+    read_nodes,
+    read_pods,
+)
+
+MODEL = "H100-SXM5-80GB"
+POOL = "bench"
+CLASS = "batch"
+UNMETERED = 10**9
+POINTS = (0.25, 0.5, 0.75, 1.0)
+UNSATURATED = 0.8  # creation -> binding is also shown for pods created below this allocation
+MAX_NODES = 254  # tests/cluster/kubelets.py numbers node CIDRs 10.244.<n>.0/24
+PRIORITY_VALUE = 10000
+
+POLICY_TEXT = """\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: {pool}}}
+spec:
+  gpuModel: {model}
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
+  capacity: {{nodes: {nodes}, gpusPerNode: 8}}
+  training: {{minGPUs: 0, topology: node}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityPolicy
+metadata: {{name: bench}}
+spec:
+  defaultClass: {cls}
+  classes:
+    - {{name: {cls}, value: {value}, workload: training, preemptible: false}}
+"""
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def cached_binary() -> Path | None:
+    """The kcp binary scripts/build-control-plane.sh would print, if it is built: $KCP_BINARY,
+    else the cache path the script derives (its hash of go.mod, go.sum, the .go files and the
+    script itself). None when not built; this script never builds it."""
+    override = os.environ.get("KCP_BINARY")
+    if override:
+        return Path(override) if os.access(override, os.X_OK) else None
+    src = ROOT / "tests" / "cluster" / "kcp"
+    script = ROOT / "scripts" / "build-control-plane.sh"
+    try:
+        gomod = (src / "go.mod").read_bytes()
+        version = next(
+            f[1]
+            for f in (line.split() for line in gomod.decode().splitlines())
+            if len(f) > 1 and f[0] == "k8s.io/kubernetes"
+        )
+        h = hashlib.sha256(gomod + (src / "go.sum").read_bytes())
+        for go in sorted(src.glob("*.go"), key=lambda p: p.name.encode()):
+            h.update(f"== {go.name}\n".encode() + go.read_bytes())
+        h.update(script.read_bytes())
+    except (OSError, StopIteration):
+        return None
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    cache = Path(os.environ.get("GPUPOOL_CACHE") or Path(xdg) / "gpupool")
+    path = cache / "control-plane" / f"{version}-{h.hexdigest()[:16]}" / "kcp"
+    return path if os.access(path, os.X_OK) else None
+
+
+@dataclass
+class Job:
+    idx: int
+    name: str
+    gpus: int
+    arrival: float  # trace seconds after the first arrival, packed by the density
+    work: float  # trace seconds of work once running
+
+
+@dataclass
+class Workload:
+    jobs: list[Job]
+    nodes: list[NodeSpec]
+    density: float
+    speed: float
+    t_last: float  # trace seconds: the last arrival
+    t_end: float  # trace seconds: when the replay stops
+    offered: float  # offered GPU demand / capacity over [0, t_last]
+    trace_from: int  # creation time of the slice's first pod
+    trace_to: int
+
+    @property
+    def capacity(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+def offered_load(raw: list[Pod], density: float, capacity: int) -> float:
+    """Mean GPU demand over [first, last arrival] / capacity, each pod counted from its arrival
+    for its whole work time, with the arrivals packed `density` times closer."""
+    c0 = raw[0].creation_time
+    span = (raw[-1].creation_time - c0) / density
+    if span <= 0:
+        return float("inf")
+    busy = 0.0
+    for p in raw:
+        a = (p.creation_time - c0) / density
+        busy += p.req.num_gpu * max(0.0, min(float(p.deletion_time - p.creation_time), span - a))
+    return busy / span / capacity
+
+
+def build_workload(args: argparse.Namespace, nodes: list[NodeSpec], pods: list[Pod]) -> Workload:
+    rng = random.Random(args.seed)
+    gpu_nodes = [n for n in nodes if n.gpus > 0]
+    if args.nodes > len(gpu_nodes):
+        raise SystemExit(f"--nodes {args.nodes}: the trace has {len(gpu_nodes)} GPU nodes")
+    chosen = sorted(rng.sample(gpu_nodes, args.nodes), key=lambda n: n.name)
+    whole = sorted(
+        (
+            p
+            for p in pods
+            if p.req.num_gpu >= 1
+            and p.req.gpu_milli == GPU_MILLI
+            and p.creation_time is not None
+            and p.deletion_time is not None
+            and p.creation_time >= BUSY_FROM
+        ),
+        key=lambda p: (p.creation_time, p.name),
+    )
+    largest = max(n.gpus for n in chosen)
+    whole = [p for p in whole if p.req.num_gpu <= largest]  # never placeable otherwise
+    if len(whole) < 2:
+        raise SystemExit("the pod trace has fewer than 2 whole-card pods in its busy period")
+    count = min(args.pods, len(whole))
+    start = rng.randrange(len(whole) - count + 1)
+    raw = whole[start : start + count]
+    capacity = sum(n.gpus for n in chosen)
+    lo, hi = 1e-3, 1e7
+    if offered_load(raw, hi, capacity) < args.load:
+        density = hi
+    else:
+        for _ in range(80):  # offered load grows with the density: bisect in log space
+            mid = (lo * hi) ** 0.5
+            if offered_load(raw, mid, capacity) < args.load:
+                lo = mid
+            else:
+                hi = mid
+        density = hi
+    c0 = raw[0].creation_time
+    jobs = [
+        Job(
+            i,
+            p.name,
+            p.req.num_gpu,
+            (p.creation_time - c0) / density,
+            float(max(1, p.deletion_time - p.creation_time)),
+        )
+        for i, p in enumerate(raw)
+    ]
+    t_last = jobs[-1].arrival
+    speed = args.speed or t_last / args.window
+    return Workload(
+        jobs=jobs,
+        nodes=[NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, MODEL) for n in chosen],
+        density=density,
+        speed=speed,
+        t_last=t_last,
+        t_end=t_last + args.tail * speed,
+        offered=offered_load(raw, density, capacity),
+        trace_from=raw[0].creation_time,
+        trace_to=raw[-1].creation_time,
+    )
+
+
+# --------------------------------------------------------------------------- metrics
+
+GRID = 40  # fragmentation is measured at t_last * k / GRID, k = 1..GRID
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def target_ctx(jobs: list[Job]) -> PlacementContext:
+    """FGD's target workload: the slice's own whole-card demand (as the planner takes its
+    pool's observed requests)."""
+    return PlacementContext(
+        target=typical_workload(PodDemand(num_gpu=j.gpus, gpu_milli=GPU_MILLI) for j in jobs)
+    )
+
+
+def frag_rate(free: list[tuple[str, int, int]], ctx: PlacementContext) -> float:
+    """FGD's fragmentation rate over (node, cards, free cards): the free GPU a task drawn from
+    the target workload could not use, over the free GPU."""
+    states = [
+        NodeState(n, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * f + [0] * (c - f))
+        for n, c, f in free
+    ]
+    frag, total = cluster_fragmentation(states, ctx)
+    return frag / total if total else 0.0
+
+
+@dataclass
+class Result:
+    name: str
+    alloc: list[tuple[float, float]] = field(default_factory=list)  # (trace t, ratio)
+    frag: list[tuple[float, float]] = field(default_factory=list)  # (trace t, FGD rate)
+    waits: list[float] = field(default_factory=list)  # trace seconds, creation -> binding
+    waits_wall: list[float] | None = None
+    never: Counter = field(default_factory=Counter)  # cards per pod -> pods never started
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def mean_alloc(self, t_last: float) -> float:
+        """Time-weighted mean between 0 and t_last of the allocation (a step function)."""
+        pts = [(t, a) for t, a in self.alloc if t <= t_last]
+        if not pts or t_last <= 0:
+            return 0.0
+        area = 0.0
+        for (t0, a0), (t1, _) in zip(pts, [*pts[1:], (t_last, 0.0)], strict=True):
+            area += a0 * (t1 - t0)
+        return area / t_last
+
+    def alloc_at(self, t: float) -> float:
+        i = bisect.bisect_right([s[0] for s in self.alloc], t) - 1
+        return self.alloc[i][1] if i >= 0 else 0.0
+
+    def mean_frag(self) -> float:
+        return sum(f for _, f in self.frag) / len(self.frag) if self.frag else 0.0
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+def simulate(wl: Workload, policy: str, seed: int) -> Result:
+    """The same pods, nodes, arrivals and work times through the planner's placement code: at
+    every arrival or finish the waiting pods, in arrival order, are placed where they fit
+    (backfill), as `reconciler.sim.timeline` does, without preemption or migration."""
+    states = [
+        NodeState(n.name, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * n.gpus) for n in wl.nodes
+    ]
+    by_name = {s.name: s for s in states}
+    cap = wl.capacity
+    ctx = target_ctx(wl.jobs)
+    ctx.rng, ctx.memo = random.Random(f"{policy}/{seed}"), True
+    frag_ctx = target_ctx(wl.jobs)
+    res = Result(f"sim {policy}")
+    events: list[tuple[float, int, int]] = [(j.arrival, 1, j.idx) for j in wl.jobs]
+    heapq.heapify(events)
+    pending: list[Job] = []
+    placed: dict[int, Placement] = {}
+    started: dict[int, float] = {}
+    used = releases = 0
+    failed_at: dict[int, int] = {}  # cards -> releases when it last failed
+    busy_at: dict[int, float] = {}  # job -> allocation when it arrived
+    grid = [wl.t_last * k / GRID for k in range(1, GRID + 1)]
+
+    def measure_until(t: float) -> None:
+        while grid and grid[0] <= t:
+            free = [(s.name, s.num_gpus, s.gpu_free_milli.count(GPU_MILLI)) for s in states]
+            res.frag.append((grid.pop(0), frag_rate(free, frag_ctx)))
+
+    while events and events[0][0] <= wl.t_end:
+        t = events[0][0]
+        measure_until(t - 1e-9)  # the state just before t
+        while events and events[0][0] == t:
+            _, kind, idx = heapq.heappop(events)
+            job = wl.jobs[idx]
+            if kind == 1:
+                pending.append(job)
+                busy_at[idx] = used / cap
+            else:
+                release(by_name[placed[idx].node], PodDemand(job.gpus, GPU_MILLI), placed.pop(idx))
+                used -= job.gpus
+                releases += 1
+        keep = []
+        for job in pending:
+            req = PodDemand(job.gpus, GPU_MILLI)
+            got = None if failed_at.get(job.gpus) == releases else choose(policy, states, req, ctx)
+            if got is None:
+                failed_at[job.gpus] = releases
+                keep.append(job)
+                continue
+            allocate(by_name[got.node], req, got)
+            placed[job.idx] = got
+            started[job.idx] = t
+            used += job.gpus
+            heapq.heappush(events, (t + job.work, 0, job.idx))
+        pending = keep
+        res.alloc.append((t, used / cap))
+    measure_until(wl.t_end)
+    res.waits = [started[j.idx] - j.arrival for j in wl.jobs if j.idx in started]
+    res.waits_wall = [w / wl.speed for w in res.waits]  # what the trace time takes at --speed
+    res.notes["unsaturated_waits"] = [
+        (started[j.idx] - j.arrival) / wl.speed
+        for j in wl.jobs
+        if j.idx in started and busy_at[j.idx] < UNSATURATED
+    ]
+    res.never = Counter(j.gpus for j in wl.jobs if j.idx not in started)
+    return res
+
+
+# --------------------------------------------------------------------------- the real cluster
+
+
+def held_cards(devices: Any) -> tuple:
+    """What a node's device manager hands out now (the kubelet threads change it)."""
+    for _ in range(20):
+        try:
+            return tuple(sorted((k, tuple(v)) for k, v in list(devices.assigned.items()) if v))
+        except RuntimeError:  # changed during the copy
+            time.sleep(0.001)
+    return ()
+
+
+def make_world(plane: Any, kubelets: Any, api: Any) -> Any:
+    """tests/integration/world.py's World, with `settle()` and `step_nodes()` that scale: the
+    node agents publish only where the device manager's assignments changed since their last
+    publication (a World publishes every node, about 45 ms each), and the NVIDIA stand-ins
+    step only while their ConfigMaps changed within the mount delay (about 85 ms a node)."""
+    from tests.integration.world import MIG_CM, OPERATOR_NS, SHARING_CM, World
+    from tests.nvidia.mounted import SYNC_PERIOD_PLUS_CACHE_TTL
+
+    class BenchWorld(World):
+        def settle(self, timeout: float = 30.0) -> None:  # noqa: ARG002 - World's signature
+            published = self.__dict__.setdefault("_published", {})
+            dirty = []
+            for name, sim in list(self.nodes.items()):
+                held = held_cards(sim.gpus)
+                if published.get(name) != held:
+                    dirty.append((name, sim, held))
+            if dirty:
+                with ThreadPoolExecutor(4) as pool:
+                    list(pool.map(lambda d: d[1].publish(), dirty))
+            for name, _, held in dirty:
+                published[name] = held
+
+        def step_nodes(self) -> None:
+            rvs = tuple(
+                self.core.read_namespaced_config_map(cm, OPERATOR_NS).metadata.resource_version
+                for cm in (MIG_CM, SHARING_CM)
+            )
+            seen = self.__dict__.get("_config_rvs")
+            if seen is None:  # the stand-ins read these at their start
+                self.__dict__["_config_rvs"] = (rvs, None)
+                return
+            if seen[0] != rvs:
+                seen = self.__dict__["_config_rvs"] = (rvs, self.clock.now)
+            if seen[1] is not None and (
+                (self.clock.now - seen[1]).total_seconds() <= 2 * SYNC_PERIOD_PLUS_CACHE_TTL
+            ):
+                super().step_nodes()
+
+    return BenchWorld(plane, kubelets, api)
+
+
+class Replay:
+    """Creates the slice's pods at their (sped-up) arrival times in `ns`, deletes each when its
+    work is done (counted from when it runs), and records creation, binding, start, failure
+    and the cards in use; a watch of the namespace and the kubelets' device managers are the
+    sources."""
+
+    def __init__(self, world: Any, ns: str, wl: Workload, name: str, gated: bool):
+        self.world, self.ns, self.wl, self.name, self.gated = world, ns, wl, name, gated
+        self.jobs = {j.name: j for j in wl.jobs}
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.admitted: dict[str, float] = {}  # gated run: when gpupool's admission was seen
+        self.running: dict[str, float] = {}
+        self.failed: dict[str, str] = {}
+        self.unadmitted: set[str] = set()  # gated run: bound without gpupool's admission
+        self.cards_of = {n.name: n.gpus for n in wl.nodes}
+        self.placed_on: dict[str, str] = {}  # pod -> node it is bound or admitted to (until gone)
+        self.overbooked: list[str] = []  # a pod bound/admitted to a node its pods overfill
+        self.on_terminating: list[str] = []  # ... counting pods still terminating there
+        self.terminating: set[str] = set()
+        self.departures: list[tuple[float, str]] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.t0 = 0.0
+        self.lag = 0.0  # the most a creation came late (wall s)
+        self.busy_at_creation: dict[str, float] = {}  # cards in use when the pod was created
+        self.result = Result(name)
+        self.ctx = target_ctx(wl.jobs)
+        self.api = world.plane.api_client()
+        self.watched = threading.Event()
+
+    def wall(self) -> float:
+        return time.monotonic() - self.t0
+
+    def trace_now(self) -> float:
+        return self.wall() * self.wl.speed
+
+    # -- the watch ---------------------------------------------------------------------------
+    def watch(self) -> None:
+        from kubernetes import client
+        from kubernetes.watch.watch import iter_resp_lines
+
+        core = client.CoreV1Api(self.api)
+        rv = None
+        while not self.stop.is_set():
+            try:
+                if rv is None:
+                    resp = core.list_namespaced_pod(self.ns, _preload_content=False)
+                    data = json.loads(resp.data)
+                    listed = {p["metadata"]["name"] for p in data.get("items") or []}
+                    with self.lock:  # deletions missed while the watch was down
+                        for gone in set(self.placed_on) - listed:
+                            del self.placed_on[gone]
+                        self.terminating &= listed
+                    for pod in data.get("items") or []:
+                        self.seen(pod)
+                    rv = data["metadata"]["resourceVersion"]
+                    self.watched.set()
+                resp = core.list_namespaced_pod(
+                    self.ns,
+                    watch=True,
+                    resource_version=rv,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=30,
+                    _preload_content=False,
+                    _request_timeout=(5, 60),
+                )
+                try:
+                    for line in iter_resp_lines(resp):
+                        if self.stop.is_set():
+                            break
+                        ev = json.loads(line)
+                        if ev.get("type") == "ERROR":
+                            rv = None
+                            break
+                        obj = ev.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if ev.get("type") in ("ADDED", "MODIFIED"):
+                            self.seen(obj)
+                        elif ev.get("type") == "DELETED":
+                            gone = (obj.get("metadata") or {}).get("name")
+                            with self.lock:
+                                self.placed_on.pop(gone, None)
+                                self.terminating.discard(gone)
+                finally:
+                    resp.release_conn()
+            except Exception:  # noqa: BLE001 - timeouts, a dropped watch: relist
+                rv = None
+                self.stop.wait(0.5)
+
+    def seen(self, pod: dict) -> None:
+        from reconciler.conventions import ADMISSION_GATE, ADMITTED_ANN
+
+        now = self.wall()
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        name = meta["name"]
+        job = self.jobs.get(name)
+        if job is None:
+            return
+        gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+        admitted = ADMITTED_ANN in (meta.get("annotations") or {}) and ADMISSION_GATE not in gates
+        target = spec.get("nodeName") or (
+            (meta.get("annotations") or {}).get(ADMITTED_ANN) if admitted else None
+        )
+        with self.lock:
+            if meta.get("deletionTimestamp"):
+                self.terminating.add(name)
+            if target and name not in self.placed_on:
+                self.placed_on[name] = target
+                there = [n for n, t in self.placed_on.items() if t == target]
+                live = sum(self.jobs[n].gpus for n in there if n not in self.terminating)
+                held = sum(self.jobs[n].gpus for n in there)
+                cards = self.cards_of.get(target, 0)
+                if held > cards:
+                    how = "bound" if spec.get("nodeName") else "admitted"
+                    (self.overbooked if live > cards else self.on_terminating).append(
+                        f"{name} {how} to {target} at {now:.0f}s: {live} cards asked there "
+                        f"by live pods, {held - live} by terminating ones, {cards} exist"
+                    )
+            if self.gated and admitted and name not in self.admitted:
+                self.admitted[name] = now
+            if spec.get("nodeName") and name not in self.bound:
+                self.bound[name] = now
+                if self.gated and ADMITTED_ANN not in (meta.get("annotations") or {}):
+                    self.unadmitted.add(name)
+            phase = status.get("phase")
+            if phase == "Running" and name not in self.running:
+                self.running[name] = now
+                heapq.heappush(self.departures, (now + job.work / self.wl.speed, name))
+            if phase == "Failed" and name not in self.failed:
+                self.failed[name] = f"{status.get('reason')}: {status.get('message')}"
+
+    # -- arrivals, departures, samples ----------------------------------------------------------
+    def pod_body(self, job: Job) -> dict:
+        from reconciler.conventions import GPU_RESOURCE, POOL_LABEL
+
+        return {
+            "metadata": {"name": job.name, "labels": {"app": "openb-bench"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example/train:1",
+                        "resources": {"limits": {GPU_RESOURCE: str(job.gpus)}},
+                    }
+                ],
+                "priorityClassName": CLASS,
+                "nodeSelector": {POOL_LABEL: POOL},
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+            },
+        }
+
+    def create(self, job: Job) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        now = self.wall()
+        with self.lock:
+            self.created[job.name] = now
+            self.busy_at_creation[job.name] = self.result.alloc[-1][1] if self.result.alloc else 0
+            self.lag = max(self.lag, now - job.arrival / self.wl.speed)
+        try:
+            core.create_namespaced_pod(self.ns, self.pod_body(job))
+        except Exception as exc:  # noqa: BLE001 - counted, the replay goes on
+            with self.lock:
+                self.failed[job.name] = f"create: {exc}"
+
+    def delete(self, name: str) -> None:
+        from kubernetes import client
+
+        with contextlib.suppress(client.ApiException):
+            client.CoreV1Api(self.api).delete_namespaced_pod(name, self.ns)
+
+    def cards(self) -> list[tuple[str, int, int]]:
+        out = []
+        for name, sim in list(self.world.nodes.items()):
+            used = sum(len(ids) for _, ids in held_cards(sim.gpus))
+            out.append((name, sim.gpus.count, sim.gpus.count - used))
+        return out
+
+    def sample(self, grid: list[float]) -> None:
+        t = self.trace_now()
+        cards = self.cards()
+        used = sum(c - f for _, c, f in cards)
+        self.result.alloc.append((t, used / self.wl.capacity))
+        if grid and t >= grid[0]:
+            while grid and t >= grid[0]:
+                grid.pop(0)
+            self.result.frag.append((t, frag_rate(cards, self.ctx)))
+
+    def drive(self, progress_every: float = 15.0) -> None:
+        """The replay itself, until t_end (trace seconds)."""
+        jobs = sorted(self.wl.jobs, key=lambda j: (j.arrival, j.idx))
+        grid = [self.wl.t_last * k / GRID for k in range(1, GRID + 1)]
+        end = self.wl.t_end / self.wl.speed
+        i, next_sample, next_progress = 0, 0.0, progress_every
+        with ThreadPoolExecutor(4) as pool:
+            while True:
+                now = self.wall()
+                if now >= end:
+                    break
+                while i < len(jobs) and jobs[i].arrival / self.wl.speed <= now:
+                    pool.submit(self.create, jobs[i])
+                    i += 1
+                due = []
+                with self.lock:
+                    while self.departures and self.departures[0][0] <= now:
+                        due.append(heapq.heappop(self.departures)[1])
+                for name in due:
+                    pool.submit(self.delete, name)
+                if now >= next_sample:
+                    self.sample(grid)
+                    next_sample = now + 0.25
+                if now >= next_progress:
+                    self.progress(i)
+                    next_progress = now + progress_every
+                nxt = min(
+                    next_sample,
+                    jobs[i].arrival / self.wl.speed if i < len(jobs) else end,
+                    self.departures[0][0] if self.departures else end,
+                    end,
+                )
+                time.sleep(min(0.05, max(0.0, nxt - self.wall())))
+        self.sample(grid)
+        self.done.set()
+
+    def progress(self, created: int) -> None:
+        with self.lock:
+            bound, running = len(self.bound), len(self.running)
+        alloc = self.result.alloc[-1][1] if self.result.alloc else 0.0
+        extra = self.result.notes.get("progress", "")
+        say(
+            f"  [{self.name}] {self.wall():5.0f}s/{self.wl.t_end / self.wl.speed:.0f}s  "
+            f"created {created}/{len(self.wl.jobs)}  bound {bound}  started {running}  "
+            f"cards in use {alloc:.1%}{extra}"
+        )
+
+    def finish(self) -> Result:
+        res = self.result
+        end = self.wl.t_end / self.wl.speed
+        with self.lock:
+            res.waits_wall = [
+                self.bound[n] - self.created[n] for n in self.bound if n in self.created
+            ]
+            res.notes["unsaturated_waits"] = [
+                self.bound[n] - self.created[n]
+                for n in self.bound
+                if n in self.created and self.busy_at_creation.get(n, 1) < UNSATURATED
+            ]
+            res.never = Counter(
+                j.gpus
+                for j in self.wl.jobs
+                if j.name not in self.running or self.running[j.name] > end
+            )
+            res.notes["failed"] = dict(self.failed)
+            res.notes["unadmitted"] = sorted(self.unadmitted)
+            res.notes["overbooked"] = list(self.overbooked)
+            res.notes["on_terminating"] = list(self.on_terminating)
+            res.notes["lag"] = self.lag
+            if self.gated:
+                to_admit = [self.admitted[n] - self.created[n] for n in self.admitted]
+                to_bind = [
+                    self.bound[n] - self.admitted[n] for n in self.admitted if n in self.bound
+                ]
+                res.notes["creation_to_admission"] = (pct(to_admit, 0.5), pct(to_admit, 0.95))
+                res.notes["admission_to_binding"] = (pct(to_bind, 0.5), pct(to_bind, 0.95))
+        res.waits = [w * self.wl.speed for w in res.waits_wall]
+        return res
+
+
+def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
+    """Delete every pod of the run and wait until the kubelets have handed back every card."""
+    from kubernetes import client
+
+    core = world.core
+    with contextlib.suppress(client.ApiException):
+        core.delete_collection_namespaced_pod(ns)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = core.list_namespaced_pod(ns, _preload_content=False)
+        pods = json.loads(left.data).get("items") or []
+        held = {n: held_cards(sim.gpus) for n, sim in world.nodes.items()}
+        held = {n: h for n, h in held.items() if h}
+        if not pods and not held:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    say(f"  cleanup: {len(pods)} pod(s) and cards on {len(held)} node(s) left after {timeout:.0f}s")
+    for p in pods[:5]:
+        m, st = p["metadata"], p.get("status") or {}
+        say(
+            f"    pod {m['name']}: node {p['spec'].get('nodeName')} phase {st.get('phase')} "
+            f"deleting {m.get('deletionTimestamp')}"
+        )
+    for n, h in list(held.items())[:5]:
+        say(f"    {n}: {h}")
+
+
+def run_default(world: Any, wl: Workload) -> Result:
+    ns = "openb-default"
+    world.ensure_namespace(ns)
+    replay = Replay(world, ns, wl, "default", gated=False)
+    watcher = threading.Thread(target=replay.watch, name="watch-default", daemon=True)
+    watcher.start()
+    replay.watched.wait(30)
+    replay.t0 = time.monotonic()
+    try:
+        replay.drive()
+        return replay.finish()
+    finally:
+        replay.stop.set()
+        cleanup(world, ns)
+
+
+def keep_observations() -> dict[str, Any]:
+    """Keep the controller's last observed state (for --dump): wraps the module-level
+    `observe_cluster` the controller calls, in this process only."""
+    import reconciler.loop.controller as loop
+
+    last: dict[str, Any] = {}
+    observe = loop.observe_cluster
+
+    def keeping(*a: Any, **kw: Any) -> Any:
+        last["state"] = observe(*a, **kw)
+        return last["state"]
+
+    loop.observe_cluster = keeping
+    return last
+
+
+def dump_failure(dump: Path, n: int, observed: Any, policy_root: Path, error: str) -> str:
+    from reconciler.observe.snapshot import dump_snapshot
+
+    dump.mkdir(parents=True, exist_ok=True)
+    snap = dump / f"failed-cycle-{n}.yaml"
+    snap.write_text(dump_snapshot(observed))
+    policy = dump / "policy.yaml"
+    shutil.copy(policy_root / "policies" / "desired.yaml", policy)
+    (dump / f"failed-cycle-{n}.error.txt").write_text(error + "\n")
+    return str(snap)
+
+
+class CycleStats:
+    """What the controller's cycles did, and the observed state of failed ones (--dump)."""
+
+    def __init__(self, dump: Path | None, policy_root: Path):
+        self.dump, self.policy_root = dump, policy_root
+        self.last = keep_observations() if dump else {}
+        self.kinds: Counter = Counter()
+        self.statuses: Counter = Counter()
+        self.messages: Counter = Counter()
+        self.durations: list[float] = []
+        self.spent: Counter = Counter()  # wall s: cycle, settle (agents), step (NVIDIA stand-ins)
+        self.slow: list[str] = []
+        self.errors: list[str] = []
+        self.dumped: list[str] = []
+        self.progress = ""
+
+    def cycle(self, ctl: Any, at: float) -> None:
+        t = time.monotonic()
+        r = ctl.cycle()
+        dt = time.monotonic() - t
+        self.durations.append(dt)
+        self.spent["cycle"] += dt
+        if dt > 3 and len(self.slow) < 5:
+            self.slow.append(f"at {at:.0f}s: {dt:.1f}s, {r.actions} actions")
+        if r.error:
+            self.errors.append(r.error)
+            if self.dump and "state" in self.last and len(self.dumped) < 3:
+                self.dumped.append(
+                    dump_failure(
+                        self.dump,
+                        len(self.durations),
+                        self.last["state"],
+                        self.policy_root,
+                        r.error,
+                    )
+                )
+        for o in r.applied.outcomes if r.applied else []:
+            kind = o.action.split(":", 1)[0]
+            self.kinds[kind] += 1
+            self.statuses[(kind, o.status)] += 1
+            if o.status in ("failed", "blocked") or (kind == "admit" and o.status != "done"):
+                self.messages[f"{kind} {o.status}: {o.message[:160]}"] += 1
+        self.progress = f"  cycles {len(self.durations)} (last {dt:.1f}s, {r.actions or 0} actions)"
+
+    def timed(self, what: str, fn: Any) -> None:
+        t = time.monotonic()
+        fn()
+        self.spent[what] += time.monotonic() - t
+
+    def notes(self) -> dict[str, Any]:
+        return {
+            "cycles": len(self.durations),
+            "cycle_p50": pct(self.durations, 0.5),
+            "cycle_p95": pct(self.durations, 0.95),
+            "spent": {k: round(v, 1) for k, v in self.spent.items()},
+            "slow": self.slow,
+            "actions": dict(self.kinds),
+            "statuses": {f"{k} {s}": v for (k, s), v in sorted(self.statuses.items())},
+            "messages": self.messages.most_common(8),
+            "errors": Counter(self.errors).most_common(5),
+            "dumped": self.dumped,
+        }
+
+
+def make_controller(api: Any, policy_root: Path, clock: Any) -> Any:
+    """tests/integration/harness.py's `controller()` (its ServiceAccount's client `api`)."""
+    from tests.integration.harness import controller
+
+    return controller(None, policy_root, clock, api_client=api)
+
+
+def run_gpupool(
+    world: Any,
+    wl: Workload,
+    policy_root: Path,
+    min_interval: float,
+    dump: Path | None = None,
+    process: bool = False,
+) -> Result:
+    """gpupool admits. In-process (the default): the controller cycles in this thread while the
+    replay runs in another, `world.settle()` and `world.step_nodes()` after each cycle, its
+    injected clock set to the replay's trace time before each. With `process`, the same loop
+    runs in a child process (its own interpreter, as the controller has its own pod in a
+    cluster) and this thread runs the node agents' `settle()`/`step_nodes()` every
+    `min_interval`."""
+    from reconciler.loop.informer import ClusterCache
+    from tests.integration.test_admission_gate import gated_namespace
+    from tests.integration.world import NS
+
+    ns = gated_namespace(world)
+    stats = CycleStats(dump, policy_root)
+    stop = threading.Event()
+    replay = Replay(world, ns, wl, "gpupool", gated=True)
+    child = run_dir = None
+    base = world.clock.now
+    if process:
+        from tests.integration.world import CONTROLLER_SA
+
+        run_dir = Path(tempfile.mkdtemp(prefix="gpupool-bench-controller-"))
+        token = world.plane.service_account_token(NS, CONTROLLER_SA, create=False)
+        config = {
+            "server": world.plane.server,
+            "ca": str(world.plane.cert_dir / "ca.crt"),
+            "token": token,
+            "policy_root": str(policy_root),
+            "base": base.isoformat(),
+            "speed": wl.speed,
+            "min_interval": min_interval,
+            "dump": str(dump) if dump else "",
+            "dir": str(run_dir),
+        }
+        (run_dir / "config.json").write_text(json.dumps(config))
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--controller-child", str(run_dir / "config.json")]
+        )
+        deadline = time.monotonic() + 90
+        while not (run_dir / "ready").exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the controller process did not start")
+            time.sleep(0.2)
+    else:
+        ctl = make_controller(world.controller_client(), policy_root, world.clock)
+        ctl.cache = ClusterCache(ctl.api).start(stop)
+        ctl.cache.wait_synced(60)
+    watcher = threading.Thread(target=replay.watch, name="watch-gpupool", daemon=True)
+    watcher.start()
+    replay.watched.wait(30)
+    replay.t0 = time.monotonic()
+    if child is not None:  # the child counts trace time from this wall-clock instant
+        (run_dir / "start").write_text(str(time.time()))
+    driver = threading.Thread(target=replay.drive, name="replay-gpupool", daemon=True)
+    driver.start()
+    try:
+        while not replay.done.is_set():
+            t = time.monotonic()
+            world.clock.now = base + timedelta(seconds=replay.trace_now())
+            if child is None:
+                stats.cycle(ctl, replay.wall())
+                replay.result.notes["progress"] = stats.progress
+            else:
+                with contextlib.suppress(OSError, ValueError):
+                    replay.result.notes["progress"] = (run_dir / "progress").read_text()
+            stats.timed("settle", world.settle)
+            stats.timed("step", world.step_nodes)
+            if time.monotonic() - t < min_interval:
+                time.sleep(min_interval - (time.monotonic() - t))
+        driver.join()
+        res = replay.finish()
+        if child is not None:
+            (run_dir / "stop").touch()
+            child.wait(120)
+            notes = json.loads((run_dir / "result.json").read_text())
+            notes["spent"] = {**notes["spent"], **{k: round(v, 1) for k, v in stats.spent.items()}}
+            res.notes.update(notes)
+        else:
+            res.notes.update(stats.notes())
+        res.notes["stuck"] = stuck_pods(world, ns)
+        return res
+    finally:
+        replay.stop.set()
+        stop.set()
+        if child is not None and child.poll() is None:
+            child.kill()
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        cleanup(world, ns)
+
+
+def controller_child(config_path: Path) -> int:
+    """The controller's loop in its own process (--controller-process): the same cycle, clock
+    and statistics; trace time counted from the instant the parent writes to `start`."""
+    from datetime import datetime
+
+    from kubernetes import client
+
+    from reconciler.loop.informer import ClusterCache
+    from tests.integration.world import Clock
+
+    cfg = json.loads(config_path.read_text())
+    run_dir = Path(cfg["dir"])
+    conf = client.Configuration()
+    conf.host, conf.ssl_ca_cert, conf.verify_ssl = cfg["server"], cfg["ca"], True
+    conf.api_key = {"authorization": cfg["token"]}
+    conf.api_key_prefix = {"authorization": "Bearer"}
+    base = datetime.fromisoformat(cfg["base"])
+    clock = Clock(now=base)
+    policy_root = Path(cfg["policy_root"])
+    ctl = make_controller(client.ApiClient(conf), policy_root, clock)
+    stop = threading.Event()
+    ctl.cache = ClusterCache(ctl.api).start(stop)
+    ctl.cache.wait_synced(60)
+    stats = CycleStats(Path(cfg["dump"]) if cfg["dump"] else None, policy_root)
+    (run_dir / "ready").touch()
+    while not (run_dir / "start").exists():
+        time.sleep(0.05)
+    t0 = float((run_dir / "start").read_text())
+    mono0 = time.monotonic() - (time.time() - t0)
+    while not (run_dir / "stop").exists():
+        t = time.monotonic()
+        wall = t - mono0
+        clock.now = base + timedelta(seconds=wall * cfg["speed"])
+        stats.cycle(ctl, wall)
+        (run_dir / "progress").write_text(stats.progress)
+        if time.monotonic() - t < cfg["min_interval"]:
+            time.sleep(cfg["min_interval"] - (time.monotonic() - t))
+    stop.set()
+    (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
+    return 0
+
+
+def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
+    """At the end: pods gpupool admitted that are not bound (and why the scheduler says so),
+    and why the gated ones wait (the hold condition's reason)."""
+    from reconciler.conventions import ADMISSION_GATE, ADMITTED_ANN, HELD_CONDITION
+
+    items = json.loads(world.core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
+    admitted_unbound: list[str] = []
+    held: Counter = Counter()
+    gated = 0
+    for p in items:
+        spec, meta = p.get("spec") or {}, p["metadata"]
+        conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions") or []}
+        gates = [g["name"] for g in spec.get("schedulingGates") or []]
+        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+            continue
+        if ADMISSION_GATE in gates:
+            gated += 1
+            c = conds.get(HELD_CONDITION)
+            held[c.get("reason") if c else "(no condition yet)"] += 1
+        elif ADMITTED_ANN in (meta.get("annotations") or {}):
+            sched = conds.get("PodScheduled") or {}
+            admitted_unbound.append(
+                f"{meta['name']} -> {meta['annotations'][ADMITTED_ANN]}: "
+                f"{sched.get('reason')} {sched.get('message')}"
+            )
+    return {"gated": gated, "held": dict(held), "admitted_unbound": admitted_unbound}
+
+
+def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tuple:
+    from tests.cluster.controlplane import ControlPlane
+    from tests.cluster.kubelets import SimulatedKubelets
+    from tests.integration.harness import write_policy
+    from tests.integration.scenario import seed_priority_classes
+    from tests.integration.world import (
+        MIG_CM,
+        MIG_DEFAULTS,
+        OPERATOR_NS,
+        SHARING_CM,
+        SHARING_DEFAULTS,
+        create_or_keep,
+        install,
+    )
+
+    t = time.monotonic()
+    plane = ControlPlane(binary, workdir / "control-plane", node_monitor_grace_period="300s")
+    plane.start()
+    say(f"control plane up in {time.monotonic() - t:.1f}s ({plane.server})")
+    kubelets = SimulatedKubelets(plane.api_client, heartbeat_interval=20, status_interval=600)
+    api = plane.api_client()
+    install(api)
+    world = make_world(plane, kubelets, api)
+    for cm, data in ((MIG_CM, MIG_DEFAULTS), (SHARING_CM, SHARING_DEFAULTS)):
+        create_or_keep(
+            lambda cm=cm, data=data: world.core.create_namespaced_config_map(
+                OPERATOR_NS, {"metadata": {"name": cm}, "data": data}
+            )
+        )
+    seed_priority_classes(world, policy)
+    write_policy(workdir / "policy", policy)
+    t = time.monotonic()
+    done = 0
+
+    def add(n: NodeSpec) -> None:
+        nonlocal done
+        world.add_gpu_node(n.name, pool=POOL, model=MODEL, count=n.gpus)
+        done += 1
+        if done % 25 == 0 or done == len(wl.nodes):
+            say(f"  {done}/{len(wl.nodes)} GPU nodes ({time.monotonic() - t:.0f}s)")
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(add, wl.nodes))
+    world.settle()
+    return plane, kubelets, world
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def fmt_pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def fmt_s(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
+
+
+def table(wl: Workload, results: list[Result]) -> str:
+    rows: list[tuple[str, list[str]]] = []
+    t_last = wl.t_last
+    rows.append(
+        ("GPU allocation, time-weighted mean", [fmt_pct(r.mean_alloc(t_last)) for r in results])
+    )
+    for f in POINTS:
+        rows.append(
+            (
+                f"GPU allocation at {int(f * 100)}% of the arrivals",
+                [fmt_pct(r.alloc_at(t_last * f)) for r in results],
+            )
+        )
+    rows.append(("FGD fragmentation rate, mean", [fmt_pct(r.mean_frag()) for r in results]))
+    rows.append(
+        (
+            "FGD fragmentation rate at the last arrival",
+            [fmt_pct(r.frag[-1][1] if r.frag else None) for r in results],
+        )
+    )
+    sizes = sorted({j.gpus for j in wl.jobs})
+    total = Counter(j.gpus for j in wl.jobs)
+    rows.append(
+        (
+            "pods never started (of " + f"{len(wl.jobs):,})",
+            [f"{sum(r.never.values()):,}" for r in results],
+        )
+    )
+    for n in sizes:
+        if n > 1:
+            rows.append(
+                (
+                    f"  {n}-card pods never started (of {total[n]})",
+                    [str(r.never.get(n, 0)) for r in results],
+                )
+            )
+    rows.append(
+        (
+            "cards of the pods never started",
+            [f"{sum(k * v for k, v in r.never.items()):,}" for r in results],
+        )
+    )
+    for q in (0.5, 0.95):
+        rows.append(
+            (
+                f"creation -> binding p{int(q * 100)}, wall s (sim: trace s / speed)",
+                [fmt_s(pct(r.waits_wall, q)) if r.waits_wall is not None else "–" for r in results],
+            )
+        )
+        rows.append(
+            (
+                f"creation -> binding p{int(q * 100)}, trace s",
+                [fmt_s(pct(r.waits, q)) for r in results],
+            )
+        )
+    for q in (0.5, 0.95):
+        rows.append(
+            (
+                f"  p{int(q * 100)} of the pods created below {UNSATURATED:.0%} in use, wall s",
+                [fmt_s(pct(r.notes.get("unsaturated_waits") or [], q)) for r in results],
+            )
+        )
+    head = "| | " + " | ".join(r.name for r in results) + " |"
+    sep = "|---|" + "---:|" * len(results)
+    body = "\n".join(f"| {label} | " + " | ".join(vals) + " |" for label, vals in rows)
+    return "\n".join([head, sep, body])
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=200, help=f"GPU nodes, at most {MAX_NODES}")
+    ap.add_argument("--pods", type=int, default=3000, help="whole-card pods of the slice")
+    ap.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="trace seconds per wall second (default: what makes the arrivals last --window)",
+    )
+    ap.add_argument("--window", type=float, default=450.0, help="wall seconds of arrivals")
+    ap.add_argument("--tail", type=float, default=15.0, help="wall seconds after the last arrival")
+    ap.add_argument(
+        "--load", type=float, default=0.9, help="offered GPU demand / GPUs over the window"
+    )
+    ap.add_argument("--seed", type=int, default=42, help="draws the nodes and the slice")
+    ap.add_argument(
+        "--min-interval", type=float, default=0.5, help="least wall seconds between cycles"
+    )
+    ap.add_argument("--runs", default="default,gpupool", help="which real runs (default,gpupool)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the work dir (logs) here")
+    ap.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument(
+        "--controller-process",
+        action="store_true",
+        help="run gpupool's controller loop in a process of its own (default: this one)",
+    )
+    ap.add_argument(
+        "--dump",
+        type=Path,
+        default=None,
+        help="write the observed state of (up to 3) failed controller cycles here",
+    )
+    args = ap.parse_args(argv)
+    if not 1 <= args.nodes <= MAX_NODES:
+        ap.error(f"--nodes must be 1..{MAX_NODES} (tests/cluster/kubelets.py numbers node CIDRs)")
+    if args.pods < 2 or args.load <= 0 or args.window <= 0 or (args.speed or 1) <= 0:
+        ap.error("--pods >= 2, --load, --window and --speed > 0")
+    return args
+
+
+def describe(wl: Workload) -> None:
+    sizes = Counter(j.gpus for j in wl.jobs)
+    node_sizes = Counter(n.gpus for n in wl.nodes)
+    works = sorted(j.work for j in wl.jobs)
+    say(
+        f"slice: {len(wl.jobs):,} whole-card pods created {wl.trace_from:,}..{wl.trace_to:,} s "
+        f"in the trace ({', '.join(f'{v} x {k} card' for k, v in sorted(sizes.items()))}); "
+        f"work p50 {pct(works, 0.5):,.0f} s, p95 {pct(works, 0.95):,.0f} s"
+    )
+    say(
+        f"cluster: {len(wl.nodes)} GPU nodes, {wl.capacity:,} cards "
+        f"({', '.join(f'{v} x {k}' for k, v in sorted(node_sizes.items()))})"
+    )
+    say(
+        f"arrivals packed x{wl.density:,.1f} -> offered load {wl.offered:.2f}; "
+        f"{wl.t_last:,.0f} trace s of arrivals at {wl.speed:,.1f} trace s per wall s = "
+        f"{wl.t_last / wl.speed:.0f} s wall, then {(wl.t_end - wl.t_last) / wl.speed:.0f} s"
+    )
+
+
+def notes(results: list[Result]) -> str:
+    out = []
+    for r in results:
+        n = r.notes
+        if "lag" in n:
+            out.append(f"{r.name}: creations at most {n['lag']:.2f} s late")
+        failed = n.get("failed") or {}
+        if failed:
+            reasons = Counter(v.split(":")[0] for v in failed.values())
+            out.append(f"{r.name}: {len(failed)} pod(s) failed: {dict(reasons)}")
+            out += [f"    {k}: {v[:200]}" for k, v in list(failed.items())[:3]]
+        if n.get("overbooked"):
+            out.append(
+                f"{r.name}: {len(n['overbooked'])} time(s) a node was asked for more cards than "
+                f"it has (bound + admitted pods, until deleted): {n['overbooked'][:3]}"
+            )
+        if n.get("on_terminating"):
+            out.append(
+                f"{r.name}: {len(n['on_terminating'])} time(s) a pod went to a node whose cards "
+                f"were free only once its terminating pods were gone: {n['on_terminating'][:2]}"
+            )
+        if n.get("unadmitted"):
+            out.append(
+                f"{r.name}: {len(n['unadmitted'])} pod(s) bound WITHOUT gpupool's admission: "
+                f"{', '.join(n['unadmitted'][:5])}"
+            )
+        if "cycles" in n:
+            out.append(
+                f"{r.name}: {n['cycles']} cycles, p50 {fmt_s(n['cycle_p50'])} s, "
+                f"p95 {fmt_s(n['cycle_p95'])} s; outcomes {n['statuses']}"
+            )
+            out.append(f"    wall seconds spent: {n.get('spent')}; slow cycles: {n.get('slow')}")
+            if n.get("creation_to_admission"):
+                a, b = n["creation_to_admission"], n["admission_to_binding"]
+                out.append(
+                    f"    creation -> admission p50/p95 {fmt_s(a[0])}/{fmt_s(a[1])} s wall, "
+                    f"admission -> binding p50/p95 {fmt_s(b[0])}/{fmt_s(b[1])} s wall"
+                )
+            for msg, k in n.get("messages") or []:
+                out.append(f"    {k} x {msg}")
+            for err, k in n.get("errors") or []:
+                out.append(f"    cycle error x{k}: {err[:300]}")
+            for path in n.get("dumped") or []:
+                out.append(f"    observed state of a failed cycle: {path}")
+            stuck = n.get("stuck") or {}
+            out.append(
+                f"{r.name}: at the end {stuck.get('gated', 0)} pod(s) still gated "
+                f"(hold reasons {stuck.get('held')}), "
+                f"{len(stuck.get('admitted_unbound') or [])} admitted but not bound"
+            )
+            out += [f"    {s[:240]}" for s in (stuck.get("admitted_unbound") or [])[:5]]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--controller-child"]:
+        return controller_child(Path(argv[1]))
+    args = parse(argv)
+    data = openb_dir()
+    if not (data / DEFAULT_NODES).is_file() or not (data / DEFAULT_PODS).is_file():
+        say(
+            f"skipped: the openb trace is not in {data} (set $GPUPOOL_OPENB_DIR; "
+            f"../shared/data/openb/README.md says where it comes from)"
+        )
+        return 0
+    try:
+        nodes = read_nodes(data / DEFAULT_NODES)
+        pods = read_pods(data / DEFAULT_PODS)
+    except TraceError as exc:
+        say(f"error: {exc}")
+        return 1
+    names = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if unknown := [n for n in names if n not in ("default", "gpupool")]:
+        say(f"error: --runs: unknown run(s) {', '.join(unknown)} (default, gpupool)")
+        return 2
+    binary = cached_binary() if names else None
+    if names and binary is None:
+        say(
+            "skipped: the kcp control-plane binary is not built (scripts/build-control-plane.sh "
+            "builds it into ~/.cache/gpupool/control-plane, minutes; or set $KCP_BINARY)"
+        )
+        return 0
+    started = time.monotonic()
+    wl = build_workload(args, nodes, pods)
+    describe(wl)
+    sims = []
+    for policy in ("ours", "random"):
+        t = time.monotonic()
+        sims.append(simulate(wl, policy, args.seed))
+        say(f"simulator, {policy}: {time.monotonic() - t:.1f}s")
+    policy = POLICY_TEXT.format(
+        pool=POOL, model=MODEL, nodes=len(wl.nodes), cls=CLASS, value=PRIORITY_VALUE
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="gpupool-admission-bench-"))
+    plane = kubelets = None
+    real: list[Result] = []
+    wall: dict[str, float] = {}
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if names:
+            plane, kubelets, world = start_cluster(binary, workdir, wl, policy)
+        for name in names:
+            say(f"run {name}:")
+            t = time.monotonic()
+            if name == "default":
+                real.append(run_default(world, wl))
+            else:
+                real.append(
+                    run_gpupool(
+                        world,
+                        wl,
+                        workdir / "policy",
+                        args.min_interval,
+                        args.dump,
+                        process=args.controller_process,
+                    )
+                )
+            wall[name] = time.monotonic() - t
+            say(f"run {name}: {wall[name]:.0f}s wall")
+        if kubelets is not None and kubelets.errors:
+            errs = kubelets.errors
+            say(f"simulated kubelets reported {len(errs)} error(s): {errs[:3]}")
+    finally:
+        if kubelets is not None:
+            kubelets.stop()
+        if plane is not None:
+            plane.stop()
+        if args.keep:
+            shutil.copytree(workdir, args.keep, dirs_exist_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+    results = real + [r for r in sims]
+    say("")
+    say(
+        f"openb default trace, seed {args.seed}: {len(wl.nodes)} nodes / {wl.capacity:,} cards, "
+        f"{len(wl.jobs):,} pods, load {wl.offered:.2f}, speed {wl.speed:,.1f}; "
+        f"total {time.monotonic() - started:.0f}s wall "
+        f"({', '.join(f'{k} run {v:.0f}s' for k, v in wall.items())})"
+    )
+    say("")
+    say(table(wl, results))
+    say("")
+    say(notes(results))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "workload": {
+                        "pods": len(wl.jobs),
+                        "nodes": len(wl.nodes),
+                        "cards": wl.capacity,
+                        "density": wl.density,
+                        "speed": wl.speed,
+                        "offered": wl.offered,
+                        "t_last": wl.t_last,
+                    },
+                    "results": [
+                        {
+                            "name": r.name,
+                            "mean_alloc": r.mean_alloc(wl.t_last),
+                            "mean_frag": r.mean_frag(),
+                            "never": dict(r.never),
+                            "waits_p50": pct(r.waits, 0.5),
+                            "waits_p95": pct(r.waits, 0.95),
+                            "alloc": r.alloc[:: max(1, len(r.alloc) // 400)],
+                            "notes": {k: v for k, v in r.notes.items() if k != "progress"},
+                        }
+                        for r in results
+                    ],
+                },
+                indent=1,
+                default=str,
+            )
+        )
+    return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
