@@ -277,17 +277,23 @@ def _admission(p: Any) -> tuple[str, str | None]:
     return "scheduler", None
 
 
+def _node_cards(text: str) -> tuple[str, list[int]] | None:
+    """ "<node>:<gpus>" ("node-a:0,1"); None when unreadable."""
+    node, _, cards = text.rpartition(":")
+    gpus = _gpus(cards)
+    return (node, gpus) if node and gpus else None
+
+
 def _reservation(ann: dict) -> tuple[str | None, list[int]]:
     """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (logged)."""
     text = ann.get(C.RESERVED_ANN)
     if not text:
         return None, []
-    node, _, cards = text.rpartition(":")
-    gpus = _gpus(cards)
-    if not node or not gpus:
+    found = _node_cards(text)
+    if found is None:
         log.warning("unreadable %s annotation %r; ignored", C.RESERVED_ANN, text)
         return None, []
-    return node, gpus
+    return found
 
 
 def _held(p: Any) -> str:
@@ -302,12 +308,11 @@ def _next_pod_reservation(text: str | None) -> tuple[str, list[int], datetime] |
     if not text:
         return None
     where, _, when = text.rpartition("@")
-    node, gpus = _reservation({C.RESERVED_ANN: where})
-    at = _ts(when)
-    if node is None or at is None:
+    found, at = _node_cards(where), _ts(when)
+    if found is None or at is None:
         log.warning("unreadable %s annotation %r; ignored", C.NEXT_POD_RESERVED_ANN, text)
         return None
-    return node, gpus, at
+    return found[0], found[1], at
 
 
 def _gang(p: Any, sizes: dict[tuple[str, str, str], int]) -> tuple[str, int | None]:

@@ -691,6 +691,7 @@ def _pending(run: _Run) -> list[Pending]:
             )
         key = gang_key(w) if w.request.kind == "whole" else None
         groups.setdefault(key if key is not None else w.key, []).append(w)
+    placed = Counter(gang_key(w) for w in run.cluster.workloads.values() if w.placed)
     out = []
     for key, ws in groups.items():
         head = ws[0]
@@ -720,13 +721,12 @@ def _pending(run: _Run) -> list[Pending]:
             )
             continue
         size = head.gang_size
-        placed = sum(1 for w in run.cluster.workloads.values() if w.placed and gang_key(w) == key)
-        if size is not None and len(ws) + placed < size:
+        if size is not None and len(ws) + placed[key] < size:
             _wait(
                 run,
                 p,
                 "gang-incomplete",
-                f"gang {key[2]} has {len(ws) + placed} of its {size} pods: it is admitted "
+                f"gang {key[2]} has {len(ws) + placed[key]} of its {size} pods: it is admitted "
                 "once all exist",
             )
             continue

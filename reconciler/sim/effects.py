@@ -172,6 +172,14 @@ class _World:
         gpus = [g.model_copy(update=update) if g.index == index else g for g in n.gpus]
         self.nodes[node] = n.model_copy(update={"gpus": gpus})
 
+    def create_pod(self, pod: Workload) -> None:
+        """A pod an owner creates, as the API server admits it: the globalDefault class if it
+        names none (`with_default_class`), then refused if a ResourceQuota of its namespace
+        has no room (`admitted`: the owner's retries are not modelled)."""
+        pod = with_default_class(self.priority_classes, pod)
+        if admitted(self.quotas, self.workloads, pod):
+            self.workloads.append(pod)
+
     def running_on(self, node: str) -> list[Workload]:
         return [w for w in self.workloads if w.phase == "Running" and w.node == node]
 
@@ -463,9 +471,7 @@ def _scale(world: _World, a: Scale, now: datetime) -> None:
             owner_kind=svc.pod_owner_kind,
             owner_name=svc.name,
         )
-        pod = with_default_class(world.priority_classes, pod)
-        if admitted(world.quotas, world.workloads, pod):
-            world.workloads.append(pod)
+        world.create_pod(pod)
         n += 1
 
 
@@ -550,9 +556,7 @@ def _resume(world: _World, a: Resume, now: datetime) -> None:
             owner_name=j.name,
             gang_size=j.parallelism,
         )
-        pod = with_default_class(world.priority_classes, pod)
-        if admitted(world.quotas, world.workloads, pod):
-            world.workloads.append(pod)
+        world.create_pod(pod)
 
 
 def _hold(world: _World, a: Hold, now: datetime) -> None:
