@@ -119,3 +119,12 @@ def mig_resource(profile: str) -> str:
     """The device plugin's resource for a MIG profile under the `mixed` strategy (`+` of a
     media-extension profile becomes `.`)."""
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+def resource_version(value: object) -> int | None:
+    """A `metadata.resourceVersion` as the integer Kubernetes defines it for comparison since
+    1.35 (KEP-5504, Comparable Resource Version: a decimal without leading zeros; a greater
+    value of one resource is a later state), or None if it is not one (an aggregated API
+    server may serve opaque versions: nothing is compared then)."""
+    text = str(value or "")
+    return int(text) if text.isdigit() and not text.startswith("0") else None

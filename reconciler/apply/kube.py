@@ -139,6 +139,15 @@ class KubeOps:
         self.batch = client.BatchV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.written: dict[str, int] = {}
+        """"nodes" / "pods" -> the newest resourceVersion the server returned for a write of
+        gpupool's: what the controller's watch cache must have seen before the next plan
+        (`reconciler/loop/informer.py`, read your own writes)."""
+
+    def _wrote(self, kind: str, obj: Any) -> None:
+        rv = C.resource_version(getattr(getattr(obj, "metadata", None), "resource_version", None))
+        if rv is not None and rv > self.written.get(kind, 0):
+            self.written[kind] = rv
 
     # nodes
     def read_node(self, name: str) -> NodeInfo | None:
@@ -171,7 +180,7 @@ class KubeOps:
         if annotations:
             body["metadata"]["annotations"] = annotations
         with _errors():
-            self.core.patch_node(name, body, _content_type=MERGE)
+            self._wrote("nodes", self.core.patch_node(name, body, _content_type=MERGE))
 
     def read_node_state(self, node: str) -> dict | None:
         return _or_none(
@@ -194,8 +203,11 @@ class KubeOps:
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         with _errors():
-            self.core.patch_namespaced_pod(
-                name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            self._wrote(
+                "pods",
+                self.core.patch_namespaced_pod(
+                    name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+                ),
             )
 
     def admit_pod(
@@ -225,7 +237,10 @@ class KubeOps:
         with _errors():
             # strategic merge: schedulingGates is merged by `name` (the directive deletes only
             # gpupool's gate); a merge patch would replace the whole list
-            self.core.patch_namespaced_pod(name, namespace, body, _content_type=STRATEGIC)
+            self._wrote(
+                "pods",
+                self.core.patch_namespaced_pod(name, namespace, body, _content_type=STRATEGIC),
+            )
 
     def set_pod_condition(
         self,
@@ -247,8 +262,11 @@ class KubeOps:
         }
         with _errors():
             # strategic merge: status.conditions is merged by `type`
-            self.core.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": [cond]}}, _content_type=STRATEGIC
+            self._wrote(
+                "pods",
+                self.core.patch_namespaced_pod_status(
+                    name, namespace, {"status": {"conditions": [cond]}}, _content_type=STRATEGIC
+                ),
             )
 
     def evict_pod(self, namespace: str, name: str) -> None:

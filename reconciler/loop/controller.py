@@ -70,6 +70,7 @@ class Controller:
         apply_config: ApplyConfig | None = None,
         clock: Callable[[], datetime] = _now,
         lease_seconds: int = 15,
+        cache_wait_seconds: float = 10.0,
     ):
         self.source = source
         self.api = api_client
@@ -84,13 +85,15 @@ class Controller:
             clock=clock,
         )
         self.status = StatusStore(api_client, namespace=namespace)
+        self.ops = KubeOps(api_client)
         self.executor = Executor(
-            KubeOps(api_client),
+            self.ops,
             apply_config or ApplyConfig(),
             clock=clock,
         )
         self.last_ok: datetime | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
+        self.cache_wait_seconds = cache_wait_seconds
 
     def cycle(self) -> CycleResult:
         with metrics.RECONCILE_DURATION.time():
@@ -143,7 +146,7 @@ class Controller:
                 )
             return CycleResult(None, "", leader, None, error=msg)
         observed = observe_cluster(
-            self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self.cache
+            self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self._cache()
         )
         p, facts = plan_state(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
@@ -179,6 +182,19 @@ class Controller:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
         return CycleResult(snap.revision, p.summary, leader, applied, actions=len(p.actions))
+
+    def _cache(self) -> Any:
+        """The watch cache if it has seen gpupool's own last writes, else None (list afresh):
+        planning from a cache that has not seen a pod's admission would take the pod for
+        gated and its cards for free, and admit another pod onto them."""
+        if self.cache is None or self.cache.caught_up(self.ops.written, self.cache_wait_seconds):
+            return self.cache
+        metrics.CACHE_BEHIND.inc()
+        log.warning(
+            "the watch cache has not seen gpupool's last writes within %ss; listing afresh",
+            self.cache_wait_seconds,
+        )
+        return None
 
     def _status(
         self,

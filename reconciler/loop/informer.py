@@ -4,16 +4,38 @@ The controller reads its observed state from these instead of listing every pod 
 A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410
 Gone (the server compacted past it) or any error relists. `synced` is set after the first
 list; until then readers get None and fall back to a list of their own.
+
+Read your own writes: a cache lags the server, so right after gpupool admits a pod the next
+cycle could still see it gated and its cards free, and admit a second pod onto them. Each
+informer keeps the newest resourceVersion it has processed (lists, events and bookmarks);
+`ClusterCache.caught_up` waits until that reaches the resourceVersion the server returned
+for gpupool's own last write of that kind, and the controller lists afresh when it does not
+in time. Resource versions of one resource are comparable as integers since Kubernetes 1.35
+(KEP-5504, Comparable Resource Version, stable in v1.35); kube-controller-manager's own
+controllers do the same since v1.36 (KEP-5647, Stale Controller Handling: they compare their
+writes with the informer store's `LastStoreSyncResourceVersion` and wait).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from reconciler.conventions import resource_version
+
 log = logging.getLogger("gpupool.informer")
+
+
+def _event_rv(obj: Any) -> Any:
+    """The resourceVersion of a watch event's object: a model object, or a dict for a BOOKMARK
+    (the client does not deserialize bookmarks: they carry only metadata)."""
+    if isinstance(obj, dict):
+        return (obj.get("metadata") or {}).get("resourceVersion")
+    meta = getattr(obj, "metadata", None)
+    return getattr(meta, "resource_version", None)
 
 
 class Informer:
@@ -31,8 +53,11 @@ class Informer:
         self.backoff_seconds = backoff_seconds
         self.synced = threading.Event()
         self.relists = 0
+        self.rv: int | None = None
+        """The newest resourceVersion processed (list, event or bookmark)."""
         self._items: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._advanced = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
     @staticmethod
@@ -45,6 +70,19 @@ class Informer:
         with self._lock:
             return list(self._items.values())
 
+    def caught_up(self, rv: int, timeout: float) -> bool:
+        """Wait until this cache has processed resourceVersion `rv` (or a later one)."""
+        with self._advanced:
+            return self._advanced.wait_for(
+                lambda: self.rv is not None and self.rv >= rv, timeout=timeout
+            )
+
+    def _seen(self, value: Any) -> None:
+        rv = resource_version(value)
+        if rv is not None and (self.rv is None or rv > self.rv):
+            self.rv = rv
+            self._advanced.notify_all()
+
     def start(self, stop: threading.Event) -> Informer:
         self._thread = threading.Thread(
             target=self._run, args=(stop,), name=f"informer-{self.name}", daemon=True
@@ -56,6 +94,7 @@ class Informer:
         result = self.list_fn()
         with self._lock:
             self._items = {self._key(o): o for o in result.items}
+            self._seen(result.metadata.resource_version)
         self.relists += 1
         self.synced.set()
         return result.metadata.resource_version
@@ -80,14 +119,13 @@ class Informer:
                         break
                     obj = event["object"]
                     kind = event["type"]
-                    rv = obj.metadata.resource_version or rv
-                    if kind == "BOOKMARK":
-                        continue
+                    rv = _event_rv(obj) or rv
                     with self._lock:
                         if kind == "DELETED":
                             self._items.pop(self._key(obj), None)
-                        else:
+                        elif kind != "BOOKMARK":
                             self._items[self._key(obj)] = obj
+                        self._seen(rv)
             except client.ApiException as exc:
                 if exc.status == 410:
                     log.info("%s: resourceVersion %s is gone; relisting", self.name, rv)
@@ -124,3 +162,14 @@ class ClusterCache:
 
     def wait_synced(self, timeout: float) -> bool:
         return self.node_informer.synced.wait(timeout) and self.pod_informer.synced.wait(timeout)
+
+    def caught_up(self, written: dict[str, int], timeout: float) -> bool:
+        """Each cache has processed gpupool's own last write of its kind (`written`: "nodes" /
+        "pods" -> the resourceVersion the server returned for it), waiting up to `timeout`
+        seconds in all."""
+        deadline = time.monotonic() + timeout
+        for kind, informer in (("nodes", self.node_informer), ("pods", self.pod_informer)):
+            rv = written.get(kind)
+            if rv is not None and not informer.caught_up(rv, max(0.0, deadline - time.monotonic())):
+                return False
+        return True

@@ -51,3 +51,8 @@ LAST_SUCCESS = Gauge(
     "When a cycle last completed without error.",
     registry=REGISTRY,
 )
+CACHE_BEHIND = Counter(
+    "gpupool_cache_behind_total",
+    "Cycles that listed afresh because the watch cache had not seen gpupool's own last writes.",
+    registry=REGISTRY,
+)

@@ -204,8 +204,9 @@ def _judge_sharing(c: _Checker, n: Node) -> None:
 
 
 def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:
-    """Running workloads that hold something, each key once: the last listing, as the
-    planner's working view keeps it (a validated snapshot lists each key once)."""
+    """Workloads that hold something (running, or admitted and not bound yet: the cards meant
+    for them are theirs), each key once: the last listing, as the planner's working view keeps
+    it (a validated snapshot lists each key once)."""
     last: dict[str, Workload] = {}
     for w in workloads:
         if w.key in last:
@@ -215,7 +216,11 @@ def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:
                 "the workload is listed twice; gpupool counts one listing only",
             )
         last[w.key] = w
-    return [w for w in last.values() if w.phase == "Running" and w.allocations]
+    return [
+        w
+        for w in last.values()
+        if (w.phase == "Running" or w.admission == "admitted") and w.allocations
+    ]
 
 
 def _holdings(

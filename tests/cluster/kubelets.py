@@ -95,6 +95,14 @@ def _extended_requests(pod: dict) -> dict[str, int]:
     return out
 
 
+def pod_cidr(index: int) -> str:
+    """Node `index`'s pod range: a /24 of 10.244.0.0/14 (1,024 nodes, as many as a /14 split
+    into /24s holds; a 10.244.<index>.0/24 scheme stopped at 256)."""
+    if not 0 <= index < 1024:
+        raise ValueError(f"node index {index}: the simulated kubelets give pod ranges to 1024")
+    return f"10.{244 + index // 256}.{index % 256}.0/24"
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -267,7 +275,7 @@ class SimulatedKubelets:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": spec.name, "labels": spec.node_labels()},
-            "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+            "spec": {"podCIDR": pod_cidr(index), "podCIDRs": [pod_cidr(index)]},
         }
         if spec.taints:
             body["spec"]["taints"] = list(spec.taints)
@@ -624,7 +632,7 @@ class SimulatedKubelets:
             return st.ip
         with self._lock:
             if uid not in st.pod_ips:
-                st.pod_ips[uid] = f"10.244.{st.index}.{st.next_ip}"
+                st.pod_ips[uid] = pod_cidr(st.index).replace(".0/24", f".{st.next_ip}")
                 st.next_ip = st.next_ip + 1 if st.next_ip < 254 else 2
             return st.pod_ips[uid]
 

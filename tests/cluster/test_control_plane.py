@@ -479,3 +479,14 @@ def test_admission_policies_are_enforced(control_plane, admin):
         return (cm.metadata.labels or {}).get("stamped") == "yes"
 
     wait_for("the MutatingAdmissionPolicy to label", stamped, timeout=15)
+
+
+def test_pod_ranges_are_distinct_past_256_nodes():
+    """The bench registers hundreds of simulated nodes; each gets its own /24."""
+    from tests.cluster.kubelets import pod_cidr
+
+    cidrs = [pod_cidr(i) for i in range(1024)]
+    assert len(set(cidrs)) == 1024
+    assert pod_cidr(0) == "10.244.0.0/24" and pod_cidr(256) == "10.245.0.0/24"
+    with pytest.raises(ValueError):
+        pod_cidr(1024)

@@ -1,7 +1,9 @@
 """The controller's watch-fed cache (reconciler/loop/informer.py, ClusterCache) on the real API
 server, as the controller's ServiceAccount: it lists, follows the watch, resumes a watch that
 ends from the last resourceVersion (no relist), relists on 410 Gone and after an API server
-restart, and the observed state read through it equals the listed one.
+restart, and the observed state read through it equals the listed one. Bookmarks advance the
+cache's resourceVersion without a relist, and the controller plans from the cache only once it
+has seen gpupool's own last writes (read your own writes), listing afresh otherwise.
 
 The 410 is injected by the FaultProxy (a real server answers 410 to a watch from a compacted
 resourceVersion, and compaction cannot be asked for); everything else is the server's own.
@@ -14,11 +16,12 @@ import time
 
 import pytest
 
+from reconciler.loop import metrics
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe.kube import observe_cluster
 from tests.faultproxy.proxy import FaultProxy
 
-from .harness import CONTROLLER_SA, NS, add_gpu_node, create_pod
+from .harness import CONTROLLER_SA, NS, Clock, add_gpu_node, controller, create_pod
 
 PODS = r"^/api/v1/pods$"
 
@@ -181,3 +184,54 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
         a.gpu for a in work[f"{ns}/job"].allocations
     ) == [0, 1]
     assert work[f"{ns}/waiting"].phase == "Pending"
+
+
+def test_bookmarks_advance_the_cache_without_a_relist(kube, stop):
+    """The API server sends a BOOKMARK about 2 s before a watch's timeout (and about once a
+    minute) when its watch cache is newer than what the watch sent; the client hands it over
+    undecoded (a dict). It moves the cache's resourceVersion on; it must not break the watch
+    into a relist."""
+    ns = kube.new_namespace()
+    cache = ClusterCache(kube.controller_client(), timeout_seconds=6).start(stop)
+    assert cache.wait_synced(10)
+    informer = cache.pod_informer
+    listed = informer.rv
+    assert listed is not None
+    # something other than a pod changes, and a consistent pod list makes the API server's
+    # pod watch cache catch up with etcd (a progress request): the pod watch learns the newer
+    # resourceVersion only through a bookmark
+    kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "nudge"}})
+    kube.core.list_pod_for_all_namespaces(limit=1)
+    eventually(lambda: informer.rv > listed, timeout=20, what="a bookmark's resourceVersion")
+    assert informer.relists == 1 and cache.node_informer.relists == 1
+
+
+def test_the_controller_plans_from_the_cache_only_once_it_saw_its_own_writes(
+    kube, proxy, stop, tmp_path
+):
+    ns = kube.new_namespace()
+    pod(kube, ns, "p")
+    api = proxy.api_client(kube.plane.service_account_token(NS, CONTROLLER_SA, create=False))
+    kube.cleanup(api.close)
+    ctl = controller(kube, tmp_path, Clock(), api_client=api, cache_wait_seconds=0.5)
+    ctl.cache = ClusterCache(api, timeout_seconds=2).start(stop)
+    assert ctl.cache.wait_synced(10)
+    assert ctl._cache() is ctl.cache  # gpupool has written nothing yet
+
+    def cached_annotations() -> dict:
+        [p] = [o for o in ctl.cache.pods() if o.metadata.name == "p" and o.metadata.namespace == ns]
+        return dict(p.metadata.annotations or {})
+
+    # the pod watch stops delivering (a lagging API server); gpupool writes the pod
+    hang = proxy.hang_watch("GET", PODS)
+    assert hang.wait(10)
+    ctl.ops.annotate_pod(ns, "p", {"example.com/written": "1"})
+    assert ctl.ops.written["pods"] > ctl.cache.pod_informer.rv
+    behind = metrics.CACHE_BEHIND._value.get()
+    assert ctl._cache() is None  # list afresh: the cache would show the pod as before
+    assert metrics.CACHE_BEHIND._value.get() == behind + 1
+    assert "example.com/written" not in cached_annotations()
+
+    proxy.remove(hang)
+    eventually(lambda: ctl._cache() is ctl.cache, timeout=20, what="the cache catching up")
+    assert cached_annotations()["example.com/written"] == "1"

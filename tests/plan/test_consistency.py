@@ -136,6 +136,27 @@ def test_two_pods_on_one_whole_card():
     safe_plan(obs, c)
 
 
+def test_an_admitted_pod_meant_for_a_card_a_running_pod_holds():
+    """Admitted (ungated, not bound yet) pods hold the cards meant for them, so a collision
+    with a running pod is the same drift as two running pods on one card: a finding and a
+    fenced card, never the planner's own over-commit guard failing every cycle."""
+    running = training("team-a", "a", N1, [0], started=ago(3))
+    admitted = Workload(
+        **{
+            **training("team-a", "b", N1, [0]).model_dump(),
+            "phase": "Pending",
+            "admission": "admitted",
+        }
+    )
+    assert admitted.placed
+    obs = cluster(workloads=[running, admitted])
+    c = check(DESIRED, obs)
+    f = only(c, "whole-card-shared")
+    assert f.subject == f"{N1}/gpu0" and "team-a/a, team-a/b" in f.message
+    assert suspect(c) == {(N1, 0)}
+    safe_plan(obs, c)
+
+
 def test_a_shared_card_over_full_after_its_slice_count_was_lowered():
     cards = [gpu(0, shared=2), *[mig_card(i) for i in range(1, 8)]]
     pods = [shared_pod("team-b", f"chat-{k}", N1, 1, started=ago(1)) for k in range(3)]
