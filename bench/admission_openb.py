@@ -65,9 +65,9 @@ process (the controller shares its interpreter lock with the simulated kubelets,
 cluster). `World.settle()` and `World.step_nodes()` go over every node (about 45 and 85 ms a
 node here), so this script's world publishes only the nodes whose device assignments changed
 and steps the NVIDIA stand-ins only within the mount delay after their ConfigMaps changed (the
-same calls, where they can change something). The simulated kubelets number node CIDRs
-10.244.<n>.0/24, so at most 254 nodes. Heartbeats are slowed (20 s, node-monitor grace 300 s)
-so that idle nodes do not load the API server.
+same calls, where they can change something). The simulated kubelets give pod ranges to at
+most 1,024 nodes (`tests/cluster/kubelets.py: pod_cidr`). Heartbeats are slowed (20 s,
+node-monitor grace 300 s) so that idle nodes do not load the API server.
 
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
@@ -130,7 +130,7 @@ CLASS = "batch"
 UNMETERED = 10**9
 POINTS = (0.25, 0.5, 0.75, 1.0)
 UNSATURATED = 0.8  # creation -> binding is also shown for pods created below this allocation
-MAX_NODES = 254  # tests/cluster/kubelets.py numbers node CIDRs 10.244.<n>.0/24
+MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
 PRIORITY_VALUE = 10000
 
 POLICY_TEXT = """\

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,12 +23,17 @@ from reconciler.apply.handlers import HANDLERS, ApplyConfig, Context, Outcome
 from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import (
     Action,
+    Admit,
     Checkpoint,
     Eviction,
+    Hold,
 )
 from reconciler.plan.model import Plan
 
 TRANSIENT = frozenset({0, 409, 429, 500, 503, 504})  # 0: no answer; every step re-checks first
+CONCURRENT = (Admit, Hold)
+"""Steps that touch only their own pods and write-ahead nothing: a run of them in the plan's
+order, none depending on another of the run, goes out at once (`ApplyConfig.parallel_steps`)."""
 NODE_EVENTS_NAMESPACE = "default"
 
 __all__ = ["ApplyConfig", "ApplyResult", "Executor", "Outcome"]
@@ -93,23 +99,38 @@ class Executor:
         result = ApplyResult()
         state: dict[str, str] = {}
         stopped = False
-        for action in plan.actions:
-            pending = [d for d in action.depends_on if state.get(d, "done") != "done"]
-            stopped = stopped or (may_continue is not None and not may_continue())
-            if stopped:
-                out = Outcome(
-                    action.id, "skipped", "stopped: no longer allowed to apply (leadership lost)"
-                )
-            elif pending:
-                out = Outcome(action.id, "skipped", f"waits for {', '.join(pending)}")
+        for batch in _batches(plan.actions, self.cfg.parallel_steps):
+            outs: dict[str, Outcome] = {}
+            runnable = []
+            for action in batch:
+                pending = [d for d in action.depends_on if state.get(d, "done") != "done"]
+                stopped = stopped or (may_continue is not None and not may_continue())
+                if stopped:
+                    outs[action.id] = Outcome(
+                        action.id,
+                        "skipped",
+                        "stopped: no longer allowed to apply (leadership lost)",
+                    )
+                elif pending:
+                    outs[action.id] = Outcome(
+                        action.id, "skipped", f"waits for {', '.join(pending)}"
+                    )
+                else:
+                    runnable.append(action)
+            if len(runnable) > 1:
+                with ThreadPoolExecutor(len(runnable), thread_name_prefix="gpupool-apply") as run:
+                    done = list(run.map(lambda a: self.step(a, ctx), runnable))
             else:
-                out = self.step(action, ctx)
-            state[action.id] = out.status
-            result.outcomes.append(out)
-            if out.changed and action.disruptive and self.cfg.emit_events:
-                self._event(action, out)
-            if on_outcome:
-                on_outcome(action, out)
+                done = [self.step(a, ctx) for a in runnable]
+            outs.update((a.id, out) for a, out in zip(runnable, done, strict=True))
+            for action in batch:
+                out = outs[action.id]
+                state[action.id] = out.status
+                result.outcomes.append(out)
+                if out.changed and action.disruptive and self.cfg.emit_events:
+                    self._event(action, out)
+                if on_outcome:
+                    on_outcome(action, out)
         return result
 
     def step(self, action: Action, ctx: Context) -> Outcome:
@@ -155,3 +176,23 @@ class Executor:
         }
         with contextlib.suppress(ApiError):
             self.ops.create_event(ns, body)
+
+
+def _batches(actions: Sequence[Action], width: int) -> Iterator[Sequence[Action]]:
+    """The plan in order, cut into runs of at most `width` `CONCURRENT` steps none of which
+    depends on another of its run; every other step alone."""
+    i = 0
+    while i < len(actions):
+        j = i + 1
+        if isinstance(actions[i], CONCURRENT):
+            ids = {actions[i].id}
+            while (
+                j < len(actions)
+                and j - i < width
+                and isinstance(actions[j], CONCURRENT)
+                and not ids.intersection(actions[j].depends_on)
+            ):
+                ids.add(actions[j].id)
+                j += 1
+        yield actions[i:j]
+        i = j

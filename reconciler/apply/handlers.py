@@ -82,6 +82,9 @@ class ApplyConfig:
     `mig_timeout_seconds`) is tried again, each time under a new label value naming an
     identical config; then the step fails and the controller reports Stalled."""
     emit_events: bool = True
+    parallel_steps: int = 8
+    """How many admissions and holds (one gang's or one pod's step each, independent of one
+    another) run at once: each is a few requests, and a busy cycle has dozens (1: one by one)."""
 
 
 @dataclass
@@ -914,16 +917,7 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         pods[want.name] = pod
     wrote, current = False, ""
     try:
-        # 1. the reservation first: the next cycles plan from scratch and read it back, so they
-        # keep freeing these cards for this gang instead of giving them to someone else
-        for want in a.pods:
-            pod = pods[want.name]
-            reserved = f"{want.node}:{','.join(map(str, want.gpus))}"
-            if C.ADMISSION_GATE in pod.gates and pod.annotations.get(C.RESERVED_ANN) != reserved:
-                current = want.name
-                ctx.ops.annotate_pod(ns, want.name, {C.RESERVED_ANN: reserved})
-                wrote = True
-        # 2. the pods evicted for these cards must be GONE, not just terminating: kube-scheduler
+        # 1. the pods evicted for these cards must be GONE, not just terminating: kube-scheduler
         # keeps a bound pod in its cache, counting its requests on the node, until the pod's
         # delete event (k8s.io/kubernetes v1.37.2 pkg/scheduler/eventhandlers.go,
         # deleteAssignedPodFromCache), so an admitted pod would find the node full. Worse, its
@@ -935,6 +929,20 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # the Eviction API carries reason EvictionByEvictionAPI instead
         # (pkg/registry/core/pod/storage/eviction.go), so it does not hold anything back.
         waiting = _still_there(ctx, a.after)
+        # 2. the reservation, before this step waits or admits a gang pod by pod: the next
+        # cycles plan from scratch and read it back, so they keep freeing these cards for this
+        # gang instead of giving them to someone else (one pod admitted at once needs none)
+        if waiting or len(a.pods) > 1:
+            for want in a.pods:
+                pod = pods[want.name]
+                reserved = f"{want.node}:{','.join(map(str, want.gpus))}"
+                if (
+                    C.ADMISSION_GATE in pod.gates
+                    and pod.annotations.get(C.RESERVED_ANN) != reserved
+                ):
+                    current = want.name
+                    ctx.ops.annotate_pod(ns, want.name, {C.RESERVED_ANN: reserved})
+                    wrote = True
         if waiting:
             return Outcome(
                 a.id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -139,6 +140,7 @@ class KubeOps:
         self.batch = client.BatchV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._written_lock = threading.Lock()
         self.written: dict[str, int] = {}
         """"nodes" / "pods" -> the newest resourceVersion the server returned for a write of
         gpupool's: what the controller's watch cache must have seen before the next plan
@@ -146,8 +148,9 @@ class KubeOps:
 
     def _wrote(self, kind: str, obj: Any) -> None:
         rv = C.resource_version(getattr(getattr(obj, "metadata", None), "resource_version", None))
-        if rv is not None and rv > self.written.get(kind, 0):
-            self.written[kind] = rv
+        with self._written_lock:  # steps may run at once (ApplyConfig.parallel_steps)
+            if rv is not None and rv > self.written.get(kind, 0):
+                self.written[kind] = rv
 
     # nodes
     def read_node(self, name: str) -> NodeInfo | None:

@@ -360,11 +360,8 @@ def _workload(
         reserved_node, reserved_gpus = moved[0], moved[1]  # a move's target, for this pod
     gang, gang_size = _gang(p, owners.sizes)
     node = p.spec.node_name if running else admitted_to
-    if not running:
-        # an admitted pod holds the whole cards meant for it until kube-scheduler binds it;
-        # which MIG instance or slices it will get is not known before
-        intended = _gpus(ann.get(C.INTENDED_GPUS_ANN)) if admitted_to and req.gpus else None
-        allocations = [Allocation(gpu=i) for i in intended or []]
+    if not running and not admitted_to:
+        allocations = []  # a pod not bound nor admitted holds nothing
     return Workload(
         namespace=p.metadata.namespace,
         name=p.metadata.name,
@@ -507,6 +504,35 @@ def _known_allocations(
         return None
 
 
+def admitted_allocations(
+    p: Any, req: Request, node: Node | None, taken: set[int]
+) -> list[Allocation]:
+    """The whole cards an admitted pod holds in the view until it is bound and the node agent
+    reports what it got (MIG instances or slices are not known before, so none are claimed).
+
+    kube-scheduler binds it by count, and the kubelet's device manager then hands it cards of
+    its own choosing: the device plugin's GetPreferredAllocation, else any free ones
+    (kubelet pkg/kubelet/cm/devicemanager/manager.go, devicesToAllocate); nothing reads
+    `gpupool.io/intended-gpus`. So the pod keeps the cards meant for it that no pod bound
+    there holds (`taken`), and takes other free whole cards of its node for the rest. Only when
+    the node has too few free cards does it keep cards that are taken: the consistency check
+    then reports the collision and fences them."""
+    intended = _gpus((p.metadata.annotations or {}).get(C.INTENDED_GPUS_ANN)) or []
+    if not req.gpus:
+        return []
+    if node is None:
+        chosen = intended[: req.gpus]
+    else:
+        whole = [g.index for g in node.gpus if g.mode == "whole"]
+        free = [i for i in intended if i in whole and i not in taken]
+        free += [i for i in whole if i not in taken and i not in free]
+        chosen = free[: req.gpus]
+        if len(chosen) < req.gpus:
+            chosen += [i for i in intended if i not in chosen][: req.gpus - len(chosen)]
+    taken.update(chosen)
+    return [Allocation(gpu=i) for i in chosen]
+
+
 def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list[Allocation]:
     if node is None or not req.gpus:
         return []
@@ -614,13 +640,20 @@ def observe_cluster(
         gpu_pods.append((p, req, known))
     owners = read_owners(api_client)
     workloads = []
-    for p, req, known in gpu_pods:
+    # bound pods first: an admitted pod yields to what the kubelet has handed out or will
+    for p, req, known in sorted(gpu_pods, key=lambda x: not x[0].spec.node_name):
         node_name = p.spec.node_name or ""
-        allocs = (
-            known
-            if known is not None
-            else _guess_allocations(req, by_name.get(node_name), taken.setdefault(node_name, set()))
-        )
+        admitted_to = None if node_name else _admission(p)[1]
+        if admitted_to:
+            allocs = admitted_allocations(
+                p, req, by_name.get(admitted_to), taken.setdefault(admitted_to, set())
+            )
+        elif known is not None:
+            allocs = known
+        else:
+            allocs = _guess_allocations(
+                req, by_name.get(node_name), taken.setdefault(node_name, set())
+            )
         workloads.append(_workload(p, req, allocs, owners))
     apps = client.AppsV1Api(api_client)
     services = [

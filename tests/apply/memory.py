@@ -42,6 +42,7 @@ changes nothing).
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +193,7 @@ class MemoryCluster:
         self.after: dict[str, Callable[[], None]] = dict(after or {})
         self.calls: list[Call] = []
         self._rv = 1000
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ bookkeeping
     def _next_rv(self) -> str:
@@ -210,16 +212,17 @@ class MemoryCluster:
         return call
 
     def _run(self, op: str, fn: Callable[[], Any], **args: Any) -> Any:
-        call = self._enter(op, **args)
-        try:
-            out = fn()
-        except ApiError as exc:
-            call.error = exc
-            raise
-        hook = self.after.get(op)
-        if hook is not None:
-            hook()
-        return out
+        with self._lock:  # one request at a time, as the API server serializes one object's
+            call = self._enter(op, **args)
+            try:
+                out = fn()
+            except ApiError as exc:
+                call.error = exc
+                raise
+            hook = self.after.get(op)
+            if hook is not None:
+                hook()
+            return out
 
     @property
     def writes(self) -> list[Call]:

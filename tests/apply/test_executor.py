@@ -4,17 +4,18 @@ pre-eviction hook, and that every kind of action has a handler."""
 from __future__ import annotations
 
 import inspect
+import threading
 import typing
 
 import pytest
 
 from reconciler import conventions as C
 from reconciler.apply.configs import attempt_name
-from reconciler.apply.executor import TRANSIENT, ApplyResult, Executor
+from reconciler.apply.executor import TRANSIENT, ApplyResult, Executor, _batches
 from reconciler.apply.handlers import HANDLERS, ApplyConfig
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
-from reconciler.plan.actions import Action, ActionBase, Preempt
+from reconciler.plan.actions import Action, ActionBase, Admit, Hold, PodAdmission, Preempt
 from reconciler.plan.model import Plan
 from tests.apply.memory import MUTATING, MemoryCluster
 from tests.apply.table import NODE, NOW, NS, Job, Row, ago, seed_memory
@@ -190,6 +191,68 @@ def test_nothing_more_is_applied_once_it_may_not_continue():
     assert [op for op in c.write_ops() if op != "create_event"] == [
         "patch_node"
     ] and c.evictions == []
+
+
+# ---------------------------------------------------------------------- admissions at once
+def one_pod_admission(k: int, **kw) -> Admit:
+    return Admit(
+        id=f"admit:{NS}/p-{k}",
+        target=f"{NS}/p-{k}",
+        reason="fits",
+        namespace=NS,
+        pods=(PodAdmission(name=f"p-{k}", node=NODE, gpus=(k,)),),
+        **kw,
+    )
+
+
+def held(k: int) -> Hold:
+    return Hold(
+        id=f"hold:{NS}/p-{k}",
+        target=f"{NS}/p-{k}",
+        reason="cap",
+        code="held-cap",
+        message="over the cap",
+    )
+
+
+def test_admissions_and_holds_go_out_in_runs_that_respect_dependencies():
+    a0, a1, h2 = one_pod_admission(0), one_pod_admission(1), held(2)
+    a3 = one_pod_admission(3, depends_on=(UNCORDON.id,))
+    a4 = one_pod_admission(4, depends_on=(a3.id,))
+    ids = [[a.id for a in b] for b in _batches((a0, a1, h2, UNCORDON, a3, a4), 8)]
+    assert ids == [[a0.id, a1.id, h2.id], [UNCORDON.id], [a3.id], [a4.id]]
+    assert [len(b) for b in _batches((a0, a1, h2), 2)] == [2, 1]
+    assert [len(b) for b in _batches((a0, a1, h2), 1)] == [1, 1, 1]
+
+
+class Rendezvous(MemoryCluster):
+    """Every admission's first read waits for the others': it returns only if the steps run
+    at once (one by one, the first read would wait alone and time out)."""
+
+    def __init__(self, parties: int, **kw):
+        super().__init__(**kw)
+        self.barrier = threading.Barrier(parties, timeout=5)
+
+    def read_pod(self, namespace: str, name: str):
+        self.barrier.wait()
+        return super().read_pod(namespace, name)
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_independent_admissions_run_at_once_and_report_in_plan_order(width: int):
+    c = Rendezvous(4, namespaces={NS})
+    for k in range(4):
+        c.add_pod(NS, f"p-{k}", node=None, gates=(C.ADMISSION_GATE,), gpu_resources={})
+    steps = [one_pod_admission(k) for k in range(4)]
+    ex = executor(c, parallel_steps=width)
+    if width == 1:  # one by one: the first read waits alone and the barrier breaks
+        with pytest.raises(threading.BrokenBarrierError):
+            ex.apply(plan(*steps))
+        return
+    r = ex.apply(plan(*steps))
+    assert [o.action for o in r.outcomes] == [a.id for a in steps]
+    assert [o.status for o in r.outcomes] == ["done"] * 4
+    assert all(not c.pods[(NS, f"p-{k}")].gates for k in range(4))
 
 
 # ---------------------------------------------------------------------- errors

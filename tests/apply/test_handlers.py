@@ -2175,7 +2175,7 @@ ADMIT_ROWS = [
         (gated("p-0", affinity=(OWN_TERM,)),),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        ("annotate_pod", "admit_pod"),
+        ("admit_pod",),  # one pod admitted at once: no reservation needed
         check=own_affinity_kept,
     ),
     Row(

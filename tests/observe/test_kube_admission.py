@@ -10,7 +10,8 @@ import pytest
 from kubernetes import client
 
 from reconciler import conventions as C
-from reconciler.observe.kube import Owners, _workload, pod_request
+from reconciler.observe.builders import gpu, node
+from reconciler.observe.kube import Owners, _workload, admitted_allocations, pod_request
 
 T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -58,7 +59,8 @@ def pod(
 
 
 def read(p: client.V1Pod, owners: Owners | None = None):
-    return _workload(p, pod_request(p), [], owners)
+    req = pod_request(p)
+    return _workload(p, req, admitted_allocations(p, req, None, set()), owners)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +80,26 @@ def test_who_decides_a_pending_pod(kw, admission, node):
     # an admitted pod holds the whole cards meant for it until it is bound
     assert [a.gpu for a in w.allocations] == ([2, 3] if admission == "admitted" else [])
     assert w.placed == (admission == "admitted")
+
+
+@pytest.mark.parametrize(
+    ("taken", "holds"),
+    [
+        (set(), [2, 3]),  # the cards meant for it are free: it holds them
+        ({2}, [3, 0]),  # one was handed to a bound pod: another free card instead
+        ({0, 1, 2, 4, 5, 6, 7}, [3, 2]),  # too few free: it keeps a taken one (a collision)
+    ],
+    ids=["as-meant", "re-aimed", "node-full"],
+)
+def test_an_admitted_pod_holds_free_cards_of_its_node(taken, holds):
+    """The kubelet hands an admitted pod cards of its own choosing (the intended cards are a
+    hint nothing reads): in the view it yields to cards a bound pod holds."""
+    p = pod(annotations={C.ADMITTED_ANN: "n1", C.INTENDED_GPUS_ANN: "2,3"})
+    n = node("n1", "h100", "h100", [gpu(i) for i in range(8)])
+    seen = set(taken)
+    got = admitted_allocations(p, pod_request(p), n, seen)
+    assert [a.gpu for a in got] == holds
+    assert seen == taken | set(holds)
 
 
 def test_a_bound_pod_is_placed_before_it_runs_and_a_terminating_one_still_holds_cards():
