@@ -984,6 +984,18 @@ def admit(a: Admit, ctx: Context) -> Outcome:
             current = want.name
             ctx.ops.admit_pod(ns, want.name, node=want.node, annotations=annotations)
             wrote = True
+            held = pods[want.name].condition(C.HELD_CONDITION)
+            if held is not None and held.status == "False":
+                # the wait a Hold reported is over: say so, not a stale reason
+                ctx.ops.set_pod_condition(
+                    ns,
+                    want.name,
+                    type=C.HELD_CONDITION,
+                    status="True",
+                    reason="Admitted",
+                    message=f"admitted to {want.node}",
+                    last_transition_time=_rfc3339(ctx.clock()),
+                )
     except ApiError as exc:
         if exc.status == 404 and current:  # deleted since it was read
             return dataclasses.replace(_gone(a, f"{ns}/{current}"), changed=wrote)

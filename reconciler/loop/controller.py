@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from reconciler.apply.kube import KubeOps
 from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.status import StatusStore, condition
-from reconciler.observe.kube import observe_cluster
+from reconciler.observe.kube import admission_event, observe_cluster
 from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
@@ -71,6 +72,7 @@ class Controller:
         clock: Callable[[], datetime] = _now,
         lease_seconds: int = 15,
         cache_wait_seconds: float = 10.0,
+        wake_gap_seconds: float = 1.0,
     ):
         self.source = source
         self.api = api_client
@@ -94,6 +96,9 @@ class Controller:
         self.last_ok: datetime | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.cache_wait_seconds = cache_wait_seconds
+        self.wake_gap_seconds = wake_gap_seconds
+        """Least time between two cycle starts when a pod event wakes the loop: a burst of
+        pods is admitted in one cycle, and the cycle's own writes cannot spin the loop."""
 
     def cycle(self) -> CycleResult:
         with metrics.RECONCILE_DURATION.time():
@@ -274,20 +279,34 @@ class Controller:
         )
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
-        """Cycle until `stop`; a change in a watched source wakes the loop early."""
+        """Cycle until `stop`, every `interval_seconds`; a change in a watched source, or a pod
+        event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
+        pod that stops holding cards), wakes the loop early, at most once per
+        `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
         self.elector.start(stop)
-        self.cache = ClusterCache(self.api).start(stop)
-        self.cache.wait_synced(30)
         wake = threading.Event()
+
+        def pod_event(kind: str, pod: Any) -> None:
+            if admission_event(kind, pod):
+                wake.set()
+
+        self.cache = ClusterCache(self.api, on_pod_event=pod_event).start(stop)
+        self.cache.wait_synced(30)
 
         def watch() -> None:
             for _ in self.source.changes(stop):
                 wake.set()
 
         threading.Thread(target=watch, name="gpupool-source-watch", daemon=True).start()
+        started = 0.0
         while not stop.is_set():
+            gap = self.wake_gap_seconds - (time.monotonic() - started)
+            if gap > 0 and stop.wait(gap):
+                break
+            wake.clear()  # what woke the loop so far is seen by this cycle
+            started = time.monotonic()
             result = self.cycle()
             log.info(
                 "cycle: leader=%s revision=%s %s%s",
@@ -297,4 +316,3 @@ class Controller:
                 f" error={result.error}" if result.error else "",
             )
             wake.wait(interval_seconds)
-            wake.clear()

@@ -46,8 +46,11 @@ class Informer:
         name: str,
         timeout_seconds: int = 60,
         backoff_seconds: float = 1.0,
+        on_event: Callable[[str, Any], None] | None = None,
     ):
         self.list_fn = list_fn
+        self.on_event = on_event
+        """Called with (ADDED | MODIFIED | DELETED, object) after the cache took each event."""
         self.name = name
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
@@ -126,6 +129,8 @@ class Informer:
                         elif kind != "BOOKMARK":
                             self._items[self._key(obj)] = obj
                         self._seen(rv)
+                    if self.on_event is not None and kind != "BOOKMARK":
+                        self.on_event(kind, obj)
             except client.ApiException as exc:
                 if exc.status == 410:
                     log.info("%s: resourceVersion %s is gone; relisting", self.name, rv)
@@ -142,12 +147,20 @@ class Informer:
 class ClusterCache:
     """The node and pod informers the controller observes through."""
 
-    def __init__(self, api_client: Any, **kw: Any):
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        on_pod_event: Callable[[str, Any], None] | None = None,
+        **kw: Any,
+    ):
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
         self.node_informer = Informer(core.list_node, name="nodes", **kw)
-        self.pod_informer = Informer(core.list_pod_for_all_namespaces, name="pods", **kw)
+        self.pod_informer = Informer(
+            core.list_pod_for_all_namespaces, name="pods", on_event=on_pod_event, **kw
+        )
 
     def start(self, stop: threading.Event) -> ClusterCache:
         self.node_informer.start(stop)

@@ -277,6 +277,23 @@ def _admission(p: Any) -> tuple[str, str | None]:
     return "scheduler", None
 
 
+def admission_event(kind: str, p: Any) -> bool:
+    """A pod watch event (ADDED | MODIFIED | DELETED) that admission should act on now, not at
+    the next interval: a GPU pod waiting behind gpupool's gate (new demand, or a gang that
+    became complete), or one that stops holding cards (deleted, terminating, finished), which
+    an admission may be waiting for or held demand may now fit into."""
+    try:
+        if pod_request(p).kind == "none":
+            return False
+        if kind == "DELETED" or p.metadata.deletion_timestamp is not None:
+            return True
+        if (p.status.phase if p.status else None) in ("Succeeded", "Failed"):
+            return True
+        return _admission(p)[0] == "gpupool"
+    except (AttributeError, TypeError, ValueError):  # a malformed pod: the interval finds it
+        return False
+
+
 def _node_cards(text: str) -> tuple[str, list[int]] | None:
     """ "<node>:<gpus>" ("node-a:0,1"); None when unreadable."""
     node, _, cards = text.rpartition(":")

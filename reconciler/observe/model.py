@@ -244,7 +244,8 @@ class Workload(Obs):
     `gpupool`: it carries gpupool's scheduling gate (`gpupool.io/admission`) and no other:
     gpupool's demand, to be admitted (snapshot files: the default);
     `admitted`: gpupool removed its gate and pinned it to `node`, and kube-scheduler has not
-    bound it yet: it holds `allocations` (the cards meant for it) like a running pod;
+    bound it yet: it holds `allocations` (whole cards of its node the adapter assigns it,
+    `reconciler.observe.kube.admitted_allocations`) like a running pod;
     `scheduler`: no gate: kube-scheduler places it as it comes (gpupool plans around it, its
     placement a prediction, and never admits it);
     `other`: another admission system's gate (Kueue's) is still on: not demand until it is

@@ -308,10 +308,18 @@ def _judge_cards(
         if mode == "whole":
             keys = sorted({w.key for w, _, _ in held})
             if len(keys) > 1:
+                waiting = sorted({w.key for w, _, _ in held if w.phase != "Running"})
+                why = (
+                    f" ({', '.join(waiting)} admitted here but not bound: the node has too few "
+                    "free cards for it, so kube-scheduler binds it only once some free up)"
+                    if waiting
+                    else ""
+                )
                 c.warn(
                     "whole-card-shared",
                     subject,
-                    f"{len(keys)} workloads hold this whole card ({', '.join(keys)}); {FENCED}",
+                    f"{len(keys)} workloads hold this whole card ({', '.join(keys)}){why}; "
+                    f"{FENCED}",
                 )
                 c.fence(card, f"a whole card held by {len(keys)} workloads")
         elif mode == "shared":

@@ -2039,6 +2039,15 @@ def kept_other_gate(p: Probe) -> None:
     assert pod is not None and pod.gates == (GATE, OTHER_GATE) and p.pod_terms("p-1") == []
 
 
+def hold_over(p: Probe) -> None:
+    """A pod a Hold had said waits: once admitted, its condition says so."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == ()
+    cond = pod.condition(C.HELD_CONDITION)
+    assert cond is not None
+    assert (cond.status, cond.reason, cond.message) == ("True", "Admitted", "admitted to node-a")
+
+
 def own_affinity_kept(p: Probe) -> None:
     pod = p.pod("p-0")
     assert pod is not None and pod.gates == ()
@@ -2177,6 +2186,15 @@ ADMIT_ROWS = [
         "admitted 1 pod(s): p-0 -> node-a",
         ("admit_pod",),  # one pod admitted at once: no reservation needed
         check=own_affinity_kept,
+    ),
+    Row(
+        "admit/clears-the-hold",
+        ADMIT_ONE,
+        (gated("p-0", conditions=(PodCondition(C.HELD_CONDITION, "False", "W", "w", ago(9)),)),),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("admit_pod", "set_pod_condition"),
+        check=hold_over,
     ),
     Row(
         "admit/refused",

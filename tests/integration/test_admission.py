@@ -11,6 +11,8 @@ policy gates it), the simulated kubelets run it with devices from the node's dev
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -172,3 +174,29 @@ def test_a_jobs_gang_is_suspended_for_a_preemptor_and_resumed_when_it_is_gone(ku
     (again,) = pods_of(kube, ns, "victim")
     assert (again.status.phase, again.spec.node_name) == ("Running", "h100-2")
     assert not again.spec.scheduling_gates
+
+
+def test_a_gated_pod_wakes_the_running_loop(kube, tmp_path):
+    """`gpupool reconcile` cycles every 30 s by default; a pod waiting behind the gate must not
+    wait for that. The loop runs with a 10-minute interval here: only the pod's watch event can
+    get it admitted (and bound by the real scheduler) within seconds."""
+    base(kube, tmp_path, kube.clock, text=POLICY, workloads=False)
+    ns = gated_namespace(kube)
+    ctl = controller(kube, tmp_path, kube.clock, wake_gap_seconds=0.5)
+    stop = threading.Event()
+    kube.cleanup(stop.set)
+    threading.Thread(target=ctl.run, args=(stop, 600.0), daemon=True).start()
+    deadline = time.monotonic() + 60
+    while ctl.last_ok is None:  # the first cycle (priority classes, labels) is done
+        assert time.monotonic() < deadline, "the loop's first cycle did not finish"
+        time.sleep(0.1)
+    time.sleep(1.0)  # past the wake gap, and the first cycle's own writes
+    create_pod(kube, ns, "woken", gpus=2, cls="training-low")
+    deadline = time.monotonic() + 30
+    while not (p := kube.core.read_namespaced_pod("woken", ns)).spec.node_name:
+        assert time.monotonic() < deadline, (
+            f"not admitted within 30 s: gates {p.spec.scheduling_gates}, "
+            f"annotations {p.metadata.annotations}"
+        )
+        time.sleep(0.2)
+    assert not p.spec.scheduling_gates and p.spec.node_name in ("h100-1", "h100-2")

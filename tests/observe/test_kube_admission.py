@@ -11,7 +11,13 @@ from kubernetes import client
 
 from reconciler import conventions as C
 from reconciler.observe.builders import gpu, node
-from reconciler.observe.kube import Owners, _workload, admitted_allocations, pod_request
+from reconciler.observe.kube import (
+    Owners,
+    _workload,
+    admission_event,
+    admitted_allocations,
+    pod_request,
+)
 
 T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -159,3 +165,27 @@ def test_a_moves_reservation_on_the_job_reserves_its_next_pod(created, gates, re
     owners = Owners(next_pod={("team-a", "j"): ("n2", [5], T0)})
     w = read(pod(gates=gates, owner=("Job", "j"), created=created), owners)
     assert (w.reserved_node, w.reserved_gpus) == (("n2", [5]) if reserved else (None, []))
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw", "wakes"),
+    [
+        ("ADDED", {"gates": (C.ADMISSION_GATE,)}, True),  # new demand
+        ("MODIFIED", {"gates": (C.ADMISSION_GATE,)}, True),  # e.g. its gang's size known now
+        ("ADDED", {"gates": (KUEUE_GATE, C.ADMISSION_GATE)}, False),  # Kueue's first
+        ("ADDED", {}, False),  # kube-scheduler's
+        ("MODIFIED", {"annotations": {C.ADMITTED_ANN: "n1"}}, False),  # our own admission
+        ("MODIFIED", {"node": "n1", "phase": "Running"}, False),
+        ("MODIFIED", {"node": "n1", "phase": "Running", "deleting": True}, True),
+        ("MODIFIED", {"node": "n1", "phase": "Succeeded"}, True),
+        ("DELETED", {"node": "n1", "phase": "Running"}, True),
+    ],
+)
+def test_which_pod_events_wake_the_loop(kind, kw, wakes):
+    assert admission_event(kind, pod(**kw)) is wakes
+
+
+def test_a_pod_without_gpus_never_wakes_the_loop():
+    p = pod(gates=(C.ADMISSION_GATE,))
+    p.spec.containers[0].resources = client.V1ResourceRequirements(limits={"cpu": "1"})
+    assert not admission_event("ADDED", p) and not admission_event("DELETED", p)

@@ -153,6 +153,7 @@ def test_an_admitted_pod_meant_for_a_card_a_running_pod_holds():
     c = check(DESIRED, obs)
     f = only(c, "whole-card-shared")
     assert f.subject == f"{N1}/gpu0" and "team-a/a, team-a/b" in f.message
+    assert "team-a/b admitted here but not bound" in f.message
     assert suspect(c) == {(N1, 0)}
     safe_plan(obs, c)
 
