@@ -61,6 +61,8 @@ from reconciler.observe.model import (
 )
 from reconciler.policy.quantity import parse_quantity
 
+JOB_CONTROLLER = "kubernetes.io/job-controller"
+"""`spec.managedBy` of a Job the built-in Job controller reconciles (also: no value)."""
 log = logging.getLogger(__name__)
 
 
@@ -332,10 +334,13 @@ def _next_pod_reservation(text: str | None) -> tuple[str, list[int], datetime] |
     return found[0], found[1], at
 
 
-def _gang(p: Any, sizes: dict[tuple[str, str, str], int]) -> tuple[str, int | None]:
+def _gang(p: Any, owners: Owners) -> tuple[str, int | None]:
     """(`Workload.gang`, `gang_size`): an explicit `gpupool.io/gang` (its size from
     `gpupool.io/gang-size`), else a coscheduling pod group (its PodGroup's minMember), else
-    the owning Job (its parallelism; the gang key is the owner then, so `gang` stays empty)."""
+    the owning Job (its parallelism; the gang key is the owner then, so `gang` stays empty,
+    and the planner stops the gang by suspending the Job). A Job another controller manages
+    is named as an explicit gang instead, `job:<name>`: suspending it would stop nothing."""
+    sizes = owners.sizes
     ns = p.metadata.namespace
     ann = p.metadata.annotations or {}
     if ann.get(C.GANG_ANN):
@@ -345,7 +350,10 @@ def _gang(p: Any, sizes: dict[tuple[str, str, str], int]) -> tuple[str, int | No
         return f"pod-group:{group}", sizes.get((ns, "PodGroup", group))
     owner = (p.metadata.owner_references or [None])[0]
     if owner is not None:
-        return "", sizes.get((ns, owner.kind, owner.name))
+        size = sizes.get((ns, owner.kind, owner.name))
+        if owner.kind == "Job" and (ns, owner.name) in owners.foreign_jobs:
+            return f"job:{owner.name}", size
+        return "", size
     return "", None
 
 
@@ -375,7 +383,7 @@ def _workload(
         and 0 <= (created - moved[2]).total_seconds() <= C.NEXT_POD_RESERVATION_TTL_SECONDS
     ):
         reserved_node, reserved_gpus = moved[0], moved[1]  # a move's target, for this pod
-    gang, gang_size = _gang(p, owners.sizes)
+    gang, gang_size = _gang(p, owners)
     node = p.spec.node_name if running else admitted_to
     if not running and not admitted_to:
         allocations = []  # a pod not bound nor admitted holds nothing
@@ -415,6 +423,8 @@ class Owners:
     """(namespace, Job) -> (node, cards, since): where a move reserved its next pod."""
     suspended: list[SuspendedJob] = field(default_factory=list)
     """Jobs gpupool suspended to stop their gang (`gpupool.io/suspended-at`)."""
+    foreign_jobs: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, Job) of Jobs another controller manages (`spec.managedBy`)."""
 
 
 def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
@@ -447,7 +457,11 @@ def read_owners(api_client: Any) -> Owners:
         moved = _next_pod_reservation(ann.get(C.NEXT_POD_RESERVED_ANN))
         if moved is not None:
             owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
-        if j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0:
+        if j.spec.managed_by not in (None, "", JOB_CONTROLLER):
+            # the built-in Job controller skips such a Job (batch/v1 JobSpec.managedBy): a
+            # suspension would stop nothing, so its gang is stopped pod by pod (`_gang`)
+            owners.foreign_jobs.add((j.metadata.namespace, j.metadata.name))
+        elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0:
             owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
     try:
         groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(

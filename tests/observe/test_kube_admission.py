@@ -143,8 +143,14 @@ def test_reservation_and_held_condition_and_unreadable_annotations():
         ),
         ({"owner": ("Job", "j")}, Owners(sizes={("team-a", "Job", "j"): 2}), "", 2),
         ({"owner": ("ReplicaSet", "r")}, Owners(), "", None),
+        (
+            {"owner": ("Job", "j")},
+            Owners(sizes={("team-a", "Job", "j"): 2}, foreign_jobs={("team-a", "j")}),
+            "job:j",
+            2,
+        ),
     ],
-    ids=["explicit", "explicit-bad-size", "pod-group", "job", "replica-set"],
+    ids=["explicit", "explicit-bad-size", "pod-group", "job", "replica-set", "foreign-job"],
 )
 def test_gang_identity_and_size(kw, owners, gang, size):
     w = read(pod(gates=(C.ADMISSION_GATE,), **kw), owners)
