@@ -306,7 +306,11 @@ class KubeOps:
     ) -> None:
         body = {"metadata": {"annotations": annotations}, "spec": {"suspend": suspend}}
         with _errors():
-            self.batch.patch_namespaced_job(name, namespace, body, _content_type=MERGE)
+            # under gpupool's field manager: the API server then records gpupool as the owner
+            # of spec.suspend until someone else changes it (observe.kube: _suspended_by_us)
+            self.batch.patch_namespaced_job(
+                name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
+            )
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:

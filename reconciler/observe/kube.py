@@ -427,6 +427,21 @@ class Owners:
     """(namespace, Job) of Jobs another controller manages (`spec.managedBy`)."""
 
 
+def _suspended_by_us(j: Any) -> bool:
+    """gpupool's suspension is still the one in force: its field manager owns `spec.suspend`.
+    The annotation alone is not enough: if someone else unsuspended the Job and another
+    system (Kueue) suspended it again, the annotation is left over, but the API server moved
+    the field's ownership to whoever changed it last (kubernetes.io, "Server-Side Apply",
+    Field management: whenever a field's value changes, ownership moves from its current
+    manager to the one that changed it, through non-apply patches and updates too)."""
+    for entry in j.metadata.managed_fields or []:
+        if entry.manager == C.FIELD_MANAGER and "f:suspend" in (
+            (entry.fields_v1 or {}).get("f:spec") or {}
+        ):
+            return True
+    return False
+
+
 def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
     """A Job gpupool suspended, as demand: its pod template's request, class and pool."""
     tmpl = j.spec.template
@@ -461,7 +476,7 @@ def read_owners(api_client: Any) -> Owners:
             # the built-in Job controller skips such a Job (batch/v1 JobSpec.managedBy): a
             # suspension would stop nothing, so its gang is stopped pod by pod (`_gang`)
             owners.foreign_jobs.add((j.metadata.namespace, j.metadata.name))
-        elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0:
+        elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0 and _suspended_by_us(j):
             owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
     try:
         groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(

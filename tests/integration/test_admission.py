@@ -33,7 +33,7 @@ from .harness import (
     evictions,
     node_state,
 )
-from .scenario import TEXT, base
+from .scenario import TEXT, base, seed_priority_classes
 from .test_admission_gate import gated_namespace
 from .world import CONTROLLER_SA
 
@@ -181,6 +181,7 @@ def test_a_gated_pod_wakes_the_running_loop(kube, tmp_path):
     wait for that. The loop runs with a 10-minute interval here: only the pod's watch event can
     get it admitted (and bound by the real scheduler) within seconds."""
     base(kube, tmp_path, kube.clock, text=POLICY, workloads=False)
+    seed_priority_classes(kube, POLICY)
     ns = gated_namespace(kube)
     ctl = controller(kube, tmp_path, kube.clock, wake_gap_seconds=0.5)
     stop = threading.Event()
@@ -200,3 +201,34 @@ def test_a_gated_pod_wakes_the_running_loop(kube, tmp_path):
         )
         time.sleep(0.2)
     assert not p.spec.scheduling_gates and p.spec.node_name in ("h100-1", "h100-2")
+
+
+def test_a_suspension_is_ours_only_while_gpupool_owns_spec_suspend(kube):
+    """gpupool resumes only Jobs it suspended. Its annotation outlives its suspension when
+    someone else unsuspends the Job; if another system then suspends it again, the API
+    server's field ownership of spec.suspend (managedFields) says it is no longer ours."""
+    from reconciler.apply.kube import KubeOps
+    from reconciler.conventions import SUSPENDED_BY_ANN
+    from reconciler.observe.kube import read_owners
+
+    ns = kube.new_namespace()
+    body = job(ns, "victim", 1, "training-low")
+    body["spec"]["template"]["spec"]["schedulerName"] = "nobody"  # never placed
+    kube.batch.create_namespaced_job(ns, body)
+    api = kube.controller_client()
+
+    def ours() -> bool:
+        return any(j.name == "victim" and j.namespace == ns for j in read_owners(api).suspended)
+
+    KubeOps(api).set_job_suspend(
+        ns, "victim", suspend=True, annotations={SUSPENDED_BY_ANN: kube.clock.now.isoformat()}
+    )
+    assert ours()
+    # someone unsuspends it, and another system (as Kueue would) suspends it again
+    for value in (False, True):
+        kube.batch.patch_namespaced_job(
+            "victim", ns, {"spec": {"suspend": value}}, field_manager="kueue-admission"
+        )
+    j = kube.batch.read_namespaced_job("victim", ns)
+    assert j.spec.suspend and SUSPENDED_BY_ANN in (j.metadata.annotations or {})
+    assert not ours()
