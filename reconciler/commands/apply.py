@@ -5,15 +5,52 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 
 from pydantic import ValidationError
 
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
 from reconciler.observe.snapshot import load_snapshot
-from reconciler.plan.fingerprint import fingerprint
+from reconciler.plan.fingerprint import actions_fingerprint, fingerprint
 from reconciler.plan.model import Plan
+from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
 from reconciler.policy.problems import InvalidInput
+
+
+def edited_reasons(saved: Plan, desired, observed) -> list[str]:
+    """Why the saved plan's actions are not the plan of its own (current) inputs: edited after
+    `plan --out`, or made by another version of the planner. The planner is pure, so planning
+    again from the same desired and observed state at the plan's time gives the same actions;
+    anything else is refused before the first write."""
+    out = []
+    if saved.fingerprint.get("actions") != actions_fingerprint(saved.actions):
+        out.append("its actions were edited after it was saved (their digest differs)")
+    try:
+        at = datetime.fromisoformat(saved.observed_at)
+    except ValueError:
+        return [*out, f"its time {saved.observed_at!r} is not an ISO 8601 time"]
+    if at.tzinfo is None:
+        return [*out, f"its time {saved.observed_at!r} has no timezone"]
+    expected = plan_state(desired, observed, now=at)[0].actions
+    if tuple(expected) != tuple(saved.actions):
+        diff = _first_difference(saved.actions, expected)
+        out.append(f"its actions are not what gpupool plans from these inputs ({diff})")
+    return out
+
+
+def _first_difference(saved, expected) -> str:
+    mine = {a.id: a for a in expected}
+    theirs = {a.id: a for a in saved}
+    for a in saved:
+        if a.id not in mine:
+            return f"{a.id} is not planned"
+        if mine[a.id] != a:
+            return f"{a.id} differs"
+    for a in expected:
+        if a.id not in theirs:
+            return f"{a.id} is missing"
+    return "the order differs"
 
 
 def stale_reasons(saved: Plan, now: dict[str, str]) -> list[str]:
@@ -57,6 +94,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if reasons:
         print(
             f"error: saved plan is stale: {'; '.join(reasons)}. "
+            f"Run `gpupool plan --out {args.plan}` again.",
+            file=sys.stderr,
+        )
+        return 1
+    edited = edited_reasons(saved, desired, observed)
+    if edited:
+        print(
+            f"error: {args.plan}: refused, nothing applied: {'; '.join(edited)}. "
             f"Run `gpupool plan --out {args.plan}` again.",
             file=sys.stderr,
         )
@@ -124,7 +169,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Apply a plan saved with `gpupool plan --out FILE`. The plan's fingerprint of the "
             "desired state and the observed cluster must still match, "
-            "like Terraform's saved plans. "
+            "like Terraform's saved plans, and its actions must be exactly what gpupool plans "
+            "from them (an edited plan is refused before anything is written). "
             "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again)."
         ),
     )

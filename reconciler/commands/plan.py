@@ -44,7 +44,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = plan(desired, observed, now=args.now)
     text = RENDERERS[args.format](result)
     if args.out:
-        saved = result.model_copy(update={"fingerprint": fingerprint(desired, observed)})
+        saved = result.model_copy(
+            update={"fingerprint": fingerprint(desired, observed, result.actions)}
+        )
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(to_json(saved))
     sys.stdout.write(text)
@@ -120,7 +122,9 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
     report, _, head_plan = compare(base, head, observed, confirm=tuple(args.confirm or ()))
     sys.stdout.write(CHANGE_RENDERERS[args.format](report))
     if args.out:
-        saved = head_plan.model_copy(update={"fingerprint": fingerprint(head, observed)})
+        saved = head_plan.model_copy(
+            update={"fingerprint": fingerprint(head, observed, head_plan.actions)}
+        )
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(to_json(saved))
     if report.gates:

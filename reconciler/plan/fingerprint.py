@@ -5,12 +5,19 @@ them from what it sees now. The observed fingerprint leaves out what changes eve
 without changing what the plan would do (the snapshot's time, utilization, memory in use,
 process lists); everything that can change a decision (who runs where, pending demand, layouts,
 idle-since times, queue signals, quotas, recent preemptions) is in.
+
+`actions_fingerprint` covers the plan's own actions, so that an edit after `plan --out` is
+named as such; it is no defence by itself (whoever edits can recompute it), which is why
+`apply` also plans again from the same inputs and requires the same actions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel
 
 from reconciler.observe.model import ObservedState
 from reconciler.policy.state import DesiredState
@@ -42,5 +49,15 @@ def observed_fingerprint(observed: ObservedState) -> str:
     return _digest(data)
 
 
-def fingerprint(desired: DesiredState, observed: ObservedState) -> dict[str, str]:
-    return {"desired": desired_fingerprint(desired), "observed": observed_fingerprint(observed)}
+def actions_fingerprint(actions: Sequence[BaseModel]) -> str:
+    return _digest([a.model_dump(mode="json") for a in actions])
+
+
+def fingerprint(
+    desired: DesiredState, observed: ObservedState, actions: Sequence[BaseModel] = ()
+) -> dict[str, str]:
+    return {
+        "desired": desired_fingerprint(desired),
+        "observed": observed_fingerprint(observed),
+        "actions": actions_fingerprint(actions),
+    }

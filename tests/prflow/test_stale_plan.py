@@ -1,4 +1,5 @@
-"""`plan --out` records fingerprints; `apply` refuses a plan whose inputs changed."""
+"""`plan --out` records fingerprints; `apply` refuses a plan whose inputs changed, and a plan
+whose actions are not what gpupool plans from those inputs (edited after it was saved)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def test_saved_plan_is_current_then_stale(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["plan", "pools", "policies", "--out", str(out)]) == 0
     saved = json.loads(out.read_text())
-    assert set(saved["fingerprint"]) == {"desired", "observed"}
+    assert set(saved["fingerprint"]) == {"desired", "observed", "actions"}
     assert all(v.startswith("sha256:") for v in saved["fingerprint"].values())
     capsys.readouterr()
 
@@ -56,3 +57,48 @@ def test_apply_rejects_a_file_that_is_not_a_plan(tmp_path, capsys):
         main(["apply", str(bad), "pools", "policies", "--observed", "examples/observed.yaml"]) == 1
     )
     assert "not a saved plan" in capsys.readouterr().err
+
+
+APPLY = ["pools", "policies", "--observed", "examples/observed.yaml"]
+
+
+def saved_plan(tmp_path) -> tuple[Path, dict]:
+    out = tmp_path / "plan.json"
+    assert main(["plan", "pools", "policies", "--out", str(out)]) == 0
+    return out, json.loads(out.read_text())
+
+
+def edits(saved: dict) -> list[tuple[str, dict]]:
+    """Edits an attacker or a careless hand makes to a saved plan's actions."""
+    acts = saved["actions"]
+    assert len(acts) >= 2, "the example plan should have a few actions"
+    retarget = json.loads(json.dumps(saved))
+    retarget["actions"][0]["target"] = "kube-system/coredns"
+    dropped = json.loads(json.dumps(saved))
+    dropped["actions"] = acts[1:]
+    swapped = json.loads(json.dumps(saved))
+    swapped["actions"] = [acts[1], acts[0], *acts[2:]]
+    added = json.loads(json.dumps(saved))
+    added["actions"] = [*acts, {**acts[0], "id": acts[0]["id"] + "-again"}]
+    return [("retarget", retarget), ("drop", dropped), ("swap", swapped), ("add", added)]
+
+
+def test_an_edited_plan_is_refused_even_with_its_digest_recomputed(tmp_path, capsys):
+    from reconciler.plan.fingerprint import actions_fingerprint
+    from reconciler.plan.model import Plan
+
+    out, saved = saved_plan(tmp_path)
+    for name, edited in edits(saved):
+        for recompute in (False, True):
+            if recompute:  # whoever edits the actions can recompute their digest too
+                plan = Plan.model_validate(edited)
+                edited["fingerprint"]["actions"] = actions_fingerprint(plan.actions)
+            out.write_text(json.dumps(edited))
+            capsys.readouterr()
+            assert main(["apply", str(out), *APPLY]) == 1, (name, recompute)
+            err = capsys.readouterr().err
+            assert "refused, nothing applied" in err, (name, err)
+            assert ("were edited after it was saved" in err) != recompute, (name, err)
+            assert "not what gpupool plans from these inputs" in err, (name, err)
+    out.write_text(json.dumps(saved))
+    assert main(["apply", str(out), *APPLY]) == 0
