@@ -10,8 +10,12 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from reconciler.observe.model import Inconsistent, ObservedState
+from reconciler.policy import limits
 from reconciler.policy.loader import format_path, locate
 from reconciler.policy.problems import InvalidInput, Problem
+
+SNAPSHOT_MAX_SCALAR_CHARS = 1 << 20
+"""A snapshot's longest value (a policy file's: `limits.MAX_SCALAR_CHARS`)."""
 
 
 class InvalidSnapshot(InvalidInput):
@@ -19,6 +23,12 @@ class InvalidSnapshot(InvalidInput):
 
 
 def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
+    # JSON is YAML: the same bounds hold for both (nesting, aliases, value size)
+    over = limits.check(text, max_scalar=SNAPSHOT_MAX_SCALAR_CHARS)
+    if over is not None:
+        raise InvalidSnapshot(
+            [Problem(name, over.line, over.column, "", f"refused: {over.message}")]
+        )
     try:
         if name.endswith(".json"):
             data = json.loads(text)
@@ -29,6 +39,9 @@ def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
             getattr(exc, "lineno", 0) or getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
         )
         raise InvalidSnapshot([Problem(name, line, 0, "", f"cannot parse: {exc}")]) from None
+    except (ValueError, RecursionError) as exc:  # e.g. a number past Python's digit limit
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidSnapshot([Problem(name, 0, 0, "", f"cannot parse: {detail}")]) from None
     if not isinstance(data, dict):
         raise InvalidSnapshot(
             [

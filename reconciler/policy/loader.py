@@ -14,6 +14,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
+from reconciler.policy import limits
 from reconciler.policy.catalog import Catalog, default_catalog
 from reconciler.policy.files import SourceFile
 from reconciler.policy.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
@@ -97,6 +98,10 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
     docs: list[RawDocument] = []
     problems: list[Problem] = []
     for f in files:
+        over = limits.check(f.text)
+        if over is not None:
+            problems.append(Problem(f.path, over.line, over.column, "", f"refused: {over.message}"))
+            continue
         yaml = YAML(typ="rt")
         yaml.allow_duplicate_keys = False
         try:

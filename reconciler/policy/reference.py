@@ -68,6 +68,10 @@ and exits with status 1 without changing anything; bad input never produces a tr
 duplicate keys, unknown kinds or fields, wrong types, missing fields, malformed durations and
 quantities), validation finds:
 
+- a file that would take too much to load, refused before it is loaded (these bounds hold for
+  observed-state snapshots too): aliases that expand to more than 10,000 values beyond those
+  written out, collections nested more than 64 deep, a value longer than 65,536 characters;
+
 - duplicate names of a kind across files; more than one PriorityPolicy or ChangePolicy;
 - references to Pools or priority classes that do not exist (a reference to a document that
   exists but is itself invalid is not reported twice);
