@@ -226,6 +226,8 @@ def _friendly(err: dict) -> str:
         if hint:
             return f"{err['input']!r} {hint}"
     msg = err["msg"]
+    if kind == "value_error" and (err.get("ctx") or {}).get("error") is not None:
+        msg = str(err["ctx"]["error"])  # our own validators' words, without "Value error, "
     value = err.get("input")
     if isinstance(value, datetime.date):
         msg += f" (got the date/time {value.isoformat()}; quote it to make it a string)"

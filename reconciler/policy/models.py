@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -28,6 +29,7 @@ from reconciler.policy.quantity import (
     QUANTITY_PATTERN,
     format_duration,
     parse_duration,
+    quantity_bytes,
 )
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -173,6 +175,15 @@ class SharedInference(Model):
     """time-slicing isolates no memory (memoryPerSlice is a promise the pods keep); mps caps each
     client's memory at the card's divided by slicesPerGPU. Either applies to every card of a
     node not in MIG mode: the device plugin shares per node."""
+
+    @field_validator("memory_per_slice")
+    @classmethod
+    def _at_least_a_mebibyte(cls, v: str) -> str:
+        # the planner divides memory by it: `0` or `1m` (a thousandth of a byte) would divide
+        # by zero in every plan
+        if quantity_bytes(v) < 2**20:
+            raise ValueError("must be at least 1Mi")
+        return v
 
 
 class Inference(Model):

@@ -205,3 +205,21 @@ def test_plan_refuses_an_unbounded_policy(tmp_path, capsys):
     assert main(["plan", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert f"{f}:8:" in err and "maxMigrationsPerCycle" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ['"0"', "1m", "512Ki", "1023Ki"])
+def test_memory_per_slice_below_a_mebibyte_is_a_located_error(value):
+    """The planner divides memory by memoryPerSlice: `1m` (a thousandth of a byte) once
+    validated and then divided by zero in every plan."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "pools" / "h100.yaml").read_text()
+    assert "memoryPerSlice: 10Gi" in text
+    bad = SourceFile(
+        "pools/h100.yaml", text.replace("memoryPerSlice: 10Gi", f"memoryPerSlice: {value}")
+    )
+    with pytest.raises(InvalidDesiredState) as exc:
+        load([bad])
+    (p,) = exc.value.problems
+    assert p.path == "spec.inference.shared.memoryPerSlice" and p.line > 1
+    assert p.message.startswith("must be at least 1Mi")
