@@ -1,9 +1,29 @@
 """Post or update gpupool's plan comment on a pull request (GitHub REST + GraphQL).
 
-One logical comment per PR, found by a hidden marker. A new plan updates it in place; when a
-plan no longer fits in one comment (65,536 characters) it is split into numbered parts;
-comments from earlier runs that are no longer needed are hidden as outdated (minimizeComment),
-not deleted, so the review history stays readable.
+One logical comment per PR, found by a hidden marker **and its author**. A new plan updates it
+in place; when a plan no longer fits in one comment (65,536 characters) it is split into
+numbered parts; comments from earlier runs that are no longer needed are hidden as outdated
+(minimizeComment), not deleted, so the review history stays readable.
+
+The marker alone proves nothing: anyone can type it (a reviewer quoting the plan, another bot
+echoing it). A comment is ours only when it carries the marker and was written by the identity
+the workflow posts as (`author`, compared with the comment's `user.login`). Anyone else's
+comment is never edited nor hidden, marker or not; `upsert` says which it left alone.
+
+How that identity is known:
+- An issue comment's author is its `user` object (`login`; `type` "User", "Bot", ...) in GitHub's
+  "List issue comments" response (https://docs.github.com/rest/issues/comments).
+- The workflow's GITHUB_TOKEN "is a GitHub App installation access token" of the app that
+  GitHub Actions installs on the repository
+  (https://docs.github.com/actions/concepts/security/github_token); what it writes is attributed
+  to that app's bot account, `github-actions[bot]` (type "Bot"), the default `author`.
+- An installation token cannot ask who it is: "Get the authenticated user" (`GET /user`) answers
+  403 "Resource not accessible by integration" to it, so the login is configured, not
+  discovered. A token of one's own GitHub App posts as `<app-slug>[bot]` (the
+  actions/create-github-app-token README builds it as `${{ steps.app-token.outputs.app-slug
+  }}[bot]`); a personal token posts as that person (type "User").
+- A person's login holds only letters, digits, hyphens (and `_` for managed users), never
+  `[bot]`; a `[bot]` author must still have type "Bot" to count.
 
 The HTTP transport is injected (`Transport`), like httpx's MockTransport, so tests replay
 recorded GitHub responses without a network.
@@ -18,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MARKER = "<!-- gpupool-plan -->"
+DEFAULT_AUTHOR = "github-actions[bot]"  # whom the workflow's GITHUB_TOKEN posts as
 LIMIT = 65536
 PART_BUDGET = LIMIT - 1000
 
@@ -100,10 +121,37 @@ def split_body(markdown: str, budget: int = PART_BUDGET) -> list[str]:
     return [f"{MARKER}\n_gpupool plan, part {i}/{n}_\n\n{p}" for i, p in enumerate(parts, 1)]
 
 
-def upsert(gh: GitHub, repo: str, pr: int, markdown: str) -> list[str]:
-    """Update our comment(s) in place; create what is missing; hide what is left over."""
+def _author(comment: dict) -> tuple[str, str]:
+    user = comment.get("user") or {}  # null for a deleted account ("ghost")
+    return str(user.get("login") or ""), str(user.get("type") or "")
+
+
+def is_ours(comment: dict, author: str = DEFAULT_AUTHOR) -> bool:
+    """Ours: carries the marker AND was written by `author` (a bot login must also be a Bot)."""
+    if MARKER not in (comment.get("body") or ""):
+        return False
+    login, kind = _author(comment)
+    if not author or login.casefold() != author.casefold():  # logins are case-insensitive
+        return False
+    return kind == "Bot" if author.endswith("[bot]") else True
+
+
+def upsert(
+    gh: GitHub, repo: str, pr: int, markdown: str, author: str = DEFAULT_AUTHOR
+) -> list[str]:
+    """Update our comment(s) in place; create what is missing; hide what is left over.
+
+    Only comments that `is_ours` are updated or hidden; a comment by anyone else that carries
+    the marker is left alone, and the result says so ("left ... alone")."""
+    if not author:
+        raise ValueError("the comment author must be named (e.g. github-actions[bot])")
     parts = split_body(markdown)
-    ours = [c for c in gh.comments(repo, pr) if MARKER in (c.get("body") or "")]
+    ours, foreign = [], []
+    for c in gh.comments(repo, pr):
+        if is_ours(c, author):
+            ours.append(c)
+        elif MARKER in (c.get("body") or ""):
+            foreign.append(c)
     ours.sort(key=lambda c: c["id"])
     done = []
     for i, body in enumerate(parts):
@@ -125,4 +173,11 @@ def upsert(gh: GitHub, repo: str, pr: int, markdown: str) -> list[str]:
             )
             gh.call("POST", "/graphql", {"query": query, "variables": {"id": c["node_id"]}})
             done.append(f"hid {c['id']}")
+    for c in foreign:
+        login, kind = _author(c)
+        who = f"{login} ({kind})" if login else "a deleted account"
+        done.append(
+            f"left {c.get('id')} alone: it carries the gpupool marker but was written by {who}, "
+            f"not {author}"
+        )
     return done

@@ -1,7 +1,10 @@
-"""The PR comment: update in place, split when too long, hide what is superseded.
+"""The PR comment: update in place, split when too long, hide what is superseded; and touch
+only our own comments (the marker and our author), never anyone else's.
 
 Driven through an injected transport that replays a recorded GitHub response
-(tests/prflow/recorded/issue_comments.json, the shape of GET /repos/{o}/{r}/issues/{n}/comments).
+(tests/prflow/recorded/issue_comments.json, the shape of GET /repos/{o}/{r}/issues/{n}/comments;
+issue_comments_impostors.json: the marker in comments by a person, by another bot, quoted by a
+reviewer, by a deleted account, next to two parts of ours and a markerless comment of our bot).
 """
 
 from __future__ import annotations
@@ -11,10 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
+from reconciler.cli import build_parser, main
+from reconciler.commands import pr_comment
+from reconciler.github import comment
 from reconciler.github.comment import LIMIT, MARKER, GitHub, GitHubError, split_body, upsert
 
 RECORDED = json.loads((Path(__file__).parent / "recorded" / "issue_comments.json").read_text())
+IMPOSTORS = json.loads(
+    (Path(__file__).parent / "recorded" / "issue_comments_impostors.json").read_text()
+)
+NOT_OURS = {3001, 3002, 3005, 3006, 3007}  # mallory, renovate[bot], alice, ghost, markerless
 
 
 class Recorder:
@@ -127,3 +136,119 @@ def test_cli_needs_a_token(tmp_path, capsys, monkeypatch):
     f.write_text("plan")
     assert main(["pr-comment", "--repo", "o/r", "--pr", "7", "--body-file", str(f)]) == 1
     assert "GITHUB_TOKEN" in capsys.readouterr().err
+
+
+def touched(rec):
+    """The comment ids and node ids that writes named (PATCH URLs, minimize variables)."""
+    out = set()
+    for _, url, payload in rec.writes():
+        if "/issues/comments/" in url:
+            out.add(url.rsplit("/", 1)[1])
+        if payload and "variables" in payload:
+            out.add(payload["variables"]["id"])
+    return out
+
+
+def foreign_ids():
+    return {str(c["id"]) for c in IMPOSTORS if c["id"] in NOT_OURS} | {
+        c["node_id"] for c in IMPOSTORS if c["id"] in NOT_OURS
+    }
+
+
+def test_a_marker_in_anyone_elses_comment_does_not_make_it_ours():
+    rec = Recorder(IMPOSTORS)
+    done = upsert(gh(rec), "o/r", 7, "### gpupool plan\n\nnew plan\n")
+    assert done[:2] == ["updated 3003", "hid 3004"]
+    assert touched(rec) == {"3003", "IC_kwDOAAAAAc4AAAu8"}
+    assert not touched(rec) & foreign_ids()
+    # what was left alone, and why, is said (pr-comment prints it in the workflow's log)
+    left = done[2:]
+    assert [line.split()[1] for line in left] == ["3001", "3002", "3005", "3006"]
+    assert "mallory (User)" in left[0] and "renovate[bot] (Bot)" in left[1]
+    assert "a deleted account" in left[3]
+    assert all("not github-actions[bot]" in line for line in left)
+
+
+def test_a_long_plan_updates_and_creates_but_never_takes_over_anyone_elses():
+    table = "".join(f"| `node-{i:05d}` | {i % 8} | whole |\n" for i in range(6000))
+    rec = Recorder(IMPOSTORS)
+    done = upsert(gh(rec), "o/r", 7, "### plan\n\n" + table)
+    assert done[:2] == ["updated 3003", "updated 3004"]
+    assert any(d.startswith("created") for d in done)
+    assert not touched(rec) & foreign_ids()
+    assert not any(u == "/graphql" for _, u, _ in rec.writes())  # nothing of ours left over
+
+
+def test_only_others_carry_the_marker_so_ours_is_created():
+    rec = Recorder([c for c in IMPOSTORS if c["id"] in NOT_OURS])
+    done = upsert(gh(rec), "o/r", 7, "plan")
+    assert done[0] == "created 2001"
+    assert [m for m, _, _ in rec.writes()] == ["POST"]
+    assert rec.writes()[0][1] == "/repos/o/r/issues/7/comments"
+
+
+def test_ours_means_the_marker_and_our_login_and_a_bot_for_a_bot_login():
+    body = f"{MARKER}\nplan"
+    bot = {"login": "github-actions[bot]", "type": "Bot"}
+    assert comment.is_ours({"body": body, "user": bot})
+    assert comment.is_ours({"body": body, "user": {**bot, "login": "GitHub-Actions[bot]"}})
+    assert not comment.is_ours({"body": "plan", "user": bot})  # our bot, not our comment
+    assert not comment.is_ours({"body": body, "user": {**bot, "type": "User"}})
+    assert not comment.is_ours({"body": body, "user": {"login": "renovate[bot]", "type": "Bot"}})
+    assert not comment.is_ours({"body": body, "user": {"login": "mallory", "type": "User"}})
+    assert not comment.is_ours({"body": body, "user": None})
+    # a GitHub App's token posts as <app-slug>[bot]; a personal token as that person
+    app = {"login": "gpupool-ci[bot]", "type": "Bot"}
+    assert comment.is_ours({"body": body, "user": app}, author="gpupool-ci[bot]")
+    assert not comment.is_ours({"body": body, "user": bot}, author="gpupool-ci[bot]")
+    person = {"login": "ci-user", "type": "User"}
+    assert comment.is_ours({"body": body, "user": person}, author="ci-user")
+
+
+def test_another_author_takes_over_nothing_of_github_actions():
+    app_comment = {
+        **IMPOSTORS[2],
+        "id": 3010,
+        "node_id": "IC_app",
+        "user": {"login": "gpupool-ci[bot]", "type": "Bot"},
+    }
+    rec = Recorder([*IMPOSTORS, app_comment])
+    done = upsert(gh(rec), "o/r", 7, "plan", author="gpupool-ci[bot]")
+    assert done[0] == "updated 3010"
+    assert touched(rec) == {"3010"}
+
+
+def _cli(argv, rec, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "t0ken")
+    args = build_parser().parse_args(argv)
+    assert args.func is pr_comment.cmd_pr_comment
+    return pr_comment.cmd_pr_comment(args, transport=rec)
+
+
+def test_cli_posts_as_github_actions_by_default_and_says_what_it_left_alone(
+    tmp_path, capsys, monkeypatch
+):
+    f = tmp_path / "plan.md"
+    f.write_text("plan")
+    argv = ["pr-comment", "--repo", "o/r", "--pr", "7", "--body-file", str(f)]
+    argv += ["--api-url", "https://api.github.test"]
+    assert pr_comment.DEFAULT_AUTHOR == comment.DEFAULT_AUTHOR == "github-actions[bot]"
+    rec = Recorder(IMPOSTORS)
+    assert _cli(argv, rec, monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "updated 3003" in out and "hid 3004" in out
+    assert "left 3001 alone" in out and "mallory" in out
+    assert not touched(rec) & foreign_ids()
+    rec = Recorder(IMPOSTORS)
+    assert _cli([*argv, "--author", "renovate[bot]"], rec, monkeypatch) == 0
+    assert touched(rec) == {"3002"}  # told it is renovate, it edits renovate's comment only
+
+
+def test_cli_refuses_an_empty_author(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "plan.md"
+    f.write_text("plan")
+    rec = Recorder(IMPOSTORS)
+    argv = ["pr-comment", "--repo", "o/r", "--pr", "7", "--body-file", str(f), "--author", " "]
+    assert _cli(argv, rec, monkeypatch) == 1
+    assert "--author is empty" in capsys.readouterr().err
+    assert rec.calls == []
