@@ -25,7 +25,7 @@ def _stop_on_signals() -> threading.Event:
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reconciler.loop.controller import Controller
-    from reconciler.loop.health import serve
+    from reconciler.loop.health import parse_bind_address, serve
     from reconciler.loop.sources import DirectorySource, GitSource
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -34,10 +34,21 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --interval: {exc}", file=sys.stderr)
         return 1
-    if args.git_url:
-        source = GitSource(args.git_url, args.branch, args.cache)
-    else:
-        source = DirectorySource(args.path)
+    from reconciler.policy.files import SourceError
+
+    # an explicitly given --git-url, even empty, means git: never fall back to the directory
+    try:
+        git_timeout = parse_duration(args.git_timeout)
+        if args.git_url is not None:
+            source = GitSource(args.git_url, args.branch, args.cache, timeout=git_timeout)
+        else:
+            source = DirectorySource(args.path)
+    except ValueError as exc:
+        print(f"error: --git-timeout: {exc}", file=sys.stderr)
+        return 1
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         mig_timeout = parse_duration(args.mig_timeout)
     except ValueError as exc:
@@ -69,8 +80,18 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             for o in result.applied.outcomes:
                 print(f"  {o.status:<8} {o.action}: {o.message}")
         return 1 if result.error else 0
-    if args.health_port:
-        serve(args.health_port, ctl.ready)
+    try:
+        metrics_at = parse_bind_address(args.metrics_bind_address)
+    except ValueError as exc:
+        print(f"error: --metrics-bind-address: {exc}", file=sys.stderr)
+        return 1
+    if args.health_port:  # the kubelet's probes: every address, no /metrics
+        serve(args.health_port, ctl.ready, metrics=False)
+    if metrics_at:
+        if metrics_at[1] == args.health_port:
+            print("error: --metrics-bind-address: the port of --health-port", file=sys.stderr)
+            return 1
+        serve(metrics_at[1], ctl.ready, metrics_at[0], probes=False)
     ctl.run(_stop_on_signals(), interval)
     return 0
 
@@ -111,15 +132,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--git-url", help="git remote holding pools/ and policies/")
     src.add_argument(
-        "--path", default=".", help="local directory holding pools/ and policies/ (watched)"
+        "--git-url",
+        help="git remote holding pools/ and policies/: https://, http://, ssh://, git://, "
+        "file://, user@host:path or an absolute path (empty or malformed is an error)",
+    )
+    src.add_argument(
+        "--path",
+        default=".",
+        help="local directory holding pools/ and policies/ (watched; one of them must exist, "
+        "nothing else is read; symbolic links are refused)",
     )
     p.add_argument(
         "--branch", default="main", help="branch to follow with --git-url (default main)"
     )
     p.add_argument(
-        "--cache", default="/tmp/gpupool-git", help="where to keep the clone of --git-url"
+        "--cache",
+        default="/tmp/gpupool-git",
+        help="directory for gpupool's own clone of --git-url (DIR/origin.git; re-cloned when "
+        "it was not made by gpupool for this URL)",
+    )
+    p.add_argument(
+        "--git-timeout",
+        default="120s",
+        help="wall-clock limit on each git clone, fetch and read (default 120s)",
     )
     p.add_argument("--interval", default="30s", help="time between cycles (default 30s)")
     p.add_argument(
@@ -138,7 +174,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--health-port",
         type=int,
         default=8080,
-        help="port for /healthz, /readyz, /metrics (0: off)",
+        help="port for /healthz and /readyz on every address (0: off)",
+    )
+    p.add_argument(
+        "--metrics-bind-address",
+        default="127.0.0.1:8081",
+        help=(
+            "where /metrics listens: host:port, :port for every address, 0 for off "
+            "(default 127.0.0.1:8081; it has no authentication)"
+        ),
     )
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
     p.add_argument(

@@ -1,12 +1,27 @@
-"""Where desired-state YAML comes from: a directory tree, or a git revision (never checked out)."""
+"""Where desired-state YAML comes from: a directory tree, or a git revision (never checked out).
+
+Both readers stay inside the tree they are given. Symbolic links are never followed: a policy
+tree holds regular files and directories only, so a pull request cannot make CI (or the
+controller) read a file outside it, such as /etc/passwd or a token, and echo it in a message.
+In-tree links are refused too: the rule is the same for the directory and git readers, needs
+no resolution (so link loops cannot hang it) and a link cannot change meaning between the CI
+checkout and the controller's clone. Git submodules are refused for the same reason.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 YAML_SUFFIXES = (".yaml", ".yml")
 DEFAULT_DIRS = ("pools", "policies")
+GIT_TIMEOUT_S = 120.0  # wall-clock bound on reading one revision (git cat-file)
+NOT_FOLLOWED = "symbolic links are not followed (a policy tree holds regular files only)"
+_SYMLINK_MODE, _GITLINK_MODE, _TYPE_MASK = 0o120000, 0o160000, 0o170000
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,55 +31,176 @@ class SourceFile:
 
 
 class SourceError(Exception):
-    """The source itself cannot be read (missing path, unknown revision)."""
+    """The source itself cannot be read (missing path, unknown revision, a symlink, a timeout)."""
 
 
 def files_from_paths(paths: list[str | Path]) -> list[SourceFile]:
-    """Every YAML file under the given files/directories, in a stable order."""
+    """Every YAML file under the given files/directories, in a stable order.
+
+    A given path that is itself a symbolic link, and any symbolic link below a given directory
+    (whatever its name or target, dangling or looping), is a SourceError naming the link; its
+    target is never read. Directories above a given path are the caller's and may be links."""
     out: list[SourceFile] = []
     for raw in paths:
         p = Path(raw)
+        if p.is_symlink():
+            raise SourceError(f"{raw}: {NOT_FOLLOWED}")
         if p.is_file():
             candidates = [p]
         elif p.is_dir():
-            candidates = sorted(
-                f for f in p.rglob("*") if f.is_file() and f.suffix in YAML_SUFFIXES
-            )
+            candidates = _yaml_under(p)
+        elif p.exists():
+            raise SourceError(f"{raw}: not a regular file or directory")
         else:
             raise SourceError(f"{raw}: no such file or directory")
-        for f in candidates:
-            try:
-                out.append(SourceFile(str(f), f.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SourceError(f"{f}: cannot read: {exc}") from exc
+        out.extend(SourceFile(str(f), _read_regular(f)) for f in candidates)
     return out
 
 
+def _yaml_under(root: Path) -> list[Path]:
+    found: list[Path] = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)  # the same link reported each time
+        except OSError as exc:
+            raise SourceError(f"{d}: cannot read: {exc.strerror or exc}") from exc
+        subdirs = []
+        for e in entries:
+            path = Path(e.path)
+            if e.is_symlink():
+                raise SourceError(f"{path}: {NOT_FOLLOWED}")
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append(path)
+            elif e.is_file(follow_symlinks=False) and path.suffix in YAML_SUFFIXES:
+                found.append(path)
+        stack.extend(reversed(subdirs))
+    return sorted(found)
+
+
+def _read_regular(f: Path) -> str:
+    # O_NOFOLLOW: a file swapped for a link after the walk is refused, not followed;
+    # O_NONBLOCK: one swapped for a FIFO cannot block the open (fstat then refuses it).
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(f, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SourceError(f"{f}: {NOT_FOLLOWED}") from exc
+        raise SourceError(f"{f}: cannot read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise SourceError(f"{f}: not a regular file")
+        data = fh.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{f}: cannot read: {exc}") from exc
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as text-mode reading did
+
+
 def files_from_git(
-    repo_path: str | Path, rev: str, dirs: tuple[str, ...] = DEFAULT_DIRS
+    repo_path: str | Path,
+    rev: str,
+    dirs: tuple[str, ...] = DEFAULT_DIRS,
+    *,
+    timeout: float | None = GIT_TIMEOUT_S,
 ) -> tuple[list[SourceFile], str]:
-    """YAML files under `dirs` at revision `rev`, read from git objects; and the commit SHA."""
+    """YAML files under `dirs` at revision `rev`, read from git objects; and the commit SHA.
+
+    Only objects are read (GitPython's persistent `git cat-file --batch`, which runs no hook,
+    filter, textconv or fsmonitor: nothing a repository's config can name). A symbolic link
+    (mode 120000), a submodule, or a `dirs` entry that is not a directory is a SourceError
+    naming the path and revision; a link's blob is never read. Reading takes at most `timeout`
+    seconds: then the cat-file processes are killed and it is a SourceError."""
     import git  # GitPython; imported here so directory use needs no git binary
 
     try:
         repo = git.Repo(repo_path, search_parent_directories=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
         raise SourceError(f"{repo_path}: not a git repository") from exc
+    watchdog = _CatFileWatchdog(repo, timeout)
+    try:
+        with watchdog:
+            return _read_revision(repo, repo_path, rev, dirs)
+    except Exception as exc:
+        if watchdog.fired:
+            raise SourceError(f"{repo_path}: reading {rev!r} timed out after {timeout:g}s") from exc
+        raise
+    finally:
+        repo.close()  # ends the cat-file processes now, not at garbage collection
+
+
+def _read_revision(repo, repo_path, rev: str, dirs: tuple[str, ...]):
+    import git
+
     try:
         commit = repo.commit(rev)
     except (git.BadName, ValueError, git.GitCommandError) as exc:
         raise SourceError(f"{repo_path}: unknown revision {rev!r}") from exc
+    at = f"@{commit.hexsha[:12]}"
     out: list[SourceFile] = []
     for d in dirs:
         try:
-            tree = commit.tree / d
+            top = commit.tree / d
         except KeyError:
             continue
-        blobs = [b for b in tree.traverse() if b.type == "blob" and b.path.endswith(YAML_SUFFIXES)]
+        _check_entry(top, at)
+        if top.type != "tree":
+            raise SourceError(f"{top.path}{at}: not a directory")
+        entries = list(top.traverse())
+        for e in entries:
+            _check_entry(e, at)
+        blobs = [e for e in entries if e.type == "blob" and e.path.endswith(YAML_SUFFIXES)]
         for b in sorted(blobs, key=lambda b: b.path):
             try:
                 text = b.data_stream.read().decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise SourceError(f"{b.path}@{commit.hexsha[:12]}: not UTF-8 text") from exc
+                raise SourceError(f"{b.path}{at}: not UTF-8 text") from exc
             out.append(SourceFile(b.path, text))
     return out, commit.hexsha
+
+
+def _check_entry(entry, at: str) -> None:
+    """Refuse what git stores but a checkout would turn into something outside the tree."""
+    kind = entry.mode & _TYPE_MASK
+    if kind == _SYMLINK_MODE:
+        raise SourceError(f"{entry.path}{at}: {NOT_FOLLOWED}")
+    if kind == _GITLINK_MODE or entry.type == "submodule":
+        raise SourceError(f"{entry.path}{at}: a git submodule; submodules are not followed")
+
+
+class _CatFileWatchdog:
+    """Kills the repository's persistent `git cat-file` processes once `timeout` has passed, so
+    a read blocked on the object store (a hung file system, a FIFO) ends with an error. Reads
+    outside cat-file (GitPython parses refs and objects in Python) cannot block on git."""
+
+    def __init__(self, repo, timeout: float | None):
+        self.repo, self.timeout = repo, timeout
+        self.fired = False
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self):
+        if self.timeout is not None:
+            self._thread = threading.Thread(target=self._watch, daemon=True, name="git-watchdog")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.timeout):
+            return
+        self.fired = True
+        while not self._done.is_set():  # a process started after the first kill dies too
+            for name in ("cat_file_all", "cat_file_header"):
+                proc = getattr(getattr(self.repo.git, name, None), "proc", None)
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+            self._done.wait(0.05)

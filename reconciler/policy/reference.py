@@ -81,6 +81,8 @@ quantities), validation finds:
 - shared slices whose memory exceeds the card; reservations above the pool's size;
 - quota guarantees that exceed a pool's capacity, team caps below the team's guarantees,
   a namespace governed by two quotas;
+- a Quota or a scaling target in a system namespace (`kube-system`, `kube-public`,
+  `kube-node-lease`) or in gpupool's own (`gpupool-system`);
 - node selectors of two pools that a single node could satisfy;
 - impossible priority rules: a victim with a higher or equal value than its preemptor, a
   non-preemptible victim, unknown classes, a spot class that is not preemptible;

@@ -30,7 +30,7 @@ def check_semantics(
     """Cross-document problems. `invalid`: (kind, name) of documents that failed schema
     validation; references to them are not reported again as missing (their own errors are)."""
     out: list[Problem] = []
-    for check in (_duplicates, _pools, _pool_overlap):
+    for check in (_duplicates, _pools, _pool_overlap, _system_namespaces):
         out.extend(check(state))
     ctx = _Invalid(
         pools=frozenset(n for k, n in invalid if k == "Pool"),
@@ -82,6 +82,32 @@ def _docs(state: DesiredState, kind: str) -> list[Located]:
             seen.add(d.key)
             out.append(d)
     return out
+
+
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "gpupool-system")
+"""Namespaces no policy may put a quota on or scale workloads in: Kubernetes' own and gpupool's
+(the controller's admission policy, deploy/controller-admission.yaml, refuses its writes there
+too)."""
+
+
+def _system_namespaces(state: DesiredState) -> Iterator[Problem]:
+    for d in _docs(state, "Quota"):
+        for i, ns in enumerate(d.model.spec.namespaces):
+            if ns in SYSTEM_NAMESPACES:
+                yield _problem(
+                    d,
+                    ("spec", "namespaces", i),
+                    f"namespace {ns!r} is a system namespace; gpupool manages no quota there",
+                )
+    for d in _docs(state, "ScalingPolicy"):
+        for i, t in enumerate(d.model.spec.targets):
+            if t.namespace in SYSTEM_NAMESPACES:
+                yield _problem(
+                    d,
+                    ("spec", "targets", i, "namespace"),
+                    f"namespace {t.namespace!r} is a system namespace; gpupool scales nothing "
+                    "there",
+                )
 
 
 def pool_gpus(pool: Pool) -> int:

@@ -11,8 +11,10 @@ import re
 
 from reconciler.commands import reconcile
 from reconciler.loop import metrics
+from reconciler.loop.health import parse_bind_address
 
 from .harness import DEPLOY, docs
+from .world import ROOT
 
 
 def _by_kind(name: str) -> dict:
@@ -24,6 +26,65 @@ def test_kustomization_lists_existing_files():
     for r in k["resources"]:
         assert (DEPLOY / r).is_file(), r
     assert "namespace" not in k  # would move the gpu-operator Role into gpupool-system
+
+
+def test_kustomization_installs_every_admission_policy():
+    """The policies that restrict what the agent and the controller may write are part of the
+    install, not optional extras: every file of deploy/ holding a ValidatingAdmissionPolicy is
+    listed, with a binding for each policy."""
+    listed = set(docs(DEPLOY / "kustomization.yaml")[0]["resources"])
+    policies = {}
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        kinds = [(d["kind"], d) for d in docs(path)]
+        if any(kind == "ValidatingAdmissionPolicy" for kind, _ in kinds):
+            assert path.name in listed, f"{path.name} is not installed by kustomization.yaml"
+            for kind, d in kinds:
+                if kind == "ValidatingAdmissionPolicy":
+                    policies[d["metadata"]["name"]] = False
+            for kind, d in kinds:
+                if kind == "ValidatingAdmissionPolicyBinding":
+                    assert d["spec"]["validationActions"] == ["Deny"]
+                    policies[d["spec"]["policyName"]] = True
+    assert {"gpupool-agent-own-node", "gpupool-controller-nodes"} <= set(policies)
+    assert all(policies.values()), policies
+
+
+def test_metrics_are_not_served_where_the_probes_are():
+    """The probes' port serves /healthz and /readyz on every address; /metrics has its own
+    port, which only the network policy's scrapers may reach."""
+    dep = _by_kind("controller.yaml")["Deployment"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    parser = argparse.ArgumentParser()
+    reconcile.register(parser.add_subparsers())
+    args = parser.parse_args(c["args"])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["http"] == args.health_port
+    host, port = parse_bind_address(args.metrics_bind_address)
+    assert port == ports["metrics"] != args.health_port
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+    svc = _by_kind("controller.yaml")["Service"]
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["metrics"]
+    netpol = _by_kind("networkpolicy.yaml")["NetworkPolicy"]
+    assert netpol["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    rules = {r["ports"][0]["port"]: r.get("from") for r in netpol["spec"]["ingress"]}
+    assert rules["http"] is None and rules["metrics"]  # probes from anywhere, metrics not
+
+
+def test_controller_memory_covers_the_benchmark():
+    """The controller's memory limit is above the planner's own measured peak at 10,000 nodes
+    (bench/README.md) with headroom, and its request covers that peak."""
+    table = (ROOT / "bench" / "README.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| 10,000 |"))
+    peak_mib = float(row.split("|")[8].replace(",", ""))
+    assert peak_mib > 1000  # the column read is the peak RSS
+    res = _by_kind("controller.yaml")["Deployment"]["spec"]["template"]["spec"]["containers"][0][
+        "resources"
+    ]
+    mib = {"Mi": 1, "Gi": 1024}
+    limit = int(res["limits"]["memory"][:-2]) * mib[res["limits"]["memory"][-2:]]
+    request = int(res["requests"]["memory"][:-2]) * mib[res["requests"]["memory"][-2:]]
+    assert request >= peak_mib and limit >= 1.5 * peak_mib, (request, limit, peak_mib)
 
 
 def test_controller_deployment_matches_the_cli():

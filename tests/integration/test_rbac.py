@@ -15,12 +15,15 @@ are checked against the real authorizer (SubjectAccessReview).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from reconciler.loop.agent import run_once
@@ -38,6 +41,7 @@ from .harness import (
     converge,
     create_inference_deployment,
     create_pdb,
+    create_pod,
     docs,
     write_policy,
 )
@@ -62,6 +66,14 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
     "*: patch batch/jobs": (
         "../apply/test_handlers_api.py::test_move_of_a_jobs_pod_runs_with_the_controllers_rbac"
     ),
+}
+# Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
+# malformed; a recorder that updates a repeated Event's count, through either Events API).
+# Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.
+AHEAD_OF_CODE = {
+    "*: patch core/events",
+    "*: create events.k8s.io/events",
+    "*: patch events.k8s.io/events",
 }
 
 
@@ -286,8 +298,9 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     }
 
     seen, unused = check(kube, CONTROLLER, CONTROLLER_SA, mark)
-    assert set(unused) <= set(EXERCISED_ELSEWHERE), "rules no run needed:\n" + "\n".join(
-        sorted(set(unused) - set(EXERCISED_ELSEWHERE))
+    expected_unused = set(EXERCISED_ELSEWHERE) | AHEAD_OF_CODE
+    assert set(unused) <= expected_unused, "rules no run needed:\n" + "\n".join(
+        sorted(set(unused) - expected_unused)
     )
     assert not set(EXERCISED_ELSEWHERE) - {
         label for label, _, _ in narrowed(rules(CONTROLLER_SA))
@@ -422,3 +435,400 @@ def test_access_from_audit_events():
     ]
     assert access(ev("watch", "pods")) == [Access("watch", "", "pods", "", "")]
     assert access(ev("get", None)) == []
+
+
+# ------------------------------------------------------------------ what RBAC cannot say
+
+
+def _kustomized() -> list[str]:
+    return docs(DEPLOY / "kustomization.yaml")[0]["resources"]
+
+
+def _contains(served, shipped) -> bool:
+    """`shipped` as written, within `served` (which adds the API server's defaults)."""
+    if isinstance(shipped, dict):
+        return isinstance(served, dict) and all(
+            _contains(served.get(k), v) for k, v in shipped.items()
+        )
+    if isinstance(shipped, list):
+        return (
+            isinstance(served, list)
+            and len(served) == len(shipped)
+            and all(_contains(a, b) for a, b in zip(served, shipped, strict=True))
+        )
+    return served == shipped
+
+
+def test_agent_cannot_write_another_nodes_state(kube):
+    """deploy/agent-admission.yaml is installed by the kustomization as shipped, the API server
+    serves exactly it, and with it an agent's token (bound to a pod on its node) cannot create
+    or write the GpuNodeState of another node, nor can a token bound to no node; its own node's
+    it can."""
+    assert "agent-admission.yaml" in _kustomized()
+    adm = client.AdmissionregistrationV1Api(kube.api_client)
+    for d in docs(DEPLOY / "agent-admission.yaml"):
+        read = (
+            adm.read_validating_admission_policy
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            else adm.read_validating_admission_policy_binding
+        )
+        served = kube.api_client.sanitize_for_serialization(read(d["metadata"]["name"]))
+        assert _contains(served["spec"], d["spec"]), d["metadata"]["name"]
+
+    sim_a = add_gpu_node(kube, "rbac-own-a", state=False)
+    add_gpu_node(kube, "rbac-own-b", state=True)  # b's own agent published b's object
+    agent_a = kube.agent_client("rbac-own-a")
+    kube.cleanup(agent_a.close)
+    custom = client.CustomObjectsApi(agent_a)
+    body = {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "GpuNodeState",
+        "metadata": {"name": "rbac-own-c"},
+    }
+    with pytest.raises(client.ApiException) as err:  # create another node's
+        custom.create_cluster_custom_object("gpupool.io", "v1alpha1", "gpunodestates", body)
+    assert err.value.status in (403, 422) and "own node" in err.value.body
+    with pytest.raises(client.ApiException) as err:  # overwrite another node's status
+        custom.patch_cluster_custom_object_status(
+            "gpupool.io",
+            "v1alpha1",
+            "gpunodestates",
+            "rbac-own-b",
+            {"status": {"gpus": []}},
+        )
+    assert err.value.status in (403, 422) and "own node" in err.value.body
+    # a token of the agent's ServiceAccount bound to no pod (so to no node): nothing
+    unbound = kube.plane.service_account_client(NS, AGENT_SA, create=False)
+    kube.cleanup(unbound.close)
+    with pytest.raises(client.ApiException) as err:
+        client.CustomObjectsApi(unbound).create_cluster_custom_object(
+            "gpupool.io", "v1alpha1", "gpunodestates", {**body, "metadata": {"name": "rbac-own-a"}}
+        )
+    assert err.value.status in (403, 422)
+    run_once(agent_a, "rbac-own-a", nvml=sim_a.gpus.nvml)  # its own: allowed
+
+
+# The controller's admission policies (deploy/controller-admission.yaml) are tried on a stand-in
+# ServiceAccount with the controller's RBAC, the policies' copies matching it instead: the
+# session's other tests keep the controller as the world installs it.
+STANDIN = "gpupool-controller-vaptest"
+STANDIN_USER = f"system:serviceaccount:{NS}:{STANDIN}"
+
+
+def _install_standin(kube) -> client.ApiClient:
+    from kubernetes import utils
+
+    assert "controller-admission.yaml" in _kustomized()
+    core, rbac = kube.core, client.RbacAuthorizationV1Api(kube.api_client)
+    adm = client.AdmissionregistrationV1Api(kube.api_client)
+    with contextlib.suppress(client.ApiException):
+        core.create_namespaced_service_account(NS, {"metadata": {"name": STANDIN}})
+    subject = [{"kind": "ServiceAccount", "name": STANDIN, "namespace": NS}]
+    for d in docs(DEPLOY / "rbac.yaml"):
+        if d["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["name"] == CONTROLLER_SA for s in d["subjects"]):
+            continue
+        d = {**d, "metadata": {**d["metadata"], "name": f"{d['metadata']['name']}-vaptest"}}
+        d["subjects"] = subject
+        ns = d["metadata"].get("namespace")
+        undo = (
+            (lambda n=d["metadata"]["name"], ns=ns: rbac.delete_namespaced_role_binding(n, ns))
+            if ns
+            else (lambda n=d["metadata"]["name"]: rbac.delete_cluster_role_binding(n))
+        )
+        with contextlib.suppress(client.ApiException):
+            undo()  # left by an interrupted run
+        kube.cleanup(undo)
+        utils.create_from_dict(kube.api_client, d)
+    text = (DEPLOY / "controller-admission.yaml").read_text()
+    real_user = f"system:serviceaccount:{NS}:{CONTROLLER_SA}"
+    assert real_user in text
+    for d in yaml.safe_load_all(text.replace(real_user, STANDIN_USER)):
+        name = d["metadata"]["name"] + "-vaptest"
+        d["metadata"]["name"] = name
+        if d["kind"] == "ValidatingAdmissionPolicy":
+            create, delete = (
+                adm.create_validating_admission_policy,
+                adm.delete_validating_admission_policy,
+            )
+        else:
+            d["spec"]["policyName"] += "-vaptest"
+            create, delete = (
+                adm.create_validating_admission_policy_binding,
+                adm.delete_validating_admission_policy_binding,
+            )
+        with contextlib.suppress(client.ApiException):
+            delete(name)  # left by an interrupted run
+        kube.cleanup(lambda n=name, delete=delete: delete(n))
+        create(d)
+    # the policies type-check against the served schemas: no warnings
+    for d in yaml.safe_load_all(text):
+        if d["kind"] != "ValidatingAdmissionPolicy":
+            continue
+        name = d["metadata"]["name"] + "-vaptest"
+        deadline = time.monotonic() + 20
+        while True:
+            st = adm.read_validating_admission_policy(name).status
+            if st is not None and st.observed_generation:
+                break
+            assert time.monotonic() < deadline, f"{name} not checked by the API server"
+            time.sleep(0.2)
+        warnings = (st.type_checking.expression_warnings or []) if st.type_checking else []
+        assert not warnings, [(w.field_ref, w.warning) for w in warnings]
+    api = kube.plane.service_account_client(NS, STANDIN, create=False)
+    kube.cleanup(api.close)
+    # the API server enforces a new policy once its informer has it: wait for a known refusal
+    events = client.CoreV1Api(api)
+    ev = {
+        "metadata": {"generateName": "vaptest-"},
+        "involvedObject": {"kind": "Pod", "namespace": "kube-public", "name": "x"},
+    }
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            made_ev = events.create_namespaced_event("kube-public", ev)
+        except client.ApiException as exc:
+            if exc.status in (403, 422) and "system namespace" in exc.body:
+                break
+            raise
+        kube.core.delete_namespaced_event(made_ev.metadata.name, "kube-public")
+        assert time.monotonic() < deadline, "the controller's admission policies not enforced"
+        time.sleep(0.2)
+    return api
+
+
+def _refused(call, fragment: str) -> None:
+    with pytest.raises(client.ApiException) as err:
+        call()
+    assert err.value.status == 403, err.value.body
+    assert fragment in err.value.body, err.value.body
+
+
+def test_controller_admission_allows_what_gpupool_writes(kube):
+    """Every kind of write the handlers make (through KubeOps, as they make them) passes the
+    controller's admission policies."""
+    from reconciler.apply.kube import KubeOps
+
+    api = _install_standin(kube)
+    ops = KubeOps(api)
+    add_gpu_node(kube, "rbac-vap-1", labels={"nvidia.com/mig.config.state": "success"})
+    ns = kube.new_namespace("vap")
+    create_pod(kube, ns, "train", node="rbac-vap-1", gpus=1, cls=None)
+    create_inference_deployment(kube, ns, "srv", replicas=1, queue=0, cls="")
+
+    ops.patch_node("rbac-vap-1", unschedulable=True, annotations={"gpupool.io/cordoned-for": "x"})
+    ops.patch_node("rbac-vap-1", labels={"gpupool.io/pool": "h100"})
+    ops.patch_node(
+        "rbac-vap-1",
+        labels={"nvidia.com/mig.config": "gpupool-x", "nvidia.com/mig.config.state": None},
+        annotations={"gpupool.io/reconfigure-since": "now"},
+    )
+    ops.patch_node(
+        "rbac-vap-1",
+        unschedulable=None,
+        labels={"nvidia.com/device-plugin.config": "gpupool-y"},
+        annotations={"gpupool.io/cordoned-for": None},
+    )
+    ops.annotate_pod(ns, "train", {"gpupool.io/checkpoint-requested-at": "now"})
+    w = ops.read_workload("Deployment", ns, "srv")
+    ops.scale_workload(
+        "Deployment",
+        ns,
+        "srv",
+        replicas=2,
+        resource_version=w.resource_version,
+        annotations={"gpupool.io/last-scale": "now"},
+    )
+    ops.server_side_apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {
+                "name": "gpupool-vap",
+                "namespace": ns,
+                "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+            },
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        }
+    )
+    pc = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": "rbac-vap-ours",
+            "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+        },
+        "value": 5,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+    }
+    ops.server_side_apply(pc)
+    kube.cleanup(lambda: _delete_pc(kube, "rbac-vap-ours"))
+    ops.server_side_apply({**pc, "description": "managed by gpupool"})
+    ops.delete_priority_class("rbac-vap-ours")
+    ops.create_event(
+        "default",
+        {
+            "metadata": {"generateName": "gpupool."},
+            "involvedObject": {"kind": "Node", "name": "rbac-vap-1"},
+            "reason": "Test",
+            "message": "allowed",
+            "type": "Normal",
+        },
+    )
+    node = kube.core.read_node("rbac-vap-1")
+    assert node.metadata.labels["nvidia.com/device-plugin.config"] == "gpupool-y"
+    assert "nvidia.com/mig.config.state" not in node.metadata.labels
+    assert kube.apps.read_namespaced_deployment("srv", ns).spec.replicas == 2
+
+
+def _delete_pc(kube, name: str) -> None:
+    with contextlib.suppress(client.ApiException):
+        kube.scheduling.delete_priority_class(name)
+
+
+def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
+    """Writes the controller's RBAC grants but gpupool never makes are refused by
+    deploy/controller-admission.yaml: other labels, annotations, taints of nodes, any change to a
+    control-plane node, foreign PriorityClasses and quotas, anything in kube-system, a pod's
+    image or labels, a workload's template."""
+    api = _install_standin(kube)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    sched = client.SchedulingV1Api(api)
+    add_gpu_node(kube, "rbac-vap-2")
+    kube.core.create_node(
+        {
+            "metadata": {
+                "name": "rbac-vap-cp",
+                "labels": {"node-role.kubernetes.io/control-plane": ""},
+            }
+        }
+    )
+    kube.cleanup(lambda: kube.core.delete_node("rbac-vap-cp"))
+    ns = kube.new_namespace("vap")
+    create_pod(kube, ns, "train", node="rbac-vap-2", gpus=1, cls=None)
+    create_inference_deployment(kube, ns, "srv", replicas=1, queue=0, cls="")
+    kube.scheduling.create_priority_class({"metadata": {"name": "rbac-vap-foreign"}, "value": 3})
+    kube.cleanup(lambda: _delete_pc(kube, "rbac-vap-foreign"))
+    kube.core.create_namespaced_resource_quota(
+        ns, {"metadata": {"name": "theirs"}, "spec": {"hard": {"pods": "100"}}}
+    )
+    merge = "application/merge-patch+json"
+
+    def node(body, name="rbac-vap-2"):
+        return lambda: core.patch_node(name, body, _content_type=merge)
+
+    _refused(node({"metadata": {"labels": {"team": "mine"}}}), "own node labels")
+    _refused(node({"metadata": {"labels": {"nvidia.com/gpu.product": "x"}}}), "own node labels")
+    _refused(node({"metadata": {"annotations": {"other.io/x": "y"}}}), "own node annotations")
+    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    _refused(node({"spec": {"taints": [taint]}}), "spec.unschedulable")
+    _refused(node({"spec": {"unschedulable": True}}, name="rbac-vap-cp"), "control-plane node")
+    _refused(
+        node({"metadata": {"labels": {"gpupool.io/pool": "h100"}}}, name="rbac-vap-cp"),
+        "control-plane node",
+    )
+    # PriorityClasses and quotas gpupool does not own
+    _refused(lambda: sched.delete_priority_class("rbac-vap-foreign"), "not labelled")
+    _refused(
+        lambda: sched.patch_priority_class(
+            "rbac-vap-foreign",
+            {"metadata": {"labels": {"app.kubernetes.io/managed-by": "gpupool"}}},
+            _content_type=merge,
+        ),
+        "not labelled",
+    )
+    _refused(
+        lambda: core.patch_namespaced_resource_quota(
+            "theirs", ns, {"spec": {"hard": {"pods": "1"}}}, _content_type=merge
+        ),
+        "not labelled",
+    )
+    _refused(
+        lambda: sched.create_priority_class(
+            {"metadata": {"name": "rbac-vap-unlabelled"}, "value": 1}
+        ),
+        "must carry the label",
+    )
+    # system namespaces: not even gpupool's own kinds of writes
+    _refused(
+        lambda: core.create_namespaced_resource_quota(
+            "kube-system",
+            {
+                "metadata": {
+                    "name": "gpupool-x",
+                    "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+                },
+                "spec": {"hard": {"pods": "1"}},
+            },
+        ),
+        "system namespace",
+    )
+    ev = {
+        "metadata": {"generateName": "x-"},
+        "involvedObject": {"kind": "Pod", "namespace": "kube-node-lease", "name": "x"},
+    }
+    _refused(lambda: core.create_namespaced_event("kube-node-lease", ev), "system namespace")
+    # workloads: nothing but gpupool's annotations and the fields its actions set
+    pod_spec = kube.core.read_namespaced_pod("train", ns).spec
+    image = {"spec": {"containers": [{"name": pod_spec.containers[0].name, "image": "evil:1"}]}}
+    _refused(
+        lambda: core.patch_namespaced_pod(
+            "train", ns, image, _content_type="application/strategic-merge-patch+json"
+        ),
+        "node affinity",
+    )
+    _refused(
+        lambda: core.patch_namespaced_pod(
+            "train", ns, {"metadata": {"labels": {"app": "other"}}}, _content_type=merge
+        ),
+        "labels",
+    )
+    _refused(
+        lambda: core.patch_namespaced_pod(
+            "train", ns, {"metadata": {"annotations": {"other.io/x": "y"}}}, _content_type=merge
+        ),
+        "own annotations",
+    )
+    template = {
+        "spec": {"template": {"spec": {"containers": [{"name": "srv", "image": "evil:1"}]}}}
+    }
+    _refused(
+        lambda: apps.patch_namespaced_deployment(
+            "srv", ns, template, _content_type="application/strategic-merge-patch+json"
+        ),
+        "spec.replicas",
+    )
+    _refused(
+        lambda: core.patch_namespaced_pod_status(
+            "train",
+            ns,
+            {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+            _content_type="application/strategic-merge-patch+json",
+        ),
+        "own pod condition",
+    )
+    # and RBAC still grants these writes (so it is the policies that refused them)
+    for verb, res, where in (
+        ("patch", "nodes", ""),
+        ("delete", "priorityclasses", ""),
+        ("create", "resourcequotas", "kube-system"),
+        ("patch", "pods", ns),
+        ("patch", "deployments", ns),
+    ):
+        group = {"priorityclasses": "scheduling.k8s.io", "deployments": "apps"}.get(res, "")
+        assert review(kube, STANDIN_USER, Access(verb, group, res, where, "x")), (verb, res)
+
+
+def test_event_rules_are_granted(kube):
+    """The Event rules granted ahead of the code (AHEAD_OF_CODE) are what the real authorizer
+    answers: create and patch of Events, both APIs, in a team namespace and in `default`."""
+    role_rules = rules(CONTROLLER_SA)
+    labels = {label for label, _, _ in narrowed(role_rules)}
+    assert labels >= AHEAD_OF_CODE
+    for group in ("", "events.k8s.io"):
+        for verb in ("create", "patch"):
+            for ns in ("team-b", "default"):
+                a = Access(verb, group, "events", ns, "" if verb == "create" else "e")
+                assert allowed(role_rules, a) and review(kube, CONTROLLER, a), a
