@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from reconciler.apply.handlers import HANDLERS, ApplyConfig, Context, Outcome
-from reconciler.apply.port import ApiError, ClusterOps
+from reconciler.apply.port import ApiError, ClusterOps, PodInfo
 from reconciler.plan.actions import (
     Action,
     Admit,
@@ -77,7 +77,7 @@ class Executor:
         plan: Plan,
         *,
         on_outcome: Callable[[Action, Outcome], None] | None = None,
-        before_preempt: Callable[[Action], None] | None = None,
+        before_preempt: Callable[[Action, PodInfo], None] | None = None,
         may_continue: Callable[[], bool] | None = None,
     ) -> ApplyResult:
         """`before_preempt` runs just before the Eviction request of a preemption, reclaim or
@@ -154,21 +154,43 @@ class Executor:
             kind = "Pod"
             ns, _, name = action.target.partition("/")
         else:
-            kind, ns, name = "Node", NODE_EVENTS_NAMESPACE, action.target
+            kind, ns, name = "Node", "", action.target
+        self.emit_event(
+            kind,
+            ns,
+            name,
+            reason="GpuPool" + "".join(p.title() for p in action.kind.split("-")),
+            message=action.reason + (f" ({out.message})" if out.message else ""),
+            key=action.id,
+        )
+
+    def emit_event(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        reason: str,
+        message: str,
+        key: str,
+        api_version: str | None = None,
+    ) -> None:
+        """One Warning Event on an object (a courtesy: never raises). `namespace` "" is a
+        cluster-scoped object: its Event lives in `default`."""
         now = self.clock()
-        digest = hashlib.sha1(f"{action.id}/{now.isoformat()}".encode()).hexdigest()[:10]
+        ns = namespace or NODE_EVENTS_NAMESPACE
+        digest = hashlib.sha1(f"{key}/{now.isoformat()}".encode()).hexdigest()[:10]
+        involved = {"kind": kind, "name": name, "namespace": namespace or None}
+        if api_version:
+            involved["apiVersion"] = api_version
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"gpupool.{digest}", "namespace": ns},
-            "involvedObject": {
-                "kind": kind,
-                "name": name,
-                "namespace": ns if kind == "Pod" else None,
-            },
-            "reason": "GpuPool" + "".join(p.title() for p in action.kind.split("-")),
-            "message": (action.reason + (f" ({out.message})" if out.message else ""))[:1000],
-            "type": "Warning",  # only disruptive steps have Events
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1000],
+            "type": "Warning",
             "source": {"component": "gpupool"},
             "firstTimestamp": now.isoformat(),
             "lastTimestamp": now.isoformat(),

@@ -110,7 +110,7 @@ class Context:
     cfg: ApplyConfig
     clock: Callable[[], datetime]
     grace: dict[str, float] = field(default_factory=dict)
-    before_preempt: Callable[[Action], None] | None = None
+    before_preempt: Callable[[Action, PodInfo], None] | None = None
 
 
 A = TypeVar("A")
@@ -787,7 +787,7 @@ def evict(a: Eviction, ctx: Context) -> Outcome:
     note = ""
     if a.suspend_job and not isinstance(a, Move):
         if ctx.before_preempt is not None:  # before the write that stops it: write-ahead
-            ctx.before_preempt(a)
+            ctx.before_preempt(a, pod)
         out = _suspend_job(a, ctx, ns, a.suspend_job)
         if out is not None:
             return out
@@ -798,7 +798,7 @@ def evict(a: Eviction, ctx: Context) -> Outcome:
                 ctx.ops.annotate_pod(ns, name, {C.MOVE_TO_ANN: a.to_node})
             note = _reserve_next_pod(a, ctx, pod)
         if ctx.before_preempt is not None:  # every eviction kind spends the hourly budget
-            ctx.before_preempt(a)
+            ctx.before_preempt(a, pod)
     try:
         ctx.ops.evict_pod(ns, name)
     except ApiError as exc:

@@ -104,6 +104,7 @@ def _pod(p: Any) -> PodInfo:
         ),
         owner_kind=owner_kind,
         owner_name=owner_name,
+        uid=p.metadata.uid or "",
     )
 
 

@@ -68,6 +68,8 @@ class PodInfo:
     owner_name: str = ""
     """Its owner: the ownerReference marked `controller`, else the first one ("" when it has
     none): `Job` for a batch/v1 Job's pod, `ReplicaSet` for a Deployment's."""
+    uid: str = ""
+    """`metadata.uid`: tells this pod from a later one of the same name."""
 
     @property
     def key(self) -> str:

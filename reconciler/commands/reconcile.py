@@ -86,7 +86,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         print(f"error: --metrics-bind-address: {exc}", file=sys.stderr)
         return 1
     if args.health_port:  # the kubelet's probes: every address, no /metrics
-        serve(args.health_port, ctl.ready, metrics=False)
+        serve(args.health_port, ctl.ready, metrics=False, alive=ctl.alive)
     if metrics_at:
         if metrics_at[1] == args.health_port:
             print("error: --metrics-bind-address: the port of --health-port", file=sys.stderr)

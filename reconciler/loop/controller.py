@@ -21,10 +21,11 @@ from typing import Any
 from reconciler.apply.executor import ApplyResult, Executor
 from reconciler.apply.handlers import ApplyConfig
 from reconciler.apply.kube import KubeOps
+from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
-from reconciler.loop.status import StatusStore, condition
-from reconciler.observe.kube import admission_event, observe_cluster
+from reconciler.loop.status import PreemptionIntent, StatusStore, condition, resolve_intents
+from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
 from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
@@ -75,9 +76,11 @@ class Controller:
         lease_seconds: int = 15,
         cache_wait_seconds: float = 10.0,
         wake_gap_seconds: float = 1.0,
+        ready_max_age_seconds: float = 300.0,
+        stuck_after_seconds: float = 900.0,
     ):
         self.source = source
-        self.api = api_client
+        self.api = bound_requests(api_client)  # no call may wait forever
         self.dry_run = dry_run
         self.clock = clock
         self.elector = LeaseElector(
@@ -96,6 +99,13 @@ class Controller:
             clock=clock,
         )
         self.last_ok: datetime | None = None
+        """The end of the last cycle without an error."""
+        self.last_observed: datetime | None = None
+        """When a cycle last read the cluster successfully (readiness)."""
+        self.ready_max_age_seconds = ready_max_age_seconds
+        self.stuck_after_seconds = stuck_after_seconds
+        self._unreadable_reported: dict[str, datetime] = {}
+        self._cycle_started: float | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
@@ -103,18 +113,25 @@ class Controller:
         pods is admitted in one cycle, and the cycle's own writes cannot spin the loop."""
 
     def cycle(self) -> CycleResult:
+        self._cycle_started = time.monotonic()
+        try:
+            return self._timed_cycle()
+        finally:
+            self._cycle_started = None
+
+    def _timed_cycle(self) -> CycleResult:
         with metrics.RECONCILE_DURATION.time():
             try:
                 result = self._cycle()
             except Exception as exc:  # noqa: BLE001 - a cycle must never kill the loop
+                error = f"{type(exc).__name__}: {exc}"
                 if _unreachable(exc):  # an operational condition: one line, no traceback
                     log.error("reconcile cycle failed: API server unreachable: %s", exc)
                 else:
                     log.exception("reconcile cycle failed")
+                    self._report_error(error)
                 metrics.RECONCILES.labels("error").inc()
-                return CycleResult(
-                    None, "", self.elector.is_leader, None, error=f"{type(exc).__name__}: {exc}"
-                )
+                return CycleResult(None, "", self.elector.is_leader, None, error=error)
         metrics.RECONCILES.labels("error" if result.error else "ok").inc()
         if not result.error:
             self.last_ok = self.clock()
@@ -147,34 +164,45 @@ class Controller:
                         ],
                         "lastAttemptedRevision": getattr(exc, "revision", None) or "",
                         "lastAppliedRevision": view.last_applied_revision,
-                        "recentPreemptions": [t.isoformat() for t in view.recent_preemptions],
+                        "lastReconcileTime": now.isoformat(),
                     },
                     now,
                 )
+            self.last_observed = self.clock()  # the cluster answered; nothing to plan
             return CycleResult(None, "", leader, None, error=msg)
+        # the hourly budget: settled times, plus intents left by an earlier cycle that a read of
+        # their pod now settles (a follower cannot settle them: it counts them, the safe side)
+        preempted = [t.isoformat() for t in view.recent_preemptions]
+        settle = leader and not view.suspend and not self.dry_run
+        if settle:
+            preempted += resolve_intents(view.preemption_intents, self.ops.read_pod)
+        else:
+            preempted += [i.at for i in view.preemption_intents]
         observed = observe_cluster(
-            self.api, now=now, recent_preemptions=view.recent_preemptions, cache=self._cache()
+            self.api, now=now, recent_preemptions=preempted, cache=self._cache()
         )
+        self.last_observed = self.clock()
+        if leader:
+            self._report_unreadable(observed.unreadable, now)
         p, facts = plan_state(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
         self._gauges(desired, p, facts)
         applied = None
-        preempted = [t.isoformat() for t in view.recent_preemptions]
-        if leader and not view.suspend and not self.dry_run and p.actions:
+        intents: dict[str, PreemptionIntent] = {}
+        if settle and p.actions:
             stamp = now.isoformat()
-            intents: dict[str, int] = {}
 
-            def before_preempt(action):
-                # write-ahead: counted before the eviction is sent; taken back below if it is not
-                intents[action.id] = len(preempted)
-                preempted.append(stamp)
-                self.status.record_preemptions(preempted)
+            def before_preempt(action, pod):
+                # write-ahead: the intent is on the status object before the stop is sent
+                intents[action.id] = PreemptionIntent(pod.key, pod.uid, stamp)
+                self.status.record_preemptions(preempted, list(intents.values()))
 
             def record(action, out):
                 metrics.ACTIONS.labels(action.kind, out.status).inc()
-                if action.id in intents and not out.stopped:
-                    # blocked, failed, or the pod was gone already: no preemption happened
-                    preempted[intents.pop(action.id)] = ""
+                if action.id in intents and out.stopped:  # known done: settled now
+                    preempted.append(intents.pop(action.id).at)
+                # otherwise (blocked, failed, no reply) the intent stays for the next cycle,
+                # which reads the pod to settle it (`resolve_intents`)
 
             applied = self.executor.apply(
                 p,
@@ -182,13 +210,62 @@ class Controller:
                 before_preempt=before_preempt,
                 may_continue=lambda: self.elector.is_leader,
             )
-            preempted[:] = [t for t in preempted if t]
         if leader and self.elector.is_leader:
-            self.status.write(self._status(p, applied, snap.revision, view, preempted, now), now)
+            report = self._status(p, applied, snap.revision, view, preempted, now)
+            if settle:  # settled and open intents are written with the times, in one patch
+                report["preemptionIntents"] = [i.to_json() for i in intents.values()]
+            else:  # not settled here: left as they are
+                report["recentPreemptions"] = [t.isoformat() for t in view.recent_preemptions]
+            self.status.write(report, now)
         elif leader:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
         return CycleResult(snap.revision, p.summary, leader, applied, actions=len(p.actions))
+
+    def _report_unreadable(self, found, now: datetime) -> None:
+        """An Event on each object the snapshot left out or read in part (the plan has a
+        finding for each too), once an hour per object and problem: its owner sees it in
+        `kubectl describe`, and the rest of the cluster is reconciled meanwhile."""
+        for u in found:
+            key = f"{u.ref}: {u.message}"
+            last = self._unreadable_reported.get(key)
+            if last is not None and (now - last).total_seconds() < 3600:
+                continue
+            self._unreadable_reported[key] = now
+            self.executor.emit_event(
+                u.kind,
+                u.namespace,
+                u.name,
+                reason="GpuPoolUnreadable",
+                message=f"gpupool could not read this object and left it out: {u.message}",
+                key=key,
+                api_version=f"{GROUP}/{VERSION}" if u.kind == "GpuNodeState" else None,
+            )
+        metrics.UNREADABLE.set(len(found))
+
+    def _report_error(self, error: str) -> None:
+        """A failed cycle is on the status object, not only in the log: Ready=False and
+        Stalled=True with the error, and `lastReconcileTime` the attempt's time (the
+        conditions' transition times say since when). Leader only; best effort (the API
+        server may be what failed). Preemption times are left as they are."""
+        if not self.elector.is_leader:
+            return
+        now = self.clock()
+        msg = error.splitlines()[0] if error else "error"
+        try:
+            self.status.write(
+                {
+                    "conditions": [
+                        condition("Ready", False, "ReconcileError", msg, now),
+                        condition("Stalled", True, "ReconcileError", msg, now),
+                        condition("Reconciling", False, "ReconcileError", "nothing applied", now),
+                    ],
+                    "lastReconcileTime": now.isoformat(),
+                },
+                now,
+            )
+        except Exception as exc:  # noqa: BLE001 - reporting must not fail the loop either
+            log.warning("could not write the failed cycle to the status: %s", exc)
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):
@@ -274,11 +351,21 @@ class Controller:
             if q.spec.max_gpus is not None:
                 metrics.TEAM_QUOTA.labels(q.team).set(q.spec.max_gpus)
 
-    def ready(self, max_age_seconds: float = 300) -> bool:
+    def ready(self) -> bool:
+        """The last successful observation of the cluster is at most `ready_max_age_seconds`
+        old. A cycle that cannot reach the API server, or plans from nothing because every
+        read fails or hangs (each is bounded in time), stops refreshing it."""
         return (
-            self.last_ok is not None
-            and (self.clock() - self.last_ok).total_seconds() < max_age_seconds
+            self.last_observed is not None
+            and (self.clock() - self.last_observed).total_seconds() < self.ready_max_age_seconds
         )
+
+    def alive(self) -> bool:
+        """No cycle has been running for longer than `stuck_after_seconds` (`/healthz`: the
+        kubelet restarts a controller whose loop is stuck; every API call, watch and git
+        operation is bounded, so only a defect gets here)."""
+        started = self._cycle_started
+        return started is None or time.monotonic() - started < self.stuck_after_seconds
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, or a pod
@@ -288,6 +375,8 @@ class Controller:
         from reconciler.loop.informer import ClusterCache
 
         self.elector.start(stop)
+        # readiness allows a few intervals without an observation before it fails
+        self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
         wake = threading.Event()
 
         def pod_event(kind: str, pod: Any) -> None:

@@ -1,4 +1,4 @@
-"""`/healthz` (the process is alive), `/readyz` (a cycle completed recently), `/metrics`.
+"""`/healthz` (the loop is not stuck), `/readyz` (the cluster was observed recently), `/metrics`.
 
 Two kinds of listener (`serve`): the probes' (`/healthz`, `/readyz`), which the kubelet must
 reach on the pod's address, and the metrics' (`/metrics`), which `gpupool reconcile` binds to
@@ -72,9 +72,12 @@ def serve(
     metrics: bool = True,
     timeout: float = TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
+    alive: Callable[[], bool] = lambda: True,
 ) -> BoundedServer:
     """Start a listener on (host, port) in a daemon thread; `probes`/`metrics` choose which
-    paths it answers (others are 404)."""
+    paths it answers (others are 404). `/healthz` answers 503 when `alive()` says the loop is
+    stuck (the kubelet's liveness probe then restarts the container); `/readyz` follows
+    `ready()`."""
     conn_timeout = timeout
 
     class Handler(BaseHTTPRequestHandler):
@@ -84,7 +87,8 @@ def serve(
 
         def do_GET(self):  # noqa: N802 - the stdlib's name
             if probes and self.path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
+                ok = alive()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"stuck\n", "text/plain")
             elif probes and self.path == "/readyz":
                 ok = ready()
                 self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")

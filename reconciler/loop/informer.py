@@ -2,8 +2,9 @@
 
 The controller reads its observed state from these instead of listing every pod each cycle.
 A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410
-Gone (the server compacted past it) or any error relists. `synced` is set after the first
-list; until then readers get None and fall back to a list of their own.
+Gone (the server compacted past it) or any error relists, and so does a watch silent for
+longer than the server's own timeout plus a grace (`Informer.read_timeout`). `synced` is set
+after the first list; until then readers get None and fall back to a list of their own.
 
 Read your own writes: a cache lags the server, so right after gpupool admits a pod the next
 cycle could still see it gated and its cards free, and admit a second pod onto them. Each
@@ -27,6 +28,7 @@ from typing import Any
 from reconciler.conventions import resource_version
 
 log = logging.getLogger("gpupool.informer")
+CONNECT_TIMEOUT = 5.0
 
 
 def _event_rv(obj: Any) -> Any:
@@ -45,6 +47,7 @@ class Informer:
         *,
         name: str,
         timeout_seconds: int = 60,
+        read_grace_seconds: float = 15.0,
         backoff_seconds: float = 1.0,
         on_event: Callable[[str, Any], None] | None = None,
     ):
@@ -53,6 +56,11 @@ class Informer:
         """Called with (ADDED | MODIFIED | DELETED, object) after the cache took each event."""
         self.name = name
         self.timeout_seconds = timeout_seconds
+        self.read_timeout = timeout_seconds + read_grace_seconds
+        """Client-side bound on a list, and on the silence of a watch: the server ends a watch
+        after `timeout_seconds` (and sends bookmarks meanwhile), so a watch that says nothing for
+        longer is hung (a proxy or load balancer that keeps the connection and forwards
+        nothing): urllib3's read timeout breaks it and the informer relists."""
         self.backoff_seconds = backoff_seconds
         self.synced = threading.Event()
         self.relists = 0
@@ -94,7 +102,7 @@ class Informer:
         return self
 
     def _relist(self) -> str:
-        result = self.list_fn()
+        result = self.list_fn(_request_timeout=(CONNECT_TIMEOUT, self.read_timeout))
         with self._lock:
             self._items = {self._key(o): o for o in result.items}
             self._seen(result.metadata.resource_version)
@@ -116,6 +124,7 @@ class Informer:
                     resource_version=rv,
                     timeout_seconds=self.timeout_seconds,
                     allow_watch_bookmarks=True,
+                    _request_timeout=(CONNECT_TIMEOUT, self.read_timeout),
                 ):
                     if stop.is_set():
                         w.stop()

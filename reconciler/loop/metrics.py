@@ -56,3 +56,9 @@ CACHE_BEHIND = Counter(
     "Cycles that listed afresh because the watch cache had not seen gpupool's own last writes.",
     registry=REGISTRY,
 )
+UNREADABLE = Gauge(
+    "gpupool_unreadable_objects",
+    "Objects the last cycle's snapshot left out or read in part because they do not parse "
+    "(each has a finding and an Event).",
+    registry=REGISTRY,
+)

@@ -1,9 +1,11 @@
 """The controller's status object: a `ReconcilerStatus` custom resource with Flux-style
 conditions (Ready / Reconciling / Stalled), the last applied revision and plan summary, and
-the recent preemptions the hourly budget counts. `spec.suspend: true` pauses applying."""
+the recent preemptions the hourly budget counts (with the intents not yet settled:
+`resolve_intents`). `spec.suspend: true` pauses applying."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,11 +15,57 @@ from reconciler.conventions import STATUS_KIND as KIND
 from reconciler.conventions import STATUS_PLURAL as PLURAL
 
 
+@dataclass(frozen=True)
+class PreemptionIntent:
+    """A stop about to be sent (write-ahead), kept in `status.preemptionIntents` until a later
+    read of the pod says whether it happened (`resolve_intents`)."""
+
+    pod: str
+    """namespace/name."""
+    uid: str
+    at: str
+    """When it was decided (RFC 3339): the time the budget counts if it happened."""
+
+    def to_json(self) -> dict:
+        return {"pod": self.pod, "uid": self.uid, "at": self.at}
+
+    @staticmethod
+    def from_json(entry: object) -> PreemptionIntent | None:
+        if not isinstance(entry, dict) or not isinstance(entry.get("pod"), str):
+            return None
+        at = _time(entry.get("at"))
+        if at is None or "/" not in entry["pod"]:
+            return None
+        return PreemptionIntent(entry["pod"], str(entry.get("uid") or ""), at.isoformat())
+
+
 @dataclass
 class StatusView:
     suspend: bool = False
     recent_preemptions: list[datetime] = field(default_factory=list)
     last_applied_revision: str | None = None
+    preemption_intents: list[PreemptionIntent] = field(default_factory=list)
+
+
+def resolve_intents(
+    intents: list[PreemptionIntent], read_pod: Callable[[str, str], Any]
+) -> list[str]:
+    """The times of the intents that were carried out, judged by reading each pod now.
+
+    Budget bookkeeping exactly once, whatever point a crash or a lost reply hits: a stop is
+    recorded as an intent before its write is sent (keyed by the pod's UID), and a later cycle
+    reads the pod. Gone, terminating, or replaced by a pod of the same name with another UID:
+    the stop happened (or the pod ended on its own at that moment: counted, the safe side of a
+    budget). Still there and not terminating: it did not happen, and the intent is dropped; a
+    retry records a new one. Either way the intent is settled in the same status write that
+    adds its time to `recentPreemptions`, so it is never counted twice."""
+    done = []
+    for intent in intents:
+        ns, name = intent.pod.split("/", 1)
+        pod = read_pod(ns, name)
+        if pod is None or pod.deleting or (intent.uid and pod.uid and pod.uid != intent.uid):
+            done.append(intent.at)
+    return done
 
 
 def condition(type_: str, ok: bool, reason: str, message: str, now: datetime) -> dict:
@@ -53,40 +101,35 @@ class StatusStore:
             at = _time(t)
             if at is not None:
                 recent.append(at)
+        raw = st.get("preemptionIntents")
+        intents = [
+            i
+            for i in map(PreemptionIntent.from_json, raw if isinstance(raw, list) else [])
+            if i is not None
+        ]
         return StatusView(
-            bool((obj.get("spec") or {}).get("suspend")), recent, st.get("lastAppliedRevision")
+            bool((obj.get("spec") or {}).get("suspend")),
+            recent,
+            st.get("lastAppliedRevision"),
+            intents,
         )
 
     def write(self, status: dict, now: datetime) -> None:
-        prev = self._get()
-        if prev is None:
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"suspend": False},
-            }
-            try:
-                prev = self.api.create_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, body
-                )
-            except self.k.ApiException as exc:
-                if exc.status != 409:
-                    raise
-                prev = self._get()
+        prev = self._get() or self._create()
         old = {c["type"]: c for c in ((prev or {}).get("status") or {}).get("conditions", [])}
         for c in status.get("conditions", []):  # keep the transition time while the status holds
             o = old.get(c["type"])
             if o and o.get("status") == c["status"]:
                 c["lastTransitionTime"] = o.get("lastTransitionTime", c["lastTransitionTime"])
-        cutoff = now - timedelta(hours=1)
-        status["recentPreemptions"] = sorted(
-            {
-                t
-                for t in status.get("recentPreemptions", [])
-                if (at := _time(t)) is not None and at > cutoff
-            }
-        )
+        if "recentPreemptions" in status:  # a merge patch without the key leaves it as is
+            cutoff = now - timedelta(hours=1)
+            status["recentPreemptions"] = sorted(
+                {
+                    t
+                    for t in status["recentPreemptions"]
+                    if (at := _time(t)) is not None and at > cutoff
+                }
+            )
         self.api.patch_namespaced_custom_object_status(
             GROUP,
             VERSION,
@@ -97,21 +140,43 @@ class StatusStore:
             _content_type="application/merge-patch+json",
         )
 
-    def record_preemptions(self, times: list[str]) -> None:
-        """Persist the preemption times at once (before an eviction is sent)."""
+    def record_preemptions(self, times: list[str], intents: list[PreemptionIntent]) -> None:
+        """Persist the preemption times and the open intents at once, in one patch (before a
+        stop is sent: write-ahead). Creates the status object if there is none yet: a crash
+        right after the stop must not lose it."""
+        body = {
+            "status": {
+                "recentPreemptions": sorted({t for t in times if t}),
+                "preemptionIntents": [i.to_json() for i in intents],
+            }
+        }
+        if self._get() is None:
+            self._create()
+        self.api.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            self.name,
+            body,
+            _content_type="application/merge-patch+json",
+        )
+
+    def _create(self) -> dict | None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"suspend": False},
+        }
         try:
-            self.api.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                self.name,
-                {"status": {"recentPreemptions": [t for t in times if t]}},
-                _content_type="application/merge-patch+json",
+            return self.api.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, body
             )
         except self.k.ApiException as exc:
-            if exc.status != 404:  # no status object yet: the end-of-cycle write creates it
+            if exc.status != 409:
                 raise
+            return self._get()
 
     def _get(self) -> dict | None:
         try:

@@ -34,8 +34,10 @@ what pods hold is kept as observed: the planner reports and fences it
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +49,7 @@ from reconciler.observe.model import (
     Allocation,
     Gpu,
     InferenceService,
+    MigInstance,
     Node,
     ObservedState,
     PodGpus,
@@ -55,6 +58,7 @@ from reconciler.observe.model import (
     Request,
     SuspendedJob,
     Taint,
+    UnreadableObject,
     Workload,
     node_problems,
     parse_allocation,
@@ -64,6 +68,45 @@ from reconciler.policy.quantity import parse_quantity
 JOB_CONTROLLER = "kubernetes.io/job-controller"
 """`spec.managedBy` of a Job the built-in Job controller reconciles (also: no value)."""
 log = logging.getLogger(__name__)
+
+
+_UNREADABLE: contextvars.ContextVar[list[UnreadableObject] | None] = contextvars.ContextVar(
+    "gpupool_unreadable", default=None
+)
+"""The list `observe_cluster` collects unreadable objects into (per call and thread); outside
+it (the agent, admission events) `_unreadable` only logs."""
+
+_BAD_OBJECT = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
+"""What converting one malformed object may raise (pydantic's ValidationError is a
+ValueError): that object is left out, the rest of the cycle goes on."""
+
+
+def _unreadable(kind: str, namespace: str | None, name: str | None, message: str) -> None:
+    log.warning("%s %s%s: %s", kind, f"{namespace}/" if namespace else "", name, message)
+    found = _UNREADABLE.get()
+    if found is not None:
+        found.append(
+            UnreadableObject(
+                kind=kind, namespace=namespace or "", name=name or "?", message=message[:500]
+            )
+        )
+
+
+def _each(kind: str, objs: Any, convert: Callable[[Any], Any]) -> list[Any]:
+    """`convert` applied to each object; one that raises is left out and reported."""
+    out = []
+    for o in objs:
+        try:
+            out.append(convert(o))
+        except _BAD_OBJECT as exc:
+            meta = getattr(o, "metadata", None)
+            if isinstance(o, dict):
+                meta_d = o.get("metadata") or {}
+                ns, name = meta_d.get("namespace"), meta_d.get("name")
+            else:
+                ns, name = getattr(meta, "namespace", None), getattr(meta, "name", None)
+            _unreadable(kind, ns, name, f"left out: {type(exc).__name__}: {exc}".splitlines()[0])
+    return out
 
 
 def _ts(value: Any) -> datetime | None:
@@ -114,22 +157,28 @@ def request_from_resources(resources: dict[str, Any] | None) -> Request:
     return Request(gpus=gpus, mig=mig, shared_slices=slices)
 
 
-def _declared_memory_mib(annotations: dict | None) -> int:
-    """`gpupool.io/gpu-memory` as MiB; an unreadable value counts as undeclared (logged)."""
+def _declared_memory_mib(annotations: dict | None, who: tuple[str, str, str]) -> int:
+    """`gpupool.io/gpu-memory` as MiB; an unreadable value counts as undeclared (reported
+    against `who`: kind, namespace, name)."""
     text = (annotations or {}).get(C.GPU_MEMORY_ANN)
     if not text:
         return 0
     try:
         value = parse_quantity(str(text))
     except (ValueError, TypeError):
-        log.warning("%s=%r is not a quantity; read as undeclared", C.GPU_MEMORY_ANN, text)
+        _unreadable(*who, f"{C.GPU_MEMORY_ANN}={text!r} is not a quantity; read as undeclared")
         return 0
     return max(0, int(math.ceil(value / 2**20)))
 
 
 def pod_request(pod: Any) -> Request:
+    meta = pod.metadata
     return _pod_resources(pod).model_copy(
-        update={"gpu_memory_mib": _declared_memory_mib(pod.metadata.annotations)}
+        update={
+            "gpu_memory_mib": _declared_memory_mib(
+                meta.annotations, ("Pod", meta.namespace, meta.name)
+            )
+        }
     )
 
 
@@ -176,9 +225,14 @@ def published_gpus(node: str, entries: Any) -> list[Gpu]:
     out = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
         if not isinstance(entry, dict):
-            log.warning("GpuNodeState %s: status.gpus[%d] is not an object; left out", node, i)
+            _unreadable("GpuNodeState", "", node, f"status.gpus[{i}] is not an object; left out")
             continue
-        entry = dict(entry)
+        entry = _known_fields(Gpu, entry)  # fields a newer agent adds are ignored
+        if isinstance(entry.get("migInstances"), list):
+            entry["migInstances"] = [
+                _known_fields(MigInstance, m) if isinstance(m, dict) else m
+                for m in entry["migInstances"]
+            ]
         for key in ("idleSince", "idle_since"):
             if isinstance(entry.get(key), str):  # a time without a timezone is UTC
                 entry[key] = _stamp(entry[key])
@@ -193,8 +247,24 @@ def published_gpus(node: str, entries: Any) -> list[Gpu]:
         try:
             out.append(Gpu.model_validate(entry))
         except ValidationError as exc:
-            log.warning("GpuNodeState %s: status.gpus[%d] left out: %s", node, i, exc)
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(x) for x in first.get("loc", ()))
+            _unreadable(
+                "GpuNodeState",
+                "",
+                node,
+                f"status.gpus[{i}] left out: {where}: {first.get('msg', exc)}",
+            )
     return out
+
+
+def _known_fields(model: type, entry: dict) -> dict:
+    """`entry` without the keys `model` does not know (by YAML name or Python name): a model of
+    what another component writes accepts what a newer version of it adds."""
+    known = set()
+    for name, f in model.model_fields.items():
+        known.update({name, f.alias or name})
+    return {k: v for k, v in entry.items() if k in known}
 
 
 def _without_broken_cards(node: Node) -> Node:
@@ -205,7 +275,7 @@ def _without_broken_cards(node: Node) -> Node:
         return node
     bad = {node.gpus[path[1]].index for path, _ in problems}
     for path, msg in problems:
-        log.warning("node %s: %s: %s; card left out", node.name, path[:2], msg)
+        _unreadable("GpuNodeState", "", node.name, f"{path[:2]}: {msg}; card left out")
     return node.model_copy(update={"gpus": [g for g in node.gpus if g.index not in bad]})
 
 
@@ -219,7 +289,9 @@ def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
     try:
         total = int(math.floor(parse_quantity(str(value)))) if value is not None else 0
     except (ValueError, TypeError, ArithmeticError):
-        log.warning("node %s: %s=%r unreadable; read as not shared", node, C.SHARED_RESOURCE, value)
+        _unreadable(
+            "Node", "", node, f"{C.SHARED_RESOURCE}={value!r} unreadable; read as not shared"
+        )
         return gpus
     if total <= 0:
         return gpus
@@ -303,14 +375,19 @@ def _node_cards(text: str) -> tuple[str, list[int]] | None:
     return (node, gpus) if node and gpus else None
 
 
-def _reservation(ann: dict) -> tuple[str | None, list[int]]:
-    """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (logged)."""
-    text = ann.get(C.RESERVED_ANN)
+def _reservation(p: Any) -> tuple[str | None, list[int]]:
+    """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (reported)."""
+    text = (p.metadata.annotations or {}).get(C.RESERVED_ANN)
     if not text:
         return None, []
-    found = _node_cards(text)
+    found = _node_cards(str(text))
     if found is None:
-        log.warning("unreadable %s annotation %r; ignored", C.RESERVED_ANN, text)
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"unreadable {C.RESERVED_ANN} annotation {text!r}; ignored",
+        )
         return None, []
     return found
 
@@ -322,14 +399,20 @@ def _held(p: Any) -> str:
     return ""
 
 
-def _next_pod_reservation(text: str | None) -> tuple[str, list[int], datetime] | None:
+def _next_pod_reservation(j: Any) -> tuple[str, list[int], datetime] | None:
     """A Job's `gpupool.io/next-pod-reserved` = "<node>:<gpus>@<time>"; unreadable: None."""
+    text = (j.metadata.annotations or {}).get(C.NEXT_POD_RESERVED_ANN)
     if not text:
         return None
-    where, _, when = text.rpartition("@")
+    where, _, when = str(text).rpartition("@")
     found, at = _node_cards(where), _ts(when)
     if found is None or at is None:
-        log.warning("unreadable %s annotation %r; ignored", C.NEXT_POD_RESERVED_ANN, text)
+        _unreadable(
+            "Job",
+            j.metadata.namespace,
+            j.metadata.name,
+            f"unreadable {C.NEXT_POD_RESERVED_ANN} annotation {text!r}; ignored",
+        )
         return None
     return found[0], found[1], at
 
@@ -370,7 +453,7 @@ def _workload(
     # node from the binding on, before the kubelet has started it
     running = bool(p.spec.node_name)
     admission, admitted_to = _admission(p)
-    reserved_node, reserved_gpus = _reservation(ann)
+    reserved_node, reserved_gpus = _reservation(p)
     moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
     created = _ts(p.metadata.creation_timestamp)
     if (
@@ -464,12 +547,13 @@ def read_owners(api_client: Any) -> Owners:
 
     owners = Owners()
     out = owners.sizes
-    for j in client.BatchV1Api(api_client).list_job_for_all_namespaces().items:
+
+    def read_job(j: Any) -> None:
         par = j.spec.parallelism if j.spec.parallelism is not None else 1
         if par > 0:
             out[(j.metadata.namespace, "Job", j.metadata.name)] = par
         ann = j.metadata.annotations or {}
-        moved = _next_pod_reservation(ann.get(C.NEXT_POD_RESERVED_ANN))
+        moved = _next_pod_reservation(j)
         if moved is not None:
             owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
         if j.spec.managed_by not in (None, "", JOB_CONTROLLER):
@@ -478,6 +562,8 @@ def read_owners(api_client: Any) -> Owners:
             owners.foreign_jobs.add((j.metadata.namespace, j.metadata.name))
         elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0 and _suspended_by_us(j):
             owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
+
+    _each("Job", client.BatchV1Api(api_client).list_job_for_all_namespaces().items, read_job)
     try:
         groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
             C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
@@ -540,12 +626,11 @@ def _known_allocations(
     try:
         return parse_allocation(ann)
     except ValueError:  # pydantic's ValidationError is one too
-        log.warning(
-            "pod %s/%s: unreadable %s annotation %r; ignored",
+        _unreadable(
+            "Pod",
             p.metadata.namespace,
             p.metadata.name,
-            C.GPUS_ANN,
-            ann,
+            f"unreadable {C.GPUS_ANN} annotation {ann!r}; ignored",
         )
         return None
 
@@ -608,7 +693,10 @@ def _service(obj: Any, kind: str) -> InferenceService:
         ready_replicas=(obj.status.ready_replicas or 0) if obj.status else 0,
         replica_request=template_request(obj.spec.template.spec).model_copy(
             update={
-                "gpu_memory_mib": _declared_memory_mib(obj.spec.template.metadata.annotations)
+                "gpu_memory_mib": _declared_memory_mib(
+                    obj.spec.template.metadata.annotations,
+                    (kind, obj.metadata.namespace, obj.metadata.name),
+                )
                 if obj.spec.template.metadata
                 else 0
             }
@@ -621,14 +709,42 @@ def _service(obj: Any, kind: str) -> InferenceService:
     )
 
 
+REQUEST_TIMEOUT = (5.0, 60.0)
+"""(connect, read) seconds for every API call that names no timeout of its own."""
+
+
 def make_api_client(kubeconfig: str | None = None) -> Any:
-    """An official-client ApiClient from a kubeconfig file, or the in-cluster config."""
+    """An official-client ApiClient from a kubeconfig file, or the in-cluster config, whose
+    every call is bounded in time (`bound_requests`)."""
     from kubernetes import client, config
 
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        return bound_requests(config.new_client_from_config(config_file=kubeconfig))
     config.load_incluster_config()
-    return client.ApiClient()
+    return bound_requests(client.ApiClient())
+
+
+def bound_requests(api_client: Any, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> Any:
+    """`api_client` with a client-side timeout on every request that sets none.
+
+    The official client waits forever by default: its REST layer hands urllib3
+    `timeout=None` when a call passes no `_request_timeout` (kubernetes/client/rest.py,
+    `RESTClientObject.request`), and an explicit None overrides any pool default, so a server
+    or proxy that accepts and never answers stops the caller for good. Every typed method goes
+    through `rest_client.request` (GET, POST, ... call it), so the default is set there. A call
+    that passes its own `_request_timeout` (a watch, bounded by its server-side timeout plus a
+    grace) keeps it."""
+    rest = api_client.rest_client
+    if getattr(rest, "gpupool_bounded", False):
+        return api_client
+    unbounded = rest.request
+
+    def request(method, url, *args, _request_timeout=None, **kw):
+        return unbounded(method, url, *args, _request_timeout=_request_timeout or timeout, **kw)
+
+    rest.request = request
+    rest.gpupool_bounded = True
+    return api_client
 
 
 def observe_cluster(
@@ -642,17 +758,31 @@ def observe_cluster(
     """The cluster as an ObservedState. Nodes and pods come from `cache` (the controller's
     watch-fed informers: `cache.nodes()`, `cache.pods()`, or None until synced) when given,
     else from lists; the rest is listed each time (few objects, rarely changing)."""
+    found: list[UnreadableObject] = []
+    token = _UNREADABLE.set(found)
+    try:
+        return _observe(api_client or make_api_client(kubeconfig), now, recent_preemptions, cache)
+    finally:
+        _UNREADABLE.reset(token)
+
+
+def _observe(
+    api_client: Any, now: datetime | None, recent_preemptions: list[datetime] | None, cache: Any
+) -> ObservedState:
+    """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
+    converted on its own (`_each`), so one malformed object is left out and reported, and the
+    rest of the snapshot is made."""
     from kubernetes import client
 
-    if api_client is None:
-        api_client = make_api_client(kubeconfig)
     core = client.CoreV1Api(api_client)
     states: dict[str, dict] = {}
     try:
         objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(
             C.GROUP, C.VERSION, C.NODE_STATE_PLURAL
         )
-        states = {o["metadata"]["name"]: o for o in objs.get("items", [])}
+        states = dict(
+            _each("GpuNodeState", objs.get("items", []), lambda o: (o["metadata"]["name"], o))
+        )
     except client.ApiException as exc:
         if exc.status != 404:  # no CRD installed: fall back to node capacity
             raise
@@ -660,34 +790,37 @@ def observe_cluster(
     cached_pods = cache.pods() if cache is not None else None
     raw_nodes = cached_nodes if cached_nodes is not None else core.list_node().items
     raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
-    nodes = [_node(n, states.get(n.metadata.name)) for n in raw_nodes]
+    nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name)))
     by_name = {n.name: n for n in nodes}
     held = {name: published_pods(state) for name, state in states.items()}
     pods = sorted(
-        raw_pods,
-        key=lambda p: (str(p.metadata.creation_timestamp), p.metadata.namespace, p.metadata.name),
+        _each("Pod", raw_pods, lambda p: (str(p.metadata.creation_timestamp), p)),
+        key=lambda x: (x[0], x[1].metadata.namespace, x[1].metadata.name),
     )
     # Known holdings first (the agent's status.pods, else the annotation), so that a guess
     # never hands out a card a pod is known to hold.
     gpu_pods: list[tuple[Any, Request, list[Allocation] | None]] = []
     taken: dict[str, set[int]] = {}
-    for p in pods:
+
+    def holding(p: Any) -> tuple[Any, Request, list[Allocation] | None] | None:
         if p.status.phase in ("Succeeded", "Failed"):
-            continue
+            return None
         if p.metadata.deletion_timestamp and not p.spec.node_name:
-            continue  # an unbound pod being deleted holds nothing and is nobody's demand
+            return None  # an unbound pod being deleted holds nothing and is nobody's demand
         req = pod_request(p)
         if req.kind == "none":
-            continue
+            return None
         node_name = p.spec.node_name or ""
         known = _known_allocations(p, held.get(node_name))
         if known is not None:
             taken.setdefault(node_name, set()).update(a.gpu for a in known)
-        gpu_pods.append((p, req, known))
+        return p, req, known
+
+    gpu_pods = [x for x in _each("Pod", [p for _, p in pods], holding) if x is not None]
     owners = read_owners(api_client)
-    workloads = []
-    # bound pods first: an admitted pod yields to what the kubelet has handed out or will
-    for p, req, known in sorted(gpu_pods, key=lambda x: not x[0].spec.node_name):
+
+    def workload(x: tuple[Any, Request, list[Allocation] | None]) -> Workload:
+        p, req, known = x
         node_name = p.spec.node_name or ""
         admitted_to = None if node_name else _admission(p)[1]
         if admitted_to:
@@ -700,38 +833,46 @@ def observe_cluster(
             allocs = _guess_allocations(
                 req, by_name.get(node_name), taken.setdefault(node_name, set())
             )
-        workloads.append(_workload(p, req, allocs, owners))
+        return _workload(p, req, allocs, owners)
+
+    # bound pods first: an admitted pod yields to what the kubelet has handed out or will
+    workloads = _each(
+        "Pod",
+        [(x[0], x) for x in sorted(gpu_pods, key=lambda x: not x[0].spec.node_name)],
+        lambda px: workload(px[1]),
+    )
     apps = client.AppsV1Api(api_client)
-    services = [
-        _service(d, "Deployment")
-        for d in apps.list_deployment_for_all_namespaces(
-            label_selector=f"{C.INFERENCE_LABEL}=true"
-        ).items
-    ]
-    services += [
-        _service(s, "StatefulSet")
-        for s in apps.list_stateful_set_for_all_namespaces(
-            label_selector=f"{C.INFERENCE_LABEL}=true"
-        ).items
-    ]
-    quotas = [
-        QuotaObject(
+    services = _each(
+        "Deployment",
+        apps.list_deployment_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items,
+        lambda d: _service(d, "Deployment"),
+    )
+    services += _each(
+        "StatefulSet",
+        apps.list_stateful_set_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items,
+        lambda d: _service(d, "StatefulSet"),
+    )
+    quotas = _each(
+        "ResourceQuota",
+        core.list_resource_quota_for_all_namespaces().items,
+        lambda q: QuotaObject(
             namespace=q.metadata.namespace,
             name=q.metadata.name,
             hard={k: str(v) for k, v in (q.spec.hard or {}).items()},
             managed_by=(q.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""),
-        )
-        for q in core.list_resource_quota_for_all_namespaces().items
-    ]
-    classes = [
-        PriorityClassObject(
+        ),
+    )
+    classes = _each(
+        "PriorityClass",
+        client.SchedulingV1Api(api_client).list_priority_class().items,
+        lambda c: PriorityClassObject(
             name=c.metadata.name,
             value=c.value,
             preemption_policy=c.preemption_policy or "PreemptLowerPriority",
             global_default=bool(c.global_default),
-        )
-        for c in client.SchedulingV1Api(api_client).list_priority_class().items
-    ]
+            managed_by=(c.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""),
+        ),
+    )
     gated = core.list_namespace(
         label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
     ).items
@@ -745,4 +886,8 @@ def observe_cluster(
         quotas=quotas,
         priority_classes=classes,
         recent_preemptions=[t for t in map(_ts, recent_preemptions or []) if t is not None],
+        unreadable=sorted(
+            {(u.kind, u.namespace, u.name, u.message): u for u in _UNREADABLE.get() or []}.values(),
+            key=lambda u: (u.kind, u.namespace, u.name, u.message),
+        ),
     )

@@ -358,6 +358,25 @@ class PriorityClassObject(Obs):
     """The class the API server gives pods created without a priorityClassName (Kubernetes'
     Priority admission, plugin/pkg/admission/priority/admission.go: on create only; a pod
     created while no class is globalDefault keeps priority 0 for good)."""
+    managed_by: str = ""
+    """Its `app.kubernetes.io/managed-by` label: gpupool changes only classes it manages."""
+
+
+class UnreadableObject(Obs):
+    """Something read from the cluster that does not parse (a pod's annotation, an agent's
+    entry, a foreign object): left out of the snapshot, or read without the bad part, and
+    reported (a finding; the controller also writes an Event on the object). One tenant's
+    malformed object never stops the cycle for everyone else."""
+
+    kind: str
+    """Pod, Node, GpuNodeState, Job, Deployment, ..."""
+    namespace: str = ""
+    name: str
+    message: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
 class ObservedState(Obs):
@@ -376,6 +395,8 @@ class ObservedState(Obs):
     known (a snapshot file that does not say)."""
     recent_preemptions: list[AwareDatetime] = []
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
+    unreadable: list[UnreadableObject] = []
+    """What the adapter could not read and left out (or read in part): each is a finding."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservedState:

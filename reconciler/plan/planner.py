@@ -511,6 +511,8 @@ def plan_state(
         build_cluster(desired, observed, checked.suspect_cards),
     )
     run.findings.extend(checked.findings)
+    for u in observed.unreadable:  # left out of the snapshot (or read in part) by the adapter
+        run.find("warning", "unreadable-object", u.ref, u.message)
     for w in stopping:
         for a in w.allocations if w.node else ():
             run.stopping.setdefault((w.node or "", a.gpu), set()).add(w.key)

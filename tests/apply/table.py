@@ -314,7 +314,7 @@ def run(
         cfg,
         clock=lambda: row.now,
         grace=dict(row.grace),
-        before_preempt=lambda x: budget.append(x.id),
+        before_preempt=lambda x, _pod: budget.append(x.id),
     )
     try:
         out = HANDLERS[type(a)](a, ctx)

@@ -395,7 +395,7 @@ def hooked(
     seen: list = []
     r = executor(c).apply(
         plan(*actions),
-        before_preempt=lambda a: calls.append((a.id, list(c.evictions))),
+        before_preempt=lambda a, _pod: calls.append((a.id, list(c.evictions))),
         on_outcome=lambda a, o: seen.append((a.id, o.status)),
     )
     return r, calls, seen
@@ -454,7 +454,7 @@ def test_before_preempt_runs_before_the_suspension():
     seen: list[tuple[str, bool | None]] = []
     r = executor(c).apply(
         plan(PREEMPT_JOB_NOW),
-        before_preempt=lambda a: seen.append((a.id, c.job_suspended(NS, "train"))),
+        before_preempt=lambda a, _pod: seen.append((a.id, c.job_suspended(NS, "train"))),
     )
     assert seen == [(PREEMPT_JOB_NOW.id, False)]
     assert c.job_suspended(NS, "train") and c.evictions == []

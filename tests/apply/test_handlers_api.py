@@ -781,7 +781,7 @@ def test_a_suspended_job_is_stopped_by_the_job_controller_and_resumed(kube):
     )
     budget: list[str] = []
     ctx = Context(
-        ops, world.config(), clock=lambda: NOW, before_preempt=lambda a: budget.append(a.id)
+        ops, world.config(), clock=lambda: NOW, before_preempt=lambda a, _pod: budget.append(a.id)
     )
     out = HANDLERS[Preempt](preempt, ctx)
     assert (out.status, out.changed, out.stopped) == ("done", True, True), out.message

@@ -232,9 +232,8 @@ def test_each_write_fails_twice_then_is_done_once(kube, tmp_path, proxy):
     assert [r.hits for r in rules] == [1] * len(rules)
     assert all(not r.forwarded for r in proxy.requests(fault="fail"))
     assert len([r for r in proxy.requests(fault="drop_response") if r.forwarded]) == len(rules) // 2
-    # a lost Eviction reply is not counted in the budget at all (a bug:
-    # test_eviction_reply_lost_is_still_counted); never twice
-    assert_converged_once(kube, mark, counted=(0, 1))
+    # a lost Eviction reply, a failed write-ahead and a lost status report: counted once
+    assert_converged_once(kube, mark)
 
 
 def lose_eviction_reply(kube, tmp_path, proxy):
@@ -274,15 +273,9 @@ def test_eviction_reply_lost_is_not_repeated(kube, tmp_path, proxy):
     r = ctl.cycle()
     assert r.error is None and f"preempt:{BERT}" not in outcomes(r)
     assert evictions(kube, since=mark) == [BERT]
-    assert len(status(kube).get("recentPreemptions", [])) <= 1  # never twice; once: the test below
+    assert len(status(kube).get("recentPreemptions", [])) == 1  # never twice
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an Eviction carried out whose reply was lost (ApiError 0) is taken "
-    "back from recentPreemptions and never counted (issue 16: budget bookkeeping that "
-    "survives a crash at any point, exactly once)",
-)
 def test_eviction_reply_lost_is_still_counted(kube, tmp_path, proxy):
     """...and the preemption that did happen stays in the hourly budget, once."""
     lose_eviction_reply(kube, tmp_path, proxy)
@@ -320,16 +313,9 @@ def test_apiserver_restart_mid_cycle(kube, tmp_path):
     assert evictions(kube, since=mark) == []
     clock.advance(60)
     converge(ctl, kube, clock=clock)
-    assert_converged_once(kube, mark, counted=(1, 2))  # once: the test below
+    assert_converged_once(kube, mark)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the preemption written ahead of an Eviction that was not carried out "
-    "stays in recentPreemptions when the cycle's status report fails too (as in "
-    "the restart above); the retry adds a second entry (issue 16: budget bookkeeping "
-    "exactly once)",
-)
 def test_preemption_written_ahead_of_a_failed_eviction_is_counted_once(kube, tmp_path, proxy):
     """The restart's effect on the budget without the restart: the Eviction gets a 500 (not
     carried out) and the end-of-cycle status report is lost; a minute later the retry evicts."""
@@ -346,6 +332,51 @@ def test_preemption_written_ahead_of_a_failed_eviction_is_counted_once(kube, tmp
     r = ctl.cycle()
     assert outcomes(r)[f"preempt:{BERT}"].message == "evicted"
     assert len(status(kube)["recentPreemptions"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("sent", "status_object"),
+    [(True, True), (True, False), (False, True), (False, False)],
+    ids=[
+        "after-eviction",
+        "after-eviction-no-status-yet",
+        "after-write-ahead",
+        "after-write-ahead-no-status-yet",
+    ],
+)
+def test_killed_at_the_eviction_counts_it_once(kube, tmp_path, sent, status_object):
+    """The controller dies right after the Eviction is carried out, or right after the
+    write-ahead but before the Eviction is sent; with or without a status object existing yet
+    (the write-ahead must create it, not be swallowed). The next replica settles the intent by
+    reading the pod: the preemption is in the budget exactly once, and sent once."""
+    clock = kube.clock
+    base(kube, tmp_path, clock)
+    ctl = controller(kube, tmp_path, clock, identity="gpupool-1")
+    mark = audit_mark(kube)
+    ctl.cycle()
+    clock.advance(400)
+    if not status_object:
+        kube.custom.delete_namespaced_custom_object(
+            "gpupool.io", "v1alpha1", NS, "reconcilerstatuses", "gpupool"
+        )
+    real = ctl.executor.ops.evict_pod
+
+    def evict(ns, name):
+        if sent:
+            real(ns, name)
+        raise Killed(f"{ns}/{name}")
+
+    ctl.executor.ops.evict_pod = evict
+    ctl._report_error = lambda error: None  # a killed process reports nothing
+    r = ctl.cycle()
+    assert r.error and "Killed" in r.error, r.error
+    intents = status(kube)["preemptionIntents"]
+    assert [i["pod"] for i in intents] == [BERT] and not status(kube).get("recentPreemptions")
+    clock.advance(16)  # the dead replica's Lease runs out
+    nxt = controller(kube, tmp_path, clock, identity="gpupool-2")
+    converge(nxt, kube, clock=clock)
+    assert_converged_once(kube, mark)
+    assert status(kube)["preemptionIntents"] == []
 
 
 # ------------------------------------------------------------------ natural 409s

@@ -120,3 +120,28 @@ def test_metrics_bind_address():
     args = parser.parse_args(["reconcile", "--path=."])
     # metrics only on the loopback unless asked: they are not authenticated
     assert parse_bind_address(args.metrics_bind_address) == ("127.0.0.1", 8081)
+
+
+def test_healthz_fails_while_the_loop_is_stuck(server, tmp_path):
+    """Liveness follows the loop: a cycle running past `stuck_after_seconds` (every call, watch
+    and git operation is bounded, so only a defect gets there) makes /healthz 503, and the
+    kubelet restarts the container; readiness is its own question."""
+    from kubernetes import client
+
+    from reconciler.loop.controller import Controller
+    from reconciler.loop.sources import DirectorySource
+
+    (tmp_path / "pools").mkdir()
+    ctl = Controller(
+        DirectorySource(tmp_path),
+        client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
+        namespace="gpupool-system",
+        identity="t",
+        stuck_after_seconds=60,
+    )
+    _, url = server(metrics=False, alive=ctl.alive)
+    assert ctl.alive() and _get(url + "/healthz")[0] == 200  # between cycles
+    ctl._cycle_started = time.monotonic() - 30
+    assert _get(url + "/healthz")[0] == 200  # a cycle under way
+    ctl._cycle_started = time.monotonic() - 61
+    assert _get(url + "/healthz") == (503, "stuck\n")

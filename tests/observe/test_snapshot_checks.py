@@ -462,7 +462,7 @@ def test_adapter_times_without_timezone_are_utc():
 def _k8s_pod(annotations: dict) -> SimpleNamespace:
     res = SimpleNamespace(limits={"nvidia.com/gpu.shared": "2"}, requests=None)
     return SimpleNamespace(
-        metadata=SimpleNamespace(annotations=annotations),
+        metadata=SimpleNamespace(annotations=annotations, namespace="ns", name="p"),
         spec=SimpleNamespace(containers=[SimpleNamespace(resources=res)]),
     )
 
