@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from reconciler import conventions as C
 from reconciler.apply.handlers import HANDLERS, ApplyConfig, Context, Outcome
 from reconciler.apply.port import ApiError, ClusterOps, PodInfo
 from reconciler.plan.actions import (
@@ -186,7 +187,11 @@ class Executor:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"gpupool.{digest}", "namespace": ns},
+            "metadata": {
+                "name": f"gpupool.{digest}",
+                "namespace": ns,
+                "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY},
+            },
             "involvedObject": involved,
             "reason": reason,
             "message": message[:1000],

@@ -1059,11 +1059,28 @@ def hold(a: Hold, ctx: Context) -> Outcome:
 
 
 # ----------------------------------------------------------------------------- objects
+# gpupool changes or deletes only objects that carry its managed-by label: a PriorityClass or
+# ResourceQuota of the same name that someone else made is theirs (the planner reports the
+# collision; this is the last check, for one created between plan and apply).
+
+
+def _not_ours(kind: str, a: Action, manager: str) -> Outcome:
+    by = f"managed by {manager}" if manager else f"no {C.MANAGED_BY_LABEL} label"
+    return Outcome(
+        a.id,
+        "skipped",
+        f"{kind} {a.target} exists and is not gpupool's ({by}): left as it is",
+    )
+
+
 @handles(ApplyQuota)
 def quota(a: ApplyQuota, ctx: Context) -> Outcome:
     ns, name = _ns_name(a.target)
     if not ctx.ops.namespace_exists(ns):
         return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
+    manager = ctx.ops.quota_manager(ns, name)
+    if manager is not None and manager != C.MANAGED_BY:
+        return _not_ours("ResourceQuota", a, manager)
     ctx.ops.server_side_apply(
         {
             "apiVersion": "v1",
@@ -1082,6 +1099,8 @@ def quota(a: ApplyQuota, ctx: Context) -> Outcome:
 @handles(ApplyPriorityClass)
 def priority_class(a: ApplyPriorityClass, ctx: Context) -> Outcome:
     cur = ctx.ops.read_priority_class(a.target)
+    if cur is not None and cur.managed_by != C.MANAGED_BY:
+        return _not_ours("PriorityClass", a, cur.managed_by)
     # value and preemptionPolicy are immutable in Kubernetes: replace the object
     if cur is not None and (cur.value != a.value or cur.preemption_policy != a.preemption_policy):
         ctx.ops.delete_priority_class(a.target)

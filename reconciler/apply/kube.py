@@ -404,9 +404,16 @@ class KubeOps:
             None
             if pc is None
             else PriorityClassInfo(
-                pc.value, pc.preemption_policy or "PreemptLowerPriority", bool(pc.global_default)
+                pc.value,
+                pc.preemption_policy or "PreemptLowerPriority",
+                bool(pc.global_default),
+                (pc.metadata.labels or {}).get(C.MANAGED_BY_LABEL, ""),
             )
         )
+
+    def quota_manager(self, namespace: str, name: str) -> str | None:
+        q = _or_none(lambda: self.core.read_namespaced_resource_quota(name, namespace))
+        return None if q is None else (q.metadata.labels or {}).get(C.MANAGED_BY_LABEL, "")
 
     def delete_priority_class(self, name: str) -> None:
         with _errors():

@@ -105,6 +105,8 @@ class PriorityClassInfo:
     value: int
     preemption_policy: str
     global_default: bool = False
+    managed_by: str = ""
+    """Its `app.kubernetes.io/managed-by` label ("" when it has none)."""
 
 
 Unset = object()  # `patch_node(unschedulable=...)` left out: not changed
@@ -221,6 +223,10 @@ class ClusterOps(Protocol):
         """Server-side apply of a ResourceQuota or PriorityClass as gpupool's field manager."""
 
     def read_priority_class(self, name: str) -> PriorityClassInfo | None: ...
+
+    def quota_manager(self, namespace: str, name: str) -> str | None:
+        """A ResourceQuota's `app.kubernetes.io/managed-by` label ("" without one); None when
+        there is no such quota."""
 
     def delete_priority_class(self, name: str) -> None: ...
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reconciler.conventions import MANAGED_BY, MANAGED_BY_LABEL
+
 log = logging.getLogger("gpupool.leader")
 
 
@@ -127,7 +129,11 @@ class LeaseElector:
             if exc.status != 404:
                 return False
             body = {
-                "metadata": {"name": self.name, "namespace": self.namespace},
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                },
                 "spec": self._spec(0, None),
             }
             try:

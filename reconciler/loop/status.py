@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconciler.conventions import GROUP, VERSION
+from reconciler.conventions import GROUP, MANAGED_BY, MANAGED_BY_LABEL, VERSION
 from reconciler.conventions import STATUS_KIND as KIND
 from reconciler.conventions import STATUS_PLURAL as PLURAL
 
@@ -166,7 +166,11 @@ class StatusStore:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
-            "metadata": {"name": self.name, "namespace": self.namespace},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            },
             "spec": {"suspend": False},
         }
         try:

@@ -36,6 +36,8 @@ from fractions import Fraction
 
 from reconciler.conventions import (
     CORDONED_FOR_ANN,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     POOL_LABEL,
 )
 from reconciler.observe.model import (
@@ -2270,6 +2272,20 @@ def _in_window(now: datetime, start: str, end: str) -> bool:
 # --------------------------------------------------------------------------- 7. objects
 
 
+def _foreign(run: _Run, kind: str, name: str, manager: str, what: str) -> None:
+    """A policy object whose name is taken by an object gpupool does not manage (no
+    managed-by label, or another manager's): gpupool never changes or deletes it."""
+    by = f"is managed by {manager}" if manager else f"has no {MANAGED_BY_LABEL} label"
+    run.find(
+        "warning",
+        "foreign-object",
+        f"{kind} {name}",
+        f"{kind} {name} exists and {by}, so gpupool leaves it as it is instead of making it "
+        f"{what}. Rename it in the policy, or label the object "
+        f"{MANAGED_BY_LABEL}={MANAGED_BY} to hand it to gpupool",
+    )
+
+
 def _objects(run: _Run) -> None:
     have = {(q.namespace, q.name): q for q in run.observed.quotas}
     for (ns, name), hard in _resource_quotas(run).items():
@@ -2277,6 +2293,11 @@ def _objects(run: _Run) -> None:
         if cur is None and not hard:
             continue
         if cur is not None and cur.hard == hard:
+            continue
+        if cur is not None and cur.managed_by != MANAGED_BY:
+            _foreign(
+                run, "ResourceQuota", f"{ns}/{name}", cur.managed_by, f"team {run.team(ns)}'s quota"
+            )
             continue
         verb = "create" if cur is None else "update"
         changed = sorted(
@@ -2317,9 +2338,19 @@ def _objects(run: _Run) -> None:
                 f"a class get its priority, not defaultClass {name}'s",
             )
         cur = classes.get(name)
-        if cur is not None and cur.model_dump(exclude={"name"}) == want.model_dump(
-            exclude={"name"}
+        if cur is not None and cur.model_dump(exclude={"name", "managed_by"}) == want.model_dump(
+            exclude={"name", "managed_by"}
         ):
+            continue
+        if cur is not None and cur.managed_by != MANAGED_BY:
+            _foreign(
+                run,
+                "PriorityClass",
+                name,
+                cur.managed_by,
+                f"the policy's class (value {want.value}, preemptionPolicy "
+                f"{want.preemption_policy}); pods naming it get value {cur.value}",
+            )
             continue
         default = ", the default for pods that name none" if want.global_default else ""
         run.add(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
+from reconciler.conventions import GPU_RESOURCE, MANAGED_BY, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import PriorityClassObject, Request
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
@@ -91,7 +91,11 @@ def desired_priority_classes(desired: DesiredState) -> dict[str, PriorityClassOb
     default = desired.priority.spec.default_class
     return {
         c.name: PriorityClassObject(
-            name=c.name, value=c.value, preemption_policy="Never", global_default=c.name == default
+            name=c.name,
+            value=c.value,
+            preemption_policy="Never",
+            global_default=c.name == default,
+            managed_by=MANAGED_BY,
         )
         for c in sorted(desired.priority.spec.classes, key=lambda c: c.name)
     }

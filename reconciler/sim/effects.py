@@ -495,6 +495,7 @@ def _priority_class(world: _World, a: ApplyPriorityClass, now: datetime) -> None
         value=a.value,
         preemption_policy=a.preemption_policy,
         global_default=a.global_default,
+        managed_by=MANAGED_BY,
     )
     at = next((i for i, o in enumerate(world.priority_classes) if o.name == a.target), None)
     if at is None:

@@ -154,7 +154,14 @@ class ApiWorld:
             elif isinstance(s, PriorityClass):
                 client.SchedulingV1Api(self.api_client).create_priority_class(
                     {
-                        "metadata": {"name": self.pc(s.name)},
+                        "metadata": {
+                            "name": self.pc(s.name),
+                            "labels": (
+                                {"app.kubernetes.io/managed-by": s.managed_by}
+                                if s.managed_by
+                                else {}
+                            ),
+                        },
                         "value": s.value,
                         "preemptionPolicy": s.preemption_policy,
                         "globalDefault": s.global_default,

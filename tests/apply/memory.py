@@ -355,12 +355,13 @@ class MemoryCluster:
         value: int,
         preemption_policy: str = "PreemptLowerPriority",
         global_default: bool = False,
+        managed_by: str = "",
     ) -> None:
         self.priority_classes[name] = {
             "value": value,
             "preemptionPolicy": preemption_policy,
             "globalDefault": global_default,
-            "labels": {},
+            "labels": {C.MANAGED_BY_LABEL: managed_by} if managed_by else {},
         }
 
     def finish_deletion(self, namespace: str, name: str) -> bool:
@@ -707,10 +708,24 @@ class MemoryCluster:
             return (
                 None
                 if pc is None
-                else PriorityClassInfo(pc["value"], pc["preemptionPolicy"], pc["globalDefault"])
+                else PriorityClassInfo(
+                    pc["value"],
+                    pc["preemptionPolicy"],
+                    pc["globalDefault"],
+                    (pc.get("labels") or {}).get(C.MANAGED_BY_LABEL, ""),
+                )
             )
 
         return self._run("read_priority_class", read, name=name)
+
+    def quota_manager(self, namespace: str, name: str) -> str | None:
+        def read() -> str | None:
+            q = self.quotas.get((namespace, name))
+            if q is None:
+                return None
+            return ((q.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+        return self._run("quota_manager", read, namespace=namespace, name=name)
 
     def delete_priority_class(self, name: str) -> None:
         def delete() -> None:

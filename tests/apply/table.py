@@ -148,6 +148,8 @@ class PriorityClass:
     value: int
     preemption_policy: str = "PreemptLowerPriority"
     global_default: bool = False
+    managed_by: str = "gpupool"
+    """Its managed-by label ("": none): gpupool's own unless a row says otherwise."""
 
 
 Seed = Node | NodeState | Job | ReplicaSet | Pod | Workload | ConfigMap | PriorityClass
@@ -384,6 +386,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 value=s.value,
                 preemption_policy=s.preemption_policy,
                 global_default=s.global_default,
+                managed_by=s.managed_by,
             )
         else:  # pragma: no cover
             raise TypeError(s)

@@ -121,6 +121,7 @@ def test_memory_knows_which_operations_write():
         "read_config_map",
         "namespace_exists",
         "read_priority_class",
+        "quota_manager",
     }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers

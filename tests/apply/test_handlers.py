@@ -2366,6 +2366,25 @@ PRIORITY_CLASS_ROWS = [
         check=priority_class_is(1000),
     ),
     Row(
+        # a class of that name someone else made: never changed, never deleted (issue 16)
+        "priority-class/foreign",
+        PC,
+        (PriorityClass(PC.target, 500, managed_by=""),),
+        "skipped",
+        "is not gpupool's (no app.kubernetes.io/managed-by label)",
+        (),
+        check=priority_class_is(500),
+    ),
+    Row(
+        "priority-class/another-manager",
+        PC,
+        (PriorityClass(PC.target, 1000, managed_by="helm"),),
+        "skipped",
+        "is not gpupool's (managed by helm)",
+        (),
+        check=priority_class_is(1000),
+    ),
+    Row(
         "priority-class/global-default",
         PC_DEFAULT,
         (),

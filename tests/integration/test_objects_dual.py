@@ -70,12 +70,16 @@ def test_objects_converge_and_stay_put(kube, tmp_path):
     assert kube.core.read_namespaced_resource_quota("gpupool-team-x", ns).spec.hard == {
         "requests.nvidia.com/gpu": "8"
     }
-    # and a PriorityClass whose value changed is replaced (value is immutable: the real server
-    # refuses an update, so the test, like any other writer, deletes and recreates it)
+    # and gpupool's PriorityClass whose value changed is replaced (value is immutable: the
+    # real server refuses an update, so the test, like any other writer, deletes and recreates
+    # it; it keeps gpupool's managed-by label, so it is still gpupool's)
     kube.scheduling.delete_priority_class(f"high-{sfx}")
     kube.scheduling.create_priority_class(
         {
-            "metadata": {"name": f"high-{sfx}"},
+            "metadata": {
+                "name": f"high-{sfx}",
+                "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+            },
             "value": 1,
             "preemptionPolicy": "PreemptLowerPriority",
         }
@@ -84,3 +88,15 @@ def test_objects_converge_and_stay_put(kube, tmp_path):
     pc = kube.scheduling.read_priority_class(f"high-{sfx}")
     assert pc.value == 50000 and pc.preemption_policy == "Never"
     assert ctl.cycle().converged
+    # a class of that name someone else made (no label) is theirs: never deleted nor changed,
+    # whatever the policy says (it would change the priority of every pod using it)
+    kube.scheduling.delete_priority_class(f"low-{sfx}")
+    kube.scheduling.create_priority_class({"metadata": {"name": f"low-{sfx}"}, "value": 7})
+    foreign = kube.scheduling.read_priority_class(f"low-{sfx}")
+    mark = audit_mark(kube)
+    for _ in range(2):
+        clock.advance(30)
+        assert ctl.cycle().converged
+    pc = kube.scheduling.read_priority_class(f"low-{sfx}")
+    assert (pc.metadata.uid, pc.value) == (foreign.metadata.uid, 7)
+    assert [w for w in writes(kube, since=mark) if w.resource == "priorityclasses"] == []

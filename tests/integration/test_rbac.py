@@ -266,10 +266,15 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     kube.policy.delete_namespaced_pod_disruption_budget("bert-new", "team-b")
     converge(ctl, kube, clock=clock)
 
-    # run 2: a PriorityClass whose value changed is replaced (immutable value: delete, create)
+    # run 2: gpupool's PriorityClass whose value changed is replaced (immutable value: delete,
+    # create; only one carrying gpupool's managed-by label)
     kube.scheduling.delete_priority_class("spot")
     kube.scheduling.create_priority_class(
-        {"metadata": {"name": "spot"}, "value": 7, "preemptionPolicy": "Never"}
+        {
+            "metadata": {"name": "spot", "labels": {"app.kubernetes.io/managed-by": "gpupool"}},
+            "value": 7,
+            "preemptionPolicy": "Never",
+        }
     )
     converge(ctl, kube, clock=clock)
     assert kube.scheduling.read_priority_class("spot").value == 1000

@@ -1,11 +1,14 @@
 """The world the controller's integration tests run in: a real control plane (tests/cluster:
 kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2, RBAC and admission on), gpupool
-installed from deploy/ (CRDs, namespace, RBAC, the agent's admission policy), simulated kubelets,
+installed from deploy/ (CRDs, namespace, RBAC, the agent's and the controller's admission
+policies, the admission gate), simulated kubelets,
 and per GPU node the NVIDIA stand-ins of tests/nvidia (its GPUs, mig-manager, device plugin).
 
 The controller under test runs as the `gpupool-controller` ServiceAccount with exactly the rules
 of deploy/rbac.yaml (a token from the TokenRequest API), so a missing rule is a 403 from the real
-authorizer in every test; the node agent publishes as `gpupool-agent` with a token bound to a pod
+authorizer in every test, and a write beyond what deploy/controller-admission.yaml lets it make
+(another manager's PriorityClass, a node's foreign labels, a system namespace) is a 403 from
+the real admission chain; the node agent publishes as `gpupool-agent` with a token bound to a pod
 on its node, which the ValidatingAdmissionPolicy of deploy/agent-admission.yaml checks.
 
 One control plane serves the whole session; each test gets a fresh `World` and leaves nothing
@@ -105,7 +108,7 @@ def install(api_client) -> None:
     core = client.CoreV1Api(api_client)
     for ns in (NS, OPERATOR_NS):
         create_or_keep(lambda ns=ns: core.create_namespace({"metadata": {"name": ns}}))
-    for path in ("rbac.yaml", "agent-admission.yaml", "admission-gate.yaml"):
+    for path in ("rbac.yaml", "agent-admission.yaml", "controller-admission.yaml", "admission-gate.yaml"):
         for d in docs(DEPLOY / path):
             _create(api_client, d)
 

@@ -135,7 +135,7 @@ def _objects(text: str) -> dict:
     d = load([SourceFile("desired.yaml", text)])
     return {
         "quotas": [
-            QuotaObject(namespace=ns, name=n, hard=h)
+            QuotaObject(namespace=ns, name=n, hard=h, managed_by="gpupool")
             for (ns, n), h in desired_resource_quotas(d).items()
         ],
         "priority_classes": [*desired_priority_classes(d).values()],

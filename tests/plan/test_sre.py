@@ -512,6 +512,60 @@ def test_default_class_is_the_global_default_unless_another_class_holds_it():
     assert "training-low" in codes(p)["default-class-taken"]
 
 
+def test_objects_gpupool_does_not_manage_are_never_changed_but_reported():
+    """A policy class or team quota whose name is taken by an object without gpupool's
+    managed-by label (a site's own PriorityClass, a quota someone made by hand) is not
+    rewritten (a PriorityClass update is a delete and recreate: every pod using it would change
+    priority) nor deleted: a foreign-object finding names it. One that matches the policy
+    already is simply used. Once labelled as gpupool's, it is updated like any other."""
+    from reconciler.plan.planner import plan
+
+    d = load([SourceFile("desired.yaml", desired())])
+    objs = _objects(desired())
+    classes = {c.name: c for c in objs["priority_classes"]}
+    site = classes["training-low"].model_copy(update={"value": 7, "managed_by": ""})
+    (quota,) = objs["quotas"][:1]
+    theirs = quota.model_copy(
+        update={"hard": {"requests.nvidia.com/gpu": "1"}, "managed_by": "ops"}
+    )
+    snap = snapshot(
+        NOW,
+        two_nodes(),
+        [],
+        priority_classes=[*(c for n, c in classes.items() if n != "training-low"), site],
+        quotas=[theirs, *objs["quotas"][1:]],
+    )
+    p = plan(d, snap)
+    assert not [a for a in p.actions if a.kind in ("priority-class", "quota")]
+    found = {f.subject: f.message for f in p.findings if f.code == "foreign-object"}
+    assert set(found) == {
+        "PriorityClass training-low",
+        f"ResourceQuota {quota.namespace}/{quota.name}",
+    }
+    assert "no app.kubernetes.io/managed-by label" in found["PriorityClass training-low"]
+    assert "managed by ops" in found[f"ResourceQuota {quota.namespace}/{quota.name}"]
+    # the same objects, matching the policy: used as they are, nothing to say
+    same = snapshot(
+        NOW,
+        two_nodes(),
+        [],
+        priority_classes=[c.model_copy(update={"managed_by": ""}) for c in classes.values()],
+        quotas=objs["quotas"],
+    )
+    assert "foreign-object" not in codes(plan(d, same))
+    # handed over (labelled): updated
+    ours = snap.model_copy(
+        update={
+            "priority_classes": [
+                c.model_copy(update={"managed_by": "gpupool"}) for c in snap.priority_classes
+            ]
+        }
+    )
+    assert [a.target for a in plan(d, ours).actions if a.kind == "priority-class"] == [
+        "training-low"
+    ]
+
+
 def test_a_pending_pod_without_a_class_preempts_nothing():
     # defaultClass training-high may preempt spot, but a pod that exists without a class was
     # created while no class was globalDefault: kube-scheduler gives it priority 0, and a spot
