@@ -108,7 +108,12 @@ def install(api_client) -> None:
     core = client.CoreV1Api(api_client)
     for ns in (NS, OPERATOR_NS):
         create_or_keep(lambda ns=ns: core.create_namespace({"metadata": {"name": ns}}))
-    for path in ("rbac.yaml", "agent-admission.yaml", "controller-admission.yaml", "admission-gate.yaml"):
+    for path in (
+        "rbac.yaml",
+        "agent-admission.yaml",
+        "controller-admission.yaml",
+        "admission-gate.yaml",
+    ):
         for d in docs(DEPLOY / path):
             _create(api_client, d)
 
