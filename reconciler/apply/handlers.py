@@ -204,7 +204,10 @@ def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
         held = held_by.get(p.key)
         if held is None:
             ann = p.annotations.get(C.GPUS_ANN)
-            held = {x.gpu for x in parse_allocation(ann)} if ann else None
+            try:
+                held = {x.gpu for x in parse_allocation(ann)} if ann else None
+            except ValueError:  # unreadable (a tenant's "all"): it may hold any card
+                held = None
         if held is None or held & gpus:
             busy.append(p.key)
     return sorted(busy)

@@ -10,11 +10,12 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
-from reconciler.observe.snapshot import load_snapshot
+from reconciler.observe.snapshot import load_snapshot, unique_keys
 from reconciler.plan.fingerprint import actions_fingerprint, fingerprint
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
+from reconciler.policy.limits import locate_bad_utf8
 from reconciler.policy.problems import InvalidInput
 
 
@@ -32,10 +33,16 @@ def edited_reasons(saved: Plan, desired, observed) -> list[str]:
         return [*out, f"its time {saved.observed_at!r} is not an ISO 8601 time"]
     if at.tzinfo is None:
         return [*out, f"its time {saved.observed_at!r} has no timezone"]
-    expected = plan_state(desired, observed, now=at)[0].actions
+    again = plan_state(desired, observed, now=at)[0]
+    expected = again.actions
     if tuple(expected) != tuple(saved.actions):
         diff = _first_difference(saved.actions, expected)
         out.append(f"its actions are not what gpupool plans from these inputs ({diff})")
+    # what a reviewer read must be what gpupool says too: the findings and the capacity table
+    if tuple(again.findings) != tuple(saved.findings):
+        out.append("its findings are not what gpupool finds from these inputs")
+    if again.capacity != saved.capacity:
+        out.append("its capacity table is not what gpupool plans from these inputs")
     return out
 
 
@@ -66,12 +73,17 @@ def stale_reasons(saved: Plan, now: dict[str, str]) -> list[str]:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     try:
-        with open(args.plan, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(args.plan, "rb") as f:
+            raw = f.read()
+        bad = locate_bad_utf8(raw)
+        if bad is not None:
+            raise ValueError(f"line {bad.line}, column {bad.column}: {bad.message}")
+        # a repeated key would silently keep one of its values
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
         if not isinstance(data, dict) or not isinstance(data.get("actions"), list):
             raise ValueError("no list of actions")
         saved = Plan.model_validate(data)
-    except (OSError, ValueError, ValidationError) as exc:
+    except (OSError, ValueError, ValidationError, RecursionError) as exc:
         print(f"error: {args.plan}: not a saved plan: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
     try:

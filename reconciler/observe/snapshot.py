@@ -7,11 +7,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from reconciler.observe.model import Inconsistent, ObservedState
 from reconciler.policy import limits
-from reconciler.policy.loader import format_path, locate
+from reconciler.policy.loader import format_path, locate, locating
 from reconciler.policy.problems import InvalidInput, Problem
 
 SNAPSHOT_MAX_SCALAR_CHARS = 1 << 20
@@ -24,22 +26,36 @@ class InvalidSnapshot(InvalidInput):
 
 def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
     # JSON is YAML: the same bounds hold for both (nesting, aliases, value size)
-    over = limits.check(text, max_scalar=SNAPSHOT_MAX_SCALAR_CHARS)
+    over = limits.check(
+        text, max_scalar=SNAPSHOT_MAX_SCALAR_CHARS, pure=None if name.endswith(".json") else False
+    )
     if over is not None:
         raise InvalidSnapshot(
-            [Problem(name, over.line, over.column, "", f"refused: {over.message}")]
+            [Problem(name, over.line, over.column, format_path(over.path), over.message)]
         )
     try:
         if name.endswith(".json"):
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_keys)
         else:
-            data = YAML(typ="safe", pure=False).load(text)
-    except (json.JSONDecodeError, MarkedYAMLError, YAMLError) as exc:
-        line = (
-            getattr(exc, "lineno", 0) or getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
-        )
-        raise InvalidSnapshot([Problem(name, line, 0, "", f"cannot parse: {exc}")]) from None
-    except (ValueError, RecursionError) as exc:  # e.g. a number past Python's digit limit
+            yaml = YAML(typ="safe", pure=False)
+            yaml.Constructor = _SafeConstructor
+            data = yaml.load(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidSnapshot(
+            [Problem(name, exc.lineno, exc.colno, "", f"cannot parse: {exc.msg}")]
+        ) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise InvalidSnapshot([Problem(name, line, col, "", f"cannot parse: {msg}")]) from None
+    except ReaderError as exc:  # a character YAML does not allow: an offset, not a mark
+        line, col = _line_col(text, exc.position)
+        raise InvalidSnapshot(
+            [Problem(name, line, col, "", f"cannot parse: {exc.reason}")]
+        ) from None
+    except (YAMLError, ValueError, RecursionError) as exc:  # e.g. a JSON number past Python's
+        # digit limit, a repeated JSON key
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidSnapshot([Problem(name, 0, 0, "", f"cannot parse: {detail}")]) from None
     if not isinstance(data, dict):
@@ -54,6 +70,29 @@ def parse_snapshot(text: str, name: str = "<snapshot>") -> ObservedState:
         return ObservedState.model_validate(data)
     except ValidationError as exc:
         raise InvalidSnapshot(_problems(exc, text, name)) from None
+
+
+_SafeConstructor = locating(SafeConstructor)
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset in `text`."""
+    offset = max(0, min(offset, len(text)))
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refusing a repeated key (json keeps the last one silently). The event
+    pass of limits.check finds and places duplicates first; this is for JSON that no YAML
+    parser reads."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(
+                f"duplicate key {json.dumps(k)}: the value of one of them would be lost"
+            )
+        out[k] = v
+    return out
 
 
 def _problems(exc: ValidationError, text: str, name: str) -> list[Problem]:
@@ -98,10 +137,13 @@ def _message(err: dict) -> str:
 def load_snapshot(path: str | Path) -> ObservedState:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = p.read_bytes()
+    except OSError as exc:
         raise InvalidSnapshot([Problem(str(p), 0, 0, "", f"cannot read: {exc}")]) from None
-    return parse_snapshot(text, str(p))
+    bad = limits.locate_bad_utf8(data)
+    if bad is not None:
+        raise InvalidSnapshot([Problem(str(p), bad.line, bad.column, "", bad.message)])
+    return parse_snapshot(data.decode("utf-8"), str(p))
 
 
 def dump_snapshot(state: ObservedState, fmt: str = "yaml") -> str:

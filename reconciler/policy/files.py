@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.policy.limits import locate_bad_utf8
+
 YAML_SUFFIXES = (".yaml", ".yml")
 DEFAULT_DIRS = ("pools", "policies")
 GIT_TIMEOUT_S = 120.0  # wall-clock bound on reading one revision (git cat-file)
@@ -94,11 +96,15 @@ def _read_regular(f: Path) -> str:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise SourceError(f"{f}: not a regular file")
         data = fh.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"{f}: cannot read: {exc}") from exc
-    return text.replace("\r\n", "\n").replace("\r", "\n")  # as text-mode reading did
+    return _text(data, str(f)).replace("\r\n", "\n").replace("\r", "\n")  # as text-mode reading did
+
+
+def _text(data: bytes, name: str, at: str = "") -> str:
+    """UTF-8 text, or a SourceError at the line and column of the first invalid byte."""
+    bad = locate_bad_utf8(data)
+    if bad is not None:
+        raise SourceError(f"{name}:{bad.line}:{bad.column}{at}: {bad.message}")
+    return data.decode("utf-8")
 
 
 def files_from_git(
@@ -155,11 +161,7 @@ def _read_revision(repo, repo_path, rev: str, dirs: tuple[str, ...]):
             _check_entry(e, at)
         blobs = [e for e in entries if e.type == "blob" and e.path.endswith(YAML_SUFFIXES)]
         for b in sorted(blobs, key=lambda b: b.path):
-            try:
-                text = b.data_stream.read().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise SourceError(f"{b.path}{at}: not UTF-8 text") from exc
-            out.append(SourceFile(b.path, text))
+            out.append(SourceFile(b.path, _text(b.data_stream.read(), b.path, at)))
     return out, commit.hexsha
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import types
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
@@ -32,8 +34,22 @@ class RawDocument:
     column: int
 
 
-class _Recursive(ValueError):
+class _Unreadable(ValueError):
+    """A node that has no plain-Python form (limits.check refuses these first)."""
+
+
+class _Recursive(_Unreadable):
     """A YAML alias that refers to one of its own ancestors (`&a [*a]`)."""
+
+
+def _key(k: Any) -> str:
+    """A mapping key as a plain string: one written as a string (`"1"`, `!!str 1`), never a
+    number, boolean, null or collection turned into one (`1` and `"1"` would collapse)."""
+    if isinstance(k, str):
+        return str(k)
+    if isinstance(k, TaggedScalar) and str(k.tag) == "tag:yaml.org,2002:str":
+        return str(k.value)
+    raise _Unreadable(f"mapping keys must be strings (got {k!r})")
 
 
 def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
@@ -43,9 +59,7 @@ def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
             raise _Recursive("a YAML alias refers to a mapping or list that contains it")
         inner = _ancestors | {id(node)}
         if isinstance(node, dict):
-            return {
-                str(k) if not isinstance(k, str) else k: _plain(v, inner) for k, v in node.items()
-            }
+            return {_key(k): _plain(v, inner) for k, v in node.items()}
         return [_plain(v, inner) for v in node]
     if isinstance(node, bool):
         return bool(node)
@@ -56,6 +70,68 @@ def _plain(node: Any, _ancestors: frozenset[int] = frozenset()) -> Any:
     if isinstance(node, str):
         return str(node)
     return node
+
+
+def _short_tag(tag: Any) -> str:
+    tag = str(tag)
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org") else tag
+
+
+def _located(fn: Any) -> Any:
+    """A ruamel constructor function whose failures name the node they failed on: ruamel's
+    constructors raise plain ValueError, KeyError, TypeError or AssertionError for bad tagged
+    values (`!!int abc`, `!!bool maybe`, a `!!omap` with a repeated key, a timestamp with a
+    99-hour offset), which carry no position."""
+
+    def fail(node: Any, exc: Exception) -> ConstructorError:
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        detail = f" ({detail})" if detail else ""
+        return ConstructorError(
+            None,
+            None,
+            f"cannot read this {_short_tag(node.tag)} value{detail}",
+            node.start_mark,
+        )
+
+    def run(self: Any, *args: Any) -> Any:
+        node = args[-1]
+        try:
+            data = fn(self, *args)
+        except YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, AssertionError, OverflowError) as exc:
+            raise fail(node, exc) from None
+        if not isinstance(data, types.GeneratorType):
+            return data
+
+        def steps() -> Any:  # mappings and lists are built in steps, after construct_object
+            try:
+                yield from data
+            except YAMLError:
+                raise
+            except (ValueError, TypeError, KeyError, AssertionError, OverflowError) as exc:
+                raise fail(node, exc) from None
+
+        return steps()
+
+    return run
+
+
+def locating(base: type) -> type:
+    """`base` (a ruamel constructor class) whose every failure is a located ConstructorError."""
+    return type(
+        f"Locating{base.__name__}",
+        (base,),
+        {
+            "yaml_constructors": {t: _located(f) for t, f in base.yaml_constructors.items()},
+            "yaml_multi_constructors": {
+                t: _located(f) for t, f in base.yaml_multi_constructors.items()
+            },
+        },
+    )
+
+
+_RoundTripConstructor = locating(RoundTripConstructor)
 
 
 def locate(node: Any, path: tuple) -> tuple[int, int]:
@@ -98,12 +174,15 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
     docs: list[RawDocument] = []
     problems: list[Problem] = []
     for f in files:
-        over = limits.check(f.text)
+        over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
         if over is not None:
-            problems.append(Problem(f.path, over.line, over.column, "", f"refused: {over.message}"))
+            problems.append(
+                Problem(f.path, over.line, over.column, format_path(over.path), over.message)
+            )
             continue
         yaml = YAML(typ="rt")
         yaml.allow_duplicate_keys = False
+        yaml.Constructor = _RoundTripConstructor
         try:
             loaded = list(yaml.load_all(f.text))
         except MarkedYAMLError as exc:
@@ -264,8 +343,8 @@ def validate_document(raw: RawDocument) -> tuple[Located | None, list[Problem]]:
     cls: type[Model] = KINDS[kind]
     try:
         plain = _plain(node)
-    except (_Recursive, RecursionError) as exc:
-        msg = str(exc) if isinstance(exc, _Recursive) else "nested too deeply"
+    except (_Unreadable, RecursionError) as exc:
+        msg = str(exc) if isinstance(exc, _Unreadable) else "nested too deeply"
         add((), f"cannot be read: {msg}")
         return None, problems
     try:

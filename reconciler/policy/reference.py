@@ -70,7 +70,12 @@ quantities), validation finds:
 
 - a file that would take too much to load, refused before it is loaded (these bounds hold for
   observed-state snapshots too): aliases that expand to more than 10,000 values beyond those
-  written out, collections nested more than 64 deep, a value longer than 65,536 characters;
+  written out, collections nested more than 64 deep, a value longer than 65,536 characters,
+  a number longer than 1,000 characters;
+- a mapping key that is not a string (`1`, `true`, `~`, `1.5`, `2026-01-01`, a list or a
+  mapping): quote it (`"1"`) if it is a name; otherwise `1` and `"1"` would become one key and
+  a value would be lost. A key repeated in one mapping is an error too (a `<<` merge may still
+  be overridden); a byte that is not UTF-8 is reported at its line and column;
 
 - duplicate names of a kind across files; more than one PriorityPolicy or ChangePolicy;
 - references to Pools or priority classes that do not exist (a reference to a document that

@@ -758,6 +758,14 @@ MIG_ROWS = [
         BUSY,
     ),
     Row("mig/gpu-pod-without-annotation", MIG, (CORDONED, job()), "waiting", BUSY),
+    # a tenant's unreadable annotation: the pod may hold any card (issue 16: not a traceback)
+    Row(
+        "mig/gpu-pod-with-unreadable-annotation",
+        MIG,
+        (CORDONED, job(annotations={C.GPUS_ANN: "all"})),
+        "waiting",
+        BUSY,
+    ),
     Row("mig/pending-gpu-pod-counts", MIG, (CORDONED, job(phase="Pending")), "waiting", BUSY),
     Row(
         "mig/terminating-gpu-pod-counts",

@@ -76,3 +76,53 @@ def test_plan_with_a_bad_snapshot_exits_1_without_traceback(tmp_path, capsys):
     assert f"{bad}:3:" in err and "nodes" in err and "Traceback" not in err
     assert main(["plan", "pools", "policies", "--observed", str(tmp_path / "missing.yaml")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_an_invalid_utf8_byte_is_reported_at_its_line_and_column(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(HEAD.encode() + "nodes:\n  - name: n\u00e9".encode() + b"\xff1\n")
+    with pytest.raises(InvalidSnapshot) as err:
+        load_snapshot(bad)
+    (p,) = err.value.problems
+    assert (p.line, p.column) == (4, 13) and "not UTF-8 text: invalid byte 0xFF" in p.message
+    assert main(["plan", "pools", "policies", "--observed", str(bad)]) == 1
+    assert f"{bad}:4:13: not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        (HEAD + "nodes: []\nnodes: []\n", 4, 'duplicate key "nodes" (first at line 3)'),
+        (HEAD + "nodes:\n  - name: n\n    name: m\n", 5, 'duplicate key "name"'),
+        (HEAD + "nodes:\n  - name: n\n    labels: {1: a, '1': b}\n", 5, "keys must be strings"),
+        (HEAD + "nodes: [\n", 4, "cannot parse: while parsing a flow node"),
+        (HEAD + "x: \x01\n", 3, "control characters are not allowed"),
+        (HEAD + "x: !!bool maybe\n", 3, "cannot read this !!bool value"),
+        (HEAD + "---\nkind: ObservedState\n", 3, "expected a single document"),
+    ],
+)
+def test_a_malformed_snapshot_is_one_located_line(text, line, fragment):
+    with pytest.raises(InvalidSnapshot) as err:
+        parse_snapshot(text, "snap.yaml")
+    (p,) = err.value.problems
+    assert (p.file, p.line) == ("snap.yaml", line) and p.column >= 1, p
+    assert fragment in p.message and "\n" not in str(p), p
+
+
+def test_a_json_snapshot_with_a_repeated_key_is_refused():
+    text = (
+        '{"kind": "ObservedState",\n "observedAt": "2026-12-02T00:00:00Z",\n'
+        ' "nodes": [],\n "nodes": []}'
+    )
+    with pytest.raises(InvalidSnapshot) as err:
+        parse_snapshot(text, "snap.json")
+    (p,) = err.value.problems
+    assert (p.line, p.path) == (4, "nodes") and "duplicate key" in p.message, p
+
+
+def test_a_repeated_key_in_json_that_no_yaml_parser_reads_is_refused_too():
+    """A raw DEL (allowed in JSON strings, not in YAML) stops the YAML event pass; json's own
+    parser must still refuse the repeated key rather than keep the last value."""
+    text = '{"kind": "ObservedState", "x": "\x7f", "nodes": [], "nodes": []}'
+    with pytest.raises(InvalidSnapshot, match='duplicate key "nodes"'):
+        parse_snapshot(text, "snap.json")

@@ -132,7 +132,7 @@ def _paths(node, prefix=()):
             yield from _paths(v, (*prefix, i))
 
 
-def _mutate(doc, data):
+def mutate(doc, data):
     doc = copy.deepcopy(doc)
     for _ in range(data.draw(st.integers(1, 3), label="mutations")):
         paths = list(_paths(doc))
@@ -167,20 +167,20 @@ def test_mutated_documents(docs, data):
     """Mutated documents beside the (valid) example pools, so references have targets."""
     check_outcome(
         [
-            SourceFile("a.yaml", _dump_all([_mutate(d, data) for d in docs])),
+            SourceFile("a.yaml", dump_all([mutate(d, data) for d in docs])),
             SourceFile("b.yaml", POOLS_TEXT),
         ]
     )
 
 
-def _dump_all(docs) -> str:
+def dump_all(docs) -> str:
     buf = io.StringIO()
     YAML().dump_all(docs, buf)
     return buf.getvalue()
 
 
-YAML_TEXT = _dump_all(EXAMPLES)
-POOLS_TEXT = _dump_all([d for d in EXAMPLES if d["kind"] == "Pool"])
+YAML_TEXT = dump_all(EXAMPLES)
+POOLS_TEXT = dump_all([d for d in EXAMPLES if d["kind"] == "Pool"])
 
 
 def test_examples_round_trip_through_the_dumper():
@@ -200,7 +200,7 @@ def test_random_bytes_through_the_cli(raw):
         try:
             files = files_from_paths([f])
         except SourceError as exc:
-            assert "cannot read" in str(exc)
+            assert "cannot read" in str(exc) or "not UTF-8 text" in str(exc)
         else:
             check_outcome(files)
         out, err = io.StringIO(), io.StringIO()
@@ -216,7 +216,7 @@ def test_random_bytes_through_the_cli(raw):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(EXAMPLES), min_size=1, max_size=3), st.data())
 def test_mutated_documents_through_the_cli(docs, data):
-    text = _dump_all([_mutate(d, data) for d in docs])
+    text = dump_all([mutate(d, data) for d in docs])
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "x.yaml").write_text(text)
         err = io.StringIO()

@@ -83,9 +83,30 @@ def test_the_bundled_examples_are_within_the_bounds():
         ("kind: ObservedState\nnodes: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested more"),
         ('{"kind": "ObservedState", "nodes": ' + "[" * 5_000 + "]" * 5_000 + "}", "nested more"),
         ("kind: ObservedState\n" + bomb(8).split("spec:\n", 1)[1].replace("  ", ""), "aliases"),
-        ("kind: ObservedState\nnodes: []\nx: " + "1" * 5_000 + "\n", "cannot parse"),
+        ("kind: ObservedState\nnodes: []\nx: " + "1" * 5_000 + "\n", "a number of 5,000"),
+        ('{"kind": "ObservedState", "x": ' + "1" * 5_000 + "}", "a number of 5,000"),
+        ("kind: ObservedState\nnodes: []\nnodes: []\n", 'duplicate key "nodes"'),
+        ('{"kind": "ObservedState", "nodes": [],\n "nodes": []}', 'duplicate key "nodes"'),
+        ("kind: ObservedState\nnodes:\n- name: n\n  labels: {1: a, '1': b}\n", "keys must be"),
+        ("kind: ObservedState\nx: !!bool maybe\n", "cannot read this !!bool value"),
+        ("kind: ObservedState\nx: !!omap [a: 1, a: 2]\n", "cannot read this !!omap value"),
+        ("kind: ObservedState\nx: 2026-01-01T00:00:00+99:00\n", "!!timestamp"),
+        ("kind: ObservedState\nx: [\n", "cannot parse: while parsing a flow node"),
     ],
-    ids=["deep-yaml", "deep-json", "alias-bomb", "5000-digit-number"],
+    ids=[
+        "deep-yaml",
+        "deep-json",
+        "alias-bomb",
+        "5000-digit-number",
+        "5000-digit-json-number",
+        "duplicate-key",
+        "duplicate-json-key",
+        "non-string-key",
+        "bad-bool",
+        "bad-omap",
+        "bad-timestamp",
+        "syntax",
+    ],
 )
 def test_a_hostile_snapshot_is_a_located_error_not_a_crash(text, fragment):
     t = time.monotonic()
@@ -94,3 +115,117 @@ def test_a_hostile_snapshot_is_a_located_error_not_a_crash(text, fragment):
         parse_snapshot(text, name)
     assert time.monotonic() - t < 5
     assert fragment in str(exc.value), str(exc.value)
+    (problem,) = exc.value.problems
+    assert problem.line >= 1 and problem.column >= 1, problem
+    assert "\n" not in str(problem), "one line per problem"
+
+
+# --------------------------------------------------------------------------- keys
+
+NODE_SELECTOR = HEAD.replace("spec:\n", "spec:\n  nodeSelector:\n")
+
+
+@pytest.mark.parametrize(
+    ("keys", "line", "fragment"),
+    [
+        ("    1: a\n    '1': b\n", 6, "1 is read as a number; quote it ('1')"),
+        ("    true: a\n    'true': b\n", 6, "true is read as a boolean"),
+        ("    ~: a\n", 6, "~ is read as null"),
+        ("    : a\n", 6, "an empty key is read as null"),  # libyaml cannot parse it; ruamel can
+        ("    1.5: a\n", 6, "read as a number"),
+        ("    0x1F: a\n", 6, "read as a number"),
+        ("    2026-01-01: a\n", 6, "read as a date"),
+        ("    ? [a, b]\n    : c\n", 6, "not a list"),
+        ("    {a: 1}: c\n", 6, "not a mapping"),
+        ("    !!int 7: c\n", 6, "tagged tag:yaml.org,2002:int"),
+        ("    !custom x: c\n", 6, "tagged !custom"),
+        ("    &l [a]: c\n", 6, "not a list"),
+        ("    x: &l [a]\n    *l : c\n", 7, "not *l, an alias of a list"),
+    ],
+)
+def test_a_key_that_is_not_a_string_is_refused_where_it_is(keys, line, fragment):
+    with pytest.raises(InvalidDesiredState) as exc:
+        load([SourceFile("policies/x.yaml", NODE_SELECTOR + keys)])
+    (problem,) = exc.value.problems
+    assert (problem.line, problem.path) == (line, "spec.nodeSelector"), problem
+    assert problem.message.startswith("mapping keys must be strings"), problem
+    assert fragment in problem.message, problem
+
+
+def test_yaml_1_1_booleans_are_refused_as_keys_under_a_1_1_directive():
+    """ruamel's round-trip loader reads `yes` and `on` as True in a `%YAML 1.1` document: two
+    such keys would collapse into one."""
+    with pytest.raises(InvalidDesiredState) as exc:
+        load([SourceFile("p.yaml", "%YAML 1.1\n---\n" + NODE_SELECTOR + "    yes: a\n")])
+    assert "yes is read as a boolean" in str(exc.value)
+    # under YAML 1.2 (the default) `yes` is a string
+    assert limits.check(NODE_SELECTOR + "    yes: a\n    on: b\n") is None
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        "    '1': a\n    \"true\": b\n    '~': c\n",
+        "    !!str 1: a\n",
+        "    ! 2: a\n",
+        "    &k gpu: a\n    other: *k\n",
+        "    x: &k gpu\n    *k : a\n",
+        "    =: a\n",
+    ],
+)
+def test_string_keys_are_fine_quoted_tagged_or_aliased(keys):
+    assert limits.check(NODE_SELECTOR + keys, pure=True) is None
+    assert limits.check(NODE_SELECTOR + keys) is None
+
+
+@pytest.mark.parametrize(
+    ("keys", "line", "path", "first"),
+    [
+        ("    gpu: a\n    gpu: b\n", 7, "spec.nodeSelector.gpu", 6),
+        ("    gpu: a\n    'gpu': b\n", 7, "spec.nodeSelector.gpu", 6),
+        ("    '1': a\n    !!str 1: b\n", 7, "spec.nodeSelector.1", 6),
+        ("    x: &k gpu\n    gpu: a\n    *k : b\n", 8, "spec.nodeSelector.gpu", 7),
+        ("    <<: {a: 1}\n    <<: {b: 2}\n", 7, 'spec.nodeSelector["<<"]', 6),
+    ],
+)
+def test_a_duplicate_key_is_refused_where_it_repeats(keys, line, path, first):
+    with pytest.raises(InvalidDesiredState) as exc:
+        load([SourceFile("p.yaml", NODE_SELECTOR + keys)])
+    (problem,) = exc.value.problems
+    assert (problem.line, problem.path) == (line, path), problem
+    assert f"(first at line {first})" in problem.message, problem
+
+
+def test_a_merge_may_still_override():
+    text = NODE_SELECTOR + "    <<: {gpu: a, zone: b}\n    gpu: c\n"
+    assert limits.check(text, pure=True) is None
+
+
+def test_the_check_reads_what_the_round_trip_loader_reads():
+    """libyaml cannot parse an empty key, ruamel's parser can: a check that stopped at the
+    parse error would let an alias bomb in the next document through to the loader."""
+    hidden = "kind: Pool\n: x\n---\n" + bomb(7)
+    assert limits.check(hidden) is None  # libyaml stops at the empty key
+    assert "an empty key is read as null" in refused_policy(hidden)
+
+
+# --------------------------------------------------------------------------- UTF-8
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "column", "fragment"),
+    [
+        (b"a: 1\nb: x\xff\n", 2, 5, "0xFF"),
+        (b"\xc3", 1, 1, "0xC3"),
+        ("a: \u00e9\u00e9\nb: \u00e9".encode() + b"\x80", 2, 5, "0x80"),  # columns count characters
+        (b"a: \xed\xa0\x80\n", 1, 4, "0xED"),  # an encoded surrogate
+    ],
+)
+def test_the_first_invalid_utf8_byte_is_located(data, line, column, fragment):
+    bad = limits.locate_bad_utf8(data)
+    assert bad is not None and (bad.line, bad.column) == (line, column), bad
+    assert bad.message.startswith("not UTF-8 text") and fragment in bad.message
+
+
+def test_valid_utf8_has_no_location():
+    assert limits.locate_bad_utf8("a: \u00e9\n".encode()) is None

@@ -21,7 +21,14 @@ ROOT = HERE.parents[1]
 # (case: a file or folder under broken/, file the problem is in, line, column, field path, fragment)
 CASES = [
     ("yaml_syntax.yaml", "yaml_syntax.yaml", 9, 11, "", "began at line 8"),
-    ("yaml_duplicate_key.yaml", "yaml_duplicate_key.yaml", 10, 3, "", 'duplicate key "capacity"'),
+    (
+        "yaml_duplicate_key.yaml",
+        "yaml_duplicate_key.yaml",
+        10,
+        3,
+        "spec.capacity",
+        'duplicate key "capacity" (first at line 8)',
+    ),
     ("not_a_mapping.yaml", "not_a_mapping.yaml", 2, 1, "", "document 1 is a list, not a mapping"),
     (
         "wrong_api_version.yaml",
@@ -307,9 +314,11 @@ INLINE = [
         "",
         "alias refers to a mapping or list that contains it",
     ),
-    ("bad !!int", "a: !!int abc\n", 0, 0, "", "invalid YAML"),
-    ("bad !!float", "a: !!float abc\n", 0, 0, "", "invalid YAML"),
-    ("bad !!omap", "!!omap [a: 1, a: 2]\n", 0, 0, "", "invalid YAML"),
+    ("bad !!int", "a: !!int abc\n", 1, 4, "", "invalid YAML: cannot read this !!int value"),
+    ("bad !!float", "a: !!float abc\n", 1, 4, "", "cannot read this !!float value"),
+    ("bad !!omap", "!!omap [a: 1, a: 2]\n", 1, 1, "", "cannot read this !!omap value"),
+    ("bad !!bool", "a: !!bool maybe\n", 1, 4, "", "cannot read this !!bool value ('maybe')"),
+    ("bad timestamp", "a: 2026-01-01T00:00:00+99:00\n", 1, 4, "", "!!timestamp value"),
     ("NUL character", "a: b\nc: \x00\n", 2, 4, "", "U+0000 is not allowed"),
     ("scalar document", "# comment\nhello\n", 2, 1, "", "document 1 is a string"),
     ("second document", OK_POOL + "---\n- 1\n", 9, 1, "", "document 2 is a list"),

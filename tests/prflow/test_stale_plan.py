@@ -102,3 +102,56 @@ def test_an_edited_plan_is_refused_even_with_its_digest_recomputed(tmp_path, cap
             assert "not what gpupool plans from these inputs" in err, (name, err)
     out.write_text(json.dumps(saved))
     assert main(["apply", str(out), *APPLY]) == 0
+
+
+def _apply(path: Path) -> int:
+    return main(["apply", str(path), "pools", "policies", "--observed", "examples/observed.yaml"])
+
+
+def test_what_a_reviewer_reads_cannot_be_edited_either(tmp_path, capsys):
+    """Findings and the capacity table are what a reviewer reads: edited, the plan is refused
+    like one with edited actions (nothing of it is applied)."""
+    out = tmp_path / "plan.json"
+    assert main(["plan", "pools", "policies", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["findings"] and saved["capacity"]
+    capsys.readouterr()
+    quiet = tmp_path / "quiet.json"
+    quiet.write_text(json.dumps({**saved, "findings": saved["findings"][1:]}))
+    assert _apply(quiet) == 1
+    assert "its findings are not what gpupool finds" in capsys.readouterr().err
+    pool = next(iter(saved["capacity"]))
+    grown = {**saved["capacity"], pool: {k: v + 1 for k, v in saved["capacity"][pool].items()}}
+    bigger = tmp_path / "bigger.json"
+    bigger.write_text(json.dumps({**saved, "capacity": grown}))
+    assert _apply(bigger) == 1
+    assert "its capacity table is not" in capsys.readouterr().err
+
+
+def test_a_plan_file_that_does_not_parse_is_one_located_line(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "pools", "policies", "--out", str(out)]) == 0
+    raw = out.read_text()
+    capsys.readouterr()
+    cases = {
+        # a repeated key: json would keep the last one silently
+        "dup.json": ('{"actions": [], ' + raw[1:]).encode(),
+        "bytes.json": raw.encode().replace(b'"reason"', b'"re\xffson"', 1),
+        "deep.json": ("[" * 100_000 + "]" * 100_000).encode(),
+    }
+    expect = {
+        "dup.json": 'duplicate key "actions"',
+        "bytes.json": "column",
+        "deep.json": "not a saved plan",
+    }
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        assert _apply(p) == 1, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert expect[name] in err and name in err, err
+    line = raw.encode().split(b'"reason"', 1)[0].count(b"\n") + 1
+    p = tmp_path / "bytes.json"
+    _apply(p)
+    assert f"line {line}," in capsys.readouterr().err
