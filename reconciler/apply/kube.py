@@ -362,7 +362,15 @@ class KubeOps:
         with _errors():
             if resource_version is None:
                 self.core.create_namespaced_config_map(
-                    namespace, {"metadata": {"name": name, "namespace": namespace}, "data": data}
+                    namespace,
+                    {
+                        "metadata": {
+                            "name": name,
+                            "namespace": namespace,
+                            "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY},
+                        },
+                        "data": data,
+                    },
                 )
             else:
                 self.core.patch_namespaced_config_map(
