@@ -229,13 +229,13 @@ def test_the_controller_plans_from_the_cache_only_once_it_saw_its_own_writes(
     # the pod watch stops delivering (a lagging API server); gpupool writes the pod
     hang = proxy.hang_watch("GET", PODS)
     assert hang.wait(10)
-    ctl.ops.annotate_pod(ns, "p", {"example.com/written": "1"})
+    ctl.ops.annotate_pod(ns, "p", {"gpupool.io/test-written": "1"})
     assert ctl.ops.written["pods"] > ctl.cache.pod_informer.rv
     behind = metrics.CACHE_BEHIND._value.get()
     assert ctl._cache() is None  # list afresh: the cache would show the pod as before
     assert metrics.CACHE_BEHIND._value.get() == behind + 1
-    assert "example.com/written" not in cached_annotations()
+    assert "gpupool.io/test-written" not in cached_annotations()
 
     proxy.remove(hang)
     eventually(lambda: ctl._cache() is ctl.cache, timeout=20, what="the cache catching up")
-    assert cached_annotations()["example.com/written"] == "1"
+    assert cached_annotations()["gpupool.io/test-written"] == "1"
