@@ -427,6 +427,10 @@ class KubeOps:
         with _errors():
             self.sched.delete_priority_class(name)
 
+    def delete_resource_quota(self, namespace: str, name: str) -> None:
+        with _errors():
+            self.core.delete_namespaced_resource_quota(name, namespace)
+
     def create_event(self, namespace: str, body: dict) -> None:
         with _errors():
             self.core.create_namespaced_event(namespace, body)

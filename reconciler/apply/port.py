@@ -230,4 +230,7 @@ class ClusterOps(Protocol):
 
     def delete_priority_class(self, name: str) -> None: ...
 
+    def delete_resource_quota(self, namespace: str, name: str) -> None:
+        """Delete a ResourceQuota (ApiError 404 when it is gone already)."""
+
     def create_event(self, namespace: str, body: dict) -> None: ...

@@ -251,6 +251,20 @@ class ApplyPriorityClass(ActionBase):
     """Given to pods created without a class (PriorityPolicy `defaultClass`)."""
 
 
+class PruneQuota(ActionBase):
+    """Delete a ResourceQuota gpupool made (target: namespace/name) that the desired state no
+    longer has; the executor deletes it only while it still carries gpupool's label."""
+
+    kind: Literal["prune-quota"] = "prune-quota"
+
+
+class PrunePriorityClass(ActionBase):
+    """Delete a PriorityClass gpupool made that the policy no longer names and no pod uses;
+    deleted only while it still carries gpupool's label."""
+
+    kind: Literal["prune-priority-class"] = "prune-priority-class"
+
+
 Action = Annotated[
     Cordon
     | Uncordon
@@ -266,7 +280,9 @@ Action = Annotated[
     | Resume
     | Hold
     | ApplyQuota
-    | ApplyPriorityClass,
+    | ApplyPriorityClass
+    | PruneQuota
+    | PrunePriorityClass,
     Field(discriminator="kind"),
 ]
 
@@ -288,5 +304,7 @@ KIND_ORDER: tuple[str, ...] = (
     "hold",
     "quota",
     "priority-class",
+    "prune-quota",
+    "prune-priority-class",
     "label-node",
 )

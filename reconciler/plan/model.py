@@ -23,6 +23,8 @@ SUMMARY_KINDS = (
     "scale-down",
     "quota",
     "priority-class",
+    "prune-quota",
+    "prune-priority-class",
     "label-node",
 )
 SUMMARY_WORDS = {
@@ -35,6 +37,8 @@ SUMMARY_WORDS = {
     "scale-down": ("scale-down", "scale-downs"),
     "quota": ("quota change", "quota changes"),
     "priority-class": ("priority-class change", "priority-class changes"),
+    "prune-quota": ("quota pruned", "quotas pruned"),
+    "prune-priority-class": ("priority class pruned", "priority classes pruned"),
     "label-node": ("node label change", "node label changes"),
 }
 COMPUTED = ("summary", "counts")
@@ -54,7 +58,15 @@ WAITING_CODES = frozenset(
 )
 """Finding codes that mean demand waits or is held: a plan with them is never 'no changes'."""
 UNSETTLED_CODES = frozenset(
-    {"over-cap", "warm-short", "partition-drift", "inference-limit", "at-max-replicas"}
+    {
+        "over-cap",
+        "warm-short",
+        "partition-drift",
+        "inference-limit",
+        "at-max-replicas",
+        "prune-class-in-use",
+        "prune-everything-refused",
+    }
 )
 """Finding codes that mean the cluster does not match the desired state yet."""
 

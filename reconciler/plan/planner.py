@@ -66,6 +66,8 @@ from reconciler.plan.actions import (
     Move,
     PodAdmission,
     Preempt,
+    PrunePriorityClass,
+    PruneQuota,
     Reclaim,
     Resume,
     Scale,
@@ -541,6 +543,7 @@ def plan_state(
             _inference(run, pv, [p for p in batch if p.request.kind in ("mig", "shared")])
         _warm_minimum(run, pv)
     _objects(run)
+    _prune(run)
     _repartitions(run)
     _finish_drains(run)
     _admissions(run, pending)
@@ -571,6 +574,94 @@ def plan_state(
         },
     )
     return result, PlanFacts(targets=run.cluster.targets(), team_usage=observed_usage)
+
+
+def _refuse_prune_all(run: _Run, kind: str, names: list[str], opt_in: str) -> None:
+    run.find(
+        "warning",
+        "prune-everything-refused",
+        kind,
+        f"the desired state has no {kind} any more, and pruning would delete every one gpupool "
+        f"made ({', '.join(names)}): an empty or unreadable policy directory looks the same, so "
+        f"nothing is pruned. Set {opt_in}: true in the ChangePolicy to prune them all",
+    )
+
+
+def _prune(run: _Run) -> None:
+    """Delete what gpupool made (label MANAGED_BY_LABEL=MANAGED_BY) and the desired state no
+    longer has; never an object without the label. Pruning every object of a kind while the
+    desired state has none of it is refused unless the ChangePolicy allows it (Argo CD's
+    allow-empty): a lost policy directory must not wipe the cluster's quotas and classes."""
+    change = run.desired.change.spec if run.desired.change else None
+    wanted_quotas = _resource_quotas(run)
+    stale = sorted(
+        (q.namespace, q.name)
+        for q in run.observed.quotas
+        if q.managed_by == MANAGED_BY and (q.namespace, q.name) not in wanted_quotas
+    )
+    if stale and not run.desired.quotas and not (change and change.allow_delete_all_quotas):
+        _refuse_prune_all(
+            run, "ResourceQuota", [f"{ns}/{n}" for ns, n in stale], "allowDeleteAllQuotas"
+        )
+    else:
+        for ns, name in stale:
+            run.add(
+                PruneQuota(
+                    id=f"prune-quota:{ns}/{name}",
+                    target=f"{ns}/{name}",
+                    reason=(
+                        f"prune ResourceQuota {ns}/{name}: no Quota in the desired state "
+                        f"governs namespace {ns} with it any more (gpupool made it: "
+                        f"{MANAGED_BY_LABEL}={MANAGED_BY})"
+                    ),
+                )
+            )
+    wanted_classes = desired_priority_classes(run.desired)
+    # Who still names a class: running and pending pods (their owners recreate them with the
+    # same priorityClassName), inference services' templates, Jobs gpupool suspended. Deleting
+    # a class they name would make their next pod unadmittable: the Priority admission plugin
+    # rejects a pod whose priorityClassName names no PriorityClass ("If the priority class is
+    # not found, the Pod is rejected", kubernetes.io/docs/concepts/configuration/
+    # pod-priority-preemption/#pod-priority; plugin/pkg/admission/priority/admission.go).
+    users: dict[str, list[str]] = {}
+    for who in (*run.observed.workloads, *run.observed.services, *run.observed.suspended_jobs):
+        if who.priority_class:
+            users.setdefault(who.priority_class, []).append(f"{who.namespace}/{who.name}")
+    stale_classes: list[str] = []
+    for c in sorted(run.observed.priority_classes, key=lambda c: c.name):
+        if c.managed_by != MANAGED_BY or c.name in wanted_classes:
+            continue
+        if c.name in users:
+            names = sorted(set(users[c.name]))
+            run.find(
+                "warning",
+                "prune-class-in-use",
+                c.name,
+                f"PriorityClass {c.name} is no longer in the policy but is kept: "
+                f"{', '.join(names[:5])}{' and others' if len(names) > 5 else ''} still name "
+                "it, and a pod naming a missing class is rejected. It is pruned once none does",
+            )
+            continue
+        stale_classes.append(c.name)
+    if (
+        stale_classes
+        and not wanted_classes
+        and not (change and change.allow_delete_all_priority_classes)
+    ):
+        _refuse_prune_all(run, "PriorityClass", stale_classes, "allowDeleteAllPriorityClasses")
+        return
+    for name in stale_classes:
+        run.add(
+            PrunePriorityClass(
+                id=f"prune-priority-class:{name}",
+                target=name,
+                reason=(
+                    f"prune PriorityClass {name}: the policy no longer names it and no pod, "
+                    f"service or suspended Job uses it (gpupool made it: "
+                    f"{MANAGED_BY_LABEL}={MANAGED_BY})"
+                ),
+            )
+        )
 
 
 def _resource_quotas(run: _Run) -> dict[tuple[str, str], dict[str, str]]:

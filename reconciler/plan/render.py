@@ -25,6 +25,8 @@ SYMBOL = {
     "hold": "=",
     "quota": "+",
     "priority-class": "+",
+    "prune-quota": "-",
+    "prune-priority-class": "-",
     "label-node": "+",
 }
 

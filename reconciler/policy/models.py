@@ -439,7 +439,11 @@ class ChangePolicySpec(Model):
     allow_empty_pool: bool = False
     """A change that leaves a pool without capacity is refused unless this is true."""
     allow_delete_all_quotas: bool = False
-    """A change that deletes every quota is refused unless this is true."""
+    """A change that deletes every quota is refused unless this is true. The controller also
+    prunes every ResourceQuota it made, when no Quota is left, only if this is true."""
+    allow_delete_all_priority_classes: bool = False
+    """When the policy names no PriorityClass any more, the controller prunes every
+    PriorityClass it made only if this is true (else finding prune-everything-refused)."""
 
 
 class ChangePolicy(Model):

@@ -50,6 +50,8 @@ re-reads and skips):
   was kube-scheduler's own (`scheduler`).
 * ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes (a
   second globalDefault class is refused, as the API server does).
+* PruneQuota / PrunePriorityClass: the object is gone, if it still carries gpupool's label
+  (the handlers delete nothing else).
 
 Telemetry: a whole card a pod leaves is idle from then on (utilization 0, `idle_since` kept
 if it was idle already, else now); a whole card a pod is bound to is busy (a started pod is
@@ -97,6 +99,8 @@ from reconciler.plan.actions import (
     LabelNode,
     MigReconfigure,
     Move,
+    PrunePriorityClass,
+    PruneQuota,
     Repartition,
     Resume,
     Scale,
@@ -504,6 +508,19 @@ def _priority_class(world: _World, a: ApplyPriorityClass, now: datetime) -> None
         world.priority_classes[at] = pc
 
 
+def _prune_quota(world: _World, a: PruneQuota, now: datetime) -> None:
+    ns, _, name = a.target.partition("/")
+    world.quotas[:] = [
+        o for o in world.quotas if (o.namespace, o.name) != (ns, name) or o.managed_by != MANAGED_BY
+    ]
+
+
+def _prune_priority_class(world: _World, a: PrunePriorityClass, now: datetime) -> None:
+    world.priority_classes[:] = [
+        o for o in world.priority_classes if o.name != a.target or o.managed_by != MANAGED_BY
+    ]
+
+
 def _admit(world: _World, a: Admit, now: datetime) -> None:
     """The handler: reservations on the gated pods first; then, once no pod of `after` is
     still placed, each gated pod is pinned to its node and ungated (a whole-card pod holds
@@ -582,6 +599,8 @@ EFFECTS: dict[str, Callable] = {
     "hold": _hold,
     "quota": _quota,
     "priority-class": _priority_class,
+    "prune-quota": _prune_quota,
+    "prune-priority-class": _prune_priority_class,
 }
 
 

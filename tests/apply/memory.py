@@ -75,6 +75,7 @@ MUTATING = frozenset(
         "write_config_map",
         "server_side_apply",
         "delete_priority_class",
+        "delete_resource_quota",
         "create_event",
     }
 )
@@ -733,6 +734,13 @@ class MemoryCluster:
                 raise not_found("priorityclasses.scheduling.k8s.io", name)
 
         self._run("delete_priority_class", delete, name=name)
+
+    def delete_resource_quota(self, namespace: str, name: str) -> None:
+        def delete() -> None:
+            if self.quotas.pop((namespace, name), None) is None:
+                raise not_found("resourcequotas", name)
+
+        self._run("delete_resource_quota", delete, namespace=namespace, name=name)
 
     def create_event(self, namespace: str, body: dict) -> None:
         def create() -> None:

@@ -152,7 +152,16 @@ class PriorityClass:
     """Its managed-by label ("": none): gpupool's own unless a row says otherwise."""
 
 
-Seed = Node | NodeState | Job | ReplicaSet | Pod | Workload | ConfigMap | PriorityClass
+@dataclass(frozen=True)
+class Quota:
+    """A ResourceQuota in `NS` (MemoryCluster rows only)."""
+
+    name: str
+    managed_by: str = "gpupool"
+    """Its managed-by label ("": none)."""
+
+
+Seed = Node | NodeState | Job | ReplicaSet | Pod | Workload | ConfigMap | PriorityClass | Quota
 
 
 # ---------------------------------------------------------------------- reading back
@@ -388,6 +397,19 @@ def seed_memory(row: Row) -> MemoryCluster:
                 global_default=s.global_default,
                 managed_by=s.managed_by,
             )
+        elif isinstance(s, Quota):
+            c.quotas[(NS, s.name)] = {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {
+                    "name": s.name,
+                    "namespace": NS,
+                    "labels": {"app.kubernetes.io/managed-by": s.managed_by}
+                    if s.managed_by
+                    else {},
+                },
+                "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+            }
         else:  # pragma: no cover
             raise TypeError(s)
     return c

@@ -39,6 +39,8 @@ from reconciler.plan.actions import (
     Move,
     PodAdmission,
     Preempt,
+    PrunePriorityClass,
+    PruneQuota,
     Reclaim,
     Resume,
     Scale,
@@ -58,6 +60,7 @@ from tests.apply.table import (
     Pod,
     PriorityClass,
     Probe,
+    Quota,
     ReplicaSet,
     Row,
     Workload,
@@ -240,6 +243,12 @@ PC = ApplyPriorityClass(
 )
 
 PC_DEFAULT = PC.model_copy(update={"global_default": True})
+PRUNE_QUOTA = PruneQuota(
+    id=f"prune-quota:{NS}/gpu-quota", target=f"{NS}/gpu-quota", reason="its Quota is gone"
+)
+PRUNE_PC = PrunePriorityClass(
+    id="prune-priority-class:gpupool-training", target="gpupool-training", reason="gone"
+)
 
 GRACE_BY_ID = {CHECKPOINT.id: float(GRACE)}
 
@@ -2411,6 +2420,102 @@ PRIORITY_CLASS_ROWS = [
     ),
 ]
 
+
+def quota_gone(p: Probe) -> None:
+    assert p.quota("gpu-quota") is None
+
+
+def quota_kept(p: Probe) -> None:
+    assert p.quota("gpu-quota") is not None
+
+
+def priority_class_gone(p: Probe) -> None:
+    assert p.priority_class(PC.target) is None
+
+
+PRUNE_ROWS = [
+    Row(
+        "prune-quota/ours",
+        PRUNE_QUOTA,
+        (Quota("gpu-quota"),),
+        "done",
+        "deleted",
+        ("delete_resource_quota",),
+        check=quota_gone,
+    ),
+    Row("prune-quota/gone", PRUNE_QUOTA, (), "done", "already gone", (), check=quota_gone),
+    Row(
+        # never delete what gpupool did not make, even if the plan asks
+        "prune-quota/foreign",
+        PRUNE_QUOTA,
+        (Quota("gpu-quota", managed_by=""),),
+        "skipped",
+        "is not gpupool's (no app.kubernetes.io/managed-by label)",
+        (),
+        check=quota_kept,
+    ),
+    Row(
+        "prune-quota/another-manager",
+        PRUNE_QUOTA,
+        (Quota("gpu-quota", managed_by="helm"),),
+        "skipped",
+        "is not gpupool's (managed by helm)",
+        (),
+        check=quota_kept,
+    ),
+    Row(
+        "prune-quota/gone-at-the-delete",
+        PRUNE_QUOTA,
+        (Quota("gpu-quota"),),
+        "done",
+        "already gone",
+        fail={"delete_resource_quota": ApiError(404, "Not Found")},
+    ),
+    Row(
+        "prune-quota/forbidden",
+        PRUNE_QUOTA,
+        (Quota("gpu-quota"),),
+        "error",
+        "403",
+        fail={"delete_resource_quota": ApiError(403, "Forbidden")},
+    ),
+    Row(
+        "prune-priority-class/ours",
+        PRUNE_PC,
+        (PriorityClass(PC.target, 1000),),
+        "done",
+        "deleted",
+        ("delete_priority_class",),
+        check=priority_class_gone,
+    ),
+    Row(
+        "prune-priority-class/gone",
+        PRUNE_PC,
+        (),
+        "done",
+        "already gone",
+        (),
+        check=priority_class_gone,
+    ),
+    Row(
+        "prune-priority-class/foreign",
+        PRUNE_PC,
+        (PriorityClass(PC.target, 500, managed_by=""),),
+        "skipped",
+        "is not gpupool's (no app.kubernetes.io/managed-by label)",
+        (),
+        check=priority_class_is(500),
+    ),
+    Row(
+        "prune-priority-class/gone-at-the-delete",
+        PRUNE_PC,
+        (PriorityClass(PC.target, 1000),),
+        "done",
+        "already gone",
+        fail={"delete_priority_class": ApiError(404, "Not Found")},
+    ),
+]
+
 TABLES = {
     "cordon": CORDON_ROWS,
     "uncordon": UNCORDON_ROWS,
@@ -2425,6 +2530,7 @@ TABLES = {
     "hold": HOLD_ROWS,
     "quota": QUOTA_ROWS,
     "priority-class": PRIORITY_CLASS_ROWS,
+    "prune": PRUNE_ROWS,
 }
 ROWS = {r.id: r for rows in TABLES.values() for r in rows}
 assert len(ROWS) == sum(map(len, TABLES.values())), "row ids must be unique"
@@ -2511,6 +2617,11 @@ def test_quota(row: Row):
 
 @pytest.mark.parametrize("row", params(PRIORITY_CLASS_ROWS))
 def test_priority_class(row: Row):
+    check_row(row)
+
+
+@pytest.mark.parametrize("row", params(PRUNE_ROWS))
+def test_prune(row: Row):
     check_row(row)
 
 

@@ -12,7 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
-from reconciler.observe.model import InferenceService, QuotaObject, Request, SuspendedJob
+from reconciler.observe.model import (
+    InferenceService,
+    PriorityClassObject,
+    QuotaObject,
+    Request,
+    SuspendedJob,
+)
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -447,6 +453,20 @@ def objects_and_labels():
         c.model_copy(update={"value": 20000}) if c.name == "training-low" else c
         for c in objs["priority_classes"]
     ]
+    # what gpupool made for a team and a class the policy no longer has: pruned
+    objs["quotas"].append(
+        QuotaObject(
+            namespace="team-old",
+            name="gpupool-team-old",
+            hard={"requests.nvidia.com/gpu": "2"},
+            managed_by="gpupool",
+        )
+    )
+    objs["priority_classes"].append(
+        PriorityClassObject(
+            name="retired", value=5, preemption_policy="Never", managed_by="gpupool"
+        )
+    )
     return text, snapshot(NOW, [n1, n2], [], **objs)
 
 

@@ -66,6 +66,8 @@ EXPECT = {
         {
             "quota:team-a/gpupool-team-a",
             "priority-class:training-low",
+            "prune-quota:team-old/gpupool-team-old",
+            "prune-priority-class:retired",
             "label-node:a100-1",
             "mig-reconfigure:a100-1",
         },
