@@ -100,3 +100,44 @@ def test_objects_converge_and_stay_put(kube, tmp_path):
     pc = kube.scheduling.read_priority_class(f"low-{sfx}")
     assert (pc.metadata.uid, pc.value) == (foreign.metadata.uid, 7)
     assert [w for w in writes(kube, since=mark) if w.resource == "priorityclasses"] == []
+
+
+def test_removing_a_quota_and_a_class_from_git_removes_their_objects(kube, tmp_path):
+    """Prune on the real API server: a Quota and a PriorityClass deleted from the policy files
+    take their ResourceQuota and PriorityClass with them on the next cycle (gpupool's own,
+    labelled); a foreign quota in the same namespace is left alone, and the cycle after
+    changes nothing."""
+    sfx = uuid.uuid4().hex[:6]
+    ns = kube.new_namespace()
+    write_policy(tmp_path, _desired(ns, sfx))
+    clock = kube.clock
+    ctl = controller(kube, tmp_path, clock)
+    assert ctl.cycle().error is None
+    kube.core.create_namespaced_resource_quota(
+        ns, {"metadata": {"name": "theirs"}, "spec": {"hard": {"pods": "100"}}}
+    )
+    # the team's Quota and the high class are deleted from git; another team keeps a quota
+    # (pruning every quota at once would need allowDeleteAllQuotas)
+    text = _desired(ns, sfx)
+    other = kube.new_namespace()
+    text = text.replace(
+        f"metadata: {{name: team-x}}\nspec:\n  namespaces: [{ns}]",
+        f"metadata: {{name: team-y}}\nspec:\n  namespaces: [{other}]",
+    ).replace(
+        f"    - {{name: high-{sfx}, value: 50000, workload: training, preemptible: false}}\n", ""
+    )
+    write_policy(tmp_path, text)
+    clock.advance(30)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    done = {o.action: o.status for o in r.applied.outcomes}
+    assert done[f"prune-quota:{ns}/gpupool-team-x"] == "done"
+    assert done[f"prune-priority-class:high-{sfx}"] == "done"
+    assert [q.metadata.name for q in kube.core.list_namespaced_resource_quota(ns).items] == [
+        "theirs"
+    ]
+    assert f"high-{sfx}" not in {
+        c.metadata.name for c in kube.scheduling.list_priority_class().items
+    }
+    clock.advance(30)
+    assert ctl.cycle().converged
