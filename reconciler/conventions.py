@@ -16,6 +16,16 @@ NODE_STATE_KIND, NODE_STATE_PLURAL = "GpuNodeState", "gpunodestates"
 STATUS_KIND, STATUS_PLURAL = "ReconcilerStatus", "reconcilerstatuses"
 PREFIX = GROUP + "/"
 
+# ---------------------------------------------------------------- annotations on the status object
+RECONCILE_REQUESTED_ANN = PREFIX + "reconcile-requested-at"
+"""On the ReconcilerStatus object: ask for a cycle now. The value is an opaque token (a time,
+by habit: `kubectl annotate --overwrite reconcilerstatus gpupool
+gpupool.io/reconcile-requested-at="$(date -Is)"`); a value that differs from
+`status.lastHandledReconcileAt` wakes the loop, and the cycle then records it there. The
+semantics of Flux's `reconcile.fluxcd.io/requestedAt` (fluxcd/pkg apis/meta annotations.go: "The
+value is interpreted as a token, and any change in value SHOULD trigger a reconciliation";
+the handled value is copied to `status.lastHandledReconcileAt`)."""
+
 # ---------------------------------------------------------------- labels gpupool reads or writes
 POOL_LABEL = PREFIX + "pool"
 """Pool membership of a node (written by apply, read by pods' node selectors)."""

@@ -92,6 +92,29 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             print("error: --metrics-bind-address: the port of --health-port", file=sys.stderr)
             return 1
         serve(metrics_at[1], ctl.ready, metrics_at[0], probes=False)
+    try:
+        hook_at = parse_bind_address(args.webhook_bind_address)
+    except ValueError as exc:
+        print(f"error: --webhook-bind-address: {exc}", file=sys.stderr)
+        return 1
+    if hook_at:
+        from reconciler.loop.webhook import read_secret, serve_webhook
+
+        if args.git_url is None:
+            print("error: --webhook-bind-address needs --git-url", file=sys.stderr)
+            return 1
+        if not args.webhook_secret_file:
+            print("error: --webhook-bind-address needs --webhook-secret-file", file=sys.stderr)
+            return 1
+        if hook_at[1] in (args.health_port, metrics_at[1] if metrics_at else None):
+            print("error: --webhook-bind-address: a port already in use", file=sys.stderr)
+            return 1
+        try:
+            secret = read_secret(args.webhook_secret_file)
+        except (OSError, ValueError) as exc:
+            print(f"error: --webhook-secret-file: {exc}", file=sys.stderr)
+            return 1
+        serve_webhook(hook_at[1], secret, args.branch, ctl.wake, hook_at[0])
     ctl.run(_stop_on_signals(), interval)
     return 0
 
@@ -183,6 +206,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             "where /metrics listens: host:port, :port for every address, 0 for off "
             "(default 127.0.0.1:8081; it has no authentication)"
         ),
+    )
+    p.add_argument(
+        "--webhook-bind-address",
+        default="0",
+        help=(
+            "where the GitHub push webhook (POST /hooks/git) listens: host:port, :port, or 0 "
+            "for off (default 0); needs --git-url and --webhook-secret-file"
+        ),
+    )
+    p.add_argument(
+        "--webhook-secret-file",
+        help="file holding the webhook's shared secret (a mounted Secret; never a flag value)",
     )
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
     p.add_argument(

@@ -78,6 +78,7 @@ class Controller:
         wake_gap_seconds: float = 1.0,
         ready_max_age_seconds: float = 300.0,
         stuck_after_seconds: float = 900.0,
+        trigger_poll_seconds: float = 5.0,
     ):
         self.source = source
         self.api = bound_requests(api_client)  # no call may wait forever
@@ -111,6 +112,18 @@ class Controller:
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of
         pods is admitted in one cycle, and the cycle's own writes cannot spin the loop."""
+        self.trigger_poll_seconds = trigger_poll_seconds
+        """How often `run` reads the status object for the trigger annotation (one GET of one
+        object: a watch would need list/watch rights and a relisting informer for a value
+        that changes a few times a day)."""
+        self._wake = threading.Event()
+        self._generation: int | None = None  # what this cycle read; for `_report_error`
+
+    def wake(self) -> None:
+        """Start a cycle now (at most once per `wake_gap_seconds`) instead of at the end of
+        the interval: the webhook receiver and the trigger annotation call this; the cycle
+        fetches the git source afresh."""
+        self._wake.set()
 
     def cycle(self) -> CycleResult:
         self._cycle_started = time.monotonic()
@@ -145,7 +158,12 @@ class Controller:
             self.elector.is_leader if self.elector.renewing else self.elector.try_acquire_or_renew()
         )
         metrics.LEADER.set(1 if leader else 0)
+        self._generation = None
         view = self.status.read()
+        self._generation = view.generation
+        handled = {"observedGeneration": view.generation}
+        if view.requested_at is not None:  # recorded after the cycle, Flux's way
+            handled["lastHandledReconcileAt"] = view.requested_at
         metrics.SUSPENDED.set(1 if view.suspend else 0)
         try:
             snap = self.source.read()
@@ -165,6 +183,7 @@ class Controller:
                         "lastAttemptedRevision": getattr(exc, "revision", None) or "",
                         "lastAppliedRevision": view.last_applied_revision,
                         "lastReconcileTime": now.isoformat(),
+                        **handled,
                     },
                     now,
                 )
@@ -212,6 +231,7 @@ class Controller:
             )
         if leader and self.elector.is_leader:
             report = self._status(p, applied, snap.revision, view, preempted, now)
+            report.update(handled)
             if settle:  # settled and open intents are written with the times, in one patch
                 report["preemptionIntents"] = [i.to_json() for i in intents.values()]
             else:  # not settled here: left as they are
@@ -261,6 +281,11 @@ class Controller:
                         condition("Reconciling", False, "ReconcileError", "nothing applied", now),
                     ],
                     "lastReconcileTime": now.isoformat(),
+                    **(
+                        {"observedGeneration": self._generation}
+                        if self._generation is not None
+                        else {}
+                    ),
                 },
                 now,
             )
@@ -367,6 +392,21 @@ class Controller:
         started = self._cycle_started
         return started is None or time.monotonic() - started < self.stuck_after_seconds
 
+    def _poll_trigger(self, stop: threading.Event) -> None:
+        """Wake the loop when the trigger annotation holds a token no cycle has handled; each
+        token wakes it once (a follower never records it, and must not spin)."""
+        seen: str | None = None
+        while not stop.wait(self.trigger_poll_seconds):
+            try:
+                view = self.status.read()
+            except Exception as exc:  # noqa: BLE001 - the cycle reports the API server's state
+                log.debug("trigger poll: %s", exc)
+                continue
+            if view.requested and view.requested_at != seen:
+                seen = view.requested_at
+                log.info("reconcile requested (%s)", seen)
+                self.wake()
+
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, or a pod
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
@@ -377,7 +417,7 @@ class Controller:
         self.elector.start(stop)
         # readiness allows a few intervals without an observation before it fails
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
-        wake = threading.Event()
+        wake = self._wake
 
         def pod_event(kind: str, pod: Any) -> None:
             if admission_event(kind, pod):
@@ -391,6 +431,9 @@ class Controller:
                 wake.set()
 
         threading.Thread(target=watch, name="gpupool-source-watch", daemon=True).start()
+        threading.Thread(
+            target=self._poll_trigger, args=(stop,), name="gpupool-trigger", daemon=True
+        ).start()
         started = 0.0
         while not stop.is_set():
             gap = self.wake_gap_seconds - (time.monotonic() - started)

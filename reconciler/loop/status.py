@@ -1,7 +1,12 @@
 """The controller's status object: a `ReconcilerStatus` custom resource with Flux-style
 conditions (Ready / Reconciling / Stalled), the last applied revision and plan summary, and
 the recent preemptions the hourly budget counts (with the intents not yet settled:
-`resolve_intents`). `spec.suspend: true` pauses applying."""
+`resolve_intents`). `spec.suspend: true` pauses applying.
+
+Each status write carries `observedGeneration`, the object's `metadata.generation` as the cycle
+read it (on the status and on each condition, as the Kubernetes API conventions put it), and
+`lastHandledReconcileAt`, the last value of the trigger annotation
+(`conventions.RECONCILE_REQUESTED_ANN`) a cycle acted on."""
 
 from __future__ import annotations
 
@@ -10,7 +15,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from reconciler.conventions import GROUP, MANAGED_BY, MANAGED_BY_LABEL, VERSION
+from reconciler.conventions import (
+    GROUP,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RECONCILE_REQUESTED_ANN,
+    VERSION,
+)
 from reconciler.conventions import STATUS_KIND as KIND
 from reconciler.conventions import STATUS_PLURAL as PLURAL
 
@@ -45,6 +56,17 @@ class StatusView:
     recent_preemptions: list[datetime] = field(default_factory=list)
     last_applied_revision: str | None = None
     preemption_intents: list[PreemptionIntent] = field(default_factory=list)
+    generation: int | None = None
+    """`metadata.generation` as read (None: no object yet)."""
+    requested_at: str | None = None
+    """The trigger annotation's value (an opaque token), if set."""
+    last_handled: str | None = None
+    """`status.lastHandledReconcileAt`: the last token a cycle acted on."""
+
+    @property
+    def requested(self) -> bool:
+        """A reconcile was asked for that no cycle has handled yet."""
+        return self.requested_at is not None and self.requested_at != self.last_handled
 
 
 def resolve_intents(
@@ -107,15 +129,39 @@ class StatusStore:
             for i in map(PreemptionIntent.from_json, raw if isinstance(raw, list) else [])
             if i is not None
         ]
+        meta = obj.get("metadata") or {}
+        token = (meta.get("annotations") or {}).get(RECONCILE_REQUESTED_ANN)
+        generation = meta.get("generation")
+        handled = st.get("lastHandledReconcileAt")
         return StatusView(
             bool((obj.get("spec") or {}).get("suspend")),
             recent,
             st.get("lastAppliedRevision"),
             intents,
+            generation if isinstance(generation, int) else None,
+            token if isinstance(token, str) else None,
+            handled if isinstance(handled, str) else None,
         )
 
     def write(self, status: dict, now: datetime) -> None:
-        prev = self._get() or self._create()
+        """Merge `status` into the status subresource. An `observedGeneration` in it (the
+        generation the cycle read) is also set on each condition; None there means the cycle
+        found no object, and this write creates it: the generation created is the one acted
+        on (its spec is the default one the cycle assumed)."""
+        prev = self._get()
+        created = prev is None
+        if created:
+            prev = self._create()
+        if "observedGeneration" in status:
+            gen = status["observedGeneration"]
+            if gen is None and created:
+                gen = ((prev or {}).get("metadata") or {}).get("generation")
+            if isinstance(gen, int):
+                status["observedGeneration"] = gen
+                for c in status.get("conditions", []):
+                    c["observedGeneration"] = gen
+            else:
+                del status["observedGeneration"]
         old = {c["type"]: c for c in ((prev or {}).get("status") or {}).get("conditions", [])}
         for c in status.get("conditions", []):  # keep the transition time while the status holds
             o = old.get(c["type"])
