@@ -66,6 +66,10 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
     "*: patch batch/jobs": (
         "../apply/test_handlers_api.py::test_move_of_a_jobs_pod_runs_with_the_controllers_rbac"
     ),
+    # Prune: the runs below remove no Quota from git.
+    "*: delete core/resourcequotas": (
+        "test_objects_dual.py::test_removing_a_quota_and_a_class_from_git_removes_their_objects"
+    ),
 }
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
