@@ -1123,38 +1123,38 @@ def priority_class(a: ApplyPriorityClass, ctx: Context) -> Outcome:
     return Outcome(a.id, "done", "applied", changed=True)
 
 
-def _missing(e: ApiError) -> bool:
-    return e.status == 404
+def _prune(a: Action, kind: str, manager: str | None, delete: Callable[[], None]) -> Outcome:
+    """Delete an object gpupool made (`manager`: its managed-by label, None when it is gone)."""
+    if manager is None:
+        return Outcome(a.id, "done", "already gone")
+    if manager != C.MANAGED_BY:
+        return _not_ours(kind, a, manager)
+    try:
+        delete()
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        return Outcome(a.id, "done", "already gone")
+    return Outcome(a.id, "done", "deleted", changed=True)
 
 
 @handles(PruneQuota)
 def prune_quota(a: PruneQuota, ctx: Context) -> Outcome:
     ns, name = _ns_name(a.target)
-    manager = ctx.ops.quota_manager(ns, name)
-    if manager is None:
-        return Outcome(a.id, "done", "already gone")
-    if manager != C.MANAGED_BY:
-        return _not_ours("ResourceQuota", a, manager)
-    try:
-        ctx.ops.delete_resource_quota(ns, name)
-    except ApiError as e:
-        if not _missing(e):
-            raise
-        return Outcome(a.id, "done", "already gone")
-    return Outcome(a.id, "done", "deleted", changed=True)
+    return _prune(
+        a,
+        "ResourceQuota",
+        ctx.ops.quota_manager(ns, name),
+        lambda: ctx.ops.delete_resource_quota(ns, name),
+    )
 
 
 @handles(PrunePriorityClass)
 def prune_priority_class(a: PrunePriorityClass, ctx: Context) -> Outcome:
     cur = ctx.ops.read_priority_class(a.target)
-    if cur is None:
-        return Outcome(a.id, "done", "already gone")
-    if cur.managed_by != C.MANAGED_BY:
-        return _not_ours("PriorityClass", a, cur.managed_by)
-    try:
-        ctx.ops.delete_priority_class(a.target)
-    except ApiError as e:
-        if not _missing(e):
-            raise
-        return Outcome(a.id, "done", "already gone")
-    return Outcome(a.id, "done", "deleted", changed=True)
+    return _prune(
+        a,
+        "PriorityClass",
+        None if cur is None else cur.managed_by,
+        lambda: ctx.ops.delete_priority_class(a.target),
+    )

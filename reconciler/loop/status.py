@@ -176,6 +176,23 @@ class StatusStore:
                     if (at := _time(t)) is not None and at > cutoff
                 }
             )
+        self._patch(status)
+
+    def record_preemptions(self, times: list[str], intents: list[PreemptionIntent]) -> None:
+        """Persist the preemption times and the open intents at once, in one patch (before a
+        stop is sent: write-ahead). Creates the status object if there is none yet: a crash
+        right after the stop must not lose it."""
+        if self._get() is None:
+            self._create()
+        self._patch(
+            {
+                "recentPreemptions": sorted({t for t in times if t}),
+                "preemptionIntents": [i.to_json() for i in intents],
+            }
+        )
+
+    def _patch(self, status: dict) -> None:
+        """A merge patch of the status subresource: keys left out stay as they are."""
         self.api.patch_namespaced_custom_object_status(
             GROUP,
             VERSION,
@@ -183,28 +200,6 @@ class StatusStore:
             PLURAL,
             self.name,
             {"status": status},
-            _content_type="application/merge-patch+json",
-        )
-
-    def record_preemptions(self, times: list[str], intents: list[PreemptionIntent]) -> None:
-        """Persist the preemption times and the open intents at once, in one patch (before a
-        stop is sent: write-ahead). Creates the status object if there is none yet: a crash
-        right after the stop must not lose it."""
-        body = {
-            "status": {
-                "recentPreemptions": sorted({t for t in times if t}),
-                "preemptionIntents": [i.to_json() for i in intents],
-            }
-        }
-        if self._get() is None:
-            self._create()
-        self.api.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            self.name,
-            body,
             _content_type="application/merge-patch+json",
         )
 
