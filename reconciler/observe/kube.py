@@ -92,18 +92,25 @@ def _unreadable(kind: str, namespace: str | None, name: str | None, message: str
         )
 
 
-def _each(kind: str, objs: Any, convert: Callable[[Any], Any]) -> list[Any]:
-    """`convert` applied to each object; one that raises is left out and reported."""
+def _each(
+    kind: str,
+    objs: Any,
+    convert: Callable[[Any], Any],
+    named: Callable[[Any], Any] = lambda o: o,
+) -> list[Any]:
+    """`convert` applied to each object; one that raises is left out and reported under the
+    name of the Kubernetes object `named` finds in it (a model object, or a dict)."""
     out = []
     for o in objs:
         try:
             out.append(convert(o))
         except _BAD_OBJECT as exc:
-            meta = getattr(o, "metadata", None)
-            if isinstance(o, dict):
-                meta_d = o.get("metadata") or {}
-                ns, name = meta_d.get("namespace"), meta_d.get("name")
+            obj = named(o)
+            if isinstance(obj, dict):
+                meta = obj.get("metadata") or {}
+                ns, name = meta.get("namespace"), meta.get("name")
             else:
+                meta = getattr(obj, "metadata", None)
                 ns, name = getattr(meta, "namespace", None), getattr(meta, "name", None)
             _unreadable(kind, ns, name, f"left out: {type(exc).__name__}: {exc}".splitlines()[0])
     return out
@@ -799,7 +806,6 @@ def _observe(
     )
     # Known holdings first (the agent's status.pods, else the annotation), so that a guess
     # never hands out a card a pod is known to hold.
-    gpu_pods: list[tuple[Any, Request, list[Allocation] | None]] = []
     taken: dict[str, set[int]] = {}
 
     def holding(p: Any) -> tuple[Any, Request, list[Allocation] | None] | None:
@@ -838,8 +844,9 @@ def _observe(
     # bound pods first: an admitted pod yields to what the kubelet has handed out or will
     workloads = _each(
         "Pod",
-        [(x[0], x) for x in sorted(gpu_pods, key=lambda x: not x[0].spec.node_name)],
-        lambda px: workload(px[1]),
+        sorted(gpu_pods, key=lambda x: not x[0].spec.node_name),
+        workload,
+        named=lambda x: x[0],
     )
     apps = client.AppsV1Api(api_client)
     services = _each(
