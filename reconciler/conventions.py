@@ -138,3 +138,19 @@ def resource_version(value: object) -> int | None:
     server may serve opaque versions: nothing is compared then)."""
     text = str(value or "")
     return int(text) if text.isdigit() and not text.startswith("0") else None
+
+
+# ---------------------------------------------------------------- autoscalers (HPA, KEDA)
+HPA_KIND = "HorizontalPodAutoscaler"
+SCALED_OBJECT_KIND = "ScaledObject"
+KEDA_GROUP, KEDA_VERSION, SCALED_OBJECT_PLURAL = "keda.sh", "v1alpha1", "scaledobjects"
+"""KEDA's ScaledObject (github.com/kedacore/keda/v2 v2.19.0,
+config/crd/bases/keda.sh_scaledobjects.yaml)."""
+HPA_DEFAULT_MIN = 1
+"""An HPA without `spec.minReplicas` keeps at least 1 (kubernetes v1.37.2
+pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler: "Default value")."""
+KEDA_DEFAULT_MIN, KEDA_DEFAULT_MAX = 0, 100
+"""A ScaledObject without `spec.minReplicaCount` scales its idle target to 0 (keda v2.19.0
+pkg/scaling/executor/scale_scaledobjects.go: "if scaledObject.Spec.MinReplicaCount is not
+set, then set the default value (0)"); without `spec.maxReplicaCount` its HPA's max is 100
+(apis/keda/v1alpha1/scaledobject_types.go, defaultHPAMaxReplicas, GetHPAMaxReplicas)."""

@@ -47,6 +47,7 @@ from reconciler.plan.actions import (
     Repartition,
     Resume,
     Scale,
+    SetScaleEnvelope,
     SetSharing,
     Uncordon,
 )
@@ -876,6 +877,54 @@ def scale(a: Scale, ctx: Context) -> Outcome:
         annotations={C.LAST_SCALE_ANN: ctx.clock().isoformat()},
     )
     return Outcome(a.id, "done", f"{cur.replicas} -> {a.to_replicas} replicas", changed=True)
+
+
+@handles(SetScaleEnvelope)
+def scale_envelope(a: SetScaleEnvelope, ctx: Context) -> Outcome:
+    """The autoscaler's min/max and the last-scale annotation in one merge patch, guarded by
+    the resourceVersion read (no lost update); the workload itself is never written (its
+    autoscaler scales it). Skipped when the autoscaler is gone, scales another workload, is
+    the HPA KEDA made for a ScaledObject (KEDA would revert it) or changed since the plan."""
+    ns, name = _ns_name(a.target)
+    cur = ctx.ops.read_autoscaler(a.autoscaler_kind, ns, name)
+    what = f"{a.autoscaler_kind} {name}"
+    if cur is None:
+        return Outcome(a.id, "skipped", f"{what} is gone; replanned next cycle")
+    if cur.owner:
+        return Outcome(
+            a.id, "skipped", f"{what} is managed by {cur.owner} (KEDA); gpupool leaves it alone"
+        )
+    if (cur.target_kind, cur.target_name) != (a.workload_kind, a.workload):
+        return Outcome(
+            a.id,
+            "skipped",
+            f"{what} now scales {cur.target_kind} {cur.target_name}, not {a.workload_kind} "
+            f"{a.workload}; replanned next cycle",
+        )
+    if (cur.min_replicas, cur.max_replicas) == (a.to_min, a.to_max):
+        return Outcome(a.id, "done", f"already min {a.to_min}, max {a.to_max}")
+    if (cur.min_replicas, cur.max_replicas) != (a.from_min, a.from_max):
+        return Outcome(
+            a.id,
+            "skipped",
+            f"min/max changed to {cur.min_replicas}/{cur.max_replicas} since the plan; "
+            "replanned next cycle",
+        )
+    ctx.ops.set_autoscaler_bounds(
+        a.autoscaler_kind,
+        ns,
+        name,
+        min_replicas=a.to_min,
+        max_replicas=a.to_max,
+        resource_version=cur.resource_version,
+        annotations={C.LAST_SCALE_ANN: ctx.clock().isoformat()},
+    )
+    return Outcome(
+        a.id,
+        "done",
+        f"min/max {cur.min_replicas}/{cur.max_replicas} -> {a.to_min}/{a.to_max}",
+        changed=True,
+    )
 
 
 # ----------------------------------------------------------------------------- admission

@@ -14,6 +14,8 @@ from kubernetes import client
 from reconciler import conventions as C
 from reconciler.apply.port import (
     ApiError,
+    AutoscalerInfo,
+    AutoscalerKind,
     ConfigMapInfo,
     JobInfo,
     NodeInfo,
@@ -348,6 +350,91 @@ class KubeOps:
         }
         with _errors():
             patch(name, namespace, body, _content_type=MERGE)
+
+    # autoscalers
+    def read_autoscaler(
+        self, kind: AutoscalerKind, namespace: str, name: str
+    ) -> AutoscalerInfo | None:
+        if kind == C.HPA_KIND:
+            h = _or_none(
+                lambda: client.AutoscalingV2Api(self.api).read_namespaced_horizontal_pod_autoscaler(
+                    name, namespace
+                )
+            )
+            if h is None:
+                return None
+            ref = h.spec.scale_target_ref
+            owner = next(
+                (
+                    f"{C.SCALED_OBJECT_KIND}/{r.name}"
+                    for r in h.metadata.owner_references or []
+                    if r.controller and r.kind == C.SCALED_OBJECT_KIND
+                ),
+                "",
+            )
+            return AutoscalerInfo(
+                min_replicas=h.spec.min_replicas
+                if h.spec.min_replicas is not None
+                else C.HPA_DEFAULT_MIN,
+                max_replicas=h.spec.max_replicas,
+                target_kind=ref.kind,
+                target_name=ref.name,
+                resource_version=h.metadata.resource_version,
+                owner=owner,
+            )
+        o = _or_none(
+            lambda: self.custom.get_namespaced_custom_object(
+                C.KEDA_GROUP, C.KEDA_VERSION, namespace, C.SCALED_OBJECT_PLURAL, name
+            )
+        )
+        if o is None:
+            return None
+        spec = o.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        lo, hi = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
+        return AutoscalerInfo(
+            min_replicas=C.KEDA_DEFAULT_MIN if lo is None else int(lo),
+            max_replicas=C.KEDA_DEFAULT_MAX if hi is None else int(hi),
+            target_kind=ref.get("kind") or "Deployment",
+            target_name=ref.get("name") or "",
+            resource_version=o["metadata"]["resourceVersion"],
+        )
+
+    def set_autoscaler_bounds(
+        self,
+        kind: AutoscalerKind,
+        namespace: str,
+        name: str,
+        *,
+        min_replicas: int,
+        max_replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
+        meta = {"resourceVersion": resource_version, "annotations": annotations}
+        with _errors():
+            if kind == C.HPA_KIND:
+                body = {
+                    "metadata": meta,
+                    "spec": {"minReplicas": min_replicas, "maxReplicas": max_replicas},
+                }
+                client.AutoscalingV2Api(self.api).patch_namespaced_horizontal_pod_autoscaler(
+                    name, namespace, body, _content_type=MERGE
+                )
+            else:
+                body = {
+                    "metadata": meta,
+                    "spec": {"minReplicaCount": min_replicas, "maxReplicaCount": max_replicas},
+                }
+                self.custom.patch_namespaced_custom_object(
+                    C.KEDA_GROUP,
+                    C.KEDA_VERSION,
+                    namespace,
+                    C.SCALED_OBJECT_PLURAL,
+                    name,
+                    body,
+                    _content_type=MERGE,
+                )
 
     # objects
     def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None:

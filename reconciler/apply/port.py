@@ -109,6 +109,25 @@ class PriorityClassInfo:
     """Its `app.kubernetes.io/managed-by` label ("" when it has none)."""
 
 
+AutoscalerKind = Literal["HorizontalPodAutoscaler", "ScaledObject"]
+
+
+@dataclass(frozen=True)
+class AutoscalerInfo:
+    """An HPA or a KEDA ScaledObject, as much as the envelope step reads of it."""
+
+    min_replicas: int
+    """HPA spec.minReplicas (1 when absent); ScaledObject spec.minReplicaCount (0 when absent)."""
+    max_replicas: int
+    """HPA spec.maxReplicas; ScaledObject spec.maxReplicaCount (100 when absent)."""
+    target_kind: str
+    target_name: str
+    """Its scaleTargetRef's kind and name (a ScaledObject's kind defaults to Deployment)."""
+    resource_version: str
+    owner: str = ""
+    """`ScaledObject/<name>` for an HPA KEDA made (its controller ownerReference)."""
+
+
 Unset = object()  # `patch_node(unschedulable=...)` left out: not changed
 
 
@@ -208,6 +227,28 @@ class ClusterOps(Protocol):
         annotations: dict[str, str],
     ) -> None:
         """Replicas and annotations in one patch, refused (409) if the object changed since."""
+
+    # autoscalers (HPA, KEDA ScaledObject)
+    def read_autoscaler(
+        self, kind: AutoscalerKind, namespace: str, name: str
+    ) -> AutoscalerInfo | None:
+        """An HPA (autoscaling/v2) or a ScaledObject (keda.sh/v1alpha1), None when it is
+        missing (or, for a ScaledObject, when KEDA's CRD is not installed)."""
+
+    def set_autoscaler_bounds(
+        self,
+        kind: AutoscalerKind,
+        namespace: str,
+        name: str,
+        *,
+        min_replicas: int,
+        max_replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
+        """ONE merge patch of the envelope (HPA spec.minReplicas/maxReplicas, ScaledObject
+        spec.minReplicaCount/maxReplicaCount) and annotations, refused (409) if the object
+        changed since `resource_version`; 404 when it is missing."""
 
     # objects
     def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None: ...

@@ -274,6 +274,39 @@ class Workload(Obs):
         return bool(self.node) and (self.phase == "Running" or self.admission == "admitted")
 
 
+AutoscalerKind = Literal["HorizontalPodAutoscaler", "ScaledObject"]
+
+
+class Autoscaler(Obs):
+    """An autoscaler that scales an inference workload: an autoscaling/v2
+    HorizontalPodAutoscaler or a KEDA ScaledObject (keda.sh/v1alpha1) whose scaleTargetRef
+    names it. gpupool sets its envelope (min/max) instead of the workload's replicas."""
+
+    kind: AutoscalerKind
+    namespace: str
+    name: str
+    min_replicas: int = Field(ge=0)
+    """HPA `spec.minReplicas` (1 when absent, the HPA controller's default); ScaledObject
+    `spec.minReplicaCount` (0 when absent: KEDA scales an idle workload to zero)."""
+    max_replicas: int = Field(ge=0)
+    """HPA `spec.maxReplicas`; ScaledObject `spec.maxReplicaCount` (100 when absent)."""
+    owner: str = ""
+    """`ScaledObject/<name>` for the HPA KEDA made for a ScaledObject (its controller
+    ownerReference): KEDA owns it and would revert a change, so gpupool never plans for it;
+    the ScaledObject's own envelope is what gpupool sets."""
+    last_change_at: AwareDatetime | None = None
+    """When gpupool last changed this envelope (its `gpupool.io/last-scale` annotation): the
+    ScalingPolicy's cooldowns count from here."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
 class InferenceService(Obs):
     """A scalable inference Deployment/StatefulSet and its exported demand signals."""
 
@@ -289,6 +322,10 @@ class InferenceService(Obs):
     """Requests waiting (exported by the serving stack), all replicas together."""
     pending_seconds_p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     last_scale_at: AwareDatetime | None = None
+    autoscalers: list[Autoscaler] = []
+    """The HPAs and ScaledObjects whose scaleTargetRef names this workload (including the HPA
+    KEDA made for a ScaledObject, marked by its `owner`). With one, gpupool sets that
+    autoscaler's min/max instead of `replicas`; with two that are not KEDA's pair, neither."""
 
     @property
     def key(self) -> str:

@@ -187,6 +187,25 @@ class Scale(ActionBase):
         return self.to_replicas > self.from_replicas
 
 
+class SetScaleEnvelope(ActionBase):
+    """The envelope of the autoscaler (an HPA or a KEDA ScaledObject) that scales an inference
+    workload, instead of its replicas (target: the autoscaler, namespace/name). `to_max` is
+    the capacity gpupool planned for the service; the autoscaler picks replicas within
+    [`to_min`, `to_max`] on its own metrics. HPA: spec.minReplicas/maxReplicas; ScaledObject:
+    spec.minReplicaCount/maxReplicaCount."""
+
+    kind: Literal["scale-envelope"] = "scale-envelope"
+    autoscaler_kind: Literal["HorizontalPodAutoscaler", "ScaledObject"]
+    workload_kind: Literal["Deployment", "StatefulSet"]
+    workload: str
+    """The name of the workload it scales (in the autoscaler's namespace)."""
+    from_min: int = Field(ge=0)
+    to_min: int = Field(ge=0)
+    from_max: int = Field(ge=0)
+    to_max: int = Field(ge=1)
+    policy: str
+
+
 # ----------------------------------------------------------------------------- admission
 class PodAdmission(Frozen):
     """One pod of an admitted gang: the node it goes to and the cards the plan means for it
@@ -276,6 +295,7 @@ Action = Annotated[
     | Reclaim
     | Move
     | Scale
+    | SetScaleEnvelope
     | Admit
     | Resume
     | Hold
@@ -300,6 +320,7 @@ KIND_ORDER: tuple[str, ...] = (
     "set-sharing",
     "uncordon",
     "scale",
+    "scale-envelope",
     "resume",
     "hold",
     "quota",

@@ -41,6 +41,7 @@ from reconciler.conventions import (
     POOL_LABEL,
 )
 from reconciler.observe.model import (
+    Autoscaler,
     InferenceService,
     ObservedState,
     Request,
@@ -71,6 +72,7 @@ from reconciler.plan.actions import (
     Reclaim,
     Resume,
     Scale,
+    SetScaleEnvelope,
     SetSharing,
     Uncordon,
 )
@@ -89,7 +91,7 @@ from reconciler.plan.quotas import (
     quota_use,
 )
 from reconciler.plan.victims import Candidate, order_victims
-from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
+from reconciler.policy.models import PriorityClassSpec, ScaleTarget, ScalingPolicy
 from reconciler.policy.quantity import format_duration, quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -1058,6 +1060,8 @@ class _ScaleIntent:
     pool: str
     want: int
     why: str
+    envelope: _Envelope | None = None
+    """Set when an autoscaler scales the service: `want` is its new maxReplicas."""
 
 
 def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
@@ -1082,10 +1086,20 @@ def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
                     f"ScalingPolicy/{name} targets a {t.kind} that was not observed",
                 )
                 continue
-            want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
-            if want == svc.replicas:
+            scaler = _autoscaler(run, name, svc)
+            if scaler is _CONFLICT:
                 continue
-            intents.append(_ScaleIntent(svc, name, pol.spec.pool, want, why))
+            if isinstance(scaler, Autoscaler):
+                intent = _envelope_intent(run, name, pol, t, svc, scaler)
+                if intent is None:
+                    continue
+                intents.append(intent)
+                want = intent.want
+            else:
+                want, why = _desired_replicas(run, pol, svc, t.min_replicas, t.max_replicas)
+                if want == svc.replicas:
+                    continue
+                intents.append(_ScaleIntent(svc, name, pol.spec.pool, want, why))
             if want < svc.replicas:
                 pods = sorted(
                     (w for w in run.cluster.workloads.values() if svc.owns(w)),
@@ -1093,7 +1107,8 @@ def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
                 )
                 doomed = pods[: max(0, len(pods) - want)]
                 gone.update(w.key for w in doomed if w.phase == "Pending")
-            for i in range(svc.replicas, want):
+            grows = intents[-1].envelope is None or want > intents[-1].envelope.scaler.max_replicas
+            for i in range(svc.replicas, want if grows else 0):
                 out.append(
                     Pending(
                         key=f"{svc.key}#replica-{i + 1}",
@@ -1113,6 +1128,9 @@ def _scale(run: _Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
 def _emit_scales(run: _Run, intents: list[_ScaleIntent], admitted: list[Pending]) -> None:
     keys = {p.key for p in admitted}
     for it in intents:
+        if it.envelope is not None:
+            _emit_envelope(run, it, it.envelope, keys)
+            continue
         svc, want = it.svc, it.want
         if want > svc.replicas:
             ok = 0
@@ -1192,6 +1210,122 @@ def _desired_replicas(
             f"scale {svc.key} {n} -> {want}",
         )
     return n, ""
+
+
+# --------------------------------------------------------------------------- 1b. autoscalers
+# A workload an HPA or a KEDA ScaledObject scales is never scaled through spec.replicas (the
+# autoscaler would fight it); gpupool sets the autoscaler's envelope instead. The rules, with
+# examples: docs/planner.md, "Beside an autoscaler".
+
+_CONFLICT = object()  # two autoscalers target one workload: gpupool changes nothing
+
+
+@dataclass
+class _Envelope:
+    scaler: Autoscaler
+    to_min: int
+    """The envelope's new minReplicas for the planned max (`_envelope_min`)."""
+
+
+def _autoscaler(run: _Run, policy: str, svc: InferenceService) -> Autoscaler | object | None:
+    """The one autoscaler that scales `svc`, None without one, `_CONFLICT` (after a finding)
+    with two. The HPA KEDA made for a ScaledObject is the ScaledObject's (KEDA owns it and
+    would revert a change: keda v2.19.0 controllers/keda/hpa.go, updateHPAIfNeeded), never
+    one of its own."""
+    mine = [a for a in svc.autoscalers if not a.owner]
+    if len(mine) > 1:
+        run.find(
+            "warning",
+            "autoscaler-conflict",
+            svc.key,
+            f"{svc.kind} {svc.key} is scaled by {' and '.join(a.ref for a in mine)}: they fight "
+            f"each other, so gpupool changes neither (nor its replicas) for ScalingPolicy/"
+            f"{policy}; remove one",
+        )
+        return _CONFLICT
+    return mine[0] if mine else None
+
+
+def _envelope_min(a: Autoscaler, lo: int, top: int) -> int:
+    """The envelope's minReplicas: the target's minimum, at most `top` (the new max). An HPA
+    refuses minReplicas 0 unless the HPAScaleToZero gate is on (kubernetes v1.37.2
+    pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go, MinReplicasLowerBound), so 0
+    only where it is 0 already."""
+    floor = 1 if a.kind == "HorizontalPodAutoscaler" and a.min_replicas > 0 else 0
+    return max(floor, min(lo, top))
+
+
+def _envelope_intent(
+    run: _Run,
+    policy: str,
+    pol: ScalingPolicy,
+    t: ScaleTarget,
+    svc: InferenceService,
+    a: Autoscaler,
+) -> _ScaleIntent | None:
+    """What the envelope of `a` should be: the scaling decision (`_desired_replicas`: same
+    signals, cooldowns, steps and target bounds) taken for n = the autoscaler's maxReplicas,
+    the capacity gpupool planned for the service; cooldowns count from gpupool's last
+    envelope change. A max outside the target's bounds is brought inside them. None when
+    nothing changes."""
+    lo, hi = t.min_replicas, t.max_replicas
+    n = a.max_replicas
+    if n < lo:
+        want, why = lo, f"{a.ref} allows at most {n} replicas, below the target's minimum {lo}"
+    elif n > hi:
+        want, why = hi, f"{a.ref} allows {n} replicas, above the target's maximum {hi}"
+    else:
+        # the decision for a service running its envelope's max (its queue spread over them)
+        view = svc.model_copy(update={"replicas": n, "last_scale_at": a.last_change_at})
+        want, why = _desired_replicas(run, pol, view, lo, hi)
+    want = max(want, 1)  # an HPA's maxReplicas is at least 1 (autoscaling validation)
+    env = _Envelope(a, _envelope_min(a, lo, want))
+    if want == n and env.to_min == a.min_replicas:
+        return None
+    why = why or f"{a.ref} has minReplicas {a.min_replicas}, the target's minimum is {lo}"
+    return _ScaleIntent(svc, policy, pol.spec.pool, want, why, env)
+
+
+def _emit_envelope(run: _Run, it: _ScaleIntent, env: _Envelope, keys: set[str]) -> None:
+    """A SetScaleEnvelope for `it`: a max that grows, grows only as far as admission let the
+    replicas between the workload's replicas and the new max in (so their cards exist)."""
+    svc, a, want = it.svc, env.scaler, it.want
+    why = it.why
+    if want > a.max_replicas:
+        ok = 0
+        while svc.replicas + ok < want and f"{svc.key}#replica-{svc.replicas + ok + 1}" in keys:
+            ok += 1
+        allowed = max(a.max_replicas, svc.replicas + ok)
+        if allowed < want:
+            held = run.waiting.get(f"{svc.key}#replica-{svc.replicas + ok + 1}", "")
+            run.find(
+                "info",
+                "scale-held",
+                svc.key,
+                f"{a.ref} maxReplicas {want} stops at {allowed}: {held}".rstrip(": "),
+            )
+            why = f"{why} (admission allows {allowed})"
+            want = allowed
+    to_min = _envelope_min(a, env.to_min, want)
+    if (want, to_min) == (a.max_replicas, a.min_replicas):
+        return
+    run.add(
+        SetScaleEnvelope(
+            id=f"scale-envelope:{a.key}",
+            target=a.key,
+            pool=it.pool,
+            reason=f"{a.ref} min/max {a.min_replicas}..{a.max_replicas} -> {to_min}..{want} "
+            f"for {svc.kind} {svc.key} ({svc.replicas} replicas now): {why}",
+            autoscaler_kind=a.kind,
+            workload_kind=svc.kind,
+            workload=svc.name,
+            from_min=a.min_replicas,
+            to_min=to_min,
+            from_max=a.max_replicas,
+            to_max=want,
+            policy=it.policy,
+        )
+    )
 
 
 # --------------------------------------------------------------------------- 2. caps, 3. idle

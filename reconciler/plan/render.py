@@ -20,6 +20,7 @@ SYMBOL = {
     "set-sharing": "~",
     "uncordon": "~",
     "scale": "~",
+    "scale-envelope": "~",
     "admit": "+",
     "resume": "+",
     "hold": "=",

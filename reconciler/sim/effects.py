@@ -38,6 +38,9 @@ re-reads and skips):
 * Scale: `replicas`, `last_scale_at = now`; the service's pods are made to match: new
   replicas are Pending pods (`<service>-<n>`, numbered on), a scale-down removes pending pods
   first, then the newest (`scale_down_order`).
+* SetScaleEnvelope: the autoscaler's min/max (and its `last_change_at = now`); the workload's
+  replicas are brought inside them, as the HPA controller does, and its pods made to match
+  (as for Scale); within the bounds the autoscaler's metrics are not modelled.
 * Preempt/Reclaim with `suspend_job`: the Job is suspended instead: the pod is deleted and
   not recreated (its pending siblings go too), the Job becomes a `SuspendedJob` (one
   budget entry per pod stopped, as the handler records one per action).
@@ -104,6 +107,7 @@ from reconciler.plan.actions import (
     Repartition,
     Resume,
     Scale,
+    SetScaleEnvelope,
     SetSharing,
     Uncordon,
 )
@@ -451,6 +455,11 @@ def _scale(world: _World, a: Scale, now: datetime) -> None:
         return  # "replicas changed since the plan": skipped
     svc = svc.model_copy(update={"replicas": a.to_replicas, "last_scale_at": now})
     world.services[i] = svc
+    _match_pods(world, svc, now)
+
+
+def _match_pods(world: _World, svc: InferenceService, now: datetime) -> None:
+    """The service's pods made to match its replicas, as its ReplicaSet/StatefulSet would."""
     pods = [w for w in world.workloads if svc.owns(w)]
     if len(pods) > svc.replicas:
         doomed = sorted(pods, key=scale_down_order)
@@ -577,6 +586,47 @@ def _resume(world: _World, a: Resume, now: datetime) -> None:
         world.create_pod(pod)
 
 
+def _scale_envelope(world: _World, a: SetScaleEnvelope, now: datetime) -> None:
+    """The autoscaler's new min/max (skipped, as the handler skips, when it is gone, scales
+    another workload or changed since the plan); then the autoscaler brings the workload's
+    replicas inside the new bounds. That is what the HPA controller does first, metrics or
+    none (kubernetes v1.37.2 pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler:
+    above Spec.MaxReplicas or below minReplicas it rescales without computing metrics), and a
+    workload at 0 replicas is left alone (scaling is disabled there). Within the bounds the
+    autoscaler's own metrics decide; they are not modelled: replicas stay."""
+    ns, name = a.target.split("/", 1)
+    for i, svc in enumerate(world.services):
+        if (svc.namespace, svc.kind, svc.name) != (ns, a.workload_kind, a.workload):
+            continue
+        j = next(
+            (
+                j
+                for j, x in enumerate(svc.autoscalers)
+                if (x.kind, x.name) == (a.autoscaler_kind, name) and not x.owner
+            ),
+            None,
+        )
+        if j is None:
+            return
+        cur = svc.autoscalers[j]
+        if (cur.min_replicas, cur.max_replicas) not in (
+            (a.from_min, a.from_max),
+            (a.to_min, a.to_max),
+        ):
+            return  # changed since the plan: skipped
+        scalers = list(svc.autoscalers)
+        scalers[j] = cur.model_copy(
+            update={"min_replicas": a.to_min, "max_replicas": a.to_max, "last_change_at": now}
+        )
+        replicas = svc.replicas
+        if replicas > 0:
+            replicas = min(max(replicas, a.to_min), a.to_max)
+        svc = svc.model_copy(update={"autoscalers": scalers, "replicas": replicas})
+        world.services[i] = svc
+        _match_pods(world, svc, now)
+        return
+
+
 def _hold(world: _World, a: Hold, now: datetime) -> None:
     i = world.workload_at(a.target)
     if i is not None and world.workloads[i].admission == "gpupool":
@@ -594,6 +644,7 @@ EFFECTS: dict[str, Callable] = {
     "mig-reconfigure": _repartition,
     "set-sharing": _repartition,
     "scale": _scale,
+    "scale-envelope": _scale_envelope,
     "admit": _admit,
     "resume": _resume,
     "hold": _hold,

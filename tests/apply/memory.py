@@ -50,6 +50,8 @@ from typing import Any
 from reconciler import conventions as C
 from reconciler.apply.port import (
     ApiError,
+    AutoscalerInfo,
+    AutoscalerKind,
     ConfigMapInfo,
     JobInfo,
     NodeInfo,
@@ -72,6 +74,7 @@ MUTATING = frozenset(
         "set_pod_condition",
         "evict_pod",
         "scale_workload",
+        "set_autoscaler_bounds",
         "write_config_map",
         "server_side_apply",
         "delete_priority_class",
@@ -181,6 +184,9 @@ class MemoryCluster:
         self.workloads: dict[tuple[str, str, str], _Versioned] = {}
         self.jobs: dict[tuple[str, str], _Versioned] = {}
         """batch/v1 Jobs by (namespace, name): `{"annotations": {...}, "suspend": bool}`."""
+        self.autoscalers: dict[tuple[str, str, str], _Versioned] = {}
+        """HPAs and ScaledObjects by (kind, namespace, name): `{"min", "max", "target_kind",
+        "target_name", "owner", "annotations"}`."""
         self.config_maps: dict[tuple[str, str], _Versioned] = {}
         self.quotas: dict[tuple[str, str], dict] = {}
         self.priority_classes: dict[str, dict] = {}
@@ -610,6 +616,88 @@ class MemoryCluster:
             namespace=namespace,
             name=name,
             replicas=replicas,
+            resource_version=resource_version,
+            annotations=dict(annotations),
+        )
+
+    # ------------------------------------------------------------------ autoscalers
+    def add_autoscaler(
+        self,
+        kind: AutoscalerKind,
+        namespace: str,
+        name: str,
+        *,
+        min_replicas: int,
+        max_replicas: int,
+        target: tuple[str, str] = ("Deployment", "serve"),
+        owner: str = "",
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        self.autoscalers[(kind, namespace, name)] = _Versioned(
+            {
+                "min": min_replicas,
+                "max": max_replicas,
+                "target_kind": target[0],
+                "target_name": target[1],
+                "owner": owner,
+                "annotations": dict(annotations or {}),
+            },
+            self._next_rv(),
+        )
+
+    def read_autoscaler(
+        self, kind: AutoscalerKind, namespace: str, name: str
+    ) -> AutoscalerInfo | None:
+        def read() -> AutoscalerInfo | None:
+            a = self.autoscalers.get((kind, namespace, name))
+            if a is None:
+                return None
+            b = a.body
+            return AutoscalerInfo(
+                b["min"],
+                b["max"],
+                b["target_kind"],
+                b["target_name"],
+                a.resource_version,
+                b["owner"],
+            )
+
+        return self._run("read_autoscaler", read, kind=kind, namespace=namespace, name=name)
+
+    def set_autoscaler_bounds(
+        self,
+        kind: AutoscalerKind,
+        namespace: str,
+        name: str,
+        *,
+        min_replicas: int,
+        max_replicas: int,
+        resource_version: str,
+        annotations: dict[str, str],
+    ) -> None:
+        def patch() -> None:
+            a = self.autoscalers.get((kind, namespace, name))
+            if a is None:
+                raise not_found(kind, name)
+            if resource_version != a.resource_version:
+                raise modified(kind, name)
+            body = {
+                **a.body,
+                "min": min_replicas,
+                "max": max_replicas,
+                "annotations": merge(a.body["annotations"], annotations),
+            }
+            if body != a.body:
+                a.body, a.resource_version = body, self._next_rv()
+
+        self._run(
+            "set_autoscaler_bounds",
+            patch,
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
             resource_version=resource_version,
             annotations=dict(annotations),
         )

@@ -161,7 +161,30 @@ class Quota:
     """Its managed-by label ("": none)."""
 
 
-Seed = Node | NodeState | Job | ReplicaSet | Pod | Workload | ConfigMap | PriorityClass | Quota
+@dataclass(frozen=True)
+class AutoscalerSeed:
+    """An HPA or a KEDA ScaledObject in `NS` (MemoryCluster rows only)."""
+
+    kind: str
+    name: str
+    min_replicas: int
+    max_replicas: int
+    target: tuple[str, str] = ("Deployment", "serve")
+    owner: str = ""
+
+
+Seed = (
+    Node
+    | NodeState
+    | Job
+    | ReplicaSet
+    | Pod
+    | Workload
+    | ConfigMap
+    | PriorityClass
+    | Quota
+    | AutoscalerSeed
+)
 
 
 # ---------------------------------------------------------------------- reading back
@@ -389,6 +412,16 @@ def seed_memory(row: Row) -> MemoryCluster:
             c.add_workload(s.kind, NS, s.name, replicas=s.replicas, annotations=dict(s.annotations))
         elif isinstance(s, ConfigMap):
             c.add_config_map(NS, s.name, dict(s.data))
+        elif isinstance(s, AutoscalerSeed):
+            c.add_autoscaler(
+                s.kind,  # type: ignore[arg-type]
+                NS,
+                s.name,
+                min_replicas=s.min_replicas,
+                max_replicas=s.max_replicas,
+                target=s.target,
+                owner=s.owner,
+            )
         elif isinstance(s, PriorityClass):
             c.add_priority_class(
                 s.name,

@@ -118,6 +118,7 @@ def test_memory_knows_which_operations_write():
         "pods_on_node",
         "read_job",
         "read_workload",
+        "read_autoscaler",
         "read_config_map",
         "namespace_exists",
         "read_priority_class",

@@ -44,6 +44,7 @@ from reconciler.plan.actions import (
     Reclaim,
     Resume,
     Scale,
+    SetScaleEnvelope,
     SetSharing,
     Uncordon,
 )
@@ -51,6 +52,7 @@ from tests.apply.table import (
     NODE,
     NOW,
     NS,
+    AutoscalerSeed,
     ConfigMap,
     Job,
     MemoryProbe,
@@ -1962,6 +1964,103 @@ SCALE_ROWS = [
     ),
 ]
 
+# ---------------------------------------------------------------------- autoscaler envelopes
+HPA, SO = "HorizontalPodAutoscaler", "ScaledObject"
+ENVELOPE = SetScaleEnvelope(
+    id=f"scale-envelope:{NS}/serve",
+    target=f"{NS}/serve",
+    reason="queue 40/replica > 10",
+    autoscaler_kind=HPA,
+    workload_kind="Deployment",
+    workload="serve",
+    from_min=1,
+    to_min=2,
+    from_max=4,
+    to_max=6,
+    policy="queue",
+)
+ENVELOPE_SO = ENVELOPE.model_copy(update={"autoscaler_kind": SO, "from_min": 0})
+
+
+def envelope_is(kind: str, lo: int, hi: int, stamped: bool = True):
+    def check(p: Probe) -> None:
+        a = p.ops.read_autoscaler(kind, NS, "serve")  # type: ignore[arg-type]
+        assert a is not None and (a.min_replicas, a.max_replicas) == (lo, hi)
+        if stamped:  # the cooldown's clock, on the autoscaler (never on the workload)
+            mem = p.ops.autoscalers[(kind, NS, "serve")]  # type: ignore[attr-defined]
+            assert mem.body["annotations"][C.LAST_SCALE_ANN] == NOW.isoformat()
+
+    return check
+
+
+ENVELOPE_ROWS = [
+    Row(
+        "scale-envelope/hpa",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 1, 4), Workload("serve", 3)),
+        "done",
+        "min/max 1/4 -> 2/6",
+        ("set_autoscaler_bounds",),
+        check=envelope_is(HPA, 2, 6),
+    ),
+    Row(
+        "scale-envelope/scaledobject",
+        ENVELOPE_SO,
+        (AutoscalerSeed(SO, "serve", 0, 4),),
+        "done",
+        "min/max 0/4 -> 2/6",
+        ("set_autoscaler_bounds",),
+        check=envelope_is(SO, 2, 6),
+    ),
+    Row(
+        "scale-envelope/already-set",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 2, 6),),
+        "done",
+        "already min 2, max 6",
+        check=envelope_is(HPA, 2, 6, stamped=False),
+    ),
+    Row(
+        "scale-envelope/changed-since-plan",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 1, 5),),
+        "skipped",
+        "min/max changed to 1/5 since the plan",
+        check=envelope_is(HPA, 1, 5, stamped=False),
+    ),
+    Row(
+        "scale-envelope/gone",
+        ENVELOPE,
+        (Workload("serve", 3),),
+        "skipped",
+        "HorizontalPodAutoscaler serve is gone",
+    ),
+    Row(
+        "scale-envelope/other-target",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 1, 4, target=("StatefulSet", "serve")),),
+        "skipped",
+        "now scales StatefulSet serve",
+        check=envelope_is(HPA, 1, 4, stamped=False),
+    ),
+    Row(
+        "scale-envelope/keda-made-hpa",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 1, 4, owner="ScaledObject/serve"),),
+        "skipped",
+        "is managed by ScaledObject/serve (KEDA)",
+        check=envelope_is(HPA, 1, 4, stamped=False),
+    ),
+    Row(
+        "scale-envelope/conflict",
+        ENVELOPE,
+        (AutoscalerSeed(HPA, "serve", 1, 4),),
+        "error",
+        "409",
+        fail={"set_autoscaler_bounds": ApiError(409, "Conflict", "the object has been modified")},
+    ),
+]
+
 # ---------------------------------------------------------------------- admission
 GATE = C.ADMISSION_GATE
 OTHER_GATE = "kueue.x-k8s.io/admission"
@@ -2526,6 +2625,7 @@ TABLES = {
     "evict": EVICT_ROWS,
     "resume": RESUME_ROWS,
     "scale": SCALE_ROWS,
+    "scale-envelope": ENVELOPE_ROWS,
     "admit": ADMIT_ROWS,
     "hold": HOLD_ROWS,
     "quota": QUOTA_ROWS,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import (
+    Autoscaler,
     InferenceService,
     PriorityClassObject,
     QuotaObject,
@@ -490,6 +491,72 @@ def suspended_job_resumes():
     return text, snapshot(NOW, nodes, w, suspended_jobs=[job], **_objects(text))
 
 
+def scale_envelope():
+    """team-b/chat is scaled by an HPA and team-b/summarize by a KEDA ScaledObject (with the HPA
+    KEDA made for it): gpupool sets their envelopes, never their replicas. chat's queue is long
+    (30/replica over its HPA's max of 2): max 2 -> 4, its min raised to the target's 1 already;
+    summarize is calm: max 4 -> 3, and its minReplicaCount 0 goes to the target's 1."""
+    text = desired_text(extra=SCALING)
+    nodes = [
+        node(
+            "a100-1",
+            "a100",
+            A100,
+            [gpu(0, shared=4), gpu(1, shared=4)]
+            + [gpu(i, mig=BAL, model=A100) for i in range(2, 8)],
+        ),
+        node("a100-2", "a100", A100),
+    ]
+    w = [
+        shared_pod("team-b", f"chat-{i}", "a100-1", 1, gpu_index=0, started=ago(2))
+        for i in range(2)
+    ]
+    w += [
+        shared_pod("team-b", f"summarize-{i}", "a100-1", 1, gpu_index=1, started=ago(2))
+        for i in range(2)
+    ]
+
+    def scaler(kind: str, name: str, lo: int, hi: int, owner: str = "") -> Autoscaler:
+        return Autoscaler(
+            kind=kind,
+            namespace="team-b",
+            name=name,
+            min_replicas=lo,
+            max_replicas=hi,
+            owner=owner,
+            last_change_at=ago(1),
+        )
+
+    svcs = [
+        InferenceService(
+            namespace="team-b",
+            name="chat",
+            replicas=2,
+            priority_class="serving",
+            replica_request=Request(shared_slices=1),
+            pool="a100",
+            queue_length=60,
+            autoscalers=[scaler("HorizontalPodAutoscaler", "chat", 1, 2)],
+        ),
+        InferenceService(
+            namespace="team-b",
+            name="summarize",
+            replicas=2,
+            priority_class="serving",
+            replica_request=Request(shared_slices=1),
+            pool="a100",
+            queue_length=0,
+            autoscalers=[
+                scaler(
+                    "HorizontalPodAutoscaler", "keda-hpa-summarize", 1, 4, "ScaledObject/summarize"
+                ),
+                scaler("ScaledObject", "summarize", 0, 4),
+            ],
+        ),
+    ]
+    return text, snapshot(NOW, nodes, w, services=svcs, **_objects(text))
+
+
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -509,6 +576,7 @@ SCENARIOS = {
         nonpreemptible_protected,
         objects_and_labels,
         suspended_job_resumes,
+        scale_envelope,
     )
 }
 

@@ -74,6 +74,12 @@ EXPECT = {
         {"preempt"},
         set(),
     ),
+    # autoscaled workloads: their HPA's / ScaledObject's envelope, never their replicas
+    "scale-envelope": (
+        {"scale-envelope:team-b/chat", "scale-envelope:team-b/summarize"},
+        {"scale", "preempt"},
+        set(),
+    ),
     # a Job gpupool suspended fits again: resumed, nothing stopped for it
     "suspended-job-resumes": ({"resume:team-b/finetune"}, {"preempt", "checkpoint"}, set()),
 }
