@@ -66,6 +66,20 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
     "*: patch batch/jobs": (
         "../apply/test_handlers_api.py::test_move_of_a_jobs_pod_runs_with_the_controllers_rbac"
     ),
+    # An autoscaled workload's envelope (the runs below scale workloads no autoscaler scales;
+    # they list HPAs and ScaledObjects every cycle, which the list rules cover).
+    "*: get autoscaling/horizontalpodautoscalers": (
+        "test_autoscalers.py::test_the_real_hpa_controller_scales_into_gpupools_envelope"
+    ),
+    "*: patch autoscaling/horizontalpodautoscalers": (
+        "test_autoscalers.py::test_the_real_hpa_controller_scales_into_gpupools_envelope"
+    ),
+    "*: get keda.sh/scaledobjects": (
+        "test_autoscalers.py::test_a_scaledobjects_envelope_through_kedas_crd"
+    ),
+    "*: patch keda.sh/scaledobjects": (
+        "test_autoscalers.py::test_a_scaledobjects_envelope_through_kedas_crd"
+    ),
     # Prune: the runs below remove no Quota from git.
     "*: delete core/resourcequotas": (
         "test_objects_dual.py::test_removing_a_quota_and_a_class_from_git_removes_their_objects"
