@@ -467,7 +467,11 @@ def _workload(w: Workload) -> Workload:
 
 
 def _service(s: InferenceService) -> InferenceService:
-    return _with(s, replica_request=_request(s.replica_request))
+    return _with(
+        s,
+        replica_request=_request(s.replica_request),
+        autoscalers=sorted(s.autoscalers, key=lambda a: (a.kind, a.name)),
+    )
 
 
 def _quota(q: QuotaObject) -> QuotaObject:

@@ -36,6 +36,7 @@ from ruamel.yaml import YAML
 from reconciler.conventions import DEVICE_PLUGIN_CONFIG_LABEL, POOL_LABEL, PRODUCT_LABEL
 from reconciler.observe.builders import PRODUCT, gpu, mig_pod, shared_pod, training
 from reconciler.observe.model import (
+    Autoscaler,
     InferenceService,
     Node,
     ObservedState,
@@ -642,9 +643,39 @@ def _services(
                 queue_length=draw(choice([None, 0.0, 3.0, 20.0, 100.0])),
                 pending_seconds_p99=draw(choice([None, 0.0, 60.0, 600.0])),
                 last_scale_at=draw(choice([None, NOW - minutes(1), NOW - minutes(30)])),
+                autoscalers=_autoscalers(draw, t),
             )
         )
     return out
+
+
+def _autoscalers(draw, t: TargetDraw) -> list[Autoscaler]:
+    """None (most services), an HPA, a ScaledObject with the HPA KEDA made for it, or two
+    HPAs (a conflict: gpupool changes neither)."""
+    shape = draw(choice(["none", "none", "hpa", "keda", "two"]))
+    if shape == "none":
+        return []
+
+    def one(kind: str, name: str, owner: str = "") -> Autoscaler:
+        hi = draw(ints(1, 10))
+        return Autoscaler(
+            kind=kind,
+            namespace=t.namespace,
+            name=name,
+            min_replicas=draw(ints(0 if kind == "ScaledObject" else 1, hi)),
+            max_replicas=hi,
+            owner=owner,
+            last_change_at=draw(choice([None, NOW - minutes(1), NOW - minutes(30)])),
+        )
+
+    if shape == "hpa":
+        return [one("HorizontalPodAutoscaler", t.name)]
+    if shape == "keda":
+        return [
+            one("ScaledObject", t.name),
+            one("HorizontalPodAutoscaler", f"keda-hpa-{t.name}", f"ScaledObject/{t.name}"),
+        ]
+    return [one("HorizontalPodAutoscaler", t.name), one("HorizontalPodAutoscaler", f"{t.name}-2")]
 
 
 def _take(req: Request, pool: str, free: Free):

@@ -65,6 +65,7 @@ from reconciler.plan.actions import (
     Preempt,
     Reclaim,
     Scale,
+    SetScaleEnvelope,
     SetSharing,
     Uncordon,
 )
@@ -82,7 +83,16 @@ CYCLES = 10
 SETTLED = 6  # K: cycles SETTLED + 1 .. CYCLES plan nothing that acts
 EXAMPLES = 500
 ACTING = frozenset(
-    {"cordon", "preempt", "reclaim", "move", "mig-reconfigure", "set-sharing", "scale"}
+    {
+        "cordon",
+        "preempt",
+        "reclaim",
+        "move",
+        "mig-reconfigure",
+        "set-sharing",
+        "scale",
+        "scale-envelope",
+    }
 )
 HOUR = timedelta(hours=1)
 SETTLE_PERIOD = HOUR
@@ -236,23 +246,34 @@ def undone(trace: Trace) -> list[str]:
                             f"cycle {k + 1}: moved back to {a.to_node}"
                         )
                 moves.setdefault(a.target, []).append((k, a))
-    # a scale-up is not followed by a scale-down within the scale-down cooldown
+    # a scale-up is not followed by a scale-down within the scale-down cooldown (nor an
+    # autoscaler's max grown, then shrunk)
     ups: dict[str, datetime] = {}
     for k, p in enumerate(plans):
         now = trace.states[k].observed_at
         for a in p.actions:
-            if not isinstance(a, Scale):
+            if isinstance(a, Scale):
+                up, down, what = a.up, a.to_replicas < a.from_replicas, a.from_replicas
+                to = a.to_replicas
+            elif isinstance(a, SetScaleEnvelope):
+                up, down, what, to = (
+                    a.to_max > a.from_max,
+                    a.to_max < a.from_max,
+                    a.from_max,
+                    a.to_max,
+                )
+            else:
                 continue
-            if a.up:
+            if up:
                 ups[a.target] = now
                 continue
             pol = trace.desired.scaling.get(a.policy)
-            if pol is None or a.target not in ups:
+            if not down or pol is None or a.target not in ups:
                 continue
             cooldown = pol.spec.scale_down.cooldown
             if now - ups[a.target] < cooldown:
                 out.append(
-                    f"cycle {k + 1}: scale {a.target} down {a.from_replicas} -> {a.to_replicas} "
+                    f"cycle {k + 1}: scale {a.target} down {what} -> {to} "
                     f"{now - ups[a.target]} after a scale-up (cooldown {cooldown})"
                 )
     return out
@@ -288,6 +309,13 @@ def priority_faults(desired: DesiredState, before: ObservedState, p: Plan) -> li
         _value(desired, services[a.target].priority_class)
         for a in p.actions
         if isinstance(a, Scale) and a.up and a.target in services
+    ]
+    pending += [  # the replicas an autoscaler's grown max makes room for
+        _value(desired, services[key].priority_class)
+        for a in p.actions
+        if isinstance(a, SetScaleEnvelope)
+        and a.to_max > a.from_max
+        and (key := f"{a.target.split('/')[0]}/{a.workload}") in services
     ]
     work = {w.key: w for w in before.workloads}
     out = []
@@ -356,8 +384,13 @@ def unsettled(trace: Trace) -> list[str]:
     for k, p in enumerate(trace.plans):
         late = []
         for a in p.actions:
-            if isinstance(a, Scale):
-                ways.setdefault(a.target, set()).add(a.up)
+            if isinstance(a, Scale | SetScaleEnvelope):
+                up = (
+                    a.up
+                    if isinstance(a, Scale)
+                    else (a.to_max, a.to_min) > (a.from_max, a.from_min)
+                )
+                ways.setdefault(a.target, set()).add(up)
                 if len(ways[a.target]) == 1:
                     continue
             if a.kind in ACTING:
