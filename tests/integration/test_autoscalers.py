@@ -100,6 +100,15 @@ def hpa(kube, name: str, target: str, lo: int, hi: int, owner: dict | None = Non
     )
 
 
+def hpa_seen(kube, name: str, timeout: float = 60.0) -> None:
+    """Wait until the HPA controller has reconciled the HPA once (it writes its status then):
+    a status write between gpupool's read and its patch would be a 409, retried next cycle."""
+    deadline = time.monotonic() + timeout
+    while not ((st := read_hpa(kube, name).status) and st.conditions):
+        assert time.monotonic() < deadline, f"the HPA controller has not seen {name}"
+        time.sleep(0.5)
+
+
 def read_hpa(kube, name: str):
     return client.AutoscalingV2Api(kube.api_client).read_namespaced_horizontal_pod_autoscaler(
         name, NS
@@ -140,6 +149,8 @@ def test_the_real_hpa_controller_scales_into_gpupools_envelope(kube, tmp_path):
     deployment(kube, "embed", 1, queue=6)  # 6 / max 3 = 2 per replica: neither hot nor calm
     hpa(kube, "chat", "chat", 1, 3)
     hpa(kube, "embed", "embed", 1, 3)
+    hpa_seen(kube, "chat")
+    hpa_seen(kube, "embed")
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, clock)
     first = ctl.cycle()

@@ -28,6 +28,7 @@ from kubernetes import client
 
 from reconciler.loop.agent import run_once
 from reconciler.loop.informer import ClusterCache
+from tests.cluster.crds import KEDA, KEDA_SCALED_OBJECT_CRD, fetch, install_crds
 from tests.plan.scenarios import SCALING
 
 from .harness import (
@@ -632,6 +633,7 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
     """Every kind of write the handlers make (through KubeOps, as they make them) passes the
     controller's admission policies."""
     from reconciler.apply.kube import KubeOps
+    from reconciler.apply.port import ApiError
 
     api = _install_standin(kube)
     ops = KubeOps(api)
@@ -700,10 +702,60 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
             "type": "Normal",
         },
     )
+    # an autoscaled workload's envelope: an HPA's and a ScaledObject's min/max
+    _autoscalers(kube, ns)
+    for kind in ("HorizontalPodAutoscaler", "ScaledObject"):
+        for _ in range(20):  # the HPA controller writes the new HPA's status meanwhile: a 409
+            a = ops.read_autoscaler(kind, ns, "srv")
+            try:
+                ops.set_autoscaler_bounds(
+                    kind,
+                    ns,
+                    "srv",
+                    min_replicas=2,
+                    max_replicas=3,
+                    resource_version=a.resource_version,
+                    annotations={"gpupool.io/last-scale": "now"},
+                )
+                break
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                time.sleep(0.2)
+        got = ops.read_autoscaler(kind, ns, "srv")
+        assert (got.min_replicas, got.max_replicas) == (2, 3)
     node = kube.core.read_node("rbac-vap-1")
     assert node.metadata.labels["nvidia.com/device-plugin.config"] == "gpupool-y"
     assert "nvidia.com/mig.config.state" not in node.metadata.labels
     assert kube.apps.read_namespaced_deployment("srv", ns).spec.replicas == 2
+
+
+def _autoscalers(kube, ns: str) -> None:
+    """An HPA and a KEDA ScaledObject (KEDA's CRD installed from its module) on `srv`."""
+    install_crds(kube.api_client, fetch(KEDA, KEDA_SCALED_OBJECT_CRD))
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "srv"}
+    client.AutoscalingV2Api(kube.api_client).create_namespaced_horizontal_pod_autoscaler(
+        ns,
+        {
+            "metadata": {"name": "srv", "labels": {"app": "srv"}},
+            "spec": {"scaleTargetRef": ref, "minReplicas": 1, "maxReplicas": 4},
+        },
+    )
+    kube.custom.create_namespaced_custom_object(
+        "keda.sh",
+        "v1alpha1",
+        ns,
+        "scaledobjects",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "srv"},
+            "spec": {
+                "scaleTargetRef": {"name": "srv"},
+                "triggers": [{"type": "cpu", "metadata": {"value": "50"}}],
+            },
+        },
+    )
 
 
 def _delete_pc(kube, name: str) -> None:
@@ -832,6 +884,31 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         ),
         "own pod condition",
     )
+    # autoscalers: only their envelope; never what they scale, nor on which triggers
+    _autoscalers(kube, ns)
+    hpas = client.AutoscalingV2Api(api)
+    other = {
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"}}
+    }
+    _refused(
+        lambda: hpas.patch_namespaced_horizontal_pod_autoscaler(
+            "srv", ns, other, _content_type=merge
+        ),
+        "spec.minReplicas and spec.maxReplicas",
+    )
+    _refused(
+        lambda: hpas.patch_namespaced_horizontal_pod_autoscaler(
+            "srv", ns, {"metadata": {"labels": {"app": "x"}}}, _content_type=merge
+        ),
+        "labels",
+    )
+    triggers = {"spec": {"triggers": [{"type": "cpu", "metadata": {"value": "1"}}]}}
+    _refused(
+        lambda: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "keda.sh", "v1alpha1", ns, "scaledobjects", "srv", triggers, _content_type=merge
+        ),
+        "spec.minReplicaCount and spec.maxReplicaCount",
+    )
     # and RBAC still grants these writes (so it is the policies that refused them)
     for verb, res, where in (
         ("patch", "nodes", ""),
@@ -839,8 +916,15 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         ("create", "resourcequotas", "kube-system"),
         ("patch", "pods", ns),
         ("patch", "deployments", ns),
+        ("patch", "horizontalpodautoscalers", ns),
+        ("patch", "scaledobjects", ns),
     ):
-        group = {"priorityclasses": "scheduling.k8s.io", "deployments": "apps"}.get(res, "")
+        group = {
+            "priorityclasses": "scheduling.k8s.io",
+            "deployments": "apps",
+            "horizontalpodautoscalers": "autoscaling",
+            "scaledobjects": "keda.sh",
+        }.get(res, "")
         assert review(kube, STANDIN_USER, Access(verb, group, res, where, "x")), (verb, res)
 
 
