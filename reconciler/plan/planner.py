@@ -1269,6 +1269,16 @@ def _envelope_intent(
     envelope change. A max outside the target's bounds is brought inside them. None when
     nothing changes."""
     lo, hi = t.min_replicas, t.max_replicas
+    if a.kind == "HorizontalPodAutoscaler" and svc.replicas == 0 and a.min_replicas > 0:
+        # kubernetes v1.37.2 pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler:
+        # "scaling is disabled since the replica count of the target is zero"
+        run.find(
+            "info",
+            "autoscaling-disabled",
+            svc.key,
+            f"{svc.kind} {svc.key} has 0 replicas: {a.ref} does not scale it (the HPA controller "
+            "disables scaling at 0) whatever its envelope; scale it to 1 to hand it back",
+        )
     n = a.max_replicas
     if n < lo:
         want, why = lo, f"{a.ref} allows at most {n} replicas, below the target's minimum {lo}"

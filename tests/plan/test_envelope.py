@@ -150,6 +150,20 @@ ROWS = [
     ),
     pytest.param(
         {},
+        scaled(svc(0), hpa(1, 3)),
+        [],
+        {("autoscaling-disabled", "team-b/chat")},
+        id="hpa-on-a-workload-at-0-is-disabled",
+    ),
+    pytest.param(
+        {"lo": 0},
+        scaled(svc(0), hpa(0, 3, kind=SO)),
+        [],
+        set(),
+        id="keda-scales-from-0-itself",
+    ),
+    pytest.param(
+        {},
         scaled(svc(2, queue=60), hpa(1, 2), hpa(0, 5, kind=SO)),
         [],
         {("autoscaler-conflict", "team-b/chat")},
