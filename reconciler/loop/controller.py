@@ -414,10 +414,11 @@ class Controller:
         `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
-        self.elector.start(stop)
+        wake = self._wake
+        # elected (at start, or taking over): cycle now, not an interval later as a follower
+        self.elector.start(stop, on_elected=wake.set)
         # readiness allows a few intervals without an observation before it fails
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
-        wake = self._wake
 
         def pod_event(kind: str, pod: Any) -> None:
             if admission_event(kind, pod):
@@ -449,4 +450,19 @@ class Controller:
                 result.summary,
                 f" error={result.error}" if result.error else "",
             )
-            wake.wait(interval_seconds)
+            _sleep(wake, stop, interval_seconds)
+        self.elector.join(10.0)
+
+
+def _sleep(wake: threading.Event, stop: threading.Event, seconds: float) -> None:
+    """Wait until `wake`, `stop` or `seconds` have passed, in slices of at most a second.
+
+    A signal handler (SIGTERM sets `stop`) runs only when the main thread executes Python,
+    and the kernel may deliver the signal to any thread (the informers' sockets among them):
+    a main thread blocked on one long `Event.wait` would sleep through it, outlive the pod's
+    grace period and be killed with its Lease still held."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or wake.wait(min(left, 1.0)):
+            return
