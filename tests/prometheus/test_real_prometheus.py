@@ -8,14 +8,17 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from reconciler.loop.signals import with_signals
 from reconciler.observe.builders import gpu, node, snapshot, training
 from reconciler.observe.model import InferenceService, Request
 from reconciler.observe.prometheus import read
 from reconciler.plan.planner import plan
-from reconciler.plan.signals import signal_queries
+from reconciler.plan.signals import render_query, signal_queries
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from reconciler.policy.models import DEFAULT_WAIT_TIME_QUERY
 from tests.plan.scenarios import A100, NOW, _objects, desired_text
 
 TIMEOUT = 5.0
@@ -235,3 +238,31 @@ def test_dcgm_utilization_drives_idle_reclaim(prometheus, signals_exporter):
     assert {(f.code, f.subject) for f in p.findings} == {("signal-unavailable", "team-b/elsewhere")}
     (f,) = p.findings
     assert "no utilization sample for a100-1 GPU 2" in f.message
+
+
+def test_the_default_wait_query_is_the_p99_of_vllm_queue_time(prometheus, signals_exporter):
+    """The default waitTime over vLLM's histogram: 0 while no request finished in the window,
+    then the p99 once requests finished (10 requests, each queued between 1 s and 10 s: the
+    linear interpolation in that bucket puts the p99 at 1 + 9 * 0.99)."""
+
+    q = render_query(DEFAULT_WAIT_TIME_QUERY, {"namespace": "team-q", "name": "llm"})
+    pod = {"namespace": "team-q", "pod": "llm-5c6d-0", "model_name": "m", "engine": "0"}
+
+    def histogram(finished: int) -> None:
+        for le, n in (("1.0", 0), ("10.0", finished), ("+Inf", finished)):
+            signals_exporter.set("vllm:request_queue_time_seconds_bucket", {**pod, "le": le}, n)
+        signals_exporter.set("vllm:request_queue_time_seconds_count", pod, finished)
+
+    histogram(0)
+    count = 'count_over_time(vllm:request_queue_time_seconds_count{namespace="team-q"}[1m])'
+    prometheus.wait_for(count, lambda r: r and float(r[0]["value"][1]) >= 2)
+    idle = read(prometheus.url, "q", q, timeout=TIMEOUT)
+    assert [s.value for s in idle.samples] == [0.0], idle
+    histogram(10)
+    prometheus.wait_for(
+        'increase(vllm:request_queue_time_seconds_count{namespace="team-q"}[1m])',
+        lambda r: r and float(r[0]["value"][1]) > 0,
+    )
+    busy = read(prometheus.url, "q", q, timeout=TIMEOUT)
+    assert busy.error == "" and len(busy.samples) == 1, busy
+    assert busy.samples[0].value == pytest.approx(1 + 9 * 0.99)
