@@ -44,6 +44,7 @@ def add_prometheus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prometheus-url",
         metavar="URL",
+        type=_url,
         help="Prometheus server for policies whose signals come from it (signals.source / "
         "idleReclaim.utilization.source: prometheus), e.g. http://prometheus.monitoring:9090",
     )
@@ -54,6 +55,12 @@ def add_prometheus_args(p: argparse.ArgumentParser) -> None:
         type=_duration,
         help=f"limit on connecting and on each read of every query (default {DEFAULT_TIMEOUT})",
     )
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) <= len("https://"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
+    return text
 
 
 def _duration(text: str) -> float:

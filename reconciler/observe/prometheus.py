@@ -18,6 +18,7 @@ the answer is read up to `MAX_BODY` bytes. The transport is a parameter: tests p
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import socket
@@ -53,6 +54,8 @@ def urllib_transport(url: str, timeout: float) -> tuple[int, bytes]:
         if isinstance(exc.reason, TimeoutError | socket.timeout):
             raise TimeoutError(str(exc.reason)) from exc
         raise OSError(str(exc.reason)) from exc
+    except http.client.HTTPException as exc:  # not HTTP at all (BadStatusLine, ...)
+        raise OSError(f"not an HTTP answer: {type(exc).__name__}: {exc}") from exc
 
 
 def query_url(base: str, query: str, timeout: float) -> str:
@@ -143,6 +146,8 @@ def read(
         )
     except OSError as exc:
         return SignalReading(id=id, query=query, error=f"unreachable: {exc}")
+    except ValueError as exc:  # urllib's "unknown url type" and the like
+        return SignalReading(id=id, query=query, error=f"bad URL {base_url!r}: {exc}")
     samples, error = parse_answer(status, body)
     return SignalReading(id=id, query=query, samples=samples, error=error)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from reconciler.cli import main
 from reconciler.loop.signals import with_signals
 from reconciler.observe.builders import gpu, node, snapshot
@@ -107,11 +109,18 @@ def test_prometheus_url_reads_fresh_values_and_apply_checks_them_again(
 
 def test_a_bad_timeout_is_a_usage_error(tmp_path, capsys):
     policies, snap = files(tmp_path, [])
-    try:
+    with pytest.raises(SystemExit) as info:
         main(["plan", policies, "--observed", snap, "--prometheus-timeout", "soon"])
-    except SystemExit as exc:
-        assert exc.code == 2
+    assert info.value.code == 2
     assert "--prometheus-timeout" in capsys.readouterr().err
+
+
+def test_a_url_without_scheme_is_a_usage_error(tmp_path, capsys):
+    policies, snap = files(tmp_path, [])
+    with pytest.raises(SystemExit) as info:
+        main(["plan", policies, "--observed", snap, "--prometheus-url", "prom:9090"])
+    assert info.value.code == 2
+    assert "not an http:// or https:// URL" in capsys.readouterr().err
 
 
 def test_no_prometheus_url_is_a_finding_and_no_scale_down():

@@ -6,6 +6,7 @@ real readings."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -77,6 +78,31 @@ def test_a_server_that_never_answers_is_a_timeout_within_the_limit():
         took = time.monotonic() - started
     assert r.error == "timeout: no answer from Prometheus within 0.5s"
     assert took < 5, f"the timeout of 0.5s took {took:.1f}s"
+
+
+def test_a_server_that_does_not_speak_http_is_an_error_reading():
+    with socket.socket() as rude:
+        rude.bind(("127.0.0.1", 0))
+        rude.listen(8)
+
+        def answer() -> None:
+            conn, _ = rude.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+        t = threading.Thread(target=answer, daemon=True)
+        t.start()
+        r = read(f"http://127.0.0.1:{rude.getsockname()[1]}", "q", "up", timeout=TIMEOUT)
+        t.join(5)
+    assert r.error.startswith("unreachable: not an HTTP answer"), r.error
+
+
+def test_a_url_without_a_scheme_is_an_error_reading():
+    r = read("prometheus:9090", "q", "up", timeout=TIMEOUT)
+    assert r.error == "unreachable: unknown url type: prometheus", r.error
+    r = read("http://[::1", "q", "up", timeout=TIMEOUT)
+    assert r.error.startswith("bad URL 'http://[::1'"), r.error
 
 
 def test_nothing_listening_is_unreachable():
