@@ -371,10 +371,11 @@ MAX_QUERY_LENGTH = 4000
 # the gauge `vllm:num_requests_waiting` ("Number of requests waiting to be processed") and the
 # histogram `vllm:request_queue_time_seconds` ("time spent in WAITING phase for request",
 # observed when a request finishes), both labelled model_name and engine. The `namespace` and
-# `pod` labels are not vLLM's: Prometheus' Kubernetes service discovery gives them through the
-# usual relabelling (`__meta_kubernetes_namespace` -> namespace, `__meta_kubernetes_pod_name`
-# -> pod, as kube-prometheus' PodMonitors do); a setup with other label names overrides the
-# query. A Deployment's pods are named `<deployment>-<replicaset hash>-<suffix>`, a
+# `pod` labels are not vLLM's: Prometheus' Kubernetes service discovery gives them through
+# relabelling (`__meta_kubernetes_namespace` -> namespace, `__meta_kubernetes_pod_name` -> pod,
+# which the Prometheus Operator generates for every PodMonitor and ServiceMonitor:
+# prometheus-operator pkg/prometheus/promcfg.go, generatePodMonitorConfig and the ServiceMonitor
+# equivalent); a setup with other label names overrides the query. A Deployment's pods are named `<deployment>-<replicaset hash>-<suffix>`, a
 # StatefulSet's `<name>-<ordinal>`: `pod=~"$name-.*"` matches both.
 DEFAULT_QUEUE_LENGTH_QUERY = (
     'sum(vllm:num_requests_waiting{namespace="$namespace",pod=~"$name-.*"})'
@@ -417,7 +418,8 @@ class ScalingSignals(Model):
     queue_length: PromQuery = DEFAULT_QUEUE_LENGTH_QUERY
     """PromQL giving the requests waiting, all replicas together (one sample, or several that
     are summed). `$namespace` and `$name` are the target's. Default: vLLM's
-    `vllm:num_requests_waiting`."""
+    `vllm:num_requests_waiting`, selected by the `namespace` and `pod` labels that Prometheus'
+    Kubernetes service discovery relabelling adds (override the query where yours differ)."""
     wait_time: PromQuery = DEFAULT_WAIT_TIME_QUERY
     """PromQL giving the p99 wait in seconds (read only when scaleUp.pendingTime is set; the
     largest sample counts). Default: vLLM's `vllm:request_queue_time_seconds` histogram."""
