@@ -375,8 +375,9 @@ MAX_QUERY_LENGTH = 4000
 # relabelling (`__meta_kubernetes_namespace` -> namespace, `__meta_kubernetes_pod_name` -> pod,
 # which the Prometheus Operator generates for every PodMonitor and ServiceMonitor:
 # prometheus-operator pkg/prometheus/promcfg.go, generatePodMonitorConfig and the ServiceMonitor
-# equivalent); a setup with other label names overrides the query. A Deployment's pods are named `<deployment>-<replicaset hash>-<suffix>`, a
-# StatefulSet's `<name>-<ordinal>`: `pod=~"$name-.*"` matches both.
+# equivalent); a setup with other label names overrides the query. A Deployment's pods are
+# named `<deployment>-<replicaset hash>-<suffix>`, a StatefulSet's `<name>-<ordinal>`:
+# `pod=~"$name-.*"` matches both.
 DEFAULT_QUEUE_LENGTH_QUERY = (
     'sum(vllm:num_requests_waiting{namespace="$namespace",pod=~"$name-.*"})'
 )
