@@ -379,6 +379,33 @@ class UnreadableObject(Obs):
         return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
+# --------------------------------------------------------------- signals read from Prometheus
+
+
+class SignalSample(Obs):
+    """One sample of a query's result: its series' labels and a finite value."""
+
+    labels: dict[str, str] = {}
+    value: float = Field(allow_inf_nan=False)
+
+
+class SignalReading(Obs):
+    """What one PromQL query returned this cycle (`reconciler/observe/prometheus.py`), kept in
+    the snapshot so that a plan made from the file sees what the controller saw. `id` names
+    what it is for (`reconciler/plan/signals.py`); `query` is the text sent, after placeholder
+    substitution. Either `samples` or `error` (timeout, HTTP error, Prometheus' own error, empty
+    result, a non-finite value, a result of the wrong type, no Prometheus configured)."""
+
+    id: str
+    query: str
+    samples: list[SignalSample] = []
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.samples)
+
+
 class ObservedState(Obs):
     api_version: Literal[API_VERSION] = OBSERVED_API_VERSION
     kind: Literal["ObservedState"] = "ObservedState"
@@ -397,6 +424,9 @@ class ObservedState(Obs):
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
     unreadable: list[UnreadableObject] = []
     """What the adapter could not read and left out (or read in part): each is a finding."""
+    signals: list[SignalReading] = []
+    """Readings of the PromQL queries the policies ask for (ScalingPolicy/MaintenancePolicy
+    with source prometheus); empty when none does or no Prometheus was asked."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservedState:

@@ -173,6 +173,15 @@ class Move(Eviction):
     """The cards on `to_node` kept for it: its owner's next pod is reserved there."""
 
 
+class SignalValue(Frozen):
+    """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
+
+    name: str
+    """queueLength or waitTime."""
+    query: str
+    value: float
+
+
 class Scale(ActionBase):
     """Replicas of an inference Deployment or StatefulSet."""
 
@@ -181,6 +190,8 @@ class Scale(ActionBase):
     from_replicas: int = Field(ge=0)
     to_replicas: int = Field(ge=0)
     policy: str
+    signals: tuple[SignalValue, ...] = ()
+    """The Prometheus readings the decision used (ScalingPolicy signals.source prometheus)."""
 
     @property
     def up(self) -> bool:

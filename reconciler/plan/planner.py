@@ -48,6 +48,7 @@ from reconciler.observe.model import (
     scale_down_order,
 )
 from reconciler.plan import consistency, placement
+from reconciler.plan import signals as sig
 from reconciler.plan.actions import (
     KIND_ORDER,
     Action,
@@ -89,7 +90,7 @@ from reconciler.plan.quotas import (
     quota_use,
 )
 from reconciler.plan.victims import Candidate, order_victims
-from reconciler.policy.models import PriorityClassSpec, ScalingPolicy
+from reconciler.policy.models import MaintenancePolicy, PriorityClassSpec, ScalingPolicy
 from reconciler.policy.quantity import format_duration, quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -138,6 +139,10 @@ class _Run:
     evictions_on: dict[tuple[str, int], set[str]] = field(
         default_factory=dict
     )  # (node, gpu) -> eviction ids
+    scale_signals: dict[str, tuple] = field(default_factory=dict)
+    """Service key -> the Prometheus readings its scaling decision used (Scale.signals)."""
+    signals_reported: set[str] = field(default_factory=set)
+    """Utilization queries whose failure is already a finding (one per query, not per pod)."""
     budget_left: int = 0
     team_usage: dict[str, Fraction] = field(default_factory=dict)
     pool_whole_usage: dict[tuple[str, str], int] = field(
@@ -1142,6 +1147,7 @@ def _emit_scales(run: _Run, intents: list[_ScaleIntent], admitted: list[Pending]
                 from_replicas=svc.replicas,
                 to_replicas=want,
                 policy=it.policy,
+                signals=run.scale_signals.get(svc.key, ()),
             )
         )
 
@@ -1156,8 +1162,10 @@ def _desired_replicas(
     if n > hi:
         return hi, f"{svc.key} runs {n} replicas, above its maximum of {hi}"
     since = run.seconds_since(svc.last_scale_at)
-    per = svc.queue_length / max(n, 1) if svc.queue_length is not None else None
-    wait = svc.pending_seconds_p99
+    read = _target_signals(run, pol, svc)
+    per = read.queue_length / max(n, 1) if read.queue_length is not None else None
+    wait = read.wait_seconds
+    shown = f" [{sig.describe(read.evidence)}]" if read.evidence else ""
     hot = []
     if (
         up.queue_length_per_replica is not None
@@ -1181,17 +1189,44 @@ def _desired_replicas(
         if since is not None and since < up.cooldown.total_seconds():
             return n, ""
         want = min(hi, n + up.step)
-        return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}"
-    calm = per is not None and per < down.queue_length_per_replica
+        return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}{shown}"
+    # a signal that could not be read is not calm: never a scale-down on a missing reading
+    calm = per is not None and per < down.queue_length_per_replica and not read.problems
     if calm and n > lo and (since is None or since >= down.cooldown.total_seconds()):
         want = max(lo, n - down.step)
         return (
             want,
             f"queue {per:g}/replica < {down.queue_length_per_replica:g} "
             f"for over {format_duration(down.cooldown.total_seconds())}: "
-            f"scale {svc.key} {n} -> {want}",
+            f"scale {svc.key} {n} -> {want}{shown}",
         )
     return n, ""
+
+
+def _target_signals(run: _Run, pol: ScalingPolicy, svc: InferenceService) -> sig.TargetSignals:
+    """Where the target's queue length and wait come from (`plan/signals.py`): annotations, or
+    Prometheus readings. Each reading that fails is a finding; the readings used are kept for
+    the Scale action (`Scale.signals`)."""
+    name = pol.metadata.name
+    target = next(
+        t
+        for t in pol.spec.targets
+        if (t.kind, t.namespace, t.name) == (svc.kind, svc.namespace, svc.name)
+    )
+    read = sig.target_signals(run.observed, name, pol, target, svc)
+    for signal, query, why in read.problems:
+        run.find(
+            "warning",
+            "signal-unavailable",
+            svc.key,
+            f"ScalingPolicy/{name} cannot read {signal} ({query}): {why}; "
+            "no scale-down while a signal is unread (scale-up may still come from the other)",
+        )
+    if read.evidence:
+        run.scale_signals[svc.key] = read.evidence
+    else:
+        run.scale_signals.pop(svc.key, None)
+    return read
 
 
 # --------------------------------------------------------------------------- 2. caps, 3. idle
@@ -1296,26 +1331,35 @@ def _idle_reclaim(run: _Run) -> None:
             if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = rule.idle_for.total_seconds()
-            # A card's idleness is its time under the policy's threshold (processes or not,
-            # from the levels the agent publishes), counted from when this workload started at
-            # the earliest: the card may have been idle before the job came.
-            since = [s.idle_since_below(rule.utilization_below) for s in slots]
-            idle = [
-                run.seconds_since(max(t, w.started_at) if w.started_at else None)
-                if t is not None
-                else None
-                for t in since
-            ]
-            if any(s.utilization >= rule.utilization_below for s in slots) or any(
-                i is None or i < limit for i in idle
-            ):
-                continue
+            shown = ""
+            if rule.utilization.source == "prometheus":
+                got = _prometheus_idle(run, m, w, slots)
+                if got is None:
+                    continue
+                idle, shown = got
+                if any(i < limit for i in idle):
+                    continue
+            else:
+                # A card's idleness is its time under the policy's threshold (processes or not,
+                # from the levels the agent publishes), counted from when this workload started
+                # at the earliest: the card may have been idle before the job came.
+                since = [s.idle_since_below(rule.utilization_below) for s in slots]
+                idle = [
+                    run.seconds_since(max(t, w.started_at) if w.started_at else None)
+                    if t is not None
+                    else None
+                    for t in since
+                ]
+                if any(s.utilization >= rule.utilization_below for s in slots) or any(
+                    i is None or i < limit for i in idle
+                ):
+                    continue
             cls = w.priority_class or run._default_class()
             if cls in rule.exclude_classes:
                 continue
             why = (
                 f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) "
-                f"for {format_duration(min(idle))} (limit {format_duration(limit)})"
+                f"for {format_duration(min(idle))} (limit {format_duration(limit)}){shown}"
             )
             if rule.action == "report":
                 run.find("info", "idle-report", w.key, why)
@@ -1326,6 +1370,52 @@ def _idle_reclaim(run: _Run) -> None:
             else:
                 run.evict(w, "reclaim", why + ": reclaim the cards", pool)
             break
+
+
+def _prometheus_idle(
+    run: _Run, m: MaintenancePolicy, w: Workload, slots: list
+) -> tuple[list[float], str] | None:
+    """Idle reclaim from the DCGM exporter's utilization in Prometheus: every card of `w` has a
+    sample in the policy's reading, each below utilizationBelow over the window (idleFor); the
+    idle time is idleFor, or the time since `w` started when that is shorter (unknown start:
+    not idle). A failed reading, or a card without a sample, is a finding and nothing is
+    reclaimed on it. Returns the idle seconds per card and the evidence for the reason."""
+    rule = m.spec.idle_reclaim
+    assert rule is not None
+    q = sig.utilization_query(m.metadata.name, m)
+    assert q is not None
+    why = sig.unavailable(run.observed, q)
+    if why:
+        if q.id not in run.signals_reported:
+            run.signals_reported.add(q.id)
+            run.find(
+                "warning",
+                "signal-unavailable",
+                f"MaintenancePolicy/{m.metadata.name}",
+                f"cannot read GPU utilization ({q.query}): {why}; nothing is reclaimed as idle",
+            )
+        return None
+    r = sig.reading(run.observed, q)
+    assert r is not None
+    cards = {(n.name, g.index): g for n in run.observed.nodes for g in n.gpus}
+    values = []
+    for s in slots:
+        gpu = cards.get((s.node, s.index))
+        u = sig.card_utilization(r, s.node, gpu) if gpu is not None else None
+        if u is None:
+            run.find(
+                "warning",
+                "signal-unavailable",
+                w.key,
+                f"MaintenancePolicy/{m.metadata.name}: no utilization sample for {s.node} "
+                f"GPU {s.index} in ({q.query}); not reclaimed as idle",
+            )
+            return None
+        values.append(u)
+    if max(values) >= rule.utilization_below or w.started_at is None:
+        return None
+    span = min(rule.idle_for.total_seconds(), run.seconds_since(w.started_at) or 0.0)
+    return [span] * len(slots), f" [utilization: {q.query} = {max(values):g}]"
 
 
 # --------------------------------------------------------------------------- admission
