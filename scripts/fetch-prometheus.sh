@@ -32,7 +32,10 @@ mkdir -p "$out_dir"
 work="$(mktemp -d "$out_dir/fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "fetch-prometheus: downloading Debian's prometheus $version into $out_dir" >&2
-(cd "$work" && apt-get download -q "prometheus=$version" >&2) || {
+# a fresh machine may have empty package lists: refresh them once (needs root) and retry
+(cd "$work" && apt-get download -q "prometheus=$version" >&2) ||
+  { [[ "$(id -u)" == 0 ]] && apt-get update -q >&2 &&
+    (cd "$work" && apt-get download -q "prometheus=$version" >&2); } || {
   echo "fetch-prometheus: 'apt-get download prometheus=$version' failed (an 'apt-get update'" \
     "may be needed, or the version is not in this machine's sources)" >&2
   exit 1
