@@ -71,6 +71,20 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
         "test_objects_dual.py::test_removing_a_quota_and_a_class_from_git_removes_their_objects"
     ),
 }
+# Kueue mode (issue 14): the runs below are in gpupool mode without Kueue's CRDs (their list
+# of Kueue's objects is answered 404, and needs the list rules); writing, reading one before a
+# write and pruning them is exercised, and checked with this module's `check`, on Kueue's CRDs.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: {verb} kueue.x-k8s.io/{res}": ("test_kueue.py::test_kueue_mode_on_the_real_api_server")
+        for res, verbs in (
+            ("resourceflavors", ("get", "create", "patch", "delete")),
+            ("clusterqueues", ("get", "create", "patch", "delete")),
+            ("localqueues", ("get", "create", "delete")),
+        )
+        for verb in verbs
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.
