@@ -9,6 +9,7 @@ and removed after it, so no other test sees Kueue's API."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -240,3 +241,48 @@ def test_kueue_mode_on_the_real_api_server(kube, kueue_crds, tmp_path):
     ]
     unused = [label for label, ns, r in kueue_rules if not any(allows(ns, r, a) for a in seen)]
     assert len(kueue_rules) == 14 and unused == [], unused
+
+
+def test_training_without_the_queue_label_is_found_on_the_real_api_server(kube, kueue_crds):
+    """The adapter reads `kueue.x-k8s.io/queue-name` from a pod's Job (where Kueue reads it):
+    in kueue mode the Job without it is a finding, the labelled one is not."""
+    from reconciler.observe.kube import observe_cluster
+    from reconciler.plan.planner import plan
+    from reconciler.policy.files import SourceFile
+    from reconciler.policy.loader import load
+
+    sfx = uuid.uuid4().hex[:6]
+    ns = kube.new_namespace()
+    for name, labels in (("queued", {C.KUEUE_QUEUE_LABEL: C.KUEUE_LOCAL_QUEUE}), ("loose", {})):
+        kube.batch.create_namespaced_job(
+            ns,
+            {
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "registry.example/train:1",
+                                    "resources": {"limits": {C.GPU_RESOURCE: "1"}},
+                                }
+                            ],
+                        }
+                    }
+                },
+            },
+        )
+    deadline = time.monotonic() + 60
+    while len(kube.core.list_namespaced_pod(ns).items) < 2:  # made by the Job controller
+        assert time.monotonic() < deadline, "the Job controller made no pods"
+        time.sleep(0.2)
+    observed = observe_cluster(kube.api_client)
+    queues = {w.owner_name: w.queue_name for w in observed.workloads if w.namespace == ns}
+    assert queues == {"queued": C.KUEUE_LOCAL_QUEUE, "loose": ""}
+    assert observed.kueue is not None  # the CRDs are served
+    text = policy(sfx, "kueue", quota(f"q-{sfx}", [ns], f"[{{pool: p{sfx}}}]"))
+    p = plan(load([SourceFile("desired.yaml", text)]), observed)
+    missing = [f.message for f in p.findings if f.code == "kueue-queue-name-missing"]
+    assert len(missing) == 1 and f"Job {ns}/loose" in missing[0], missing
