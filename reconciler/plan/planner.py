@@ -442,8 +442,9 @@ class _Run:
         }
         if kind != "move" and job and not kueue_mode(self):
             # stop the gang by suspending its Job: no replacement pod, no retry spent (not in
-            # kueue mode: Kueue starts a suspended Job whose Workload it admitted again, so
-            # the pods are evicted and the Job controller recreates them)
+            # kueue mode: Kueue unsuspends a suspended Job whose Workload it admitted,
+            # kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go "handle
+            # job is suspended"; so the pods are evicted)
             fields["suspend_job"] = job
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
