@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -263,6 +263,8 @@ class Workload(Obs):
     `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
     """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
+    queue_name: str = ""
+    """Its Kueue queue: the `kueue.x-k8s.io/queue-name` label of the pod or of its Job."""
 
     @property
     def key(self) -> str:
@@ -362,6 +364,26 @@ class PriorityClassObject(Obs):
     """Its `app.kubernetes.io/managed-by` label: gpupool changes only classes it manages."""
 
 
+class KueueObject(Obs):
+    """A Kueue ResourceFlavor, ClusterQueue or LocalQueue that exists in the cluster."""
+
+    kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    """LocalQueues only (the others are cluster-scoped)."""
+    name: str
+    spec: dict[str, Any] = {}
+    """Its `spec` as the API server returns it (with the CRD's defaults filled in)."""
+    managed_by: str = ""
+    terminating: bool = False
+    """Deleted, and still there: Kueue's finalizer `kueue.x-k8s.io/resource-in-use` keeps it
+    while workloads use it (kubernetes-sigs/kueue v0.17.0 apis/kueue/v1beta2/constants.go,
+    pkg/controller/core/clusterqueue_controller.go)."""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
 class UnreadableObject(Obs):
     """Something read from the cluster that does not parse (a pod's annotation, an agent's
     entry, a foreign object): left out of the snapshot, or read without the bad part, and
@@ -427,6 +449,9 @@ class ObservedState(Obs):
     signals: list[SignalReading] = []
     """Readings of the PromQL queries the policies ask for (ScalingPolicy/MaintenancePolicy
     with source prometheus); empty when none does or no Prometheus was asked."""
+    kueue: list[KueueObject] | None = None
+    """Kueue's ResourceFlavors, ClusterQueues and LocalQueues; None: Kueue's CRDs are not
+    served (or the snapshot does not say)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservedState:

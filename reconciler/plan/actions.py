@@ -12,7 +12,7 @@ that emits it, one handler in `reconciler/apply/handlers.py`, one line in `RENDE
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
@@ -276,6 +276,32 @@ class PrunePriorityClass(ActionBase):
     kind: Literal["prune-priority-class"] = "prune-priority-class"
 
 
+# ----------------------------------------------------------------------------- Kueue (issue 14)
+class ApplyKueueObject(ActionBase):
+    """Create or update (JSON merge patch of `spec`) a Kueue object gpupool renders in kueue
+    mode (target: name, or namespace/name for a LocalQueue); the executor changes it only
+    while it carries gpupool's label."""
+
+    kind: Literal["kueue-object"] = "kueue-object"
+    object_kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    name: str
+    verb: Literal["create", "update"]
+    spec: dict[str, Any]
+    """The object's whole `spec`, in Kueue's v1beta2 JSON (reconciler/plan/kueue.py)."""
+
+
+class PruneKueueObject(ActionBase):
+    """Delete a Kueue object gpupool made that the desired state no longer has (or that must be
+    made again: a LocalQueue's clusterQueue is immutable); deleted only while it still carries
+    gpupool's label."""
+
+    kind: Literal["prune-kueue-object"] = "prune-kueue-object"
+    object_kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    name: str
+
+
 Action = Annotated[
     Cordon
     | Uncordon
@@ -293,7 +319,9 @@ Action = Annotated[
     | ApplyQuota
     | ApplyPriorityClass
     | PruneQuota
-    | PrunePriorityClass,
+    | PrunePriorityClass
+    | ApplyKueueObject
+    | PruneKueueObject,
     Field(discriminator="kind"),
 ]
 
@@ -317,5 +345,7 @@ KIND_ORDER: tuple[str, ...] = (
     "priority-class",
     "prune-quota",
     "prune-priority-class",
+    "kueue-object",  # flavors, then cluster queues, then local queues (depends_on)
+    "prune-kueue-object",  # local queues, then cluster queues, then flavors (depends_on)
     "label-node",
 )

@@ -35,7 +35,10 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from reconciler.conventions import (
+    ADMISSION_GATE,
     CORDONED_FOR_ANN,
+    KUEUE_LOCAL_QUEUE,
+    KUEUE_QUEUE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     POOL_LABEL,
@@ -48,11 +51,13 @@ from reconciler.observe.model import (
     scale_down_order,
 )
 from reconciler.plan import consistency, placement
+from reconciler.plan import kueue as kueue_render
 from reconciler.plan import signals as sig
 from reconciler.plan.actions import (
     KIND_ORDER,
     Action,
     Admit,
+    ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
     CardChange,
@@ -67,6 +72,7 @@ from reconciler.plan.actions import (
     Move,
     PodAdmission,
     Preempt,
+    PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
     Reclaim,
@@ -439,8 +445,11 @@ class _Run:
             "gpus": tuple(sorted(a.gpu for a in w.allocations)),
             "priority_class": w.priority_class,
         }
-        if kind != "move" and job:
-            # stop the gang by suspending its Job: no replacement pod, no retry spent
+        if kind != "move" and job and not kueue_mode(self):
+            # stop the gang by suspending its Job: no replacement pod, no retry spent (not in
+            # kueue mode: Kueue unsuspends a suspended Job whose Workload it admitted,
+            # kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go "handle
+            # job is suspended"; so the pods are evicted)
             fields["suspend_job"] = job
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
@@ -526,6 +535,7 @@ def plan_state(
         for a in w.allocations if w.node else ():
             run.stopping.setdefault((w.node or "", a.gpu), set()).add(w.key)
     _init_usage(run)
+    _kueue_workloads(run)
     observed_usage = dict(run.team_usage)
     _fences(run)
     _drift(run)
@@ -549,6 +559,7 @@ def plan_state(
         _warm_minimum(run, pv)
     _objects(run)
     _prune(run)
+    _kueue(run)
     _repartitions(run)
     _finish_drains(run)
     _admissions(run, pending)
@@ -674,6 +685,8 @@ def _resource_quotas(run: _Run) -> dict[tuple[str, str], dict[str, str]]:
     gates. There admission enforces caps, borrowing and lending limits, holding a pod gated
     until it fits; a quota counts gated pods from their creation and would refuse pods
     admission would only queue, so it is kept empty."""
+    if kueue_mode(run):
+        return {}  # the Quotas are Kueue's ClusterQueues (reconciler/plan/kueue.py)
     gated = set(run.observed.gated_namespaces or ())
     return {
         (ns, name): ({} if ns in gated else hard)
@@ -944,8 +957,8 @@ def _wait(run: _Run, p: Pending, code: str, why: str, severity: str = "info") ->
     if not p.origin.startswith("scale-up") or code not in ADMISSION_CODES:
         run.find(severity, code, p.key, why)
     # a replica admission holds is reported once, on its service (`_emit_scales`)
-    if not p.gated:
-        return
+    if not p.gated or (kueue_mode(run) and p.request.kind == "whole"):
+        return  # in kueue mode training is Kueue's to admit: no Hold
     for m in p.members:  # the pod stays gated: its owner sees why in `kubectl describe`
         w = run.cluster.workloads.get(m)
         if w is not None and w.held != why:
@@ -1505,6 +1518,8 @@ def _held(
     q = run.desired.quota_for_namespace(p.namespace)
     if q is None:
         return None
+    if kueue_mode(run) and r.kind == "whole":
+        return None  # Kueue admitted it within its ClusterQueue: the Quota is Kueue's to keep
     team = q.team
     if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
         hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
@@ -2718,6 +2733,9 @@ def _reservations(run: _Run, pending: list[Pending]) -> None:
 def _suspended(run: _Run) -> list[Pending]:
     """Jobs gpupool suspended to stop their gang: demand for all their pods again (created
     when the Job is resumed, gated, then admitted)."""
+    if kueue_mode(run):
+        _kueue_suspended(run)
+        return []
     out = []
     for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
         p = Pending(
@@ -2767,6 +2785,8 @@ def _admissions(run: _Run, pending: list[Pending]) -> None:
             continue
         if not p.gated or p.origin != "pending pod":
             continue
+        if kueue_mode(run) and p.request.kind == "whole":
+            continue  # Kueue admits training (`_kueue_workloads` reports a gpupool gate)
         pods, after, deps = [], set(), set()
         for m in p.members:
             cards = sorted(where[m], key=lambda g: g.index)
@@ -2817,3 +2837,206 @@ def _ordered(actions: dict[str, Action]) -> list[Action]:
     if len(out) != len(actions):  # pragma: no cover - the planner never builds cycles
         raise RuntimeError("dependency cycle in plan")
     return out
+
+
+# --------------------------------------------------------------------------- Kueue mode (issue 14)
+
+
+def kueue_mode(run: _Run) -> bool:
+    """PriorityPolicy `admission.controller: kueue`, and Kueue's CRDs are served. Without them
+    (`observed.kueue` None) gpupool keeps to gpupool mode, with a `kueue-not-installed`
+    finding: pruning the ResourceQuotas before Kueue can enforce anything would leave the
+    teams without limits, and nobody would admit what gpupool no longer admits."""
+    return run.desired.admission_controller == "kueue" and run.observed.kueue is not None
+
+
+def _kueue_workloads(run: _Run) -> None:
+    """In kueue mode, training that Kueue will not see or that gpupool's gate keeps back."""
+    if run.desired.admission_controller == "kueue" and run.observed.kueue is None:
+        run.find(
+            "warning",
+            "kueue-not-installed",
+            "Kueue",
+            "the PriorityPolicy chooses admission.controller kueue, but Kueue's CRDs "
+            "(kueue.x-k8s.io ResourceFlavor, ClusterQueue, LocalQueue) are not served: no Kueue "
+            "object is applied, and gpupool keeps its ResourceQuotas and its own admission "
+            "until they are",
+        )
+        return
+    if not kueue_mode(run):
+        return
+    seen: set[object] = set()
+    for w in sorted(run.observed.workloads, key=lambda w: w.key):
+        if w.request.kind != "whole" or run.desired.quota_for_namespace(w.namespace) is None:
+            continue
+        key = gang_key(w) or w.key
+        if key in seen:
+            continue
+        seen.add(key)
+        who = f"{w.owner_kind} {w.namespace}/{w.owner_name}" if w.owner_name else f"Pod {w.key}"
+        if not w.queue_name:
+            run.find(
+                "warning",
+                "kueue-queue-name-missing",
+                w.key,
+                f"{who} trains in team namespace {w.namespace} without the label "
+                f"{KUEUE_QUEUE_LABEL}: Kueue does not queue it, so it runs outside the team's "
+                f"ClusterQueue. Label it {KUEUE_QUEUE_LABEL}={KUEUE_LOCAL_QUEUE}",
+            )
+        if w.phase == "Pending" and w.admission == "gpupool":
+            run.find(
+                "warning",
+                "kueue-gated-training",
+                w.key,
+                f"carries gpupool's scheduling gate {ADMISSION_GATE} in kueue mode, where gpupool "
+                "admits no training: it waits for good. Remove the namespace's "
+                "gpupool.io/admission=gated label (or the gate)",
+            )
+
+
+def _kueue_suspended(run: _Run) -> None:
+    for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
+        run.find(
+            "warning",
+            "kueue-suspended-job",
+            j.key,
+            f"Job {j.key} was suspended by gpupool before kueue mode; gpupool resumes nothing in "
+            f"kueue mode. Kueue admits it if it carries {KUEUE_QUEUE_LABEL}; otherwise resume "
+            "it by hand (spec.suspend: false)",
+        )
+
+
+def _kueue_ref(kind: str, ns: str, name: str) -> str:
+    return f"{kind} {ns + '/' if ns else ''}{name}"
+
+
+def _kueue(run: _Run) -> None:
+    """Kueue's objects: in kueue mode every Quota as a ClusterQueue, every Pool as a
+    ResourceFlavor, every team namespace's LocalQueue (reconciler/plan/kueue.py); in gpupool
+    mode none, so the ones gpupool made are pruned. Only objects with gpupool's managed-by
+    label are changed or pruned, and pruning all of them while no Quota is left needs the
+    ChangePolicy's allowDeleteAllQuotas, as for ResourceQuotas."""
+    if run.observed.kueue is None:
+        return  # Kueue's CRDs are not served: nothing to apply or prune
+    mode = kueue_mode(run)
+    want = kueue_render.desired_kueue_objects(run.desired) if mode else {}
+    if mode:
+        for q in sorted(run.desired.quotas.values(), key=lambda q: q.metadata.name):
+            for what in kueue_render.unmapped_fields(q):
+                run.find(
+                    "info",
+                    "kueue-unmapped-field",
+                    f"Quota {q.metadata.name}",
+                    f"{what} has no Kueue equivalent and is not enforced in kueue mode",
+                )
+    have = {(o.kind, o.namespace, o.name): o for o in run.observed.kueue}
+    applied: dict[tuple[str, str, str], str] = {}
+    pruned: dict[tuple[str, str, str], str] = {}
+
+    def prune(key: tuple[str, str, str], why: str) -> str:
+        kind, ns, name = key
+        ref = _kueue_ref(kind, ns, name)
+        deps: list[str] = []
+        if kind == "ClusterQueue":  # its local queues go first
+            deps = [aid for (k, _, _), aid in pruned.items() if k == "LocalQueue"]
+        elif kind == "ResourceFlavor":
+            deps = [aid for (k, _, _), aid in pruned.items() if k == "ClusterQueue"]
+        aid = run.add(
+            PruneKueueObject(
+                id=f"prune-kueue:{kind}:{f'{ns}/' if ns else ''}{name}",
+                target=f"{ns}/{name}" if ns else name,
+                reason=f"prune {ref}: {why} (gpupool made it: {MANAGED_BY_LABEL}={MANAGED_BY})",
+                depends_on=tuple(sorted(deps)),
+                object_kind=kind,
+                namespace=ns,
+                name=name,
+            )
+        )
+        pruned[key] = aid
+        return aid
+
+    for key, spec in want.items():
+        kind, ns, name = key
+        cur = have.get(key)
+        if cur is not None and cur.managed_by != MANAGED_BY:
+            _foreign(run, kind, f"{ns}/{name}" if ns else name, cur.managed_by, "gpupool's")
+            continue
+        if cur is not None and kueue_render.spec_matches(spec, cur.spec):
+            continue
+        deps: list[str] = []
+        if kind == "ClusterQueue":
+            names = {f["name"] for g in spec["resourceGroups"] for f in g["flavors"]}
+            deps = [
+                aid for (k, _, n), aid in applied.items() if k == "ResourceFlavor" and n in names
+            ]
+        elif kind == "LocalQueue":
+            deps = [
+                aid
+                for (k, _, n), aid in applied.items()
+                if k == "ClusterQueue" and n == spec["clusterQueue"]
+            ]
+        verb = "create" if cur is None else "update"
+        if (
+            kind == "LocalQueue"
+            and cur is not None
+            and cur.spec.get("clusterQueue")
+            not in (
+                None,
+                spec["clusterQueue"],
+            )
+        ):
+            # spec.clusterQueue is immutable (LocalQueue CRD rule "field is immutable"):
+            # the queue is deleted and made again pointing at the namespace's new quota
+            deps.append(
+                prune(
+                    key,
+                    f"{ns} now belongs to ClusterQueue {spec['clusterQueue']}, and a "
+                    "LocalQueue's clusterQueue cannot change: it is made again",
+                )
+            )
+            verb = "create"
+        what = {
+            "ResourceFlavor": f"for Pool {spec.get('nodeLabels', {}).get(POOL_LABEL, name)}",
+            "ClusterQueue": f"for the Quota of namespaces {', '.join(_cq_namespaces(spec))}",
+            "LocalQueue": f"of namespace {ns}, queueing into ClusterQueue "
+            f"{spec.get('clusterQueue')}",
+        }[kind]
+        applied[key] = run.add(
+            ApplyKueueObject(
+                id=f"kueue:{kind}:{f'{ns}/' if ns else ''}{name}",
+                target=f"{ns}/{name}" if ns else name,
+                reason=f"{verb} {_kueue_ref(kind, ns, name)} {what} (kueue mode)",
+                depends_on=tuple(sorted(deps)),
+                object_kind=kind,
+                namespace=ns,
+                name=name,
+                verb=verb,
+                spec=kueue_render.body(spec),
+            )
+        )
+    stale = sorted(
+        (
+            key
+            for key, o in have.items()
+            if o.managed_by == MANAGED_BY and key not in want and not o.terminating
+        ),
+        key=lambda k: (-kueue_render.KINDS.index(k[0]), k[1], k[2]),
+    )
+    change = run.desired.change.spec if run.desired.change else None
+    if stale and not run.desired.quotas and not (change and change.allow_delete_all_quotas):
+        _refuse_prune_all(
+            run, "Kueue object", [_kueue_ref(*k) for k in stale], "allowDeleteAllQuotas"
+        )
+        return
+    why = (
+        "no Quota, Pool or team namespace of the desired state renders it any more"
+        if mode
+        else "the PriorityPolicy's admission.controller is gpupool, which renders no Kueue object"
+    )
+    for key in stale:
+        prune(key, why)
+
+
+def _cq_namespaces(spec: dict) -> list[str]:
+    exprs = (spec.get("namespaceSelector") or {}).get("matchExpressions") or [{}]
+    return list(exprs[0].get("values") or [])

@@ -28,6 +28,8 @@ SYMBOL = {
     "prune-quota": "-",
     "prune-priority-class": "-",
     "label-node": "+",
+    "kueue-object": "+",
+    "prune-kueue-object": "-",
 }
 
 

@@ -311,10 +311,29 @@ class Preemption(Model):
     (cluster-wide)."""
 
 
+# --- admission mode (issue 14: a Kueue mode) --------------------------------------------
+
+
+class Admission(Model):
+    """Which system admits training work, and so what the Quotas become in the cluster."""
+
+    controller: Literal["gpupool", "kueue"] = "gpupool"
+    """`gpupool`: Quotas become ResourceQuotas and gpupool admits gated pods (admit, hold,
+    resume). `kueue`: Quotas become Kueue ClusterQueues (one cohort), ResourceFlavors (one per
+    pool) and LocalQueues (one per team namespace); Kueue admits and suspends Jobs, gpupool
+    keeps partitioning, scaling and placement."""
+    cohort: Name = "gpupool"
+    """kueue only: the cohort every ClusterQueue gpupool renders belongs to (its teams borrow
+    and lend within it)."""
+
+
 class PriorityPolicySpec(Model):
     classes: list[PriorityClassSpec] = Field(min_length=1)
     default_class: Name | None = None
     preemption: Preemption = Preemption()
+    admission: Admission = Admission()
+    """Who admits training: gpupool (scheduling gates, ResourceQuotas) or Kueue (gpupool
+    renders the Quotas as Kueue queues and leaves admission to it)."""
 
 
 class PriorityPolicy(Model):

@@ -71,6 +71,21 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
         "test_objects_dual.py::test_removing_a_quota_and_a_class_from_git_removes_their_objects"
     ),
 }
+# Kueue mode (issue 14): the runs below are in gpupool mode without Kueue's CRDs: the list of
+# ResourceFlavors is answered 404 (and needs its list rule), and the adapter stops there. The
+# other lists, reading one before a write, writing and pruning are exercised on Kueue's CRDs,
+# each rule checked against that run's audit events.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: {verb} kueue.x-k8s.io/{res}": ("test_kueue.py::test_kueue_mode_on_the_real_api_server")
+        for res, verbs in (
+            ("resourceflavors", ("get", "create", "patch", "delete")),
+            ("clusterqueues", ("list", "get", "create", "patch", "delete")),
+            ("localqueues", ("list", "get", "create", "delete")),
+        )
+        for verb in verbs
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.
