@@ -154,3 +154,27 @@ KEDA_DEFAULT_MIN, KEDA_DEFAULT_MAX = 0, 100
 pkg/scaling/executor/scale_scaledobjects.go: "if scaledObject.Spec.MinReplicaCount is not
 set, then set the default value (0)"); without `spec.maxReplicaCount` its HPA's max is 100
 (apis/keda/v1alpha1/scaledobject_types.go, defaultHPAMaxReplicas, GetHPAMaxReplicas)."""
+
+
+# ---------------------------------------------------------------- Kueue's names (issue 14)
+# Confirmed in kubernetes-sigs/kueue v0.17.0 (the Go module sigs.k8s.io/kueue@v0.17.0):
+# config/components/crd/bases/kueue.x-k8s.io_{clusterqueues,resourceflavors,localqueues}.yaml
+# serve v1beta1 and v1beta2, and store v1beta2 (`storage: true`); the queue label is
+# pkg/controller/constants/constants.go `QueueLabel = "kueue.x-k8s.io/queue-name"`.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE_PLURALS = {
+    "ResourceFlavor": "resourceflavors",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+}
+KUEUE_QUEUE_LABEL = KUEUE_GROUP + "/queue-name"
+"""The label a Job (or pod) carries to be queued in the LocalQueue of that name; Kueue
+suspends such a Job until its ClusterQueue admits it."""
+KUEUE_LOCAL_QUEUE = "gpupool"
+"""The LocalQueue gpupool makes in every team namespace: teams label their Jobs
+`kueue.x-k8s.io/queue-name: gpupool`."""
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label the API server sets on every namespace to its own name (immutable), which a
+ClusterQueue's namespaceSelector matches."""

@@ -19,6 +19,12 @@ fi
 # found in well under a second. Built here, not inside a test fixture, so the time shows.
 started=$(date +%s)
 echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - started ))s)"
+# Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
+# the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
+if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then
+  started=$(date +%s)
+  echo "prometheus: $(bash scripts/fetch-prometheus.sh) ($(( $(date +%s) - started ))s)"
+fi
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

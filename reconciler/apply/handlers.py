@@ -31,6 +31,7 @@ from reconciler.observe.model import parse_allocation
 from reconciler.plan.actions import (
     Action,
     Admit,
+    ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
     Checkpoint,
@@ -41,6 +42,7 @@ from reconciler.plan.actions import (
     MigReconfigure,
     Move,
     Preempt,
+    PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
     Reclaim,
@@ -1206,4 +1208,48 @@ def prune_priority_class(a: PrunePriorityClass, ctx: Context) -> Outcome:
         "PriorityClass",
         None if cur is None else cur.managed_by,
         lambda: ctx.ops.delete_priority_class(a.target),
+    )
+
+
+# ----------------------------------------------------------------------------- Kueue (issue 14)
+
+
+@handles(ApplyKueueObject)
+def kueue_object(a: ApplyKueueObject, ctx: Context) -> Outcome:
+    """Create the object, or merge-patch its labels and `spec` (a JSON merge patch replaces
+    the lists in it whole, so what the policy dropped goes); only while it is gpupool's."""
+    kind, ns, name = a.object_kind, a.namespace, a.name
+    if ns and not ctx.ops.namespace_exists(ns):
+        return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
+    labels = {C.MANAGED_BY_LABEL: C.MANAGED_BY}
+    manager = ctx.ops.kueue_manager(kind, ns, name)
+    if manager is not None and manager != C.MANAGED_BY:
+        return _not_ours(kind, a, manager)
+    if manager is None:
+        meta: dict[str, Any] = {"name": name, "labels": labels}
+        if ns:
+            meta["namespace"] = ns
+        try:
+            ctx.ops.create_kueue_object(
+                {"apiVersion": C.KUEUE_API_VERSION, "kind": kind, "metadata": meta, "spec": a.spec}
+            )
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            # made meanwhile, or still being deleted (Kueue's resource-in-use finalizer
+            # keeps a queue in use): the next cycle sees which
+            return Outcome(a.id, "blocked", f"{kind} {a.target} exists already: {e.message}")
+        return Outcome(a.id, "done", "created", changed=True)
+    ctx.ops.patch_kueue_object(kind, ns, name, {"metadata": {"labels": labels}, "spec": a.spec})
+    return Outcome(a.id, "done", "updated", changed=True)
+
+
+@handles(PruneKueueObject)
+def prune_kueue_object(a: PruneKueueObject, ctx: Context) -> Outcome:
+    kind, ns, name = a.object_kind, a.namespace, a.name
+    return _prune(
+        a,
+        kind,
+        ctx.ops.kueue_manager(kind, ns, name),
+        lambda: ctx.ops.delete_kueue_object(kind, ns, name),
     )

@@ -521,3 +521,73 @@ class KubeOps:
     def create_event(self, namespace: str, body: dict) -> None:
         with _errors():
             self.core.create_namespaced_event(namespace, body)
+
+    # -- Kueue (issue 14) --------------------------------------------------------------
+    # CustomObjectsApi on kueue.x-k8s.io/v1beta2 (the version Kueue v0.17.0's CRDs store).
+    def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        plural = C.KUEUE_PLURALS[kind]
+        if namespace:
+            obj = _or_none(
+                lambda: self.custom.get_namespaced_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, namespace, plural, name
+                )
+            )
+        else:
+            obj = _or_none(
+                lambda: self.custom.get_cluster_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, name
+                )
+            )
+        if obj is None:
+            return None
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+    def create_kueue_object(self, body: dict) -> None:
+        plural = C.KUEUE_PLURALS[body["kind"]]
+        ns = body["metadata"].get("namespace")
+        with _errors():
+            if ns:
+                self.custom.create_namespaced_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, ns, plural, body, field_manager=C.FIELD_MANAGER
+                )
+            else:
+                self.custom.create_cluster_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, body, field_manager=C.FIELD_MANAGER
+                )
+
+    def patch_kueue_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        plural = C.KUEUE_PLURALS[kind]
+        with _errors():
+            if namespace:
+                self.custom.patch_namespaced_custom_object(
+                    C.KUEUE_GROUP,
+                    C.KUEUE_VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    patch,
+                    field_manager=C.FIELD_MANAGER,
+                    _content_type=MERGE,
+                )
+            else:
+                self.custom.patch_cluster_custom_object(
+                    C.KUEUE_GROUP,
+                    C.KUEUE_VERSION,
+                    plural,
+                    name,
+                    patch,
+                    field_manager=C.FIELD_MANAGER,
+                    _content_type=MERGE,
+                )
+
+    def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
+        plural = C.KUEUE_PLURALS[kind]
+        with _errors():
+            if namespace:
+                self.custom.delete_namespaced_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, namespace, plural, name
+                )
+            else:
+                self.custom.delete_cluster_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, name
+                )

@@ -275,3 +275,17 @@ class ClusterOps(Protocol):
         """Delete a ResourceQuota (ApiError 404 when it is gone already)."""
 
     def create_event(self, namespace: str, body: dict) -> None: ...
+
+    # -- Kueue (issue 14): kueue.x-k8s.io ResourceFlavor, ClusterQueue, LocalQueue ---------
+    def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        """A Kueue object's `app.kubernetes.io/managed-by` label ("" without one); None when
+        there is no such object. `namespace` is "" for the cluster-scoped kinds."""
+
+    def create_kueue_object(self, body: dict) -> None:
+        """Create a Kueue object (`body` a whole object: apiVersion, kind, metadata, spec)."""
+
+    def patch_kueue_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        """JSON merge patch (RFC 7386) of a Kueue object: lists in it replace whole."""
+
+    def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a Kueue object (ApiError 404 when it is gone already)."""

@@ -9,7 +9,9 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from reconciler.commands.plan import signals_from_args
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
+from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.snapshot import load_snapshot, unique_keys
 from reconciler.plan.fingerprint import actions_fingerprint, fingerprint
 from reconciler.plan.model import Plan
@@ -35,24 +37,42 @@ def edited_reasons(saved: Plan, desired, observed) -> list[str]:
         return [*out, f"its time {saved.observed_at!r} has no timezone"]
     again = plan_state(desired, observed, now=at)[0]
     expected = again.actions
-    if tuple(expected) != tuple(saved.actions):
-        diff = _first_difference(saved.actions, expected)
+    if observed.signals:
+        # Prometheus readings are measurements that move every second: planning again from
+        # fresh ones must make the same decisions, but the values a reason quotes may differ
+        key = _decision
+        saved_findings = [(f.severity, f.code, f.subject) for f in saved.findings]
+        expected_findings = [(f.severity, f.code, f.subject) for f in again.findings]
+    else:
+        key = _whole
+        saved_findings, expected_findings = list(saved.findings), list(again.findings)
+    if [key(a) for a in expected] != [key(a) for a in saved.actions]:
+        diff = _first_difference(saved.actions, expected, key)
         out.append(f"its actions are not what gpupool plans from these inputs ({diff})")
     # what a reviewer read must be what gpupool says too: the findings and the capacity table
-    if tuple(again.findings) != tuple(saved.findings):
+    if expected_findings != saved_findings:
         out.append("its findings are not what gpupool finds from these inputs")
     if again.capacity != saved.capacity:
         out.append("its capacity table is not what gpupool plans from these inputs")
     return out
 
 
-def _first_difference(saved, expected) -> str:
+def _decision(a) -> dict:
+    """What an action does, without its reason and the readings it quotes."""
+    return a.model_dump(exclude={"reason", "signals"})
+
+
+def _whole(a):
+    return a
+
+
+def _first_difference(saved, expected, key=_whole) -> str:
     mine = {a.id: a for a in expected}
     theirs = {a.id: a for a in saved}
     for a in saved:
         if a.id not in mine:
             return f"{a.id} is not planned"
-        if mine[a.id] != a:
+        if key(mine[a.id]) != key(a):
             return f"{a.id} differs"
     for a in expected:
         if a.id not in theirs:
@@ -100,6 +120,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 "error: give --kubeconfig (to apply) or --observed (to check only)", file=sys.stderr
             )
             return 1
+        observed = signals_from_args(args, desired, observed)
     except (SourceError, InvalidInput) as exc:
         return report_load_error(exc)
     reasons = stale_reasons(saved, fingerprint(desired, observed))
@@ -194,6 +215,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="only check that the plan is current against this snapshot",
     )
+    add_prometheus_args(p)  # the readings the plan is checked against again
     p.add_argument(
         "--namespace",
         default="gpupool-system",

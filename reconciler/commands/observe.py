@@ -10,14 +10,28 @@ def cmd_observe(args: argparse.Namespace) -> int:
     from reconciler.observe.kube import make_api_client, observe_cluster
     from reconciler.observe.snapshot import dump_snapshot
 
+    desired = None
+    if args.prometheus_url:  # the policies say which queries; their readings go in the file
+        from reconciler.commands.policy import load_from_args, report_load_error
+        from reconciler.policy.files import SourceError
+        from reconciler.policy.problems import InvalidInput
+
+        try:
+            desired = load_from_args(args)
+        except (SourceError, InvalidInput) as exc:
+            return report_load_error(exc)
     try:
-        text = dump_snapshot(
-            observe_cluster(make_api_client(args.kubeconfig)),
-            "json" if args.out.endswith(".json") else "yaml",
-        )
+        observed = observe_cluster(make_api_client(args.kubeconfig))
     except Exception as exc:  # noqa: BLE001 - report any client/config failure in one line
         print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
         return 1
+    if desired is not None:
+        from reconciler.loop.signals import with_signals
+
+        observed = with_signals(
+            desired, observed, args.prometheus_url, timeout=args.prometheus_timeout
+        )
+    text = dump_snapshot(observed, "json" if args.out.endswith(".json") else "yaml")
     if args.out == "-":
         sys.stdout.write(text)
     else:
@@ -38,4 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
     p.add_argument("--out", default="-", help="file to write (.json or .yaml), - for stdout")
+    from reconciler.commands.policy import add_source_args
+    from reconciler.loop.signals import add_prometheus_args
+
+    add_prometheus_args(p)
+    add_source_args(p)  # with --prometheus-url: the policies whose queries are read
     p.set_defaults(func=cmd_observe)

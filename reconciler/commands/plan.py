@@ -12,6 +12,7 @@ from reconciler.commands.policy import (
     problem_dict,
     report_load_error,
 )
+from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
 from reconciler.plan.fingerprint import fingerprint
 from reconciler.plan.planner import plan
@@ -30,12 +31,23 @@ def observe_from_args(args: argparse.Namespace):
     return load_snapshot(args.observed)
 
 
+def signals_from_args(args: argparse.Namespace, desired, observed):
+    """Prometheus readings: always for a live cluster (an error reading each when no URL is
+    given); for a snapshot only with --prometheus-url (else the snapshot's own are replayed)."""
+    from reconciler.loop.signals import with_signals
+
+    url = getattr(args, "prometheus_url", None)
+    if not url and not getattr(args, "kubeconfig", None):
+        return observed
+    return with_signals(desired, observed, url, timeout=args.prometheus_timeout)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.base:
         return cmd_plan_change(args)
     try:
         desired = load_from_args(args)
-        observed = observe_from_args(args)
+        observed = signals_from_args(args, desired, observe_from_args(args))
     except (SourceError, InvalidInput) as exc:
         return report_load_error(exc)
     except ImportError as exc:
@@ -116,7 +128,7 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
     except SourceError as exc:
         return report_load_error(exc)
     try:
-        observed = observe_from_args(args)
+        observed = signals_from_args(args, head, observe_from_args(args))
     except InvalidSnapshot as exc:
         return report_load_error(exc)
     report, _, head_plan = compare(base, head, observed, confirm=tuple(args.confirm or ()))
@@ -166,6 +178,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot"
     )
+    add_prometheus_args(p)
     p.add_argument("--format", choices=sorted(RENDERERS), default="text")
     p.add_argument(
         "--now",

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.kube import make_api_client
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from reconciler.policy.quantity import parse_duration
@@ -69,6 +70,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         identity=identity,
         dry_run=args.dry_run,
         apply_config=apply_config,
+        prometheus_url=args.prometheus_url,
+        prometheus_timeout=args.prometheus_timeout,
     )
     if args.once:
         result = ctl.cycle()
@@ -220,6 +223,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="file holding the webhook's shared secret (a mounted Secret; never a flag value)",
     )
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    add_prometheus_args(p)
     p.add_argument(
         "--mig-config-namespace",
         default="gpu-operator",

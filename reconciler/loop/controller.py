@@ -24,8 +24,11 @@ from reconciler.apply.kube import KubeOps
 from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
+from reconciler.loop.signals import with_signals
 from reconciler.loop.status import PreemptionIntent, StatusStore, condition, resolve_intents
 from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
+from reconciler.observe.prometheus import Transport, urllib_transport
+from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan_state
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
@@ -55,6 +58,8 @@ class CycleResult:
     error: str | None = None
     actions: int | None = None
     """How many actions the cycle's plan had (None: no plan was made)."""
+    plan: Plan | None = None
+    """The cycle's plan (None: no plan was made)."""
 
     @property
     def converged(self) -> bool:
@@ -79,6 +84,9 @@ class Controller:
         ready_max_age_seconds: float = 300.0,
         stuck_after_seconds: float = 900.0,
         trigger_poll_seconds: float = 5.0,
+        prometheus_url: str | None = None,
+        prometheus_timeout: float = 5.0,
+        prometheus_transport: Transport | None = None,
     ):
         self.source = source
         self.api = bound_requests(api_client)  # no call may wait forever
@@ -118,6 +126,10 @@ class Controller:
         that changes a few times a day)."""
         self._wake = threading.Event()
         self._generation: int | None = None  # what this cycle read; for `_report_error`
+        self.prometheus_url = prometheus_url
+        """Where policies with Prometheus signals are read (None: they get a finding each)."""
+        self.prometheus_timeout = prometheus_timeout
+        self.prometheus_transport = prometheus_transport or urllib_transport
 
     def wake(self) -> None:
         """Start a cycle now (at most once per `wake_gap_seconds`) instead of at the end of
@@ -201,6 +213,13 @@ class Controller:
             self.api, now=now, recent_preemptions=preempted, cache=self._cache()
         )
         self.last_observed = self.clock()
+        observed = with_signals(
+            desired,
+            observed,
+            self.prometheus_url,
+            timeout=self.prometheus_timeout,
+            transport=self.prometheus_transport,
+        )
         if leader:
             self._report_unreadable(observed.unreadable, now)
         p, facts = plan_state(desired, observed, now=now)
@@ -240,7 +259,9 @@ class Controller:
         elif leader:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
-        return CycleResult(snap.revision, p.summary, leader, applied, actions=len(p.actions))
+        return CycleResult(
+            snap.revision, p.summary, leader, applied, actions=len(p.actions), plan=p
+        )
 
     def _report_unreadable(self, found, now: datetime) -> None:
         """An Event on each object the snapshot left out or read in part (the plan has a
@@ -414,10 +435,11 @@ class Controller:
         `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
-        self.elector.start(stop)
+        wake = self._wake
+        # elected (at start, or taking over): cycle now, not an interval later as a follower
+        self.elector.start(stop, on_elected=wake.set)
         # readiness allows a few intervals without an observation before it fails
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
-        wake = self._wake
 
         def pod_event(kind: str, pod: Any) -> None:
             if admission_event(kind, pod):
@@ -449,4 +471,19 @@ class Controller:
                 result.summary,
                 f" error={result.error}" if result.error else "",
             )
-            wake.wait(interval_seconds)
+            _sleep(wake, stop, interval_seconds)
+        self.elector.join(10.0)
+
+
+def _sleep(wake: threading.Event, stop: threading.Event, seconds: float) -> None:
+    """Wait until `wake`, `stop` or `seconds` have passed, in slices of at most a second.
+
+    A signal handler (SIGTERM sets `stop`) runs only when the main thread executes Python,
+    and the kernel may deliver the signal to any thread (the informers' sockets among them):
+    a main thread blocked on one long `Event.wait` would sleep through it, outlive the pod's
+    grace period and be killed with its Lease still held."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or wake.wait(min(left, 1.0)):
+            return

@@ -83,18 +83,32 @@ class LeaseElector:
     def renewing(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, stop: threading.Event) -> LeaseElector:
-        """Renew (or try to acquire) every `retry` seconds until `stop`, then step down."""
+    def start(
+        self, stop: threading.Event, on_elected: Callable[[], None] | None = None
+    ) -> LeaseElector:
+        """Renew (or try to acquire) every `retry` seconds until `stop`, then step down.
+        `on_elected` is called each time this replica becomes leader (at start, or taking
+        over from a leader that left), so the loop acts then, not at its next interval."""
 
         def loop() -> None:
+            leading = False
             while not stop.is_set():
-                self.try_acquire_or_renew()
+                now_leading = self.try_acquire_or_renew()
+                if now_leading and not leading and on_elected is not None:
+                    on_elected()
+                leading = now_leading
                 stop.wait(self.retry)
             self.release()
 
         self._thread = threading.Thread(target=loop, name="gpupool-lease", daemon=True)
         self._thread.start()
         return self
+
+    def join(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) for the renew thread to step down after `stop`:
+        a process that exits first leaves its Lease held until it expires."""
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def try_acquire_or_renew(self) -> bool:
         started = self.clock()

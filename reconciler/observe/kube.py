@@ -50,6 +50,7 @@ from reconciler.observe.model import (
     Autoscaler,
     Gpu,
     InferenceService,
+    KueueObject,
     MigInstance,
     Node,
     ObservedState,
@@ -501,6 +502,13 @@ def _workload(
         gang=gang,
         gang_size=gang_size,
         held=_held(p),
+        # Kueue reads the label from the Job (its queue), or from a plain pod it manages
+        queue_name=(p.metadata.labels or {}).get(C.KUEUE_QUEUE_LABEL)
+        or (
+            owners.queues.get((p.metadata.namespace, owner.name), "")
+            if owner is not None and owner.kind == "Job"
+            else ""
+        ),
     )
 
 
@@ -516,6 +524,8 @@ class Owners:
     """Jobs gpupool suspended to stop their gang (`gpupool.io/suspended-at`)."""
     foreign_jobs: set[tuple[str, str]] = field(default_factory=set)
     """(namespace, Job) of Jobs another controller manages (`spec.managedBy`)."""
+    queues: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, Job) -> its Kueue queue (`kueue.x-k8s.io/queue-name` label), if any."""
 
 
 def _suspended_by_us(j: Any) -> bool:
@@ -561,6 +571,9 @@ def read_owners(api_client: Any) -> Owners:
         if par > 0:
             out[(j.metadata.namespace, "Job", j.metadata.name)] = par
         ann = j.metadata.annotations or {}
+        queue = (j.metadata.labels or {}).get(C.KUEUE_QUEUE_LABEL)
+        if queue:
+            owners.queues[(j.metadata.namespace, j.metadata.name)] = queue
         moved = _next_pod_reservation(j)
         if moved is not None:
             owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
@@ -885,7 +898,9 @@ def _observe(
     gated = core.list_namespace(
         label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
     ).items
+    kueue = read_kueue(api_client)
     return ObservedState(
+        kueue=kueue,
         suspended_jobs=owners.suspended,
         gated_namespaces=sorted(n.metadata.name for n in gated),
         observed_at=_ts(now) or datetime.now(UTC),
@@ -1007,4 +1022,39 @@ def with_autoscalers(
         if mine:
             s = s.model_copy(update={"autoscalers": sorted(mine, key=lambda a: (a.kind, a.name))})
         out.append(s)
+    return out
+
+
+# --------------------------------------------------------------------------- Kueue (issue 14)
+
+
+def read_kueue(api_client: Any) -> list[KueueObject] | None:
+    """Kueue's ResourceFlavors, ClusterQueues and LocalQueues (kueue.x-k8s.io, the stored
+    version, conventions.KUEUE_VERSION); None when Kueue's CRDs are not served (404 on a
+    list: the group or the resource is unknown to the API server). All of them, not only
+    gpupool's: a name gpupool would use and someone else took is a finding."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    out: list[KueueObject] = []
+    for kind, plural in C.KUEUE_PLURALS.items():
+        try:
+            listed = api.list_cluster_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION, plural)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+        def one(o: dict, kind: str = kind) -> KueueObject:
+            meta = o.get("metadata") or {}
+            return KueueObject(
+                kind=kind,
+                namespace=meta.get("namespace") or "",
+                name=meta["name"],
+                spec=o.get("spec") or {},
+                managed_by=(meta.get("labels") or {}).get(C.MANAGED_BY_LABEL, ""),
+                terminating=bool(meta.get("deletionTimestamp")),
+            )
+
+        out.extend(_each(kind, listed.get("items", []), one))
     return out

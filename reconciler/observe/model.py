@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -263,6 +263,8 @@ class Workload(Obs):
     `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
     """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
+    queue_name: str = ""
+    """Its Kueue queue: the `kueue.x-k8s.io/queue-name` label of the pod or of its Job."""
 
     @property
     def key(self) -> str:
@@ -399,6 +401,26 @@ class PriorityClassObject(Obs):
     """Its `app.kubernetes.io/managed-by` label: gpupool changes only classes it manages."""
 
 
+class KueueObject(Obs):
+    """A Kueue ResourceFlavor, ClusterQueue or LocalQueue that exists in the cluster."""
+
+    kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    """LocalQueues only (the others are cluster-scoped)."""
+    name: str
+    spec: dict[str, Any] = {}
+    """Its `spec` as the API server returns it (with the CRD's defaults filled in)."""
+    managed_by: str = ""
+    terminating: bool = False
+    """Deleted, and still there: Kueue's finalizer `kueue.x-k8s.io/resource-in-use` keeps it
+    while workloads use it (kubernetes-sigs/kueue v0.17.0 apis/kueue/v1beta2/constants.go,
+    pkg/controller/core/clusterqueue_controller.go)."""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
 class UnreadableObject(Obs):
     """Something read from the cluster that does not parse (a pod's annotation, an agent's
     entry, a foreign object): left out of the snapshot, or read without the bad part, and
@@ -414,6 +436,33 @@ class UnreadableObject(Obs):
     @property
     def ref(self) -> str:
         return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+# --------------------------------------------------------------- signals read from Prometheus
+
+
+class SignalSample(Obs):
+    """One sample of a query's result: its series' labels and a finite value."""
+
+    labels: dict[str, str] = {}
+    value: float = Field(allow_inf_nan=False)
+
+
+class SignalReading(Obs):
+    """What one PromQL query returned this cycle (`reconciler/observe/prometheus.py`), kept in
+    the snapshot so that a plan made from the file sees what the controller saw. `id` names
+    what it is for (`reconciler/plan/signals.py`); `query` is the text sent, after placeholder
+    substitution. Either `samples` or `error` (timeout, HTTP error, Prometheus' own error, empty
+    result, a non-finite value, a result of the wrong type, no Prometheus configured)."""
+
+    id: str
+    query: str
+    samples: list[SignalSample] = []
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.samples)
 
 
 class ObservedState(Obs):
@@ -434,6 +483,12 @@ class ObservedState(Obs):
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
     unreadable: list[UnreadableObject] = []
     """What the adapter could not read and left out (or read in part): each is a finding."""
+    signals: list[SignalReading] = []
+    """Readings of the PromQL queries the policies ask for (ScalingPolicy/MaintenancePolicy
+    with source prometheus); empty when none does or no Prometheus was asked."""
+    kueue: list[KueueObject] | None = None
+    """Kueue's ResourceFlavors, ClusterQueues and LocalQueues; None: Kueue's CRDs are not
+    served (or the snapshot does not say)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservedState:

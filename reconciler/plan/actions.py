@@ -12,7 +12,7 @@ that emits it, one handler in `reconciler/apply/handlers.py`, one line in `RENDE
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
@@ -173,6 +173,15 @@ class Move(Eviction):
     """The cards on `to_node` kept for it: its owner's next pod is reserved there."""
 
 
+class SignalValue(Frozen):
+    """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
+
+    name: str
+    """queueLength or waitTime."""
+    query: str
+    value: float
+
+
 class Scale(ActionBase):
     """Replicas of an inference Deployment or StatefulSet."""
 
@@ -181,6 +190,8 @@ class Scale(ActionBase):
     from_replicas: int = Field(ge=0)
     to_replicas: int = Field(ge=0)
     policy: str
+    signals: tuple[SignalValue, ...] = ()
+    """The Prometheus readings the decision used (ScalingPolicy signals.source prometheus)."""
 
     @property
     def up(self) -> bool:
@@ -204,6 +215,8 @@ class SetScaleEnvelope(ActionBase):
     from_max: int = Field(ge=0)
     to_max: int = Field(ge=1)
     policy: str
+    signals: tuple[SignalValue, ...] = ()
+    """The Prometheus readings the decision used (as `Scale.signals`)."""
 
 
 # ----------------------------------------------------------------------------- admission
@@ -284,6 +297,32 @@ class PrunePriorityClass(ActionBase):
     kind: Literal["prune-priority-class"] = "prune-priority-class"
 
 
+# ----------------------------------------------------------------------------- Kueue (issue 14)
+class ApplyKueueObject(ActionBase):
+    """Create or update (JSON merge patch of `spec`) a Kueue object gpupool renders in kueue
+    mode (target: name, or namespace/name for a LocalQueue); the executor changes it only
+    while it carries gpupool's label."""
+
+    kind: Literal["kueue-object"] = "kueue-object"
+    object_kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    name: str
+    verb: Literal["create", "update"]
+    spec: dict[str, Any]
+    """The object's whole `spec`, in Kueue's v1beta2 JSON (reconciler/plan/kueue.py)."""
+
+
+class PruneKueueObject(ActionBase):
+    """Delete a Kueue object gpupool made that the desired state no longer has (or that must be
+    made again: a LocalQueue's clusterQueue is immutable); deleted only while it still carries
+    gpupool's label."""
+
+    kind: Literal["prune-kueue-object"] = "prune-kueue-object"
+    object_kind: Literal["ResourceFlavor", "ClusterQueue", "LocalQueue"]
+    namespace: str = ""
+    name: str
+
+
 Action = Annotated[
     Cordon
     | Uncordon
@@ -302,7 +341,9 @@ Action = Annotated[
     | ApplyQuota
     | ApplyPriorityClass
     | PruneQuota
-    | PrunePriorityClass,
+    | PrunePriorityClass
+    | ApplyKueueObject
+    | PruneKueueObject,
     Field(discriminator="kind"),
 ]
 
@@ -327,5 +368,7 @@ KIND_ORDER: tuple[str, ...] = (
     "priority-class",
     "prune-quota",
     "prune-priority-class",
+    "kueue-object",  # flavors, then cluster queues, then local queues (depends_on)
+    "prune-kueue-object",  # local queues, then cluster queues, then flavors (depends_on)
     "label-node",
 )

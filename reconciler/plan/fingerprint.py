@@ -39,7 +39,10 @@ def desired_fingerprint(desired: DesiredState) -> str:
 
 
 def observed_fingerprint(observed: ObservedState) -> str:
-    data = observed.model_dump(mode="json", exclude={"observed_at"})
+    # Prometheus readings are measurements, like utilization: a queue that moved from 41 to 42
+    # is no stale plan. Whether they still lead to the same decisions is `apply`'s check that
+    # planning again from its own readings gives the same actions and findings.
+    data = observed.model_dump(mode="json", exclude={"observed_at", "signals"})
     for n in data["nodes"]:
         for g in n["gpus"]:
             for k in VOLATILE_GPU_FIELDS:

@@ -26,6 +26,8 @@ SUMMARY_KINDS = (
     "priority-class",
     "prune-quota",
     "prune-priority-class",
+    "kueue-object",
+    "prune-kueue-object",
     "label-node",
 )
 SUMMARY_WORDS = {
@@ -42,6 +44,8 @@ SUMMARY_WORDS = {
     "prune-quota": ("quota pruned", "quotas pruned"),
     "prune-priority-class": ("priority class pruned", "priority classes pruned"),
     "label-node": ("node label change", "node label changes"),
+    "kueue-object": ("Kueue object change", "Kueue object changes"),
+    "prune-kueue-object": ("Kueue object pruned", "Kueue objects pruned"),
 }
 COMPUTED = ("summary", "counts")
 WAITING_CODES = frozenset(

@@ -35,7 +35,10 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from reconciler.conventions import (
+    ADMISSION_GATE,
     CORDONED_FOR_ANN,
+    KUEUE_LOCAL_QUEUE,
+    KUEUE_QUEUE_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     POOL_LABEL,
@@ -49,10 +52,13 @@ from reconciler.observe.model import (
     scale_down_order,
 )
 from reconciler.plan import consistency, placement
+from reconciler.plan import kueue as kueue_render
+from reconciler.plan import signals as sig
 from reconciler.plan.actions import (
     KIND_ORDER,
     Action,
     Admit,
+    ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
     CardChange,
@@ -67,6 +73,7 @@ from reconciler.plan.actions import (
     Move,
     PodAdmission,
     Preempt,
+    PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
     Reclaim,
@@ -91,7 +98,12 @@ from reconciler.plan.quotas import (
     quota_use,
 )
 from reconciler.plan.victims import Candidate, order_victims
-from reconciler.policy.models import PriorityClassSpec, ScaleTarget, ScalingPolicy
+from reconciler.policy.models import (
+    MaintenancePolicy,
+    PriorityClassSpec,
+    ScaleTarget,
+    ScalingPolicy,
+)
 from reconciler.policy.quantity import format_duration, quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -140,6 +152,10 @@ class _Run:
     evictions_on: dict[tuple[str, int], set[str]] = field(
         default_factory=dict
     )  # (node, gpu) -> eviction ids
+    scale_signals: dict[str, tuple] = field(default_factory=dict)
+    """Service key -> the Prometheus readings its scaling decision used (Scale.signals)."""
+    signals_reported: set[str] = field(default_factory=set)
+    """Utilization queries whose failure is already a finding (one per query, not per pod)."""
     budget_left: int = 0
     team_usage: dict[str, Fraction] = field(default_factory=dict)
     pool_whole_usage: dict[tuple[str, str], int] = field(
@@ -436,8 +452,11 @@ class _Run:
             "gpus": tuple(sorted(a.gpu for a in w.allocations)),
             "priority_class": w.priority_class,
         }
-        if kind != "move" and job:
-            # stop the gang by suspending its Job: no replacement pod, no retry spent
+        if kind != "move" and job and not kueue_mode(self):
+            # stop the gang by suspending its Job: no replacement pod, no retry spent (not in
+            # kueue mode: Kueue unsuspends a suspended Job whose Workload it admitted,
+            # kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go "handle
+            # job is suspended"; so the pods are evicted)
             fields["suspend_job"] = job
         if kind == "move":
             action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
@@ -523,6 +542,7 @@ def plan_state(
         for a in w.allocations if w.node else ():
             run.stopping.setdefault((w.node or "", a.gpu), set()).add(w.key)
     _init_usage(run)
+    _kueue_workloads(run)
     observed_usage = dict(run.team_usage)
     _fences(run)
     _drift(run)
@@ -546,6 +566,7 @@ def plan_state(
         _warm_minimum(run, pv)
     _objects(run)
     _prune(run)
+    _kueue(run)
     _repartitions(run)
     _finish_drains(run)
     _admissions(run, pending)
@@ -671,6 +692,8 @@ def _resource_quotas(run: _Run) -> dict[tuple[str, str], dict[str, str]]:
     gates. There admission enforces caps, borrowing and lending limits, holding a pod gated
     until it fits; a quota counts gated pods from their creation and would refuse pods
     admission would only queue, so it is kept empty."""
+    if kueue_mode(run):
+        return {}  # the Quotas are Kueue's ClusterQueues (reconciler/plan/kueue.py)
     gated = set(run.observed.gated_namespaces or ())
     return {
         (ns, name): ({} if ns in gated else hard)
@@ -941,8 +964,8 @@ def _wait(run: _Run, p: Pending, code: str, why: str, severity: str = "info") ->
     if not p.origin.startswith("scale-up") or code not in ADMISSION_CODES:
         run.find(severity, code, p.key, why)
     # a replica admission holds is reported once, on its service (`_emit_scales`)
-    if not p.gated:
-        return
+    if not p.gated or (kueue_mode(run) and p.request.kind == "whole"):
+        return  # in kueue mode training is Kueue's to admit: no Hold
     for m in p.members:  # the pod stays gated: its owner sees why in `kubectl describe`
         w = run.cluster.workloads.get(m)
         if w is not None and w.held != why:
@@ -1160,6 +1183,7 @@ def _emit_scales(run: _Run, intents: list[_ScaleIntent], admitted: list[Pending]
                 from_replicas=svc.replicas,
                 to_replicas=want,
                 policy=it.policy,
+                signals=run.scale_signals.get(svc.key, ()),
             )
         )
 
@@ -1174,8 +1198,10 @@ def _desired_replicas(
     if n > hi:
         return hi, f"{svc.key} runs {n} replicas, above its maximum of {hi}"
     since = run.seconds_since(svc.last_scale_at)
-    per = svc.queue_length / max(n, 1) if svc.queue_length is not None else None
-    wait = svc.pending_seconds_p99
+    read = _target_signals(run, pol, svc)
+    per = read.queue_length / max(n, 1) if read.queue_length is not None else None
+    wait = read.wait_seconds
+    shown = f" [{sig.describe(read.evidence)}]" if read.evidence else ""
     hot = []
     if (
         up.queue_length_per_replica is not None
@@ -1199,15 +1225,16 @@ def _desired_replicas(
         if since is not None and since < up.cooldown.total_seconds():
             return n, ""
         want = min(hi, n + up.step)
-        return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}"
-    calm = per is not None and per < down.queue_length_per_replica
+        return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}{shown}"
+    # a signal that could not be read is not calm: never a scale-down on a missing reading
+    calm = per is not None and per < down.queue_length_per_replica and not read.problems
     if calm and n > lo and (since is None or since >= down.cooldown.total_seconds()):
         want = max(lo, n - down.step)
         return (
             want,
             f"queue {per:g}/replica < {down.queue_length_per_replica:g} "
             f"for over {format_duration(down.cooldown.total_seconds())}: "
-            f"scale {svc.key} {n} -> {want}",
+            f"scale {svc.key} {n} -> {want}{shown}",
         )
     return n, ""
 
@@ -1334,8 +1361,35 @@ def _emit_envelope(run: _Run, it: _ScaleIntent, env: _Envelope, keys: set[str]) 
             from_max=a.max_replicas,
             to_max=want,
             policy=it.policy,
+            signals=run.scale_signals.get(svc.key, ()),
         )
     )
+
+
+def _target_signals(run: _Run, pol: ScalingPolicy, svc: InferenceService) -> sig.TargetSignals:
+    """Where the target's queue length and wait come from (`plan/signals.py`): annotations, or
+    Prometheus readings. Each reading that fails is a finding; the readings used are kept for
+    the Scale action (`Scale.signals`)."""
+    name = pol.metadata.name
+    target = next(
+        t
+        for t in pol.spec.targets
+        if (t.kind, t.namespace, t.name) == (svc.kind, svc.namespace, svc.name)
+    )
+    read = sig.target_signals(run.observed, name, pol, target, svc)
+    for signal, query, why in read.problems:
+        run.find(
+            "warning",
+            "signal-unavailable",
+            svc.key,
+            f"ScalingPolicy/{name} cannot read {signal} ({query}): {why}; "
+            "no scale-down while a signal is unread (scale-up may still come from the other)",
+        )
+    if read.evidence:
+        run.scale_signals[svc.key] = read.evidence
+    else:
+        run.scale_signals.pop(svc.key, None)
+    return read
 
 
 # --------------------------------------------------------------------------- 2. caps, 3. idle
@@ -1440,26 +1494,35 @@ def _idle_reclaim(run: _Run) -> None:
             if any(s is None or s.holders != {w.key} or s.mode != "whole" for s in slots):
                 continue  # MIG/shared cards: NVML's utilization is not this workload's alone
             limit = rule.idle_for.total_seconds()
-            # A card's idleness is its time under the policy's threshold (processes or not,
-            # from the levels the agent publishes), counted from when this workload started at
-            # the earliest: the card may have been idle before the job came.
-            since = [s.idle_since_below(rule.utilization_below) for s in slots]
-            idle = [
-                run.seconds_since(max(t, w.started_at) if w.started_at else None)
-                if t is not None
-                else None
-                for t in since
-            ]
-            if any(s.utilization >= rule.utilization_below for s in slots) or any(
-                i is None or i < limit for i in idle
-            ):
-                continue
+            shown = ""
+            if rule.utilization.source == "prometheus":
+                got = _prometheus_idle(run, m, w, slots)
+                if got is None:
+                    continue
+                idle, shown = got
+                if any(i < limit for i in idle):
+                    continue
+            else:
+                # A card's idleness is its time under the policy's threshold (processes or not,
+                # from the levels the agent publishes), counted from when this workload started
+                # at the earliest: the card may have been idle before the job came.
+                since = [s.idle_since_below(rule.utilization_below) for s in slots]
+                idle = [
+                    run.seconds_since(max(t, w.started_at) if w.started_at else None)
+                    if t is not None
+                    else None
+                    for t in since
+                ]
+                if any(s.utilization >= rule.utilization_below for s in slots) or any(
+                    i is None or i < limit for i in idle
+                ):
+                    continue
             cls = w.priority_class or run._default_class()
             if cls in rule.exclude_classes:
                 continue
             why = (
                 f"{w.key} has used < {rule.utilization_below:g}% of its {len(slots)} GPU(s) "
-                f"for {format_duration(min(idle))} (limit {format_duration(limit)})"
+                f"for {format_duration(min(idle))} (limit {format_duration(limit)}){shown}"
             )
             if rule.action == "report":
                 run.find("info", "idle-report", w.key, why)
@@ -1470,6 +1533,52 @@ def _idle_reclaim(run: _Run) -> None:
             else:
                 run.evict(w, "reclaim", why + ": reclaim the cards", pool)
             break
+
+
+def _prometheus_idle(
+    run: _Run, m: MaintenancePolicy, w: Workload, slots: list
+) -> tuple[list[float], str] | None:
+    """Idle reclaim from the DCGM exporter's utilization in Prometheus: every card of `w` has a
+    sample in the policy's reading, each below utilizationBelow over the window (idleFor); the
+    idle time is idleFor, or the time since `w` started when that is shorter (unknown start:
+    not idle). A failed reading, or a card without a sample, is a finding and nothing is
+    reclaimed on it. Returns the idle seconds per card and the evidence for the reason."""
+    rule = m.spec.idle_reclaim
+    assert rule is not None
+    q = sig.utilization_query(m.metadata.name, m)
+    assert q is not None
+    why = sig.unavailable(run.observed, q)
+    if why:
+        if q.id not in run.signals_reported:
+            run.signals_reported.add(q.id)
+            run.find(
+                "warning",
+                "signal-unavailable",
+                f"MaintenancePolicy/{m.metadata.name}",
+                f"cannot read GPU utilization ({q.query}): {why}; nothing is reclaimed as idle",
+            )
+        return None
+    r = sig.reading(run.observed, q)
+    assert r is not None
+    cards = {(n.name, g.index): g for n in run.observed.nodes for g in n.gpus}
+    values = []
+    for s in slots:
+        gpu = cards.get((s.node, s.index))
+        u = sig.card_utilization(r, s.node, gpu) if gpu is not None else None
+        if u is None:
+            run.find(
+                "warning",
+                "signal-unavailable",
+                w.key,
+                f"MaintenancePolicy/{m.metadata.name}: no utilization sample for {s.node} "
+                f"GPU {s.index} in ({q.query}); not reclaimed as idle",
+            )
+            return None
+        values.append(u)
+    if max(values) >= rule.utilization_below or w.started_at is None:
+        return None
+    span = min(rule.idle_for.total_seconds(), run.seconds_since(w.started_at) or 0.0)
+    return [span] * len(slots), f" [utilization: {q.query} = {max(values):g}]"
 
 
 # --------------------------------------------------------------------------- admission
@@ -1559,6 +1668,8 @@ def _held(
     q = run.desired.quota_for_namespace(p.namespace)
     if q is None:
         return None
+    if kueue_mode(run) and r.kind == "whole":
+        return None  # Kueue admitted it within its ClusterQueue: the Quota is Kueue's to keep
     team = q.team
     if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
         hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
@@ -2772,6 +2883,9 @@ def _reservations(run: _Run, pending: list[Pending]) -> None:
 def _suspended(run: _Run) -> list[Pending]:
     """Jobs gpupool suspended to stop their gang: demand for all their pods again (created
     when the Job is resumed, gated, then admitted)."""
+    if kueue_mode(run):
+        _kueue_suspended(run)
+        return []
     out = []
     for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
         p = Pending(
@@ -2821,6 +2935,8 @@ def _admissions(run: _Run, pending: list[Pending]) -> None:
             continue
         if not p.gated or p.origin != "pending pod":
             continue
+        if kueue_mode(run) and p.request.kind == "whole":
+            continue  # Kueue admits training (`_kueue_workloads` reports a gpupool gate)
         pods, after, deps = [], set(), set()
         for m in p.members:
             cards = sorted(where[m], key=lambda g: g.index)
@@ -2871,3 +2987,206 @@ def _ordered(actions: dict[str, Action]) -> list[Action]:
     if len(out) != len(actions):  # pragma: no cover - the planner never builds cycles
         raise RuntimeError("dependency cycle in plan")
     return out
+
+
+# --------------------------------------------------------------------------- Kueue mode (issue 14)
+
+
+def kueue_mode(run: _Run) -> bool:
+    """PriorityPolicy `admission.controller: kueue`, and Kueue's CRDs are served. Without them
+    (`observed.kueue` None) gpupool keeps to gpupool mode, with a `kueue-not-installed`
+    finding: pruning the ResourceQuotas before Kueue can enforce anything would leave the
+    teams without limits, and nobody would admit what gpupool no longer admits."""
+    return run.desired.admission_controller == "kueue" and run.observed.kueue is not None
+
+
+def _kueue_workloads(run: _Run) -> None:
+    """In kueue mode, training that Kueue will not see or that gpupool's gate keeps back."""
+    if run.desired.admission_controller == "kueue" and run.observed.kueue is None:
+        run.find(
+            "warning",
+            "kueue-not-installed",
+            "Kueue",
+            "the PriorityPolicy chooses admission.controller kueue, but Kueue's CRDs "
+            "(kueue.x-k8s.io ResourceFlavor, ClusterQueue, LocalQueue) are not served: no Kueue "
+            "object is applied, and gpupool keeps its ResourceQuotas and its own admission "
+            "until they are",
+        )
+        return
+    if not kueue_mode(run):
+        return
+    seen: set[object] = set()
+    for w in sorted(run.observed.workloads, key=lambda w: w.key):
+        if w.request.kind != "whole" or run.desired.quota_for_namespace(w.namespace) is None:
+            continue
+        key = gang_key(w) or w.key
+        if key in seen:
+            continue
+        seen.add(key)
+        who = f"{w.owner_kind} {w.namespace}/{w.owner_name}" if w.owner_name else f"Pod {w.key}"
+        if not w.queue_name:
+            run.find(
+                "warning",
+                "kueue-queue-name-missing",
+                w.key,
+                f"{who} trains in team namespace {w.namespace} without the label "
+                f"{KUEUE_QUEUE_LABEL}: Kueue does not queue it, so it runs outside the team's "
+                f"ClusterQueue. Label it {KUEUE_QUEUE_LABEL}={KUEUE_LOCAL_QUEUE}",
+            )
+        if w.phase == "Pending" and w.admission == "gpupool":
+            run.find(
+                "warning",
+                "kueue-gated-training",
+                w.key,
+                f"carries gpupool's scheduling gate {ADMISSION_GATE} in kueue mode, where gpupool "
+                "admits no training: it waits for good. Remove the namespace's "
+                "gpupool.io/admission=gated label (or the gate)",
+            )
+
+
+def _kueue_suspended(run: _Run) -> None:
+    for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
+        run.find(
+            "warning",
+            "kueue-suspended-job",
+            j.key,
+            f"Job {j.key} was suspended by gpupool before kueue mode; gpupool resumes nothing in "
+            f"kueue mode. Kueue admits it if it carries {KUEUE_QUEUE_LABEL}; otherwise resume "
+            "it by hand (spec.suspend: false)",
+        )
+
+
+def _kueue_ref(kind: str, ns: str, name: str) -> str:
+    return f"{kind} {ns + '/' if ns else ''}{name}"
+
+
+def _kueue(run: _Run) -> None:
+    """Kueue's objects: in kueue mode every Quota as a ClusterQueue, every Pool as a
+    ResourceFlavor, every team namespace's LocalQueue (reconciler/plan/kueue.py); in gpupool
+    mode none, so the ones gpupool made are pruned. Only objects with gpupool's managed-by
+    label are changed or pruned, and pruning all of them while no Quota is left needs the
+    ChangePolicy's allowDeleteAllQuotas, as for ResourceQuotas."""
+    if run.observed.kueue is None:
+        return  # Kueue's CRDs are not served: nothing to apply or prune
+    mode = kueue_mode(run)
+    want = kueue_render.desired_kueue_objects(run.desired) if mode else {}
+    if mode:
+        for q in sorted(run.desired.quotas.values(), key=lambda q: q.metadata.name):
+            for what in kueue_render.unmapped_fields(q):
+                run.find(
+                    "info",
+                    "kueue-unmapped-field",
+                    f"Quota {q.metadata.name}",
+                    f"{what} has no Kueue equivalent and is not enforced in kueue mode",
+                )
+    have = {(o.kind, o.namespace, o.name): o for o in run.observed.kueue}
+    applied: dict[tuple[str, str, str], str] = {}
+    pruned: dict[tuple[str, str, str], str] = {}
+
+    def prune(key: tuple[str, str, str], why: str) -> str:
+        kind, ns, name = key
+        ref = _kueue_ref(kind, ns, name)
+        deps: list[str] = []
+        if kind == "ClusterQueue":  # its local queues go first
+            deps = [aid for (k, _, _), aid in pruned.items() if k == "LocalQueue"]
+        elif kind == "ResourceFlavor":
+            deps = [aid for (k, _, _), aid in pruned.items() if k == "ClusterQueue"]
+        aid = run.add(
+            PruneKueueObject(
+                id=f"prune-kueue:{kind}:{f'{ns}/' if ns else ''}{name}",
+                target=f"{ns}/{name}" if ns else name,
+                reason=f"prune {ref}: {why} (gpupool made it: {MANAGED_BY_LABEL}={MANAGED_BY})",
+                depends_on=tuple(sorted(deps)),
+                object_kind=kind,
+                namespace=ns,
+                name=name,
+            )
+        )
+        pruned[key] = aid
+        return aid
+
+    for key, spec in want.items():
+        kind, ns, name = key
+        cur = have.get(key)
+        if cur is not None and cur.managed_by != MANAGED_BY:
+            _foreign(run, kind, f"{ns}/{name}" if ns else name, cur.managed_by, "gpupool's")
+            continue
+        if cur is not None and kueue_render.spec_matches(spec, cur.spec):
+            continue
+        deps: list[str] = []
+        if kind == "ClusterQueue":
+            names = {f["name"] for g in spec["resourceGroups"] for f in g["flavors"]}
+            deps = [
+                aid for (k, _, n), aid in applied.items() if k == "ResourceFlavor" and n in names
+            ]
+        elif kind == "LocalQueue":
+            deps = [
+                aid
+                for (k, _, n), aid in applied.items()
+                if k == "ClusterQueue" and n == spec["clusterQueue"]
+            ]
+        verb = "create" if cur is None else "update"
+        if (
+            kind == "LocalQueue"
+            and cur is not None
+            and cur.spec.get("clusterQueue")
+            not in (
+                None,
+                spec["clusterQueue"],
+            )
+        ):
+            # spec.clusterQueue is immutable (LocalQueue CRD rule "field is immutable"):
+            # the queue is deleted and made again pointing at the namespace's new quota
+            deps.append(
+                prune(
+                    key,
+                    f"{ns} now belongs to ClusterQueue {spec['clusterQueue']}, and a "
+                    "LocalQueue's clusterQueue cannot change: it is made again",
+                )
+            )
+            verb = "create"
+        what = {
+            "ResourceFlavor": f"for Pool {spec.get('nodeLabels', {}).get(POOL_LABEL, name)}",
+            "ClusterQueue": f"for the Quota of namespaces {', '.join(_cq_namespaces(spec))}",
+            "LocalQueue": f"of namespace {ns}, queueing into ClusterQueue "
+            f"{spec.get('clusterQueue')}",
+        }[kind]
+        applied[key] = run.add(
+            ApplyKueueObject(
+                id=f"kueue:{kind}:{f'{ns}/' if ns else ''}{name}",
+                target=f"{ns}/{name}" if ns else name,
+                reason=f"{verb} {_kueue_ref(kind, ns, name)} {what} (kueue mode)",
+                depends_on=tuple(sorted(deps)),
+                object_kind=kind,
+                namespace=ns,
+                name=name,
+                verb=verb,
+                spec=kueue_render.body(spec),
+            )
+        )
+    stale = sorted(
+        (
+            key
+            for key, o in have.items()
+            if o.managed_by == MANAGED_BY and key not in want and not o.terminating
+        ),
+        key=lambda k: (-kueue_render.KINDS.index(k[0]), k[1], k[2]),
+    )
+    change = run.desired.change.spec if run.desired.change else None
+    if stale and not run.desired.quotas and not (change and change.allow_delete_all_quotas):
+        _refuse_prune_all(
+            run, "Kueue object", [_kueue_ref(*k) for k in stale], "allowDeleteAllQuotas"
+        )
+        return
+    why = (
+        "no Quota, Pool or team namespace of the desired state renders it any more"
+        if mode
+        else "the PriorityPolicy's admission.controller is gpupool, which renders no Kueue object"
+    )
+    for key in stale:
+        prune(key, why)
+
+
+def _cq_namespaces(spec: dict) -> list[str]:
+    exprs = (spec.get("namespaceSelector") or {}).get("matchExpressions") or [{}]
+    return list(exprs[0].get("values") or [])

@@ -29,6 +29,8 @@ SYMBOL = {
     "prune-quota": "-",
     "prune-priority-class": "-",
     "label-node": "+",
+    "kueue-object": "+",
+    "prune-kueue-object": "-",
 }
 
 

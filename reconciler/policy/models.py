@@ -311,10 +311,29 @@ class Preemption(Model):
     (cluster-wide)."""
 
 
+# --- admission mode (issue 14: a Kueue mode) --------------------------------------------
+
+
+class Admission(Model):
+    """Which system admits training work, and so what the Quotas become in the cluster."""
+
+    controller: Literal["gpupool", "kueue"] = "gpupool"
+    """`gpupool`: Quotas become ResourceQuotas and gpupool admits gated pods (admit, hold,
+    resume). `kueue`: Quotas become Kueue ClusterQueues (one cohort), ResourceFlavors (one per
+    pool) and LocalQueues (one per team namespace); Kueue admits and suspends Jobs, gpupool
+    keeps partitioning, scaling and placement."""
+    cohort: Name = "gpupool"
+    """kueue only: the cohort every ClusterQueue gpupool renders belongs to (its teams borrow
+    and lend within it)."""
+
+
 class PriorityPolicySpec(Model):
     classes: list[PriorityClassSpec] = Field(min_length=1)
     default_class: Name | None = None
     preemption: Preemption = Preemption()
+    admission: Admission = Admission()
+    """Who admits training: gpupool (scheduling gates, ResourceQuotas) or Kueue (gpupool
+    renders the Quotas as Kueue queues and leaves admission to it)."""
 
 
 class PriorityPolicy(Model):
@@ -358,6 +377,87 @@ class ScaleDown(Model):
     """...and the last scale change is at least this old."""
 
 
+# ------------------------------------------------ signals from Prometheus (ScalingPolicy)
+
+PLACEHOLDER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+"""A placeholder in a PromQL template: `$namespace`, `$name`, `$window`. Substituted as plain
+text before the query is sent (PromQL's braces rule out str.format). A `$` followed by a digit
+(label_replace's `$1`) is not a placeholder and is left as it is."""
+MAX_QUERY_LENGTH = 4000
+"""A query longer than this is a paste accident; Prometheus reads queries from the URL."""
+
+# vLLM's own metric names (vllm-project/vllm, vllm/v1/metrics/loggers.py, PrometheusStatLogger):
+# the gauge `vllm:num_requests_waiting` ("Number of requests waiting to be processed") and the
+# histogram `vllm:request_queue_time_seconds` ("time spent in WAITING phase for request",
+# observed when a request finishes), both labelled model_name and engine. The `namespace` and
+# `pod` labels are not vLLM's: Prometheus' Kubernetes service discovery gives them through
+# relabelling (`__meta_kubernetes_namespace` -> namespace, `__meta_kubernetes_pod_name` -> pod,
+# which the Prometheus Operator generates for every PodMonitor and ServiceMonitor:
+# prometheus-operator pkg/prometheus/promcfg.go, generatePodMonitorConfig and the ServiceMonitor
+# equivalent); a setup with other label names overrides the query. A Deployment's pods are
+# named `<deployment>-<replicaset hash>-<suffix>`, a StatefulSet's `<name>-<ordinal>`:
+# `pod=~"$name-.*"` matches both.
+DEFAULT_QUEUE_LENGTH_QUERY = (
+    'sum(vllm:num_requests_waiting{namespace="$namespace",pod=~"$name-.*"})'
+)
+DEFAULT_WAIT_TIME_QUERY = (
+    "(histogram_quantile(0.99, sum by (le) (rate(vllm:request_queue_time_seconds_bucket"
+    '{namespace="$namespace",pod=~"$name-.*"}[5m]))) >= 0)'
+    " or (sum(rate(vllm:request_queue_time_seconds_count"
+    '{namespace="$namespace",pod=~"$name-.*"}[5m])) == 0)'
+)
+"""p99 of the time requests spent waiting, over the last 5 minutes. With no request finished in
+the window, histogram_quantile gives NaN (dropped by `>= 0`) and the right side gives 0 (no
+wait seen); a series that does not exist at all gives an empty result, which is a finding."""
+
+
+def _check_placeholders(text: str, known: tuple[str, ...]) -> str:
+    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(text)} - set(known))
+    if unknown:
+        raise ValueError(
+            f"unknown placeholder {', '.join('$' + u for u in unknown)} in the query; "
+            f"known here: {', '.join('$' + k for k in known)}"
+        )
+    return text
+
+
+SCALING_PLACEHOLDERS = ("namespace", "name")
+UTILIZATION_PLACEHOLDERS = ("window",)
+
+PromQuery = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_LENGTH)]
+
+
+class ScalingSignals(Model):
+    """Where a ScalingPolicy reads each target's queue length and wait time."""
+
+    source: Literal["annotations", "prometheus"] = "annotations"
+    """`annotations`: the workload's `gpupool.io/queue-length` and `gpupool.io/pending-p99-seconds`
+    annotations. `prometheus`: the two queries below, through the Prometheus HTTP API (the
+    controller's `--prometheus-url`); a failed, empty or non-finite reading is a finding and
+    never a scale-down."""
+    queue_length: PromQuery = DEFAULT_QUEUE_LENGTH_QUERY
+    """PromQL giving the requests waiting, all replicas together (one sample, or several that
+    are summed). `$namespace` and `$name` are the target's. Default: vLLM's
+    `vllm:num_requests_waiting`, selected by the `namespace` and `pod` labels that Prometheus'
+    Kubernetes service discovery relabelling adds (override the query where yours differ)."""
+    wait_time: PromQuery = DEFAULT_WAIT_TIME_QUERY
+    """PromQL giving the p99 wait in seconds (read only when scaleUp.pendingTime is set; the
+    largest sample counts). Default: vLLM's `vllm:request_queue_time_seconds` histogram."""
+
+    @field_validator("queue_length", "wait_time")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        return _check_placeholders(v, SCALING_PLACEHOLDERS)
+
+    @model_validator(mode="after")
+    def _queries_need_prometheus(self) -> ScalingSignals:
+        given = self.model_fields_set & {"queue_length", "wait_time"}
+        if self.source != "prometheus" and given:
+            names = ", ".join(sorted(yaml_name(f) for f in given))
+            raise ValueError(f"{names} is read only with source: prometheus")
+        return self
+
+
 class ScalingPolicySpec(Model):
     pool: Name
     targets: list[ScaleTarget] = Field(min_length=1)
@@ -365,6 +465,8 @@ class ScalingPolicySpec(Model):
     scale_down: ScaleDown
     borrow_from: list[Name] = []
     """Priority classes whose running training may be preempted to make room for scale-up."""
+    signals: ScalingSignals = ScalingSignals()
+    """Where the queue length and wait time come from (default: workload annotations)."""
 
 
 class ScalingPolicy(Model):
@@ -399,6 +501,43 @@ class Defragmentation(Model):
         return self
 
 
+# ------------------------------------------- utilization from Prometheus (MaintenancePolicy)
+
+# The DCGM exporter's utilization gauge (NVIDIA/dcgm-exporter docs/metrics.md:
+# `DCGM_FI_DEV_GPU_UTIL`, "GPU utilization over the sample period", percent), one series per
+# card, labelled (internal/pkg/rendermetrics/render_metrics.go) gpu (the index), UUID (`uuid`
+# with --use-old-namespace), pci_bus_id, device, modelName, GPU_I_PROFILE/GPU_I_ID for MIG
+# instances, and the node as `Hostname` (renamed `hostname` after release 4.5.3-4.8.2; the
+# value is NODE_NAME when set, else the host name: internal/pkg/hostname/hostname.go).
+DEFAULT_UTILIZATION_QUERY = "max_over_time(DCGM_FI_DEV_GPU_UTIL[$window])"
+"""The highest utilization of each card over the last idleFor: below utilizationBelow means
+below it the whole time."""
+
+
+class UtilizationSignal(Model):
+    """Where idle reclaim reads each card's utilization."""
+
+    source: Literal["agent", "prometheus"] = "agent"
+    """`agent`: gpupool's node agent (NVML, `GpuNodeState`). `prometheus`: the query below
+    through the Prometheus HTTP API; a card is idle only when its sample exists and is below
+    utilizationBelow (a missing or failed reading is a finding, and nothing is reclaimed)."""
+    query: PromQuery = DEFAULT_UTILIZATION_QUERY
+    """PromQL giving one sample per card; `$window` is idleFor in seconds (e.g. `3600s`).
+    Samples are matched to cards by their `UUID` label, else by node (`Hostname` or
+    `hostname`) and `gpu` index, as the DCGM exporter labels them."""
+
+    @field_validator("query")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        return _check_placeholders(v, UTILIZATION_PLACEHOLDERS)
+
+    @model_validator(mode="after")
+    def _query_needs_prometheus(self) -> UtilizationSignal:
+        if self.source != "prometheus" and "query" in self.model_fields_set:
+            raise ValueError("query is read only with source: prometheus")
+        return self
+
+
 class IdleReclaim(Model):
     enabled: bool = True
     utilization_below: Percent = 5
@@ -407,6 +546,8 @@ class IdleReclaim(Model):
     """...for at least this long."""
     action: Literal["evict", "report"] = "evict"
     exclude_classes: list[Name] = []
+    utilization: UtilizationSignal = UtilizationSignal()
+    """Where the cards' utilization comes from (default: gpupool's node agent)."""
 
 
 class MaintenancePolicySpec(Model):

@@ -84,6 +84,15 @@ class DesiredState:
                 return q
         return None
 
+    @property
+    def admission_controller(self) -> str:
+        """`gpupool` (the default) or `kueue`: PriorityPolicy `spec.admission.controller`."""
+        return self.priority.spec.admission.controller if self.priority else "gpupool"
+
+    @property
+    def kueue_cohort(self) -> str:
+        return self.priority.spec.admission.cohort if self.priority else "gpupool"
+
     def maintenance_for(self, pool: str) -> list[MaintenancePolicy]:
         return [m for m in self.maintenance.values() if not m.spec.pools or pool in m.spec.pools]
 

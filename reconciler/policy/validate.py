@@ -39,6 +39,7 @@ def check_semantics(
     for ref_check in (_quotas, _scaling, _maintenance):
         out.extend(ref_check(state, ctx))
     out.extend(_priority(state))
+    out.extend(_kueue(state))
     return out
 
 
@@ -473,4 +474,31 @@ def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterato
                         d,
                         ("spec", "idleReclaim", "excludeClasses", i),
                         f"unknown priority class {c!r}",
+                    )
+
+
+# --- Kueue mode (issue 14) ---------------------------------------------------------------
+
+
+def _kueue(state: DesiredState) -> Iterator[Problem]:
+    """In kueue mode each Allotment becomes a ClusterQueue quota, and Kueue's ClusterQueue
+    webhook refuses a lendingLimit above the nominalQuota (kubernetes-sigs/kueue v0.17.0
+    pkg/webhooks/clusterqueue_webhook.go, validateLendingLimit: "must be less than or equal
+    to the nominalQuota"): said here, with file and line, instead of failing at apply."""
+    if state.admission_controller != "kueue":
+        return
+    for d in _docs(state, "Quota"):
+        q: Quota = d.model
+        for i, pq in enumerate(q.spec.pools):
+            allots = [(("whole",), pq.whole)] + [
+                (("mig", prof), a) for prof, a in sorted(pq.mig.items())
+            ]
+            for sub, a in allots:
+                if a.lending_limit is not None and a.lending_limit > a.guaranteed:
+                    yield _problem(
+                        d,
+                        ("spec", "pools", i, *sub, "lendingLimit"),
+                        f"lendingLimit {a.lending_limit} exceeds guaranteed {a.guaranteed}: "
+                        "in kueue mode it becomes the ClusterQueue's lendingLimit, which Kueue "
+                        "allows only up to the nominalQuota (the guarantee)",
                     )

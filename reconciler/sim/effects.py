@@ -54,6 +54,7 @@ re-reads and skips):
 * ApplyQuota / ApplyPriorityClass: the observed objects become what the action writes (a
   second globalDefault class is refused, as the API server does).
 * PruneQuota / PrunePriorityClass: the object is gone, if it still carries gpupool's label
+* ApplyKueueObject / PruneKueueObject: the Kueue object is stored as sent / gone (ours only)
   (the handlers delete nothing else).
 
 Telemetry: a whole card a pod leaves is idle from then on (utilization 0, `idle_since` kept
@@ -82,6 +83,7 @@ from reconciler.observe.model import (
     Allocation,
     Gpu,
     InferenceService,
+    KueueObject,
     MigInstance,
     Node,
     ObservedState,
@@ -93,6 +95,7 @@ from reconciler.observe.model import (
 )
 from reconciler.plan.actions import (
     Admit,
+    ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
     Checkpoint,
@@ -102,6 +105,7 @@ from reconciler.plan.actions import (
     LabelNode,
     MigReconfigure,
     Move,
+    PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
     Repartition,
@@ -140,6 +144,7 @@ class _World:
     priority_classes: list[PriorityClassObject] = field(default_factory=list)
     recent: list[datetime] = field(default_factory=list)
     suspended: list[SuspendedJob] = field(default_factory=list)
+    kueue: list[KueueObject] | None = None
 
     @classmethod
     def of(cls, desired: DesiredState, observed: ObservedState) -> _World:
@@ -153,6 +158,7 @@ class _World:
             priority_classes=list(observed.priority_classes),
             recent=list(observed.recent_preemptions),
             suspended=list(observed.suspended_jobs),
+            kueue=None if observed.kueue is None else list(observed.kueue),
         )
 
     def state(self) -> ObservedState:
@@ -165,6 +171,7 @@ class _World:
                 "priority_classes": list(self.priority_classes),
                 "recent_preemptions": list(self.recent),
                 "suspended_jobs": list(self.suspended),
+                "kueue": None if self.kueue is None else list(self.kueue),
             }
         )
 
@@ -633,6 +640,30 @@ def _hold(world: _World, a: Hold, now: datetime) -> None:
         world.workloads[i] = world.workloads[i].model_copy(update={"held": a.message})
 
 
+def _kueue_object(world: _World, a: ApplyKueueObject, now: datetime) -> None:
+    """Kueue's objects as the API server would store them (the spec as sent)."""
+    if world.kueue is None:
+        return
+    key = (a.object_kind, a.namespace, a.name)
+    obj = KueueObject(
+        kind=a.object_kind, namespace=a.namespace, name=a.name, spec=a.spec, managed_by=MANAGED_BY
+    )
+    at = next((i for i, o in enumerate(world.kueue) if (o.kind, o.namespace, o.name) == key), None)
+    if at is None:
+        world.kueue.append(obj)
+    elif world.kueue[at].managed_by == MANAGED_BY:
+        world.kueue[at] = obj
+
+
+def _prune_kueue_object(world: _World, a: PruneKueueObject, now: datetime) -> None:
+    if world.kueue is None:
+        return
+    key = (a.object_kind, a.namespace, a.name)
+    world.kueue[:] = [
+        o for o in world.kueue if (o.kind, o.namespace, o.name) != key or o.managed_by != MANAGED_BY
+    ]
+
+
 EFFECTS: dict[str, Callable] = {
     "cordon": _cordon,
     "uncordon": _uncordon,
@@ -652,6 +683,8 @@ EFFECTS: dict[str, Callable] = {
     "priority-class": _priority_class,
     "prune-quota": _prune_quota,
     "prune-priority-class": _prune_priority_class,
+    "kueue-object": _kueue_object,
+    "prune-kueue-object": _prune_kueue_object,
 }
 
 

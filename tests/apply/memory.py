@@ -80,6 +80,9 @@ MUTATING = frozenset(
         "delete_priority_class",
         "delete_resource_quota",
         "create_event",
+        "create_kueue_object",
+        "patch_kueue_object",
+        "delete_kueue_object",
     }
 )
 PLURAL = {"Deployment": "deployments.apps", "StatefulSet": "statefulsets.apps"}
@@ -190,6 +193,8 @@ class MemoryCluster:
         self.config_maps: dict[tuple[str, str], _Versioned] = {}
         self.quotas: dict[tuple[str, str], dict] = {}
         self.priority_classes: dict[str, dict] = {}
+        self.kueue: dict[tuple[str, str, str], dict] = {}
+        """Kueue objects by (kind, namespace or "", name): whole objects as stored."""
         self.events: list[tuple[str, dict]] = []
         self.evictions: list[str] = []
         self.applied: list[dict] = []
@@ -853,3 +858,54 @@ class MemoryCluster:
             self.events.append((namespace, copy.deepcopy(body)))
 
         self._run("create_event", create, namespace=namespace, body=copy.deepcopy(body))
+
+    # ------------------------------------------------------------------ Kueue (issue 14)
+    def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        def read() -> str | None:
+            o = self.kueue.get((kind, namespace, name))
+            if o is None:
+                return None
+            return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+        return self._run("kueue_manager", read, kind=kind, namespace=namespace, name=name)
+
+    def create_kueue_object(self, body: dict) -> None:
+        def create() -> None:
+            md = body["metadata"]
+            key = (body["kind"], md.get("namespace") or "", md["name"])
+            if key[1]:
+                self._need_namespace(key[1])
+            if key in self.kueue:
+                raise ApiError(409, "Conflict", f'{body["kind"]} "{md["name"]}" already exists')
+            self.kueue[key] = copy.deepcopy(body)
+
+        self._run("create_kueue_object", create, body=copy.deepcopy(body))
+
+    def patch_kueue_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        def merge(into: Any, p: Any) -> Any:  # RFC 7386 JSON merge patch
+            if not isinstance(p, dict):
+                return copy.deepcopy(p)
+            out = dict(into) if isinstance(into, dict) else {}
+            for k, v in p.items():
+                if v is None:
+                    out.pop(k, None)
+                else:
+                    out[k] = merge(out.get(k), v)
+            return out
+
+        def apply() -> None:
+            key = (kind, namespace, name)
+            if key not in self.kueue:
+                raise not_found(kind.lower() + "s.kueue.x-k8s.io", name)
+            self.kueue[key] = merge(self.kueue[key], patch)
+
+        self._run(
+            "patch_kueue_object", apply, kind=kind, namespace=namespace, name=name, patch=patch
+        )
+
+    def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
+        def delete() -> None:
+            if self.kueue.pop((kind, namespace, name), None) is None:
+                raise not_found(kind.lower() + "s.kueue.x-k8s.io", name)
+
+        self._run("delete_kueue_object", delete, kind=kind, namespace=namespace, name=name)

@@ -162,6 +162,17 @@ class Quota:
 
 
 @dataclass(frozen=True)
+class Kueue:
+    """A Kueue object (MemoryCluster rows only); `namespace` "" for the cluster-scoped kinds."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    managed_by: str = "gpupool"
+
+
+@dataclass(frozen=True)
 class AutoscalerSeed:
     """An HPA or a KEDA ScaledObject in `NS` (MemoryCluster rows only)."""
 
@@ -184,6 +195,7 @@ Seed = (
     | PriorityClass
     | Quota
     | AutoscalerSeed
+    | Kueue
 )
 
 
@@ -442,6 +454,18 @@ def seed_memory(row: Row) -> MemoryCluster:
                     else {},
                 },
                 "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+            }
+        elif isinstance(s, Kueue):
+            md: dict[str, Any] = {"name": s.name}
+            if s.namespace:
+                md["namespace"] = s.namespace
+            if s.managed_by:
+                md["labels"] = {"app.kubernetes.io/managed-by": s.managed_by}
+            c.kueue[(s.kind, s.namespace, s.name)] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": s.kind,
+                "metadata": md,
+                "spec": dict(s.spec),
             }
         else:  # pragma: no cover
             raise TypeError(s)

@@ -26,6 +26,7 @@ from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS, condition_reason
 from reconciler.apply.port import ApiError, PodCondition
 from reconciler.plan.actions import (
     Admit,
+    ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
     CardChange,
@@ -39,6 +40,7 @@ from reconciler.plan.actions import (
     Move,
     PodAdmission,
     Preempt,
+    PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
     Reclaim,
@@ -55,6 +57,7 @@ from tests.apply.table import (
     AutoscalerSeed,
     ConfigMap,
     Job,
+    Kueue,
     MemoryProbe,
     Node,
     NodeState,
@@ -2615,6 +2618,173 @@ PRUNE_ROWS = [
     ),
 ]
 
+# ---------------------------------------------------------------------- Kueue objects (issue 14)
+CQ_SPEC = {
+    "cohortName": "gpupool",
+    "resourceGroups": [
+        {
+            "coveredResources": ["nvidia.com/gpu"],
+            "flavors": [
+                {
+                    "name": "gpupool-a100",
+                    "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}],
+                }
+            ],
+        }
+    ],
+}
+APPLY_CQ = ApplyKueueObject(
+    id="kueue:ClusterQueue:gpupool-team-a",
+    target="gpupool-team-a",
+    reason="the Quota team-a",
+    object_kind="ClusterQueue",
+    name="gpupool-team-a",
+    verb="create",
+    spec=CQ_SPEC,
+)
+APPLY_LQ = ApplyKueueObject(
+    id=f"kueue:LocalQueue:{NS}/gpupool",
+    target=f"{NS}/gpupool",
+    reason="team namespace",
+    object_kind="LocalQueue",
+    namespace=NS,
+    name="gpupool",
+    verb="create",
+    spec={"clusterQueue": "gpupool-team-a"},
+)
+PRUNE_CQ = PruneKueueObject(
+    id="prune-kueue:ClusterQueue:gpupool-team-a",
+    target="gpupool-team-a",
+    reason="its Quota is gone",
+    object_kind="ClusterQueue",
+    name="gpupool-team-a",
+)
+OLD_CQ_SPEC = {
+    "cohortName": "gpupool",
+    "queueingStrategy": "BestEffortFIFO",
+    "resourceGroups": [
+        {
+            "coveredResources": ["nvidia.com/gpu"],
+            "flavors": [
+                {
+                    "name": "gpupool-a100",
+                    "resources": [
+                        {"name": "nvidia.com/gpu", "nominalQuota": 2, "borrowingLimit": 6}
+                    ],
+                }
+            ],
+        }
+    ],
+}
+
+
+def kueue_is(kind: str, name: str, spec: dict | None, ns: str = "", labelled: bool = True):
+    def check(p: Probe) -> None:
+        obj = p.cluster.kueue.get((kind, ns, name))  # type: ignore[attr-defined]
+        if spec is None:
+            assert obj is None
+            return
+        assert obj is not None and obj["spec"] == spec
+        labels = obj["metadata"].get("labels") or {}
+        assert (labels.get(C.MANAGED_BY_LABEL) == C.MANAGED_BY) == labelled
+
+    return check
+
+
+KUEUE_ROWS = [
+    Row(
+        "kueue/create",
+        APPLY_CQ,
+        (),
+        "done",
+        "created",
+        ("create_kueue_object",),
+        check=kueue_is("ClusterQueue", "gpupool-team-a", CQ_SPEC),
+    ),
+    Row(
+        # a merge patch replaces the list whole: the borrowingLimit the policy dropped goes,
+        # a default the CRD filled in (queueingStrategy) stays
+        "kueue/update-ours",
+        APPLY_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=OLD_CQ_SPEC),),
+        "done",
+        "updated",
+        ("patch_kueue_object",),
+        check=kueue_is(
+            "ClusterQueue", "gpupool-team-a", {**CQ_SPEC, "queueingStrategy": "BestEffortFIFO"}
+        ),
+    ),
+    Row(
+        "kueue/foreign",
+        APPLY_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=OLD_CQ_SPEC, managed_by=""),),
+        "skipped",
+        "is not gpupool's (no app.kubernetes.io/managed-by label)",
+        (),
+        check=kueue_is("ClusterQueue", "gpupool-team-a", OLD_CQ_SPEC, labelled=False),
+    ),
+    Row(
+        "kueue/another-manager",
+        APPLY_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=OLD_CQ_SPEC, managed_by="helm"),),
+        "skipped",
+        "is not gpupool's (managed by helm)",
+        (),
+    ),
+    Row(
+        "kueue/local-queue",
+        APPLY_LQ,
+        (),
+        "done",
+        "created",
+        ("create_kueue_object",),
+        check=kueue_is("LocalQueue", "gpupool", {"clusterQueue": "gpupool-team-a"}, ns=NS),
+    ),
+    Row(
+        "kueue/local-queue-namespace-missing",
+        APPLY_LQ.model_copy(update={"namespace": "nowhere", "target": "nowhere/gpupool"}),
+        (),
+        "blocked",
+        "namespace nowhere does not exist",
+    ),
+    Row(
+        # made meanwhile, or still terminating behind Kueue's resource-in-use finalizer
+        "kueue/create-conflict",
+        APPLY_CQ,
+        (),
+        "blocked",
+        "exists already",
+        fail={"create_kueue_object": ApiError(409, "Conflict", "already exists")},
+    ),
+    Row(
+        "prune-kueue/ours",
+        PRUNE_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=CQ_SPEC),),
+        "done",
+        "deleted",
+        ("delete_kueue_object",),
+        check=kueue_is("ClusterQueue", "gpupool-team-a", None),
+    ),
+    Row("prune-kueue/gone", PRUNE_CQ, (), "done", "already gone", ()),
+    Row(
+        "prune-kueue/foreign",
+        PRUNE_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=CQ_SPEC, managed_by=""),),
+        "skipped",
+        "is not gpupool's (no app.kubernetes.io/managed-by label)",
+        (),
+        check=kueue_is("ClusterQueue", "gpupool-team-a", CQ_SPEC, labelled=False),
+    ),
+    Row(
+        "prune-kueue/gone-at-the-delete",
+        PRUNE_CQ,
+        (Kueue("ClusterQueue", "gpupool-team-a", spec=CQ_SPEC),),
+        "done",
+        "already gone",
+        fail={"delete_kueue_object": ApiError(404, "Not Found")},
+    ),
+]
+
 TABLES = {
     "cordon": CORDON_ROWS,
     "uncordon": UNCORDON_ROWS,
@@ -2631,6 +2801,7 @@ TABLES = {
     "quota": QUOTA_ROWS,
     "priority-class": PRIORITY_CLASS_ROWS,
     "prune": PRUNE_ROWS,
+    "kueue": KUEUE_ROWS,
 }
 ROWS = {r.id: r for rows in TABLES.values() for r in rows}
 assert len(ROWS) == sum(map(len, TABLES.values())), "row ids must be unique"
@@ -2725,10 +2896,16 @@ def test_prune(row: Row):
     check_row(row)
 
 
+@pytest.mark.parametrize("row", params(KUEUE_ROWS))
+def test_kueue(row: Row):
+    check_row(row)
+
+
 # ---------------------------------------------------------------------- across the tables
 SERVER_SIDE_APPLY = (
     ApplyQuota,
     ApplyPriorityClass,
+    ApplyKueueObject,  # a merge patch every time: the planner emits it only on a difference
 )  # an apply every time, by design (idempotent on the server)
 
 

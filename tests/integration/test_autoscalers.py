@@ -25,8 +25,8 @@ import time
 from kubernetes import client
 
 from reconciler import conventions as C
-from tests.cluster.crds import KEDA, KEDA_SCALED_OBJECT_CRD, fetch, install_crds
 
+from .crds import install_crd, keda_scaled_object_crd
 from .harness import audit_mark, controller, writes
 from .scenario import TEXT, base
 
@@ -193,8 +193,7 @@ def test_the_real_hpa_controller_scales_into_gpupools_envelope(kube, tmp_path):
 
 
 def test_a_scaledobjects_envelope_through_kedas_crd(kube, tmp_path):
-    crd = fetch(KEDA, KEDA_SCALED_OBJECT_CRD)
-    install_crds(kube.api_client, crd)
+    install_crd(kube.api_client, keda_scaled_object_crd())
     clock = kube.clock
     base(kube, tmp_path, clock, text=TEXT + SCALING, workloads=False)
     deployment(kube, "summarize", 2, queue=6)

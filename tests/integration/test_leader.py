@@ -198,3 +198,31 @@ def test_gpupool_apply_refuses_while_suspended(kube, tmp_path, capsys):
     rc = _apply_as_leader(kube.controller_client(), _quota_plan(ns), NS)
     assert rc == 1 and "suspended" in capsys.readouterr().err
     assert kube.core.list_namespaced_resource_quota(ns).items == []
+
+
+def test_a_standby_that_takes_over_acts_at_once_not_an_interval_later(kube, tmp_path, fault_proxy):
+    """A standby's loop runs with a 10-minute interval: its first cycle, as a follower, applies
+    nothing. When the leader steps down, the standby is elected and cycles within seconds
+    (the election wakes its loop); before, it slept out the interval and the pool went
+    unmanaged for up to 10 minutes after every failover."""
+    namespaces, a, b = _setup(kube, tmp_path, fault_proxy, n=1)
+    stop_a, stop_b = threading.Event(), threading.Event()
+    try:
+        _become_leader(a, stop_a)
+        b.wake_gap_seconds = 0.5
+        threading.Thread(target=b.run, args=(stop_b, 600.0), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while b.last_observed is None:  # its first cycle, as a follower
+            assert time.monotonic() < deadline, "the standby's first cycle did not finish"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert kube.core.list_namespaced_resource_quota(namespaces[0]).items == []
+        stop_a.set()  # the leader steps down (releases the Lease)
+        deadline = time.monotonic() + 15
+        while not kube.core.list_namespaced_resource_quota(namespaces[0]).items:
+            assert time.monotonic() < deadline, "the new leader did not act within 15 s"
+            time.sleep(0.1)
+        assert b.elector.is_leader
+    finally:
+        stop_a.set()
+        stop_b.set()

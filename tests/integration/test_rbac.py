@@ -28,9 +28,9 @@ from kubernetes import client
 
 from reconciler.loop.agent import run_once
 from reconciler.loop.informer import ClusterCache
-from tests.cluster.crds import KEDA, KEDA_SCALED_OBJECT_CRD, fetch, install_crds
 from tests.plan.scenarios import SCALING
 
+from .crds import install_crd, keda_scaled_object_crd
 from .harness import (
     CONTROLLER_SA,
     DEPLOY,
@@ -86,6 +86,21 @@ EXERCISED_ELSEWHERE: dict[str, str] = {
         "test_objects_dual.py::test_removing_a_quota_and_a_class_from_git_removes_their_objects"
     ),
 }
+# Kueue mode (issue 14): the runs below are in gpupool mode without Kueue's CRDs: the list of
+# ResourceFlavors is answered 404 (and needs its list rule), and the adapter stops there. The
+# other lists, reading one before a write, writing and pruning are exercised on Kueue's CRDs,
+# each rule checked against that run's audit events.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: {verb} kueue.x-k8s.io/{res}": ("test_kueue.py::test_kueue_mode_on_the_real_api_server")
+        for res, verbs in (
+            ("resourceflavors", ("get", "create", "patch", "delete")),
+            ("clusterqueues", ("list", "get", "create", "patch", "delete")),
+            ("localqueues", ("list", "get", "create", "delete")),
+        )
+        for verb in verbs
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.
@@ -732,7 +747,7 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
 
 def _autoscalers(kube, ns: str) -> None:
     """An HPA and a KEDA ScaledObject (KEDA's CRD installed from its module) on `srv`."""
-    install_crds(kube.api_client, fetch(KEDA, KEDA_SCALED_OBJECT_CRD))
+    install_crd(kube.api_client, keda_scaled_object_crd())
     ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "srv"}
     client.AutoscalingV2Api(kube.api_client).create_namespaced_horizontal_pod_autoscaler(
         ns,

@@ -195,3 +195,16 @@ def test_a_pod_without_gpus_never_wakes_the_loop():
     p = pod(gates=(C.ADMISSION_GATE,))
     p.spec.containers[0].resources = client.V1ResourceRequirements(limits={"cpu": "1"})
     assert not admission_event("ADDED", p) and not admission_event("DELETED", p)
+
+
+# ---------------------------------------------------------------------- Kueue's queue label
+def test_the_kueue_queue_comes_from_the_pod_or_its_job():
+    """Kueue reads `kueue.x-k8s.io/queue-name` from the Job (or from a plain pod it manages):
+    the adapter gives each pod its queue, and none when neither carries the label."""
+    req = pod_request(pod())
+    queued = Owners(queues={("team-a", "train"): "gpupool"})
+    assert _workload(pod(owner=("Job", "train")), req, [], queued).queue_name == "gpupool"
+    labelled = pod(labels={C.KUEUE_QUEUE_LABEL: "mine"})
+    assert _workload(labelled, req, [], Owners()).queue_name == "mine"
+    assert _workload(pod(owner=("Job", "other")), req, [], queued).queue_name == ""
+    assert _workload(pod(owner=("ReplicaSet", "train")), req, [], queued).queue_name == ""

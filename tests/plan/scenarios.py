@@ -15,6 +15,7 @@ from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, s
 from reconciler.observe.model import (
     Autoscaler,
     InferenceService,
+    KueueObject,
     PriorityClassObject,
     QuotaObject,
     Request,
@@ -557,6 +558,38 @@ def scale_envelope():
     return text, snapshot(NOW, nodes, w, services=svcs, **_objects(text))
 
 
+KUEUE_ADMISSION = """\
+  admission: {controller: kueue, cohort: research}
+"""
+
+
+def kueue_mode():
+    """Issue 14: the PriorityPolicy hands admission to Kueue. The Quotas become ClusterQueues
+    of cohort `research`, the pool a ResourceFlavor, each team namespace a LocalQueue; the
+    ResourceQuotas gpupool made are pruned, and so is a ClusterQueue of a Quota that is gone;
+    a foreign ClusterQueue is left alone. The pending training Job of team-a is Kueue's to
+    admit: no Admit, no Hold; team-b's runs without the queue-name label (a finding)."""
+    text = desired_text().replace(
+        "  defaultClass: training-low\n", "  defaultClass: training-low\n" + KUEUE_ADMISSION
+    )
+    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    pending = training("team-a", "pretrain", None, 4, cls="training-high")
+    # a Kueue-admitted Job's pod: labelled for its LocalQueue, no gpupool gate
+    pending = pending.model_copy(update={"queue_name": "gpupool", "admission": "scheduler"})
+    unlabelled = training("team-b", "bert", "a100-2", 8, cls="training-low", started=ago(3))
+    gpupool_text = desired_text()
+    kueue = [
+        KueueObject(
+            kind="ClusterQueue",
+            name="gpupool-team-old",
+            spec={"cohortName": "research", "resourceGroups": []},
+            managed_by="gpupool",
+        ),
+        KueueObject(kind="ClusterQueue", name="platform-batch", spec={"cohortName": "research"}),
+    ]
+    return text, snapshot(NOW, nodes, [pending, unlabelled], kueue=kueue, **_objects(gpupool_text))
+
+
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -577,6 +610,7 @@ SCENARIOS = {
         objects_and_labels,
         suspended_job_resumes,
         scale_envelope,
+        kueue_mode,
     )
 }
 

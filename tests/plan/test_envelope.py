@@ -332,3 +332,21 @@ def test_shrinking_the_max_makes_the_autoscaler_scale_down_and_settles():
     assert len([w for w in states[-1].workloads if w.name.startswith("chat-")]) == 2
     assert all(not [a for a in p.actions if isinstance(a, Scale)] for p in plans)
     assert not plans[-1].actions
+
+
+def test_an_envelope_from_prometheus_readings_carries_them():
+    """With ScalingPolicy signals from Prometheus, the envelope's decision reads them as a
+    Scale's would (per replica over the max) and the action carries query and value."""
+    from tests.plan.test_signals import QUEUE_ID, QUEUE_Q, WAIT_ID, WQ, ok, prom_scaling
+
+    p = run(
+        desired(extra=prom_scaling()),
+        two_nodes(SHARED_CARD),
+        [],
+        services=[scaled(svc(2, queue=0), hpa(1, 2))],
+        signals=[ok(QUEUE_ID, QUEUE_Q, 60), ok(WAIT_ID, WQ, 0)],
+    )
+    (a,) = [a for a in p.actions if isinstance(a, SetScaleEnvelope)]
+    assert (a.from_max, a.to_max) == (2, 4), a.reason
+    assert "queue 30/replica" in a.reason and QUEUE_Q in a.reason
+    assert {(s.name, s.query, s.value) for s in a.signals} >= {("queueLength", QUEUE_Q, 60.0)}

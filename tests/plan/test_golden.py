@@ -82,6 +82,22 @@ EXPECT = {
     ),
     # a Job gpupool suspended fits again: resumed, nothing stopped for it
     "suspended-job-resumes": ({"resume:team-b/finetune"}, {"preempt", "checkpoint"}, set()),
+    # issue 14: Quotas as Kueue objects; ResourceQuotas and a stale ClusterQueue pruned; the
+    # pending training is Kueue's to admit (no admit/hold); a Job without queue-name noticed
+    "kueue-mode": (
+        {
+            "kueue:ResourceFlavor:gpupool-a100",
+            "kueue:ClusterQueue:gpupool-team-a",
+            "kueue:ClusterQueue:gpupool-team-b",
+            "kueue:LocalQueue:team-a/gpupool",
+            "kueue:LocalQueue:team-b/gpupool",
+            "prune-kueue:ClusterQueue:gpupool-team-old",
+            "prune-quota:team-a/gpupool-team-a",
+            "prune-quota:team-b/gpupool-team-b",
+        },
+        {"admit", "hold", "resume", "quota"},
+        {"kueue-queue-name-missing", "kueue-unmapped-field"},
+    ),
 }
 
 

@@ -1,0 +1,194 @@
+"""Signals from Prometheus, the pure half: which PromQL queries the policies need this cycle, and
+what the readings in the observed state say about a scale target or a card.
+
+The shell (`reconciler/loop/signals.py`) asks `signal_queries` for the queries, runs them
+through the Prometheus adapter (`reconciler/observe/prometheus.py`) and puts the readings into
+the observed state; the planner reads them back here. A reading is matched to its query by id
+and by query text: a reading of another text (the policy changed since the snapshot was taken)
+is no reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconciler.observe.model import Gpu, InferenceService, ObservedState, SignalReading
+from reconciler.plan.actions import SignalValue
+from reconciler.policy.models import (
+    PLACEHOLDER,
+    MaintenancePolicy,
+    ScaleTarget,
+    ScalingPolicy,
+)
+from reconciler.policy.state import DesiredState
+
+QUEUE_LENGTH = "queueLength"
+WAIT_TIME = "waitTime"
+UTILIZATION = "utilization"
+
+
+@dataclass(frozen=True)
+class SignalQuery:
+    id: str
+    """What the query is for: `scaling/<policy>/<kind>/<namespace>/<name>/<signal>` or
+    `utilization/<MaintenancePolicy>`."""
+    query: str
+    """The PromQL sent, placeholders substituted."""
+
+
+def render_query(template: str, values: Mapping[str, str]) -> str:
+    """`$name` placeholders replaced by plain text (never str.format: PromQL has braces). The
+    policy loader refuses unknown placeholders, so every one here has a value."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def scaling_query_id(policy: str, t: ScaleTarget, signal: str) -> str:
+    return f"scaling/{policy}/{t.kind}/{t.namespace}/{t.name}/{signal}"
+
+
+def utilization_query_id(policy: str) -> str:
+    return f"utilization/{policy}"
+
+
+def scaling_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[SignalQuery]:
+    """The queries one target needs: the queue length always (scale-down reads it), the wait
+    time only when scaleUp.pendingTime is set. None with source annotations."""
+    sig = pol.spec.signals
+    if sig.source != "prometheus":
+        return []
+    values = {"namespace": t.namespace, "name": t.name}
+    queue = render_query(sig.queue_length, values)
+    out = [SignalQuery(scaling_query_id(policy, t, QUEUE_LENGTH), queue)]
+    if pol.spec.scale_up.pending_time is not None:
+        out.append(
+            SignalQuery(scaling_query_id(policy, t, WAIT_TIME), render_query(sig.wait_time, values))
+        )
+    return out
+
+
+def utilization_query(policy: str, m: MaintenancePolicy) -> SignalQuery | None:
+    """The utilization query of an enabled idle reclaim with source prometheus; `$window` is
+    idleFor in whole seconds (a duration every Prometheus version parses)."""
+    rule = m.spec.idle_reclaim
+    if rule is None or not rule.enabled or rule.utilization.source != "prometheus":
+        return None
+    window = f"{max(1, int(rule.idle_for.total_seconds()))}s"
+    return SignalQuery(
+        utilization_query_id(policy), render_query(rule.utilization.query, {"window": window})
+    )
+
+
+def signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
+    """Every query this cycle needs, in a stable order: per ScalingPolicy with source prometheus,
+    its observed targets' (a target not observed is a finding of its own, and reading its queue
+    would change nothing); per MaintenancePolicy reading utilization from Prometheus, one."""
+    services = {(s.kind, s.key) for s in observed.services}
+    out: dict[str, SignalQuery] = {}
+    for name in sorted(desired.scaling):
+        pol = desired.scaling[name]
+        for t in pol.spec.targets:
+            if (t.kind, f"{t.namespace}/{t.name}") in services:
+                out.update((q.id, q) for q in scaling_queries(name, pol, t))
+    for name in sorted(desired.maintenance):
+        q = utilization_query(name, desired.maintenance[name])
+        if q is not None:
+            out[q.id] = q
+    return list(out.values())
+
+
+def reading(observed: ObservedState, q: SignalQuery) -> SignalReading | None:
+    """The observed reading of `q`: same id and same query text."""
+    for r in observed.signals:
+        if r.id == q.id and r.query == q.query:
+            return r
+    return None
+
+
+def unavailable(observed: ObservedState, q: SignalQuery) -> str:
+    """Why `q` has no usable reading ('' when it has one)."""
+    r = reading(observed, q)
+    if r is None:
+        if any(x.id == q.id for x in observed.signals):
+            return "the observed state has a reading of another query text (the policy changed)"
+        return "the observed state has no reading of it"
+    if r.error:
+        return r.error
+    if not r.samples:
+        return "empty result: no series matched"
+    return ""
+
+
+# --------------------------------------------------------------------------- scale targets
+
+
+@dataclass
+class TargetSignals:
+    """What a scale target's signals say: queue length (all replicas) and p99 wait in seconds,
+    None when unknown; the readings they came from; and what could not be read (each is a
+    finding, and any one of them rules out a scale-down: no reading is not calm)."""
+
+    queue_length: float | None = None
+    wait_seconds: float | None = None
+    evidence: tuple[SignalValue, ...] = ()
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+    """(signal, query, why) of each signal that could not be read."""
+
+
+def target_signals(
+    observed: ObservedState, policy: str, pol: ScalingPolicy, t: ScaleTarget, svc: InferenceService
+) -> TargetSignals:
+    """A target's queue length and wait: from its annotations (source annotations, as read by
+    the Kubernetes adapter), or from its readings (source prometheus): the queue is the sum of
+    the samples, the wait the largest; a failed, empty, negative or missing reading is a
+    problem."""
+    if pol.spec.signals.source != "prometheus":
+        return TargetSignals(svc.queue_length, svc.pending_seconds_p99)
+    out = TargetSignals()
+    evidence: list[SignalValue] = []
+    for q in scaling_queries(policy, pol, t):
+        signal = q.id.rsplit("/", 1)[1]
+        why = unavailable(observed, q)
+        r = reading(observed, q)
+        if not why and r is not None:
+            values = [s.value for s in r.samples]
+            if any(v < 0 for v in values):
+                why = f"negative value {min(values):g}"
+        if why or r is None:
+            out.problems.append((signal, q.query, why))
+            continue
+        value = sum(values) if signal == QUEUE_LENGTH else max(values)
+        evidence.append(SignalValue(name=signal, query=q.query, value=value))
+        if signal == QUEUE_LENGTH:
+            out.queue_length = value
+        else:
+            out.wait_seconds = value
+    out.evidence = tuple(evidence)
+    return out
+
+
+def describe(evidence: tuple[SignalValue, ...]) -> str:
+    """The readings a decision used, for its reason: `queueLength: <query> = 24`."""
+    return "; ".join(f"{e.name}: {e.query} = {e.value:g}" for e in evidence)
+
+
+# --------------------------------------------------------------------------- cards
+
+
+def card_utilization(r: SignalReading, node: str, gpu: Gpu) -> float | None:
+    """The card's utilization in a utilization reading: the samples of this card (by the DCGM
+    exporter's `UUID` label, or `uuid` with its --use-old-namespace, when the card's UUID is
+    known; else by node name in `Hostname` or `hostname` and index in `gpu`), the highest of
+    them when several match (two scrape jobs, MIG instances of the card); None when none does."""
+    found: list[float] = []
+    for s in r.samples:
+        lab = s.labels
+        uuid = lab.get("UUID") or lab.get("uuid") or ""
+        if gpu.uuid and uuid:
+            hit = uuid == gpu.uuid
+        else:
+            host = lab.get("Hostname") or lab.get("hostname") or ""
+            hit = host == node and lab.get("gpu") == str(gpu.index)
+        if hit:
+            found.append(s.value)
+    return max(found) if found else None
