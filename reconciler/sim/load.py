@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from reconciler.sim.timeline import BUSY_FROM
 from reconciler.sim.trace import Pod, TraceError
 
 DEFAULT_CHECKPOINT_PERIOD = 1800.0
@@ -182,14 +183,20 @@ def read_jobs(path: str | Path) -> list[JobSpec]:
     return out
 
 
-def openb_jobs(pods: Sequence[Pod], checkpoint_period: float = DEFAULT_CHECKPOINT_PERIOD):
+def openb_jobs(
+    pods: Sequence[Pod],
+    checkpoint_period: float = DEFAULT_CHECKPOINT_PERIOD,
+    busy_from: int = BUSY_FROM,
+) -> list[JobSpec]:
     """The openb trace's training pods as jobs: whole cards, not latency-sensitive (the
-    timeline's `classify`), with creation and deletion times; run time = deletion -
-    creation, arrivals relative to the first."""
+    timeline's `classify`), created in the trace's busy period (from `busy_from` s, as the
+    timeline), with creation and deletion times; run time = deletion - creation, arrivals
+    relative to the first."""
     raw = [
         p
         for p in pods
         if p.req.num_gpu >= 1
+        and (p.creation_time or 0) >= busy_from
         and p.req.gpu_milli >= 1000
         and p.qos != "LS"
         and p.creation_time is not None

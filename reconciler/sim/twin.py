@@ -25,8 +25,8 @@ progress; or the one the plan asks for, when the job `checkpointable`) and pays
 Queue model (per load bin, 10 s in the Azure trace): `capacity = ready x service_rate x
 width`; what is not served is carried over. The signals the next snapshot gets:
 `queue_length` = carried-over requests + requests in service (served rate x
-`request_seconds`, as vLLM's running + waiting gauges together); `pending_seconds_p99` ~
-backlog / (ready x service_rate).
+`concurrency / service_rate`, Little's law; vLLM's running + waiting gauges together);
+`pending_seconds_p99` ~ backlog / (ready x service_rate).
 
 Metrics (`TwinResult`) cover the steady state, from `warmup` (default one day) on; see
 docs/simulator.md "Digital twin".
@@ -55,7 +55,7 @@ from reconciler.plan.planner import plan
 from reconciler.policy.models import ScaleTarget, ScalingPolicy
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
-from reconciler.sim.load import JobSpec, LoadCurve
+from reconciler.sim.load import JobSpec, LoadCurve, scaled
 
 DAY = 86400.0
 Progress = Callable[[int, int], None]
@@ -73,8 +73,9 @@ class TwinConfig:
     """Metrics start this many seconds in (the steady state)."""
     replica_gpus: int = 1
     """Whole cards one replica asks for."""
-    request_seconds: float = 4.0
-    """Mean seconds a request is in service (the in-flight part of `queue_length`)."""
+    concurrency: float = 10.0
+    """Requests one replica has in service at once at its full rate (its batch): a request
+    takes `concurrency / service_rate` seconds; the in-flight part of `queue_length`."""
     load_time: float = 120.0
     """Seconds from a replica's start until it serves (model load)."""
     restart_cost: float = 300.0
@@ -104,6 +105,8 @@ class TwinConfig:
             raise ValueError(f"the service rate must be positive, got {self.service_rate:g}")
         if not self.period > 0:
             raise ValueError(f"the cycle period must be positive, got {self.period:g}")
+        if not self.concurrency > 0:
+            raise ValueError(f"the concurrency must be positive, got {self.concurrency:g}")
         if self.replica_gpus < 1:
             raise ValueError("a replica asks for at least one card")
 
@@ -540,7 +543,7 @@ class Twin:
             )
             svc = svc.model_copy(
                 update={
-                    "queue_length": backlog + served_rate * cfg.request_seconds,
+                    "queue_length": backlog + served_rate * cfg.concurrency / cfg.service_rate,
                     "pending_seconds_p99": wait,
                     "ready_replicas": sum(
                         1 for w in replicas if ready_at.get(w.key, math.inf) <= t1
@@ -580,3 +583,80 @@ def run_twin(
     progress: Progress | None = None,
 ) -> TwinResult:
     return Twin(desired, load, jobs, cfg, label=label).run(progress)
+
+
+# ----------------------------------------------------------------------------- the comparison
+def inference_mean_gpus(load: LoadCurve, cfg: TwinConfig, horizon: float) -> float:
+    """Mean cards the load needs over [0, horizon) at the service rate."""
+    return load.mean_rate(horizon) / cfg.service_rate * cfg.replica_gpus
+
+
+def static_sizes(desired: DesiredState, pool: str) -> list[int]:
+    """Every static inference partition of `pool` on whole nodes (at least one node each)."""
+    cap = desired.pools[pool].spec.capacity
+    return [n * cap.gpus_per_node for n in range(1, cap.nodes)]
+
+
+@dataclass
+class Comparison:
+    unified: TwinResult
+    static: list[tuple[int, TwinResult]]
+    best: int | None
+    """The smallest static inference partition whose SLO attainment meets the unified
+    pool's (None: no static split does)."""
+    training_gpus: float
+    """The capacity the training load is relative to: pool cards - mean inference need."""
+    jobs: int
+
+    def records(self) -> list[dict]:
+        out = [{**self.unified.record(), "inference_cards": "elastic", "best": ""}]
+        for n, r in self.static:
+            out.append(
+                {**r.record(), "inference_cards": n, "best": "best" if n == self.best else ""}
+            )
+        return out
+
+
+def compare(
+    desired: DesiredState,
+    load: LoadCurve,
+    base_jobs: Sequence[JobSpec],
+    cfg: TwinConfig,
+    *,
+    training_load: float,
+    sizes: Sequence[int] | None = None,
+    progress: Callable[[str], Progress | None] | None = None,
+) -> Comparison:
+    """The unified pool and the static splits of the service's pool (`sizes`: inference
+    cards; default every whole-node split), on the same load and the same jobs: the
+    jobs' arrivals scaled so that they offer `training_load` x (pool cards - mean inference
+    need), durations kept."""
+    pol, _ = service_target(desired, cfg.service)
+    pool = pol.spec.pool
+    horizon = min(cfg.horizon or load.seconds, load.seconds)
+    cap = desired.pools[pool].spec.capacity
+    gpus = cap.nodes * cap.gpus_per_node
+    train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
+    if train_gpus <= 0:
+        raise ValueError(
+            f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
+            " raise --service-rate"
+        )
+    jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
+    biggest = cap.gpus_per_node
+    jobs = [j for j in jobs if j.gpus <= biggest]
+
+    def bar(label: str) -> Progress | None:
+        return progress(label) if progress is not None else None
+
+    unified = run_twin(desired, load, jobs, cfg, label="unified", progress=bar("unified"))
+    target = unified.record()["slo_attainment"]
+    static = []
+    for n in sizes if sizes is not None else static_sizes(desired, pool):
+        d, train_pool = static_split(desired, pool, n)
+        c = dataclasses.replace(cfg, training_pool=train_pool)
+        static.append(
+            (n, run_twin(d, load, jobs, c, label=f"static-{n}", progress=bar(f"static {n}")))
+        )
+    best = next((n for n, r in sorted(static) if r.record()["slo_attainment"] >= target), None)
+    return Comparison(unified, static, best, train_gpus, len(jobs))
