@@ -223,23 +223,44 @@ def work(jobs: Sequence[JobSpec]) -> float:
     return sum(j.gpus * j.duration for j in jobs)
 
 
-def scaled(jobs: Sequence[JobSpec], *, load: float, gpus: float, horizon: float) -> list[JobSpec]:
-    """The jobs with arrivals rescaled so that they offer `load` x `gpus` cards of work per
-    second on average, the list repeated until `horizon` seconds are covered. Durations,
-    sizes and order are kept; only the time between arrivals changes."""
-    if load <= 0 or gpus <= 0:
-        raise ValueError("training load and the capacity it is relative to must be positive")
-    span = max(jobs[-1].arrival - jobs[0].arrival, 1.0)
-    rate = work(jobs) / span  # card-seconds of work offered per second of the trace
-    factor = rate / (load * gpus)  # new time between arrivals = old x factor
+def _spread(jobs: Sequence[JobSpec], factor: float, horizon: float) -> list[JobSpec]:
+    """The jobs with the time between arrivals multiplied by `factor`, the list repeated
+    (one mean gap after its last arrival) until `horizon`."""
+    t0 = jobs[0].arrival
+    span = jobs[-1].arrival - t0
+    gap = span / max(len(jobs) - 1, 1) or 1.0
+    period = max((span + gap) * factor, 1e-3)
     out: list[JobSpec] = []
-    offset, rnd = 0.0, 0
-    period = span * factor + (jobs[1].arrival - jobs[0].arrival if len(jobs) > 1 else 1.0) * factor
+    rnd = 0
     while True:
         for j in jobs:
-            t = offset + (j.arrival - jobs[0].arrival) * factor
+            t = rnd * period + (j.arrival - t0) * factor
             if t >= horizon:
                 return out
             out.append(replace(j, name=f"{j.name}-{rnd}" if rnd else j.name, arrival=t))
-        offset += max(period, 1.0)
         rnd += 1
+
+
+def offered(jobs: Sequence[JobSpec], horizon: float) -> float:
+    """Card-seconds the jobs would hold within [0, horizon) if each started on arrival."""
+    return sum(j.gpus * min(j.duration, horizon - j.arrival) for j in jobs if j.arrival < horizon)
+
+
+def scaled(jobs: Sequence[JobSpec], *, load: float, gpus: float, horizon: float) -> list[JobSpec]:
+    """The jobs with arrivals spread or compressed (one factor for every gap; the list
+    repeated when it ends before `horizon`) so that the work they offer within the
+    simulated span, `offered`, is `load` x `gpus` x `horizon`. Durations, sizes and order
+    are kept; only the time between arrivals changes."""
+    if not load > 0 or not gpus > 0:
+        raise ValueError("training load and the capacity it is relative to must be positive")
+    if not jobs:
+        raise ValueError("no training jobs")
+    want = load * gpus * horizon
+    lo, hi = 1e-6, 1e3  # factors: lo offers the most work, hi the least
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        if offered(_spread(jobs, mid, horizon), horizon) >= want:
+            lo = mid
+        else:
+            hi = mid
+    return _spread(jobs, lo, horizon)

@@ -240,6 +240,7 @@ class _Job:
     first_start: float | None = None
     done_at: float | None = None
     running: bool = False
+    pod: str = ""  # the key of the pod running it now (a resumed Job's pod has a new name)
 
 
 @dataclass
@@ -366,6 +367,13 @@ class Twin:
         if len(self.by_key) != len(self.jobs):
             raise ValueError("training job names must be unique")
 
+    def job_of(self, w: Workload) -> _Job | None:
+        """The training job `w` is a pod of (by its owning Job: a Job the planner suspended
+        and resumed runs again in a pod of another name)."""
+        if w.owner_kind != "Job" or w.namespace != self.cfg.training_namespace:
+            return None
+        return self.by_key.get(f"{w.namespace}/{w.owner_name}")
+
     def at(self, t: float) -> datetime:
         return self.start + timedelta(seconds=t)
 
@@ -403,8 +411,8 @@ class Twin:
             # 1. arrivals
             new = []
             pending = sum(
-                1 for w in snap.workloads if w.phase == "Pending" and w.key in self.by_key
-            )
+                1 for w in snap.workloads if w.phase == "Pending" and self.job_of(w) is not None
+            ) + len(snap.suspended_jobs)
             while (
                 nxt < len(self.jobs)
                 and self.jobs[nxt].spec.arrival <= t
@@ -422,6 +430,8 @@ class Twin:
                     asked.add(a.target)
                 elif isinstance(a, MigReconfigure | SetSharing):
                     node_ready[a.target] = t + cfg.repartition_time
+                elif a.kind in ("preempt", "reclaim", "move") and measured:
+                    res.evictions += 1
                 elif a.kind == "scale" and measured:
                     if a.to_replicas > a.from_replicas:
                         res.scale_ups += 1
@@ -434,9 +444,7 @@ class Twin:
             for key, w in before.items():
                 if key in after and after[key].phase == "Running":
                     continue
-                if measured:
-                    res.evictions += 1
-                j = self.by_key.get(key)
+                j = self.job_of(w)
                 if j is None:
                     ready_at.pop(key, None)
                     continue
@@ -459,9 +467,10 @@ class Twin:
                     [node_ready.get(w.node or "", 0.0)]
                     + [card_free.get((w.node or "", al.gpu), 0.0) for al in w.allocations]
                 )
-                j = self.by_key.get(w.key)
+                j = self.job_of(w)
                 if j is not None:
                     j.running = True
+                    j.pod = w.key
                     running[j.key] = j
                     j.overhead_until = max(t + (cfg.restart_cost if j.restarts else 0.0), delay)
                     if j.first_start is None:
@@ -498,7 +507,7 @@ class Twin:
             done: list[str] = []
             train_cards = 0
             for j in list(running.values()):
-                w = after.get(j.key)
+                w = after.get(j.pod)
                 if not j.running or w is None or w.phase != "Running":
                     j.running = False
                     del running[j.key]
@@ -513,7 +522,7 @@ class Twin:
                 if j.progress >= j.spec.duration - 1e-9:
                     j.done_at = end
                     j.saved = j.progress
-                    done.append(j.key)
+                    done.append(j.pod)
                     j.running = False
                     del running[j.key]
                 else:
@@ -552,7 +561,7 @@ class Twin:
             )
             workloads = []
             for w in snap.workloads:
-                j = self.by_key.get(w.key)
+                j = self.job_of(w)
                 if j is not None and j.saved_at is not None and w.phase == "Running":
                     w = w.model_copy(update={"last_checkpoint_at": self.at(j.saved_at)})
                 workloads.append(w)
