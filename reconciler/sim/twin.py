@@ -17,7 +17,8 @@ Each cycle (`TwinConfig.period`, default 60 s) the twin
 Delays the effect model does not have are time during which capacity is held but not useful:
 a new replica serves `load_time` after it is bound; a repartitioned node's cards serve
 `repartition_time` after the repartition (MIG reconfiguration, sharing conversion); a card
-freed by evicting a job the planner asked to checkpoint is ready `checkpoint_time` later; a
+freed by evicting a job the planner asked to checkpoint is ready `checkpoint_time` later
+(a checkpointable job) or after the PriorityPolicy's checkpointGracePeriod (any other); a
 preempted job loses the work since its last checkpoint (its own, every `checkpoint_period` of
 progress; or the one the plan asks for, when the job `checkpointable`) and pays
 `restart_cost` seconds before it progresses again.
@@ -25,7 +26,10 @@ progress; or the one the plan asks for, when the job `checkpointable`) and pays
 Queue model (per load bin, 10 s in the Azure trace): `capacity = ready x service_rate x
 width`; what is not served is carried over. The signals the next snapshot gets:
 `queue_length` = carried-over requests + requests in service (served rate x
-`concurrency / service_rate`, Little's law; vLLM's running + waiting gauges together);
+`concurrency / service_rate`, Little's law), as a queue-length signal summed from vLLM's
+gauges `vllm:num_requests_running` + `vllm:num_requests_waiting` would read (vllm-project/vllm
+vllm/v1/metrics/loggers.py, PrometheusStatLogger, set from the scheduler's running and
+waiting request counts);
 `pending_seconds_p99` ~ backlog / (ready x service_rate).
 
 Metrics (`TwinResult`) cover the steady state, from `warmup` (default one day) on; see
@@ -346,6 +350,8 @@ class Twin:
             raise ValueError(
                 f"the warm-up ({cfg.warmup:g} s) leaves nothing of the {self.horizon:g} s simulated"
             )
+        pp = desired.priority
+        self.grace = pp.spec.preemption.checkpoint_grace_period.total_seconds() if pp else 0.0
         self.nodes = pool_nodes(desired)
         self.pool_gpus = sum(len(n.gpus) for n in self.nodes)
         self.service = InferenceService(
@@ -448,10 +454,20 @@ class Twin:
                 if j is None:
                     ready_at.pop(key, None)
                     continue
-                if key in asked and j.spec.checkpointable:
-                    j.saved, j.saved_at = j.progress, t  # the checkpoint the plan asked for
+                if key in asked:
+                    # the executor asks for a checkpoint and evicts once the pod marks it
+                    # done or the grace period is over (apply/handlers.py, _grace_left): a
+                    # checkpointable job saves its work and frees the cards after
+                    # checkpoint_time, another holds them for the whole grace period
+                    if j.spec.checkpointable:
+                        j.saved, j.saved_at = j.progress, t
+                    wait = (
+                        min(cfg.checkpoint_time, self.grace)
+                        if j.spec.checkpointable
+                        else self.grace
+                    )
                     for al in w.allocations:
-                        card_free[(w.node or "", al.gpu)] = t + cfg.checkpoint_time
+                        card_free[(w.node or "", al.gpu)] = t + wait
                 lost = j.progress - j.saved
                 if measured:
                     res.training_evictions += 1
