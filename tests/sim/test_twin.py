@@ -211,6 +211,23 @@ def test_training_fills_idle_cards_and_is_preempted_with_checkpoint_loss(tmp_pat
     assert max(day) >= 6
 
 
+def test_a_checkpointable_job_saves_its_work_when_asked(tmp_path, desired):
+    curve = write_load(tmp_path / "load.csv", [(7200, 1), (3600, 6)])
+
+    def jobs(checkpointable: bool) -> list[JobSpec]:
+        return [
+            JobSpec(f"job-{i}", 60.0 * i, 1, 4 * 3600.0, 3000.0, checkpointable) for i in range(8)
+        ]
+
+    periodic = run_twin(desired, curve, jobs(False), cfg(warmup=3600.0))
+    on_demand = run_twin(desired, curve, jobs(True), cfg(warmup=3600.0))
+    assert periodic.training_evictions > 0 and on_demand.training_evictions > 0
+    assert periodic.training_lost > 0
+    assert on_demand.training_lost == 0
+    # the restart still costs time
+    assert on_demand.restart_overhead > 0
+
+
 def test_metrics_add_up(tmp_path, desired, watch):
     curve = write_load(tmp_path / "load.csv", [(3600, 1), (3600, 5), (3600, 2)])
     jobs = [JobSpec(f"job-{i}", 300.0 * i, 1 + i % 2, 1800.0 + 600 * i, 600.0) for i in range(12)]
@@ -372,3 +389,18 @@ def test_cli_table_and_json(tmp_path, capsys):
     assert rc == 0
     assert [r["run"] for r in data["runs"]] == ["unified", "static-4"]
     assert data["runs"][0]["cycles"] == 90
+
+
+def test_cli_plot_and_static_option(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    load_path = tmp_path / "load.csv"
+    write_load(load_path, [(3600, 1), (1800, 3)])
+    png = tmp_path / "twin.png"
+    args = _cli(tmp_path, "--load", str(load_path), "--service-rate", "1", "--static", "none")
+    assert main([*args, "--plot", str(png)]) == 0
+    assert "static" not in capsys.readouterr().out.split("\n", 1)[1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a split that is not whole nodes is refused in one line
+    assert main([*args[:-2], "--static", "3"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "whole nodes" in err[0]
