@@ -4,6 +4,7 @@
     .venv/bin/python bench/twin.py --grid                # f x training load table
     .venv/bin/python bench/twin.py --rates               # service-rate sensitivity (x0.5, x1, x2)
     .venv/bin/python bench/twin.py --days 2 --warmup 0.5 # a shorter span
+    .venv/bin/python bench/twin.py --plot twin.png       # and a plot of both pools
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.policy.files import files_from_paths  # noqa: E402
 from reconciler.policy.loader import load as load_desired  # noqa: E402
 from reconciler.sim.load import openb_jobs, read_load  # noqa: E402
-from reconciler.sim.report import TWIN_COLUMNS, text_table  # noqa: E402
+from reconciler.sim.report import TWIN_COLUMNS, plot_twin, text_table  # noqa: E402
 from reconciler.sim.trace import DEFAULT_PODS, read_pods  # noqa: E402
 from reconciler.sim.twin import TwinConfig, compare  # noqa: E402
 
@@ -115,6 +116,8 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
     result = compare(desired, curve, base_jobs, cfg, training_load=load)
     seconds = time.perf_counter() - started
     rows = result.records()
+    if args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
+        plot_twin(result, args.plot, title=f"{LOAD.name}: f={f:g}, training load {load:g}")
     best = next((r for r in rows if r["best"]), None)
     print(
         f"\n## f={f:g} training load={load:g} service rate={rate:.3f} req/s (x{rate_x:g}): "
@@ -147,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--warmup", type=float, default=1.0, help="days left out (default 1)")
     ap.add_argument("--period", type=float, default=60.0, help="cycle seconds (default 60)")
+    ap.add_argument("--plot", metavar="PNG", help="plot the headline cell (matplotlib)")
     args = ap.parse_args(argv)
     if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
         print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
