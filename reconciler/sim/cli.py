@@ -25,7 +25,7 @@ from reconciler.sim.trace import (
     read_pods,
 )
 
-MODES = ("fgd-replay", "timeline")
+MODES = ("fgd-replay", "timeline", "twin")
 
 
 def register(subparsers) -> None:
@@ -36,7 +36,9 @@ def register(subparsers) -> None:
             "Replay a trace (openb CSV schema) through the planner's placement code. "
             "fgd-replay: fill an empty cluster with the shuffled trace inflated to "
             "--inflation x GPU capacity, as in the FGD paper. timeline: arrivals and "
-            "departures from the trace, static train/infer split versus the unified pool."
+            "departures from the trace, static train/infer split versus the unified pool. "
+            "twin: the real planner, cycle by cycle, over an inference load file and training "
+            "jobs, for the unified pool and static splits of it (docs/simulator.md)."
         ),
     )
     p.add_argument("--nodes", help=f"node CSV (default: {DEFAULT_NODES} in the openb folder)")
@@ -57,6 +59,58 @@ def register(subparsers) -> None:
         "--migrate",
         action="store_true",
         help="fgd-replay: let a pod that fits nowhere migrate one running pod",
+    )
+    t = p.add_argument_group("twin mode (--mode twin)")
+    t.add_argument(
+        "--desired",
+        action="append",
+        metavar="PATH",
+        help="policy files or directories (pools/ and policies/; repeatable; default: both)",
+    )
+    t.add_argument("--load", metavar="CSV", help="inference load: Time,TIMESTAMP per bin")
+    t.add_argument(
+        "--service-rate",
+        type=float,
+        metavar="R",
+        help="requests/s one replica serves within its latency target",
+    )
+    t.add_argument(
+        "--training",
+        default="openb",
+        metavar="CSV",
+        help="jobs CSV arrival,gpus,duration[,checkpoint_period][,checkpointable], or "
+        "'openb' (the trace's whole-card training pods; --pods picks the file)",
+    )
+    t.add_argument(
+        "--training-load",
+        type=float,
+        default=1.2,
+        metavar="X",
+        help="offered training work / (pool cards - mean inference need) (default 1.2)",
+    )
+    t.add_argument("--period", default="60s", help="controller cycle (default 60s)")
+    t.add_argument("--days", type=float, help="days simulated (default: the load file)")
+    t.add_argument("--warmup", default="1d", help="left out of the metrics (default 1d)")
+    t.add_argument("--service", metavar="NS/NAME", help="the ScalingPolicy target fed the load")
+    t.add_argument("--replica-gpus", type=int, default=1, help="cards per replica (default 1)")
+    t.add_argument(
+        "--concurrency",
+        type=float,
+        default=10.0,
+        help="requests a replica serves at once (default 10)",
+    )
+    t.add_argument("--load-time", default="2m", help="a new replica serves after (default 2m)")
+    t.add_argument("--restart-cost", default="5m", help="a preempted job restarts for (default 5m)")
+    t.add_argument(
+        "--checkpoint-period",
+        default="30m",
+        help="openb jobs' own checkpoint interval (default 30m)",
+    )
+    t.add_argument(
+        "--static",
+        default="sweep",
+        metavar="N,N|sweep|none",
+        help="static inference partitions to compare (default: every whole-node split)",
     )
     p.set_defaults(func=run)
 
@@ -83,6 +137,10 @@ def _parse(args) -> tuple[list[str], list[int]]:
 
 
 def run(args) -> int:
+    if args.mode == "twin":
+        from reconciler.sim.twin_cli import run_twin_mode
+
+        return run_twin_mode(args)
     try:
         policies, seeds = _parse(args)
         base = openb_dir()

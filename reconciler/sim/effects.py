@@ -914,3 +914,21 @@ def step(
     snapshot is taken `period` later."""
     after = schedule(desired, apply_plan(desired, observed, plan, now=now), now=now)
     return after.model_copy(update={"observed_at": observed.observed_at + period})
+
+
+# ----------------------------------------------------------------------------- completions
+def finish(
+    desired: DesiredState, observed: ObservedState, keys: Iterable[str], *, now: datetime
+) -> ObservedState:
+    """Pods that ran to completion are gone (a finished Job's pod leaves the snapshot), and
+    the whole cards they held are idle from `now` (the telemetry `leave_cards` keeps).
+    Used by the digital twin (`reconciler.sim.twin`), which knows when a job's work is done."""
+    gone = set(keys)
+    if not gone:
+        return observed
+    world = _World.of(desired, observed)
+    for w in world.workloads:
+        if w.key in gone and w.phase == "Running":
+            world.leave_cards(w, now)
+    world.workloads = [w for w in world.workloads if w.key not in gone]
+    return world.state()

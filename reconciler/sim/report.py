@@ -167,3 +167,49 @@ def plot_timeline(records: Sequence[dict], path: str, title: str = "") -> None:
     ax.set_ylabel("GPU allocation (% of capacity)")
     ax.set_ylim(0, 100)
     _finish(plt, fig, ax, path, title)
+
+
+# ----------------------------------------------------------------------------- twin mode
+TWIN_COLUMNS = [
+    ("run", "run", ""),
+    ("inference_cards", "infer cards", ""),
+    ("useful_utilisation", "useful", ".1%"),
+    ("allocation", "alloc", ".1%"),
+    ("inference_needed", "inf need", ".1%"),
+    ("inference_overprovisioned", "inf over", ".1%"),
+    ("training", "train", ".1%"),
+    ("slo_attainment", "SLO", ".2%"),
+    ("shortfall_gpu_s", "short GPU-s", ".0f"),
+    ("training_gpu_h_done", "train GPU-h", ".0f"),
+    ("jobs_done", "jobs", "d"),
+    ("queue_wait_p50_s", "wait p50 s", ".0f"),
+    ("queue_wait_p99_s", "wait p99 s", ".0f"),
+    ("preemptions_per_hour", "preempt/h", ".2f"),
+    ("gpu_h_lost", "lost GPU-h", ".1f"),
+    ("seconds", "wall s", ".1f"),
+    ("best", "", ""),
+]
+
+
+def plot_twin(result, path: str, title: str = "") -> None:
+    """Both pools over time: the unified pool's inference and training cards, the cards the
+    load needed, and the best static split's line (or the largest one run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9.6, 4.2), dpi=100)
+    s = result.unified.series
+    xs = [p[0] for p in s]
+    ax.step(xs, [p[1] for p in s], where="post", linewidth=0.7, label="inference cards (unified)")
+    ax.step(xs, [p[3] for p in s], where="post", linewidth=0.7, label="training cards (unified)")
+    ax.plot(xs, [p[2] for p in s], linewidth=0.5, color="black", label="inference cards needed")
+    static = dict(result.static)
+    n = result.best if result.best is not None else max(static, default=None)
+    if n is not None:
+        ax.axhline(n, color="grey", linestyle="--", linewidth=0.8, label=f"static split: {n}")
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("cards")
+    ax.set_ylim(0, result.unified.pool_gpus)
+    _finish(plt, fig, ax, path, title)

@@ -1,0 +1,184 @@
+"""The digital twin's benchmark (issue 15): unified pool against the best static split.
+
+    .venv/bin/python bench/twin.py                       # headline cell: f=0.5, load 1.2
+    .venv/bin/python bench/twin.py --grid                # f x training load table
+    .venv/bin/python bench/twin.py --rates               # service-rate sensitivity (x0.5, x1, x2)
+    .venv/bin/python bench/twin.py --days 2 --warmup 0.5 # a shorter span
+    .venv/bin/python bench/twin.py --plot twin.png       # and a plot of both pools
+
+A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
+directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
+ScalingPolicy on queue length per replica and p99 wait), the Azure LLM 2024 Coding week
+(`../shared/data/inference-load`) as inference load and the openb trace's whole-card
+training pods (`../shared/data/openb`) as training, arrivals scaled to the training load.
+`f` is the inference share at peak: the service rate is set so that the load's highest
+10-minute mean needs f x 64 replicas of one card. Each cell runs the unified pool and the
+static splits (8 to 56 inference cards, whole nodes), all through the same twin, and prints
+the table, the best static split (the smallest meeting the unified pool's SLO attainment)
+and the wall time. Skips (exit 0) with a message when ../shared is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reconciler.policy.files import files_from_paths  # noqa: E402
+from reconciler.policy.loader import load as load_desired  # noqa: E402
+from reconciler.sim.load import openb_jobs, read_load  # noqa: E402
+from reconciler.sim.report import TWIN_COLUMNS, plot_twin, text_table  # noqa: E402
+from reconciler.sim.trace import DEFAULT_PODS, read_pods  # noqa: E402
+from reconciler.sim.twin import TwinConfig, compare  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+LOAD = SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv"
+OPENB = SHARED / "openb"
+NODES, GPUS_PER_NODE = 8, 8
+
+DESIRED = """\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata:
+  name: gpu
+spec:
+  gpuModel: A100-SXM4-80GB
+  nodeSelector:
+    matchLabels:
+      gpupool.io/pool: gpu
+  capacity:
+    nodes: {nodes}
+    gpusPerNode: {gpn}
+  inference:
+    prefer: shared
+    shared:
+      slicesPerGPU: 2
+      memoryPerSlice: 40Gi
+---
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityPolicy
+metadata:
+  name: cluster
+spec:
+  defaultClass: training-low
+  classes:
+    - name: serving
+      value: 100000
+      workload: inference
+      preemptible: false
+    - name: training-low
+      value: 10000
+      workload: training
+  preemption:
+    checkpointGracePeriod: 2m
+    minRuntime: 5m
+    budgetPerHour: 60
+    rules:
+      - preemptor: serving
+        victims: [training-low]
+        when: always
+---
+apiVersion: gpupool.io/v1alpha1
+kind: ScalingPolicy
+metadata:
+  name: llm
+spec:
+  pool: gpu
+  targets:
+    - {{namespace: serve, name: llm, kind: Deployment, minReplicas: 2, maxReplicas: {max}}}
+  scaleUp:
+    queueLengthPerReplica: 8
+    pendingTime: 20s
+    step: 4
+    cooldown: 1m
+  scaleDown:
+    queueLengthPerReplica: 6
+    step: 2
+    cooldown: 10m
+  borrowFrom: [training-low]
+"""
+
+
+def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) -> list[dict]:
+    gpus = NODES * GPUS_PER_NODE
+    rate = curve.peak_rate(600) / (f * gpus) * rate_x
+    cfg = TwinConfig(
+        service_rate=rate,
+        period=args.period,
+        horizon=args.days * 86400,
+        warmup=args.warmup * 86400,
+    )
+    started = time.perf_counter()
+    result = compare(desired, curve, base_jobs, cfg, training_load=load)
+    seconds = time.perf_counter() - started
+    rows = result.records()
+    if args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
+        plot_twin(result, args.plot, title=f"{LOAD.name}: f={f:g}, training load {load:g}")
+    best = next((r for r in rows if r["best"]), None)
+    print(
+        f"\n## f={f:g} training load={load:g} service rate={rate:.3f} req/s (x{rate_x:g}): "
+        f"{result.jobs} jobs on {result.training_gpus:.1f} training cards; "
+        f"{len(rows)} runs in {seconds:.0f} s"
+    )
+    print(text_table(rows, TWIN_COLUMNS))
+    u = rows[0]
+    summary = {
+        "f": f,
+        "load": load,
+        "rate_x": rate_x,
+        "unified_useful": u["useful_utilisation"],
+        "unified_slo": u["slo_attainment"],
+        "lost_share": u["lost_share"],
+        "best_static": best["inference_cards"] if best else None,
+        "static_useful": best["useful_utilisation"] if best else None,
+        "static_slo": best["slo_attainment"] if best else None,
+        "seconds": round(seconds, 1),
+    }
+    return [summary]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", action="store_true", help="f x training load table")
+    ap.add_argument("--rates", action="store_true", help="service rate x0.5, x1, x2")
+    ap.add_argument("--f", type=float, default=0.5)
+    ap.add_argument("--load", type=float, default=1.2)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--warmup", type=float, default=1.0, help="days left out (default 1)")
+    ap.add_argument("--period", type=float, default=60.0, help="cycle seconds (default 60)")
+    ap.add_argument("--plot", metavar="PNG", help="plot the headline cell (matplotlib)")
+    args = ap.parse_args(argv)
+    if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
+        print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "desired.yaml"
+        path.write_text(
+            DESIRED.format(nodes=NODES, gpn=GPUS_PER_NODE, max=NODES * GPUS_PER_NODE),
+            encoding="utf-8",
+        )
+        desired = load_desired(files_from_paths([tmp]))
+    curve = read_load(LOAD)
+    base_jobs = openb_jobs(read_pods(OPENB / DEFAULT_PODS))
+    cells = [(args.f, args.load, 1.0)]
+    if args.grid:
+        cells = [(f, x, 1.0) for f in (0.25, 0.5, 0.75) for x in (0.8, 1.0, 1.2, 1.5)]
+    if args.rates:
+        cells += [(args.f, args.load, r) for r in (0.5, 2.0)]
+    started = time.perf_counter()
+    summary = []
+    for f, x, r in cells:
+        summary += cell(desired, curve, base_jobs, f, x, r, args)
+    print(f"\n## summary ({args.days:g} days, first {args.warmup:g} left out)")
+    cols = [(k, k, "") for k in summary[0]]
+    print(text_table(summary, cols))
+    print(f"\nwall time: {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

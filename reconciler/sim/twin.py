@@ -1,0 +1,687 @@
+"""A digital twin of the pool: the real planner, cycle by cycle, over a load curve and a job list.
+
+Each cycle (`TwinConfig.period`, default 60 s) the twin
+
+1. adds the training jobs that arrived as pending, gated pods (owned by a Job, in the
+   training namespace and class, pinned to the training pool);
+2. calls the real `reconciler.plan.planner.plan(desired, observed, now)` with the user's
+   desired state;
+3. lets the plan take effect with the shared effect model (`reconciler.sim.effects.step`:
+   apply, kube-scheduler stand-in, clock), so every decision is the planner's and every
+   effect the effect model's;
+4. runs the interval until the next cycle: requests arrive from the load curve and queue for
+   the service's *ready* replicas; running training jobs make progress; and writes what the
+   serving stack and the jobs would export into the next snapshot (the service's
+   `queue_length`, `pending_seconds_p99`, `ready_replicas`; each job's `last_checkpoint_at`).
+
+Delays the effect model does not have are time during which capacity is held but not useful:
+a new replica serves `load_time` after it is bound; a repartitioned node's cards serve
+`repartition_time` after the repartition (MIG reconfiguration, sharing conversion); a card
+freed by evicting a job the planner asked to checkpoint is ready `checkpoint_time` later
+(a checkpointable job) or after the PriorityPolicy's checkpointGracePeriod (any other); a
+preempted job loses the work since its last checkpoint (its own, every `checkpoint_period` of
+progress; or the one the plan asks for, when the job `checkpointable`) and pays
+`restart_cost` seconds before it progresses again.
+
+Queue model (per load bin, 10 s in the Azure trace): `capacity = ready x service_rate x
+width`; what is not served is carried over. The signals the next snapshot gets:
+`queue_length` = carried-over requests + requests in service (served rate x
+`concurrency / service_rate`, Little's law), as a queue-length signal summed from vLLM's
+gauges `vllm:num_requests_running` + `vllm:num_requests_waiting` would read (vllm-project/vllm
+vllm/v1/metrics/loggers.py, PrometheusStatLogger, set from the scheduler's running and
+waiting request counts);
+`pending_seconds_p99` ~ backlog / (ready x service_rate).
+
+Metrics (`TwinResult`) cover the steady state, from `warmup` (default one day) on; see
+docs/simulator.md "Digital twin".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
+from reconciler.observe.builders import PRODUCT, gpu
+from reconciler.observe.model import (
+    InferenceService,
+    Node,
+    ObservedState,
+    Request,
+    Workload,
+)
+from reconciler.plan.actions import MigReconfigure, SetSharing
+from reconciler.plan.planner import plan
+from reconciler.policy.models import ScaleTarget, ScalingPolicy
+from reconciler.policy.state import DesiredState
+from reconciler.sim.effects import finish, step
+from reconciler.sim.load import JobSpec, LoadCurve, scaled
+
+DAY = 86400.0
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class TwinConfig:
+    service_rate: float
+    """Requests per second one replica serves within its latency target."""
+    period: float = 60.0
+    """Seconds between controller cycles."""
+    horizon: float | None = None
+    """Seconds simulated (default: the whole load curve)."""
+    warmup: float = DAY
+    """Metrics start this many seconds in (the steady state)."""
+    replica_gpus: int = 1
+    """Whole cards one replica asks for."""
+    concurrency: float = 10.0
+    """Requests one replica has in service at once at its full rate (its batch): a request
+    takes `concurrency / service_rate` seconds; the in-flight part of `queue_length`."""
+    load_time: float = 120.0
+    """Seconds from a replica's start until it serves (model load)."""
+    restart_cost: float = 300.0
+    """Seconds a preempted job spends restarting before it progresses again."""
+    repartition_time: float = 60.0
+    """Seconds a node's cards are not useful after a MIG reconfiguration / sharing change."""
+    checkpoint_time: float = 60.0
+    """Seconds a checkpoint the plan asks for holds the cards (checkpointable jobs)."""
+    service: str | None = None
+    """namespace/name of the ScalingPolicy target the load feeds (default: the only one)."""
+    service_class: str | None = None
+    """The service's priority class (default: the highest inference class)."""
+    training_namespace: str = "training"
+    training_class: str | None = None
+    """The training jobs' class (default: the PriorityPolicy's defaultClass)."""
+    training_pool: str | None = None
+    """The pool training jobs ask for (default: the service's pool)."""
+    start: datetime | None = None
+    """Wall time of t = 0 (default: the load curve's first bin)."""
+    max_pending: int = 64
+    """At most this many arrived jobs are pending pods at once; the rest wait in arrival
+    order outside the cluster (as a batch queue holds workloads whose pods it has not
+    created), their wait counted from arrival."""
+
+    def __post_init__(self) -> None:
+        if not self.service_rate > 0:
+            raise ValueError(f"the service rate must be positive, got {self.service_rate:g}")
+        if not self.period > 0:
+            raise ValueError(f"the cycle period must be positive, got {self.period:g}")
+        if not self.concurrency > 0:
+            raise ValueError(f"the concurrency must be positive, got {self.concurrency:g}")
+        if self.replica_gpus < 1:
+            raise ValueError("a replica asks for at least one card")
+
+
+# ----------------------------------------------------------------------------- the desired state
+def service_target(desired: DesiredState, wanted: str | None) -> tuple[ScalingPolicy, ScaleTarget]:
+    """The ScalingPolicy target the load feeds: `wanted` (namespace/name), or the only one."""
+    found = [
+        (pol, t)
+        for _, pol in sorted(desired.scaling.items())
+        for t in pol.spec.targets
+        if wanted is None or f"{t.namespace}/{t.name}" == wanted
+    ]
+    if not found:
+        raise ValueError(
+            f"no ScalingPolicy targets {wanted}"
+            if wanted
+            else "the desired state has no ScalingPolicy: the load needs a service to feed"
+        )
+    if len(found) > 1:
+        names = ", ".join(f"{t.namespace}/{t.name}" for _, t in found)
+        raise ValueError(f"several ScalingPolicy targets ({names}): choose one with --service")
+    return found[0]
+
+
+def _default_classes(desired: DesiredState, cfg: TwinConfig) -> tuple[str | None, str | None]:
+    pp = desired.priority
+    if pp is None:
+        return cfg.service_class, cfg.training_class
+    serving = max(
+        (c for c in pp.spec.classes if c.workload == "inference"),
+        key=lambda c: c.value,
+        default=None,
+    )
+    svc = cfg.service_class or (serving.name if serving else None)
+    train = cfg.training_class or pp.spec.default_class
+    for name in (svc, train):
+        if name is not None and desired.priority_class(name) is None:
+            raise ValueError(f"priority class {name!r} is not in the PriorityPolicy")
+    return svc, train
+
+
+def pool_nodes(desired: DesiredState) -> list[Node]:
+    """The nodes each pool's capacity describes, labelled so its selector matches them."""
+    out = []
+    for name, pool in sorted(desired.pools.items()):
+        cap = pool.spec.capacity
+        model = pool.spec.gpu_model
+        labels = {
+            **pool.spec.node_selector.match_labels,
+            POOL_LABEL: name,
+            PRODUCT_LABEL: PRODUCT.get(model, model),
+        }
+        for i in range(cap.nodes):
+            out.append(
+                Node(
+                    name=f"{name}-{i:03d}",
+                    labels=labels,
+                    gpus=[
+                        gpu(k, util=0.0, model=model).model_copy(update={"idle_since": None})
+                        for k in range(cap.gpus_per_node)
+                    ],
+                )
+            )
+    return out
+
+
+def static_split(desired: DesiredState, pool: str, inference_gpus: int) -> tuple[DesiredState, str]:
+    """The desired state of a static split of `pool`: it keeps `inference_gpus` cards (whole
+    nodes) and its inference; a new pool `<pool>-train` gets the other nodes, for training
+    only. Nothing is lent across: the scheduler binds a pod only in the pool it asks for.
+    Returns the desired state and the training pool's name."""
+    p = desired.pools.get(pool)
+    if p is None:
+        raise ValueError(f"no pool {pool!r} to split")
+    cap = p.spec.capacity
+    if inference_gpus % cap.gpus_per_node or not 0 < inference_gpus < cap.nodes * cap.gpus_per_node:
+        raise ValueError(
+            f"a static split of {pool} takes whole nodes: {inference_gpus} is not a multiple of "
+            f"{cap.gpus_per_node} between 1 and {cap.nodes * cap.gpus_per_node - 1}"
+        )
+    n_inf = inference_gpus // cap.gpus_per_node
+    n_train = cap.nodes - n_inf
+    train_name = f"{pool}-train"
+    spec = p.spec
+    infer = p.model_copy(
+        update={
+            "spec": spec.model_copy(
+                update={
+                    "capacity": cap.model_copy(update={"nodes": n_inf}),
+                    "training": spec.training.model_copy(update={"min_gpus": 0, "max_gpus": None}),
+                    "inference": spec.inference.model_copy(
+                        update={"min_gpus": min(spec.inference.min_gpus, inference_gpus)}
+                    ),
+                }
+            )
+        }
+    )
+    train_gpus = n_train * cap.gpus_per_node
+    train = p.model_copy(
+        update={
+            "metadata": p.metadata.model_copy(update={"name": train_name}),
+            "spec": spec.model_copy(
+                update={
+                    "node_selector": spec.node_selector.model_copy(
+                        update={"match_labels": {POOL_LABEL: train_name}, "match_expressions": []}
+                    ),
+                    "capacity": cap.model_copy(update={"nodes": n_train}),
+                    "training": spec.training.model_copy(
+                        update={"min_gpus": min(spec.training.min_gpus, train_gpus)}
+                    ),
+                    "inference": spec.inference.model_copy(update={"min_gpus": 0, "max_gpus": 0}),
+                }
+            ),
+        }
+    )
+    pools = {**desired.pools, pool: infer, train_name: train}
+    return dataclasses.replace(desired, pools=pools), train_name
+
+
+# ----------------------------------------------------------------------------- the run
+@dataclass
+class _Job:
+    spec: JobSpec
+    key: str
+    progress: float = 0.0  # seconds of work done (saved or not)
+    saved: float = 0.0  # seconds of work a restart resumes from
+    saved_at: float | None = None  # twin time of the last checkpoint
+    restarts: int = 0
+    overhead_until: float = 0.0
+    first_start: float | None = None
+    done_at: float | None = None
+    running: bool = False
+    pod: str = ""  # the key of the pod running it now (a resumed Job's pod has a new name)
+
+
+@dataclass
+class TwinResult:
+    """Totals over the measured window [warmup, horizon) (GPU-seconds unless named)."""
+
+    label: str
+    pool_gpus: int
+    window_seconds: float
+    inference_needed: float = 0.0  # cards' time serving requests (served / rate)
+    inference_allocated: float = 0.0
+    training_allocated: float = 0.0
+    training_progress: float = 0.0  # work done (lost or not)
+    training_lost: float = 0.0  # progress later lost to a preemption
+    restart_overhead: float = 0.0  # allocated while restarting or waiting for a repartition
+    jobs_done: int = 0
+    jobs_started: int = 0
+    waits: list[float] = field(default_factory=list)
+    waiting_at_end: int = 0
+    bins: int = 0
+    bins_met: int = 0
+    shortfall: float = 0.0
+    evictions: int = 0
+    training_evictions: int = 0
+    scale_ups: int = 0
+    scale_downs: int = 0
+    cycles: int = 0
+    seconds: float = 0.0
+    series: list[tuple[float, float, float, float]] = field(default_factory=list)
+    """(hours, inference cards, inference cards needed, training cards) per cycle."""
+
+    @property
+    def allocated(self) -> float:
+        return self.inference_allocated + self.training_allocated
+
+    def record(self) -> dict:
+        cap = self.pool_gpus * self.window_seconds or 1.0
+        hours = self.window_seconds / 3600 or 1.0
+        useful = self.inference_needed + self.training_progress - self.training_lost
+        done = self.training_progress - self.training_lost
+        waits = sorted(self.waits)
+
+        def pct(q: float) -> float:
+            return waits[min(len(waits) - 1, int(q * (len(waits) - 1) + 0.5))] if waits else 0.0
+
+        return {
+            "run": self.label,
+            "gpus": self.pool_gpus,
+            "hours": round(self.window_seconds / 3600, 2),
+            "useful_utilisation": round(useful / cap, 4),
+            "allocation": round(self.allocated / cap, 4),
+            "inference_needed": round(self.inference_needed / cap, 4),
+            "inference_overprovisioned": round(
+                (self.inference_allocated - self.inference_needed) / cap, 4
+            ),
+            "training": round(self.training_allocated / cap, 4),
+            "slo_attainment": round(self.bins_met / self.bins, 5) if self.bins else 1.0,
+            "shortfall_gpu_s": round(self.shortfall, 1),
+            "training_gpu_h_done": round(done / 3600, 2),
+            "jobs_done": self.jobs_done,
+            "jobs_started": self.jobs_started,
+            "queue_wait_p50_s": round(pct(0.5), 1),
+            "queue_wait_p99_s": round(pct(0.99), 1),
+            "jobs_waiting_at_end": self.waiting_at_end,
+            "preemptions_per_hour": round(self.training_evictions / hours, 3),
+            "evictions": self.evictions,
+            "gpu_h_lost": round((self.training_lost + self.restart_overhead) / 3600, 2),
+            "lost_share": round((self.training_lost + self.restart_overhead) / done, 4)
+            if done > 0
+            else 0.0,
+            "scale_ups": self.scale_ups,
+            "scale_downs": self.scale_downs,
+            "cycles": self.cycles,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+class Twin:
+    """One run of the twin; `run()` returns its `TwinResult`."""
+
+    def __init__(
+        self,
+        desired: DesiredState,
+        load: LoadCurve,
+        jobs: Sequence[JobSpec],
+        cfg: TwinConfig,
+        *,
+        label: str = "unified",
+    ) -> None:
+        self.desired = desired
+        self.load = load
+        self.cfg = cfg
+        self.label = label
+        pol, target = service_target(desired, cfg.service)
+        svc_class, self.training_class = _default_classes(desired, cfg)
+        self.training_pool = cfg.training_pool or pol.spec.pool
+        for name in (pol.spec.pool, self.training_pool):
+            if name not in desired.pools:
+                raise ValueError(f"pool {name} is not in the desired state")
+        self.start = cfg.start or load.start
+        self.horizon = min(cfg.horizon or load.seconds, load.seconds)
+        if cfg.warmup >= self.horizon:
+            raise ValueError(
+                f"the warm-up ({cfg.warmup:g} s) leaves nothing of the {self.horizon:g} s simulated"
+            )
+        pp = desired.priority
+        self.grace = pp.spec.preemption.checkpoint_grace_period.total_seconds() if pp else 0.0
+        self.nodes = pool_nodes(desired)
+        self.pool_gpus = sum(len(n.gpus) for n in self.nodes)
+        self.service = InferenceService(
+            namespace=target.namespace,
+            name=target.name,
+            kind=target.kind,
+            replicas=0,
+            replica_request=Request(gpus=cfg.replica_gpus),
+            priority_class=svc_class,
+            pool=pol.spec.pool,
+            queue_length=0.0,
+            pending_seconds_p99=0.0,
+        )
+        self.jobs = [
+            _Job(j, f"{cfg.training_namespace}/{j.name}")
+            for j in sorted(jobs, key=lambda j: j.arrival)
+        ]
+        self.by_key = {j.key: j for j in self.jobs}
+        if len(self.by_key) != len(self.jobs):
+            raise ValueError("training job names must be unique")
+
+    def job_of(self, w: Workload) -> _Job | None:
+        """The training job `w` is a pod of (by its owning Job: a Job the planner suspended
+        and resumed runs again in a pod of another name)."""
+        if w.owner_kind != "Job" or w.namespace != self.cfg.training_namespace:
+            return None
+        return self.by_key.get(f"{w.namespace}/{w.owner_name}")
+
+    def at(self, t: float) -> datetime:
+        return self.start + timedelta(seconds=t)
+
+    def _pod(self, j: _Job) -> Workload:
+        return Workload(
+            namespace=self.cfg.training_namespace,
+            name=j.spec.name,
+            priority_class=self.training_class,
+            phase="Pending",
+            request=Request(gpus=j.spec.gpus),
+            pool=self.training_pool,
+            created_at=self.at(j.spec.arrival),
+            owner_kind="Job",
+            owner_name=j.spec.name,
+            checkpointable=j.spec.checkpointable,
+        )
+
+    def run(self, progress: Progress | None = None) -> TwinResult:  # noqa: C901 - one loop
+        cfg, P = self.cfg, self.cfg.period
+        res = TwinResult(self.label, self.pool_gpus, max(0.0, self.horizon - cfg.warmup))
+        wall = time.perf_counter()
+        snap = ObservedState(observed_at=self.start, nodes=self.nodes, services=[self.service])
+        nxt = 0  # next job to arrive
+        backlog = 0.0
+        ready_at: dict[str, float] = {}  # running replica -> when it serves
+        node_ready: dict[str, float] = {}  # node -> when its repartitioned cards serve
+        card_free: dict[tuple[str, int], float] = {}  # card -> when a checkpointing victim leaves
+        running: dict[str, _Job] = {}
+        n_cycles = math.ceil(self.horizon / P)
+        svc_key = self.service.key
+        for k in range(n_cycles):
+            t = k * P
+            measured = t >= cfg.warmup
+            now = self.at(t)
+            # 1. arrivals
+            new = []
+            pending = sum(
+                1 for w in snap.workloads if w.phase == "Pending" and self.job_of(w) is not None
+            ) + len(snap.suspended_jobs)
+            while (
+                nxt < len(self.jobs)
+                and self.jobs[nxt].spec.arrival <= t
+                and pending + len(new) < cfg.max_pending
+            ):
+                new.append(self._pod(self.jobs[nxt]))
+                nxt += 1
+            if new:
+                snap = snap.model_copy(update={"workloads": [*snap.workloads, *new]})
+            # 2. the real planner
+            p = plan(self.desired, snap, now)
+            asked = set()
+            for a in p.actions:
+                if a.kind == "checkpoint":
+                    asked.add(a.target)
+                elif isinstance(a, MigReconfigure | SetSharing):
+                    node_ready[a.target] = t + cfg.repartition_time
+                elif a.kind in ("preempt", "reclaim", "move") and measured:
+                    res.evictions += 1
+                elif a.kind == "scale" and measured:
+                    if a.to_replicas > a.from_replicas:
+                        res.scale_ups += 1
+                    else:
+                        res.scale_downs += 1
+            before = {w.key: w for w in snap.workloads if w.phase == "Running"}
+            # 3. the shared effect model
+            snap = step(self.desired, snap, p, now=now, period=timedelta(seconds=P))
+            after = {w.key: w for w in snap.workloads}
+            for key, w in before.items():
+                if key in after and after[key].phase == "Running":
+                    continue
+                j = self.job_of(w)
+                if j is None:
+                    ready_at.pop(key, None)
+                    continue
+                if key in asked:
+                    # the executor asks for a checkpoint and evicts once the pod marks it
+                    # done or the grace period is over (apply/handlers.py, _grace_left): a
+                    # checkpointable job saves its work and frees the cards after
+                    # checkpoint_time, another holds them for the whole grace period
+                    if j.spec.checkpointable:
+                        j.saved, j.saved_at = j.progress, t
+                    wait = (
+                        min(cfg.checkpoint_time, self.grace)
+                        if j.spec.checkpointable
+                        else self.grace
+                    )
+                    for al in w.allocations:
+                        card_free[(w.node or "", al.gpu)] = t + wait
+                lost = j.progress - j.saved
+                if measured:
+                    res.training_evictions += 1
+                    res.training_lost += lost * j.spec.gpus
+                j.progress = j.saved
+                j.restarts += 1
+                j.running = False
+            # newly bound pods
+            for w in snap.workloads:
+                if w.phase != "Running" or w.key in before:
+                    continue
+                delay = max(
+                    [node_ready.get(w.node or "", 0.0)]
+                    + [card_free.get((w.node or "", al.gpu), 0.0) for al in w.allocations]
+                )
+                j = self.job_of(w)
+                if j is not None:
+                    j.running = True
+                    j.pod = w.key
+                    running[j.key] = j
+                    j.overhead_until = max(t + (cfg.restart_cost if j.restarts else 0.0), delay)
+                    if j.first_start is None:
+                        j.first_start = t
+                        if measured or j.spec.arrival >= cfg.warmup:
+                            res.jobs_started += 1
+                            res.waits.append(t - j.spec.arrival)
+                elif self.service.owns(w):
+                    ready_at[w.key] = max(t, delay) + cfg.load_time
+            # 4. the interval [t, t + P)
+            t1 = min(t + P, self.horizon)
+            svc = next(s for s in snap.services if s.key == svc_key)
+            replicas = [w for w in snap.workloads if w.phase == "Running" and svc.owns(w)]
+            g = cfg.replica_gpus
+            alloc_inf = len(replicas) * g
+            served_rate = 0.0
+            needed_cards = 0.0
+            ready = 0
+            for lo, width, req in self.load.window(t, t1):
+                ready = sum(1 for w in replicas if ready_at.get(w.key, math.inf) <= lo)
+                cap = ready * cfg.service_rate * width
+                total = backlog + req
+                served = min(total, cap)
+                backlog = total - served
+                served_rate = served / width
+                needed_cards = served / (cfg.service_rate * width) * g
+                if measured:
+                    res.bins += 1
+                    res.bins_met += backlog <= 1e-9
+                    demand = req / (cfg.service_rate * width) * g
+                    res.shortfall += max(0.0, demand - ready * g) * width
+                    res.inference_needed += needed_cards * width
+                    res.inference_allocated += alloc_inf * width
+            done: list[str] = []
+            train_cards = 0
+            for j in list(running.values()):
+                w = after.get(j.pod)
+                if not j.running or w is None or w.phase != "Running":
+                    j.running = False
+                    del running[j.key]
+                    continue
+                train_cards += j.spec.gpus
+                begin = min(max(t, j.overhead_until), t1)
+                left = j.spec.duration - j.progress
+                end = min(t1, begin + left)
+                ran = max(0.0, end - begin)
+                old = j.progress
+                j.progress += ran
+                if j.progress >= j.spec.duration - 1e-9:
+                    j.done_at = end
+                    j.saved = j.progress
+                    done.append(j.pod)
+                    j.running = False
+                    del running[j.key]
+                else:
+                    cp = j.spec.checkpoint_period
+                    mark = math.floor(j.progress / cp) * cp
+                    if mark > j.saved:
+                        j.saved = mark
+                        j.saved_at = begin + (mark - old)
+                if measured:
+                    res.training_allocated += j.spec.gpus * (
+                        (end if j.done_at is not None else t1) - t
+                    )
+                    res.training_progress += j.spec.gpus * ran
+                    res.restart_overhead += j.spec.gpus * (begin - t)
+                    res.jobs_done += j.done_at is not None
+            if measured:
+                res.series.append(
+                    (round(t / 3600, 4), alloc_inf, round(needed_cards, 3), train_cards)
+                )
+            # 5. what the next snapshot shows
+            if done:
+                snap = finish(self.desired, snap, done, now=self.at(t1))
+            wait = (
+                backlog / (ready * cfg.service_rate)
+                if ready
+                else (backlog / cfg.service_rate if backlog > 0 else 0.0)
+            )
+            svc = svc.model_copy(
+                update={
+                    "queue_length": backlog + served_rate * cfg.concurrency / cfg.service_rate,
+                    "pending_seconds_p99": wait,
+                    "ready_replicas": sum(
+                        1 for w in replicas if ready_at.get(w.key, math.inf) <= t1
+                    ),
+                }
+            )
+            workloads = []
+            for w in snap.workloads:
+                j = self.job_of(w)
+                if j is not None and j.saved_at is not None and w.phase == "Running":
+                    w = w.model_copy(update={"last_checkpoint_at": self.at(j.saved_at)})
+                workloads.append(w)
+            snap = snap.model_copy(
+                update={
+                    "services": [svc if s.key == svc_key else s for s in snap.services],
+                    "workloads": workloads,
+                }
+            )
+            res.cycles += 1
+            if progress is not None:
+                progress(k + 1, n_cycles)
+        end = self.horizon
+        res.waiting_at_end = sum(
+            1 for j in self.jobs if j.spec.arrival < end and j.first_start is None
+        )
+        res.seconds = time.perf_counter() - wall
+        return res
+
+
+def run_twin(
+    desired: DesiredState,
+    load: LoadCurve,
+    jobs: Sequence[JobSpec],
+    cfg: TwinConfig,
+    *,
+    label: str = "unified",
+    progress: Progress | None = None,
+) -> TwinResult:
+    return Twin(desired, load, jobs, cfg, label=label).run(progress)
+
+
+# ----------------------------------------------------------------------------- the comparison
+def inference_mean_gpus(load: LoadCurve, cfg: TwinConfig, horizon: float) -> float:
+    """Mean cards the load needs over [0, horizon) at the service rate."""
+    return load.mean_rate(horizon) / cfg.service_rate * cfg.replica_gpus
+
+
+def static_sizes(desired: DesiredState, pool: str) -> list[int]:
+    """Every static inference partition of `pool` on whole nodes (at least one node each)."""
+    cap = desired.pools[pool].spec.capacity
+    return [n * cap.gpus_per_node for n in range(1, cap.nodes)]
+
+
+@dataclass
+class Comparison:
+    unified: TwinResult
+    static: list[tuple[int, TwinResult]]
+    best: int | None
+    """The smallest static inference partition whose SLO attainment meets the unified
+    pool's (None: no static split does)."""
+    training_gpus: float
+    """The capacity the training load is relative to: pool cards - mean inference need."""
+    jobs: int
+
+    def records(self) -> list[dict]:
+        out = [{**self.unified.record(), "inference_cards": "elastic", "best": ""}]
+        for n, r in self.static:
+            out.append(
+                {**r.record(), "inference_cards": n, "best": "best" if n == self.best else ""}
+            )
+        return out
+
+
+def compare(
+    desired: DesiredState,
+    load: LoadCurve,
+    base_jobs: Sequence[JobSpec],
+    cfg: TwinConfig,
+    *,
+    training_load: float,
+    sizes: Sequence[int] | None = None,
+    progress: Callable[[str], Progress | None] | None = None,
+) -> Comparison:
+    """The unified pool and the static splits of the service's pool (`sizes`: inference
+    cards; default every whole-node split), on the same load and the same jobs: the
+    jobs' arrivals scaled so that they offer `training_load` x (pool cards - mean inference
+    need), durations kept."""
+    pol, _ = service_target(desired, cfg.service)
+    pool = pol.spec.pool
+    horizon = min(cfg.horizon or load.seconds, load.seconds)
+    cap = desired.pools[pool].spec.capacity
+    gpus = cap.nodes * cap.gpus_per_node
+    train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
+    if train_gpus <= 0:
+        raise ValueError(
+            f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
+            " raise --service-rate"
+        )
+    jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
+    biggest = cap.gpus_per_node
+    jobs = [j for j in jobs if j.gpus <= biggest]
+
+    def bar(label: str) -> Progress | None:
+        return progress(label) if progress is not None else None
+
+    unified = run_twin(desired, load, jobs, cfg, label="unified", progress=bar("unified"))
+    target = unified.record()["slo_attainment"]
+    static = []
+    for n in sizes if sizes is not None else static_sizes(desired, pool):
+        d, train_pool = static_split(desired, pool, n)
+        c = dataclasses.replace(cfg, training_pool=train_pool)
+        static.append(
+            (n, run_twin(d, load, jobs, c, label=f"static-{n}", progress=bar(f"static {n}")))
+        )
+    best = next((n for n, r in sorted(static) if r.record()["slo_attainment"] >= target), None)
+    return Comparison(unified, static, best, train_gpus, len(jobs))
