@@ -25,6 +25,12 @@ if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then
   started=$(date +%s)
   echo "prometheus: $(bash scripts/fetch-prometheus.sh) ($(( $(date +%s) - started ))s)"
 fi
+# Kueue's and KEDA's CRDs for the integration tests, from their published Go modules (into Go's
+# module cache, outside the repository; the versions are pinned in tests/integration/crds.py).
+started=$(date +%s)
+modules=$(.venv/bin/python -c 'from tests.integration.crds import PINNED; print(*PINNED)')
+for m in $modules; do bash scripts/fetch-crds.sh "$m" . >/dev/null; done
+echo "CRD modules: $modules ($(( $(date +%s) - started ))s)"
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -24,6 +24,9 @@ KUEUE_CRDS = ("resourceflavors", "clusterqueues", "localqueues", "cohorts")
 KEDA_MODULE = "github.com/kedacore/keda/v2"
 KEDA_VERSION = "v2.19.0"
 """The newest KEDA release whose go.mod Go 1.26 builds (newer ones need a newer Go)."""
+PINNED = (f"{KUEUE_MODULE}@{KUEUE_VERSION}", f"{KEDA_MODULE}@{KEDA_VERSION}")
+"""What scripts/test.sh fetches before the tests run (so the time shows, and a failed download
+stops the run there)."""
 
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fetch-crds.sh"
@@ -41,8 +44,8 @@ def module_dir(module: str, version: str) -> Path:
     )
     if out.returncode == 3:
         pytest.skip(f"no Go toolchain to download {module}@{version}")
-    if out.returncode != 0:
-        pytest.skip(f"go mod download {module}@{version} failed: {out.stderr.strip()}")
+    if out.returncode != 0:  # Go is there but the module is not: a failure, never a pass
+        pytest.fail(f"go mod download {module}@{version} failed: {out.stderr.strip()}")
     return Path(out.stdout.strip().splitlines()[-1]).resolve()
 
 
