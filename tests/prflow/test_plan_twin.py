@@ -168,6 +168,10 @@ def test_bad_options(repo, capsys):
     assert rc == 1 and "--twin-service-rate" in err
     rc, _, err = plan(capsys, repo, *twin_args(repo)[:3], "0")
     assert rc == 1 and "--twin-service-rate must be positive" in err
+    bad = load.parent / "bad-jobs.csv"
+    bad.write_text("arrival,gpus,duration\n0,1,60\n10,1.5,60\n")
+    rc, out, err = plan(capsys, repo, *twin_args(repo)[:4], "--twin-training", str(bad))
+    assert rc == 1 and out == "" and f"{bad}:3: gpus 1.5 is not a whole number" in err
     d, obs, *_ = repo
     rc = main(["plan", "--observed", str(obs), "--repo", str(d), "--twin-load", str(load)])
     assert rc == 1 and "--base" in capsys.readouterr().err
