@@ -172,8 +172,12 @@ def add_replay_args(p) -> None:
         metavar="N",
         help="replay the load file's last N days (default 1)",
     )
-    t.add_argument("--twin-period", default="60s", help="controller cycle (default 60s)")
-    t.add_argument("--twin-warmup", default="1h", help="left out of the metrics (default 1h)")
+    t.add_argument(
+        "--twin-period", default="60s", metavar="DUR", help="controller cycle (default 60s)"
+    )
+    t.add_argument(
+        "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"
+    )
     t.add_argument("--twin-service", metavar="NS/NAME", help="the ScalingPolicy target fed")
 
 
