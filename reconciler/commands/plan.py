@@ -45,6 +45,9 @@ def signals_from_args(args: argparse.Namespace, desired, observed):
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.base:
         return cmd_plan_change(args)
+    if getattr(args, "twin_load", None):
+        print("error: --twin-load compares two revisions: give --base REF", file=sys.stderr)
+        return 1
     try:
         desired = load_from_args(args)
         observed = signals_from_args(args, desired, observe_from_args(args))
@@ -132,6 +135,15 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
     except InvalidSnapshot as exc:
         return report_load_error(exc)
     report, _, head_plan = compare(base, head, observed, confirm=tuple(args.confirm or ()))
+    if getattr(args, "twin_load", None):
+        from reconciler.sim.twin_cli import ReplayInputError, replay_change
+
+        try:
+            replay = replay_change(base, head, args)
+        except ReplayInputError as exc:
+            print(f"error: twin replay: {exc}", file=sys.stderr)
+            return 1
+        report = report.model_copy(update={"replay": replay})
     sys.stdout.write(CHANGE_RENDERERS[args.format](report))
     if args.out:
         saved = head_plan.model_copy(
@@ -205,4 +217,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("empty-pool", "delete-all-quotas"),
         help="with --base: confirm a deliberate destructive change (repeatable)",
     )
+    from reconciler.sim.twin_cli import add_replay_args
+
+    add_replay_args(p)
     p.set_defaults(func=cmd_plan)

@@ -42,6 +42,52 @@ class Disruption(BaseModel):
     reason: str
 
 
+class ReplayMetrics(BaseModel):
+    """One revision's numbers from the digital twin's replay (`reconciler.sim.twin`)."""
+
+    model_config = ConfigDict(frozen=True)
+    useful_utilisation: float
+    """Share of the pool's GPU-time: inference cards needed + training work not later lost."""
+    slo_attainment: float
+    """Share of load bins whose ready inference capacity met demand."""
+    preemptions_per_hour: float
+    gpu_h_lost: float
+    """Training work lost to preemption + restart time, GPU-hours."""
+
+
+class Replay(BaseModel):
+    """What the change would have done over a recorded load: the twin run on the base and on
+    the head desired state with the same load, jobs and settings. Computed by the command (the
+    shell) and handed in: this module never runs it."""
+
+    model_config = ConfigDict(frozen=True)
+    load: str
+    """The load file replayed."""
+    hours: float
+    """The measured span (after the warm-up)."""
+    base: ReplayMetrics | None = None
+    head: ReplayMetrics | None = None
+    problem: str | None = None
+    """Why the replay could not compare (e.g. a revision without a ScalingPolicy)."""
+
+    def line(self, arrow: str = "->", markdown: bool = False) -> str:
+        where = f"over {self.hours:g} h of " + (f"`{self.load}`" if markdown else self.load)
+        if self.problem or self.base is None or self.head is None:
+            return f"Twin replay {where}: not compared: {self.problem or 'no result'}"
+        b, h = self.base, self.head
+
+        def pct(x: float, digits: int = 1) -> str:
+            return f"{100 * x:.{digits}f}%"
+
+        return (
+            f"Twin replay {where}: useful utilisation {pct(b.useful_utilisation)} {arrow} "
+            f"{pct(h.useful_utilisation)}, inference SLO {pct(b.slo_attainment, 2)} {arrow} "
+            f"{pct(h.slo_attainment, 2)}, preemptions {b.preemptions_per_hour:.2f}/h {arrow} "
+            f"{h.preemptions_per_hour:.2f}/h, GPU-hours lost {b.gpu_h_lost:.2f} {arrow} "
+            f"{h.gpu_h_lost:.2f}"
+        )
+
+
 class ChangeReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -62,6 +108,8 @@ class ChangeReport(BaseModel):
     """Tripped gates, each a reason; empty when the change may go ahead."""
     head_summary: str
     base_summary: str
+    replay: Replay | None = None
+    """The twin's replay of base and head over a load file (`plan --twin-load`), if asked."""
 
     @property
     def blocked(self) -> bool:

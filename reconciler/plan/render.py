@@ -169,6 +169,8 @@ def change_to_text(report) -> str:
         f"Base {_rev(report.base_revision)} -> head {_rev(report.head_revision)}; head is valid.",
         "",
     ]
+    if report.replay is not None:
+        lines += [report.replay.line(), ""]
     if report.gates:
         lines.append("Safety gates tripped:")
         lines += [f"  ! {g}" for g in report.gates]
@@ -222,6 +224,8 @@ def change_to_markdown(
         ),
         "",
     ]
+    if report.replay is not None:
+        head += [_md_escape(report.replay.line("→", markdown=True)), ""]
     if report.gates:
         head += (
             ["**Safety gates tripped** (the change is refused):", ""]

@@ -17,7 +17,9 @@ re-reads and skips):
   unschedulable (then nothing: the handler leaves a node somebody else cordoned as it is).
 * Uncordon: clears both, only on a node gpupool cordoned.
 * LabelNode: the labels.
-* Checkpoint: `last_checkpoint_at = now`.
+* Checkpoint: `last_checkpoint_at = now`, only for a checkpointable workload. The handler
+  only asks (the `checkpoint-requested-at` annotation); the `last-checkpoint` a snapshot
+  reads is the workload's own answer, and one that cannot checkpoint never gives it.
 * Preempt, Reclaim, Move: the pod is evicted and its owner recreates it: the workload turns
   Pending (no node or allocations, `created_at = now`, `started_at = None`; request, priority
   class, flags and checkpoint kept; `pool` = the pool of the node it ran on). Each appends
@@ -247,8 +249,15 @@ def _label(world: _World, a: LabelNode, now: datetime) -> None:
 
 
 def _checkpoint(world: _World, a: Checkpoint, now: datetime) -> None:
+    # apply/handlers.py `checkpoint` writes only `checkpoint-requested-at`; the workload
+    # writes `last-checkpoint` (and `checkpoint-done`) when it has saved, and one that is not
+    # checkpointable never does: its last checkpoint stays what it was
     i = world.workload_at(a.target)
-    if i is not None and world.workloads[i].phase == "Running":
+    if (
+        i is not None
+        and world.workloads[i].phase == "Running"
+        and world.workloads[i].checkpointable
+    ):
         world.workloads[i] = world.workloads[i].model_copy(update={"last_checkpoint_at": now})
 
 

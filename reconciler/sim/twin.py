@@ -575,6 +575,9 @@ class Twin:
                     ),
                 }
             )
+            # each job exports its own periodic checkpoints (`last-checkpoint`, as a job
+            # that writes them does); one the plan asked for is the effect model's (only a
+            # checkpointable job answers it, effects._checkpoint), the same time as saved_at
             workloads = []
             for w in snap.workloads:
                 j = self.job_of(w)
@@ -642,6 +645,33 @@ class Comparison:
         return out
 
 
+def training_jobs(
+    desired: DesiredState,
+    load: LoadCurve,
+    base_jobs: Sequence[JobSpec],
+    cfg: TwinConfig,
+    *,
+    training_load: float,
+) -> tuple[list[JobSpec], float]:
+    """The jobs with arrivals scaled so that they offer `training_load` x (the service
+    pool's cards - the load's mean inference need) over the span, durations kept; jobs
+    larger than a node left out. Returns them and that training capacity."""
+    pol, _ = service_target(desired, cfg.service)
+    pool = pol.spec.pool
+    horizon = min(cfg.horizon or load.seconds, load.seconds)
+    cap = desired.pools[pool].spec.capacity
+    gpus = cap.nodes * cap.gpus_per_node
+    train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
+    if train_gpus <= 0:
+        raise ValueError(
+            f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
+            " raise --service-rate"
+        )
+    jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
+    biggest = cap.gpus_per_node
+    return [j for j in jobs if j.gpus <= biggest], train_gpus
+
+
 def compare(
     desired: DesiredState,
     load: LoadCurve,
@@ -658,18 +688,7 @@ def compare(
     need), durations kept."""
     pol, _ = service_target(desired, cfg.service)
     pool = pol.spec.pool
-    horizon = min(cfg.horizon or load.seconds, load.seconds)
-    cap = desired.pools[pool].spec.capacity
-    gpus = cap.nodes * cap.gpus_per_node
-    train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
-    if train_gpus <= 0:
-        raise ValueError(
-            f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
-            " raise --service-rate"
-        )
-    jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
-    biggest = cap.gpus_per_node
-    jobs = [j for j in jobs if j.gpus <= biggest]
+    jobs, train_gpus = training_jobs(desired, load, base_jobs, cfg, training_load=training_load)
 
     def bar(label: str) -> Progress | None:
         return progress(label) if progress is not None else None

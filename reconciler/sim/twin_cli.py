@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from reconciler.policy.quantity import parse_duration
 from reconciler.sim.load import openb_jobs, read_jobs, read_load
 from reconciler.sim.report import TWIN_COLUMNS, ProgressBar, dumps, plot_twin, text_table
 from reconciler.sim.trace import DEFAULT_PODS, TraceError, openb_dir, read_pods
-from reconciler.sim.twin import TwinConfig, compare
+from reconciler.sim.twin import TwinConfig, compare, run_twin, training_jobs
 
 
 def _fail(msg: str) -> int:
@@ -124,3 +125,132 @@ def run_twin_mode(args) -> int:
         except OSError as exc:
             return _fail(f"{args.plot}: cannot write plot: {exc.strerror or exc}")
     return 0
+
+
+# ----------------------------------------------------------------------------- plan --base
+# `gpupool plan --base REV --twin-load CSV --twin-service-rate R`: the twin replayed over a
+# recorded load for the base and for the head desired state, the same load, jobs and settings
+# on both sides, so the difference is the policy's. The command (the shell) runs it and hands
+# the numbers to the change report (reconciler/plan/change.py `Replay`), which stays pure.
+REPLAY_METRICS = ("useful_utilisation", "slo_attainment", "preemptions_per_hour", "gpu_h_lost")
+
+
+def add_replay_args(p) -> None:
+    t = p.add_argument_group(
+        "twin replay (with --base): what the change would have done over a recorded load"
+    )
+    t.add_argument(
+        "--twin-load",
+        metavar="CSV",
+        help="inference load Time,TIMESTAMP per bin (as `simulate --mode twin --load`); "
+        "adds one line to the change report: useful utilisation, inference SLO, preemptions "
+        "and GPU-hours lost, base -> head",
+    )
+    t.add_argument(
+        "--twin-service-rate",
+        type=float,
+        metavar="R",
+        help="requests/s one replica serves within its latency target (needed with --twin-load)",
+    )
+    t.add_argument(
+        "--twin-training",
+        metavar="CSV",
+        help="training jobs CSV arrival,gpus,duration[,checkpoint_period][,checkpointable], "
+        "or 'openb' (default: none, the load alone)",
+    )
+    t.add_argument(
+        "--twin-training-load",
+        type=float,
+        default=1.2,
+        metavar="X",
+        help="offered training work / (pool cards - mean inference need) (default 1.2)",
+    )
+    t.add_argument(
+        "--twin-days",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="replay the load file's last N days (default 1)",
+    )
+    t.add_argument(
+        "--twin-period", default="60s", metavar="DUR", help="controller cycle (default 60s)"
+    )
+    t.add_argument(
+        "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"
+    )
+    t.add_argument("--twin-service", metavar="NS/NAME", help="the ScalingPolicy target fed")
+
+
+class ReplayInputError(ValueError):
+    """Bad replay input (a file, an option): one line, exit 1."""
+
+
+def _last(curve, seconds: float):
+    """The curve's last `seconds` (whole bins), starting at that bin's time."""
+    import dataclasses as dc
+    from datetime import timedelta
+
+    n = max(2, min(len(curve.counts), math.ceil(seconds / curve.bin_seconds)))
+    skip = len(curve.counts) - n
+    return dc.replace(
+        curve,
+        start=curve.start + timedelta(seconds=skip * curve.bin_seconds),
+        counts=curve.counts[skip:],
+    )
+
+
+def replay_change(base, head, args):
+    """The `Replay` of base and head, or None when no `--twin-load` is given. Bad files or
+    options raise ReplayInputError (one line naming the file and line); a revision the twin
+    cannot run (no ScalingPolicy to feed, say) gives a Replay that says why."""
+    from reconciler.plan.change import Replay, ReplayMetrics
+
+    if not getattr(args, "twin_load", None):
+        return None
+    try:
+        if args.twin_service_rate is None:
+            raise ValueError("--twin-load needs --twin-service-rate R (requests/s per replica)")
+        if not args.twin_service_rate > 0:
+            raise ValueError(
+                f"--twin-service-rate must be positive, got {args.twin_service_rate:g}"
+            )
+        if not args.twin_days > 0:
+            raise ValueError(f"--twin-days must be positive, got {args.twin_days:g}")
+        if not args.twin_training_load > 0:
+            raise ValueError(
+                f"--twin-training-load must be positive, got {args.twin_training_load:g}"
+            )
+        curve = _last(read_load(args.twin_load), args.twin_days * 86400)
+        jobs = []
+        if args.twin_training == "openb":
+            jobs = openb_jobs(read_pods(openb_dir() / DEFAULT_PODS))
+        elif args.twin_training:
+            jobs = read_jobs(args.twin_training)
+        cfg = TwinConfig(
+            service_rate=args.twin_service_rate,
+            period=seconds(args.twin_period, "--twin-period"),
+            warmup=seconds(args.twin_warmup, "--twin-warmup"),
+            service=args.twin_service,
+        )
+        if cfg.warmup >= curve.seconds:
+            raise ValueError(
+                f"--twin-warmup {args.twin_warmup} leaves nothing of the {curve.seconds:g} s "
+                f"replayed from {args.twin_load}"
+            )
+    except (TraceError, ValueError) as exc:
+        raise ReplayInputError(str(exc)) from None
+    hours = round((curve.seconds - cfg.warmup) / 3600, 2)
+    try:
+        # the jobs once, scaled to the base's pool: both sides get the very same list
+        if jobs:
+            jobs, _ = training_jobs(base, curve, jobs, cfg, training_load=args.twin_training_load)
+        sides = {}
+        for name, desired in (("base", base), ("head", head)):
+            try:
+                r = run_twin(desired, curve, jobs, cfg, label=name).record()
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            sides[name] = ReplayMetrics(**{k: r[k] for k in REPLAY_METRICS})
+    except ValueError as exc:
+        return Replay(load=str(args.twin_load), hours=hours, problem=str(exc))
+    return Replay(load=str(args.twin_load), hours=hours, **sides)

@@ -966,3 +966,31 @@ def test_a_drifted_shared_card_is_not_duplicated():
     ]
     trace = _run(text, [node("a100-1", "a100", A100, cards)], work, period=timedelta(minutes=1))
     assert undone(trace) == []
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def test_a_checkpoint_is_recorded_only_for_a_workload_that_can_take_one():
+    """The Checkpoint handler only asks (the `checkpoint-requested-at` annotation,
+    apply/handlers.py `checkpoint`); the `last-checkpoint` the next snapshot reads is written
+    by the workload itself, and only a checkpointable one answers. The planner asks every
+    non-spot victim, checkpointable or not (`Checkpoint.checkpointable` says which)."""
+    from reconciler.plan.actions import Checkpoint
+
+    before = _ago(45)
+    can = training("t", "can", "a100-1", [0], cls="low", started=_ago(90), checkpoint=before)
+    cannot = training("t", "cannot", "a100-1", [1], cls="low", started=_ago(90), checkpoint=before)
+    cannot = cannot.model_copy(update={"checkpointable": False})
+    s = snapshot(T0, [node("a100-1", "a100", A100, count=2)], [can, cannot])
+    asks = [
+        Checkpoint(
+            id=f"checkpoint:{w.key}",
+            target=w.key,
+            reason="r",
+            grace_period_seconds=60,
+            checkpointable=w.checkpointable,
+        )
+        for w in (can, cannot)
+    ]
+    w = _work(apply_plan(_desired(), s, _plan(*asks), now=T0))
+    assert w["t/can"].last_checkpoint_at == T0
+    assert w["t/cannot"].last_checkpoint_at == before
