@@ -63,10 +63,10 @@ class Uncordon(ActionBase):
 
 
 class LabelNode(ActionBase):
-    """Pool membership labels on a node."""
+    """Pool membership labels on a node (a None value removes the label)."""
 
     kind: Literal["label-node"] = "label-node"
-    labels: dict[str, str]
+    labels: dict[str, str | None]
 
 
 class CardChange(Frozen):

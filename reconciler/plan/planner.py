@@ -576,7 +576,8 @@ def plan_state(
             "info",
             "unmatched-node",
             node,
-            "GPU node matches no pool's selector; gpupool leaves it alone",
+            "GPU node matches no pool's selector; gpupool leaves it alone "
+            "(but for removing a stale pool label)",
         )
     result = Plan(
         revision=desired.revision,
@@ -2727,6 +2728,46 @@ def _objects(run: _Run) -> None:
                         labels={POOL_LABEL: pv.name},
                     )
                 )
+    _prune_pool_labels(run)
+
+
+def _prune_pool_labels(run: _Run) -> None:
+    """A node that carries gpupool's pool label but is in no desired pool (its Pool was deleted
+    from git, or its selector no longer matches the node) loses the label: the key is
+    gpupool's, and a stale label would keep steering the old pool's pods and Kueue's
+    ResourceFlavor there. With no Pool desired at all nothing is removed (a policy that lost
+    every Pool is more likely a mistake than a decommissioning): a finding says so."""
+    pooled = {n for pv in run.cluster.pools.values() for n in pv.nodes}
+    stale = sorted(
+        (n.name, n.labels[POOL_LABEL])
+        for n in run.observed.nodes
+        if POOL_LABEL in n.labels and n.name not in pooled
+    )
+    if not stale:
+        return
+    if not run.desired.pools:
+        run.find(
+            "warning",
+            "prune-everything-refused",
+            "Node",
+            f"no Pool is desired, so the {POOL_LABEL} label stays on {len(stale)} node(s) "
+            f"({', '.join(n for n, _ in stale[:5])}{', ...' if len(stale) > 5 else ''}); "
+            "remove it by hand if the pools are really gone",
+        )
+        return
+    for node, old in stale:
+        run.add(
+            LabelNode(
+                id=f"label-node:{node}",
+                target=node,
+                pool=old,
+                reason=(
+                    f"{node} is labelled {POOL_LABEL}={old} but is in no desired pool "
+                    f"(Pool/{old} is gone or its selector no longer matches): remove the label"
+                ),
+                labels={POOL_LABEL: None},
+            )
+        )
 
 
 # --------------------------------------------------------------------------- 8. repartitions

@@ -245,7 +245,10 @@ def _uncordon(world: _World, a: Uncordon, now: datetime) -> None:
 def _label(world: _World, a: LabelNode, now: datetime) -> None:
     node = world.nodes.get(a.target)
     if node is not None:
-        world.nodes[a.target] = node.model_copy(update={"labels": {**node.labels, **a.labels}})
+        labels = {**node.labels, **a.labels}
+        world.nodes[a.target] = node.model_copy(
+            update={"labels": {k: v for k, v in labels.items() if v is not None}}
+        )
 
 
 def _checkpoint(world: _World, a: Checkpoint, now: datetime) -> None:

@@ -92,6 +92,9 @@ UNCORDON = Uncordon(
 LABEL = LabelNode(
     id=f"label-node:{NODE}", target=NODE, reason="matches Pool/a100", labels={C.POOL_LABEL: "a100"}
 )
+UNLABEL = LabelNode(
+    id=f"label-node:{NODE}", target=NODE, reason="in no pool", labels={C.POOL_LABEL: None}
+)
 MIG = MigReconfigure(
     id=f"mig-reconfigure:{NODE}",
     target=NODE,
@@ -340,6 +343,11 @@ def schedulable(p: Probe) -> None:
 
 def pool_labelled(p: Probe) -> None:
     assert p.node().labels[C.POOL_LABEL] == "a100"
+    assert p.node().labels["keep"] == "me"
+
+
+def pool_label_gone(p: Probe) -> None:
+    assert C.POOL_LABEL not in p.node().labels
     assert p.node().labels["keep"] == "me"
 
 
@@ -694,6 +702,16 @@ LABEL_ROWS = [
         ("patch_node",),
         check=pool_labelled,
     ),
+    Row(
+        "label-node/remove-stale",
+        UNLABEL,
+        (Node(labels={C.POOL_LABEL: "retired", "keep": "me"}),),
+        "done",
+        "labelled",
+        ("patch_node",),
+        check=pool_label_gone,
+    ),
+    Row("label-node/already-gone", UNLABEL, (Node(labels={"keep": "me"}),), "done", "present"),
 ]
 
 BUSY = "GPUs still in use by team-a/job"

@@ -446,6 +446,9 @@ def objects_and_labels():
     )
     n1 = node("a100-1", "a100", A100, **{"node.kubernetes.io/instance-type": "p4de.24xlarge"})
     n2 = node("a100-2", "a100", A100, **{"node.kubernetes.io/instance-type": "p4de.24xlarge"})
+    # a node of a Pool deleted from git (no instance-type label: it matches no pool now) still
+    # carries gpupool's pool label: the label is removed
+    n3 = node("a100-old", "retired-pool", A100)
     n1 = n1.model_copy(
         update={"labels": {k: v for k, v in n1.labels.items() if k != "gpupool.io/pool"}}
     )
@@ -469,7 +472,7 @@ def objects_and_labels():
             name="retired", value=5, preemption_policy="Never", managed_by="gpupool"
         )
     )
-    return text, snapshot(NOW, [n1, n2], [], **objs)
+    return text, snapshot(NOW, [n1, n2, n3], [], **objs)
 
 
 def suspended_job_resumes():

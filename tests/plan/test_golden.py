@@ -69,6 +69,7 @@ EXPECT = {
             "prune-quota:team-old/gpupool-team-old",
             "prune-priority-class:retired",
             "label-node:a100-1",
+            "label-node:a100-old",
             "mig-reconfigure:a100-1",
         },
         {"preempt"},
