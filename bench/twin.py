@@ -8,7 +8,8 @@
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
-ScalingPolicy on queue length per replica and p99 wait), the Azure LLM 2024 Coding week
+ScalingPolicy on queue length per replica and p99 wait, a MaintenancePolicy that moves up to
+4 one-card jobs per cycle when a multi-card job fits on no node), the Azure LLM 2024 Coding week
 (`../shared/data/inference-load`) as inference load and the openb trace's whole-card
 training pods (`../shared/data/openb`) as training, arrivals scaled to the training load.
 `f` is the inference share at peak: the service rate is set so that the load's highest
@@ -100,6 +101,16 @@ spec:
     step: 2
     cooldown: 10m
   borrowFrom: [training-low]
+---
+apiVersion: gpupool.io/v1alpha1
+kind: MaintenancePolicy
+metadata:
+  name: defragment
+spec:
+  defragmentation:
+    when: pendingDemand
+    maxMigrationsPerCycle: 4
+    onlyMigratable: false
 """
 
 
