@@ -671,15 +671,25 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
         annotations={"gpupool.io/cordoned-for": None},
     )
     ops.annotate_pod(ns, "train", {"gpupool.io/checkpoint-requested-at": "now"})
-    w = ops.read_workload("Deployment", ns, "srv")
-    ops.scale_workload(
-        "Deployment",
-        ns,
-        "srv",
-        replicas=2,
-        resource_version=w.resource_version,
-        annotations={"gpupool.io/last-scale": "now"},
-    )
+    # the Deployment controller is still writing the new Deployment's status: a 409 on the
+    # resourceVersion guard is what the handler meets too (it waits for the next cycle);
+    # here, read again and retry
+    for attempt in range(20):
+        w = ops.read_workload("Deployment", ns, "srv")
+        try:
+            ops.scale_workload(
+                "Deployment",
+                ns,
+                "srv",
+                replicas=2,
+                resource_version=w.resource_version,
+                annotations={"gpupool.io/last-scale": "now"},
+            )
+            break
+        except ApiError as exc:
+            if exc.status != 409 or attempt == 19:
+                raise
+            time.sleep(0.25)
     ops.server_side_apply(
         {
             "apiVersion": "v1",
