@@ -638,6 +638,20 @@ def _install_standin(kube) -> client.ApiClient:
 
 
 def _refused(call, fragment: str) -> None:
+    """`call()` is refused (403) with `fragment` in the message. Each new admission policy is
+    enforced once the API server's informer has it, policy by policy: first wait until a
+    dry run of the same request is refused (admission runs for dry runs; nothing is
+    written), so a policy not yet in force does not let the real request through."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            call(dry_run="All")
+        except client.ApiException as exc:
+            if exc.status == 403:
+                break
+            raise
+        assert time.monotonic() < deadline, f"never refused: {fragment}"
+        time.sleep(0.2)
     with pytest.raises(client.ApiException) as err:
         call()
     assert err.value.status == 403, err.value.body
@@ -817,7 +831,7 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
     merge = "application/merge-patch+json"
 
     def node(body, name="rbac-vap-2"):
-        return lambda: core.patch_node(name, body, _content_type=merge)
+        return lambda **kw: core.patch_node(name, body, _content_type=merge, **kw)
 
     _refused(node({"metadata": {"labels": {"team": "mine"}}}), "own node labels")
     _refused(node({"metadata": {"labels": {"nvidia.com/gpu.product": "x"}}}), "own node labels")
@@ -830,30 +844,31 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         "control-plane node",
     )
     # PriorityClasses and quotas gpupool does not own
-    _refused(lambda: sched.delete_priority_class("rbac-vap-foreign"), "not labelled")
+    _refused(lambda **kw: sched.delete_priority_class("rbac-vap-foreign", **kw), "not labelled")
     _refused(
-        lambda: sched.patch_priority_class(
+        lambda **kw: sched.patch_priority_class(
             "rbac-vap-foreign",
             {"metadata": {"labels": {"app.kubernetes.io/managed-by": "gpupool"}}},
             _content_type=merge,
+            **kw,
         ),
         "not labelled",
     )
     _refused(
-        lambda: core.patch_namespaced_resource_quota(
-            "theirs", ns, {"spec": {"hard": {"pods": "1"}}}, _content_type=merge
+        lambda **kw: core.patch_namespaced_resource_quota(
+            "theirs", ns, {"spec": {"hard": {"pods": "1"}}}, _content_type=merge, **kw
         ),
         "not labelled",
     )
     _refused(
-        lambda: sched.create_priority_class(
-            {"metadata": {"name": "rbac-vap-unlabelled"}, "value": 1}
+        lambda **kw: sched.create_priority_class(
+            {"metadata": {"name": "rbac-vap-unlabelled"}, "value": 1}, **kw
         ),
         "must carry the label",
     )
     # system namespaces: not even gpupool's own kinds of writes
     _refused(
-        lambda: core.create_namespaced_resource_quota(
+        lambda **kw: core.create_namespaced_resource_quota(
             "kube-system",
             {
                 "metadata": {
@@ -862,6 +877,7 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
                 },
                 "spec": {"hard": {"pods": "1"}},
             },
+            **kw,
         ),
         "system namespace",
     )
@@ -869,25 +885,31 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         "metadata": {"generateName": "x-"},
         "involvedObject": {"kind": "Pod", "namespace": "kube-node-lease", "name": "x"},
     }
-    _refused(lambda: core.create_namespaced_event("kube-node-lease", ev), "system namespace")
+    _refused(
+        lambda **kw: core.create_namespaced_event("kube-node-lease", ev, **kw), "system namespace"
+    )
     # workloads: nothing but gpupool's annotations and the fields its actions set
     pod_spec = kube.core.read_namespaced_pod("train", ns).spec
     image = {"spec": {"containers": [{"name": pod_spec.containers[0].name, "image": "evil:1"}]}}
     _refused(
-        lambda: core.patch_namespaced_pod(
-            "train", ns, image, _content_type="application/strategic-merge-patch+json"
+        lambda **kw: core.patch_namespaced_pod(
+            "train", ns, image, _content_type="application/strategic-merge-patch+json", **kw
         ),
         "node affinity",
     )
     _refused(
-        lambda: core.patch_namespaced_pod(
-            "train", ns, {"metadata": {"labels": {"app": "other"}}}, _content_type=merge
+        lambda **kw: core.patch_namespaced_pod(
+            "train", ns, {"metadata": {"labels": {"app": "other"}}}, _content_type=merge, **kw
         ),
         "labels",
     )
     _refused(
-        lambda: core.patch_namespaced_pod(
-            "train", ns, {"metadata": {"annotations": {"other.io/x": "y"}}}, _content_type=merge
+        lambda **kw: core.patch_namespaced_pod(
+            "train",
+            ns,
+            {"metadata": {"annotations": {"other.io/x": "y"}}},
+            _content_type=merge,
+            **kw,
         ),
         "own annotations",
     )
@@ -895,17 +917,18 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         "spec": {"template": {"spec": {"containers": [{"name": "srv", "image": "evil:1"}]}}}
     }
     _refused(
-        lambda: apps.patch_namespaced_deployment(
-            "srv", ns, template, _content_type="application/strategic-merge-patch+json"
+        lambda **kw: apps.patch_namespaced_deployment(
+            "srv", ns, template, _content_type="application/strategic-merge-patch+json", **kw
         ),
         "spec.replicas",
     )
     _refused(
-        lambda: core.patch_namespaced_pod_status(
+        lambda **kw: core.patch_namespaced_pod_status(
             "train",
             ns,
             {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
             _content_type="application/strategic-merge-patch+json",
+            **kw,
         ),
         "own pod condition",
     )
@@ -916,21 +939,21 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"}}
     }
     _refused(
-        lambda: hpas.patch_namespaced_horizontal_pod_autoscaler(
-            "srv", ns, other, _content_type=merge
+        lambda **kw: hpas.patch_namespaced_horizontal_pod_autoscaler(
+            "srv", ns, other, _content_type=merge, **kw
         ),
         "spec.minReplicas and spec.maxReplicas",
     )
     _refused(
-        lambda: hpas.patch_namespaced_horizontal_pod_autoscaler(
-            "srv", ns, {"metadata": {"labels": {"app": "x"}}}, _content_type=merge
+        lambda **kw: hpas.patch_namespaced_horizontal_pod_autoscaler(
+            "srv", ns, {"metadata": {"labels": {"app": "x"}}}, _content_type=merge, **kw
         ),
         "labels",
     )
     triggers = {"spec": {"triggers": [{"type": "cpu", "metadata": {"value": "1"}}]}}
     _refused(
-        lambda: client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            "keda.sh", "v1alpha1", ns, "scaledobjects", "srv", triggers, _content_type=merge
+        lambda **kw: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "keda.sh", "v1alpha1", ns, "scaledobjects", "srv", triggers, _content_type=merge, **kw
         ),
         "spec.minReplicaCount and spec.maxReplicaCount",
     )
