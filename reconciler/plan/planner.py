@@ -2331,7 +2331,20 @@ def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
     )
 
 
+def _whole_kind(run: _Run, p: Pending) -> str:
+    """What whole-card demand is, for the words of a finding: replicas a ScalingPolicy adds,
+    and pods of a class for inference, are inference; the rest is training."""
+    if p.origin.startswith("scale-up"):
+        return "inference"
+    cls = p.priority_class or run._default_class()
+    classes = run.desired.priority.spec.classes if run.desired.priority else []
+    if any(c.name == cls and c.workload == "inference" for c in classes):
+        return "inference"
+    return "training"
+
+
 def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
+    """Whole-card demand: training, and inference whose replicas ask whole cards."""
     for p in pending:
         if p.placed or _place_gang(run, pv, p):
             continue
@@ -2349,7 +2362,7 @@ def _training(run: _Run, pv: PoolView, pending: list[Pending]) -> None:
             run,
             p,
             "waits",
-            f"pending training ({_describe(p)}) waits: "
+            f"pending {_whole_kind(run, p)} ({_describe(p)}) waits: "
             + (blocked or f"nothing in {pv.name} can be freed for it this cycle"),
         )
 
@@ -2418,7 +2431,7 @@ def _give_back_inference(run: _Run, pv: PoolView, p: Pending) -> bool:
             pv,
             "whole",
             why=(
-                f"pending training {p.key} needs {n} whole cards on one node "
+                f"pending {_whole_kind(run, p)} {p.key} needs {n} whole cards on one node "
                 "and these inference cards are empty"
             ),
         )

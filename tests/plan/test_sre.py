@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from reconciler.conventions import CORDONED_FOR_ANN
 from reconciler.observe.builders import gpu, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import InferenceService, Request, Taint, Workload
@@ -618,3 +620,13 @@ def test_shared_work_declaring_more_than_its_share_is_warned_about():
     p = run(desired(), two_nodes(), [pod])
     (f,) = [f for f in p.findings if f.code == "memory-over-share"]
     assert f.subject == "serve/hungry" and "does not isolate memory" in f.message
+
+
+@pytest.mark.parametrize(("cls", "kind"), [("serving", "inference"), (LOW, "training")])
+def test_whole_card_demand_that_waits_is_named_for_what_it_is(cls: str, kind: str):
+    """Whole-card serving replicas go through the same placement as training; the finding
+    that says why one waits calls it inference, not training."""
+    full = [job("team-b", "wide-1", "a100-1", 8, HIGH), job("team-b", "wide-2", "a100-2", 8, HIGH)]
+    p = run(desired(), two_nodes(), [*full, pend("team-a", "one", 1, cls=cls)])
+    waits = [f.message for f in p.findings if f.subject == "team-a/one"]
+    assert waits and waits[0].startswith(f"pending {kind} (1 whole GPU) waits"), waits
