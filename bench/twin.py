@@ -5,6 +5,7 @@
     .venv/bin/python bench/twin.py --rates               # service-rate sensitivity (x0.5, x1, x2)
     .venv/bin/python bench/twin.py --days 2 --warmup 0.5 # a shorter span
     .venv/bin/python bench/twin.py --plot twin.png       # and a plot of both pools
+    .venv/bin/python bench/twin.py --up 6 --down 4 --sizes 40,48,56  # more serving headroom
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -92,12 +93,12 @@ spec:
   targets:
     - {{namespace: serve, name: llm, kind: Deployment, minReplicas: 2, maxReplicas: {max}}}
   scaleUp:
-    queueLengthPerReplica: 8
+    queueLengthPerReplica: {up}
     pendingTime: 20s
     step: 4
     cooldown: 1m
   scaleDown:
-    queueLengthPerReplica: 6
+    queueLengthPerReplica: {down}
     step: 2
     cooldown: 10m
   borrowFrom: [training-low]
@@ -124,7 +125,7 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         warmup=args.warmup * 86400,
     )
     started = time.perf_counter()
-    result = compare(desired, curve, base_jobs, cfg, training_load=load)
+    result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
     seconds = time.perf_counter() - started
     rows = result.records()
     if args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
@@ -162,6 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=1.0, help="days left out (default 1)")
     ap.add_argument("--period", type=float, default=60.0, help="cycle seconds (default 60)")
     ap.add_argument("--plot", metavar="PNG", help="plot the headline cell (matplotlib)")
+    ap.add_argument(
+        "--up", type=int, default=8, help="scale up above this queue per replica (default 8)"
+    )
+    ap.add_argument(
+        "--down", type=int, default=6, help="scale down below this queue per replica (default 6)"
+    )
+    ap.add_argument(
+        "--sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        help="static splits to run, inference cards, comma-separated (default: every whole node)",
+    )
     args = ap.parse_args(argv)
     if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
         print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
@@ -169,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "desired.yaml"
         path.write_text(
-            DESIRED.format(nodes=NODES, gpn=GPUS_PER_NODE, max=NODES * GPUS_PER_NODE),
+            DESIRED.format(
+                nodes=NODES,
+                gpn=GPUS_PER_NODE,
+                max=NODES * GPUS_PER_NODE,
+                up=args.up,
+                down=args.down,
+            ),
             encoding="utf-8",
         )
         desired = load_desired(files_from_paths([tmp]))
