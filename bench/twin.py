@@ -95,7 +95,7 @@ spec:
   scaleUp:
     queueLengthPerReplica: {up}
     pendingTime: 20s
-    step: 4
+    step: {step}
     cooldown: 1m
   scaleDown:
     queueLengthPerReplica: {down}
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--down", type=int, default=6, help="scale down below this queue per replica (default 6)"
     )
+    ap.add_argument("--step", type=int, default=4, help="replicas added per scale-up (default 4)")
     ap.add_argument(
         "--sizes",
         type=lambda v: [int(x) for x in v.split(",")],
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 max=NODES * GPUS_PER_NODE,
                 up=args.up,
                 down=args.down,
+                step=args.step,
             ),
             encoding="utf-8",
         )

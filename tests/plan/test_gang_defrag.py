@@ -121,7 +121,9 @@ def test_the_twin_benchmark_configures_it() -> None:
     defragmentation as this test."""
     from bench import twin
 
-    text = twin.DESIRED.format(nodes=twin.NODES, gpn=twin.GPUS_PER_NODE, max=64, up=8, down=6)
+    text = twin.DESIRED.format(
+        nodes=twin.NODES, gpn=twin.GPUS_PER_NODE, max=64, up=8, down=6, step=4
+    )
     desired = load([SourceFile("desired.yaml", text)])
     (rule,) = [m.spec.defragmentation for m in desired.maintenance_for("gpu")]
     assert rule is not None and rule.enabled
