@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", action="store_true", help="service rate x0.5, x1, x2")
     ap.add_argument("--f", type=float, default=0.5)
     ap.add_argument("--load", type=float, default=1.2)
+    ap.add_argument(
+        "--rate", type=float, default=1.0, help="service rate multiplier of the cell (default 1)"
+    )
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--warmup", type=float, default=1.0, help="days left out (default 1)")
     ap.add_argument("--period", type=float, default=60.0, help="cycle seconds (default 60)")
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         desired = load_desired(files_from_paths([tmp]))
     curve = read_load(LOAD)
     base_jobs = openb_jobs(read_pods(OPENB / DEFAULT_PODS))
-    cells = [(args.f, args.load, 1.0)]
+    cells = [(args.f, args.load, args.rate)]
     if args.grid:
         cells = [(f, x, 1.0) for f in (0.25, 0.5, 0.75) for x in (0.8, 1.0, 1.2, 1.5)]
     if args.rates:
