@@ -6,6 +6,7 @@
     .venv/bin/python bench/twin.py --days 2 --warmup 0.5 # a shorter span
     .venv/bin/python bench/twin.py --plot twin.png       # and a plot of both pools
     .venv/bin/python bench/twin.py --up 6 --down 4 --sizes 40,48,56  # more serving headroom
+    .venv/bin/python bench/twin.py --period 60           # a slower cycle (default 30 s)
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -164,7 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--warmup", type=float, default=1.0, help="days left out (default 1)")
-    ap.add_argument("--period", type=float, default=60.0, help="cycle seconds (default 60)")
+    ap.add_argument(
+        "--period",
+        type=float,
+        default=30.0,
+        help="cycle seconds (default 30: `gpupool reconcile --interval`'s default)",
+    )
     ap.add_argument("--plot", metavar="PNG", help="plot the headline cell (matplotlib)")
     ap.add_argument(
         "--up", type=int, default=8, help="scale up above this queue per replica (default 8)"

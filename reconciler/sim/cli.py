@@ -88,7 +88,7 @@ def register(subparsers) -> None:
         metavar="X",
         help="offered training work / (pool cards - mean inference need) (default 1.2)",
     )
-    t.add_argument("--period", default="60s", help="controller cycle (default 60s)")
+    t.add_argument("--period", default="30s", help="controller cycle (default 30s)")
     t.add_argument("--days", type=float, help="days simulated (default: the load file)")
     t.add_argument("--warmup", default="1d", help="left out of the metrics (default 1d)")
     t.add_argument("--service", metavar="NS/NAME", help="the ScalingPolicy target fed the load")

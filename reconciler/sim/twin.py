@@ -69,8 +69,8 @@ Progress = Callable[[int, int], None]
 class TwinConfig:
     service_rate: float
     """Requests per second one replica serves within its latency target."""
-    period: float = 60.0
-    """Seconds between controller cycles."""
+    period: float = 30.0
+    """Seconds between controller cycles (`gpupool reconcile --interval`'s default)."""
     horizon: float | None = None
     """Seconds simulated (default: the whole load curve)."""
     warmup: float = DAY

@@ -173,7 +173,7 @@ def add_replay_args(p) -> None:
         help="replay the load file's last N days (default 1)",
     )
     t.add_argument(
-        "--twin-period", default="60s", metavar="DUR", help="controller cycle (default 60s)"
+        "--twin-period", default="30s", metavar="DUR", help="controller cycle (default 30s)"
     )
     t.add_argument(
         "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"

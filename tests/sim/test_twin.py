@@ -128,7 +128,7 @@ def watch(monkeypatch):
 
 
 def cfg(**kw) -> TwinConfig:
-    base = dict(service_rate=1.0, warmup=0.0, concurrency=10.0, load_time=120.0)
+    base = dict(service_rate=1.0, period=60.0, warmup=0.0, concurrency=10.0, load_time=120.0)
     return TwinConfig(**{**base, **kw})
 
 
@@ -388,7 +388,7 @@ def test_cli_table_and_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)[0]
     assert rc == 0
     assert [r["run"] for r in data["runs"]] == ["unified", "static-4"]
-    assert data["runs"][0]["cycles"] == 90
+    assert data["runs"][0]["cycles"] == 180  # 1.5 h at the default cycle, reconcile's 30 s
 
 
 def test_cli_plot_and_static_option(tmp_path, capsys):
