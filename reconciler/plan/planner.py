@@ -2334,11 +2334,8 @@ def _whole_state(pv: PoolView, node: str) -> placement.NodeState:
 def _whole_kind(run: _Run, p: Pending) -> str:
     """What whole-card demand is, for the words of a finding: replicas a ScalingPolicy adds,
     and pods of a class for inference, are inference; the rest is training."""
-    if p.origin.startswith("scale-up"):
-        return "inference"
-    cls = p.priority_class or run._default_class()
-    classes = run.desired.priority.spec.classes if run.desired.priority else []
-    if any(c.name == cls and c.workload == "inference" for c in classes):
+    c = run.pclass(p.priority_class)
+    if p.origin.startswith("scale-up") or (c is not None and c.workload == "inference"):
         return "inference"
     return "training"
 
