@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from reconciler.conventions import RECONCILE_INTERVAL_SECONDS  # noqa: E402
 from reconciler.policy.files import files_from_paths  # noqa: E402
 from reconciler.policy.loader import load as load_desired  # noqa: E402
 from reconciler.sim.load import openb_jobs, read_load  # noqa: E402
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--period",
         type=float,
-        default=30.0,
-        help="cycle seconds (default 30: `gpupool reconcile --interval`'s default)",
+        default=float(RECONCILE_INTERVAL_SECONDS),
+        help=f"cycle seconds (default {RECONCILE_INTERVAL_SECONDS}, reconcile's interval)",
     )
     ap.add_argument("--plot", metavar="PNG", help="plot the headline cell (matplotlib)")
     ap.add_argument(

@@ -3,7 +3,8 @@
 The lowest layer: observe, plan, apply and loop import these; no other module spells a
 `gpupool.io/…` or `nvidia.com/…` key (tests/test_conventions.py greps for them).
 NVIDIA's names are the ones their components read and write; where each was confirmed is in
-../shared/notes/nvidia-stack.md and next to the code that uses it.
+../shared/notes/nvidia-stack.md and next to the code that uses it. Also here: the controller's
+default cycle, which the digital twin (a lower layer than the command) must share.
 """
 
 from __future__ import annotations
@@ -178,3 +179,8 @@ KUEUE_LOCAL_QUEUE = "gpupool"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The label the API server sets on every namespace to its own name (immutable), which a
 ClusterQueue's namespaceSelector matches."""
+
+# ---------------------------------------------------------------- the controller's cycle
+RECONCILE_INTERVAL_SECONDS = 30
+"""`gpupool reconcile --interval`'s default; the digital twin (`simulate --mode twin
+--period`, `plan --twin-period`, `TwinConfig.period`) cycles at the same pace by default."""

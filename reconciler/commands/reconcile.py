@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.kube import make_api_client
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
@@ -183,7 +184,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="120s",
         help="wall-clock limit on each git clone, fetch and read (default 120s)",
     )
-    p.add_argument("--interval", default="30s", help="time between cycles (default 30s)")
+    p.add_argument(
+        "--interval",
+        default=f"{RECONCILE_INTERVAL_SECONDS}s",
+        help=f"time between cycles (default {RECONCILE_INTERVAL_SECONDS}s)",
+    )
     p.add_argument(
         "--namespace",
         default=os.environ.get("POD_NAMESPACE", "gpupool-system"),

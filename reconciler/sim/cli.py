@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.plan.placement import POLICIES
 from reconciler.sim.report import (
     REPLAY_COLUMNS,
@@ -88,7 +89,11 @@ def register(subparsers) -> None:
         metavar="X",
         help="offered training work / (pool cards - mean inference need) (default 1.2)",
     )
-    t.add_argument("--period", default="30s", help="controller cycle (default 30s)")
+    t.add_argument(
+        "--period",
+        default=f"{RECONCILE_INTERVAL_SECONDS}s",
+        help=f"controller cycle (default {RECONCILE_INTERVAL_SECONDS}s, reconcile's interval)",
+    )
     t.add_argument("--days", type=float, help="days simulated (default: the load file)")
     t.add_argument("--warmup", default="1d", help="left out of the metrics (default 1d)")
     t.add_argument("--service", metavar="NS/NAME", help="the ScalingPolicy target fed the load")

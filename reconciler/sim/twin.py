@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
+from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL, RECONCILE_INTERVAL_SECONDS
 from reconciler.observe.builders import PRODUCT, gpu
 from reconciler.observe.model import (
     InferenceService,
@@ -69,7 +69,7 @@ Progress = Callable[[int, int], None]
 class TwinConfig:
     service_rate: float
     """Requests per second one replica serves within its latency target."""
-    period: float = 30.0
+    period: float = float(RECONCILE_INTERVAL_SECONDS)
     """Seconds between controller cycles (`gpupool reconcile --interval`'s default)."""
     horizon: float | None = None
     """Seconds simulated (default: the whole load curve)."""

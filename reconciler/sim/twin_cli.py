@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.policy.files import DEFAULT_DIRS, SourceError, files_from_paths
 from reconciler.policy.loader import load as load_desired
 from reconciler.policy.problems import InvalidInput
@@ -173,7 +174,10 @@ def add_replay_args(p) -> None:
         help="replay the load file's last N days (default 1)",
     )
     t.add_argument(
-        "--twin-period", default="30s", metavar="DUR", help="controller cycle (default 30s)"
+        "--twin-period",
+        default=f"{RECONCILE_INTERVAL_SECONDS}s",
+        metavar="DUR",
+        help=f"controller cycle (default {RECONCILE_INTERVAL_SECONDS}s, reconcile's interval)",
     )
     t.add_argument(
         "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"
