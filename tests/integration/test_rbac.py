@@ -28,6 +28,7 @@ from kubernetes import client
 
 from reconciler.loop.agent import run_once
 from reconciler.loop.informer import ClusterCache
+from tests.apply.api import wait_for
 from tests.plan.scenarios import SCALING
 
 from .crds import install_crd, keda_scaled_object_crd
@@ -642,16 +643,17 @@ def _refused(call, fragment: str) -> None:
     enforced once the API server's informer has it, policy by policy: first wait until a
     dry run of the same request is refused (admission runs for dry runs; nothing is
     written), so a policy not yet in force does not let the real request through."""
-    deadline = time.monotonic() + 20
-    while True:
+
+    def dry_run_refused() -> bool:
         try:
             call(dry_run="All")
         except client.ApiException as exc:
             if exc.status == 403:
-                break
+                return True
             raise
-        assert time.monotonic() < deadline, f"never refused: {fragment}"
-        time.sleep(0.2)
+        return False
+
+    wait_for(f"a dry run to be refused: {fragment}", dry_run_refused, timeout=20)
     with pytest.raises(client.ApiException) as err:
         call()
     assert err.value.status == 403, err.value.body
@@ -685,10 +687,11 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
         annotations={"gpupool.io/cordoned-for": None},
     )
     ops.annotate_pod(ns, "train", {"gpupool.io/checkpoint-requested-at": "now"})
+
     # the Deployment controller is still writing the new Deployment's status: a 409 on the
     # resourceVersion guard is what the handler meets too (it waits for the next cycle);
     # here, read again and retry
-    for attempt in range(20):
+    def scaled() -> bool:
         w = ops.read_workload("Deployment", ns, "srv")
         try:
             ops.scale_workload(
@@ -699,11 +702,13 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
                 resource_version=w.resource_version,
                 annotations={"gpupool.io/last-scale": "now"},
             )
-            break
         except ApiError as exc:
-            if exc.status != 409 or attempt == 19:
+            if exc.status != 409:
                 raise
-            time.sleep(0.25)
+            return False
+        return True
+
+    wait_for("a scale past the Deployment controller's status writes", scaled, 5, every=0.25)
     ops.server_side_apply(
         {
             "apiVersion": "v1",
