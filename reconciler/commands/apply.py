@@ -15,7 +15,7 @@ from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.snapshot import load_snapshot, unique_keys
 from reconciler.plan.fingerprint import actions_fingerprint, fingerprint
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import plan_state
+from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.files import SourceError
 from reconciler.policy.limits import locate_bad_utf8
 from reconciler.policy.problems import InvalidInput
@@ -35,7 +35,7 @@ def edited_reasons(saved: Plan, desired, observed) -> list[str]:
         return [*out, f"its time {saved.observed_at!r} is not an ISO 8601 time"]
     if at.tzinfo is None:
         return [*out, f"its time {saved.observed_at!r} has no timezone"]
-    again = plan_state(desired, observed, now=at)[0]
+    again = plan_with_facts(desired, observed, now=at)[0]
     expected = again.actions
     if observed.signals:
         # Prometheus readings are measurements that move every second: planning again from

@@ -29,7 +29,7 @@ from reconciler.loop.status import PreemptionIntent, StatusStore, condition, res
 from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import plan_state
+from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
@@ -222,7 +222,7 @@ class Controller:
         )
         if leader:
             self._report_unreadable(observed.unreadable, now)
-        p, facts = plan_state(desired, observed, now=now)
+        p, facts = plan_with_facts(desired, observed, now=now)
         metrics.DRIFT.set(len(p.actions))
         self._gauges(desired, p, facts)
         applied = None

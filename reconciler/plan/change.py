@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reconciler.observe.model import ObservedState
 from reconciler.plan.model import Action, Plan
-from reconciler.plan.planner import plan_state
+from reconciler.plan.planner import plan_with_facts
 from reconciler.plan.quotas import desired_resource_quotas
 from reconciler.policy.state import DesiredState
 
@@ -210,8 +210,8 @@ def compare(
     confirm: tuple[str, ...] = (),
 ) -> tuple[ChangeReport, Plan, Plan]:
     """The change report, and both plans (base, head)."""
-    base_plan, base_facts = plan_state(base, observed)
-    head_plan, head_facts = plan_state(head, observed)
+    base_plan, base_facts = plan_with_facts(base, observed)
+    head_plan, head_facts = plan_with_facts(head, observed)
     pools = sorted(set(base_plan.capacity) | set(head_plan.capacity))
     capacity = {}
     for p in pools:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from reconciler.conventions import GROUP, NODE_STATE_PLURAL, VERSION
 from reconciler.observe.kube import observe_cluster
-from reconciler.plan.planner import plan_state
+from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 
@@ -86,7 +86,7 @@ def test_malformed_objects_are_left_out_reported_and_the_rest_reconciled(kube, t
         "GpuNodeState h100-2",
     }, observed.unreadable
     assert any(w.name == "bad-gpus" for w in observed.workloads)  # read, without the annotation
-    plan, _ = plan_state(load([SourceFile("d.yaml", TEXT)]), observed, now=clock.now)
+    plan, _ = plan_with_facts(load([SourceFile("d.yaml", TEXT)]), observed, now=clock.now)
     found = {f.subject for f in plan.findings if f.code == "unreadable-object"}
     assert found == refs
 

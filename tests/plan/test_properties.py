@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import Allocation, Workload
 from reconciler.plan.cluster import build_cluster, card_equivalents
-from reconciler.plan.planner import _check_no_overcommit, plan
+from reconciler.plan.planner import check_no_overcommit, plan
 from reconciler.plan.render import to_json
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -246,7 +246,7 @@ def test_guard_catches_overcommit():
     view.pools["a100"].reserve([view.slot[("a100-1", 0)]], "team-a/b")
     view.pools["a100"].take_slices(view.slot[("a100-1", 0)], 0, "team-a/b")
     try:
-        _check_no_overcommit(view)
+        check_no_overcommit(view)
     except AssertionError as exc:
         assert "whole card held by" in str(exc)
     else:

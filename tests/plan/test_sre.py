@@ -19,7 +19,8 @@ from reconciler.conventions import CORDONED_FOR_ANN
 from reconciler.observe.builders import gpu, mig_pod, node, shared_pod, snapshot, training
 from reconciler.observe.model import InferenceService, Request, Taint, Workload
 from reconciler.plan.cluster import build_cluster
-from reconciler.plan.planner import _place_one, _Run
+from reconciler.plan.run import Run
+from reconciler.plan.stages.whole_cards import _place_one
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import A100, BAL, NOW, _objects
@@ -426,7 +427,7 @@ def test_nvlink_gang_takes_a_whole_island_on_another_node():
     ]
     d = load([SourceFile("desired.yaml", text)])
     obs = snapshot(NOW, two_nodes(), work, **_objects(text))
-    r = _Run(d, obs, NOW, build_cluster(d, obs))
+    r = Run(d, obs, NOW, build_cluster(d, obs))
     got = _place_one(r, r.cluster.pools["a100"], 4, "team-a/gang")
     assert {(g.node, g.island) for g in got} == {("a100-2", 1)}
 

@@ -1,6 +1,6 @@
 """Step-level table tests of the planner, beside the golden triples.
 
-One table per step of `plan_state` (admission, scaling, team caps, idle reclaim, maintenance
+One table per step of `plan_with_facts` (admission, scaling, team caps, idle reclaim, maintenance
 windows). Each row is a small tweak of the golden desired state (tests/plan/scenarios.py), a
 small observed cluster and a time; it expects the plan's action ids and finding
 (code, subject) pairs exactly. Every row also checks the invariants any plan keeps: each

@@ -1,0 +1,278 @@
+"""TODO"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from fractions import Fraction
+
+from reconciler.observe.model import (
+    Workload,
+)
+from reconciler.plan.actions import (
+    Checkpoint,
+    Eviction,
+    Move,
+    Preempt,
+    Reclaim,
+)
+from reconciler.plan.cluster import (
+    PoolView,
+    card_equivalents,
+)
+from reconciler.plan.run import (
+    BUDGET,
+    INF_PRIORITY,
+    Pending,
+    Run,
+    kueue_mode,
+    suspended_job,
+)
+from reconciler.plan.victims import Candidate, order_victims
+from reconciler.policy.quantity import format_duration
+
+
+def victim_classes(run: Run, preemptor: str | None, extra: tuple[str, ...] = ()) -> set[str]:
+    out = set(extra)
+    if run.desired.priority:
+        for r in run.desired.priority.spec.preemption.rules:
+            if r.preemptor == (preemptor or run.desired.priority.spec.default_class):
+                out.update(r.victims)
+    return out
+
+
+def min_runtime(run: Run) -> float:
+    return (
+        run.desired.priority.spec.preemption.min_runtime.total_seconds()
+        if run.desired.priority
+        else math.inf
+    )
+
+
+def stop_refusal(
+    run: Run, w: Workload, preemptor_priority: int | None = None, *, budget: bool = True
+) -> str:
+    """The one eviction gate every preemption, reclaim and move passes: '' when `w` (and
+    its gang) may be stopped now, otherwise why not. Unknown class or start: never."""
+    members = run.gang(w)
+    for m in members:
+        if m.key in run.evicted:
+            return f"{m.key} is already stopped by this plan"
+        cls = run.pclass(m.priority_class)
+        if cls is None:
+            return f"{m.key}'s class {m.priority_class or '(none)'} is unknown"
+        if not cls.preemptible:
+            return f"{m.key}'s class {cls.name} is not preemptible"
+        running = run.seconds_since(m.started_at)
+        if running is None:
+            return f"{m.key}'s start time is unknown"
+        if not cls.spot and running < min_runtime(run):
+            return (
+                f"{m.key} has run {format_duration(max(running, 0))} of minRuntime "
+                f"{format_duration(min_runtime(run))}"
+            )
+        if preemptor_priority is not None and cls.value >= preemptor_priority:
+            return f"{m.key}'s priority {cls.value} is not lower"
+    if budget and run.budget_left < len(members):
+        return f"the {BUDGET} is spent"
+    return ""
+
+
+def as_candidate(run: Run, w: Workload, pool: str | None) -> Candidate:
+    members = run.gang(w)
+    cls = run.pclass(w.priority_class)
+    lost = 0.0
+    gpus = 0.0
+    for m in members:
+        n = float(len(m.allocations) or m.request.gpus or 1)
+        gpus += n
+        lost += n * (run.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0)
+    return Candidate(
+        key=w.key,
+        priority=cls.value if cls else 0,
+        preemptible=True,  # the gate decided
+        over_quota=borrowing(run, w, pool),
+        running_seconds=math.inf,
+        seconds_since_checkpoint=lost / max(gpus, 1.0),
+        gpus=gpus,
+        lost_gpu_seconds=lost,
+    )
+
+
+def borrowing(run: Run, w: Workload, pool: str | None) -> bool:
+    """`w`'s team holds more whole cards in `pool` than its guarantee (or has none there)."""
+    q = run.desired.quota_for_namespace(w.namespace)
+    if q is None or pool is None:
+        return True
+    pq = next((p for p in q.spec.pools if p.pool == pool), None)
+    return pq is None or run.running_whole.get((q.team, pool), 0) > pq.whole.guaranteed
+
+
+def reclaims(run: Run, p: Pending, pool: str) -> str | None:
+    """The team `p` belongs to, when `p` only takes back its own guarantee in `pool`:
+    then lower-priority work other teams run on borrowed cards may be preempted for it,
+    whatever the class rules say (the Quota promise; Kueue's reclaimWithinCohort:
+    LowerPriority). Not work of higher priority: nothing holds the recreated victim back,
+    and kube-scheduler binds the higher priority first (Kueue's `Any` needs admission
+    control: the recreated victim would have to stay unadmitted)."""
+    q = run.desired.quota_for_namespace(p.namespace)
+    if q is None or not p.request.gpus:
+        return None
+    pq = next((x for x in q.spec.pools if x.pool == pool), None)
+    if pq is None:
+        return None
+    if run.running_whole.get((q.team, pool), 0) + p.request.gpus > pq.whole.guaranteed:
+        return None
+    return q.team
+
+
+def victims_for(
+    run: Run,
+    workloads: list[Workload],
+    preemptor: Pending | None,
+    pool: str,
+    classes: set[str],
+    need: int,
+) -> list[Candidate]:
+    """Victims for `need` cards among `workloads`, cheapest first, each gang once: those
+    the priority rules let `preemptor` displace (class in `classes`, lower priority), and
+    lower-priority work of teams borrowing beyond their guarantee when `preemptor`
+    reclaims its own."""
+    prio = run.demand_priority(preemptor) if preemptor else INF_PRIORITY
+    team = reclaims(run, preemptor, pool) if preemptor else None
+    default = default_class(run)
+    seen: set[str] = set()
+    cands = []
+    for w in workloads:
+        head = run.gang(w)
+        if any(m.key in seen for m in head):
+            continue
+        seen.update(m.key for m in head)
+        in_rules = (w.priority_class or default) in classes and not stop_refusal(
+            run, w, prio, budget=False
+        )
+        reclaim = (
+            team is not None
+            and run.team(w.namespace) not in (None, team)
+            and borrowing(run, w, pool)
+            and not stop_refusal(run, w, prio, budget=False)
+        )
+        if in_rules or reclaim:
+            cands.append(as_candidate(run, w, pool))
+    return order_victims(cands, need)
+
+
+def default_class(run: Run) -> str | None:
+    return run.desired.priority.spec.default_class if run.desired.priority else None
+
+
+# -- evictions ---------------------------------------------------------------------
+def evict(
+    run: Run,
+    w: Workload,
+    kind: str,
+    reason: str,
+    pool: str | None,
+    target: str | None = None,
+    preemptor: str | None = None,
+    to_gpus: tuple[int, ...] = (),
+) -> str:
+    """checkpoint (grace period) -> evict, for `w` and the rest of its gang; frees their
+    GPUs in the working view. Each eviction spends one unit of the hourly budget."""
+    first = ""
+    for i, m in enumerate(run.gang(w)):
+        why = reason if i == 0 else f"{m.key} belongs to the same job as {w.key}: {reason}"
+        aid = _evict_one(
+            run, m, kind, why, run.cluster.pool_of(m) or pool, target, preemptor, to_gpus
+        )
+        first = first or aid
+    run.freed()
+    return first
+
+
+def _evict_one(
+    run: Run,
+    w: Workload,
+    kind: str,
+    reason: str,
+    pool: str | None,
+    target: str | None,
+    preemptor: str | None,
+    to_gpus: tuple[int, ...] = (),
+) -> str:
+    cls = run.pclass(w.priority_class)
+    deps: tuple[str, ...] = ()
+    if not (cls and cls.spot):
+        grace = (
+            run.desired.priority.spec.preemption.checkpoint_grace_period
+            if run.desired.priority
+            else timedelta(0)
+        )
+        lost = run.seconds_since(w.last_checkpoint_at or w.started_at)
+        ck = run.add(
+            Checkpoint(
+                id=f"checkpoint:{w.key}",
+                target=w.key,
+                pool=pool,
+                reason=(
+                    f"ask {w.key} to checkpoint before it is stopped "
+                    f"({format_duration(lost or 0)} since its last checkpoint)"
+                ),
+                grace_period_seconds=int(grace.total_seconds()),
+                checkpointable=w.checkpointable,
+            )
+        )
+        deps = (ck,)
+    job = suspended_job(w)
+    fields = {
+        "id": f"{kind}:{w.key}",
+        "target": w.key,
+        "pool": pool,
+        "reason": reason,
+        "depends_on": deps,
+        "node": w.node,
+        "gpus": tuple(sorted(a.gpu for a in w.allocations)),
+        "priority_class": w.priority_class,
+    }
+    if kind != "move" and job and not kueue_mode(run):
+        # stop the gang by suspending its Job: no replacement pod, no retry spent (not in
+        # kueue mode: Kueue unsuspends a suspended Job whose Workload it admitted,
+        # kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go "handle
+        # job is suspended"; so the pods are evicted)
+        fields["suspend_job"] = job
+    if kind == "move":
+        action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
+    else:
+        action = Preempt(**fields, preemptor=preemptor) if kind == "preempt" else Reclaim(**fields)
+    aid = run.add(action)
+    for a in w.allocations:
+        run.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
+    run.evicted.add(w.key)
+    run.budget_left -= 1
+    team = run.team(w.namespace)
+    pv = run.pool_view(pool)
+    if team is not None:
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) - card_equivalents(w, pv)
+        if w.request.gpus and pool:
+            for usage in (run.pool_whole_usage, run.running_whole):
+                usage[(team, pool)] = usage.get((team, pool), 0) - w.request.gpus
+    run.cluster.release(w)
+    return aid
+
+
+def nodes_hosting(run: Run, pv: PoolView, classes: set[str]) -> list[str]:
+    """Nodes of the pool where a running whole-card workload of one of `classes` is placed
+    (from the snapshot; evictions only ever shrink this, so it never misses one)."""
+    if pv.name not in run._hosts:
+        hosts: dict[str, set[str]] = {}
+        default = default_class(run)
+        for w in run.cluster.workloads.values():
+            if (
+                w.phase == "Running"
+                and w.request.gpus
+                and run.cluster.node_pool.get(w.node or "") == pv.name
+            ):
+                hosts.setdefault(w.priority_class or default or "", set()).add(w.node)
+        run._hosts[pv.name] = hosts
+    hosts = run._hosts[pv.name]
+    return sorted(set().union(*(hosts.get(c, set()) for c in classes)))

@@ -1,0 +1,118 @@
+"""The partition seam: how a card or node is partitioned, and what changing it costs.
+
+Every stage that reshapes capacity (drift, inference, training's give-back, the warm minimum)
+asks the pool's backend (`partition_for`) and nothing else; every repartition action a plan
+carries is rendered by the backend (`PartitionBackend.change_actions`) and carried out by the
+backend's handler family in `reconciler.apply.handlers`. The first backend is NVIDIA's device
+plugin plus mig-manager (`device_plugin.py`); a second one (Kubernetes DRA, say) implements this
+protocol, is given to `plan_with_facts(..., backends=...)`, and registers its apply handlers: no stage
+changes (docs/architecture.md, "A new partition backend").
+
+What the pool's *policy* offers (which layouts, slice counts, the preferred kind) is not a
+backend's business: `policy.py` reads it for every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from reconciler.plan.cluster import GpuSlot, PoolView
+from reconciler.plan.run import Run
+
+
+class PartitionBackend(Protocol):
+    """How one pool's cards are partitioned and how a change reaches the node."""
+
+    name: str
+
+    def serves(self, pv: PoolView) -> bool:
+        """This backend partitions `pv`'s cards (the first backend that serves a pool wins)."""
+        ...
+
+    def reshape(
+        self,
+        run: Run,
+        g: GpuSlot,
+        pv: PoolView,
+        mode: str,
+        layout: tuple[str, ...] = (),
+        *,
+        why: str,
+    ) -> list[GpuSlot]:
+        """Give `g` partition `mode` ("whole", "mig" with `layout`, "shared") in the working
+        view; return every card that changes with it (none when it cannot be done now)."""
+        ...
+
+    def resets_node(self, pv: PoolView) -> bool:
+        """A MIG mode change on one card resets every card of its node (the cost of a change)."""
+        ...
+
+    def reset_blocked(self, pv: PoolView, g: GpuSlot, mode: str) -> bool:
+        """Changing `g` to `mode` would reset a card that holds work or is kept for some."""
+        ...
+
+    def node_slices(self, pv: PoolView, node: str) -> int:
+        """The slice count `node`'s shareable cards have in the plan (0: not shared)."""
+        ...
+
+    def sharing_unit(self, pv: PoolView, node: str) -> list[GpuSlot]:
+        """The cards of `node` whose sharing changes together (all of them, or one card)."""
+        ...
+
+    def shares_beside_mig(self, pv: PoolView) -> bool:
+        """Shared cards may sit on a node beside MIG cards."""
+        ...
+
+    def share(self, run: Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
+        """`node`'s sharing unit becomes shared x`slices` (0: whole), or nothing changes."""
+        ...
+
+    def change_actions(
+        self,
+        run: Run,
+        pv: PoolView,
+        node: str,
+        changed: list[GpuSlot],
+        deps: tuple[str, ...],
+        why: str,
+    ) -> list[str]:
+        """Add the actions that carry out `node`'s changed cards, after `deps` (the cordon and
+        the evictions that empty them); return their ids, the last one the node's change."""
+        ...
+
+
+def partition_for(run: Run, pv: PoolView) -> PartitionBackend:
+    """The backend that partitions `pv`: the first of the plan's backends that serves it."""
+    for backend in run.backends:
+        if backend.serves(pv):
+            return backend
+    raise LookupError(f"no partition backend serves Pool/{pv.name}")  # pragma: no cover
+
+
+def convert(
+    run: Run,
+    g: GpuSlot,
+    pv: PoolView,
+    mode: str,
+    layout: tuple[str, ...] = (),
+    *,
+    why: str,
+    slices: int = 0,
+) -> None:
+    """One card's new target in the working view, as given (a backend's `reshape` decides
+    which cards change together); the capacity it frees may let failed demand fit."""
+    run.freed()
+    if mode == "mig":
+        pv.repartition(
+            g,
+            mode,
+            layout=layout,
+            instances=run.desired.catalog.place(pv.model, list(layout)) or [],
+            why=why,
+        )
+    elif mode == "shared":
+        pv.repartition(
+            g, mode, slices=slices or pv.pool.spec.inference.shared.slices_per_gpu, why=why
+        )
+    else:
+        pv.repartition(g, mode, why=why)

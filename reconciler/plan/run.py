@@ -1,0 +1,243 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from reconciler.observe.model import (
+    ObservedState,
+    Request,
+    Workload,
+)
+from reconciler.plan import placement
+from reconciler.plan.actions import (
+    Action,
+)
+from reconciler.plan.cluster import (
+    ClusterView,
+    PoolView,
+    card_equivalents,
+)
+from reconciler.plan.model import Finding
+from reconciler.policy.models import (
+    PriorityClassSpec,
+)
+from reconciler.policy.state import DesiredState
+
+INF_PRIORITY = 2**31
+
+
+PLACEMENT_POLICY = "ours"  # the simulator's best policy (docs/simulator.md); FGD plus look-ahead
+
+
+SHORTLIST = 16  # nodes scored per placement, tightest fits first (like percentageOfNodesToScore)
+
+
+UNMETERED = 10**9  # the planner does not meter CPU/memory; the scheduler checks those
+
+
+BUDGET = "preemption budget for this hour"
+
+
+SERVICE_OWNERS = frozenset({"", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
+
+
+@dataclass
+class Pending:
+    """A unit of demand the plan tries to place: a pending pod or a replica it scales up."""
+
+    key: str
+    namespace: str
+    request: Request
+    priority_class: str | None
+    pool: str | None
+    created: datetime | None
+    borrow_from: tuple[str, ...] = ()  # extra victim classes (ScalingPolicy.borrowFrom)
+    origin: str = "pending pod"
+    order: int = 0  # tie-break among replicas of one scale-up (replica 2 before replica 10)
+    members: tuple[str, ...] = ()  # the pods of the gang, each asking `request` (default: key)
+    gated: bool = False  # every pod carries gpupool's gate: an Admit lets it run
+    placed: bool = False  # its reservation was honoured before any other placement
+    reserved: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    """member -> (node, cards) the pod's `gpupool.io/reserved` names: freed for it earlier."""
+
+    def __post_init__(self) -> None:
+        self.members = self.members or (self.key,)
+
+
+@dataclass
+class Run:
+    desired: DesiredState
+    observed: ObservedState
+    now: datetime
+    cluster: ClusterView
+    backends: tuple[Any, ...] = ()
+    """The partition backends (`reconciler.plan.partition.PartitionBackend`), the first that
+    serves a pool partitions it (`partition_for`)."""
+    actions: dict[str, Action] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    evicted: set[str] = field(default_factory=set)
+    evictions_on: dict[tuple[str, int], set[str]] = field(
+        default_factory=dict
+    )  # (node, gpu) -> eviction ids
+    scale_signals: dict[str, tuple] = field(default_factory=dict)
+    """Service key -> the Prometheus readings its scaling decision used (Scale.signals)."""
+    signals_reported: set[str] = field(default_factory=set)
+    """Utilization queries whose failure is already a finding (one per query, not per pod)."""
+    budget_left: int = 0
+    team_usage: dict[str, Fraction] = field(default_factory=dict)
+    pool_whole_usage: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (team, pool) -> cards
+    running_whole: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # (team, pool) -> whole cards its running workloads hold (guarantees judge these)
+    waiting: dict[str, str] = field(default_factory=dict)  # pending key -> why it waits
+    blocked: dict[object, str] = field(default_factory=dict)  # what stopped a step, for `waits`
+    inference_waits: set[str] = field(default_factory=set)  # pools whose inference demand waits
+    generation: int = 0  # bumped whenever capacity is freed or repartitioned
+    failed: dict[tuple, int] = field(
+        default_factory=dict
+    )  # demand shape -> generation it failed at
+    stopping: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    """(node, gpu) -> pods terminating there: left out of the view (their cards are as good as
+    free to the plan), but an admission onto those cards waits until they are gone."""
+    _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    _gang_index: dict[tuple[str, str, str], list[Workload]] | None = None
+    _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
+
+    def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
+        """FGD's target workload for a pool: the GPU requests observed there (whole cards as
+        1000 milli, shared slices as their share of a card); a fixed seed for ties."""
+        if pv.name not in self._placement:
+            slices = (
+                pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+            )
+            reqs = []
+            for w in self.cluster.workloads.values():
+                if self.cluster.pool_of(w) != pv.name:
+                    continue
+                if w.request.gpus:
+                    reqs.append(placement.PodDemand(num_gpu=w.request.gpus, gpu_milli=1000))
+                elif w.request.shared_slices:
+                    reqs.append(
+                        placement.PodDemand(
+                            num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)
+                        )
+                    )
+            self._placement[pv.name] = placement.PlacementContext(
+                target=placement.typical_workload(reqs), rng=random.Random(0)
+            )
+        return self._placement[pv.name]
+
+    # -- small helpers ---------------------------------------------------------------
+    def add(self, action: Action) -> str:
+        if action.id not in self.actions:
+            self.actions[action.id] = action
+        return action.id
+
+    def find(self, severity: str, code: str, subject: str, message: str) -> None:
+        self.findings.append(
+            Finding(severity=severity, code=code, subject=subject, message=message)
+        )
+
+    def pclass(self, name: str | None) -> PriorityClassSpec | None:
+        return self.desired.priority_class(name)
+
+    def priority(self, name: str | None) -> int:
+        c = self.pclass(name)
+        return c.value if c else 0
+
+    def demand_priority(self, p: Pending) -> int:
+        """The priority kube-scheduler gives `p`. A pod that exists without a class was
+        created while no class was globalDefault and has priority 0 for good (Priority
+        admission stamps the default on create only); a replica not created yet will get
+        the class its template names, or defaultClass (published as globalDefault)."""
+        if p.priority_class is None and p.origin == "pending pod":
+            return 0
+        return self.priority(p.priority_class)
+
+    def team(self, namespace: str) -> str | None:
+        q = self.desired.quota_for_namespace(namespace)
+        return q.team if q else None
+
+    def pool_view(self, name: str | None) -> PoolView | None:
+        return self.cluster.pools.get(name) if name else None
+
+    def seconds_since(self, t: datetime | None) -> float | None:
+        return None if t is None else (self.now - t).total_seconds()
+
+    # -- victims -----------------------------------------------------------------------
+    def gang(self, w: Workload) -> list[Workload]:
+        """The running pods that live and die together with `w` (pods of one job: stopping
+        one stops the job), `w` first; a pod of a service stands alone."""
+        key = gang_key(w)
+        if key is None:
+            return [w]
+        members = self._gangs().get(key, [w])
+        return [w] + [m for m in members if m.key != w.key]
+
+    def _gangs(self) -> dict[tuple[str, str, str], list[Workload]]:
+        if self._gang_index is None:
+            out: dict[tuple[str, str, str], list[Workload]] = {}
+            for w in self.cluster.workloads.values():
+                k = gang_key(w)
+                if k is not None and w.phase == "Running":
+                    out.setdefault(k, []).append(w)
+            self._gang_index = out
+        return self._gang_index
+
+    def freed(self) -> None:
+        """Capacity came free: demand that failed before may fit now."""
+        self.generation += 1
+
+
+def init_usage(run: Run) -> None:
+    pol = run.desired.priority
+    if pol is not None:
+        hour_ago = run.now - timedelta(hours=1)
+        recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
+        run.budget_left = max(0, pol.spec.preemption.budget_per_hour - recent)
+    for w in run.cluster.workloads.values():
+        if not w.placed:
+            continue
+        team = run.team(w.namespace)
+        if team is None:
+            continue
+        pool = run.cluster.pool_of(w)
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + card_equivalents(
+            w, run.pool_view(pool)
+        )
+        if w.request.gpus and pool:
+            for usage in (run.pool_whole_usage, run.running_whole):
+                usage[(team, pool)] = usage.get((team, pool), 0) + w.request.gpus
+
+
+def gang_key(w: Workload) -> tuple[str, str, str] | None:
+    """Pods of one job run and stop together: an explicit gang or pod group (`w.gang`), else
+    the pods of one owning job object; a pod owned by a ReplicaSet/StatefulSet (a service
+    replica) or by nothing stands alone."""
+    if w.gang:
+        return (w.namespace, "gang", w.gang)
+    if w.owner_kind in SERVICE_OWNERS or not w.owner_name:
+        return None
+    return (w.namespace, w.owner_kind, w.owner_name)
+
+
+def suspended_job(w: Workload) -> str:
+    """The Job whose suspension stops `w`'s gang ('' when its gang is not a Job's: an
+    explicit gang or pod group, another owner, none)."""
+    key = gang_key(w)
+    return key[2] if key is not None and key[1] == "Job" and not w.gang else ""
+
+
+def kueue_mode(run: Run) -> bool:
+    """PriorityPolicy `admission.controller: kueue`, and Kueue's CRDs are served. Without them
+    (`observed.kueue` None) gpupool keeps to gpupool mode, with a `kueue-not-installed`
+    finding: pruning the ResourceQuotas before Kueue can enforce anything would leave the
+    teams without limits, and nobody would admit what gpupool no longer admits."""
+    return run.desired.admission_controller == "kueue" and run.observed.kueue is not None

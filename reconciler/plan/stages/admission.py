@@ -1,0 +1,271 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+from reconciler.observe.model import (
+    Workload,
+)
+from reconciler.plan.actions import (
+    Admit,
+    MigReconfigure,
+    PodAdmission,
+    Resume,
+    SetSharing,
+    Uncordon,
+)
+from reconciler.plan.cluster import (
+    GpuSlot,
+    PoolView,
+    card_equivalents,
+)
+from reconciler.plan.demand import (
+    describe,
+    memory_beyond_share,
+    pending_pool,
+    record_wait,
+    unreachable,
+)
+from reconciler.plan.objects.wanted import resource_quotas
+from reconciler.plan.quotas import (
+    QUOTA_PREFIX,
+    quota_use,
+)
+from reconciler.plan.run import Pending, Run, kueue_mode
+
+
+def admit_demand(run: Run, pending: list[Pending]) -> list[Pending]:
+    """Demand that may be worked for: reachable in its pool, within the team's cap,
+    borrowing limit, the other teams' unlent guarantees, the pool's training maximum and,
+    for replicas not created yet, the namespace's ResourceQuota. Highest priority first."""
+    out = []
+    pending = sorted(
+        pending,
+        key=lambda p: (
+            -run.demand_priority(p),
+            p.created or run.now,
+            p.key.split("#")[0],
+            p.order,
+            p.key,
+        ),
+    )
+    quotas = resource_quotas(run)
+    ns_use: dict[str, Counter] = {}
+    for w in run.cluster.workloads.values():
+        pv = run.pool_view(run.cluster.pool_of(w))
+        ns_use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
+    training_whole: Counter = Counter()
+    for (_, pool), n in run.running_whole.items():
+        training_whole[pool] += n
+    for p in pending:
+        pool = pending_pool(run, p)
+        if pool is None:
+            record_wait(
+                run,
+                p,
+                "no-pool",
+                f"no pool can run it ({describe(p)}); it stays pending",
+                "warning",
+            )
+            continue
+        p.pool = pool
+        pv = run.cluster.pools[pool]
+        why = unreachable(run, pv, p)
+        if why:
+            record_wait(
+                run, p, "unreachable", f"{p.origin} {why}: it can never run as asked", "warning"
+            )
+            continue
+        memory_beyond_share(run, pv, p)
+        pods = len(p.members)
+        held = _held(run, p, pv, pods, training_whole, quotas, ns_use)
+        if held:
+            record_wait(run, p, held[0], held[1])
+            continue
+        team = run.team(p.namespace)
+        if team is not None:
+            need = pods * card_equivalents(
+                Workload(namespace=p.namespace, name="x", request=p.request), pv
+            )
+            run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + need
+            if p.request.gpus:
+                run.pool_whole_usage[(team, pool)] = (
+                    run.pool_whole_usage.get((team, pool), 0) + pods * p.request.gpus
+                )
+        if p.request.gpus:
+            training_whole[pool] += pods * p.request.gpus
+        if p.origin != "pending pod":
+            ns_use.setdefault(p.namespace, Counter()).update(quota_use(p.request))
+        out.append(p)
+    return out
+
+
+def _held(
+    run: Run,
+    p: Pending,
+    pv: PoolView,
+    pods: int,
+    training_whole: Counter,
+    quotas: dict[tuple[str, str], dict[str, str]],
+    ns_use: dict[str, Counter],
+) -> tuple[str, str] | None:
+    """(code, why) when admission holds `p`; None when it may go ahead."""
+    r, pool = p.request, pv.name
+    tmax = pv.pool.spec.training.max_gpus
+    if r.gpus and tmax is not None and training_whole[pool] + pods * r.gpus > tmax:
+        return "held-training-max", (
+            f"held: training in {pool} would hold {training_whole[pool] + pods * r.gpus} "
+            f"whole GPUs, over training.maxGPUs {tmax}"
+        )
+    q = run.desired.quota_for_namespace(p.namespace)
+    if q is None:
+        return None
+    if kueue_mode(run) and r.kind == "whole":
+        return None  # Kueue admitted it within its ClusterQueue: the Quota is Kueue's to keep
+    team = q.team
+    if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
+        hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
+        for res, n in sorted(quota_use(r).items()):
+            if res in hard and ns_use.get(p.namespace, Counter())[res] + n > int(hard[res]):
+                return "held-quota", (
+                    f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "
+                    f"{ns_use.get(p.namespace, Counter())[res]} in use"
+                )
+    need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
+    used = run.team_usage.get(team, Fraction(0))
+    if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
+        return "held-cap", (
+            f"held: team {team} would use {float(used + need):g} GPUs, "
+            f"over its cap of {q.spec.max_gpus}"
+        )
+    if not r.gpus:
+        return None
+    pq = next((x for x in q.spec.pools if x.pool == pool), None)
+    whole = run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
+    guaranteed = pq.whole.guaranteed if pq else 0
+    if pq is not None and pq.whole.borrowing_limit is not None:
+        limit = guaranteed + pq.whole.borrowing_limit
+        if whole > limit:
+            return "held-borrowing", (
+                f"held: team {team} would hold {whole} whole GPUs in {pool}, "
+                f"over guarantee + borrowing ({limit})"
+            )
+    if whole > guaranteed:
+        locked = _unlent(run, pool, team)
+        cards = pv.count("whole")
+        total = sum(n for (_, pl), n in run.pool_whole_usage.items() if pl == pool)
+        if locked and total + pods * r.gpus + locked > cards:
+            return "held-lending", (
+                f"held: team {team} would borrow beyond its guarantee in {pool}, and the "
+                f"free cards are other teams' guarantees they do not lend ({locked})"
+            )
+    return None
+
+
+def _unlent(run: Run, pool: str, team: str) -> int:
+    """Cards of other teams' unused guarantees in `pool` that their lendingLimit keeps
+    from borrowers (None lends all of it)."""
+    locked = 0
+    for q in run.desired.quotas.values():
+        if q.team == team:
+            continue
+        for pq in q.spec.pools:
+            if pq.pool != pool or pq.whole.lending_limit is None:
+                continue
+            unused = max(0, pq.whole.guaranteed - run.pool_whole_usage.get((q.team, pool), 0))
+            locked += max(0, unused - pq.whole.lending_limit)
+    return locked
+
+
+def honour_reservations(run: Run, pending: list[Pending]) -> None:
+    """Cards freed for a gated gang in earlier cycles stay its own: when every card its pods'
+    reservations name is free now (their victims gone or terminating), the gang is placed
+    there before any other demand is (highest priority first, as admission sorted them)."""
+    for p in pending:
+        if not p.gated or p.request.kind != "whole" or set(p.reserved) != set(p.members):
+            continue
+        pv = run.pool_view(p.pool)
+        if pv is None:
+            continue
+        cards: list[list[GpuSlot]] = []
+        for m in p.members:
+            node, gpus = p.reserved[m]
+            slots = [run.cluster.slot.get((node, i)) for i in gpus]
+            if (
+                node not in pv.nodes
+                or len(gpus) != p.request.gpus
+                or not all(g is not None and g.free_whole for g in slots)
+                or any(g in c for c in cards for g in slots)
+            ):
+                break
+            cards.append([g for g in slots if g is not None])
+        else:
+            for m, got in zip(p.members, cards, strict=True):
+                pv.reserve(got, m)
+            p.placed = True
+
+
+def emit_admissions(run: Run, pending: list[Pending]) -> None:
+    """An Admit for every gated gang the plan placed: each pod's node and cards, after the
+    repartitions and uncordons of those nodes, and once the pods stopped to free the cards
+    are gone. Demand kube-scheduler places itself (no gate) is never admitted."""
+    where: dict[str, list[GpuSlot]] = {}
+    for g in run.cluster.slot.values():
+        if g.reserved_by:
+            where.setdefault(g.reserved_by, []).append(g)
+        for h in g.holders:
+            where.setdefault(h, []).append(g)
+    node_steps: dict[str, list[str]] = {}
+    for aid, a in run.actions.items():
+        if isinstance(a, MigReconfigure | SetSharing | Uncordon):
+            node_steps.setdefault(a.target, []).append(aid)
+    for p in pending:
+        if any(m not in where for m in p.members):
+            continue
+        if p.origin == "suspended job":
+            nodes = sorted({where[m][0].node for m in p.members})
+            run.add(
+                Resume(
+                    id=f"resume:{p.key}",
+                    target=p.key,
+                    pool=p.pool,
+                    reason=(
+                        f"resume Job {p.key}, suspended to stop its gang: its {describe(p)} "
+                        f"fit on {', '.join(nodes)} now (its pods are admitted once created)"
+                    ),
+                )
+            )
+            continue
+        if not p.gated or p.origin != "pending pod":
+            continue
+        if kueue_mode(run) and p.request.kind == "whole":
+            continue  # Kueue admits training (`kueue_findings` reports a gpupool gate)
+        pods, after, deps = [], set(), set()
+        for m in p.members:
+            cards = sorted(where[m], key=lambda g: g.index)
+            node = cards[0].node
+            pods.append(
+                PodAdmission(name=m.split("/", 1)[1], node=node, gpus=tuple(g.index for g in cards))
+            )
+            deps.update(node_steps.get(node, ()))
+            for g in cards:
+                after.update(
+                    run.actions[e].target for e in run.evictions_on.get((node, g.index), ())
+                )
+                after.update(run.stopping.get((node, g.index), ()))
+        nodes = sorted({a.node for a in pods})
+        freed = f", once {len(after)} pod(s) stopped for it are gone" if after else ""
+        run.add(
+            Admit(
+                id=f"admit:{p.key}",
+                target=p.key,
+                pool=p.pool,
+                reason=(f"admit {p.origin} {p.key} ({describe(p)}) to {', '.join(nodes)}{freed}"),
+                depends_on=tuple(sorted(deps)),
+                namespace=p.namespace,
+                pods=tuple(pods),
+                after=tuple(sorted(after)),
+            )
+        )

@@ -1,0 +1,64 @@
+"""Stage 9: per node, the repartitions the working view planned, as actions: cordon ->
+(checkpoint -> evict, already emitted) -> the backend's change -> uncordon; and nodes gpupool
+cordoned for a repartition that is complete go back into service."""
+
+from __future__ import annotations
+
+from reconciler.conventions import CORDONED_FOR_ANN
+from reconciler.plan.actions import Cordon, Uncordon
+from reconciler.plan.partition import partition_for
+from reconciler.plan.run import Run
+
+
+def repartition_actions(run: Run) -> None:
+    for pv in run.cluster.pools.values():
+        backend = partition_for(run, pv)
+        for node, slots in pv.by_node().items():
+            changed = [g for g in slots if g.changes]
+            if not changed:
+                continue
+            evictions = sorted(
+                set().union(*(run.evictions_on.get((node, g.index), set()) for g in changed))
+            )
+            cordon = run.add(
+                Cordon(
+                    id=f"cordon:{node}",
+                    target=node,
+                    pool=pv.name,
+                    reason=f"stop new pods on {node} while {len(changed)} GPU(s) are repartitioned",
+                )
+            )
+            why = (
+                "; ".join(dict.fromkeys(g.why for g in changed if g.why)) or "desired partitioning"
+            )
+            done = backend.change_actions(run, pv, node, changed, (cordon, *evictions), why)
+            run.add(
+                Uncordon(
+                    id=f"uncordon:{node}",
+                    target=node,
+                    pool=pv.name,
+                    reason=f"{node} is repartitioned; schedule on it again",
+                    depends_on=(done[-1],),
+                )
+            )
+
+
+def finish_drains(run: Run) -> None:
+    """Nodes gpupool cordoned for a repartition that is now complete go back into service."""
+    for pv in run.cluster.pools.values():
+        for name, node in pv.nodes.items():
+            if not (node.unschedulable and CORDONED_FOR_ANN in node.annotations):
+                continue
+            if f"cordon:{name}" in run.actions:
+                continue
+            run.add(
+                Uncordon(
+                    id=f"uncordon:{name}",
+                    target=name,
+                    pool=pv.name,
+                    reason=(
+                        f"{name} was cordoned by gpupool for a repartition that is complete; "
+                        "schedule on it again"
+                    ),
+                )
+            )

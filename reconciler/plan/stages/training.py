@@ -1,0 +1,220 @@
+"""TODO docstring"""
+
+from __future__ import annotations
+
+from reconciler.plan.cluster import (
+    PoolView,
+)
+from reconciler.plan.demand import describe, record_wait
+from reconciler.plan.evictions import (
+    default_class,
+    evict,
+    nodes_hosting,
+    reclaims,
+    victim_classes,
+    victims_for,
+)
+from reconciler.plan.partition import partition_for
+from reconciler.plan.run import BUDGET, Pending, Run
+from reconciler.plan.stages.defragment import defragment
+from reconciler.plan.stages.whole_cards import place_gang
+from reconciler.plan.victims import Candidate
+
+
+def _whole_kind(run: Run, p: Pending) -> str:
+    """What whole-card demand is, for the words of a finding: replicas a ScalingPolicy adds,
+    and pods of a class for inference, are inference; the rest is training."""
+    c = run.pclass(p.priority_class)
+    if p.origin.startswith("scale-up") or (c is not None and c.workload == "inference"):
+        return "inference"
+    return "training"
+
+
+def place_training(run: Run, pv: PoolView, pending: list[Pending]) -> None:
+    """Whole-card demand: training, and inference whose replicas ask whole cards."""
+    for p in pending:
+        if p.placed or place_gang(run, pv, p):
+            continue
+        n = p.request.gpus
+        # The same shape of demand failed and nothing was freed since: it fails again.
+        shape = (pv.name, n, len(p.members), p.priority_class, p.borrow_from, p.namespace)
+        if run.failed.get(shape) != run.generation and (
+            any(step(run, pv, p) for step in _gang_steps(run, p))
+        ):
+            continue
+        run.failed[shape] = run.generation
+        blocked = run.blocked.get(p.key) or run.blocked.get(shape) or ""
+        run.blocked[shape] = blocked
+        record_wait(
+            run,
+            p,
+            "waits",
+            f"pending {_whole_kind(run, p)} ({describe(p)}) waits: "
+            + (blocked or f"nothing in {pv.name} can be freed for it this cycle"),
+        )
+
+
+def _gang_steps(run: Run, p: Pending) -> tuple:
+    """How a gang that fits nowhere gets room, in order. A preemption rule with `when: always`
+    for its class displaces victims before warm inference cards are given back."""
+    rules = run.desired.priority.spec.preemption.rules if run.desired.priority else []
+    cls = p.priority_class or default_class(run)
+    if any(r.preemptor == cls and r.when == "always" for r in rules):
+        return (_preempt_for_gang, _give_back_inference, defragment)
+    return (_give_back_inference, _preempt_for_gang, defragment)
+
+
+def _give_back_inference(run: Run, pv: PoolView, p: Pending) -> bool:
+    """Empty inference cards beyond the warm minimum return to training when training waits,
+    unless inference demand of this pool waits too (it would take them back next cycle)."""
+    if len(p.members) != 1 or pv.name in run.inference_waits:
+        return False
+    inf = pv.pool.spec.inference
+    spare = len(pv.inference_slots()) - inf.min_gpus
+    if spare <= 0:
+        if pv.empty_inference_nodes():
+            run.blocked.setdefault(
+                p.key,
+                f"the empty inference cards are Pool/{pv.name}'s warm minimum "
+                f"(inference.minGPUs={inf.min_gpus})",
+            )
+        return False
+    n = p.request.gpus
+    options = []
+    empty = pv.empty_inference_by_node()
+    for node in pv.empty_inference_nodes():
+        free = pv.free_whole_on(node)
+        if n - free <= 0:
+            continue
+        if partition_for(run, pv).node_slices(pv, node):
+            # a shared node comes back whole or not at all (the plugin shares per node), and
+            # its MIG cards would come back shared
+            back = [
+                g
+                for g in partition_for(run, pv).sharing_unit(pv, node)
+                if g.target_mode == "shared"
+            ]
+            if any(g.holders or g.converted or g.fenced for g in back) or len(back) > spare:
+                continue
+            if free + len(back) >= n:
+                options.append((len(back), node, back))
+            continue
+        back = [
+            g
+            for g in empty[node]
+            if not g.holders
+            and not g.converted
+            and g.target_mode == "mig"
+            and not g.fenced
+            and not partition_for(run, pv).reset_blocked(pv, g, "whole")
+        ]
+        if free + min(len(back), spare) >= n:
+            options.append((n - free, node, back[: n - free]))
+    if not options:
+        return False
+    _, node, back = min(options, key=lambda o: (o[0], o[1]))
+    for g in back:
+        if g.target_mode == "whole":
+            continue  # came back with its node
+        partition_for(run, pv).reshape(
+            run,
+            g,
+            pv,
+            "whole",
+            why=(
+                f"pending {_whole_kind(run, p)} {p.key} needs {n} whole cards on one node "
+                "and these inference cards are empty"
+            ),
+        )
+    placed = place_gang(run, pv, p)
+    assert placed
+    return True
+
+
+def _preempt_for_gang(run: Run, pv: PoolView, p: Pending) -> bool:
+    """Free one node's worth of cards per pod of the gang, choosing nodes by what their
+    victims cost; all of it within the budget, or nothing at all."""
+    classes = victim_classes(run, p.priority_class)
+    reclaim = reclaims(run, p, pv.name)
+    if not classes and reclaim is None:
+        return False
+    n = p.request.gpus
+    options: list[tuple[tuple, str, list[Candidate]]] = []
+    reserved_nodes = {node for node, _ in p.reserved.values()}
+    nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
+    for node in nodes:
+        slots = pv.by_node()[node]
+        if any(g.fenced for g in slots):
+            continue
+        free = pv.free_whole_on(node)
+        if free >= n:
+            continue  # it already fits there (another pod of the gang took it, or none)
+        ws = sorted(
+            {
+                h
+                for g in slots
+                if g.target_mode == "whole"
+                for h in g.holders
+                if h in run.cluster.workloads
+            }
+        )
+        victims = victims_for(
+            run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free
+        )
+        take, freed, evictions = [], free, 0
+        for c in victims:
+            if freed >= n:
+                break
+            members = run.gang(run.cluster.workloads[c.key])
+            if any(m.node != node for m in members):
+                continue  # a job spread over nodes frees cards elsewhere too: not here
+            take.append(c)
+            evictions += len(members)
+            freed += sum(
+                1
+                for m in members
+                for a in m.allocations
+                if run.cluster.slot.get((node, a.gpu)) is not None
+            )
+        if freed < n:
+            continue
+        cost = (
+            node not in reserved_nodes,  # the node already being freed for it comes first
+            max(c.priority for c in take),
+            sum(max(0.0, c.gpus) for c in take) - (n - free),
+            evictions,
+            sum(c.lost for c in take),
+            node,
+        )
+        options.append((cost, node, take))
+    options.sort(key=lambda o: o[0])
+    pods = len(p.members)
+    ready = sum(pv.free_whole_on(node) // n for node in pv.by_node())
+    chosen = options[: max(0, pods - ready)]
+    if len(chosen) < pods - ready:
+        return False
+    evictions = sum(len(run.gang(run.cluster.workloads[c.key])) for _, _, t in chosen for c in t)
+    if evictions > run.budget_left:
+        run.blocked[p.key] = (
+            f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
+        )
+        return False
+    for _, _, take in chosen:
+        for c in take:
+            w = run.cluster.workloads[c.key]
+            evict(
+                run,
+                w,
+                "preempt",
+                f"pending {p.key} ({p.priority_class}, {describe(p)}) "
+                + (
+                    f"reclaims team {reclaim}'s guarantee from {w.key}, which borrows"
+                    if reclaim is not None
+                    and (w.priority_class or default_class(run)) not in classes
+                    else f"outranks {w.key} ({w.priority_class})"
+                )
+                + f" and no node has {n} free whole cards for it",
+                pv.name,
+                preemptor=p.key,
+            )
+    return place_gang(run, pv, p)
