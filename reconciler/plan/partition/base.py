@@ -4,9 +4,9 @@ Every stage that reshapes capacity (drift, inference, training's give-back, the 
 asks the pool's backend (`partition_for`) and nothing else; every repartition action a plan
 carries is rendered by the backend (`PartitionBackend.change_actions`) and carried out by the
 backend's handler family in `reconciler.apply.handlers`. The first backend is NVIDIA's device
-plugin plus mig-manager (`device_plugin.py`); a second one (Kubernetes DRA, say) implements this
-protocol, is given to `plan_with_facts(..., backends=...)`, and registers its apply handlers: no stage
-changes (docs/architecture.md, "A new partition backend").
+plugin plus mig-manager (`device_plugin.py`); a second one (Kubernetes DRA, say) implements
+this protocol, is given to `plan_with_facts(..., backends=...)`, and registers its apply
+handlers: no stage changes (docs/architecture.md, "A new partition backend").
 
 What the pool's *policy* offers (which layouts, slice counts, the preferred kind) is not a
 backend's business: `policy.py` reads it for every backend.
