@@ -4,12 +4,13 @@ gated (with the reason in its condition)."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context, Outcome, _ns_name, handles
 from reconciler.apply.port import ApiError, PodInfo
-from reconciler.plan.actions import Admit, Hold
+from reconciler.plan.actions import Admit, Hold, PodAdmission
 
 # A gated pod (`gpupool.io/admission` scheduling gate, deploy/admission-gate.yaml) is left alone
 # by kube-scheduler until gpupool admits it: the Admit step pins it to the node the plan chose
@@ -39,6 +40,80 @@ def _still_there(ctx: Context, after: tuple[str, ...]) -> list[str]:
     return out
 
 
+@dataclass
+class _Written:
+    """What a run of `admit` has written so far, for its outcome when a request fails midway."""
+
+    wrote: bool = False
+    current: str = ""
+    """The pod of the last write made or tried (the one a 404 or 422 is about)."""
+
+
+def _reserve(a: Admit, ctx: Context, pods: dict[str, PodInfo], done: _Written) -> None:
+    """The reservation annotation on every gated pod of the gang that does not carry it yet."""
+    ns = a.namespace
+    for want in a.pods:
+        pod = pods[want.name]
+        reserved = f"{want.node}:{','.join(map(str, want.gpus))}"
+        if C.ADMISSION_GATE in pod.gates and pod.annotations.get(C.RESERVED_ANN) != reserved:
+            done.current = want.name
+            ctx.ops.annotate_pod(ns, want.name, {C.RESERVED_ANN: reserved})
+            done.wrote = True
+
+
+def _holders(a: Admit, pods: dict[str, PodInfo]) -> tuple[list[PodAdmission], list[str]]:
+    """Who holds each pod now: the pods still to admit, and why any pod is not gpupool's to
+    admit (admitted elsewhere before, ungated by someone else, held by another gate)."""
+    todo, left = [], []
+    for want in a.pods:
+        pod = pods[want.name]
+        if C.ADMISSION_GATE not in pod.gates:
+            admitted = pod.annotations.get(C.ADMITTED_ANN)
+            if admitted == want.node:
+                continue  # admitted by an earlier run of this step
+            left.append(
+                f"{want.name} was admitted to {admitted} before"
+                if admitted
+                else f"{want.name} was ungated by someone else"
+            )
+        elif len(pod.gates) > 1:
+            others = ", ".join(g for g in pod.gates if g != C.ADMISSION_GATE)
+            left.append(f"{want.name} is held by another admission system ({others})")
+        else:
+            todo.append(want)
+    return todo, left
+
+
+def _admit_pods(
+    a: Admit,
+    ctx: Context,
+    pods: dict[str, PodInfo],
+    todo: list[PodAdmission],
+    done: _Written,
+) -> None:
+    """Affinity, the gate's removal and the annotations in one patch per pod of `todo`."""
+    ns = a.namespace
+    for want in todo:
+        annotations = {C.ADMITTED_ANN: want.node}
+        if want.gpus:
+            annotations[C.INTENDED_GPUS_ANN] = ",".join(map(str, want.gpus))
+        done.current = want.name
+        ctx.ops.admit_pod(ns, want.name, node=want.node, annotations=annotations)
+        done.wrote = True
+        held = pods[want.name].condition(C.HELD_CONDITION)
+        if held is not None and held.status == "False":
+            # the wait a Hold reported is over: say so, not a stale reason
+            ctx.ops.set_pod_condition(
+                ns,
+                want.name,
+                type=C.HELD_CONDITION,
+                status="True",
+                reason="Admitted",
+                message=f"admitted to {want.node}",
+                last_transition_time=_rfc3339(ctx.clock()),
+            )
+
+
 @handles(Admit)
 def admit(a: Admit, ctx: Context) -> Outcome:
     """Level-triggered over the gang's pods: reservation annotations, then (once every pod
@@ -52,7 +127,7 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         if pod is None or pod.deleting:
             return _gone(a, f"{ns}/{want.name}", "gone" if pod is None else "terminating")
         pods[want.name] = pod
-    wrote, current = False, ""
+    done = _Written()
     try:
         # 1. the pods evicted for these cards must be GONE, not just terminating: kube-scheduler
         # keeps a bound pod in its cache, counting its requests on the node, until the pod's
@@ -70,83 +145,40 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
         # gang instead of giving them to someone else (one pod admitted at once needs none)
         if waiting or len(a.pods) > 1:
-            for want in a.pods:
-                pod = pods[want.name]
-                reserved = f"{want.node}:{','.join(map(str, want.gpus))}"
-                if (
-                    C.ADMISSION_GATE in pod.gates
-                    and pod.annotations.get(C.RESERVED_ANN) != reserved
-                ):
-                    current = want.name
-                    ctx.ops.annotate_pod(ns, want.name, {C.RESERVED_ANN: reserved})
-                    wrote = True
+            _reserve(a, ctx, pods, done)
         if waiting:
             return Outcome(
                 a.id,
                 "waiting",
                 f"waits for {', '.join(waiting)} to be gone: kube-scheduler still counts its cards",
-                changed=wrote,
+                changed=done.wrote,
             )
         # 3. who holds each pod now
-        todo, left = [], []
-        for want in a.pods:
-            pod = pods[want.name]
-            if C.ADMISSION_GATE not in pod.gates:
-                admitted = pod.annotations.get(C.ADMITTED_ANN)
-                if admitted == want.node:
-                    continue  # admitted by an earlier run of this step
-                left.append(
-                    f"{want.name} was admitted to {admitted} before"
-                    if admitted
-                    else f"{want.name} was ungated by someone else"
-                )
-            elif len(pod.gates) > 1:
-                others = ", ".join(g for g in pod.gates if g != C.ADMISSION_GATE)
-                left.append(f"{want.name} is held by another admission system ({others})")
-            else:
-                todo.append(want)
+        todo, left = _holders(a, pods)
         if left:
             return Outcome(
                 a.id,
                 "skipped",
                 f"{'; '.join(left)}: left alone, nothing admitted; the gang is planned again "
                 f"next cycle",
-                changed=wrote,
+                changed=done.wrote,
             )
         # 4. admit: affinity, the gate's removal and the annotations in one patch per pod
-        for want in todo:
-            annotations = {C.ADMITTED_ANN: want.node}
-            if want.gpus:
-                annotations[C.INTENDED_GPUS_ANN] = ",".join(map(str, want.gpus))
-            current = want.name
-            ctx.ops.admit_pod(ns, want.name, node=want.node, annotations=annotations)
-            wrote = True
-            held = pods[want.name].condition(C.HELD_CONDITION)
-            if held is not None and held.status == "False":
-                # the wait a Hold reported is over: say so, not a stale reason
-                ctx.ops.set_pod_condition(
-                    ns,
-                    want.name,
-                    type=C.HELD_CONDITION,
-                    status="True",
-                    reason="Admitted",
-                    message=f"admitted to {want.node}",
-                    last_transition_time=_rfc3339(ctx.clock()),
-                )
+        _admit_pods(a, ctx, pods, todo, done)
     except ApiError as exc:
-        if exc.status == 404 and current:  # deleted since it was read
-            return dataclasses.replace(_gone(a, f"{ns}/{current}"), changed=wrote)
+        if exc.status == 404 and done.current:  # deleted since it was read
+            return dataclasses.replace(_gone(a, f"{ns}/{done.current}"), changed=done.wrote)
         if exc.status == 422:  # e.g. the gate went between our read and the patch
             return Outcome(
                 a.id,
                 "failed",
-                f"pod {ns}/{current}: the API server refused the admission: {exc.message}",
-                wrote,
+                f"pod {ns}/{done.current}: the API server refused the admission: {exc.message}",
+                done.wrote,
             )
         raise
     placed = ", ".join(f"{w.name} -> {w.node}" for w in a.pods)
     if not todo:
-        return Outcome(a.id, "done", f"already admitted {len(a.pods)} pod(s): {placed}", wrote)
+        return Outcome(a.id, "done", f"already admitted {len(a.pods)} pod(s): {placed}", done.wrote)
     return Outcome(a.id, "done", f"admitted {len(a.pods)} pod(s): {placed}", changed=True)
 
 
