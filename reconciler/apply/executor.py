@@ -6,7 +6,7 @@ twice. Steps that must wait (a checkpoint grace period, mig-manager's state labe
 blocks an eviction) report `waiting`/`blocked` and hold back only what depends on them; the next
 cycle plans again from what it then observes.
 
-The executor dispatches each action to its handler (reconciler/apply/handlers.py) by type and
+The executor dispatches each action to its handler (reconciler/apply/handlers/) by type and
 talks to the cluster only through the `ClusterOps` port (reconciler/apply/port.py).
 """
 

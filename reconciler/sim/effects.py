@@ -1,7 +1,7 @@
 """What a plan does to a cluster, as a pure function of snapshots: the one effect model.
 
 `apply_plan` carries out a plan's actions on an `ObservedState` the way the executor's
-handlers (`reconciler/apply/handlers.py`) and the components behind them would, assuming every
+handlers (`reconciler/apply/handlers/`) and the components behind them would, assuming every
 wait ends within the cycle (checkpoint grace periods, mig-manager, the device plugin).
 `schedule` is a kube-scheduler stand-in that binds pending pods; `step` is one controller
 cycle: apply, schedule, advance the clock. The multi-cycle tests (tests/plan/test_cycles.py),
@@ -252,7 +252,7 @@ def _label(world: _World, a: LabelNode, now: datetime) -> None:
 
 
 def _checkpoint(world: _World, a: Checkpoint, now: datetime) -> None:
-    # apply/handlers.py `checkpoint` writes only `checkpoint-requested-at`; the workload
+    # apply/handlers/workloads.py `checkpoint` writes only `checkpoint-requested-at`; the workload
     # writes `last-checkpoint` (and `checkpoint-done`) when it has saved, and one that is not
     # checkpointable never does: its last checkpoint stays what it was
     i = world.workload_at(a.target)

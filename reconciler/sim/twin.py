@@ -456,9 +456,9 @@ class Twin:
                     continue
                 if key in asked:
                     # the executor asks for a checkpoint and evicts once the pod marks it
-                    # done or the grace period is over (apply/handlers.py, _grace_left): a
-                    # checkpointable job saves its work and frees the cards after
-                    # checkpoint_time, another holds them for the whole grace period
+                    # done or the grace period is over (apply/handlers/workloads.py,
+                    # _grace_left): a checkpointable job saves its work and frees the cards
+                    # after checkpoint_time, another holds them for the whole grace period
                     if j.spec.checkpointable:
                         j.saved, j.saved_at = j.progress, t
                     wait = (

@@ -1,0 +1,227 @@
+"""Admission handlers: admit a gated gang where the plan placed it, hold a pod that stays
+gated (with the reason in its condition)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from reconciler import conventions as C
+from reconciler.apply.handlers.base import Context, Outcome, _ns_name, handles
+from reconciler.apply.port import ApiError, PodInfo
+from reconciler.plan.actions import Admit, Hold, PodAdmission
+
+# A gated pod (`gpupool.io/admission` scheduling gate, deploy/admission-gate.yaml) is left alone
+# by kube-scheduler until gpupool admits it: the Admit step pins it to the node the plan chose
+# (required node affinity on metadata.name) and removes the gate in one patch
+# (`ClusterOps.admit_pod`); Hold tells the owner of a pod that stays gated why.
+
+
+def _gone(a: Admit, key: str, what: str = "gone") -> Outcome:
+    return Outcome(a.id, "skipped", f"pod {key} is {what}; the gang is planned again next cycle")
+
+
+def _still_there(ctx: Context, after: tuple[str, ...]) -> list[str]:
+    """The pods of `after` that kube-scheduler still counts on their node: not finished (its
+    pod informer lists only pods not Succeeded or Failed: k8s.io/kubernetes v1.37.2
+    pkg/scheduler/scheduler.go, newPodInformer), and terminating or bound. A pod of that name
+    that exists unbound and not terminating is a new pod (a StatefulSet recreates its evicted
+    pod under the same name): it holds no card."""
+    out = []
+    for key in after:
+        ns, name = _ns_name(key)
+        p = ctx.ops.read_pod(ns, name)
+        if p is None or p.phase in ("Succeeded", "Failed"):
+            continue
+        if not p.deleting and p.node is None:
+            continue
+        out.append(f"{key} (terminating)" if p.deleting else f"{key} (not evicted yet)")
+    return out
+
+
+@dataclass
+class _Written:
+    """What a run of `admit` has written so far, for its outcome when a request fails midway."""
+
+    wrote: bool = False
+    current: str = ""
+    """The pod of the last write made or tried (the one a 404 or 422 is about)."""
+
+
+def _reserve(a: Admit, ctx: Context, pods: dict[str, PodInfo], done: _Written) -> None:
+    """The reservation annotation on every gated pod of the gang that does not carry it yet."""
+    ns = a.namespace
+    for want in a.pods:
+        pod = pods[want.name]
+        reserved = f"{want.node}:{','.join(map(str, want.gpus))}"
+        if C.ADMISSION_GATE in pod.gates and pod.annotations.get(C.RESERVED_ANN) != reserved:
+            done.current = want.name
+            ctx.ops.annotate_pod(ns, want.name, {C.RESERVED_ANN: reserved})
+            done.wrote = True
+
+
+def _holders(a: Admit, pods: dict[str, PodInfo]) -> tuple[list[PodAdmission], list[str]]:
+    """Who holds each pod now: the pods still to admit, and why any pod is not gpupool's to
+    admit (admitted elsewhere before, ungated by someone else, held by another gate)."""
+    todo, left = [], []
+    for want in a.pods:
+        pod = pods[want.name]
+        if C.ADMISSION_GATE not in pod.gates:
+            admitted = pod.annotations.get(C.ADMITTED_ANN)
+            if admitted == want.node:
+                continue  # admitted by an earlier run of this step
+            left.append(
+                f"{want.name} was admitted to {admitted} before"
+                if admitted
+                else f"{want.name} was ungated by someone else"
+            )
+        elif len(pod.gates) > 1:
+            others = ", ".join(g for g in pod.gates if g != C.ADMISSION_GATE)
+            left.append(f"{want.name} is held by another admission system ({others})")
+        else:
+            todo.append(want)
+    return todo, left
+
+
+def _admit_pods(
+    a: Admit,
+    ctx: Context,
+    pods: dict[str, PodInfo],
+    todo: list[PodAdmission],
+    done: _Written,
+) -> None:
+    """Affinity, the gate's removal and the annotations in one patch per pod of `todo`."""
+    ns = a.namespace
+    for want in todo:
+        annotations = {C.ADMITTED_ANN: want.node}
+        if want.gpus:
+            annotations[C.INTENDED_GPUS_ANN] = ",".join(map(str, want.gpus))
+        done.current = want.name
+        ctx.ops.admit_pod(ns, want.name, node=want.node, annotations=annotations)
+        done.wrote = True
+        held = pods[want.name].condition(C.HELD_CONDITION)
+        if held is not None and held.status == "False":
+            # the wait a Hold reported is over: say so, not a stale reason
+            ctx.ops.set_pod_condition(
+                ns,
+                want.name,
+                type=C.HELD_CONDITION,
+                status="True",
+                reason="Admitted",
+                message=f"admitted to {want.node}",
+                last_transition_time=_rfc3339(ctx.clock()),
+            )
+
+
+@handles(Admit)
+def admit(a: Admit, ctx: Context) -> Outcome:
+    """Level-triggered over the gang's pods: reservation annotations, then (once every pod
+    evicted for the cards is gone) one admission patch per pod still gated. A gang is admitted
+    whole: a pod gone, terminating, held by another admission system's gate or ungated by
+    someone else skips the step (nothing admitted), and the next cycle plans again."""
+    ns = a.namespace
+    pods: dict[str, PodInfo] = {}
+    for want in a.pods:
+        pod = ctx.ops.read_pod(ns, want.name)
+        if pod is None or pod.deleting:
+            return _gone(a, f"{ns}/{want.name}", "gone" if pod is None else "terminating")
+        pods[want.name] = pod
+    done = _Written()
+    try:
+        # 1. the pods evicted for these cards must be GONE, not just terminating: kube-scheduler
+        # keeps a bound pod in its cache, counting its requests on the node, until the pod's
+        # delete event (k8s.io/kubernetes v1.37.2 pkg/scheduler/eventhandlers.go,
+        # deleteAssignedPodFromCache), so an admitted pod would find the node full. Worse, its
+        # DefaultPreemption may then preempt OTHER pods on the node: it holds a preemptor back
+        # only while a pod on its nominated node is terminating *by scheduler preemption*
+        # (pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go,
+        # PodEligibleToPreemptOthers -> preemption.PodTerminatingByPreemption, which looks for
+        # a DisruptionTarget condition with reason PreemptionByScheduler); a pod evicted through
+        # the Eviction API carries reason EvictionByEvictionAPI instead
+        # (pkg/registry/core/pod/storage/eviction.go), so it does not hold anything back.
+        waiting = _still_there(ctx, a.after)
+        # 2. the reservation, before this step waits or admits a gang pod by pod: the next
+        # cycles plan from scratch and read it back, so they keep freeing these cards for this
+        # gang instead of giving them to someone else (one pod admitted at once needs none)
+        if waiting or len(a.pods) > 1:
+            _reserve(a, ctx, pods, done)
+        if waiting:
+            return Outcome(
+                a.id,
+                "waiting",
+                f"waits for {', '.join(waiting)} to be gone: kube-scheduler still counts its cards",
+                changed=done.wrote,
+            )
+        # 3. who holds each pod now
+        todo, left = _holders(a, pods)
+        if left:
+            return Outcome(
+                a.id,
+                "skipped",
+                f"{'; '.join(left)}: left alone, nothing admitted; the gang is planned again "
+                f"next cycle",
+                changed=done.wrote,
+            )
+        # 4. admit: affinity, the gate's removal and the annotations in one patch per pod
+        _admit_pods(a, ctx, pods, todo, done)
+    except ApiError as exc:
+        if exc.status == 404 and done.current:  # deleted since it was read
+            return dataclasses.replace(_gone(a, f"{ns}/{done.current}"), changed=done.wrote)
+        if exc.status == 422:  # e.g. the gate went between our read and the patch
+            return Outcome(
+                a.id,
+                "failed",
+                f"pod {ns}/{done.current}: the API server refused the admission: {exc.message}",
+                done.wrote,
+            )
+        raise
+    placed = ", ".join(f"{w.name} -> {w.node}" for w in a.pods)
+    if not todo:
+        return Outcome(a.id, "done", f"already admitted {len(a.pods)} pod(s): {placed}", done.wrote)
+    return Outcome(a.id, "done", f"admitted {len(a.pods)} pod(s): {placed}", changed=True)
+
+
+def condition_reason(code: str) -> str:
+    """A condition reason (CamelCase) from a finding code: `held-cap` -> `HeldCap`."""
+    return "".join(p[:1].upper() + p[1:] for p in code.replace("_", "-").split("-") if p)
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@handles(Hold)
+def hold(a: Hold, ctx: Context) -> Outcome:
+    """The condition `gpupool.io/Admitted` False, with the reason, on a pod that stays gated
+    (`kubectl describe pod` shows it). Written only when it says something else."""
+    ns, name = _ns_name(a.target)
+    pod = ctx.ops.read_pod(ns, name)
+    if pod is None:
+        return Outcome(a.id, "done", "pod is gone")
+    if C.ADMISSION_GATE not in pod.gates:
+        return Outcome(a.id, "done", "admitted meanwhile (no longer gated)")
+    reason = condition_reason(a.code)
+    cur = pod.condition(C.HELD_CONDITION)
+    if cur is not None and (cur.status, cur.reason, cur.message) == ("False", reason, a.message):
+        return Outcome(a.id, "done", f"already held: {a.message}")
+    since = (  # the time the status last changed: kept while it stays False
+        cur.last_transition_time
+        if cur is not None and cur.status == "False" and cur.last_transition_time
+        else _rfc3339(ctx.clock())
+    )
+    try:
+        ctx.ops.set_pod_condition(
+            ns,
+            name,
+            type=C.HELD_CONDITION,
+            status="False",
+            reason=reason,
+            message=a.message,
+            last_transition_time=since,
+        )
+    except ApiError as exc:
+        if exc.status == 404:
+            return Outcome(a.id, "done", "pod is gone")
+        raise
+    return Outcome(a.id, "done", f"held: {a.message}", changed=True)
