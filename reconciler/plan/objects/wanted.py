@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Objects to render: the ResourceQuotas, PriorityClasses and pool labels the desired state
+asks for, diffed against the live ones (create / update, never an object gpupool does not
+manage). What to delete is prune.py's; Kueue's objects are kueue_objects.py's."""
 
 from __future__ import annotations
 
@@ -48,6 +50,13 @@ def foreign(run: Run, kind: str, name: str, manager: str, what: str) -> None:
 
 
 def desired_objects(run: Run) -> None:
+    """Step 9: quotas, priority classes and pool labels that differ from the desired state."""
+    _quotas(run)
+    _priority_classes(run)
+    _pool_labels(run)
+
+
+def _quotas(run: Run) -> None:
     have = {(q.namespace, q.name): q for q in run.observed.quotas}
     for (ns, name), hard in resource_quotas(run).items():
         cur = have.get((ns, name))
@@ -83,6 +92,9 @@ def desired_objects(run: Run) -> None:
                 previous=cur.hard if cur else None,
             )
         )
+
+
+def _priority_classes(run: Run) -> None:
     classes = {c.name: c for c in run.observed.priority_classes}
     wanted = desired_priority_classes(run.desired)
     # The API server admits one globalDefault class (plugin/pkg/admission/priority): another
@@ -127,6 +139,9 @@ def desired_objects(run: Run) -> None:
                 global_default=want.global_default,
             )
         )
+
+
+def _pool_labels(run: Run) -> None:
     for pv in run.cluster.pools.values():
         for node in sorted(pv.nodes):
             if pv.nodes[node].labels.get(POOL_LABEL) != pv.name:

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Stage 8, training's last resort: move a few single-card workloads (each an eviction through
+the one gate) so that a pending gang gets its cards on one node (MaintenancePolicy
+defragmentation)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,41 @@ def defragment(run: Run, pv: PoolView, p: Pending) -> bool:
         return False
     names = pv.nodes_with_free(min(1, n - moves), len(pv.gpus))
     states = [whole_state(pv, node) for node in names]
+    residents = _residents(run, pv, names, prio, rule.only_migratable)
+
+    found = placement.defragment(
+        states,
+        placement.PodDemand(num_gpu=n, gpu_milli=1000),
+        residents,
+        _first_free,
+        lambda trial, req: placement.Placement(trial.name, ()),
+        max_moves=moves,
+    )
+    if found is None:
+        return False
+    _, migrations = found
+    for m in migrations:
+        w = run.cluster.workloads[m.key]
+        dest = by_node[m.target.node][m.target.gpus[0]]
+        pv.reserve([dest], w.key)
+        evict(
+            run,
+            w,
+            "move",
+            f"defragment {m.source.node}: move {w.key} to {dest.key} "
+            f"so pending {p.key} gets {n} GPUs on one node",
+            pv.name,
+            target=dest.node,
+            to_gpus=(dest.index,),
+        )
+    return place_gang(run, pv, p) is not None
+
+
+def _residents(
+    run: Run, pv: PoolView, names: list[str], prio: int, only_migratable: bool
+) -> dict[str, list[placement.Resident]]:
+    """The one-card workloads on `names`, as the defragmenter sees them: which may move."""
+    by_node = pv.by_node()
     residents: dict[str, list[placement.Resident]] = {}
     one_card = placement.PodDemand(num_gpu=1, gpu_milli=1000)
     for node in names:
@@ -61,50 +98,25 @@ def defragment(run: Run, pv: PoolView, p: Pending) -> bool:
                     placement.Placement(node, (at,)),
                     # a move is an eviction: it passes the same gate as a preemption, but a
                     # job of the same priority may be moved (it restarts at once elsewhere)
-                    movable=(w.migratable or not rule.only_migratable)
+                    movable=(w.migratable or not only_migratable)
                     and not stop_refusal(run, w, prio + 1, budget=False),
                 )
             )
+    return residents
 
-    def first_free(
-        req: placement.PodDemand, others: list[placement.NodeState]
-    ) -> placement.Placement | None:
-        return next(
-            (
-                placement.Placement(o.name, (i,))
-                for o in others
-                for i, f in enumerate(o.gpu_free_milli)
-                if f >= req.gpu_milli
-            ),
-            None,
-        )
 
-    found = placement.defragment(
-        states,
-        placement.PodDemand(num_gpu=n, gpu_milli=1000),
-        residents,
-        first_free,
-        lambda trial, req: placement.Placement(trial.name, ()),
-        max_moves=moves,
+def _first_free(
+    req: placement.PodDemand, others: list[placement.NodeState]
+) -> placement.Placement | None:
+    return next(
+        (
+            placement.Placement(o.name, (i,))
+            for o in others
+            for i, f in enumerate(o.gpu_free_milli)
+            if f >= req.gpu_milli
+        ),
+        None,
     )
-    if found is None:
-        return False
-    _, migrations = found
-    for m in migrations:
-        w = run.cluster.workloads[m.key]
-        dest = by_node[m.target.node][m.target.gpus[0]]
-        pv.reserve([dest], w.key)
-        evict(
-            run,
-            w,
-            "move",
-            f"defragment {m.source.node}: move {w.key} to {dest.key} "
-            f"so pending {p.key} gets {n} GPUs on one node",
-            pv.name,
-            target=dest.node,
-            to_gpus=(dest.index,),
-        )
-    return place_gang(run, pv, p) is not None
 
 
 def _in_window(now: datetime, start: str, end: str) -> bool:

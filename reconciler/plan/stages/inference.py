@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Stage 8, inference: place pending MIG and shared-slice demand, reshaping cards through the
+pool's partition backend when none is free, and keep the pool's warm inference minimum."""
 
 from __future__ import annotations
 
@@ -206,11 +207,58 @@ def _reshapable(pv: PoolView) -> list[GpuSlot]:
 
 
 def serve_inference(run: Run, pv: PoolView, pending: list[Pending]) -> None:
+    """Pending inference onto free MIG instances / shared slices; for what is left, empty
+    inference cards of the wrong shape are reshaped, then whole cards are taken (empty first,
+    then freed by preemption) and whole nodes shared; what still does not fit waits."""
     if not pending:
         return
     unplaced = [p for p in pending if not _place_inference(run, pv, p)]
     if not unplaced:
         return
+    wants, shared_need = _new_cards(pv, unplaced)
+    top = unplaced[0]  # highest priority first (admission sorted them)
+    demand = ", ".join(describe(p) for p in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
+    why = (
+        f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
+        f"in {pv.name} ({demand})"
+    )
+    reason = f"pending inference ({demand})"
+    shared_need = _reshape_idle(run, pv, wants, shared_need, reason)
+    budget = _inference_budget(pv)
+    if len(wants) > budget:
+        run.find(
+            "warning",
+            "inference-limit",
+            pv.name,
+            f"inference needs {len(wants)} more cards but the pool allows {budget} more "
+            "(maxGPUs / training minGPUs)",
+        )
+        wants = wants[:budget]
+    if wants:
+        cards = _free_cards(run, pv, len(wants), top, why)
+        for g, (mode, layout) in zip(cards, wants, strict=False):
+            partition_for(run, pv).reshape(run, g, pv, mode, layout, why=reason)
+    if shared_need > 0:
+        _share_nodes(run, pv, shared_need, top, why, reason)
+    for p in unplaced:
+        if not _place_inference(run, pv, p):
+            run.inference_waits.add(pv.name)
+            blocked = run.blocked.get(p.key) or run.blocked.get(top.key)
+            record_wait(
+                run,
+                p,
+                "waits",
+                f"{p.origin} ({describe(p)}) stays pending: no capacity in {pv.name} "
+                + (f"this cycle: {blocked}" if blocked else "this cycle"),
+                "warning",
+            )
+
+
+def _new_cards(
+    pv: PoolView, unplaced: list[Pending]
+) -> tuple[list[tuple[str, tuple[str, ...]]], int]:
+    """The new MIG cards (mode, layout) the unplaced demand needs, and how many new shared
+    cards (first-fit decreasing)."""
     inf = pv.pool.spec.inference
     mig_unmet: Counter = Counter()
     shared_unmet: list[int] = []
@@ -231,64 +279,31 @@ def serve_inference(run: Run, pv: PoolView, pending: list[Pending]) -> None:
             else:
                 bins.append(inf.shared.slices_per_gpu - k)
         shared_need = len(bins)
-    top = unplaced[0]  # highest priority first (admission sorted them)
-    demand = ", ".join(describe(p) for p in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
-    why = (
-        f"{len(unplaced)} inference request(s) wait with no free MIG/shared capacity "
-        f"in {pv.name} ({demand})"
-    )
-    # Empty inference cards of the wrong shape are reshaped first (another offered layout, a
-    # shared card to MIG, a MIG card of a shared node to shared): the number of inference
-    # cards stays, whole cards stay for training.
+    return wants, shared_need
+
+
+def _reshape_idle(
+    run: Run,
+    pv: PoolView,
+    wants: list[tuple[str, tuple[str, ...]]],
+    shared_need: int,
+    reason: str,
+) -> int:
+    """Empty inference cards of the wrong shape are reshaped first (another offered layout, a
+    shared card to MIG, a MIG card of a shared node to shared): the number of inference
+    cards stays, whole cards stay for training. Takes what it covers off `wants`; returns
+    the shared cards still needed."""
+    part = partition_for(run, pv)
     for g in _drained_first(pv, _reshapable(pv)):
         if g.converted:
             continue
         if wants:
             mode, layout = wants[0]
-            if partition_for(run, pv).reshape(
-                run, g, pv, mode, layout, why=f"pending inference ({demand})"
-            ):
+            if part.reshape(run, g, pv, mode, layout, why=reason):
                 wants.pop(0)
-        elif (
-            shared_need
-            and g.target_mode == "mig"
-            and partition_for(run, pv).node_slices(pv, g.node)
-        ):
-            shared_need -= len(
-                partition_for(run, pv).reshape(
-                    run, g, pv, "shared", why=f"pending inference ({demand})"
-                )
-            )
-    budget = _inference_budget(pv)
-    if len(wants) > budget:
-        run.find(
-            "warning",
-            "inference-limit",
-            pv.name,
-            f"inference needs {len(wants)} more cards but the pool allows {budget} more "
-            "(maxGPUs / training minGPUs)",
-        )
-        wants = wants[:budget]
-    if wants:
-        cards = _free_cards(run, pv, len(wants), top, why)
-        for g, (mode, layout) in zip(cards, wants, strict=False):
-            partition_for(run, pv).reshape(
-                run, g, pv, mode, layout, why=f"pending inference ({demand})"
-            )
-    if shared_need > 0:
-        _share_nodes(run, pv, shared_need, top, why, f"pending inference ({demand})")
-    for p in unplaced:
-        if not _place_inference(run, pv, p):
-            run.inference_waits.add(pv.name)
-            blocked = run.blocked.get(p.key) or run.blocked.get(top.key)
-            record_wait(
-                run,
-                p,
-                "waits",
-                f"{p.origin} ({describe(p)}) stays pending: no capacity in {pv.name} "
-                + (f"this cycle: {blocked}" if blocked else "this cycle"),
-                "warning",
-            )
+        elif shared_need and g.target_mode == "mig" and part.node_slices(pv, g.node):
+            shared_need -= len(part.reshape(run, g, pv, "shared", why=reason))
+    return shared_need
 
 
 def _share_nodes(

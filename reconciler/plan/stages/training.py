@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Stage 8, training: a pending gang goes whole on whole cards (each pod on one node); when it
+does not fit, empty inference cards beyond the warm minimum come back, then victims the rules
+allow are preempted, then single-card work is moved (defragment.py)."""
 
 from __future__ import annotations
 
@@ -143,50 +145,9 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Pending) -> bool:
     reserved_nodes = {node for node, _ in p.reserved.values()}
     nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
     for node in nodes:
-        slots = pv.by_node()[node]
-        if any(g.fenced for g in slots):
-            continue
-        free = pv.free_whole_on(node)
-        if free >= n:
-            continue  # it already fits there (another pod of the gang took it, or none)
-        ws = sorted(
-            {
-                h
-                for g in slots
-                if g.target_mode == "whole"
-                for h in g.holders
-                if h in run.cluster.workloads
-            }
-        )
-        victims = victims_for(
-            run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free
-        )
-        take, freed, evictions = [], free, 0
-        for c in victims:
-            if freed >= n:
-                break
-            members = run.gang(run.cluster.workloads[c.key])
-            if any(m.node != node for m in members):
-                continue  # a job spread over nodes frees cards elsewhere too: not here
-            take.append(c)
-            evictions += len(members)
-            freed += sum(
-                1
-                for m in members
-                for a in m.allocations
-                if run.cluster.slot.get((node, a.gpu)) is not None
-            )
-        if freed < n:
-            continue
-        cost = (
-            node not in reserved_nodes,  # the node already being freed for it comes first
-            max(c.priority for c in take),
-            sum(max(0.0, c.gpus) for c in take) - (n - free),
-            evictions,
-            sum(c.lost for c in take),
-            node,
-        )
-        options.append((cost, node, take))
+        option = _node_option(run, pv, p, node, classes, node in reserved_nodes)
+        if option is not None:
+            options.append(option)
     options.sort(key=lambda o: o[0])
     pods = len(p.members)
     ready = sum(pv.free_whole_on(node) // n for node in pv.by_node())
@@ -218,3 +179,55 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Pending) -> bool:
                 preemptor=p.key,
             )
     return place_gang(run, pv, p)
+
+
+def _node_option(
+    run: Run, pv: PoolView, p: Pending, node: str, classes: set[str], reserved: bool
+) -> tuple[tuple, str, list[Candidate]] | None:
+    """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
+    when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
+    n = p.request.gpus
+    slots = pv.by_node()[node]
+    if any(g.fenced for g in slots):
+        return None
+    free = pv.free_whole_on(node)
+    if free >= n:
+        return None  # it already fits there (another pod of the gang took it, or none)
+    ws = sorted(
+        {
+            h
+            for g in slots
+            if g.target_mode == "whole"
+            for h in g.holders
+            if h in run.cluster.workloads
+        }
+    )
+    victims = victims_for(
+        run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free
+    )
+    take, freed, evictions = [], free, 0
+    for c in victims:
+        if freed >= n:
+            break
+        members = run.gang(run.cluster.workloads[c.key])
+        if any(m.node != node for m in members):
+            continue  # a job spread over nodes frees cards elsewhere too: not here
+        take.append(c)
+        evictions += len(members)
+        freed += sum(
+            1
+            for m in members
+            for a in m.allocations
+            if run.cluster.slot.get((node, a.gpu)) is not None
+        )
+    if freed < n:
+        return None
+    cost = (
+        not reserved,  # the node already being freed for it comes first
+        max(c.priority for c in take),
+        sum(max(0.0, c.gpus) for c in take) - (n - free),
+        evictions,
+        sum(c.lost for c in take),
+        node,
+    )
+    return cost, node, take
