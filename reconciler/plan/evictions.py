@@ -1,4 +1,11 @@
-"""TODO"""
+"""Who may be stopped, at what cost, and the one place that stops work in the working view.
+
+Every preemption, reclaim and move passes `stop_refusal` (why `w` and its gang may not be
+stopped now: class, min runtime, priority, the hourly budget; '' when they may) and goes
+through `evict`, the only code that releases a workload's cards and usage from the ledger.
+`victims_for` is the narrow API the stages ask: the cheapest victims for `need` cards that the
+priority rules (or a team reclaiming its guarantee) let a preemptor displace; their cost order
+is victims.py's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""The plan's total, stable order: dependencies first, then by kind (disruptive first, as they
+would run) and id."""
 
 from __future__ import annotations
 

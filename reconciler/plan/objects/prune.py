@@ -1,4 +1,7 @@
-"""TODO docstring"""
+"""Objects to prune: what gpupool made (its managed-by label) and the desired state no longer
+has: ResourceQuotas, PriorityClasses (never one a pod still names) and stale pool labels.
+Pruning every object of a kind while the desired state has none is refused unless the
+ChangePolicy allows it."""
 
 from __future__ import annotations
 

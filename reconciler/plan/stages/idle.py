@@ -1,4 +1,5 @@
-"""TODO docstring"""
+"""Stage 5: reclaim whole cards whose workloads stayed under the MaintenancePolicy's
+utilization threshold for `idleFor` (from the agent, or the DCGM exporter in Prometheus)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO docstring"""
+"""Whole-card placement shared by training and defragmentation: a gang's pods each on one
+node, through the shared placement policy over a best-fit shortlist, cards by NVLink island /
+NUMA preference."""
 
 from __future__ import annotations
 
