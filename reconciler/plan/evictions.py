@@ -10,7 +10,6 @@ is victims.py's."""
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 from fractions import Fraction
 
 from reconciler.observe.model import (
@@ -40,20 +39,17 @@ from reconciler.policy.quantity import format_duration
 
 
 def victim_classes(run: Run, preemptor: str | None, extra: tuple[str, ...] = ()) -> set[str]:
+    """The classes the priority rules let `preemptor`'s class (default: defaultClass)
+    displace, and `extra` (ScalingPolicy.borrowFrom)."""
     out = set(extra)
-    if run.desired.priority:
-        for r in run.desired.priority.spec.preemption.rules:
-            if r.preemptor == (preemptor or run.desired.priority.spec.default_class):
-                out.update(r.victims)
+    for r in run.terms.rules:
+        if r.preemptor == (preemptor or run.terms.default_class):
+            out.update(r.victims)
     return out
 
 
 def min_runtime(run: Run) -> float:
-    return (
-        run.desired.priority.spec.preemption.min_runtime.total_seconds()
-        if run.desired.priority
-        else math.inf
-    )
+    return run.terms.min_runtime
 
 
 def stop_refusal(
@@ -170,7 +166,7 @@ def victims_for(
 
 
 def default_class(run: Run) -> str | None:
-    return run.desired.priority.spec.default_class if run.desired.priority else None
+    return run.terms.default_class
 
 
 # -- evictions ---------------------------------------------------------------------
@@ -210,11 +206,7 @@ def _evict_one(
     cls = run.pclass(w.priority_class)
     deps: tuple[str, ...] = ()
     if not (cls and cls.spot):
-        grace = (
-            run.desired.priority.spec.preemption.checkpoint_grace_period
-            if run.desired.priority
-            else timedelta(0)
-        )
+        grace = run.terms.grace
         lost = run.seconds_since(w.last_checkpoint_at or w.started_at)
         ck = run.add(
             Checkpoint(
@@ -231,26 +223,12 @@ def _evict_one(
         )
         deps = (ck,)
     job = suspended_job(w)
-    fields = {
-        "id": f"{kind}:{w.key}",
-        "target": w.key,
-        "pool": pool,
-        "reason": reason,
-        "depends_on": deps,
-        "node": w.node,
-        "gpus": tuple(sorted(a.gpu for a in w.allocations)),
-        "priority_class": w.priority_class,
-    }
-    if kind != "move" and job and not kueue_mode(run):
-        # stop the gang by suspending its Job: no replacement pod, no retry spent (not in
-        # kueue mode: Kueue unsuspends a suspended Job whose Workload it admitted,
-        # kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go "handle
-        # job is suspended"; so the pods are evicted)
-        fields["suspend_job"] = job
-    if kind == "move":
-        action: Eviction = Move(**fields, to_node=target or "", to_gpus=to_gpus)
-    else:
-        action = Preempt(**fields, preemptor=preemptor) if kind == "preempt" else Reclaim(**fields)
+    # stop the gang by suspending its Job: no replacement pod, no retry spent (not in kueue
+    # mode: Kueue unsuspends a suspended Job whose Workload it admitted, kubernetes-sigs/kueue
+    # v0.17.0 pkg/controller/jobframework/reconciler.go "handle job is suspended"; so the pods
+    # are evicted)
+    suspend = job if job and not kueue_mode(run) else None
+    action = _eviction(kind, w, pool, reason, deps, suspend, target, preemptor, to_gpus)
     aid = run.add(action)
     for a in w.allocations:
         run.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
@@ -265,6 +243,59 @@ def _evict_one(
                 usage[(team, pool)] = usage.get((team, pool), 0) - w.request.gpus
     run.cluster.release(w)
     return aid
+
+
+def _eviction(
+    kind: str,
+    w: Workload,
+    pool: str | None,
+    reason: str,
+    deps: tuple[str, ...],
+    suspend: str | None,
+    target: str | None,
+    preemptor: str | None,
+    to_gpus: tuple[int, ...],
+) -> Eviction:
+    """The action that stops `w`: a move (never a suspension: the job restarts at once
+    elsewhere), a preemption or a reclaim (its Job suspended when there is one)."""
+    ident, gpus = f"{kind}:{w.key}", tuple(sorted(a.gpu for a in w.allocations))
+    if kind == "move":
+        return Move(
+            id=ident,
+            target=w.key,
+            pool=pool,
+            reason=reason,
+            depends_on=deps,
+            node=w.node,
+            gpus=gpus,
+            priority_class=w.priority_class,
+            to_node=target or "",
+            to_gpus=to_gpus,
+        )
+    if kind == "preempt":
+        return Preempt(
+            id=ident,
+            target=w.key,
+            pool=pool,
+            reason=reason,
+            depends_on=deps,
+            node=w.node,
+            gpus=gpus,
+            priority_class=w.priority_class,
+            suspend_job=suspend,
+            preemptor=preemptor,
+        )
+    return Reclaim(
+        id=ident,
+        target=w.key,
+        pool=pool,
+        reason=reason,
+        depends_on=deps,
+        node=w.node,
+        gpus=gpus,
+        priority_class=w.priority_class,
+        suspend_job=suspend,
+    )
 
 
 def nodes_hosting(run: Run, pv: PoolView, classes: set[str]) -> list[str]:

@@ -4,6 +4,7 @@ borrowed whole cards) that evictions.py alone releases; plus `Pending`, the unit
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,9 +26,7 @@ from reconciler.plan.cluster import (
     card_equivalents,
 )
 from reconciler.plan.model import Finding
-from reconciler.policy.models import (
-    PriorityClassSpec,
-)
+from reconciler.policy.models import PreemptionRule, PriorityClassSpec
 from reconciler.policy.state import DesiredState
 
 INF_PRIORITY = 2**31
@@ -46,6 +45,37 @@ BUDGET = "preemption budget for this hour"
 
 
 SERVICE_OWNERS = frozenset({"", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
+
+
+DemandShape = tuple[str, int, int, str | None, tuple[str, ...], str]
+"""(pool, GPUs per pod, pods, class, borrowFrom, namespace): demand that fails alike."""
+
+
+@dataclass(frozen=True)
+class PreemptionTerms:
+    """The PriorityPolicy's preemption terms, or what holds without one: no rules, no default
+    class, nothing old enough to stop (min runtime infinite), no grace, no budget."""
+
+    default_class: str | None = None
+    rules: tuple[PreemptionRule, ...] = ()
+    min_runtime: float = math.inf
+    """Seconds a non-spot workload runs before it may be stopped."""
+    grace: timedelta = timedelta(0)
+    budget_per_hour: int | None = None
+    """None without a PriorityPolicy: the budget stays 0."""
+
+    @classmethod
+    def of(cls, desired: DesiredState) -> PreemptionTerms:
+        if desired.priority is None:
+            return cls()
+        spec = desired.priority.spec
+        return cls(
+            default_class=spec.default_class,
+            rules=tuple(spec.preemption.rules),
+            min_runtime=spec.preemption.min_runtime.total_seconds(),
+            grace=spec.preemption.checkpoint_grace_period,
+            budget_per_hour=spec.preemption.budget_per_hour,
+        )
 
 
 @dataclass
@@ -73,10 +103,14 @@ class Pending:
 
 @dataclass
 class Run:
+    """One plan's run (see the module docstring). `terms` are the PriorityPolicy's preemption
+    terms, read once."""
+
     desired: DesiredState
     observed: ObservedState
     now: datetime
     cluster: ClusterView
+    terms: PreemptionTerms = field(init=False)
     backends: tuple[Any, ...] = ()
     """The partition backends (`reconciler.plan.partition.PartitionBackend`), the first that
     serves a pool partitions it (`partition_for`)."""
@@ -99,12 +133,14 @@ class Run:
         default_factory=dict
     )  # (team, pool) -> whole cards its running workloads hold (guarantees judge these)
     waiting: dict[str, str] = field(default_factory=dict)  # pending key -> why it waits
-    blocked: dict[object, str] = field(default_factory=dict)  # what stopped a step, for `waits`
+    blocked: dict[str, str] = field(default_factory=dict)
+    """Demand key -> what stopped a step that would have made room for it (for its wait)."""
+    shape_blocked: dict[DemandShape, str] = field(default_factory=dict)
+    """Demand shape -> what stopped it last (`failed`): the same shape waits for the same."""
     inference_waits: set[str] = field(default_factory=set)  # pools whose inference demand waits
     generation: int = 0  # bumped whenever capacity is freed or repartitioned
-    failed: dict[tuple, int] = field(
-        default_factory=dict
-    )  # demand shape -> generation it failed at
+    failed: dict[DemandShape, int] = field(default_factory=dict)
+    """Demand shape -> the generation it failed at: it fails again until capacity is freed."""
     stopping: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     """(node, gpu) -> pods terminating there: left out of the view (their cards are as good as
     free to the plan), but an admission onto those cards waits until they are gone."""
@@ -193,17 +229,19 @@ class Run:
             self._gang_index = out
         return self._gang_index
 
+    def __post_init__(self) -> None:
+        self.terms = PreemptionTerms.of(self.desired)
+
     def freed(self) -> None:
         """Capacity came free: demand that failed before may fit now."""
         self.generation += 1
 
 
 def init_usage(run: Run) -> None:
-    pol = run.desired.priority
-    if pol is not None:
+    if run.terms.budget_per_hour is not None:
         hour_ago = run.now - timedelta(hours=1)
         recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
-        run.budget_left = max(0, pol.spec.preemption.budget_per_hour - recent)
+        run.budget_left = max(0, run.terms.budget_per_hour - recent)
     for w in run.cluster.workloads.values():
         if not w.placed:
             continue

@@ -4,6 +4,8 @@ allow are preempted, then single-card work is moved (defragment.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from reconciler.plan.cluster import (
     PoolView,
 )
@@ -17,7 +19,7 @@ from reconciler.plan.evictions import (
     victims_for,
 )
 from reconciler.plan.partition import partition_for
-from reconciler.plan.run import BUDGET, Pending, Run
+from reconciler.plan.run import BUDGET, DemandShape, Pending, Run
 from reconciler.plan.stages.defragment import defragment
 from reconciler.plan.stages.whole_cards import place_gang
 from reconciler.plan.victims import Candidate
@@ -39,14 +41,21 @@ def place_training(run: Run, pv: PoolView, pending: list[Pending]) -> None:
             continue
         n = p.request.gpus
         # The same shape of demand failed and nothing was freed since: it fails again.
-        shape = (pv.name, n, len(p.members), p.priority_class, p.borrow_from, p.namespace)
+        shape: DemandShape = (
+            pv.name,
+            n,
+            len(p.members),
+            p.priority_class,
+            p.borrow_from,
+            p.namespace,
+        )
         if run.failed.get(shape) != run.generation and (
             any(step(run, pv, p) for step in _gang_steps(run, p))
         ):
             continue
         run.failed[shape] = run.generation
-        blocked = run.blocked.get(p.key) or run.blocked.get(shape) or ""
-        run.blocked[shape] = blocked
+        blocked = run.blocked.get(p.key) or run.shape_blocked.get(shape) or ""
+        run.shape_blocked[shape] = blocked
         record_wait(
             run,
             p,
@@ -56,12 +65,15 @@ def place_training(run: Run, pv: PoolView, pending: list[Pending]) -> None:
         )
 
 
-def _gang_steps(run: Run, p: Pending) -> tuple:
+GangStep = Callable[[Run, PoolView, Pending], bool]
+"""One way to make room for a gang that fits nowhere; True when it is placed."""
+
+
+def _gang_steps(run: Run, p: Pending) -> tuple[GangStep, ...]:
     """How a gang that fits nowhere gets room, in order. A preemption rule with `when: always`
     for its class displaces victims before warm inference cards are given back."""
-    rules = run.desired.priority.spec.preemption.rules if run.desired.priority else []
     cls = p.priority_class or default_class(run)
-    if any(r.preemptor == cls and r.when == "always" for r in rules):
+    if any(r.preemptor == cls and r.when == "always" for r in run.terms.rules):
         return (_preempt_for_gang, _give_back_inference, defragment)
     return (_give_back_inference, _preempt_for_gang, defragment)
 
