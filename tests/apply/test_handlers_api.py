@@ -19,7 +19,7 @@ from reconciler.apply.handlers import HANDLERS, Context
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import Preempt, Resume
-from tests.apply.api import ApiWorld, wait_for
+from tests.apply.api import ApiWorld
 from tests.apply.memory import MemoryCluster
 from tests.apply.table import (
     NOW,
@@ -42,6 +42,7 @@ from tests.apply.table import (
     seed_memory,
 )
 from tests.apply.test_handlers import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.kube
 
