@@ -21,6 +21,7 @@ from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import Preempt, Resume
 from tests.apply.api import ApiWorld
 from tests.apply.memory import MemoryCluster
+from tests.apply.rows import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
 from tests.apply.table import (
     NOW,
     NS,
@@ -41,7 +42,6 @@ from tests.apply.table import (
     run,
     seed_memory,
 )
-from tests.apply.test_handlers import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.kube
