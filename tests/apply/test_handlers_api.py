@@ -155,6 +155,10 @@ API_ROWS = [
     "scale/statefulset-down",
     "scale/kind-differs",
     "scale/missing",
+    # the envelope rows' autoscalers are MemoryCluster seeds (AutoscalerSeed); on the server,
+    # the one without an autoscaler here, the rest in integration/test_autoscalers.py (a real
+    # HPA, KEDA's ScaledObject CRD, the HPA KEDA makes)
+    "scale-envelope/gone",
     "admit/fresh-gang",
     "admit/reserved-already",
     "admit/after-pod-running",
