@@ -7,8 +7,8 @@ A mutation that must be refused (a key that is not a string, a repeated key, an 
 nesting past the bound, a huge value, a byte that is not UTF-8) must be refused at its line.
 
 Seeded (`derandomize=True`) and bounded: few examples, a deadline per example, and a watchdog
-that stops an example that hangs. The generic helpers (the bundled examples, dict mutations)
-are tests/policy/test_fuzz.py's.
+that stops an example that hangs. The dict mutations (`mutate`, `VALUES`) are
+tests/policy/fuzzing.py's, shared with tests/policy/test_fuzz.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from reconciler.cli import main
 from reconciler.plan.model import Plan
-from tests.policy.test_fuzz import VALUES, mutate
+from tests.policy.fuzzing import VALUES, mutate
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = settings(

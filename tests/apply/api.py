@@ -11,7 +11,6 @@ on a real server and deleted at teardown.
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +37,7 @@ from tests.apply.table import (
     Seed,
     Workload,
 )
+from tests.support.wait import wait_for
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -46,14 +46,6 @@ HOLD = "gpupool.test/hold"
 NOBODY = "gpupool.test/nobody"
 """The `spec.managedBy` of the rows' Jobs: a controller that does not exist, so the Job
 controller leaves them and their pods alone (JobManagedBy, GA since Kubernetes 1.35)."""
-
-
-def wait_for(what: str, ok: Callable[[], bool], timeout: float = 30.0, every: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 def unique(prefix: str) -> str:
@@ -416,7 +408,7 @@ class ApiWorld:
             last.append(rv)
             return settled and stable
 
-        wait_for(f"{kind} {name} to settle", quiet, every=1.0)
+        wait_for(f"{kind} {name} to settle", quiet, interval=1.0)
 
     def read_workload(self, kind: WorkloadKind, name: str) -> Any:
         read = (

@@ -3,8 +3,8 @@
 A row is a starting cluster state (`seed`: the objects below, all namespaced ones in the test
 namespace `NS`), an action, the clock, and what must come of it: the Outcome's status and a
 fragment of its message, the port's mutating operations in order (`writes`), and an optional
-`check` that reads the cluster afterwards through a `Probe`. The same rows run against
-`MemoryCluster` (test_handlers.py) and against `KubeOps` over an API server
+`check` that reads the cluster afterwards through a `Probe`. The rows themselves are rows.py's;
+they run against `MemoryCluster` (test_handlers.py) and against `KubeOps` over an API server
 (test_handlers_api.py), which seeds the objects through the client instead.
 """
 

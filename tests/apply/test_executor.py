@@ -18,8 +18,7 @@ from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import Action, ActionBase, Admit, Hold, PodAdmission, Preempt
 from reconciler.plan.model import Plan
 from tests.apply.memory import MUTATING, MemoryCluster
-from tests.apply.table import NODE, NOW, NS, Job, Row, ago, seed_memory
-from tests.apply.test_handlers import (
+from tests.apply.rows import (
     CHECKPOINT,
     CORDON,
     CORDONED,
@@ -37,14 +36,16 @@ from tests.apply.test_handlers import (
     RECLAIM,
     RESUME,
     ROWS,
+    TABLES,
     TRAIN,
     UNCORDON,
     job,
     jobs_pod,
     mig_node,
 )
-from tests.apply.test_handlers import Node as NodeSeed
-from tests.apply.test_handlers import Pod as PodSeed
+from tests.apply.table import NODE, NOW, NS, Job, Row, ago, seed_memory
+from tests.apply.table import Node as NodeSeed
+from tests.apply.table import Pod as PodSeed
 
 
 def plan(*actions: ActionBase) -> Plan:
@@ -87,8 +88,6 @@ def test_every_handler_is_for_an_action_type():
 
 
 def test_every_kind_has_table_rows():
-    from tests.apply.test_handlers import TABLES
-
     covered = {type(r.action) for rows in TABLES.values() for r in rows}
     assert covered == set(action_types())
 

@@ -19,8 +19,9 @@ from reconciler.apply.handlers import HANDLERS, Context
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
 from reconciler.plan.actions import Preempt, Resume
-from tests.apply.api import ApiWorld, wait_for
+from tests.apply.api import ApiWorld
 from tests.apply.memory import MemoryCluster
+from tests.apply.rows import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
 from tests.apply.table import (
     NOW,
     NS,
@@ -41,7 +42,7 @@ from tests.apply.table import (
     run,
     seed_memory,
 )
-from tests.apply.test_handlers import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -154,6 +155,10 @@ API_ROWS = [
     "scale/statefulset-down",
     "scale/kind-differs",
     "scale/missing",
+    # the envelope rows' autoscalers are MemoryCluster seeds (AutoscalerSeed); on the server,
+    # the one without an autoscaler here, the rest in integration/test_autoscalers.py (a real
+    # HPA, KEDA's ScaledObject CRD, the HPA KEDA makes)
+    "scale-envelope/gone",
     "admit/fresh-gang",
     "admit/reserved-already",
     "admit/after-pod-running",

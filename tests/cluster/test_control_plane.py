@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -10,19 +9,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.cluster.kubelets import SUCCEED_AFTER_ANNOTATION, NodeSpec
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.kube
-
-
-def wait_for(what, fn, timeout: float = 30, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def new_namespace(core: client.CoreV1Api, prefix: str) -> str:

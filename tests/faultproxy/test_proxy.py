@@ -16,20 +16,13 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
 
+from tests.support.wait import wait_for
+
 pytestmark = pytest.mark.kube
 
 NS = "faultproxy"
 WRITER = f"system:serviceaccount:{NS}:writer"
 CONFIGMAPS = rf"^/api/v1/namespaces/{NS}/configmaps$"
-
-
-def wait_for(what, fn, timeout: float = 10, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := fn()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-    return value
 
 
 def configmap(name: str, **data) -> client.V1ConfigMap:
@@ -73,7 +66,7 @@ def tokens(control_plane):
                     raise
                 return False
 
-        wait_for("the RoleBinding to take effect", allowed)
+        wait_for("the RoleBinding to take effect", allowed, timeout=10, interval=0.1)
     return SimpleNamespace(writer=writer, nobody=nobody)
 
 
@@ -174,7 +167,7 @@ def test_watch_delivers_added_within_a_second(fault_proxy, core, admin_core):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    wait_for("the watch to reach the proxy", watches)
+    wait_for("the watch to reach the proxy", watches, timeout=10, interval=0.1)
     name = unique("watched")
     admin_core.create_namespaced_config_map(NS, configmap(name))
     created_at = time.monotonic()
@@ -466,6 +459,8 @@ def test_reset_connections_cuts_a_live_watch(fault_proxy, core):
     wait_for(
         "the watch to be streaming",
         lambda: [e for e in fault_proxy.requests("GET", CONFIGMAPS) if e.status == 200],
+        timeout=10,
+        interval=0.1,
     )
     fault_proxy.reset_connections()
     assert isinstance(errors.get(timeout=5), ProtocolError)

@@ -14,9 +14,7 @@ admitted by adding the node's matchFields to each of its terms (replacing them i
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +30,7 @@ from reconciler.conventions import (
     SHARED_RESOURCE,
     mig_resource,
 )
+from tests.support.wait import wait_for
 
 from .harness import add_gpu_node
 from .world import World
@@ -88,15 +87,6 @@ def gate_names(p: client.V1Pod) -> list[str]:
     return [g.name for g in p.spec.scheduling_gates or []]
 
 
-def wait_for(fn: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := fn()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.1)
-    return value
-
-
 def scheduled_condition(kube: World, ns: str, name: str) -> client.V1PodCondition | None:
     p = kube.core.read_namespaced_pod(name, ns)
     return next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
@@ -117,12 +107,13 @@ def gated_namespace(kube: World, timeout: float = 30.0) -> str:
     kube.ensure_namespace(name)  # the World deletes it at teardown
     probe = pod("probe", limits={GPU_RESOURCE: "1"})
     wait_for(
+        f"{POLICY} to take effect in namespace {name}",
         lambda: (
             ADMISSION_GATE
             in gate_names(kube.core.create_namespaced_pod(name, probe, dry_run="All"))
         ),
-        f"{POLICY} not in effect in namespace {name} after {timeout} s",
-        timeout,
+        timeout=timeout,
+        interval=0.1,
     )
     return name
 
@@ -150,8 +141,9 @@ def test_gpu_pods_in_a_gated_namespace_are_created_gated(kube: World):
     # kube-scheduler saw each one and left it Pending because of the gate
     for name in GATED:
         cond = wait_for(
+            f"kube-scheduler to set a PodScheduled condition on {ns}/{name}",
             lambda name=name: scheduled_condition(kube, ns, name),
-            f"{ns}/{name}: kube-scheduler set no PodScheduled condition",
+            interval=0.1,
         )
         assert (cond.status, cond.reason) == ("False", "SchedulingGated"), name
         p = kube.core.read_namespaced_pod(name, ns)
@@ -183,8 +175,9 @@ def test_pods_the_gate_leaves_alone(kube: World):
     # the default scheduler places what is its own; the other scheduler's pod stays unbound
     for ns, name in [(gated, "cpu-only"), (plain, "unlabelled-namespace")]:
         wait_for(
+            f"{ns}/{name} to be scheduled",
             lambda ns=ns, name=name: kube.core.read_namespaced_pod(name, ns).spec.node_name,
-            f"{ns}/{name} was not scheduled",
+            interval=0.1,
         )
         assert kube.core.read_namespaced_pod(name, ns).spec.node_name == node
     assert kube.core.read_namespaced_pod("other-scheduler", gated).spec.node_name is None
@@ -248,8 +241,9 @@ def test_the_admission_patch_binds_the_pod_to_the_named_node(kube: World):
     ns = gated_namespace(kube)
     kube.core.create_namespaced_pod(ns, pod("train", limits={GPU_RESOURCE: "2"}, pool=pool))
     wait_for(
+        "the pod to be reported SchedulingGated",
         lambda: (c := scheduled_condition(kube, ns, "train")) and c.reason == "SchedulingGated",
-        "the pod was not reported SchedulingGated",
+        interval=0.1,
     )
     target = nodes[1]
     patched = kube.core.patch_namespaced_pod(
@@ -258,13 +252,15 @@ def test_the_admission_patch_binds_the_pod_to_the_named_node(kube: World):
     assert gate_names(patched) == []
     assert patched.metadata.annotations[ADMITTED_ANN] == target
     bound = wait_for(
+        "kube-scheduler to bind the admitted pod",
         lambda: kube.core.read_namespaced_pod("train", ns).spec.node_name,
-        "kube-scheduler did not bind the admitted pod",
+        interval=0.1,
     )
     assert bound == target
     wait_for(
+        f"the kubelet of {target} to run the pod",
         lambda: kube.core.read_namespaced_pod("train", ns).status.phase == "Running",
-        f"the kubelet of {target} did not run the pod",
+        interval=0.1,
     )
 
 
@@ -284,8 +280,9 @@ def test_node_affinity_on_a_pod_no_longer_gated_is_refused(kube: World):
         _content_type=SMP,
     )
     wait_for(
+        "kube-scheduler to try the ungated pod",
         lambda: (c := scheduled_condition(kube, ns, "late")) and c.reason == "Unschedulable",
-        "the ungated pod was not tried by kube-scheduler",
+        interval=0.1,
     )
     affinity_only = admission_patch("admgate-admit-0")
     del affinity_only["spec"]["schedulingGates"]
@@ -329,7 +326,8 @@ def test_a_pod_with_its_own_node_affinity_is_admitted_by_adding_to_its_terms(kub
         "own-affinity", ns, admission_patch(target, own), _content_type=SMP
     )
     bound = wait_for(
+        "kube-scheduler to bind the admitted pod",
         lambda: kube.core.read_namespaced_pod("own-affinity", ns).spec.node_name,
-        "kube-scheduler did not bind the admitted pod",
+        interval=0.1,
     )
     assert bound == target

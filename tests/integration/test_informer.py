@@ -20,18 +20,11 @@ from reconciler.loop import metrics
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe.kube import observe_cluster
 from tests.faultproxy.proxy import FaultProxy
+from tests.support.wait import wait_for
 
 from .harness import CONTROLLER_SA, NS, Clock, add_gpu_node, controller, create_pod
 
 PODS = r"^/api/v1/pods$"
-
-
-def eventually(check, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.05)
 
 
 def names(items) -> set[str]:
@@ -81,17 +74,31 @@ def test_cache_lists_follows_resumes_and_relists_on_410(kube, proxy, stop):
     assert f"{ns}/before" in names(cache.pods()) and "/informer-1" in names(cache.nodes())
 
     pod(kube, ns, "added")
-    eventually(lambda: f"{ns}/added" in names(cache.pods()), what="an added pod")
+    wait_for(
+        "an added pod", lambda: f"{ns}/added" in names(cache.pods()), timeout=10, interval=0.05
+    )
     kube.core.delete_namespaced_pod("before", ns, grace_period_seconds=0)
-    eventually(lambda: f"{ns}/before" not in names(cache.pods()), what="a deleted pod")
+    wait_for(
+        "a deleted pod",
+        lambda: f"{ns}/before" not in names(cache.pods()),
+        timeout=10,
+        interval=0.05,
+    )
     kube.core.patch_node("informer-1", {"metadata": {"labels": {"x": "1"}}})
-    eventually(
+    wait_for(
+        "a node change",
         lambda: any((n.metadata.labels or {}).get("x") == "1" for n in cache.nodes()),
-        what="a node change",
+        timeout=10,
+        interval=0.05,
     )
 
     # a watch that ends is resumed from the last resourceVersion: no second list
-    eventually(lambda: len(proxy.requests("GET", PODS)) >= 4, what="several pod watches")
+    wait_for(
+        "several pod watches",
+        lambda: len(proxy.requests("GET", PODS)) >= 4,
+        timeout=10,
+        interval=0.05,
+    )
     lists = [r for r in proxy.requests("GET", PODS) if "watch=true" not in r.query]
     # (finished ones: the one in flight may not have its answer's status logged yet)
     watches = [
@@ -119,11 +126,12 @@ def test_cache_lists_follows_resumes_and_relists_on_410(kube, proxy, stop):
         message="too old resource version",
     )
     assert gone.wait(5)
-    eventually(lambda: informer.relists == 2, timeout=5, what="a relist after 410")
-    eventually(
+    wait_for("a relist after 410", lambda: informer.relists == 2, timeout=5, interval=0.05)
+    wait_for(
+        "the cache matching a list",
         lambda: names(cache.pods()) == listed_pods(kube),
         timeout=5,
-        what="the cache matching a list",
+        interval=0.05,
     )
     assert f"{ns}/while-compacted" in names(cache.pods()) and f"{ns}/added" not in names(
         cache.pods()
@@ -148,20 +156,28 @@ def test_cache_relists_after_an_apiserver_restart(kube, stop):
     kube.plane.stop_apiserver()
     time.sleep(1.0)  # the watches break; the relists meet a closed port
     kube.plane.start_apiserver()
-    eventually(
+    wait_for(
+        "relists after the restart",
         lambda: (
             cache.pod_informer.relists > relists[0] and cache.node_informer.relists > relists[1]
         ),
         timeout=20,
-        what="relists after the restart",
+        interval=0.05,
     )
     pod(kube, ns, "after")
     kube.core.delete_namespaced_pod("before", ns, grace_period_seconds=0)
-    eventually(
+    wait_for(
+        "changes after the restart",
         lambda: f"{ns}/after" in names(cache.pods()) and f"{ns}/before" not in names(cache.pods()),
-        what="changes after the restart",
+        timeout=10,
+        interval=0.05,
     )
-    eventually(lambda: names(cache.pods()) == listed_pods(kube), what="the cache matching a list")
+    wait_for(
+        "the cache matching a list",
+        lambda: names(cache.pods()) == listed_pods(kube),
+        timeout=10,
+        interval=0.05,
+    )
     assert names(cache.nodes()) == names(kube.core.list_node().items)
 
 
@@ -178,7 +194,12 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
     api = kube.controller_client()
     cache = ClusterCache(api, timeout_seconds=5).start(stop)
     assert cache.wait_synced(10)
-    eventually(lambda: names(cache.pods()) == listed_pods(kube), what="the cache matching a list")
+    wait_for(
+        "the cache matching a list",
+        lambda: names(cache.pods()) == listed_pods(kube),
+        timeout=10,
+        interval=0.05,
+    )
     listed = observe_cluster(api)
     cached = observe_cluster(api, cache=cache, now=listed.observed_at)
     assert cached == listed
@@ -206,7 +227,9 @@ def test_bookmarks_advance_the_cache_without_a_relist(kube, stop):
     # resourceVersion only through a bookmark
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "nudge"}})
     kube.core.list_pod_for_all_namespaces(limit=1)
-    eventually(lambda: informer.rv > listed, timeout=20, what="a bookmark's resourceVersion")
+    wait_for(
+        "a bookmark's resourceVersion", lambda: informer.rv > listed, timeout=20, interval=0.05
+    )
     assert informer.relists == 1 and cache.node_informer.relists == 1
 
 
@@ -237,5 +260,5 @@ def test_the_controller_plans_from_the_cache_only_once_it_saw_its_own_writes(
     assert "gpupool.io/test-written" not in cached_annotations()
 
     proxy.remove(hang)
-    eventually(lambda: ctl._cache() is ctl.cache, timeout=20, what="the cache catching up")
+    wait_for("the cache catching up", lambda: ctl._cache() is ctl.cache, timeout=20, interval=0.05)
     assert cached_annotations()["gpupool.io/test-written"] == "1"

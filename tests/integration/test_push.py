@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from reconciler.loop.webhook import PATH, sign
+from tests.support.wait import wait_for_process
 
 from .test_objects_dual import _desired
 from .world import CONTROLLER_SA, NS, OPERATOR_NS
@@ -106,19 +107,6 @@ def hard_gpus(kube, ns: str) -> str | None:
     return None if q is None else (q.spec.hard or {}).get("requests.nvidia.com/gpu")
 
 
-def wait_for(what: str, check, seconds: float, proc: subprocess.Popen, log: Path) -> float:
-    start = time.monotonic()
-    while not check():
-        if proc.poll() is not None:
-            raise AssertionError(f"gpupool reconcile exited {proc.returncode}:\n{log.read_text()}")
-        if time.monotonic() - start > seconds:
-            raise AssertionError(
-                f"{what} not within {seconds:g} s; log:\n{log.read_text()[-4000:]}"
-            )
-        time.sleep(0.2)
-    return time.monotonic() - start
-
-
 def test_a_push_reaches_the_cluster_within_seconds(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     ns = kube.new_namespace()
@@ -151,9 +139,17 @@ def test_a_push_reaches_the_cluster_within_seconds(kube, tmp_path):
     ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    gpupool = "gpupool reconcile"
     try:
         # the first cycle runs at start: the quota the first commit asks for
-        wait_for("the first cycle's quota", lambda: hard_gpus(kube, ns) == "8", 90, proc, log)
+        wait_for_process(
+            "the first cycle's quota",
+            lambda: hard_gpus(kube, ns) == "8",
+            proc,
+            log,
+            90,
+            name=gpupool,
+        )
         head = commit_and_push(
             work, text.replace("maxGPUs: 8", "maxGPUs: 6"), "team-x gives back 2 cards"
         )
@@ -161,8 +157,14 @@ def test_a_push_reaches_the_cluster_within_seconds(kube, tmp_path):
         time.sleep(3)
         assert hard_gpus(kube, ns) == "8"
         body = json.dumps({"ref": "refs/heads/main", "after": head}).encode()
-        wait_for("the receiver", lambda: deliver_push(port, body) == 202, 10, proc, log)
-        took = wait_for("the pushed quota", lambda: hard_gpus(kube, ns) == "6", 20, proc, log)
+        wait_for_process(
+            "the receiver", lambda: deliver_push(port, body) == 202, proc, log, 10, name=gpupool
+        )
+        delivered = time.monotonic()
+        wait_for_process(
+            "the pushed quota", lambda: hard_gpus(kube, ns) == "6", proc, log, 20, name=gpupool
+        )
+        took = time.monotonic() - delivered
         status = kube.custom.get_namespaced_custom_object(
             "gpupool.io", "v1alpha1", NS, "reconcilerstatuses", "gpupool"
         )

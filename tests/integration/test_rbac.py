@@ -28,8 +28,8 @@ from kubernetes import client
 
 from reconciler.loop.agent import run_once
 from reconciler.loop.informer import ClusterCache
-from tests.apply.api import wait_for
 from tests.plan.scenarios import SCALING
+from tests.support.wait import wait_for
 
 from .crds import install_crd, keda_scaled_object_crd
 from .harness import (
@@ -708,7 +708,7 @@ def test_controller_admission_allows_what_gpupool_writes(kube):
             return False
         return True
 
-    wait_for("a scale past the Deployment controller's status writes", scaled, 5, every=0.25)
+    wait_for("a scale past the Deployment controller's status writes", scaled, 5, interval=0.25)
     ops.server_side_apply(
         {
             "apiVersion": "v1",

@@ -1,9 +1,9 @@
 """`gpupool plan --base --twin-load`: the digital twin replayed over a load file for the base
 and the head desired state, one line in the change report (issue 15 item 5).
 
-A 2-node x 4-card pool (the twin tests' desired state); the head caps the service at 2
-replicas where the base allows 8. Three hours of synthetic load (1, then 6, then 1 req/s at
-1 req/s per replica) and a few training jobs, in tmp.
+A 2-node x 4-card pool (the twin tests' desired state, tests/sim/twin_inputs.py); the head caps
+the service at 2 replicas where the base allows 8. Three hours of synthetic load (1, then 6,
+then 1 req/s at 1 req/s per replica) and a few training jobs, in tmp.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from reconciler.cli import main
 from reconciler.observe.builders import node, snapshot
 from reconciler.observe.snapshot import dump_snapshot
-from tests.sim.test_twin import POLICIES, POOL, START
+from tests.sim.twin_inputs import POLICIES, POOL, START
 
 HEAD_POLICIES = POLICIES.replace("maxReplicas: 8", "maxReplicas: 2")
 

@@ -22,6 +22,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.support import wait
+
 REPO = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = REPO / "scripts" / "fetch-prometheus.sh"
 SCRAPE_INTERVAL = "1s"
@@ -173,14 +175,9 @@ class PrometheusServer:
 
     def wait_for(self, q: str, predicate, timeout: float = 30) -> list:
         """Poll `q` until `predicate(result)` holds (the next scrapes are a second apart)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self.query(q)
-            if predicate(result):
-                return result
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{q} never satisfied the test's condition: last {result}")
-            time.sleep(0.2)
+        return wait.wait_for(
+            f"{q} to satisfy the test's condition", lambda: self.query(q), timeout, until=predicate
+        )
 
     def logs_tail(self, lines: int = 30) -> str:
         try:

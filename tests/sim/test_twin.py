@@ -7,7 +7,7 @@ effect model did, cycle by cycle.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -18,71 +18,7 @@ from reconciler.policy.loader import load
 from reconciler.sim.load import JobSpec, offered, read_jobs, read_load, scaled
 from reconciler.sim.trace import TraceError
 from reconciler.sim.twin import TwinConfig, compare, run_twin, static_split
-
-START = datetime(2024, 5, 10, tzinfo=UTC)
-POOL = """\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata:
-  name: p
-spec:
-  gpuModel: A100-SXM4-80GB
-  nodeSelector:
-    matchLabels:
-      gpupool.io/pool: p
-  capacity:
-    nodes: 2
-    gpusPerNode: 4
-  inference:
-    prefer: shared
-    shared:
-      slicesPerGPU: 2
-      memoryPerSlice: 40Gi
-"""
-POLICIES = """\
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata:
-  name: cluster
-spec:
-  defaultClass: training-low
-  classes:
-    - name: serving
-      value: 100000
-      workload: inference
-      preemptible: false
-    - name: training-low
-      value: 10000
-      workload: training
-  preemption:
-    checkpointGracePeriod: 1m
-    minRuntime: 5m
-    budgetPerHour: 30
-    rules:
-      - preemptor: serving
-        victims: [training-low]
-        when: always
----
-apiVersion: gpupool.io/v1alpha1
-kind: ScalingPolicy
-metadata:
-  name: llm
-spec:
-  pool: p
-  targets:
-    - {namespace: serve, name: llm, kind: Deployment, minReplicas: 1, maxReplicas: 8}
-  scaleUp:
-    queueLengthPerReplica: 8
-    pendingTime: 30s
-    step: 2
-    cooldown: 2m
-  scaleDown:
-    queueLengthPerReplica: 4
-    step: 1
-    cooldown: 10m
-  borrowFrom: [training-low]
-"""
-UP_COOLDOWN, DOWN_COOLDOWN = 120.0, 600.0
+from tests.sim.twin_inputs import DOWN_COOLDOWN, POLICIES, POOL, START, UP_COOLDOWN
 
 
 @pytest.fixture
