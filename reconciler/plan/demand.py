@@ -22,7 +22,7 @@ from reconciler.plan.actions import (
 from reconciler.plan.cluster import (
     PoolView,
 )
-from reconciler.plan.run import BUDGET, Pending, Run, gang_key, kueue_mode
+from reconciler.plan.run import BUDGET, Demand, Run, gang_key, kueue_mode
 from reconciler.policy.quantity import quantity_bytes
 
 ADMISSION_CODES = frozenset({"held-cap", "held-quota", "held-borrowing", "held-lending"})
@@ -31,7 +31,7 @@ ADMISSION_CODES = frozenset({"held-cap", "held-quota", "held-borrowing", "held-l
 ADMITTED_ELSEWHERE = frozenset({"admitted", "other"})  # pending pods that are not demand
 
 
-def pending_demand(run: Run) -> list[Pending]:
+def pending_demand(run: Run) -> list[Demand]:
     """Pending pods as units of demand: the pending whole-card pods of one gang (`gang_key`)
     are one unit, placed, admitted and stopped all together or not at all. Pods admitted
     already, or still gated by another admission system, are not demand. A gang whose pods
@@ -69,7 +69,7 @@ def pending_demand(run: Run) -> list[Pending]:
     out = []
     for key, ws in groups.items():
         head = ws[0]
-        p = Pending(
+        p = Demand(
             head.key, head.namespace, head.request, head.priority_class, head.pool, head.created_at
         )
         p.members = tuple(w.key for w in ws)
@@ -108,7 +108,7 @@ def pending_demand(run: Run) -> list[Pending]:
     return out
 
 
-def pending_pool(run: Run, p: Pending) -> str | None:
+def pending_pool(run: Run, p: Demand) -> str | None:
     if p.pool:
         return p.pool if p.pool in run.cluster.pools else None
     for pv in run.cluster.pools.values():  # first pool (by name) that offers what it asks
@@ -129,7 +129,7 @@ def pending_pool(run: Run, p: Pending) -> str | None:
     return None
 
 
-def unreachable(run: Run, pv: PoolView, p: Pending) -> str:
+def unreachable(run: Run, pv: PoolView, p: Demand) -> str:
     """Why `p` can never run in `pv` whatever is freed or repartitioned ('' when it can).
     Judged before anything is disrupted for it, against every node of the pool (a node that
     is unavailable now may come back)."""
@@ -173,7 +173,7 @@ def unreachable(run: Run, pv: PoolView, p: Pending) -> str:
     return ""
 
 
-def memory_beyond_share(run: Run, pv: PoolView, p: Pending) -> None:
+def memory_beyond_share(run: Run, pv: PoolView, p: Demand) -> None:
     """Shared work that declares more GPU memory than its slices' share (slices x
     memoryPerSlice): under time-slicing nothing stops it from taking its neighbours' memory
     (MPS caps it and the pod fails instead). Said, not held: the card has the memory."""
@@ -205,12 +205,12 @@ def _describe_request(r: Request) -> str:
     return f"{r.shared_slices} shared slice{'s' if r.shared_slices > 1 else ''}"
 
 
-def describe(p: Pending) -> str:
+def describe(p: Demand) -> str:
     each = _describe_request(p.request)
     return each if len(p.members) == 1 else f"{len(p.members)} pods x {each}"
 
 
-def record_wait(run: Run, p: Pending, code: str, why: str, severity: str = "info") -> None:
+def record_wait(run: Run, p: Demand, code: str, why: str, severity: str = "info") -> None:
     """`p` waits, and the finding says why; a wait the hourly budget causes says so by code."""
     if code == "waits" and BUDGET in why:
         code, severity = "budget-spent", "warning"
@@ -235,7 +235,7 @@ def record_wait(run: Run, p: Pending, code: str, why: str, severity: str = "info
             )
 
 
-def suspended_demand(run: Run) -> list[Pending]:
+def suspended_demand(run: Run) -> list[Demand]:
     """Jobs gpupool suspended to stop their gang: demand for all their pods again (created
     when the Job is resumed, gated, then admitted)."""
     if kueue_mode(run):
@@ -243,7 +243,7 @@ def suspended_demand(run: Run) -> list[Pending]:
         return []
     out = []
     for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
-        p = Pending(
+        p = Demand(
             j.key,
             j.namespace,
             j.request,

@@ -29,7 +29,7 @@ from reconciler.plan.cluster import (
 from reconciler.plan.run import (
     BUDGET,
     INF_PRIORITY,
-    Pending,
+    Demand,
     Run,
     kueue_mode,
     suspended_job,
@@ -111,7 +111,7 @@ def borrowing(run: Run, w: Workload, pool: str | None) -> bool:
     return pq is None or run.running_whole.get((q.team, pool), 0) > pq.whole.guaranteed
 
 
-def reclaims(run: Run, p: Pending, pool: str) -> str | None:
+def reclaims(run: Run, p: Demand, pool: str) -> str | None:
     """The team `p` belongs to, when `p` only takes back its own guarantee in `pool`:
     then lower-priority work other teams run on borrowed cards may be preempted for it,
     whatever the class rules say (the Quota promise; Kueue's reclaimWithinCohort:
@@ -132,7 +132,7 @@ def reclaims(run: Run, p: Pending, pool: str) -> str | None:
 def victims_for(
     run: Run,
     workloads: list[Workload],
-    preemptor: Pending | None,
+    preemptor: Demand | None,
     pool: str,
     classes: set[str],
     need: int,

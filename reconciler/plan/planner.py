@@ -50,7 +50,7 @@ from reconciler.plan.objects.prune import prune_objects, prune_pool_labels
 from reconciler.plan.objects.wanted import desired_objects
 from reconciler.plan.ordering import ordered
 from reconciler.plan.partition import DEFAULT_BACKENDS, PartitionBackend
-from reconciler.plan.run import Pending, Run, init_usage
+from reconciler.plan.run import Demand, Run, init_usage
 from reconciler.plan.stages.admission import admit_demand, emit_admissions, honour_reservations
 from reconciler.plan.stages.caps import enforce_team_caps
 from reconciler.plan.stages.drift import repartition_drift, report_fences
@@ -149,7 +149,7 @@ def open_run(
     return run
 
 
-def place_pool(run: Run, pv: PoolView, demand: list[Pending]) -> None:
+def place_pool(run: Run, pv: PoolView, demand: list[Demand]) -> None:
     """Step 8 for one pool. Higher priority first, whatever the kind: a high-priority training
     run is not squeezed out by lower-priority inference taking the last free cards, nor vice
     versa."""

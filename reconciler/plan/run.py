@@ -79,8 +79,9 @@ class PreemptionTerms:
 
 
 @dataclass
-class Pending:
-    """A unit of demand the plan tries to place: a pending pod or a replica it scales up."""
+class Demand:
+    """A unit of demand the plan tries to place: the pending pods of one gang (or one pod), a
+    Job gpupool suspended, or a replica it scales up. ("Pending" is only ever a pod phase.)"""
 
     key: str
     namespace: str
@@ -93,7 +94,7 @@ class Pending:
     order: int = 0  # tie-break among replicas of one scale-up (replica 2 before replica 10)
     members: tuple[str, ...] = ()  # the pods of the gang, each asking `request` (default: key)
     gated: bool = False  # every pod carries gpupool's gate: an Admit lets it run
-    placed: bool = False  # its reservation was honoured before any other placement
+    on_reservation: bool = False  # placed on its reservation before any other placement
     reserved: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     """member -> (node, cards) the pod's `gpupool.io/reserved` names: freed for it earlier."""
 
@@ -190,7 +191,7 @@ class Run:
         c = self.pclass(name)
         return c.value if c else 0
 
-    def demand_priority(self, p: Pending) -> int:
+    def demand_priority(self, p: Demand) -> int:
         """The priority kube-scheduler gives `p`. A pod that exists without a class was
         created while no class was globalDefault and has priority 0 for good (Priority
         admission stamps the default on create only); a replica not created yet will get

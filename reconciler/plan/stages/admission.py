@@ -36,10 +36,10 @@ from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
 )
-from reconciler.plan.run import Pending, Run, kueue_mode
+from reconciler.plan.run import Demand, Run, kueue_mode
 
 
-def admit_demand(run: Run, pending: list[Pending]) -> list[Pending]:
+def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     """Demand that may be worked for: reachable in its pool, within the team's cap,
     borrowing limit, the other teams' unlent guarantees, the pool's training maximum and,
     for replicas not created yet, the namespace's ResourceQuota. Highest priority first."""
@@ -107,7 +107,7 @@ def admit_demand(run: Run, pending: list[Pending]) -> list[Pending]:
 
 def _held(
     run: Run,
-    p: Pending,
+    p: Demand,
     pv: PoolView,
     pods: int,
     training_whole: Counter,
@@ -182,7 +182,7 @@ def _unlent(run: Run, pool: str, team: str) -> int:
     return locked
 
 
-def honour_reservations(run: Run, pending: list[Pending]) -> None:
+def honour_reservations(run: Run, pending: list[Demand]) -> None:
     """Cards freed for a gated gang in earlier cycles stay its own: when every card its pods'
     reservations name is free now (their victims gone or terminating), the gang is placed
     there before any other demand is (highest priority first, as admission sorted them)."""
@@ -207,10 +207,10 @@ def honour_reservations(run: Run, pending: list[Pending]) -> None:
         else:
             for m, got in zip(p.members, cards, strict=True):
                 pv.reserve(got, m)
-            p.placed = True
+            p.on_reservation = True
 
 
-def emit_admissions(run: Run, pending: list[Pending]) -> None:
+def emit_admissions(run: Run, pending: list[Demand]) -> None:
     """An Admit for every gated gang the plan placed: each pod's node and cards, after the
     repartitions and uncordons of those nodes, and once the pods stopped to free the cards
     are gone. Demand kube-scheduler places itself (no gate) is never admitted."""

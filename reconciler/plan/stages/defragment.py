@@ -11,11 +11,11 @@ from reconciler.plan.cluster import (
     PoolView,
 )
 from reconciler.plan.evictions import evict, stop_refusal
-from reconciler.plan.run import BUDGET, Pending, Run
+from reconciler.plan.run import BUDGET, Demand, Run
 from reconciler.plan.stages.whole_cards import place_gang, whole_state
 
 
-def defragment(run: Run, pv: PoolView, p: Pending) -> bool:
+def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
     """Move a few one-card workloads off the node closest to fitting gang `p` (the shared
     defragmenter, `placement.defragment`), each to a free card elsewhere, then place `p`."""
     rules = [

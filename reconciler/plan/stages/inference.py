@@ -17,10 +17,10 @@ from reconciler.plan.demand import describe, record_wait
 from reconciler.plan.evictions import evict, stop_refusal, victim_classes, victims_for
 from reconciler.plan.partition import partition_for
 from reconciler.plan.partition.policy import inference_shape, policy_slices
-from reconciler.plan.run import BUDGET, PLACEMENT_POLICY, SHORTLIST, UNMETERED, Pending, Run
+from reconciler.plan.run import BUDGET, PLACEMENT_POLICY, SHORTLIST, UNMETERED, Demand, Run
 
 
-def _place_inference(run: Run, pv: PoolView, p: Pending) -> bool:
+def _place_inference(run: Run, pv: PoolView, p: Demand) -> bool:
     r = p.request
     if r.mig:
         chosen: list[tuple[GpuSlot, tuple[str, int]]] = []
@@ -133,7 +133,7 @@ def _drained_first(pv: PoolView, cards: list[GpuSlot]) -> list[GpuSlot]:
 
 
 def _free_cards(
-    run: Run, pv: PoolView, n: int, preemptor: Pending | None, why: str
+    run: Run, pv: PoolView, n: int, preemptor: Demand | None, why: str
 ) -> list[GpuSlot]:
     """Up to n whole cards to repartition: empty ones first, then, for a preemptor, by
     stopping the cheapest victims the rules allow (within the budget)."""
@@ -206,7 +206,7 @@ def _reshapable(pv: PoolView) -> list[GpuSlot]:
     ]
 
 
-def serve_inference(run: Run, pv: PoolView, pending: list[Pending]) -> None:
+def serve_inference(run: Run, pv: PoolView, pending: list[Demand]) -> None:
     """Pending inference onto free MIG instances / shared slices; for what is left, empty
     inference cards of the wrong shape are reshaped, then whole cards are taken (empty first,
     then freed by preemption) and whole nodes shared; what still does not fit waits."""
@@ -255,7 +255,7 @@ def serve_inference(run: Run, pv: PoolView, pending: list[Pending]) -> None:
 
 
 def _new_cards(
-    pv: PoolView, unplaced: list[Pending]
+    pv: PoolView, unplaced: list[Demand]
 ) -> tuple[list[tuple[str, tuple[str, ...]]], int]:
     """The new MIG cards (mode, layout) the unplaced demand needs, and how many new shared
     cards (first-fit decreasing)."""
@@ -307,7 +307,7 @@ def _reshape_idle(
 
 
 def _share_nodes(
-    run: Run, pv: PoolView, need: int, top: Pending | None, why: str, reason: str
+    run: Run, pv: PoolView, need: int, top: Demand | None, why: str, reason: str
 ) -> int:
     """Shared cards for `need` more by sharing whole nodes (the device plugin shares per node:
     every plain card of the node at once), within the pool's inference budget: a node whose
@@ -354,7 +354,7 @@ def _share_nodes(
 
 
 def _preempt_node(
-    run: Run, pv: PoolView, nodes: list[str], p: Pending, why: str, every_card: bool = False
+    run: Run, pv: PoolView, nodes: list[str], p: Demand, why: str, every_card: bool = False
 ) -> str | None:
     """The node among `nodes` whose plain cards' holders (every card's with `every_card`)
     the rules let `p` preempt, all of them, at the least cost (priority, evictions, GPU-time

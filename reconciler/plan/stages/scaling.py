@@ -17,7 +17,7 @@ from reconciler.plan.actions import (
     Scale,
     SetScaleEnvelope,
 )
-from reconciler.plan.run import Pending, Run
+from reconciler.plan.run import Demand, Run
 from reconciler.policy.models import (
     ScaleTarget,
     ScalingPolicy,
@@ -36,7 +36,7 @@ class _ScaleIntent:
     """Set when an autoscaler scales the service: `want` is its new maxReplicas."""
 
 
-def plan_scaling(run: Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]:
+def plan_scaling(run: Run) -> tuple[list[_ScaleIntent], list[Demand], set[str]]:
     """What each ScalingPolicy asks; a scale-up becomes pending replicas, and the Scale
     action is emitted after admission, for the replicas admission lets in. A scale-down
     deletes the service's pending pods first (`scale_down_order`): their keys come back
@@ -44,7 +44,7 @@ def plan_scaling(run: Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]
     # a Deployment and a StatefulSet may share a name: the target names its kind
     services = {(s.kind, s.key): s for s in run.observed.services}
     intents: list[_ScaleIntent] = []
-    out: list[Pending] = []
+    out: list[Demand] = []
     gone: set[str] = set()
     for name in sorted(run.desired.scaling):
         pol = run.desired.scaling[name]
@@ -82,7 +82,7 @@ def plan_scaling(run: Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]
             grows = intents[-1].envelope is None or want > intents[-1].envelope.scaler.max_replicas
             for i in range(svc.replicas, want if grows else 0):
                 out.append(
-                    Pending(
+                    Demand(
                         key=f"{svc.key}#replica-{i + 1}",
                         namespace=svc.namespace,
                         request=svc.replica_request,
@@ -97,7 +97,7 @@ def plan_scaling(run: Run) -> tuple[list[_ScaleIntent], list[Pending], set[str]]
     return intents, out, gone
 
 
-def emit_scales(run: Run, intents: list[_ScaleIntent], admitted: list[Pending]) -> None:
+def emit_scales(run: Run, intents: list[_ScaleIntent], admitted: list[Demand]) -> None:
     keys = {p.key for p in admitted}
     for it in intents:
         if it.envelope is not None:

@@ -19,13 +19,13 @@ from reconciler.plan.evictions import (
     victims_for,
 )
 from reconciler.plan.partition import partition_for
-from reconciler.plan.run import BUDGET, DemandShape, Pending, Run
+from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
 from reconciler.plan.stages.whole_cards import place_gang
 from reconciler.plan.victims import Candidate
 
 
-def _whole_kind(run: Run, p: Pending) -> str:
+def _whole_kind(run: Run, p: Demand) -> str:
     """What whole-card demand is, for the words of a finding: replicas a ScalingPolicy adds,
     and pods of a class for inference, are inference; the rest is training."""
     c = run.pclass(p.priority_class)
@@ -34,10 +34,10 @@ def _whole_kind(run: Run, p: Pending) -> str:
     return "training"
 
 
-def place_training(run: Run, pv: PoolView, pending: list[Pending]) -> None:
+def place_training(run: Run, pv: PoolView, pending: list[Demand]) -> None:
     """Whole-card demand: training, and inference whose replicas ask whole cards."""
     for p in pending:
-        if p.placed or place_gang(run, pv, p):
+        if p.on_reservation or place_gang(run, pv, p):
             continue
         n = p.request.gpus
         # The same shape of demand failed and nothing was freed since: it fails again.
@@ -65,11 +65,11 @@ def place_training(run: Run, pv: PoolView, pending: list[Pending]) -> None:
         )
 
 
-GangStep = Callable[[Run, PoolView, Pending], bool]
+GangStep = Callable[[Run, PoolView, Demand], bool]
 """One way to make room for a gang that fits nowhere; True when it is placed."""
 
 
-def _gang_steps(run: Run, p: Pending) -> tuple[GangStep, ...]:
+def _gang_steps(run: Run, p: Demand) -> tuple[GangStep, ...]:
     """How a gang that fits nowhere gets room, in order. A preemption rule with `when: always`
     for its class displaces victims before warm inference cards are given back."""
     cls = p.priority_class or default_class(run)
@@ -78,7 +78,7 @@ def _gang_steps(run: Run, p: Pending) -> tuple[GangStep, ...]:
     return (_give_back_inference, _preempt_for_gang, defragment)
 
 
-def _give_back_inference(run: Run, pv: PoolView, p: Pending) -> bool:
+def _give_back_inference(run: Run, pv: PoolView, p: Demand) -> bool:
     """Empty inference cards beyond the warm minimum return to training when training waits,
     unless inference demand of this pool waits too (it would take them back next cycle)."""
     if len(p.members) != 1 or pv.name in run.inference_waits:
@@ -145,7 +145,7 @@ def _give_back_inference(run: Run, pv: PoolView, p: Pending) -> bool:
     return True
 
 
-def _preempt_for_gang(run: Run, pv: PoolView, p: Pending) -> bool:
+def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     """Free one node's worth of cards per pod of the gang, choosing nodes by what their
     victims cost; all of it within the budget, or nothing at all."""
     classes = victim_classes(run, p.priority_class)
@@ -194,7 +194,7 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Pending) -> bool:
 
 
 def _node_option(
-    run: Run, pv: PoolView, p: Pending, node: str, classes: set[str], reserved: bool
+    run: Run, pv: PoolView, p: Demand, node: str, classes: set[str], reserved: bool
 ) -> tuple[tuple, str, list[Candidate]] | None:
     """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
     when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""

@@ -11,7 +11,7 @@ from reconciler.plan.cluster import (
     GpuSlot,
     PoolView,
 )
-from reconciler.plan.run import PLACEMENT_POLICY, SHORTLIST, UNMETERED, Pending, Run
+from reconciler.plan.run import PLACEMENT_POLICY, SHORTLIST, UNMETERED, Demand, Run
 
 
 def _gang_on(slots: list[GpuSlot], n: int, topology: str) -> list[GpuSlot] | None:
@@ -66,7 +66,7 @@ def _place_one(run: Run, pv: PoolView, n: int, holder: str) -> list[GpuSlot] | N
     return got
 
 
-def place_gang(run: Run, pv: PoolView, p: Pending) -> bool:
+def place_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     """Every pod of the gang gets its cards, or none does."""
     placed: list[list[GpuSlot]] = []
     for key in p.members:
