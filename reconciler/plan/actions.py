@@ -128,6 +128,16 @@ class SetSharing(Repartition):
     `nvidia.com/gpu`, or as `slices` `nvidia.com/gpu.shared` (what allocatable must show)."""
 
 
+class PartitionChange(Repartition):
+    """A repartition through a partition backend other than the device plugin's
+    (reconciler/plan/partition): `settings` are the backend's own, carried out by the handler
+    the backend registers in apply (`handles_partition`)."""
+
+    kind: Literal["partition-change"] = "partition-change"
+    backend: str
+    settings: dict[str, str] = {}
+
+
 # ----------------------------------------------------------------------------- workloads
 class Checkpoint(ActionBase):
     """Ask a workload to checkpoint (an annotation it watches), then wait its grace period."""
@@ -329,6 +339,7 @@ Action = Annotated[
     | LabelNode
     | MigReconfigure
     | SetSharing
+    | PartitionChange
     | Checkpoint
     | Preempt
     | Reclaim
@@ -359,6 +370,7 @@ KIND_ORDER: tuple[str, ...] = (
     "move",
     "mig-reconfigure",
     "set-sharing",
+    "partition-change",
     "uncordon",
     "scale",
     "scale-envelope",

@@ -16,6 +16,7 @@ FORMAT_VERSION = 2
 SUMMARY_KINDS = (
     "mig-reconfigure",
     "set-sharing",
+    "partition-change",
     "preempt",
     "reclaim",
     "move",
@@ -33,6 +34,7 @@ SUMMARY_KINDS = (
 SUMMARY_WORDS = {
     "mig-reconfigure": ("MIG reconfiguration", "MIG reconfigurations"),
     "set-sharing": ("sharing change", "sharing changes"),
+    "partition-change": ("partition change", "partition changes"),
     "preempt": ("preemption", "preemptions"),
     "reclaim": ("idle reclaim", "idle reclaims"),
     "move": ("move", "moves"),

@@ -18,6 +18,7 @@ SYMBOL = {
     "move": ">",
     "mig-reconfigure": "~",
     "set-sharing": "~",
+    "partition-change": "~",
     "uncordon": "~",
     "scale": "~",
     "scale-envelope": "~",

@@ -38,6 +38,7 @@ from reconciler.plan.actions import (
     LabelNode,
     MigReconfigure,
     Move,
+    PartitionChange,
     PodAdmission,
     Preempt,
     PruneKueueObject,
@@ -2798,12 +2799,33 @@ KUEUE_ROWS = [
     ),
 ]
 
+# A partition backend other than the device plugin's registers its handler by name
+# (tests/plan/test_partition_seam.py shows one); without one, the change fails and says so.
+PARTITION_CHANGE = PartitionChange(
+    id=f"partition-change:{NODE}",
+    target=NODE,
+    reason="gpu0: whole -> shared x4 (pending inference)",
+    cards=(CardChange(gpu=0, before="whole", after="shared x4"),),
+    backend="unregistered-backend",
+    settings={"gpu0": "shared x4"},
+)
+PARTITION_CHANGE_ROWS = [
+    Row(
+        "partition-change/unregistered-backend",
+        PARTITION_CHANGE,
+        (Node(),),
+        "failed",
+        "no handler is registered for partition backend 'unregistered-backend'",
+    ),
+]
+
 TABLES = {
     "cordon": CORDON_ROWS,
     "uncordon": UNCORDON_ROWS,
     "label-node": LABEL_ROWS,
     "mig-reconfigure": MIG_ROWS,
     "set-sharing": SHARING_ROWS,
+    "partition-change": PARTITION_CHANGE_ROWS,
     "checkpoint": CHECKPOINT_ROWS,
     "evict": EVICT_ROWS,
     "resume": RESUME_ROWS,

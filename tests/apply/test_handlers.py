@@ -36,6 +36,7 @@ from tests.apply.rows import (
     MIG_CM,
     MIG_NAME,
     MIG_ROWS,
+    PARTITION_CHANGE_ROWS,
     PREEMPT,
     PREEMPT_JOB_NOW,
     PRIORITY_CLASS_ROWS,
@@ -104,6 +105,11 @@ def test_cordon(row: Row):
 
 @table(UNCORDON_ROWS)
 def test_uncordon(row: Row):
+    check_row(row)
+
+
+@table(PARTITION_CHANGE_ROWS)
+def test_partition_change(row: Row):
     check_row(row)
 
 

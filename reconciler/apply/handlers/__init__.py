@@ -8,6 +8,7 @@ The handlers live in one module per concept, each registering its action types w
 * base.py: ApplyConfig, Outcome, Context, the registry, and helpers the modules share;
 * nodes.py: cordon, uncordon, node labels;
 * partition.py: the device-plugin + mig-manager partition backend (sharing and MIG);
+* backends.py: `PartitionChange` of any other partition backend, by its registered handler;
 * workloads.py: checkpoint, eviction (preempt, reclaim, move), Job resume, scaling;
 * admission.py: admitting gated gangs and holding gated pods;
 * objects.py: ResourceQuotas, PriorityClasses and Kueue objects, applied and pruned.
@@ -19,6 +20,11 @@ from __future__ import annotations
 
 # every handler module, imported for its registrations (and its public names)
 from reconciler.apply.handlers.admission import admit, condition_reason, hold
+from reconciler.apply.handlers.backends import (
+    PARTITION_HANDLERS,
+    handles_partition,
+    partition_change,
+)
 from reconciler.apply.handlers.base import (
     HANDLERS,
     ApplyConfig,
@@ -49,6 +55,7 @@ from reconciler.apply.handlers.workloads import (
 
 __all__ = [
     "HANDLERS",
+    "PARTITION_HANDLERS",
     "STALE_CHECKPOINT_SECONDS",
     "ApplyConfig",
     "Context",
@@ -60,11 +67,13 @@ __all__ = [
     "cordon",
     "evict",
     "handles",
+    "handles_partition",
     "hold",
     "kueue_object",
     "label_node",
     "mig_reconfigure",
     "parse_time",
+    "partition_change",
     "priority_class",
     "prune_kueue_object",
     "prune_priority_class",

@@ -4,9 +4,9 @@ out a node repartition through NVIDIA's device plugin config (`set_sharing`, the
 mig-manager (`mig_reconfigure`, the node label `nvidia.com/mig.config` naming a config of the
 mig-parted ConfigMap), with their private helpers.
 
-A new partition backend (e.g. Kubernetes DRA) adds its own module next to this one that
-registers its action types with `handles(...)` (and is imported by the package's
-`__init__`); no other handler changes."""
+A new partition backend (e.g. Kubernetes DRA) adds its own handler family, registered for its
+`PartitionChange` actions with `handles_partition(name)` (backends.py) or for typed actions of
+its own with `handles(...)`; no other handler changes."""
 
 from __future__ import annotations
 

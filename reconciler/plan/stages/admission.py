@@ -13,10 +13,9 @@ from reconciler.observe.model import (
 )
 from reconciler.plan.actions import (
     Admit,
-    MigReconfigure,
     PodAdmission,
+    Repartition,
     Resume,
-    SetSharing,
     Uncordon,
 )
 from reconciler.plan.cluster import (
@@ -222,7 +221,7 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
             where.setdefault(h, []).append(g)
     node_steps: dict[str, list[str]] = {}
     for aid, a in run.actions.items():
-        if isinstance(a, MigReconfigure | SetSharing | Uncordon):
+        if isinstance(a, Repartition | Uncordon):
             node_steps.setdefault(a.target, []).append(aid)
     for p in pending:
         if any(m not in where for m in p.members):
