@@ -17,16 +17,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.observe.model import ObservedState
+from reconciler.plan.actions import EVICTION_KINDS
 from reconciler.plan.model import Action, Plan
 from reconciler.plan.planner import plan_with_facts
 from reconciler.plan.quotas import desired_resource_quotas
 from reconciler.policy.state import DesiredState
 
-CONFIRMATIONS = ("empty-pool", "delete-all-quotas")
-EVICTIONS = ("preempt", "reclaim", "move")
 
-
-class Repartition(BaseModel):
+class RepartitionedCard(BaseModel):
     model_config = ConfigDict(frozen=True)
     pool: str
     node: str
@@ -100,7 +98,7 @@ class ChangeReport(BaseModel):
     """Desired-state fields that differ, e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
     quota_changes: dict[str, dict[str, list[str | None]]]
     """"namespace/name" -> resource -> [base, head] (None: absent)."""
-    repartitions: list[Repartition]
+    repartitions: list[RepartitionedCard]
     disruptions: list[Disruption]
     """Evictions the head plan makes that the base plan does not."""
     drained_nodes: list[str]
@@ -192,7 +190,7 @@ def _quota_changes(
 
 
 def _evictions(plan: Plan) -> dict[str, Action]:
-    return {a.target: a for a in plan.actions if a.kind in EVICTIONS}
+    return {a.target: a for a in plan.actions if a.kind in EVICTION_KINDS}
 
 
 def _capacity(plan: Plan, pool: str) -> dict[str, int]:
@@ -221,7 +219,7 @@ def compare(
     # cards in a pool on both sides whose partitioning differs (cards that leave or join a
     # pool are not repartitioned by gpupool; the empty-pool gate speaks for them)
     repartitions = [
-        Repartition(pool=k[0], node=k[1], gpu=k[2], base=bt[k], head=ht[k])
+        RepartitionedCard(pool=k[0], node=k[1], gpu=k[2], base=bt[k], head=ht[k])
         for k in sorted(set(bt) & set(ht))
         if bt[k] != ht[k]
     ]

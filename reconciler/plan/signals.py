@@ -25,7 +25,6 @@ from reconciler.policy.state import DesiredState
 
 QUEUE_LENGTH = "queueLength"
 WAIT_TIME = "waitTime"
-UTILIZATION = "utilization"
 
 
 @dataclass(frozen=True)
