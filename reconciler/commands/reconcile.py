@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
@@ -27,8 +28,6 @@ def _stop_on_signals() -> threading.Event:
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reconciler.loop.controller import Controller
-    from reconciler.loop.health import parse_bind_address, serve
-    from reconciler.loop.sources import DirectorySource, GitSource
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -36,20 +35,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --interval: {exc}", file=sys.stderr)
         return 1
-    from reconciler.policy.files import SourceError
-
-    # an explicitly given --git-url, even empty, means git: never fall back to the directory
-    try:
-        git_timeout = parse_duration(args.git_timeout)
-        if args.git_url is not None:
-            source = GitSource(args.git_url, args.branch, args.cache, timeout=git_timeout)
-        else:
-            source = DirectorySource(args.path)
-    except ValueError as exc:
-        print(f"error: --git-timeout: {exc}", file=sys.stderr)
-        return 1
-    except SourceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    source = _source(args)
+    if source is None:
         return 1
     try:
         mig_timeout = parse_duration(args.mig_timeout)
@@ -75,52 +62,89 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         prometheus_timeout=args.prometheus_timeout,
     )
     if args.once:
-        result = ctl.cycle()
-        print(
-            f"{'leader' if result.leader else 'follower'} revision={result.revision}: "
-            f"{result.summary or result.error}"
-        )
-        if result.applied:
-            for o in result.applied.outcomes:
-                print(f"  {o.status:<8} {o.action}: {o.message}")
-        return 1 if result.error else 0
+        return _once(ctl)
+    if not _serve(args, ctl):
+        return 1
+    ctl.run(_stop_on_signals(), interval)
+    return 0
+
+
+def _source(args: argparse.Namespace) -> Any:
+    """Where the desired state is read: --git-url's branch, else the --path directory; None
+    (the error printed) when that cannot be made."""
+    from reconciler.loop.sources import DirectorySource, GitSource
+    from reconciler.policy.files import SourceError
+
+    # an explicitly given --git-url, even empty, means git: never fall back to the directory
+    try:
+        git_timeout = parse_duration(args.git_timeout)
+        if args.git_url is not None:
+            source = GitSource(args.git_url, args.branch, args.cache, timeout=git_timeout)
+        else:
+            source = DirectorySource(args.path)
+    except ValueError as exc:
+        print(f"error: --git-timeout: {exc}", file=sys.stderr)
+        return None
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    return source
+
+
+def _once(ctl: Any) -> int:
+    """`reconcile --once`: one cycle, what it did printed; 1 when it failed."""
+    result = ctl.cycle()
+    print(
+        f"{'leader' if result.leader else 'follower'} revision={result.revision}: "
+        f"{result.summary or result.error}"
+    )
+    if result.applied:
+        for o in result.applied.outcomes:
+            print(f"  {o.status:<8} {o.action}: {o.message}")
+    return 1 if result.error else 0
+
+
+def _serve(args: argparse.Namespace, ctl: Any) -> bool:
+    """Start the probes, /metrics and the push webhook the flags ask for; False (the error
+    printed) when the flags do not hold together."""
+    from reconciler.loop.health import parse_bind_address, serve
+
     try:
         metrics_at = parse_bind_address(args.metrics_bind_address)
     except ValueError as exc:
         print(f"error: --metrics-bind-address: {exc}", file=sys.stderr)
-        return 1
+        return False
     if args.health_port:  # the kubelet's probes: every address, no /metrics
         serve(args.health_port, ctl.ready, metrics=False, alive=ctl.alive)
     if metrics_at:
         if metrics_at[1] == args.health_port:
             print("error: --metrics-bind-address: the port of --health-port", file=sys.stderr)
-            return 1
+            return False
         serve(metrics_at[1], ctl.ready, metrics_at[0], probes=False)
     try:
         hook_at = parse_bind_address(args.webhook_bind_address)
     except ValueError as exc:
         print(f"error: --webhook-bind-address: {exc}", file=sys.stderr)
-        return 1
+        return False
     if hook_at:
         from reconciler.loop.webhook import read_secret, serve_webhook
 
         if args.git_url is None:
             print("error: --webhook-bind-address needs --git-url", file=sys.stderr)
-            return 1
+            return False
         if not args.webhook_secret_file:
             print("error: --webhook-bind-address needs --webhook-secret-file", file=sys.stderr)
-            return 1
+            return False
         if hook_at[1] in (args.health_port, metrics_at[1] if metrics_at else None):
             print("error: --webhook-bind-address: a port already in use", file=sys.stderr)
-            return 1
+            return False
         try:
             secret = read_secret(args.webhook_secret_file)
         except (OSError, ValueError) as exc:
             print(f"error: --webhook-secret-file: {exc}", file=sys.stderr)
-            return 1
+            return False
         serve_webhook(hook_at[1], secret, args.branch, ctl.wake, hook_at[0])
-    ctl.run(_stop_on_signals(), interval)
-    return 0
+    return True
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -150,6 +174,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_reconcile(sub)
+    _register_agent(sub)
+
+
+def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "reconcile",
         help="run the controller: keep the cluster in the shape git says",
@@ -158,6 +187,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "cluster, plan and apply as the Lease leader; status in a ReconcilerStatus object."
         ),
     )
+    _add_source_args(p)
+    _add_cycle_args(p)
+    _add_endpoint_args(p)
+    p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    add_prometheus_args(p)
+    _add_mig_args(p)
+    p.set_defaults(func=cmd_reconcile)
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    """Where the desired state comes from: a git branch or a directory."""
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--git-url",
@@ -184,6 +224,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="120s",
         help="wall-clock limit on each git clone, fetch and read (default 120s)",
     )
+
+
+def _add_cycle_args(p: argparse.ArgumentParser) -> None:
+    """How each cycle runs: its interval, the Lease and status namespace, the identity,
+    the cluster, dry-run."""
     p.add_argument(
         "--interval",
         default=f"{RECONCILE_INTERVAL_SECONDS}s",
@@ -201,6 +246,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="observe and report drift; change nothing"
     )
+
+
+def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
+    """What the controller serves: probes, /metrics, the push webhook."""
     p.add_argument(
         "--health-port",
         type=int,
@@ -227,8 +276,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--webhook-secret-file",
         help="file holding the webhook's shared secret (a mounted Secret; never a flag value)",
     )
-    p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    add_prometheus_args(p)
+
+
+def _add_mig_args(p: argparse.ArgumentParser) -> None:
+    """How MIG changes are made through the GPU operator."""
     p.add_argument(
         "--mig-config-namespace",
         default="gpu-operator",
@@ -242,8 +293,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="15m",
         help="how long mig-manager may stay pending before the change is failed (default 15m)",
     )
-    p.set_defaults(func=cmd_reconcile)
 
+
+def _register_agent(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
         "agent",
         help="run the node agent: publish this node's GPUs (NVML) and who holds them",

@@ -25,7 +25,13 @@ from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.signals import with_signals
-from reconciler.loop.status import PreemptionIntent, StatusStore, condition, resolve_intents
+from reconciler.loop.status import (
+    PreemptionIntent,
+    StatusStore,
+    StatusView,
+    condition,
+    resolve_intents,
+)
 from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.model import Plan
@@ -181,26 +187,7 @@ class Controller:
             snap = self.source.read()
             desired = load(snap.files, revision=snap.revision)
         except (SourceError, InvalidDesiredState) as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if leader:
-                self.status.write(
-                    {
-                        "conditions": [
-                            condition("Ready", False, "InvalidDesiredState", msg, now),
-                            condition("Stalled", True, "InvalidDesiredState", msg, now),
-                            condition(
-                                "Reconciling", False, "InvalidDesiredState", "nothing applied", now
-                            ),
-                        ],
-                        "lastAttemptedRevision": getattr(exc, "revision", None) or "",
-                        "lastAppliedRevision": view.last_applied_revision,
-                        "lastReconcileTime": now.isoformat(),
-                        **handled,
-                    },
-                    now,
-                )
-            self.last_observed = self.clock()  # the cluster answered; nothing to plan
-            return CycleResult(None, "", leader, None, error=msg)
+            return self._invalid_desired_state(exc, leader, view, handled, now)
         # the hourly budget: settled times, plus intents left by an earlier cycle that a read of
         # their pod now settles (a follower cannot settle them: it counts them, the safe side)
         preempted = [t.isoformat() for t in view.recent_preemptions]
@@ -228,26 +215,7 @@ class Controller:
         applied = None
         intents: dict[str, PreemptionIntent] = {}
         if settle and p.actions:
-            stamp = now.isoformat()
-
-            def before_preempt(action, pod):
-                # write-ahead: the intent is on the status object before the stop is sent
-                intents[action.id] = PreemptionIntent(pod.key, pod.uid, stamp)
-                self.status.record_preemptions(preempted, list(intents.values()))
-
-            def record(action, out):
-                metrics.ACTIONS.labels(action.kind, out.status).inc()
-                if action.id in intents and out.stopped:  # known done: settled now
-                    preempted.append(intents.pop(action.id).at)
-                # otherwise (blocked, failed, no reply) the intent stays for the next cycle,
-                # which reads the pod to settle it (`resolve_intents`)
-
-            applied = self.executor.apply(
-                p,
-                on_outcome=record,
-                before_preempt=before_preempt,
-                may_continue=lambda: self.elector.is_leader,
-            )
+            applied = self._apply(p, preempted, intents, now)
         if leader and self.elector.is_leader:
             report = self._status(p, applied, snap.revision, view, preempted, now)
             report.update(handled)
@@ -261,6 +229,68 @@ class Controller:
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
         return CycleResult(
             snap.revision, p.summary, leader, applied, actions=len(p.actions), plan=p
+        )
+
+    def _invalid_desired_state(
+        self,
+        exc: SourceError | InvalidDesiredState,
+        leader: bool,
+        view: StatusView,
+        handled: dict,
+        now: datetime,
+    ) -> CycleResult:
+        """The cycle of a desired state that cannot be read or does not validate: nothing is
+        planned; the leader says why on the status object."""
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if leader:
+            self.status.write(
+                {
+                    "conditions": [
+                        condition("Ready", False, "InvalidDesiredState", msg, now),
+                        condition("Stalled", True, "InvalidDesiredState", msg, now),
+                        condition(
+                            "Reconciling", False, "InvalidDesiredState", "nothing applied", now
+                        ),
+                    ],
+                    "lastAttemptedRevision": getattr(exc, "revision", None) or "",
+                    "lastAppliedRevision": view.last_applied_revision,
+                    "lastReconcileTime": now.isoformat(),
+                    **handled,
+                },
+                now,
+            )
+        self.last_observed = self.clock()  # the cluster answered; nothing to plan
+        return CycleResult(None, "", leader, None, error=msg)
+
+    def _apply(
+        self,
+        p: Plan,
+        preempted: list[str],
+        intents: dict[str, PreemptionIntent],
+        now: datetime,
+    ) -> ApplyResult:
+        """Apply `p` as the leader, settling preemptions as it goes: each one's intent is
+        added to `intents` (and written) before its stop is sent, and moved into `preempted`
+        once the stop is known done."""
+        stamp = now.isoformat()
+
+        def before_preempt(action, pod):
+            # write-ahead: the intent is on the status object before the stop is sent
+            intents[action.id] = PreemptionIntent(pod.key, pod.uid, stamp)
+            self.status.record_preemptions(preempted, list(intents.values()))
+
+        def record(action, out):
+            metrics.ACTIONS.labels(action.kind, out.status).inc()
+            if action.id in intents and out.stopped:  # known done: settled now
+                preempted.append(intents.pop(action.id).at)
+            # otherwise (blocked, failed, no reply) the intent stays for the next cycle,
+            # which reads the pod to settle it (`resolve_intents`)
+
+        return self.executor.apply(
+            p,
+            on_outcome=record,
+            before_preempt=before_preempt,
+            may_continue=lambda: self.elector.is_leader,
         )
 
     def _report_unreadable(self, found, now: datetime) -> None:

@@ -8,9 +8,9 @@ and field and exits 1): every time carries a timezone, demand signals are not ne
 `ObservedState` refuses duplicate nodes, GPU indices and workloads and MIG instances that
 collide on a card (`snapshot_problems`). None of these can come from a live cluster: the
 Kubernetes adapter normalises times and signals and leaves out cards that fail
-`node_problems` (see `reconciler/observe/kube.py`). What a live cluster can produce (drift,
-races: a pod on a card that no longer has its MIG instance, two pods on one whole card) is
-not refused here; the planner reports it (`reconciler/plan/consistency.py`).
+`node_problems` (see `reconciler/observe/kube.py` and `kube_nodes.py`). What a live cluster
+can produce (drift, races: a pod on a card that no longer has its MIG instance, two pods on one
+whole card) is not refused here; the planner reports it (`reconciler/plan/consistency.py`).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class Workload(Obs):
     gpupool's demand, to be admitted (snapshot files: the default);
     `admitted`: gpupool removed its gate and pinned it to `node`, and kube-scheduler has not
     bound it yet: it holds `allocations` (whole cards of its node the adapter assigns it,
-    `reconciler.observe.kube.admitted_allocations`) like a running pod;
+    `reconciler.observe.kube_pods.admitted_allocations`) like a running pod;
     `scheduler`: no gate: kube-scheduler places it as it comes (gpupool plans around it, its
     placement a prediction, and never admits it);
     `other`: another admission system's gate (Kueue's) is still on: not demand until it is

@@ -13,7 +13,8 @@ from ruamel.yaml.reader import ReaderError
 
 from reconciler.observe.model import Inconsistent, ObservedState
 from reconciler.policy import limits
-from reconciler.policy.loader import format_path, locate, locating
+from reconciler.policy.loader import locating
+from reconciler.policy.positions import format_path, locate
 from reconciler.policy.problems import InvalidInput, Problem
 
 SNAPSHOT_MAX_SCALAR_CHARS = 1 << 20

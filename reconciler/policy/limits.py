@@ -160,23 +160,9 @@ def _check(text: str, max_scalar: int, pure: bool) -> Refused | None:
                 continue
             if name == "ScalarEvent":
                 size, anchor = 1, ev.anchor
-                if len(ev.value) > max_scalar:
-                    return Refused(
-                        *where,
-                        f"refused: a value of {len(ev.value):,} characters "
-                        f"(at most {max_scalar:,})",
-                        path,
-                    )
-                if len(ev.value) > MAX_NUMBER_CHARS and _tags(ev, versions) & _NUMBERS:
-                    return Refused(
-                        *where,
-                        f"refused: a number of {len(ev.value):,} characters "
-                        f"(at most {MAX_NUMBER_CHARS:,}); quote it if it is text",
-                        path,
-                    )
-                if anchor:
-                    tags = _tags(ev, versions)
-                    strings[anchor] = ev.value if tags <= _STRING_TAGS else None
+                bad = _check_scalar(ev, max_scalar, versions, strings, where, path)
+                if bad is not None:
+                    return bad
             else:
                 size, anchor = sizes.get(ev.anchor, 1), None
                 added += size
@@ -200,6 +186,36 @@ def _check(text: str, max_scalar: int, pure: bool) -> Refused | None:
                 top.index += 1
             else:
                 top.index ^= 1
+    return None
+
+
+def _check_scalar(
+    ev: Any,
+    max_scalar: int,
+    versions: tuple[tuple[int, int], ...],
+    strings: dict[str, str | None],
+    where: tuple[int, int],
+    path: tuple,
+) -> Refused | None:
+    """A scalar's size, and a number's digits, are bounded; records the string an anchored
+    scalar names (None: it is not a string)."""
+    anchor = ev.anchor
+    if len(ev.value) > max_scalar:
+        return Refused(
+            *where,
+            f"refused: a value of {len(ev.value):,} characters (at most {max_scalar:,})",
+            path,
+        )
+    if len(ev.value) > MAX_NUMBER_CHARS and _tags(ev, versions) & _NUMBERS:
+        return Refused(
+            *where,
+            f"refused: a number of {len(ev.value):,} characters "
+            f"(at most {MAX_NUMBER_CHARS:,}); quote it if it is text",
+            path,
+        )
+    if anchor:
+        tags = _tags(ev, versions)
+        strings[anchor] = ev.value if tags <= _STRING_TAGS else None
     return None
 
 

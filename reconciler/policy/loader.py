@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime
-import json
-import re
 import types
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.comments import CommentedMap, TaggedScalar
 from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
@@ -20,9 +18,11 @@ from reconciler.policy import limits
 from reconciler.policy.catalog import Catalog, default_catalog
 from reconciler.policy.files import SourceFile
 from reconciler.policy.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
+from reconciler.policy.positions import format_path, locate, node_position
 from reconciler.policy.problems import InvalidDesiredState, Problem
 from reconciler.policy.quantity import DURATION_PATTERN, QUANTITY_PATTERN
 from reconciler.policy.state import DesiredState, Located
+from reconciler.policy.validate import check_semantics
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,42 +134,6 @@ def locating(base: type) -> type:
 _RoundTripConstructor = locating(RoundTripConstructor)
 
 
-def locate(node: Any, path: tuple) -> tuple[int, int]:
-    """1-based (line, column) of the deepest element of `path` that exists in the YAML node."""
-    line, col = _node_position(node) or (0, 0)
-    for part in path:
-        if isinstance(node, CommentedMap) and part in node:
-            pos = node.lc.key(part)
-            if pos is not None:  # None for a key that came from a `<<` merge
-                line, col = pos[0] + 1, pos[1] + 1
-            node = node[part]
-        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-            pos = node.lc.item(part)
-            if pos is not None:
-                line, col = pos[0] + 1, pos[1] + 1
-            node = node[part]
-        else:
-            break
-    return line, col
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
-
-
-def format_path(path: tuple) -> str:
-    """`spec.pools[0].mig.3g.40gb`; a key with spaces, quotes or control characters is
-    written quoted (`metadata["a b"]`) so a message always stays on one line."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_KEY.fullmatch(str(part)):
-            out += ("." if out else "") + str(part)
-        else:
-            out += "[" + json.dumps(str(part)) + "]"
-    return out
-
-
 def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Problem]]:
     docs: list[RawDocument] = []
     problems: list[Problem] = []
@@ -222,7 +186,7 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
             if node is None:
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
-                line, col = _node_position(node) or _document_start(f.text, i)
+                line, col = node_position(node) or _document_start(f.text, i)
                 what = (
                     "a list"
                     if isinstance(node, list)
@@ -241,17 +205,9 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
                     )
                 )
                 continue
-            line, col = _node_position(node) or _document_start(f.text, i)
+            line, col = node_position(node) or _document_start(f.text, i)
             docs.append(RawDocument(f.path, i, node, line, col))
     return docs, problems
-
-
-def _node_position(node: Any) -> tuple[int, int] | None:
-    """1-based (line, column) ruamel recorded for a node, if it recorded one."""
-    lc = getattr(node, "lc", None)
-    if lc is None or lc.line is None or lc.col is None:
-        return None
-    return lc.line + 1, lc.col + 1
 
 
 def _char(c: Any) -> str:
@@ -372,8 +328,6 @@ def load(
     files: list[SourceFile], *, revision: str | None = None, catalog: Catalog | None = None
 ) -> DesiredState:
     """Parse, validate and cross-check; raise InvalidDesiredState with every problem found."""
-    from reconciler.policy.validate import check_semantics
-
     catalog = catalog or default_catalog()
     raws, problems = parse_files(files)
     located: list[Located] = []

@@ -602,5 +602,3 @@ KINDS: dict[str, type[Model]] = {
     "MaintenancePolicy": MaintenancePolicy,
     "ChangePolicy": ChangePolicy,
 }
-
-Document = Pool | Quota | PriorityPolicy | ScalingPolicy | MaintenancePolicy | ChangePolicy

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from reconciler.conventions import PRODUCT_LABEL
-from reconciler.policy.loader import format_path, locate
 from reconciler.policy.models import LabelSelector, Pool, Quota
+from reconciler.policy.positions import format_path, locate
 from reconciler.policy.problems import Problem
 from reconciler.policy.quantity import GI, format_bytes, quantity_bytes
 from reconciler.policy.state import DesiredState, Located

@@ -1,0 +1,160 @@
+"""Nodes: each Node with the cards its `GpuNodeState` publishes (else its `nvidia.com/gpu`
+capacity, as that many whole cards), the device plugin's shared slices laid over them, and the
+cards `ObservedState` would refuse left out (see `reconciler/observe/kube.py`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler import conventions as C
+from reconciler.observe.kube_common import _each, _stamp, _unreadable, log
+from reconciler.observe.model import Gpu, MigInstance, Node, Taint, node_problems
+from reconciler.policy.quantity import parse_quantity
+
+
+def read_node_states(api_client: Any) -> dict[str, dict]:
+    """Node name -> its `GpuNodeState` (the node agent's object, as a dict); none when the
+    CRD is not installed (node capacity is read instead)."""
+    from kubernetes import client
+
+    states: dict[str, dict] = {}
+    try:
+        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            C.GROUP, C.VERSION, C.NODE_STATE_PLURAL
+        )
+        states = dict(
+            _each("GpuNodeState", objs.get("items", []), lambda o: (o["metadata"]["name"], o))
+        )
+    except client.ApiException as exc:
+        if exc.status != 404:  # no CRD installed: fall back to node capacity
+            raise
+    return states
+
+
+def _node(n: Any, state: dict | None) -> Node:
+    labels = n.metadata.labels or {}
+    ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+    published = (state or {}).get("status") or {}
+    if "gpus" in published:  # an agent's object with nothing published yet says nothing
+        gpus = published_gpus(n.metadata.name, published.get("gpus"))
+    else:
+        count = int((n.status.capacity or {}).get(C.GPU_RESOURCE, "0") or 0)
+        gpus = [Gpu(index=i) for i in range(count)]
+    gpus = _overlay_sharing(n.metadata.name, gpus, n.status.allocatable)
+    node = Node(
+        name=n.metadata.name,
+        labels=labels,
+        annotations=n.metadata.annotations or {},
+        allocatable={k: str(v) for k, v in (n.status.allocatable or {}).items()},
+        unschedulable=bool(n.spec.unschedulable),
+        taints=[
+            Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])
+        ],
+        ready=ready,
+        gpus=gpus,
+    )
+    return _without_broken_cards(node)
+
+
+def published_gpus(node: str, entries: Any) -> list[Gpu]:
+    """The cards a `GpuNodeState` publishes (`status.gpus`); an entry that does not validate
+    is left out, logged, and a time without a timezone is read as UTC (`idleSince` and each
+    `belowSince` level; an unreadable idle time is read as not idle)."""
+    out = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict):
+            _unreadable("GpuNodeState", "", node, f"status.gpus[{i}] is not an object; left out")
+            continue
+        entry = _known_fields(Gpu, entry)  # fields a newer agent adds are ignored
+        if isinstance(entry.get("migInstances"), list):
+            entry["migInstances"] = [
+                _known_fields(MigInstance, m) if isinstance(m, dict) else m
+                for m in entry["migInstances"]
+            ]
+        for key in ("idleSince", "idle_since"):
+            if isinstance(entry.get(key), str):  # a time without a timezone is UTC
+                entry[key] = _stamp(entry[key])
+        for key in ("belowSince", "below_since"):
+            if isinstance(entry.get(key), dict):  # level -> time, read the same way
+                stamps = {
+                    level: _stamp(value) if isinstance(value, str) else value
+                    for level, value in entry[key].items()
+                }
+                # an unreadable time drops its level: that idle stretch is not known
+                entry[key] = {level: t for level, t in stamps.items() if t is not None}
+        try:
+            out.append(Gpu.model_validate(entry))
+        except ValidationError as exc:
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(x) for x in first.get("loc", ()))
+            _unreadable(
+                "GpuNodeState",
+                "",
+                node,
+                f"status.gpus[{i}] left out: {where}: {first.get('msg', exc)}",
+            )
+    return out
+
+
+def _known_fields(model: type, entry: dict) -> dict:
+    """`entry` without the keys `model` does not know (by YAML name or Python name): a model of
+    what another component writes accepts what a newer version of it adds."""
+    known = set()
+    for name, f in model.model_fields.items():
+        known.update({name, f.alias or name})
+    return {k: v for k, v in entry.items() if k in known}
+
+
+def _without_broken_cards(node: Node) -> Node:
+    """`node` without the cards `ObservedState` would refuse: every copy of an index
+    published twice, and cards whose MIG instances collide. Logged, never raised."""
+    problems = node_problems(node)
+    if not problems:
+        return node
+    bad = {node.gpus[path[1]].index for path, _ in problems}
+    for path, msg in problems:
+        _unreadable("GpuNodeState", "", node.name, f"{path[:2]}: {msg}; card left out")
+    return node.model_copy(update={"gpus": [g for g in node.gpus if g.index not in bad]})
+
+
+def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
+    """Shared slices come from what the device plugin advertises, not from NVML: it shares every
+    card of the node not in MIG mode the same number of ways (its config applies per node and
+    ignores a `devices` list), advertised as `nvidia.com/gpu.shared` in the node's allocatable.
+    S of them over P such cards: each is shared S // P ways. Never raises: a remainder is
+    logged and floored, slices with no such card (or none published) are logged and ignored."""
+    value = (allocatable or {}).get(C.SHARED_RESOURCE)
+    try:
+        total = int(math.floor(parse_quantity(str(value)))) if value is not None else 0
+    except (ValueError, TypeError, ArithmeticError):
+        _unreadable(
+            "Node", "", node, f"{C.SHARED_RESOURCE}={value!r} unreadable; read as not shared"
+        )
+        return gpus
+    if total <= 0:
+        return gpus
+    plain = [g for g in gpus if not g.mig_enabled]
+    if not plain:
+        log.warning(
+            "node %s: %s=%d but no card out of MIG mode is published; read as not shared",
+            node,
+            C.SHARED_RESOURCE,
+            total,
+        )
+        return gpus
+    each, rest = divmod(total, len(plain))
+    if rest:
+        log.warning(
+            "node %s: %s=%d is not a multiple of its %d cards out of MIG mode; %d slices each",
+            node,
+            C.SHARED_RESOURCE,
+            total,
+            len(plain),
+            each,
+        )
+    return [
+        g if g.mig_enabled else g.model_copy(update={"shared_slices": each or None}) for g in gpus
+    ]

@@ -1,0 +1,124 @@
+"""What pods' owners say about them: gang sizes (a Job's parallelism, a coscheduling
+PodGroup's minMember), Kueue queues, the next-pod reservations moves leave on Jobs, the Jobs
+another controller manages, and the Jobs gpupool suspended (demand)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reconciler import conventions as C
+from reconciler.observe.kube_common import _each, _int, _node_cards, _ts, _unreadable
+from reconciler.observe.kube_requests import template_request
+from reconciler.observe.model import SuspendedJob
+
+JOB_CONTROLLER = "kubernetes.io/job-controller"
+"""`spec.managedBy` of a Job the built-in Job controller reconciles (also: no value)."""
+
+
+def _next_pod_reservation(j: Any) -> tuple[str, list[int], datetime] | None:
+    """A Job's `gpupool.io/next-pod-reserved` = "<node>:<gpus>@<time>"; unreadable: None."""
+    text = (j.metadata.annotations or {}).get(C.NEXT_POD_RESERVED_ANN)
+    if not text:
+        return None
+    where, _, when = str(text).rpartition("@")
+    found, at = _node_cards(where), _ts(when)
+    if found is None or at is None:
+        _unreadable(
+            "Job",
+            j.metadata.namespace,
+            j.metadata.name,
+            f"unreadable {C.NEXT_POD_RESERVED_ANN} annotation {text!r}; ignored",
+        )
+        return None
+    return found[0], found[1], at
+
+
+@dataclass
+class Owners:
+    """What pods' owners say about them."""
+
+    sizes: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(namespace, kind, name) -> pods a complete gang has."""
+    next_pod: dict[tuple[str, str], tuple[str, list[int], datetime]] = field(default_factory=dict)
+    """(namespace, Job) -> (node, cards, since): where a move reserved its next pod."""
+    suspended: list[SuspendedJob] = field(default_factory=list)
+    """Jobs gpupool suspended to stop their gang (`gpupool.io/suspended-at`)."""
+    foreign_jobs: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, Job) of Jobs another controller manages (`spec.managedBy`)."""
+    queues: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, Job) -> its Kueue queue (`kueue.x-k8s.io/queue-name` label), if any."""
+
+
+def _suspended_by_us(j: Any) -> bool:
+    """gpupool's suspension is still the one in force: its field manager owns `spec.suspend`.
+    The annotation alone is not enough: if someone else unsuspended the Job and another
+    system (Kueue) suspended it again, the annotation is left over, but the API server moved
+    the field's ownership to whoever changed it last (kubernetes.io, "Server-Side Apply",
+    Field management: whenever a field's value changes, ownership moves from its current
+    manager to the one that changed it, through non-apply patches and updates too)."""
+    for entry in j.metadata.managed_fields or []:
+        if entry.manager == C.FIELD_MANAGER and "f:suspend" in (
+            (entry.fields_v1 or {}).get("f:spec") or {}
+        ):
+            return True
+    return False
+
+
+def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
+    """A Job gpupool suspended, as demand: its pod template's request, class and pool."""
+    tmpl = j.spec.template
+    return SuspendedJob(
+        namespace=j.metadata.namespace,
+        name=j.metadata.name,
+        parallelism=parallelism,
+        request=template_request(tmpl.spec),
+        priority_class=tmpl.spec.priority_class_name,
+        pool=(tmpl.spec.node_selector or {}).get(C.POOL_LABEL),
+        suspended_at=_ts(since),
+    )
+
+
+def read_owners(api_client: Any) -> Owners:
+    """Gang sizes: a Job's `parallelism` (default 1), a coscheduling PodGroup's `minMember`
+    (kubernetes-sigs/scheduler-plugins apis/scheduling/v1alpha1; absent CRD or no
+    permission: none); and the next-pod reservations moves left on Jobs."""
+    from kubernetes import client
+
+    owners = Owners()
+    out = owners.sizes
+
+    def read_job(j: Any) -> None:
+        par = j.spec.parallelism if j.spec.parallelism is not None else 1
+        if par > 0:
+            out[(j.metadata.namespace, "Job", j.metadata.name)] = par
+        ann = j.metadata.annotations or {}
+        queue = (j.metadata.labels or {}).get(C.KUEUE_QUEUE_LABEL)
+        if queue:
+            owners.queues[(j.metadata.namespace, j.metadata.name)] = queue
+        moved = _next_pod_reservation(j)
+        if moved is not None:
+            owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved
+        if j.spec.managed_by not in (None, "", JOB_CONTROLLER):
+            # the built-in Job controller skips such a Job (batch/v1 JobSpec.managedBy): a
+            # suspension would stop nothing, so its gang is stopped pod by pod (`_gang`)
+            owners.foreign_jobs.add((j.metadata.namespace, j.metadata.name))
+        elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0 and _suspended_by_us(j):
+            owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
+
+    _each("Job", client.BatchV1Api(api_client).list_job_for_all_namespaces().items, read_job)
+    try:
+        groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
+        )
+    except client.ApiException as exc:
+        if exc.status not in (403, 404):
+            raise
+        groups = {}
+    for g in groups.get("items", []):
+        meta, spec = g.get("metadata") or {}, g.get("spec") or {}
+        size = _int(spec.get("minMember"))
+        if size is not None and meta.get("namespace") and meta.get("name"):
+            out[(meta["namespace"], "PodGroup", meta["name"])] = size
+    return owners

@@ -1,0 +1,333 @@
+"""Pods: what each GPU pod requests and holds, how it is admitted (scheduling gates,
+gpupool's `admitted` annotation), its reservations and its gang, read into `Workload`s. Which
+cards a pod holds comes from its node's `GpuNodeState` `status.pods`, else its `gpupool.io/gpus`
+annotation, else a guess (see `reconciler/observe/kube.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler import conventions as C
+from reconciler.observe.kube_common import (
+    _each,
+    _gpus,
+    _int,
+    _node_cards,
+    _truthy,
+    _ts,
+    _unreadable,
+)
+from reconciler.observe.kube_owners import Owners
+from reconciler.observe.kube_requests import pod_request
+from reconciler.observe.model import (
+    Allocation,
+    Node,
+    PodGpus,
+    Request,
+    Workload,
+    parse_allocation,
+)
+
+Holding = tuple[Any, Request, list[Allocation] | None]
+"""A GPU pod, its request, and the cards it is known to hold (None: not known)."""
+
+
+def pod_holdings(
+    raw_pods: Any, held: dict[str, dict[str, list[Allocation]] | None]
+) -> tuple[list[Holding], dict[str, set[int]]]:
+    """The pods that hold or want cards, oldest first, each with what it is known to hold
+    (`held`: node -> the pods its agent publishes, `published_pods`); and node -> the cards
+    pods are known to hold there."""
+    pods = sorted(
+        _each("Pod", raw_pods, lambda p: (str(p.metadata.creation_timestamp), p)),
+        key=lambda x: (x[0], x[1].metadata.namespace, x[1].metadata.name),
+    )
+    # Known holdings first (the agent's status.pods, else the annotation), so that a guess
+    # never hands out a card a pod is known to hold.
+    taken: dict[str, set[int]] = {}
+
+    def holding(p: Any) -> tuple[Any, Request, list[Allocation] | None] | None:
+        if p.status.phase in ("Succeeded", "Failed"):
+            return None
+        if p.metadata.deletion_timestamp and not p.spec.node_name:
+            return None  # an unbound pod being deleted holds nothing and is nobody's demand
+        req = pod_request(p)
+        if req.kind == "none":
+            return None
+        node_name = p.spec.node_name or ""
+        known = _known_allocations(p, held.get(node_name))
+        if known is not None:
+            taken.setdefault(node_name, set()).update(a.gpu for a in known)
+        return p, req, known
+
+    gpu_pods = [x for x in _each("Pod", [p for _, p in pods], holding) if x is not None]
+    return gpu_pods, taken
+
+
+def pod_workloads(
+    gpu_pods: list[Holding], by_name: dict[str, Node], taken: dict[str, set[int]], owners: Owners
+) -> list[Workload]:
+    """Each GPU pod as a `Workload` with the cards it holds: those known, else for a pod
+    admitted to a node the cards meant for it, else a guess; `taken` (node -> cards held)
+    grows with each."""
+
+    def workload(x: tuple[Any, Request, list[Allocation] | None]) -> Workload:
+        p, req, known = x
+        node_name = p.spec.node_name or ""
+        admitted_to = None if node_name else _admission(p)[1]
+        if admitted_to:
+            allocs = admitted_allocations(
+                p, req, by_name.get(admitted_to), taken.setdefault(admitted_to, set())
+            )
+        elif known is not None:
+            allocs = known
+        else:
+            allocs = _guess_allocations(
+                req, by_name.get(node_name), taken.setdefault(node_name, set())
+            )
+        return _workload(p, req, allocs, owners)
+
+    # bound pods first: an admitted pod yields to what the kubelet has handed out or will
+    return _each(
+        "Pod",
+        sorted(gpu_pods, key=lambda x: not x[0].spec.node_name),
+        workload,
+        named=lambda x: x[0],
+    )
+
+
+def _admission(p: Any) -> tuple[str, str | None]:
+    """(`Workload.admission`, the node it was admitted to) from the pod's scheduling gates and
+    gpupool's `admitted` annotation. A gate of another system (Kueue's) wins: the pod is not
+    gpupool's demand until that system removed its gate."""
+    gates = [g.name for g in (p.spec.scheduling_gates or [])]
+    if any(g != C.ADMISSION_GATE for g in gates):
+        return "other", None
+    if gates:
+        return "gpupool", None
+    admitted = (p.metadata.annotations or {}).get(C.ADMITTED_ANN)
+    if admitted and not p.spec.node_name:
+        return "admitted", admitted
+    return "scheduler", None
+
+
+def admission_event(kind: str, p: Any) -> bool:
+    """A pod watch event (ADDED | MODIFIED | DELETED) that admission should act on now, not at
+    the next interval: a GPU pod waiting behind gpupool's gate (new demand, or a gang that
+    became complete), or one that stops holding cards (deleted, terminating, finished), which
+    an admission may be waiting for or held demand may now fit into."""
+    try:
+        if pod_request(p).kind == "none":
+            return False
+        if kind == "DELETED" or p.metadata.deletion_timestamp is not None:
+            return True
+        if (p.status.phase if p.status else None) in ("Succeeded", "Failed"):
+            return True
+        return _admission(p)[0] == "gpupool"
+    except (AttributeError, TypeError, ValueError):  # a malformed pod: the interval finds it
+        return False
+
+
+def _reservation(p: Any) -> tuple[str | None, list[int]]:
+    """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (reported)."""
+    text = (p.metadata.annotations or {}).get(C.RESERVED_ANN)
+    if not text:
+        return None, []
+    found = _node_cards(str(text))
+    if found is None:
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"unreadable {C.RESERVED_ANN} annotation {text!r}; ignored",
+        )
+        return None, []
+    return found
+
+
+def _held(p: Any) -> str:
+    for c in (p.status.conditions or []) if p.status else []:
+        if c.type == C.HELD_CONDITION and c.status == "False":
+            return c.message or ""
+    return ""
+
+
+def _gang(p: Any, owners: Owners) -> tuple[str, int | None]:
+    """(`Workload.gang`, `gang_size`): an explicit `gpupool.io/gang` (its size from
+    `gpupool.io/gang-size`), else a coscheduling pod group (its PodGroup's minMember), else
+    the owning Job (its parallelism; the gang key is the owner then, so `gang` stays empty,
+    and the planner stops the gang by suspending the Job). A Job another controller manages
+    is named as an explicit gang instead, `job:<name>`: suspending it would stop nothing."""
+    sizes = owners.sizes
+    ns = p.metadata.namespace
+    ann = p.metadata.annotations or {}
+    if ann.get(C.GANG_ANN):
+        return ann[C.GANG_ANN], _int(ann.get(C.GANG_SIZE_ANN))
+    group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
+    if group:
+        return f"pod-group:{group}", sizes.get((ns, "PodGroup", group))
+    owner = (p.metadata.owner_references or [None])[0]
+    if owner is not None:
+        size = sizes.get((ns, owner.kind, owner.name))
+        if owner.kind == "Job" and (ns, owner.name) in owners.foreign_jobs:
+            return f"job:{owner.name}", size
+        return "", size
+    return "", None
+
+
+def _workload(
+    p: Any,
+    req: Request,
+    allocations: list[Allocation],
+    owners: Owners | None = None,
+) -> Workload:
+    ann = p.metadata.annotations or {}
+    owner = (p.metadata.owner_references or [None])[0]
+    owners = owners or Owners()
+    # bound is running as far as cards go: kube-scheduler counts a pod's resources on its
+    # node from the binding on, before the kubelet has started it
+    running = bool(p.spec.node_name)
+    admission, admitted_to = _admission(p)
+    reserved_node, reserved_gpus = _reservation(p)
+    moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
+    created = _ts(p.metadata.creation_timestamp)
+    if (
+        reserved_node is None
+        and admission == "gpupool"
+        and owner is not None
+        and owner.kind == "Job"
+        and moved is not None
+        and created is not None
+        and 0 <= (created - moved[2]).total_seconds() <= C.NEXT_POD_RESERVATION_TTL_SECONDS
+    ):
+        reserved_node, reserved_gpus = moved[0], moved[1]  # a move's target, for this pod
+    gang, gang_size = _gang(p, owners)
+    node = p.spec.node_name if running else admitted_to
+    if not running and not admitted_to:
+        allocations = []  # a pod not bound nor admitted holds nothing
+    return Workload(
+        namespace=p.metadata.namespace,
+        name=p.metadata.name,
+        priority_class=p.spec.priority_class_name,
+        phase="Running" if running else "Pending",
+        request=req,
+        pool=(p.spec.node_selector or {}).get(C.POOL_LABEL),
+        node=node,
+        allocations=allocations,
+        created_at=_ts(p.metadata.creation_timestamp),
+        started_at=_ts(p.status.start_time) if running else None,
+        last_checkpoint_at=_ts(ann.get(C.LAST_CHECKPOINT_ANN)),
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        checkpointable=_truthy(ann.get(C.CHECKPOINTABLE_ANN)),
+        migratable=_truthy(ann.get(C.MIGRATABLE_ANN)),
+        admission=admission,
+        terminating=p.metadata.deletion_timestamp is not None,
+        reserved_node=reserved_node,
+        reserved_gpus=reserved_gpus,
+        gang=gang,
+        gang_size=gang_size,
+        held=_held(p),
+        # Kueue reads the label from the Job (its queue), or from a plain pod it manages
+        queue_name=(p.metadata.labels or {}).get(C.KUEUE_QUEUE_LABEL)
+        or (
+            owners.queues.get((p.metadata.namespace, owner.name), "")
+            if owner is not None and owner.kind == "Job"
+            else ""
+        ),
+    )
+
+
+_ALLOCATION_FIELDS = ("gpu", "migStart", "migProfile", "slices")
+
+
+def published_pods(state: dict | None) -> dict[str, list[Allocation]] | None:
+    """Pod key -> allocations from a `GpuNodeState`'s `status.pods`; None when the agent
+    published none (no key, or not a list). Fields a newer agent adds are ignored; an entry
+    that does not parse is left out (that pod falls back as if unlisted)."""
+    pods = ((state or {}).get("status") or {}).get("pods")
+    if not isinstance(pods, list):
+        return None
+    out: dict[str, list[Allocation]] = {}
+    for entry in pods:
+        if not isinstance(entry, dict):
+            continue
+        allocs = entry.get("allocations") or []
+        try:
+            pod = PodGpus.model_validate(
+                {
+                    "namespace": entry.get("namespace"),
+                    "name": entry.get("name"),
+                    "allocations": [
+                        {k: a[k] for k in _ALLOCATION_FIELDS if k in a}
+                        for a in allocs
+                        if isinstance(a, dict)
+                    ],
+                }
+            )
+        except ValidationError:
+            continue
+        out[pod.key] = pod.allocations
+    return out
+
+
+def _known_allocations(
+    p: Any, node_pods: dict[str, list[Allocation]] | None
+) -> list[Allocation] | None:
+    """What the node agent says the pod holds; the annotation only where the agent publishes
+    no pods; None when neither says."""
+    if node_pods is not None:
+        return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
+    ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
+    if not ann:
+        return None
+    try:
+        return parse_allocation(ann)
+    except ValueError:  # pydantic's ValidationError is one too
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"unreadable {C.GPUS_ANN} annotation {ann!r}; ignored",
+        )
+        return None
+
+
+def admitted_allocations(
+    p: Any, req: Request, node: Node | None, taken: set[int]
+) -> list[Allocation]:
+    """The whole cards an admitted pod holds in the view until it is bound and the node agent
+    reports what it got (MIG instances or slices are not known before, so none are claimed).
+
+    kube-scheduler binds it by count, and the kubelet's device manager then hands it cards of
+    its own choosing: the device plugin's GetPreferredAllocation, else any free ones
+    (kubelet pkg/kubelet/cm/devicemanager/manager.go, devicesToAllocate); nothing reads
+    `gpupool.io/intended-gpus`. So the pod keeps the cards meant for it that no pod bound
+    there holds (`taken`), and takes other free whole cards of its node for the rest. Only when
+    the node has too few free cards does it keep cards that are taken: the consistency check
+    then reports the collision and fences them."""
+    intended = _gpus((p.metadata.annotations or {}).get(C.INTENDED_GPUS_ANN)) or []
+    if not req.gpus:
+        return []
+    if node is None:
+        chosen = intended[: req.gpus]
+    else:
+        whole = [g.index for g in node.gpus if g.mode == "whole"]
+        free = [i for i in intended if i in whole and i not in taken]
+        free += [i for i in whole if i not in taken and i not in free]
+        chosen = free[: req.gpus]
+        if len(chosen) < req.gpus:
+            chosen += [i for i in intended if i not in chosen][: req.gpus - len(chosen)]
+    taken.update(chosen)
+    return [Allocation(gpu=i) for i in chosen]
+
+
+def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list[Allocation]:
+    if node is None or not req.gpus:
+        return []
+    free = [g.index for g in node.gpus if g.mode == "whole" and g.index not in taken]
+    chosen = free[: req.gpus]
+    taken.update(chosen)
+    return [Allocation(gpu=i) for i in chosen]
