@@ -89,9 +89,9 @@ POD_GROUP_GROUP, POD_GROUP_VERSION, POD_GROUP_PLURAL = (
     "v1alpha1",
     "podgroups",
 )
-HELD_CONDITION = PREFIX + "Admitted"
-"""Pod condition gpupool sets (status False) on a gated pod it holds, with the reason;
-`kubectl describe pod` lists it."""
+ADMITTED_CONDITION = PREFIX + "Admitted"
+"""Pod condition `gpupool.io/Admitted`: gpupool sets it False on a gated pod it holds, with the
+reason (`kubectl describe pod` lists it); the pod is admitted when the gate goes."""
 
 # ---------------------------------------------------------------- annotations on workloads
 QUEUE_LENGTH_ANN = PREFIX + "queue-length"
@@ -157,7 +157,7 @@ set, then set the default value (0)"); without `spec.maxReplicaCount` its HPA's 
 (apis/keda/v1alpha1/scaledobject_types.go, defaultHPAMaxReplicas, GetHPAMaxReplicas)."""
 
 
-# ---------------------------------------------------------------- Kueue's names (issue 14)
+# -------------------------------------------------------------------------- Kueue's names
 # Confirmed in kubernetes-sigs/kueue v0.17.0 (the Go module sigs.k8s.io/kueue@v0.17.0):
 # config/components/crd/bases/kueue.x-k8s.io_{clusterqueues,resourceflavors,localqueues}.yaml
 # serve v1beta1 and v1beta2, and store v1beta2 (`storage: true`); the queue label is

@@ -522,7 +522,7 @@ class KubeOps:
         with _errors():
             self.core.create_namespaced_event(namespace, body)
 
-    # -- Kueue (issue 14) --------------------------------------------------------------
+    # -- Kueue ------------------------------------------------------------------------
     # CustomObjectsApi on kueue.x-k8s.io/v1beta2 (the version Kueue v0.17.0's CRDs store).
     def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
         plural = C.KUEUE_PLURALS[kind]

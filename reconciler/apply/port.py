@@ -276,7 +276,7 @@ class ClusterOps(Protocol):
 
     def create_event(self, namespace: str, body: dict) -> None: ...
 
-    # -- Kueue (issue 14): kueue.x-k8s.io ResourceFlavor, ClusterQueue, LocalQueue ---------
+    # -- Kueue: kueue.x-k8s.io ResourceFlavor, ClusterQueue, LocalQueue ---------
     def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
         """A Kueue object's `app.kubernetes.io/managed-by` label ("" without one); None when
         there is no such object. `namespace` is "" for the cluster-scoped kinds."""

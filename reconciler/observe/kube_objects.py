@@ -42,7 +42,7 @@ def read_priority_classes(api_client: Any) -> list[PriorityClassObject]:
     )
 
 
-# --------------------------------------------------------------------------- Kueue (issue 14)
+# ---------------------------------------------------------------------------------------- Kueue
 
 
 def read_kueue(api_client: Any) -> list[KueueObject] | None:

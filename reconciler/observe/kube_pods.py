@@ -149,7 +149,7 @@ def _reservation(p: Any) -> tuple[str | None, list[int]]:
 
 def _held(p: Any) -> str:
     for c in (p.status.conditions or []) if p.status else []:
-        if c.type == C.HELD_CONDITION and c.status == "False":
+        if c.type == C.ADMITTED_CONDITION and c.status == "False":
             return c.message or ""
     return ""
 

@@ -307,7 +307,7 @@ class PrunePriorityClass(ActionBase):
     kind: Literal["prune-priority-class"] = "prune-priority-class"
 
 
-# ----------------------------------------------------------------------------- Kueue (issue 14)
+# ------------------------------------------------------------------------------------------ Kueue
 class ApplyKueueObject(ActionBase):
     """Create or update (JSON merge patch of `spec`) a Kueue object gpupool renders in kueue
     mode (target: name, or namespace/name for a LocalQueue); the executor changes it only

@@ -1,4 +1,4 @@
-"""Kueue mode (issue 14): the Quotas as Kueue objects. Pure: no I/O.
+"""Kueue mode: the Quotas as Kueue objects. Pure: no I/O.
 
 With PriorityPolicy `spec.admission.controller: kueue`, every Quota becomes one ClusterQueue
 in the policy's cohort, every Pool one ResourceFlavor, every team namespace one LocalQueue,

@@ -311,7 +311,7 @@ class Preemption(Model):
     (cluster-wide)."""
 
 
-# --- admission mode (issue 14: a Kueue mode) --------------------------------------------
+# --- admission mode (Kueue mode) ---------------------------------------------------------
 
 
 class Admission(Model):

@@ -477,7 +477,7 @@ def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterato
                     )
 
 
-# --- Kueue mode (issue 14) ---------------------------------------------------------------
+# --- Kueue mode --------------------------------------------------------------------------
 
 
 def _kueue(state: DesiredState) -> Iterator[Problem]:

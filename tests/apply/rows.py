@@ -2176,7 +2176,7 @@ def hold_over(p: Probe) -> None:
     """A pod a Hold had said waits: once admitted, its condition says so."""
     pod = p.pod("p-0")
     assert pod is not None and pod.gates == ()
-    cond = pod.condition(C.HELD_CONDITION)
+    cond = pod.condition(C.ADMITTED_CONDITION)
     assert cond is not None
     assert (cond.status, cond.reason, cond.message) == ("True", "Admitted", "admitted to node-a")
 
@@ -2323,7 +2323,11 @@ ADMIT_ROWS = [
     Row(
         "admit/clears-the-hold",
         ADMIT_ONE,
-        (gated("p-0", conditions=(PodCondition(C.HELD_CONDITION, "False", "W", "w", ago(9)),)),),
+        (
+            gated(
+                "p-0", conditions=(PodCondition(C.ADMITTED_CONDITION, "False", "W", "w", ago(9)),)
+            ),
+        ),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
         ("admit_pod", "set_pod_condition"),
@@ -2365,7 +2369,7 @@ HOLD = Hold(
 
 
 def held_cond(message: str = HOLD.message, *, since: float = 600, status: str = "False"):
-    return PodCondition(C.HELD_CONDITION, status, "HeldCap", message, ago(since))
+    return PodCondition(C.ADMITTED_CONDITION, status, "HeldCap", message, ago(since))
 
 
 def held(since: float):
@@ -2374,7 +2378,7 @@ def held(since: float):
     def check(p: Probe) -> None:
         pod = p.pod("p-0")
         assert pod is not None
-        cond = pod.condition(C.HELD_CONDITION)
+        cond = pod.condition(C.ADMITTED_CONDITION)
         assert cond is not None
         assert (cond.status, cond.reason, cond.message) == ("False", "HeldCap", HOLD.message)
         assert parse_time(cond.last_transition_time) == NOW - timedelta(seconds=since)
@@ -2384,7 +2388,7 @@ def held(since: float):
 
 def no_held_condition(p: Probe) -> None:
     pod = p.pod("p-0")
-    assert pod is not None and pod.condition(C.HELD_CONDITION) is None
+    assert pod is not None and pod.condition(C.ADMITTED_CONDITION) is None
 
 
 HOLD_ROWS = [

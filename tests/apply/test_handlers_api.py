@@ -642,7 +642,7 @@ def admissions(o: ClusterOps, p: Probe) -> list:
 
     def conditions(name: str) -> Any:
         pod = o.read_pod(ns, name)
-        mine = (C.HELD_CONDITION, "example.com/Other")  # the scheduler posts PodScheduled
+        mine = (C.ADMITTED_CONDITION, "example.com/Other")  # the scheduler posts PodScheduled
         return sorted(
             (c.type, c.status, c.reason, c.message) for c in pod.conditions if c.type in mine
         )
@@ -660,15 +660,15 @@ def admissions(o: ClusterOps, p: Probe) -> list:
             )
         )
 
-    out += [cond(C.HELD_CONDITION, "one"), conditions("job")]
+    out += [cond(C.ADMITTED_CONDITION, "one"), conditions("job")]
     out += [cond("example.com/Other", "two"), conditions("job")]
-    out += [cond(C.HELD_CONDITION, "three"), conditions("job")]
+    out += [cond(C.ADMITTED_CONDITION, "three"), conditions("job")]
     out += [
         answer(
             lambda: o.set_pod_condition(
                 ns,
                 "nope",
-                type=C.HELD_CONDITION,
+                type=C.ADMITTED_CONDITION,
                 status="False",
                 reason="HeldCap",
                 message="x",

@@ -18,8 +18,8 @@ from typing import Any
 
 from reconciler.conventions import (
     ADMISSION_GATE,
+    ADMITTED_CONDITION,
     GPU_RESOURCE,
-    HELD_CONDITION,
     POOL_LABEL,
     RESERVED_ANN,
 )
@@ -131,7 +131,7 @@ def test_a_gang_needing_a_preemption_gets_exactly_the_freed_cards(kube, tmp_path
     small = kube.core.read_namespaced_pod("small", ns)
     assert [g.name for g in small.spec.scheduling_gates or []] == [ADMISSION_GATE]
     assert not small.spec.node_name
-    (cond,) = [c for c in small.status.conditions or [] if c.type == HELD_CONDITION]
+    (cond,) = [c for c in small.status.conditions or [] if c.type == ADMITTED_CONDITION]
     assert cond.status == "False" and "small" not in cond.message and cond.message
 
 

@@ -116,7 +116,7 @@ def test_a_bound_pod_is_placed_before_it_runs_and_a_terminating_one_still_holds_
 
 
 def test_reservation_and_held_condition_and_unreadable_annotations():
-    held = client.V1PodCondition(type=C.HELD_CONDITION, status="False", message="held: cap")
+    held = client.V1PodCondition(type=C.ADMITTED_CONDITION, status="False", message="held: cap")
     w = read(
         pod(
             gates=(C.ADMISSION_GATE,),

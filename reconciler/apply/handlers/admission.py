@@ -100,13 +100,13 @@ def _admit_pods(
         done.current = want.name
         ctx.ops.admit_pod(ns, want.name, node=want.node, annotations=annotations)
         done.wrote = True
-        held = pods[want.name].condition(C.HELD_CONDITION)
+        held = pods[want.name].condition(C.ADMITTED_CONDITION)
         if held is not None and held.status == "False":
             # the wait a Hold reported is over: say so, not a stale reason
             ctx.ops.set_pod_condition(
                 ns,
                 want.name,
-                type=C.HELD_CONDITION,
+                type=C.ADMITTED_CONDITION,
                 status="True",
                 reason="Admitted",
                 message=f"admitted to {want.node}",
@@ -202,7 +202,7 @@ def hold(a: Hold, ctx: Context) -> Outcome:
     if C.ADMISSION_GATE not in pod.gates:
         return Outcome(a.id, "done", "admitted meanwhile (no longer gated)")
     reason = condition_reason(a.code)
-    cur = pod.condition(C.HELD_CONDITION)
+    cur = pod.condition(C.ADMITTED_CONDITION)
     if cur is not None and (cur.status, cur.reason, cur.message) == ("False", reason, a.message):
         return Outcome(a.id, "done", f"already held: {a.message}")
     since = (  # the time the status last changed: kept while it stays False
@@ -214,7 +214,7 @@ def hold(a: Hold, ctx: Context) -> Outcome:
         ctx.ops.set_pod_condition(
             ns,
             name,
-            type=C.HELD_CONDITION,
+            type=C.ADMITTED_CONDITION,
             status="False",
             reason=reason,
             message=a.message,

@@ -115,7 +115,7 @@ def prune_priority_class(a: PrunePriorityClass, ctx: Context) -> Outcome:
     )
 
 
-# ----------------------------------------------------------------------------- Kueue (issue 14)
+# ------------------------------------------------------------------------------------------ Kueue
 
 
 @handles(ApplyKueueObject)
