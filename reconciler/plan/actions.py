@@ -6,7 +6,7 @@ one-line `reason`, its `pool` when it has one and the ids it `depends_on`. The r
 per kind; nothing is carried in an untyped bag.
 
 Adding a kind touches four findable places: its type here (and in `Action`), one planner step
-that emits it, one handler in `reconciler/apply/handlers/`, one line in `RENDERING` of
+that emits it, one handler in `reconciler/apply/handlers/`, one line in `SYMBOL` of
 `reconciler/plan/render.py`.
 """
 

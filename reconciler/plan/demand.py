@@ -1,4 +1,4 @@
-"""Demand: the units the plan tries to place (`Pending`, run.py): pending pods (a gang as one
+"""Demand: the units the plan tries to place (`Demand`, run.py): pending pods (a gang as one
 unit, all or nothing), Jobs gpupool suspended, and the replicas scaling adds; why a unit can
 never run in its pool; and `record_wait`, the one way a unit waits (a finding, and a Hold on
 its gated pods)."""

@@ -55,7 +55,7 @@ def min_runtime(run: Run) -> float:
 def stop_refusal(
     run: Run, w: Workload, preemptor_priority: int | None = None, *, budget: bool = True
 ) -> str:
-    """The one eviction gate every preemption, reclaim and move passes: '' when `w` (and
+    """The one eviction check every preemption, reclaim and move passes: '' when `w` (and
     its gang) may be stopped now, otherwise why not. Unknown class or start: never."""
     members = run.gang(w)
     for m in members:

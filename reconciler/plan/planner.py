@@ -8,7 +8,7 @@ hold it to are in docs/planner.md; the map of the modules is docs/architecture.m
 (`stages/`, `objects/`, `demand.py`) that takes the run and what earlier steps returned, and
 returns what later steps take; the actions and findings they emit explain themselves. The
 working view, the emitter and the usage ledger travel in one `Run` (run.py); every eviction
-passes one gate (evictions.py), every repartition one seam (partition/).
+passes one check (`stop_refusal`, evictions.py), every repartition one seam (partition/).
 
  0. open the run: check the snapshot (cards the cluster over-committed and the cards of
     unavailable nodes are fenced), the usage ledger and the hourly budget;

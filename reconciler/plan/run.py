@@ -1,6 +1,6 @@
 """One plan's run: the frozen inputs (desired, observed, now), the working view of the cluster,
 the emitter of actions and findings, and the usage ledger (the hourly budget, team usage,
-borrowed whole cards) that evictions.py alone releases; plus `Pending`, the unit of demand."""
+borrowed whole cards) that evictions.py alone releases; plus `Demand`, the unit of demand."""
 
 from __future__ import annotations
 

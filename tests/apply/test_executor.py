@@ -79,7 +79,7 @@ def test_action_union_is_read_right():
 @pytest.mark.parametrize("kind", action_types(), ids=lambda t: t.model_fields["kind"].default)
 def test_every_action_type_has_a_handler(kind: type):
     assert kind in HANDLERS, (
-        f"no handler for {kind.__name__}: add one in reconciler/apply/handlers.py"
+        f"no handler for {kind.__name__}: add one in a module of reconciler/apply/handlers/"
     )
 
 

@@ -971,8 +971,8 @@ def test_a_drifted_shared_card_is_not_duplicated():
 # ----------------------------------------------------------------------------- checkpoints
 def test_a_checkpoint_is_recorded_only_for_a_workload_that_can_take_one():
     """The Checkpoint handler only asks (the `checkpoint-requested-at` annotation,
-    apply/handlers.py `checkpoint`); the `last-checkpoint` the next snapshot reads is written
-    by the workload itself, and only a checkpointable one answers. The planner asks every
+    apply/handlers/workloads.py `checkpoint`); the `last-checkpoint` the next snapshot reads
+    is written by the workload itself, and only a checkpointable one answers. The planner asks every
     non-spot victim, checkpointable or not (`Checkpoint.checkpointable` says which)."""
     from reconciler.plan.actions import Checkpoint
 

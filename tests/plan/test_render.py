@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.plan.actions import KIND_ORDER, ApplyQuota, Checkpoint, Preempt
+from reconciler.plan.actions import (
+    KIND_ORDER,
+    ApplyQuota,
+    CardChange,
+    Checkpoint,
+    PartitionChange,
+    Preempt,
+)
 from reconciler.plan.model import Finding, Plan
 from reconciler.plan.render import GITHUB_COMMENT_LIMIT, to_json, to_markdown, to_text
 
@@ -71,9 +78,24 @@ def test_json_round_trips_byte_for_byte():
     assert to_json(Plan.model_validate_json(text)) == text
 
 
+def _partition_change_plan() -> str:
+    """A change of a partition backend other than the device plugin's: the goldens plan with
+    the default backend only (tests/plan/test_partition_seam.py plans with another)."""
+    change = PartitionChange(
+        id="partition-change:n1",
+        target="n1",
+        reason="gpu0: whole -> shared x4 (pending inference)",
+        depends_on=("cordon:n1",),
+        cards=(CardChange(gpu=0, before="whole", after="shared x4"),),
+        backend="example",
+        settings={"gpu0": "shared x4"},
+    )
+    return to_json(Plan(observed_at="2026-12-02T03:00:00+00:00", actions=(change,)))
+
+
 def test_every_action_kind_round_trips_through_json(golden_plans):
     kinds = set()
-    for text in golden_plans:
+    for text in [*golden_plans, _partition_change_plan()]:
         assert to_json(Plan.model_validate_json(text)) == text
         kinds |= {a["kind"] for a in json.loads(text)["actions"]}
     assert kinds == set(KIND_ORDER), "every action kind appears in some golden plan"

@@ -1,4 +1,4 @@
-"""Stage 6, 7 and 11: admission (who may take capacity at all: reachable, within team caps,
+"""Steps 6, 7 and 11: admission (who may take capacity at all: reachable, within team caps,
 borrowing and lending limits, training maxGPUs, the ResourceQuota for new replicas; the rest is
 held), the reservations of gated gangs from earlier cycles, and the Admit / Resume actions for
 what the plan placed."""

@@ -1,4 +1,4 @@
-"""Stage 4: teams that run over their hard cap (say, after a PR lowered it) give back their
+"""Step 4: teams that run over their hard cap (say, after a PR lowered it) give back their
 cheapest preemptible work, as far as their ResourceQuota keeps it from coming back."""
 
 from __future__ import annotations

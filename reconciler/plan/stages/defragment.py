@@ -1,5 +1,5 @@
-"""Stage 8, training's last resort: move a few single-card workloads (each an eviction through
-the one gate) so that a pending gang gets its cards on one node (MaintenancePolicy
+"""Step 8, training's last resort: move a few single-card workloads (each an eviction through
+the one eviction check) so that a pending gang gets its cards on one node (MaintenancePolicy
 defragmentation)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 1 (and the fences of step 0): cards whose partition is not one the pool's policy
+"""Step 1 (and the fences of step 0): cards whose partition is not one the pool's policy
 offers are repartitioned when empty (closed to nothing while busy: the scheduler still binds
 to them), inference cards over `inference.maxGPUs` go back to whole; unavailable nodes are
 reported and their cards are not capacity."""

@@ -1,4 +1,4 @@
-"""Stage 5: reclaim whole cards whose workloads stayed under the MaintenancePolicy's
+"""Step 5: reclaim whole cards whose workloads stayed under the MaintenancePolicy's
 utilization threshold for `idleFor` (from the agent, or the DCGM exporter in Prometheus)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 8, inference: place pending MIG and shared-slice demand, reshaping cards through the
+"""Step 8, inference: place pending MIG and shared-slice demand, reshaping cards through the
 pool's partition backend when none is free, and keep the pool's warm inference minimum."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 9: per node, the repartitions the working view planned, as actions: cordon ->
+"""Step 10: per node, the repartitions the working view planned, as actions: cordon ->
 (checkpoint -> evict, already emitted) -> the backend's change -> uncordon; and nodes gpupool
 cordoned for a repartition that is complete go back into service."""
 

@@ -1,4 +1,4 @@
-"""Stage 2: elastic inference. Services whose queue per replica or p99 wait crosses their
+"""Step 2: elastic inference. Services whose queue per replica or p99 wait crosses their
 ScalingPolicy thresholds scale (cooldowns respected); the new replicas become demand, the
 pending pods a scale-down deletes stop being demand. A service an HPA or a KEDA ScaledObject
 scales gets its autoscaler's envelope (min/max) instead."""

@@ -1,4 +1,4 @@
-"""Stage 8, training: a pending gang goes whole on whole cards (each pod on one node); when it
+"""Step 8, training: a pending gang goes whole on whole cards (each pod on one node); when it
 does not fit, empty inference cards beyond the warm minimum come back, then victims the rules
 allow are preempted, then single-card work is moved (defragment.py)."""
 
