@@ -577,7 +577,7 @@ class Twin:
             )
             # each job exports its own periodic checkpoints (`last-checkpoint`, as a job
             # that writes them does); one the plan asked for is the effect model's (only a
-            # checkpointable job answers it, effects._checkpoint), the same time as saved_at
+            # checkpointable job answers it, actions._checkpoint), the same time as saved_at
             workloads = []
             for w in snap.workloads:
                 j = self.job_of(w)
