@@ -125,6 +125,68 @@ def _aware(t: datetime | None) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+def _pending(desired: DesiredState, observed: ObservedState) -> list[Workload]:
+    """The pending pods without a gate, in the order `schedule` binds them."""
+    values = {c.name: c.value for c in desired.priority.spec.classes} if desired.priority else {}
+    return sorted(
+        (
+            w
+            for w in observed.workloads
+            if w.phase == "Pending"
+            and w.request.kind != "none"
+            and w.admission in ("scheduler", "admitted")
+        ),
+        key=lambda w: (-values.get(w.priority_class or "", 0), _aware(w.created_at), w.key),
+    )
+
+
+def _frees(observed: ObservedState) -> dict[str, _Free]:
+    """What is free on each Ready, uncordoned node, by name."""
+    running = [w for w in observed.workloads if w.phase == "Running"]
+    frees: dict[str, _Free] = {}
+    for node in sorted(observed.nodes, key=lambda n: n.name):
+        if node.ready and not node.unschedulable:
+            frees[node.name] = _free(node, [w for w in running if w.node == node.name])
+    return frees
+
+
+def _bind(
+    w: Workload, frees: dict[str, _Free], extended_resource_toleration: bool
+) -> tuple[_Free, list[Allocation]] | None:
+    """Where pending `w` binds (its node and allocations, taken from `frees`), if anywhere."""
+    eligible = [
+        f
+        for f in frees.values()
+        if (w.pool is None or f.node.labels.get(POOL_LABEL) == w.pool)
+        and (w.admission != "admitted" or f.node.name == w.node)  # its node affinity
+        and _tolerated(f.node, w, extended_resource_toleration)
+    ]
+    r = w.request
+    if r.kind == "whole":
+        return _bind_whole(eligible, r.gpus)
+    if r.kind == "mig":
+        return _bind_mig(eligible, dict(r.mig))
+    # under MPS the plugin fails a request for more than one replica
+    # (failRequestsGreaterThanOne, api/config/v1/config.go): the pod never runs there
+    fits = [f for f in eligible if r.shared_slices == 1 or not is_mps(f.node)]
+    return _bind_shared(fits, r.shared_slices)
+
+
+def _with_busy(observed: ObservedState, busy: set[tuple[str, int]], now: datetime) -> list[Node]:
+    """The nodes, the whole cards just bound (`busy`: node, index) busy from `now` on."""
+    nodes = {n.name: n for n in observed.nodes}
+    new_nodes = []
+    for node in observed.nodes:
+        if any(n == node.name for n, _ in busy):
+            gpus = [
+                g.with_sample(BUSY_UTILIZATION, now) if (node.name, g.index) in busy else g
+                for g in node.gpus
+            ]
+            node = nodes[node.name].model_copy(update={"gpus": gpus})
+        new_nodes.append(node)
+    return new_nodes
+
+
 def schedule(
     desired: DesiredState,
     observed: ObservedState,
@@ -151,49 +213,18 @@ def schedule(
     # The real scheduler places one pod at a time and knows nothing of the planner's intent:
     # the cards a plan reserved for a gang or a Move's `to_node` do not bind anything here.
     # This is deliberate: a plan that only works if the scheduler follows it is a bad plan.
-    values = {c.name: c.value for c in desired.priority.spec.classes} if desired.priority else {}
-    pending = sorted(
-        (
-            w
-            for w in observed.workloads
-            if w.phase == "Pending"
-            and w.request.kind != "none"
-            and w.admission in ("scheduler", "admitted")
-        ),
-        key=lambda w: (-values.get(w.priority_class or "", 0), _aware(w.created_at), w.key),
-    )
+    pending = _pending(desired, observed)
     if not pending:
         return observed
-    running = [w for w in observed.workloads if w.phase == "Running"]
-    frees: dict[str, _Free] = {}
-    for node in sorted(observed.nodes, key=lambda n: n.name):
-        if node.ready and not node.unschedulable:
-            frees[node.name] = _free(node, [w for w in running if w.node == node.name])
-    nodes = {n.name: n for n in observed.nodes}
+    frees = _frees(observed)
     bound: dict[str, Workload] = {}
     busy: set[tuple[str, int]] = set()
     for w in pending:
-        eligible = [
-            f
-            for f in frees.values()
-            if (w.pool is None or f.node.labels.get(POOL_LABEL) == w.pool)
-            and (w.admission != "admitted" or f.node.name == w.node)  # its node affinity
-            and _tolerated(f.node, w, extended_resource_toleration)
-        ]
-        r = w.request
-        if r.kind == "whole":
-            got = _bind_whole(eligible, r.gpus)
-        elif r.kind == "mig":
-            got = _bind_mig(eligible, dict(r.mig))
-        else:
-            # under MPS the plugin fails a request for more than one replica
-            # (failRequestsGreaterThanOne, api/config/v1/config.go): the pod never runs there
-            fits = [f for f in eligible if r.shared_slices == 1 or not is_mps(f.node)]
-            got = _bind_shared(fits, r.shared_slices)
+        got = _bind(w, frees, extended_resource_toleration)
         if got is None:
             continue
         f, allocations = got
-        if r.kind == "whole":
+        if w.request.kind == "whole":
             busy.update((f.node.name, a.gpu) for a in allocations)
         bound[w.key] = w.model_copy(
             update={
@@ -205,18 +236,9 @@ def schedule(
         )
     if not bound:
         return observed
-    new_nodes = []
-    for node in observed.nodes:
-        if any(n == node.name for n, _ in busy):
-            gpus = [
-                g.with_sample(BUSY_UTILIZATION, now) if (node.name, g.index) in busy else g
-                for g in node.gpus
-            ]
-            node = nodes[node.name].model_copy(update={"gpus": gpus})
-        new_nodes.append(node)
     return observed.model_copy(
         update={
-            "nodes": new_nodes,
+            "nodes": _with_busy(observed, busy, now),
             "workloads": [bound.get(w.key, w) for w in observed.workloads],
         }
     )
