@@ -42,6 +42,13 @@ def register(subparsers) -> None:
             "jobs, for the unified pool and static splits of it (docs/simulator.md)."
         ),
     )
+    _add_trace_args(p)
+    _add_twin_args(p)
+    p.set_defaults(func=run)
+
+
+def _add_trace_args(p) -> None:
+    """The trace files, fgd-replay's and timeline's options, the mode and the output."""
     p.add_argument("--nodes", help=f"node CSV (default: {DEFAULT_NODES} in the openb folder)")
     p.add_argument("--pods", help=f"pod CSV (default: {DEFAULT_PODS} in the openb folder)")
     p.add_argument(
@@ -61,6 +68,10 @@ def register(subparsers) -> None:
         action="store_true",
         help="fgd-replay: let a pod that fits nowhere migrate one running pod",
     )
+
+
+def _add_twin_args(p) -> None:
+    """--mode twin's options, in their own group."""
     t = p.add_argument_group("twin mode (--mode twin)")
     t.add_argument(
         "--desired",
@@ -117,7 +128,6 @@ def register(subparsers) -> None:
         metavar="N,N|sweep|none",
         help="static inference partitions to compare (default: every whole-node split)",
     )
-    p.set_defaults(func=run)
 
 
 def _fail(msg: str) -> int:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from reconciler.plan.placement import (
     GPU_MILLI,
+    Migration,
+    NodeState,
     PlacementContext,
     Resident,
     allocate,
@@ -87,6 +89,32 @@ def tune_workload(
     return out
 
 
+def _migrate(
+    moves: Sequence[Migration], by_name: dict[str, NodeState], residents: dict[str, list[Resident]]
+) -> int:
+    """Carry out `moves` (each running pod to its target); returns how many moved."""
+    migrations = 0
+    for mv in moves:
+        src, dst = by_name[mv.source.node], by_name[mv.target.node]
+        release(src, mv.req, mv.source)
+        allocate(dst, mv.req, mv.target)
+        lst = residents[mv.source.node]
+        lst[:] = [r for r in lst if r.key != mv.key]
+        residents[mv.target.node].append(Resident(mv.key, mv.req, mv.target))
+        migrations += 1
+    return migrations
+
+
+def _fill(curve: list[float | None], final: float, top: int) -> None:
+    """The curve's points no pod landed on: the last value before them, and from `top` (the
+    arrived load at the end) on, the final allocation."""
+    last = 0.0
+    for k in range(MAX_PCT + 1):
+        if curve[k] is None:
+            curve[k] = final if k >= top else last
+        last = curve[k]
+
+
 def replay(
     nodes: Sequence[NodeSpec],
     pods: Sequence[Pod],
@@ -132,14 +160,7 @@ def replay(
         if placement is None:
             failed += 1
         else:
-            for mv in moves:
-                src, dst = by_name[mv.source.node], by_name[mv.target.node]
-                release(src, mv.req, mv.source)
-                allocate(dst, mv.req, mv.target)
-                lst = residents[mv.source.node]
-                lst[:] = [r for r in lst if r.key != mv.key]
-                residents[mv.target.node].append(Resident(mv.key, mv.req, mv.target))
-                migrations += 1
+            migrations += _migrate(moves, by_name, residents)
             allocate(by_name[placement.node], req, placement)
             residents[placement.node].append(Resident(f"{pod.name}#{i}", req, placement))
             allocated += req.total_gpu_milli
@@ -150,13 +171,7 @@ def replay(
             curve[pct] = allocated * 100 / capacity
         if progress is not None and (i % step == 0 or i == n - 1):
             progress(i + 1, n)
-    final = allocated * 100 / capacity
-    last = 0.0
-    top = min(MAX_PCT, arrived * 100 // capacity)
-    for k in range(MAX_PCT + 1):
-        if curve[k] is None:
-            curve[k] = final if k >= top else last
-        last = curve[k]
+    _fill(curve, allocated * 100 / capacity, min(MAX_PCT, arrived * 100 // capacity))
     frag, free = cluster_fragmentation(states, ctx)
     return ReplayResult(
         policy=policy,

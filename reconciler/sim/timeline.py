@@ -28,7 +28,7 @@ import heapq
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reconciler.plan.placement import (
     GPU_MILLI,
@@ -164,85 +164,71 @@ def timeline(
     ]
 
 
-def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C901 - one event loop
-    started = time.perf_counter()
-    jobs = build_jobs(pods)
-    offered = offered_gpus(jobs)
-    rng = random.Random(seed)
-    chosen = size_cluster(nodes, offered / load, rng)
-    states = [n.state() for n in chosen]
-    by_name = {n.name: n for n in states}
-    capacity = sum(n.num_gpus for n in states) * GPU_MILLI
-    # jitter arrivals inside their second (the trace has 1 s resolution)
-    for j in jobs:
-        j.arrival += rng.random()
-    ctx = PlacementContext(
-        target=typical_workload(j.req for j in jobs),
-        rng=random.Random(f"timeline/{seed}"),
-        memo=True,
-    )
-    if unified:
-        pools = {True: states, False: states}
-        place_policy = policy
-    else:
-        train_nodes, infer_nodes = _static_split(states, jobs)
-        pools = {True: train_nodes, False: infer_nodes}
-        place_policy = "bestfit"
-    residents: dict[str, list[Resident]] = {n.name: [] for n in states}
-    running: dict[str, Job] = {}
-    events: list[tuple[float, int, int, int]] = []  # (time, kind 0=finish 1=arrive, job, run_id)
-    for j in jobs:
-        heapq.heappush(events, (j.arrival, 1, j.idx, 0))
-    pending_train: list[Job] = []
-    pending_infer: list[Job] = []
-    releases = 0
-    failed_at: dict = {}  # (class, request) -> releases count at the last failure
-    allocated = 0
-    t_first, t_last = jobs[0].arrival, jobs[-1].arrival
-    area = 0.0
-    last_t = t_first
-    series: list[tuple[float, float]] = []
-    preemptions = migrations = 0
-    done = 0
+@dataclass
+class _Run:
+    """One run's cluster, queues and counters, as its event loop keeps them."""
 
-    def account(t: float) -> None:
-        nonlocal area, last_t
-        lo, hi = max(last_t, t_first), min(t, t_last)
+    jobs: list[Job]
+    by_name: dict[str, NodeState]
+    pools: dict[bool, list[NodeState]]  # training? -> the nodes its pods are placed on
+    place_policy: str
+    unified: bool
+    ctx: PlacementContext
+    capacity: int
+    t_first: float
+    t_last: float
+    residents: dict[str, list[Resident]]
+    running: dict[str, Job] = field(default_factory=dict)
+    # (time, kind 0=finish 1=arrive, job, run_id)
+    events: list[tuple[float, int, int, int]] = field(default_factory=list)
+    pending_train: list[Job] = field(default_factory=list)
+    pending_infer: list[Job] = field(default_factory=list)
+    releases: int = 0
+    failed_at: dict = field(default_factory=dict)  # (class, request) -> releases at last failure
+    allocated: int = 0
+    area: float = 0.0
+    last_t: float = 0.0
+    series: list[tuple[float, float]] = field(default_factory=list)
+    preemptions: int = 0
+    migrations: int = 0
+    done: int = 0
+
+    def account(self, t: float) -> None:
+        lo, hi = max(self.last_t, self.t_first), min(t, self.t_last)
         if hi > lo:
-            area += allocated * (hi - lo)
-        last_t = max(last_t, t)
+            self.area += self.allocated * (hi - lo)
+        self.last_t = max(self.last_t, t)
 
-    def start(job: Job, placement: Placement, t: float) -> None:
-        nonlocal allocated
-        allocate(by_name[placement.node], job.req, placement)
-        allocated += job.req.total_gpu_milli
+    def start(self, job: Job, placement: Placement, t: float) -> None:
+        allocate(self.by_name[placement.node], job.req, placement)
+        self.allocated += job.req.total_gpu_milli
         job.placement = placement
         job.run_start = t
         job.run_id += 1
         if job.start is None:
             job.start = t
-        running[job.name] = job
-        residents[placement.node].append(
+        self.running[job.name] = job
+        self.residents[placement.node].append(
             Resident(job.name, job.req, placement, movable=not job.training)
         )
-        heapq.heappush(events, (t + job.work, 0, job.idx, job.run_id))
+        heapq.heappush(self.events, (t + job.work, 0, job.idx, job.run_id))
 
-    def stop(job: Job) -> None:
-        nonlocal allocated, releases
+    def stop(self, job: Job) -> None:
         assert job.placement is not None
-        release(by_name[job.placement.node], job.req, job.placement)
-        allocated -= job.req.total_gpu_milli
-        lst = residents[job.placement.node]
+        release(self.by_name[job.placement.node], job.req, job.placement)
+        self.allocated -= job.req.total_gpu_milli
+        lst = self.residents[job.placement.node]
         lst[:] = [r for r in lst if r.key != job.name]
-        running.pop(job.name, None)
+        self.running.pop(job.name, None)
         job.placement = None
-        releases += 1
+        self.releases += 1
 
-    def try_preempt(job: Job, t: float) -> bool:
-        """Free room for inference `job` by preempting training pods on one node."""
-        nonlocal preemptions
+    def victims(self, job: Job, t: float) -> tuple[NodeState, list[Job]] | None:
+        """The node and the training pods whose preemption frees room for inference `job`:
+        the fewest pods, then the least work lost, then by node name."""
+        running = self.running
         best = None
-        for node in pools[False]:
+        for node in self.pools[False]:
             cands = [
                 Candidate(
                     key=r.key,
@@ -253,7 +239,7 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
                     seconds_since_checkpoint=(t - running[r.key].run_start) % CHECKPOINT_EVERY,
                     gpus=r.req.total_gpu_milli / GPU_MILLI,
                 )
-                for r in residents[node.name]
+                for r in self.residents[node.name]
                 if r.key in running and running[r.key].training
             ]
             if not cands:
@@ -278,74 +264,130 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
             key = (len(victims), lost, node.name)
             if best is None or key < best[0]:
                 best = (key, node, victims)
-        if best is None:
+        return None if best is None else best[1:]
+
+    def try_preempt(self, job: Job, t: float) -> bool:
+        """Free room for inference `job` by preempting training pods on one node."""
+        found = self.victims(job, t)
+        if found is None:
             return False
-        _, node, victims = best
+        node, victims = found
         for v in victims:
             ran = t - v.run_start
             lost = ran % CHECKPOINT_EVERY
-            stop(v)
+            self.stop(v)
             v.work = v.work - ran + lost
-            pending_train.append(v)
-            preemptions += 1
-        placement = choose(place_policy, [node], job.req, ctx)
+            self.pending_train.append(v)
+            self.preemptions += 1
+        placement = choose(self.place_policy, [node], job.req, self.ctx)
         assert placement is not None
-        start(job, placement, t)
+        self.start(job, placement, t)
         return True
 
-    def schedule(t: float) -> None:
-        nonlocal migrations
-        for queue, training in ((pending_infer, False), (pending_train, True)):
+    def schedule(self, t: float) -> None:
+        for queue, training in ((self.pending_infer, False), (self.pending_train, True)):
             keep = []
             for job in queue:
                 key = (training, job.req)
-                if failed_at.get(key) == releases:
+                if self.failed_at.get(key) == self.releases:
                     keep.append(job)
                     continue
-                placement = choose(place_policy, pools[training], job.req, ctx)
-                if placement is None and unified and not training:
-                    if try_preempt(job, t):
+                placement = choose(self.place_policy, self.pools[training], job.req, self.ctx)
+                if placement is None and self.unified and not training:
+                    if self.try_preempt(job, t):
                         continue
                     got = choose_with_migration(
-                        place_policy, pools[training], job.req, ctx, residents
+                        self.place_policy, self.pools[training], job.req, self.ctx, self.residents
                     )
                     if got is not None:
                         placement, moves = got
                         for mv in moves:
-                            mover = running[mv.key]
-                            stop(mover)
-                            start(mover, mv.target, t)
-                            migrations += 1
+                            mover = self.running[mv.key]
+                            self.stop(mover)
+                            self.start(mover, mv.target, t)
+                            self.migrations += 1
                 if placement is None:
-                    failed_at[key] = releases
+                    self.failed_at[key] = self.releases
                     keep.append(job)
                     continue
-                start(job, placement, t)
+                self.start(job, placement, t)
             queue[:] = keep
 
-    n_events = 2 * len(jobs)
-    step = max(1, n_events // 200)
-    k = 0
-    while events:
-        t = events[0][0]
-        account(t)
-        while events and events[0][0] == t:
-            _, kind, idx, run_id = heapq.heappop(events)
-            job = jobs[idx]
-            k += 1
-            if kind == 1:
-                (pending_train if job.training else pending_infer).append(job)
-            elif job.run_id == run_id and job.placement is not None:
-                stop(job)
-                done += 1
-        schedule(t)
-        if t_first <= t <= t_last:
-            series.append((t - t_first, allocated * 100 / capacity))
-        if progress is not None and k % step == 0:
-            progress(min(k, n_events), n_events)
-    if progress is not None:
-        progress(n_events, n_events)
-    span = max(t_last - t_first, 1e-9)
+    def play(self, progress: Progress | None) -> None:
+        """The event loop: arrivals and finishes in time order, a scheduling pass after each
+        instant."""
+        jobs = self.jobs
+        for j in jobs:
+            heapq.heappush(self.events, (j.arrival, 1, j.idx, 0))
+        n_events = 2 * len(jobs)
+        step = max(1, n_events // 200)
+        k = 0
+        events = self.events
+        while events:
+            t = events[0][0]
+            self.account(t)
+            while events and events[0][0] == t:
+                _, kind, idx, run_id = heapq.heappop(events)
+                job = jobs[idx]
+                k += 1
+                if kind == 1:
+                    (self.pending_train if job.training else self.pending_infer).append(job)
+                elif job.run_id == run_id and job.placement is not None:
+                    self.stop(job)
+                    self.done += 1
+            self.schedule(t)
+            if self.t_first <= t <= self.t_last:
+                self.series.append((t - self.t_first, self.allocated * 100 / self.capacity))
+            if progress is not None and k % step == 0:
+                progress(min(k, n_events), n_events)
+        if progress is not None:
+            progress(n_events, n_events)
+
+
+def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:
+    started = time.perf_counter()
+    jobs = build_jobs(pods)
+    offered = offered_gpus(jobs)
+    rng = random.Random(seed)
+    chosen = size_cluster(nodes, offered / load, rng)
+    states = [n.state() for n in chosen]
+    capacity = sum(n.num_gpus for n in states) * GPU_MILLI
+    # jitter arrivals inside their second (the trace has 1 s resolution)
+    for j in jobs:
+        j.arrival += rng.random()
+    ctx = PlacementContext(
+        target=typical_workload(j.req for j in jobs),
+        rng=random.Random(f"timeline/{seed}"),
+        memo=True,
+    )
+    if unified:
+        pools = {True: states, False: states}
+        place_policy = policy
+    else:
+        train_nodes, infer_nodes = _static_split(states, jobs)
+        pools = {True: train_nodes, False: infer_nodes}
+        place_policy = "bestfit"
+    run = _Run(
+        jobs=jobs,
+        by_name={n.name: n for n in states},
+        pools=pools,
+        place_policy=place_policy,
+        unified=unified,
+        ctx=ctx,
+        capacity=capacity,
+        t_first=jobs[0].arrival,
+        t_last=jobs[-1].arrival,
+        residents={n.name: [] for n in states},
+        last_t=jobs[0].arrival,
+    )
+    run.play(progress)
+    return _record(run, policy, seed, len(states), offered, started)
+
+
+def _record(run: _Run, policy: str, seed: int, nodes: int, offered: float, started: float) -> dict:
+    """One run's record: the metrics of the module docstring and the allocation series."""
+    jobs, capacity, series = run.jobs, run.capacity, run.series
+    span = max(run.t_last - run.t_first, 1e-9)
     train_wait = [j.start - j.arrival for j in jobs if j.training and j.start is not None]
     infer_wait = [j.start - j.arrival for j in jobs if not j.training and j.start is not None]
     never = sum(1 for j in jobs if j.start is None)
@@ -354,22 +396,22 @@ def _run(nodes, pods, seed, policy, load, unified, progress) -> dict:  # noqa: C
         stride = len(series) // 2000 + 1
         series = series[::stride]
     return {
-        "policy": f"unified-{policy}" if unified else "static-bestfit",
+        "policy": f"unified-{policy}" if run.unified else "static-bestfit",
         "seed": seed,
         "total_gpus": capacity // GPU_MILLI,
-        "gpu_allocation_ratio": round(area / (capacity * span), 6),
+        "gpu_allocation_ratio": round(run.area / (capacity * span), 6),
         "fragmentation_rate": 0.0,
         "unscheduled_pods": never,
         "pods": len(jobs),
         "training_pods": sum(1 for j in jobs if j.training),
         "inference_pods": sum(1 for j in jobs if not j.training),
-        "nodes": len(states),
+        "nodes": nodes,
         "offered_load": round(offered * GPU_MILLI / capacity, 3),
         "train_wait_p50_s": round(_pct(train_wait, 0.5), 1),
         "train_wait_p99_s": round(_pct(train_wait, 0.99), 1),
         "infer_pending_p99_s": round(_pct(infer_wait, 0.99), 1),
-        "preemptions": preemptions,
-        "migrations": migrations,
+        "preemptions": run.preemptions,
+        "migrations": run.migrations,
         "seconds": round(time.perf_counter() - started, 3),
         "series": [(round(x, 1), round(y, 2)) for x, y in series],
     }

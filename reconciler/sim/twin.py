@@ -55,6 +55,7 @@ from reconciler.observe.model import (
     Workload,
 )
 from reconciler.plan.actions import MigReconfigure, SetSharing
+from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
 from reconciler.policy.models import ScaleTarget, ScalingPolicy
 from reconciler.policy.state import DesiredState
@@ -322,6 +323,23 @@ class TwinResult:
         }
 
 
+@dataclass
+class _RunState:
+    """What one run of the twin carries from cycle to cycle."""
+
+    res: TwinResult
+    snap: ObservedState
+    nxt: int = 0  # next job to arrive
+    backlog: float = 0.0
+    # running replica -> when it serves
+    ready_at: dict[str, float] = field(default_factory=dict)
+    # node -> when its repartitioned cards serve
+    node_ready: dict[str, float] = field(default_factory=dict)
+    # card -> when a checkpointing victim leaves
+    card_free: dict[tuple[str, int], float] = field(default_factory=dict)
+    running: dict[str, _Job] = field(default_factory=dict)
+
+
 class Twin:
     """One run of the twin; `run()` returns its `TwinResult`."""
 
@@ -397,199 +415,15 @@ class Twin:
             checkpointable=j.spec.checkpointable,
         )
 
-    def run(self, progress: Progress | None = None) -> TwinResult:  # noqa: C901 - one loop
+    def run(self, progress: Progress | None = None) -> TwinResult:
         cfg, P = self.cfg, self.cfg.period
         res = TwinResult(self.label, self.pool_gpus, max(0.0, self.horizon - cfg.warmup))
         wall = time.perf_counter()
         snap = ObservedState(observed_at=self.start, nodes=self.nodes, services=[self.service])
-        nxt = 0  # next job to arrive
-        backlog = 0.0
-        ready_at: dict[str, float] = {}  # running replica -> when it serves
-        node_ready: dict[str, float] = {}  # node -> when its repartitioned cards serve
-        card_free: dict[tuple[str, int], float] = {}  # card -> when a checkpointing victim leaves
-        running: dict[str, _Job] = {}
+        s = _RunState(res, snap)
         n_cycles = math.ceil(self.horizon / P)
-        svc_key = self.service.key
         for k in range(n_cycles):
-            t = k * P
-            measured = t >= cfg.warmup
-            now = self.at(t)
-            # 1. arrivals
-            new = []
-            pending = sum(
-                1 for w in snap.workloads if w.phase == "Pending" and self.job_of(w) is not None
-            ) + len(snap.suspended_jobs)
-            while (
-                nxt < len(self.jobs)
-                and self.jobs[nxt].spec.arrival <= t
-                and pending + len(new) < cfg.max_pending
-            ):
-                new.append(self._pod(self.jobs[nxt]))
-                nxt += 1
-            if new:
-                snap = snap.model_copy(update={"workloads": [*snap.workloads, *new]})
-            # 2. the real planner
-            p = plan(self.desired, snap, now)
-            asked = set()
-            for a in p.actions:
-                if a.kind == "checkpoint":
-                    asked.add(a.target)
-                elif isinstance(a, MigReconfigure | SetSharing):
-                    node_ready[a.target] = t + cfg.repartition_time
-                elif a.kind in ("preempt", "reclaim", "move") and measured:
-                    res.evictions += 1
-                elif a.kind == "scale" and measured:
-                    if a.to_replicas > a.from_replicas:
-                        res.scale_ups += 1
-                    else:
-                        res.scale_downs += 1
-            before = {w.key: w for w in snap.workloads if w.phase == "Running"}
-            # 3. the shared effect model
-            snap = step(self.desired, snap, p, now=now, period=timedelta(seconds=P))
-            after = {w.key: w for w in snap.workloads}
-            for key, w in before.items():
-                if key in after and after[key].phase == "Running":
-                    continue
-                j = self.job_of(w)
-                if j is None:
-                    ready_at.pop(key, None)
-                    continue
-                if key in asked:
-                    # the executor asks for a checkpoint and evicts once the pod marks it
-                    # done or the grace period is over (apply/handlers/workloads.py,
-                    # _grace_left): a checkpointable job saves its work and frees the cards
-                    # after checkpoint_time, another holds them for the whole grace period
-                    if j.spec.checkpointable:
-                        j.saved, j.saved_at = j.progress, t
-                    wait = (
-                        min(cfg.checkpoint_time, self.grace)
-                        if j.spec.checkpointable
-                        else self.grace
-                    )
-                    for al in w.allocations:
-                        card_free[(w.node or "", al.gpu)] = t + wait
-                lost = j.progress - j.saved
-                if measured:
-                    res.training_evictions += 1
-                    res.training_lost += lost * j.spec.gpus
-                j.progress = j.saved
-                j.restarts += 1
-                j.running = False
-            # newly bound pods
-            for w in snap.workloads:
-                if w.phase != "Running" or w.key in before:
-                    continue
-                delay = max(
-                    [node_ready.get(w.node or "", 0.0)]
-                    + [card_free.get((w.node or "", al.gpu), 0.0) for al in w.allocations]
-                )
-                j = self.job_of(w)
-                if j is not None:
-                    j.running = True
-                    j.pod = w.key
-                    running[j.key] = j
-                    j.overhead_until = max(t + (cfg.restart_cost if j.restarts else 0.0), delay)
-                    if j.first_start is None:
-                        j.first_start = t
-                        if measured or j.spec.arrival >= cfg.warmup:
-                            res.jobs_started += 1
-                            res.waits.append(t - j.spec.arrival)
-                elif self.service.owns(w):
-                    ready_at[w.key] = max(t, delay) + cfg.load_time
-            # 4. the interval [t, t + P)
-            t1 = min(t + P, self.horizon)
-            svc = next(s for s in snap.services if s.key == svc_key)
-            replicas = [w for w in snap.workloads if w.phase == "Running" and svc.owns(w)]
-            g = cfg.replica_gpus
-            alloc_inf = len(replicas) * g
-            served_rate = 0.0
-            needed_cards = 0.0
-            ready = 0
-            for lo, width, req in self.load.window(t, t1):
-                ready = sum(1 for w in replicas if ready_at.get(w.key, math.inf) <= lo)
-                cap = ready * cfg.service_rate * width
-                total = backlog + req
-                served = min(total, cap)
-                backlog = total - served
-                served_rate = served / width
-                needed_cards = served / (cfg.service_rate * width) * g
-                if measured:
-                    res.bins += 1
-                    res.bins_met += backlog <= 1e-9
-                    demand = req / (cfg.service_rate * width) * g
-                    res.shortfall += max(0.0, demand - ready * g) * width
-                    res.inference_needed += needed_cards * width
-                    res.inference_allocated += alloc_inf * width
-            done: list[str] = []
-            train_cards = 0
-            for j in list(running.values()):
-                w = after.get(j.pod)
-                if not j.running or w is None or w.phase != "Running":
-                    j.running = False
-                    del running[j.key]
-                    continue
-                train_cards += j.spec.gpus
-                begin = min(max(t, j.overhead_until), t1)
-                left = j.spec.duration - j.progress
-                end = min(t1, begin + left)
-                ran = max(0.0, end - begin)
-                old = j.progress
-                j.progress += ran
-                if j.progress >= j.spec.duration - 1e-9:
-                    j.done_at = end
-                    j.saved = j.progress
-                    done.append(j.pod)
-                    j.running = False
-                    del running[j.key]
-                else:
-                    cp = j.spec.checkpoint_period
-                    mark = math.floor(j.progress / cp) * cp
-                    if mark > j.saved:
-                        j.saved = mark
-                        j.saved_at = begin + (mark - old)
-                if measured:
-                    res.training_allocated += j.spec.gpus * (
-                        (end if j.done_at is not None else t1) - t
-                    )
-                    res.training_progress += j.spec.gpus * ran
-                    res.restart_overhead += j.spec.gpus * (begin - t)
-                    res.jobs_done += j.done_at is not None
-            if measured:
-                res.series.append(
-                    (round(t / 3600, 4), alloc_inf, round(needed_cards, 3), train_cards)
-                )
-            # 5. what the next snapshot shows
-            if done:
-                snap = finish(self.desired, snap, done, now=self.at(t1))
-            wait = (
-                backlog / (ready * cfg.service_rate)
-                if ready
-                else (backlog / cfg.service_rate if backlog > 0 else 0.0)
-            )
-            svc = svc.model_copy(
-                update={
-                    "queue_length": backlog + served_rate * cfg.concurrency / cfg.service_rate,
-                    "pending_seconds_p99": wait,
-                    "ready_replicas": sum(
-                        1 for w in replicas if ready_at.get(w.key, math.inf) <= t1
-                    ),
-                }
-            )
-            # each job exports its own periodic checkpoints (`last-checkpoint`, as a job
-            # that writes them does); one the plan asked for is the effect model's (only a
-            # checkpointable job answers it, effects._checkpoint), the same time as saved_at
-            workloads = []
-            for w in snap.workloads:
-                j = self.job_of(w)
-                if j is not None and j.saved_at is not None and w.phase == "Running":
-                    w = w.model_copy(update={"last_checkpoint_at": self.at(j.saved_at)})
-                workloads.append(w)
-            snap = snap.model_copy(
-                update={
-                    "services": [svc if s.key == svc_key else s for s in snap.services],
-                    "workloads": workloads,
-                }
-            )
+            self._cycle(s, k * P)
             res.cycles += 1
             if progress is not None:
                 progress(k + 1, n_cycles)
@@ -599,6 +433,241 @@ class Twin:
         )
         res.seconds = time.perf_counter() - wall
         return res
+
+    def _cycle(self, s: _RunState, t: float) -> None:
+        """One controller cycle at twin time `t` and the interval [t, t + period) after it."""
+        cfg, P = self.cfg, self.cfg.period
+        res = s.res
+        measured = t >= cfg.warmup
+        now = self.at(t)
+        # 1. arrivals
+        self._arrive(s, t)
+        # 2. the real planner
+        p = plan(self.desired, s.snap, now)
+        asked = self._count_plan(s, p, t, measured)
+        before = {w.key: w for w in s.snap.workloads if w.phase == "Running"}
+        # 3. the shared effect model
+        s.snap = step(self.desired, s.snap, p, now=now, period=timedelta(seconds=P))
+        after = {w.key: w for w in s.snap.workloads}
+        self._stopped(s, before, after, asked, t, measured)
+        self._bound(s, before, t, measured)
+        # 4. the interval [t, t + P)
+        t1 = min(t + P, self.horizon)
+        svc = next(x for x in s.snap.services if x.key == self.service.key)
+        replicas = [w for w in s.snap.workloads if w.phase == "Running" and svc.owns(w)]
+        alloc_inf = len(replicas) * cfg.replica_gpus
+        served_rate, needed_cards, ready = self._serve(s, replicas, t, t1, measured)
+        done, train_cards = self._train(s, after, t, t1, measured)
+        if measured:
+            res.series.append((round(t / 3600, 4), alloc_inf, round(needed_cards, 3), train_cards))
+        # 5. what the next snapshot shows
+        if done:
+            s.snap = finish(self.desired, s.snap, done, now=self.at(t1))
+        self._export(s, svc, replicas, served_rate, ready, t1)
+
+    def _arrive(self, s: _RunState, t: float) -> None:
+        """The jobs that have arrived by `t` become pending pods, at most `max_pending`."""
+        new = []
+        pending = sum(
+            1 for w in s.snap.workloads if w.phase == "Pending" and self.job_of(w) is not None
+        ) + len(s.snap.suspended_jobs)
+        while (
+            s.nxt < len(self.jobs)
+            and self.jobs[s.nxt].spec.arrival <= t
+            and pending + len(new) < self.cfg.max_pending
+        ):
+            new.append(self._pod(self.jobs[s.nxt]))
+            s.nxt += 1
+        if new:
+            s.snap = s.snap.model_copy(update={"workloads": [*s.snap.workloads, *new]})
+
+    def _count_plan(self, s: _RunState, p: Plan, t: float, measured: bool) -> set[str]:
+        """The plan's actions counted and its repartitions timed; returns the workloads it
+        asks to checkpoint."""
+        res = s.res
+        asked = set()
+        for a in p.actions:
+            if a.kind == "checkpoint":
+                asked.add(a.target)
+            elif isinstance(a, MigReconfigure | SetSharing):
+                s.node_ready[a.target] = t + self.cfg.repartition_time
+            elif a.kind in ("preempt", "reclaim", "move") and measured:
+                res.evictions += 1
+            elif a.kind == "scale" and measured:
+                if a.to_replicas > a.from_replicas:
+                    res.scale_ups += 1
+                else:
+                    res.scale_downs += 1
+        return asked
+
+    def _stopped(
+        self,
+        s: _RunState,
+        before: dict[str, Workload],
+        after: dict[str, Workload],
+        asked: set[str],
+        t: float,
+        measured: bool,
+    ) -> None:
+        """The pods that ran before the step and do not any more: a replica stops serving, a
+        job loses the work since its last checkpoint."""
+        cfg, res = self.cfg, s.res
+        for key, w in before.items():
+            if key in after and after[key].phase == "Running":
+                continue
+            j = self.job_of(w)
+            if j is None:
+                s.ready_at.pop(key, None)
+                continue
+            if key in asked:
+                # the executor asks for a checkpoint and evicts once the pod marks it
+                # done or the grace period is over (apply/handlers/workloads.py,
+                # _grace_left): a checkpointable job saves its work and frees the cards
+                # after checkpoint_time, another holds them for the whole grace period
+                if j.spec.checkpointable:
+                    j.saved, j.saved_at = j.progress, t
+                wait = min(cfg.checkpoint_time, self.grace) if j.spec.checkpointable else self.grace
+                for al in w.allocations:
+                    s.card_free[(w.node or "", al.gpu)] = t + wait
+            lost = j.progress - j.saved
+            if measured:
+                res.training_evictions += 1
+                res.training_lost += lost * j.spec.gpus
+            j.progress = j.saved
+            j.restarts += 1
+            j.running = False
+
+    def _bound(self, s: _RunState, before: dict[str, Workload], t: float, measured: bool) -> None:
+        """Newly bound pods: a job starts (after its restart cost and any wait for its cards),
+        a replica serves after its load time."""
+        cfg, res = self.cfg, s.res
+        for w in s.snap.workloads:
+            if w.phase != "Running" or w.key in before:
+                continue
+            delay = max(
+                [s.node_ready.get(w.node or "", 0.0)]
+                + [s.card_free.get((w.node or "", al.gpu), 0.0) for al in w.allocations]
+            )
+            j = self.job_of(w)
+            if j is not None:
+                j.running = True
+                j.pod = w.key
+                s.running[j.key] = j
+                j.overhead_until = max(t + (cfg.restart_cost if j.restarts else 0.0), delay)
+                if j.first_start is None:
+                    j.first_start = t
+                    if measured or j.spec.arrival >= cfg.warmup:
+                        res.jobs_started += 1
+                        res.waits.append(t - j.spec.arrival)
+            elif self.service.owns(w):
+                s.ready_at[w.key] = max(t, delay) + cfg.load_time
+
+    def _serve(
+        self, s: _RunState, replicas: list[Workload], t: float, t1: float, measured: bool
+    ) -> tuple[float, float, int]:
+        """The load's bins in [t, t1) served by the ready replicas, the rest carried over.
+        Returns the last bin's served rate, the cards it needed and the replicas ready."""
+        cfg, res = self.cfg, s.res
+        g = cfg.replica_gpus
+        alloc_inf = len(replicas) * g
+        served_rate = 0.0
+        needed_cards = 0.0
+        ready = 0
+        for lo, width, req in self.load.window(t, t1):
+            ready = sum(1 for w in replicas if s.ready_at.get(w.key, math.inf) <= lo)
+            cap = ready * cfg.service_rate * width
+            total = s.backlog + req
+            served = min(total, cap)
+            s.backlog = total - served
+            served_rate = served / width
+            needed_cards = served / (cfg.service_rate * width) * g
+            if measured:
+                res.bins += 1
+                res.bins_met += s.backlog <= 1e-9
+                demand = req / (cfg.service_rate * width) * g
+                res.shortfall += max(0.0, demand - ready * g) * width
+                res.inference_needed += needed_cards * width
+                res.inference_allocated += alloc_inf * width
+        return served_rate, needed_cards, ready
+
+    def _train(
+        self, s: _RunState, after: dict[str, Workload], t: float, t1: float, measured: bool
+    ) -> tuple[list[str], int]:
+        """The running jobs progress over [t, t1) and checkpoint on their own. Returns the
+        pods of the jobs that finished and the cards training held."""
+        res = s.res
+        done: list[str] = []
+        train_cards = 0
+        for j in list(s.running.values()):
+            w = after.get(j.pod)
+            if not j.running or w is None or w.phase != "Running":
+                j.running = False
+                del s.running[j.key]
+                continue
+            train_cards += j.spec.gpus
+            begin = min(max(t, j.overhead_until), t1)
+            left = j.spec.duration - j.progress
+            end = min(t1, begin + left)
+            ran = max(0.0, end - begin)
+            old = j.progress
+            j.progress += ran
+            if j.progress >= j.spec.duration - 1e-9:
+                j.done_at = end
+                j.saved = j.progress
+                done.append(j.pod)
+                j.running = False
+                del s.running[j.key]
+            else:
+                cp = j.spec.checkpoint_period
+                mark = math.floor(j.progress / cp) * cp
+                if mark > j.saved:
+                    j.saved = mark
+                    j.saved_at = begin + (mark - old)
+            if measured:
+                res.training_allocated += j.spec.gpus * ((end if j.done_at is not None else t1) - t)
+                res.training_progress += j.spec.gpus * ran
+                res.restart_overhead += j.spec.gpus * (begin - t)
+                res.jobs_done += j.done_at is not None
+        return done, train_cards
+
+    def _export(
+        self,
+        s: _RunState,
+        svc: InferenceService,
+        replicas: list[Workload],
+        served_rate: float,
+        ready: int,
+        t1: float,
+    ) -> None:
+        """What the serving stack and the jobs export into the next snapshot."""
+        cfg = self.cfg
+        wait = (
+            s.backlog / (ready * cfg.service_rate)
+            if ready
+            else (s.backlog / cfg.service_rate if s.backlog > 0 else 0.0)
+        )
+        svc = svc.model_copy(
+            update={
+                "queue_length": s.backlog + served_rate * cfg.concurrency / cfg.service_rate,
+                "pending_seconds_p99": wait,
+                "ready_replicas": sum(1 for w in replicas if s.ready_at.get(w.key, math.inf) <= t1),
+            }
+        )
+        # each job exports its own periodic checkpoints (`last-checkpoint`, as a job
+        # that writes them does); one the plan asked for is the effect model's (only a
+        # checkpointable job answers it, actions._checkpoint), the same time as saved_at
+        workloads = []
+        for w in s.snap.workloads:
+            j = self.job_of(w)
+            if j is not None and j.saved_at is not None and w.phase == "Running":
+                w = w.model_copy(update={"last_checkpoint_at": self.at(j.saved_at)})
+            workloads.append(w)
+        s.snap = s.snap.model_copy(
+            update={
+                "services": [svc if x.key == self.service.key else x for x in s.snap.services],
+                "workloads": workloads,
+            }
+        )
 
 
 def run_twin(
