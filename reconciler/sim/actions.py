@@ -88,6 +88,7 @@ from reconciler.plan.actions import (
     Hold,
     LabelNode,
     Move,
+    PartitionChange,
     PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
@@ -439,6 +440,15 @@ def _prune_kueue_object(world: World, a: PruneKueueObject, now: datetime) -> Non
     ]
 
 
+def _other_backend(world: World, a: PartitionChange, now: datetime) -> None:
+    """The effect model knows the device plugin's and mig-manager's partitions only (the
+    default backend, which the twin plans with); another backend's change is its own."""
+    raise ValueError(
+        f"{a.id}: the effect model has no model of partition backend {a.backend!r}; the twin "
+        "plans with the default (device plugin) backend only"
+    )
+
+
 EFFECTS: dict[str, Callable] = {
     "cordon": _cordon,
     "uncordon": _uncordon,
@@ -449,6 +459,7 @@ EFFECTS: dict[str, Callable] = {
     "move": _evict,
     "mig-reconfigure": repartition,
     "set-sharing": repartition,
+    "partition-change": _other_backend,
     "scale": _scale,
     "scale-envelope": _scale_envelope,
     "admit": _admit,
