@@ -16,10 +16,16 @@ from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.sim.effects import step
 from tests.plan.scenarios import A100, NOW, _objects
-from tests.plan.test_steps import (
+from tests.plan.support import (
+    QUEUE_ID,
+    QUEUE_Q,
     SHARED_CARD,
+    WAIT_ID,
+    WQ,
     ago,
     desired,
+    ok,
+    prom_scaling,
     run,
     run_a,
     scaling,
@@ -337,8 +343,6 @@ def test_shrinking_the_max_makes_the_autoscaler_scale_down_and_settles():
 def test_an_envelope_from_prometheus_readings_carries_them():
     """With ScalingPolicy signals from Prometheus, the envelope's decision reads them as a
     Scale's would (per replica over the max) and the action carries query and value."""
-    from tests.plan.test_signals import QUEUE_ID, QUEUE_Q, WAIT_ID, WQ, ok, prom_scaling
-
     p = run(
         desired(extra=prom_scaling()),
         two_nodes(SHARED_CARD),
