@@ -1,9 +1,12 @@
 """What the planner's table tests share: the golden desired state with a tweak or two, a small
-cluster, a time, and a `run` that plans and checks the invariants any plan keeps; the workloads
-and services those tables are made of; Prometheus readings; a ChangePolicy document.
+cluster, a time, and a `run` that plans and checks the invariants any plan keeps; the workloads,
+services and autoscalers those tables are made of; Prometheus readings; a ChangePolicy
+document; and `stage_run`, a run no stage has touched yet, for the stage tables of
+tests/plan/stages/.
 
-Moved here from test_steps.py, test_signals.py and test_prune.py so that no test module imports
-another (tests/README.md, "Shared helpers"); the tables themselves stay in those modules.
+Moved here from test_steps.py, test_signals.py, test_prune.py and test_envelope.py so that no
+test module imports another (tests/README.md, "Shared helpers"); the tables themselves stay in
+those modules.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from datetime import datetime, timedelta
 
 from reconciler.observe.builders import gpu, hours, node, snapshot, training
 from reconciler.observe.model import (
+    Autoscaler,
     InferenceService,
     Node,
     Request,
@@ -20,8 +24,11 @@ from reconciler.observe.model import (
     Workload,
 )
 from reconciler.plan.actions import EVICTION_KINDS
+from reconciler.plan.cluster import build_cluster
 from reconciler.plan.model import Plan
+from reconciler.plan.partition import DEFAULT_BACKENDS
 from reconciler.plan.planner import plan
+from reconciler.plan.run import Run, init_usage
 from reconciler.plan.signals import render_query
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -159,6 +166,26 @@ SHARED_CARD = [gpu(i, shared=4) for i in range(2)] + [
 ]
 
 
+HPA, SO = "HorizontalPodAutoscaler", "ScaledObject"
+
+
+def hpa(lo: int, hi: int, *, kind: str = HPA, name: str = "chat", owner: str = "", last=None):
+    """`last`: minutes since gpupool last changed the envelope (None: never)."""
+    return Autoscaler(
+        kind=kind,
+        namespace="team-b",
+        name=name,
+        min_replicas=lo,
+        max_replicas=hi,
+        owner=owner,
+        last_change_at=None if last is None else NOW - timedelta(minutes=last),
+    )
+
+
+def scaled(s: InferenceService, *autoscalers: Autoscaler) -> InferenceService:
+    return s.model_copy(update={"autoscalers": list(autoscalers)})
+
+
 # =========================================================================== team caps
 
 
@@ -232,3 +259,48 @@ spec: {{{spec}}}
 
 def without(text: str, kind: str) -> str:
     return "---".join(d for d in text.split("---") if f"kind: {kind}\n" not in d)
+
+
+# =========================================================================== stage runs
+
+
+def stage_run(
+    text: str,
+    nodes: list[Node],
+    work: list[Workload] = (),
+    now: datetime = NOW,
+    *,
+    ledger: bool = True,
+    **kw,
+) -> Run:
+    """A planner run for one stage's table (tests/plan/stages/): the desired state `text`, a
+    snapshot of `nodes` and `work` with the quotas and classes of a converged cluster (`kw`,
+    the snapshot's other fields, may replace them), the working view, the default partition
+    backend, and with `ledger` the usage ledger and the hourly budget (`init_usage`). No stage
+    has run: the snapshot is not checked (`open_run`'s consistency check) and the fences are
+    not reported."""
+    d = load([SourceFile("desired.yaml", text)])
+    observed = snapshot(now, nodes, list(work), **{**_objects(text), **kw})
+    r = Run(d, observed, now, build_cluster(d, observed), backends=DEFAULT_BACKENDS)
+    if ledger:
+        init_usage(r)
+    return r
+
+
+def action_ids(r: Run) -> set[str]:
+    return set(r.actions)
+
+
+def findings_of(r: Run) -> set[tuple[str, str]]:
+    """(code, subject) of each finding the run has emitted."""
+    return {(f.code, f.subject) for f in r.findings}
+
+
+def changed_cards(r: Run) -> dict[str, str]:
+    """Card -> "before -> after" for every card the working view repartitions."""
+    return {
+        g.key: f"{g.describe()} -> {g.describe(target=True)}"
+        for pv in r.cluster.pools.values()
+        for g in pv.gpus
+        if g.changes
+    }

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.observe.builders import gpu, mig_pod, shared_pod, snapshot
-from reconciler.observe.model import Autoscaler, InferenceService
+from reconciler.observe.model import InferenceService
 from reconciler.plan.actions import Scale, SetScaleEnvelope
 from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
@@ -20,37 +20,21 @@ from tests.plan.support import (
     QUEUE_ID,
     QUEUE_Q,
     SHARED_CARD,
+    SO,
     WAIT_ID,
     WQ,
     ago,
     desired,
+    hpa,
     ok,
     prom_scaling,
     run,
     run_a,
+    scaled,
     scaling,
     svc,
     two_nodes,
 )
-
-HPA, SO = "HorizontalPodAutoscaler", "ScaledObject"
-
-
-def hpa(lo: int, hi: int, *, kind: str = HPA, name: str = "chat", owner: str = "", last=None):
-    """`last`: minutes since gpupool last changed the envelope (None: never)."""
-    return Autoscaler(
-        kind=kind,
-        namespace="team-b",
-        name=name,
-        min_replicas=lo,
-        max_replicas=hi,
-        owner=owner,
-        last_change_at=None if last is None else NOW - timedelta(minutes=last),
-    )
-
-
-def scaled(s: InferenceService, *autoscalers: Autoscaler) -> InferenceService:
-    return s.model_copy(update={"autoscalers": list(autoscalers)})
 
 
 def envelopes(p) -> list[tuple[str, int, int, int, int]]:
