@@ -5,9 +5,9 @@ usage ledger.
 (Preempt naming no preemptor, after its checkpoint unless spot; a Job's is suspended), until it
 is within its cap, but only work its namespace's ResourceQuota keeps out once stopped: a pod
 its owner would recreate and the quota admit again is left running, as is work the eviction
-gate refuses; then `over-cap` says so (`budget-spent` too when the hour's budget stopped it).
-In a namespace gpupool gates, admission holds a recreated pod, so it may be stopped. The
-ledger follows: the team's usage drops by what was stopped.
+check (`stop_refusal`) refuses; then `over-cap` says so (`budget-spent` too when the hour's
+budget stopped it). In a namespace gpupool gates, admission holds a recreated pod, so it may
+be stopped. The ledger follows: the team's usage drops by what was stopped.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ run alone on a fresh run with its usage ledger.
 
 `defragment(run, pv, gang)` moves a few single-card workloads off the node closest to fitting
 a one-pod gang, each to a free card elsewhere (a Move after its checkpoint, through the same
-eviction gate as a preemption, though work of the gang's own priority may move), then places
+eviction check as a preemption, though work of the gang's own priority may move), then places
 the gang; it returns whether it did. Nothing moves without an enabled MaintenancePolicy
 defragmentation rule, outside its window (UTC), with fewer moves allowed than needed (no
 partial moves), when only migratable work may move and none is, or when the hour's budget is
@@ -103,7 +103,7 @@ ROWS = [
         False,
         {},
         "",
-        id="work-the-eviction-gate-refuses-never-moves",
+        id="work-the-eviction-check-refuses-never-moves",
     ),
     pytest.param(
         PENDING_DEMAND,

@@ -1,4 +1,4 @@
-"""The eviction gate and the one place that stops work (reconciler/plan/evictions.py), run
+"""The eviction check and the one place that stops work (reconciler/plan/evictions.py), run
 alone on a fresh run with its usage ledger.
 
 `stop_refusal`: '' when a workload and its gang may be stopped now; otherwise why not: a member

@@ -4,7 +4,7 @@ usage ledger.
 `reclaim_idle`: a running workload whose whole cards all stayed under the MaintenancePolicy's
 `utilizationBelow` for `idleFor` (counted from its start at the earliest) is reclaimed (a
 Reclaim after its checkpoint, its Job suspended), unless its class is excluded; with
-`action: report` it is only an `idle-report`; one the eviction gate refuses is an
+`action: report` it is only an `idle-report`; one the eviction check refuses is an
 `idle-protected` finding. MIG and shared cards are not judged: a card's utilization is not
 one workload's there.
 """
@@ -77,7 +77,7 @@ ROWS = [
         [HIGH_FORGOTTEN],
         {},
         {("idle-protected", FORGOT)},
-        id="work-the-eviction-gate-refuses-is-idle-protected",
+        id="work-the-eviction-check-refuses-is-idle-protected",
     ),
     pytest.param(IDLE, IDLE_MIG, [RANKER], {}, set(), id="mig-cards-are-not-judged"),
 ]
