@@ -906,7 +906,7 @@ def run_gpupool(
     cluster) and this thread runs the node agents' `settle()`/`step_nodes()` every
     `min_interval`."""
     from reconciler.loop.informer import ClusterCache
-    from tests.integration.test_admission_gate import gated_namespace
+    from tests.integration.gating import gated_namespace
     from tests.integration.world import NS
 
     ns = gated_namespace(world)

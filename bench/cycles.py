@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
+from tests.plan.cycles_support import CYCLES, faults_of  # noqa: E402
 from tests.plan.generators import cases  # noqa: E402
-from tests.plan.test_cycles import CYCLES, faults_of  # noqa: E402
 
 COLUMNS = {
     "crashes": "crash",

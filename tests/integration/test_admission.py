@@ -24,6 +24,7 @@ from reconciler.conventions import (
     RESERVED_ANN,
 )
 
+from .gating import gated_namespace
 from .harness import (
     NS,
     audit_mark,
@@ -34,7 +35,6 @@ from .harness import (
     node_state,
 )
 from .scenario import TEXT, base, seed_priority_classes
-from .test_admission_gate import gated_namespace
 from .world import CONTROLLER_SA
 
 # training-high may preempt training-low here (checkpoint first: grace period 5m)

@@ -14,16 +14,11 @@ admitted by adding the node's matchFields to each of its terms (replacing them i
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
-
 import pytest
 from kubernetes import client
 
 from reconciler.conventions import (
     ADMISSION_GATE,
-    ADMISSION_NAMESPACE_LABEL,
-    ADMISSION_NAMESPACE_VALUE,
     ADMITTED_ANN,
     GPU_RESOURCE,
     POOL_LABEL,
@@ -32,90 +27,22 @@ from reconciler.conventions import (
 )
 from tests.support.wait import wait_for
 
+from .gating import gate_names, gated_namespace, pod
 from .harness import add_gpu_node
 from .world import World
 
 pytestmark = pytest.mark.kube
 
-POLICY = "gpupool-admission-gate"  # deploy/admission-gate.yaml
 # Kueue's gate for plain pods (kubernetes-sigs/kueue pkg/controller/jobs/pod/constants,
 # SchedulingGateName); not a key gpupool owns, so it is not in reconciler/conventions.py.
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 SMP = "application/strategic-merge-patch+json"
-IMAGE = "registry.example/train:1"
 
 
 # ---------------------------------------------------------------- helpers
-def pod(
-    name: str,
-    *,
-    limits: dict[str, str] | None = None,
-    init_limits: dict[str, str] | None = None,
-    requests: dict[str, str] | None = None,
-    scheduler: str | None = None,
-    node: str | None = None,
-    gates: tuple[str, ...] = (),
-    pool: str | None = None,
-) -> dict[str, Any]:
-    """A pod asking for `limits`/`requests` in its container and `init_limits` in an init
-    container (None: no init container; {}: one without resources)."""
-
-    def container(name: str, limits: dict | None, requests: dict | None = None) -> dict:
-        c: dict[str, Any] = {"name": name, "image": IMAGE}
-        if limits or requests:
-            c["resources"] = {"limits": limits or {}, "requests": requests or {}}
-        return c
-
-    spec: dict[str, Any] = {
-        "containers": [container("main", limits, requests)],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if init_limits is not None:
-        spec["initContainers"] = [container("warmup", init_limits)]
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    if node:
-        spec["nodeName"] = node
-    if gates:
-        spec["schedulingGates"] = [{"name": g} for g in gates]
-    if pool:
-        spec["nodeSelector"] = {POOL_LABEL: pool}
-    return {"metadata": {"name": name}, "spec": spec}
-
-
-def gate_names(p: client.V1Pod) -> list[str]:
-    return [g.name for g in p.spec.scheduling_gates or []]
-
-
 def scheduled_condition(kube: World, ns: str, name: str) -> client.V1PodCondition | None:
     p = kube.core.read_namespaced_pod(name, ns)
     return next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
-
-
-def gated_namespace(kube: World, timeout: float = 30.0) -> str:
-    """A namespace labelled for gpupool's admission, returned once the policy is in effect in
-    it: the API server applies a new policy only after its informer has synced it, and matches
-    the namespace selector against its namespace cache, so a dry-run probe pod is created until
-    it comes back gated (no blind sleep)."""
-    api = client.AdmissionregistrationV1Api(kube.api_client)
-    # install() ignores creation errors of deploy/ objects; say so if the policy is missing
-    api.read_mutating_admission_policy(POLICY)
-    api.read_mutating_admission_policy_binding(POLICY)
-    name = f"gated-{uuid.uuid4().hex[:8]}"
-    labels = {ADMISSION_NAMESPACE_LABEL: ADMISSION_NAMESPACE_VALUE}
-    kube.core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    kube.ensure_namespace(name)  # the World deletes it at teardown
-    probe = pod("probe", limits={GPU_RESOURCE: "1"})
-    wait_for(
-        f"{POLICY} to take effect in namespace {name}",
-        lambda: (
-            ADMISSION_GATE
-            in gate_names(kube.core.create_namespaced_pod(name, probe, dry_run="All"))
-        ),
-        timeout=timeout,
-        interval=0.1,
-    )
-    return name
 
 
 # ---------------------------------------------------------------- gated at creation

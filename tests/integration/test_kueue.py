@@ -19,7 +19,7 @@ from reconciler import conventions as C
 
 from .crds import install_crd, kueue_crd_paths, remove_crd
 from .harness import CONTROLLER_SA, audit_mark, controller, write_policy, writes
-from .test_rbac import CONTROLLER, access, allows, audited, narrowed, rules
+from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 
 G, V = C.KUEUE_GROUP, C.KUEUE_VERSION
 

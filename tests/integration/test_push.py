@@ -26,7 +26,7 @@ from pathlib import Path
 from reconciler.loop.webhook import PATH, sign
 from tests.support.wait import wait_for_process
 
-from .test_objects_dual import _desired
+from .objects_desired import _desired
 from .world import CONTROLLER_SA, NS, OPERATOR_NS
 
 SECRET = b"push-secret-for-the-test"

@@ -2,11 +2,11 @@
 and which it tells why they wait (`Hold`).
 
 Every row plans a small two-node A100 cluster on the golden desired state
-(tests/plan/scenarios.py via `tests.plan.test_steps.desired`: team-a cap 8, guaranteed 4 +
+(tests/plan/scenarios.py via `tests.plan.support.desired`: team-a cap 8, guaranteed 4 +
 borrows 4; team-b cap 16; budget 4/h; minRuntime 15m), with `run` checking the invariants any
 plan keeps (dependencies earlier in the plan, a checkpoint before each non-spot eviction).
 Where a decision spans cycles, the plan takes effect through `reconciler.sim.effects.step`
-(`tests.plan.test_cycles.simulate`).
+(`tests.plan.cycles_support.simulate`).
 
 `a100-2` is usually full of non-preemptible work (`fill()`), so `a100-1` is the only place a
 pod can go and its Admit names exact cards.
@@ -27,9 +27,9 @@ from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan import scenarios
+from tests.plan.cycles_support import overcommits, simulate
 from tests.plan.scenarios import A100, BAL, NOW, _objects
-from tests.plan.test_cycles import overcommits, simulate
-from tests.plan.test_steps import HIGH, LOW, desired, job, pend, run, two_nodes
+from tests.plan.support import HIGH, LOW, desired, job, pend, run, two_nodes
 
 ALL = tuple(range(8))
 LOWER, UPPER = (0, 1, 2, 3), (4, 5, 6, 7)

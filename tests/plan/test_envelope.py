@@ -9,42 +9,32 @@ from datetime import timedelta
 import pytest
 
 from reconciler.observe.builders import gpu, mig_pod, shared_pod, snapshot
-from reconciler.observe.model import Autoscaler, InferenceService
+from reconciler.observe.model import InferenceService
 from reconciler.plan.actions import Scale, SetScaleEnvelope
 from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.sim.effects import step
 from tests.plan.scenarios import A100, NOW, _objects
-from tests.plan.test_steps import (
+from tests.plan.support import (
+    QUEUE_ID,
+    QUEUE_Q,
     SHARED_CARD,
+    SO,
+    WAIT_ID,
+    WQ,
     ago,
     desired,
+    hpa,
+    ok,
+    prom_scaling,
     run,
     run_a,
+    scaled,
     scaling,
     svc,
     two_nodes,
 )
-
-HPA, SO = "HorizontalPodAutoscaler", "ScaledObject"
-
-
-def hpa(lo: int, hi: int, *, kind: str = HPA, name: str = "chat", owner: str = "", last=None):
-    """`last`: minutes since gpupool last changed the envelope (None: never)."""
-    return Autoscaler(
-        kind=kind,
-        namespace="team-b",
-        name=name,
-        min_replicas=lo,
-        max_replicas=hi,
-        owner=owner,
-        last_change_at=None if last is None else NOW - timedelta(minutes=last),
-    )
-
-
-def scaled(s: InferenceService, *autoscalers: Autoscaler) -> InferenceService:
-    return s.model_copy(update={"autoscalers": list(autoscalers)})
 
 
 def envelopes(p) -> list[tuple[str, int, int, int, int]]:
@@ -337,8 +327,6 @@ def test_shrinking_the_max_makes_the_autoscaler_scale_down_and_settles():
 def test_an_envelope_from_prometheus_readings_carries_them():
     """With ScalingPolicy signals from Prometheus, the envelope's decision reads them as a
     Scale's would (per replica over the max) and the action carries query and value."""
-    from tests.plan.test_signals import QUEUE_ID, QUEUE_Q, WAIT_ID, WQ, ok, prom_scaling
-
     p = run(
         desired(extra=prom_scaling()),
         two_nodes(SHARED_CARD),

@@ -16,8 +16,7 @@ from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
 from reconciler.sim.effects import apply_plan
 from tests.plan.scenarios import L40S_POOL, NOW, _objects
-from tests.plan.test_prune import CHANGE, without
-from tests.plan.test_steps import desired, pend, run_a, two_nodes
+from tests.plan.support import CHANGE, desired, pend, run_a, two_nodes, without
 
 KUEUE = (
     "  defaultClass: training-low\n",

@@ -12,7 +12,7 @@ from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.sim.effects import apply_plan
 from tests.plan.scenarios import NOW, _objects
-from tests.plan.test_steps import desired, maint, pend, two_nodes
+from tests.plan.support import CHANGE, desired, maint, pend, two_nodes, without
 
 OLD_QUOTA = QuotaObject(
     namespace="team-old",
@@ -23,17 +23,6 @@ OLD_QUOTA = QuotaObject(
 OLD_CLASS = PriorityClassObject(
     name="retired", value=5, preemption_policy="Never", managed_by="gpupool"
 )
-CHANGE = """
----
-apiVersion: gpupool.io/v1alpha1
-kind: ChangePolicy
-metadata: {{name: default}}
-spec: {{{spec}}}
-"""
-
-
-def without(text: str, kind: str) -> str:
-    return "---".join(d for d in text.split("---") if f"kind: {kind}\n" not in d)
 
 
 def converged(text: str, quotas=(), classes=(), workloads=(), **kw):

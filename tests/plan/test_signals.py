@@ -19,45 +19,26 @@ from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
 from tests.plan.scenarios import _objects
-from tests.plan.test_steps import (
+from tests.plan.support import (
     FORGOTTEN,
     IDLE,
+    QUEUE_ID,
+    QUEUE_Q,
     SHARED_CARD,
+    WAIT_ID,
+    WQ,
     desired,
     evicted,
     idle_gpus,
     maint,
+    ok,
+    prom_scaling,
     run,
     scaling,
     svc,
     two_nodes,
+    wait_query,
 )
-
-QUEUE_Q = 'sum(vllm:num_requests_waiting{namespace="team-b",pod=~"chat-.*"})'
-QUEUE_ID = "scaling/chat/Deployment/team-b/chat/queueLength"
-WAIT_ID = "scaling/chat/Deployment/team-b/chat/waitTime"
-
-
-def prom_scaling(extra: str = "{source: prometheus}", **kw) -> str:
-    return scaling(**kw) + f"  signals: {extra}\n"
-
-
-def wait_query(text: str) -> str:
-    d = load([SourceFile("d.yaml", desired(extra=text))])
-    return render_query(
-        d.scaling["chat"].spec.signals.wait_time, {"namespace": "team-b", "name": "chat"}
-    )
-
-
-def ok(qid: str, query: str, *values: float, labels: dict | None = None) -> SignalReading:
-    return SignalReading(
-        id=qid,
-        query=query,
-        samples=[
-            SignalSample(labels=labels or {"pod": f"chat-{i}"}, value=v)
-            for i, v in enumerate(values)
-        ],
-    )
 
 
 def failed(qid: str, query: str, error: str) -> SignalReading:
@@ -111,8 +92,6 @@ def test_render_replaces_only_placeholders():
 
 
 # --------------------------------------------------------------------------- scaling table
-
-WQ = wait_query(prom_scaling())
 
 SCALING = [
     # (readings, replicas, (from, to) or None, findings (code, subject), reason fragments)

@@ -24,7 +24,7 @@ from reconciler.plan.stages.whole_cards import _place_one
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import A100, BAL, NOW, _objects
-from tests.plan.test_steps import ago, desired, job, pend, run, two_nodes
+from tests.plan.support import ago, desired, job, pend, run, two_nodes
 
 HIGH, LOW = "training-high", "training-low"
 

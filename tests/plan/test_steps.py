@@ -7,6 +7,9 @@ small observed cluster and a time; it expects the plan's action ids and finding
 `depends_on` names an earlier action of the same plan, and each eviction of a non-spot
 workload waits for its checkpoint.
 
+The helpers the rows are made of (`desired`, `run`, `pend`, `job`, `svc`, ...) live in
+tests/plan/support.py, which the other plan tests share.
+
 Rows describe what the planner does today; rows marked xfail(strict) describe what it should
 do where today's behaviour looks wrong.
 """
@@ -17,77 +20,36 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reconciler.observe.builders import gpu, hours, mig_pod, node, shared_pod, snapshot, training
-from reconciler.observe.model import InferenceService, Node, Request, Workload
-from reconciler.plan.actions import EVICTION_KINDS, Checkpoint, Cordon, Preempt
+from reconciler.observe.builders import gpu, mig_pod, shared_pod, training
+from reconciler.observe.model import Node, Workload
+from reconciler.plan.actions import Checkpoint, Cordon, Preempt
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
-from reconciler.policy.state import DesiredState
-from tests.plan.scenarios import A100, BAL, NOW, _objects, desired_text
-
-MAINT = (
-    "  defragmentation: {when: pendingDemand, maxMigrationsPerCycle: 2}\n"
-    "  idleReclaim: {utilizationBelow: 5, idleFor: 1h, excludeClasses: [training-high]}\n"
+from tests.plan.scenarios import A100, BAL, NOW
+from tests.plan.support import (
+    FORGOTTEN,
+    HIGH,
+    IDLE,
+    LOW,
+    SHARED_CARD,
+    ago,
+    check_invariants,
+    desired,
+    evicted,
+    idle_gpus,
+    job,
+    maint,
+    pend,
+    repartition,
+    run,
+    run_a,
+    scaling,
+    svc,
+    two_nodes,
 )
+
 TEAM_A_POOLS = "pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 4}}]"
-
-
-def ago(h: float, now: datetime = NOW) -> datetime:
-    return now - hours(h)
-
-
-def desired(*swaps: tuple[str, str], extra: str = "") -> str:
-    """The golden desired state with some of its text replaced (each `old` must be there)."""
-    text = desired_text(extra=extra)
-    for old, new in swaps:
-        assert old in text, f"tweak does not apply: {old!r}"
-        text = text.replace(old, new)
-    return text
-
-
-def maint(
-    defrag: str = "{when: pendingDemand, maxMigrationsPerCycle: 2}",
-    idle: str = "{utilizationBelow: 5, idleFor: 1h, excludeClasses: [training-high]}",
-) -> tuple[str, str]:
-    """A swap for the MaintenancePolicy spec; an empty string drops that part."""
-    lines = "".join(
-        f"  {k}: {v}\n" for k, v in (("defragmentation", defrag), ("idleReclaim", idle)) if v
-    )
-    return MAINT, lines or "  pools: []\n"
-
-
-def two_nodes(gpus1: list | None = None, gpus2: list | None = None) -> list[Node]:
-    return [node("a100-1", "a100", A100, gpus1), node("a100-2", "a100", A100, gpus2)]
-
-
-def check_invariants(d: DesiredState, p: Plan) -> None:
-    pos = {a.id: i for i, a in enumerate(p.actions)}
-    assert len(pos) == len(p.actions), "duplicate action ids"
-    stopped = set()
-    for a in p.actions:
-        assert a.reason.strip(), a.id
-        for dep in a.depends_on:
-            assert dep in pos, f"{a.id} depends on {dep}, which is not in the plan"
-            assert pos[dep] < pos[a.id], f"{a.id} comes before its dependency {dep}"
-        if a.kind in EVICTION_KINDS:
-            stopped.add(a.target)
-            cls = d.priority_class(a.priority_class)
-            if not (cls and cls.spot):
-                assert f"checkpoint:{a.target}" in a.depends_on, (
-                    f"{a.id} does not wait for its checkpoint"
-                )
-    for a in p.actions:
-        if a.kind == "checkpoint":
-            assert a.target in stopped, f"{a.id} checkpoints a workload the plan does not stop"
-
-
-def run(text: str, nodes: list[Node], work: list[Workload], now: datetime = NOW, **kw) -> Plan:
-    d = load([SourceFile("desired.yaml", text)])
-    p = plan(d, snapshot(now, nodes, work, **_objects(text), **kw))
-    check_invariants(d, p)
-    return p
 
 
 ADMISSION_KINDS = ("admit", "hold")
@@ -100,27 +62,7 @@ def expect(p: Plan, actions: set[str], findings: set[tuple[str, str]]) -> None:
     assert {(f.code, f.subject) for f in p.findings} == findings
 
 
-def repartition(n: str, kind: str = "mig-reconfigure") -> set[str]:
-    return {f"cordon:{n}", f"{kind}:{n}", f"uncordon:{n}"}
-
-
-def evicted(kind: str, *keys: str, spot: bool = False) -> set[str]:
-    return {f"{kind}:{k}" for k in keys} | (set() if spot else {f"checkpoint:{k}" for k in keys})
-
-
 # =========================================================================== admission
-
-HIGH, LOW = "training-high", "training-low"
-
-
-def pend(
-    ns: str, name: str, n: int, cls: str = LOW, pool: str | None = "a100", created: float = 0.2
-) -> Workload:
-    return training(ns, name, None, n, cls=cls, pool=pool, created=ago(created))
-
-
-def run_a(ns: str, name: str, node_name: str, gpus: list[int] | int, cls: str = HIGH) -> Workload:
-    return training(ns, name, node_name, gpus, cls=cls, started=ago(5), checkpoint=ago(0.2))
 
 
 ADMISSION = [
@@ -256,48 +198,6 @@ def test_admission(swaps, gpus1, work, actions, findings):
 # =========================================================================== scaling
 
 
-def scaling(lo: int = 1, hi: int = 6, down_step: int = 1, target: str = "chat") -> str:
-    return f"""\
----
-apiVersion: gpupool.io/v1alpha1
-kind: ScalingPolicy
-metadata: {{name: chat}}
-spec:
-  pool: a100
-  targets:
-    - {{namespace: team-b, name: {target}, minReplicas: {lo}, maxReplicas: {hi}}}
-  scaleUp: {{queueLengthPerReplica: 10, pendingTime: 30s, step: 2, cooldown: 2m}}
-  scaleDown: {{queueLengthPerReplica: 1, step: {down_step}, cooldown: 10m}}
-"""
-
-
-def svc(
-    replicas: int,
-    queue: float | None = None,
-    p99: float | None = None,
-    last: float | None = 60,
-    name: str = "chat",
-) -> InferenceService:
-    """`last`: minutes since the last scale change (None: never scaled)."""
-    return InferenceService(
-        namespace="team-b",
-        name=name,
-        replicas=replicas,
-        priority_class="serving",
-        replica_request=Request(shared_slices=1),
-        pool="a100",
-        queue_length=queue,
-        pending_seconds_p99=p99,
-        last_scale_at=None if last is None else NOW - timedelta(minutes=last),
-    )
-
-
-# 8 free slices on a100-1: its two plain cards are shared (the device plugin shares a node's
-# plain cards together), the rest are empty MIG cards of the policy's layout
-SHARED_CARD = [gpu(i, shared=4) for i in range(2)] + [
-    gpu(i, mig=BAL, model=A100) for i in range(2, 8)
-]
-
 SCALING_ROWS = [
     pytest.param({}, svc(2, queue=60), (2, 4), set(), id="queue-over-threshold-up-by-step"),
     pytest.param({}, svc(5, queue=100), (5, 6), set(), id="up-by-step-clipped-at-max"),
@@ -371,18 +271,6 @@ def test_scale_up_stops_at_team_cap():
 
 
 # =========================================================================== team caps
-
-
-def job(
-    ns: str,
-    name: str,
-    node_name: str,
-    gpus: list[int] | int,
-    cls: str = LOW,
-    started: float = 5,
-    ckpt: float = 0.2,
-) -> Workload:
-    return training(ns, name, node_name, gpus, cls=cls, started=ago(started), checkpoint=ago(ckpt))
 
 
 CAP_ROWS = [
@@ -527,15 +415,6 @@ def test_team_caps(work, kw, actions, findings):
 
 # =========================================================================== idle reclaim
 
-
-def idle_gpus(util: float = 1.0, idle: float | None = 3, **kw) -> list:
-    return [
-        gpu(i, util=util, idle_since=None if idle is None else ago(idle), **kw) for i in range(8)
-    ]
-
-
-FORGOTTEN = job("team-b", "forgotten", "a100-1", [0, 1], ckpt=3)
-IDLE = "{utilizationBelow: 5, idleFor: 1h, excludeClasses: [training-high]}"
 
 IDLE_ROWS = [
     pytest.param(

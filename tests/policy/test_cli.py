@@ -12,8 +12,7 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.policy.models import KINDS
-
-from .test_loader import BROKEN, CASES
+from tests.policy.loading import BROKEN, CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 

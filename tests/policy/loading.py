@@ -1,0 +1,188 @@
+"""The hand-written bad inputs of tests/policy/broken/ and where each one's problem is: CASES,
+one row per file or folder, with the file, line, column, field path and a message fragment the
+loader must report. Read by tests/policy/test_loader.py (the loader's problems) and
+tests/policy/test_cli.py (the same problems through `gpupool validate`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BROKEN = HERE / "broken"
+
+# (case: a file or folder under broken/, file the problem is in, line, column, field path, fragment)
+CASES = [
+    ("yaml_syntax.yaml", "yaml_syntax.yaml", 9, 11, "", "began at line 8"),
+    (
+        "yaml_duplicate_key.yaml",
+        "yaml_duplicate_key.yaml",
+        10,
+        3,
+        "spec.capacity",
+        'duplicate key "capacity" (first at line 8)',
+    ),
+    ("not_a_mapping.yaml", "not_a_mapping.yaml", 2, 1, "", "document 1 is a list, not a mapping"),
+    (
+        "wrong_api_version.yaml",
+        "wrong_api_version.yaml",
+        2,
+        1,
+        "apiVersion",
+        "must be 'gpupool.io/v1alpha1' (got 'gpupool.io/v1')",
+    ),
+    ("unknown_kind.yaml", "unknown_kind.yaml", 3, 1, "kind", "unknown kind 'GpuPool'"),
+    (
+        "unknown_field.yaml",
+        "unknown_field.yaml",
+        10,
+        5,
+        "spec.training.minGpus",
+        "unknown field 'minGpus'",
+    ),
+    ("wrong_type.yaml", "wrong_type.yaml", 9, 5, "spec.capacity.nodes", "valid integer (got '8')"),
+    (
+        "missing_field.yaml",
+        "missing_field.yaml",
+        6,
+        1,
+        "spec.capacity",
+        "missing required field 'capacity'",
+    ),
+    (
+        "bad_duration.yaml",
+        "bad_duration.yaml",
+        10,
+        5,
+        "spec.preemption.minRuntime",
+        "'10 minutes' is not a duration",
+    ),
+    (
+        "bad_quantity.yaml",
+        "bad_quantity.yaml",
+        12,
+        7,
+        "spec.inference.shared.memoryPerSlice",
+        "'20GB' is not a quantity",
+    ),
+    (
+        "duplicate_name",
+        "duplicate_name/b.yaml",
+        5,
+        3,
+        "metadata.name",
+        "duplicate Pool name 'a100' (first defined at ",
+    ),
+    (
+        "dangling_quota_pool.yaml",
+        "dangling_quota_pool.yaml",
+        20,
+        7,
+        "spec.pools[0].pool",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "dangling_scaling_pool.yaml",
+        "dangling_scaling_pool.yaml",
+        18,
+        3,
+        "spec.pool",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "dangling_maintenance_pool.yaml",
+        "dangling_maintenance_pool.yaml",
+        18,
+        17,
+        "spec.pools[1]",
+        "refers to Pool 'h100', which does not exist",
+    ),
+    (
+        "unknown_mig_profile.yaml",
+        "unknown_mig_profile.yaml",
+        13,
+        31,
+        "spec.inference.mig.layouts[0].profiles[1]",
+        "'3g.20gb' is not a MIG profile of A100-SXM4-80GB",
+    ),
+    (
+        "unplaceable_mig_layout.yaml",
+        "unplaceable_mig_layout.yaml",
+        17,
+        11,
+        "spec.inference.mig.layouts[1].profiles",
+        "cannot be placed on A100-SXM4-80GB",
+    ),
+    (
+        "mig_on_non_mig_model.yaml",
+        "mig_on_non_mig_model.yaml",
+        10,
+        5,
+        "spec.inference.mig",
+        "L40S-48GB does not support MIG",
+    ),
+    (
+        "shared_exceeds_memory.yaml",
+        "shared_exceeds_memory.yaml",
+        12,
+        7,
+        "spec.inference.shared.memoryPerSlice",
+        "4 slices x 24Gi = 96Gi exceeds the 80Gi",
+    ),
+    (
+        "guarantees_exceed_capacity.yaml",
+        "guarantees_exceed_capacity.yaml",
+        30,
+        7,
+        "spec.pools[0]",
+        "guarantees on Pool/a100 add up to 10 GPUs (search, vision) but the pool has 8",
+    ),
+    (
+        "team_cap_below_guarantees.yaml",
+        "team_cap_below_guarantees.yaml",
+        19,
+        3,
+        "spec.maxGPUs",
+        "cap of 4 GPUs is below the team's guarantees (6 GPUs)",
+    ),
+    (
+        "overlapping_selectors.yaml",
+        "overlapping_selectors.yaml",
+        19,
+        3,
+        "spec.nodeSelector",
+        "overlaps Pool/fra1",
+    ),
+    (
+        "namespace_in_two_quotas.yaml",
+        "namespace_in_two_quotas.yaml",
+        14,
+        24,
+        "spec.namespaces[1]",
+        "namespace 'shared-dev' is already governed by Quota/vision",
+    ),
+    (
+        "priority_victim_higher.yaml",
+        "priority_victim_higher.yaml",
+        14,
+        19,
+        "spec.preemption.rules[0].victims[0]",
+        "batch (value 100) cannot preempt serving (value 1000)",
+    ),
+    (
+        "priority_victim_not_preemptible.yaml",
+        "priority_victim_not_preemptible.yaml",
+        13,
+        19,
+        "spec.preemption.rules[0].victims[0]",
+        "'training-high' is not preemptible",
+    ),
+    (
+        "priority_unknown_class.yaml",
+        "priority_unknown_class.yaml",
+        13,
+        29,
+        "spec.preemption.rules[0].victims[1]",
+        "unknown class 'spot'",
+    ),
+]
