@@ -4,7 +4,7 @@
     .venv/bin/python bench/cycles.py --clusters 2000 --seed 7 --show 3
 
 Each random (desired, observed) of `tests/plan/generators.py` runs the harness of
-`tests/plan/test_cycles.py` (plan -> `reconciler.sim.effects.step`, 10 cycles) and every check
+`tests/plan/cycles_support.py` (plan -> `reconciler.sim.effects.step`, 10 cycles) and every check
 of that file; the table counts the clusters where each check found something:
 
   crashes         a cycle raised

@@ -56,7 +56,6 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     quotas = resource_quotas(run)
     ns_use: dict[str, Counter] = {}
     for w in run.cluster.workloads.values():
-        pv = run.pool_view(run.cluster.pool_of(w))
         ns_use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
     training_whole: Counter = Counter()
     for (_, pool), n in run.running_whole.items():

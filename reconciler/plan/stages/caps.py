@@ -37,7 +37,7 @@ def enforce_team_caps(run: Run) -> None:
             continue
         refused = _stop_down_to_cap(run, q, cap, comeback)
         if BUDGET in refused:
-            run.find("warning", "budget-spent", q.team, f"over its cap but the {refused}")
+            run.find("warning", "budget-spent", q.team, f"over its cap but {refused}")
         if run.team_usage[q.team] > cap:
             run.find(
                 "warning",

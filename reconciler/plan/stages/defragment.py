@@ -66,7 +66,7 @@ def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
             target=dest.node,
             to_gpus=(dest.index,),
         )
-    return place_gang(run, pv, p) is not None
+    return place_gang(run, pv, p)
 
 
 def _residents(
