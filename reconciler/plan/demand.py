@@ -129,14 +129,20 @@ def pending_pool(run: Run, p: Demand) -> str | None:
     return None
 
 
-def unreachable(run: Run, pv: PoolView, p: Demand) -> str:
+def largest_node(pv: PoolView) -> int:
+    """The most cards one node of `pv` has (available or not)."""
+    return max((len(s) for s in pv.by_node().values()), default=0)
+
+
+def unreachable(run: Run, pv: PoolView, p: Demand, largest: int | None = None) -> str:
     """Why `p` can never run in `pv` whatever is freed or repartitioned ('' when it can).
     Judged before anything is disrupted for it, against every node of the pool (a node that
-    is unavailable now may come back)."""
+    is unavailable now may come back). `largest`: `largest_node(pv)`, when the caller asks
+    for many units (it does not change while demand is admitted)."""
     r = p.request
     inf = pv.pool.spec.inference
-    sizes = [len(s) for s in pv.by_node().values()]
-    largest = max(sizes, default=0)
+    if largest is None:
+        largest = largest_node(pv)
     if r.gpus:
         if r.gpus > largest:
             return f"asks {r.gpus} GPUs on one node; the largest node of {pv.name} has {largest}"

@@ -6,6 +6,7 @@ what the plan placed."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 
 from reconciler.observe.model import (
@@ -25,6 +26,7 @@ from reconciler.plan.cluster import (
 )
 from reconciler.plan.demand import (
     describe,
+    largest_node,
     memory_beyond_share,
     pending_pool,
     record_wait,
@@ -60,6 +62,12 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     training_whole: Counter = Counter()
     for (_, pool), n in run.running_whole.items():
         training_whole[pool] += n
+    # what every unit is judged against and nothing in this step changes: each pool's largest
+    # node and its whole cards (once per pool, not once per unit: linear in the demand)
+    shapes = {
+        name: _PoolShape(largest_node(pv), pv.count("whole"))
+        for name, pv in run.cluster.pools.items()
+    }
     for p in pending:
         pool = pending_pool(run, p)
         if pool is None:
@@ -73,7 +81,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
             continue
         p.pool = pool
         pv = run.cluster.pools[pool]
-        why = unreachable(run, pv, p)
+        why = unreachable(run, pv, p, shapes[pool].largest_node)
         if why:
             record_wait(
                 run, p, "unreachable", f"{p.origin} {why}: it can never run as asked", "warning"
@@ -81,7 +89,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
             continue
         memory_beyond_share(run, pv, p)
         pods = len(p.members)
-        held = _held(run, p, pv, pods, training_whole, quotas, ns_use)
+        held = _held(run, p, pv, pods, training_whole, quotas, ns_use, shapes[pool].whole_cards)
         if held:
             record_wait(run, p, held[0], held[1])
             continue
@@ -111,8 +119,10 @@ def _held(
     training_whole: Counter,
     quotas: dict[tuple[str, str], dict[str, str]],
     ns_use: dict[str, Counter],
+    whole_cards: int,
 ) -> tuple[str, str] | None:
-    """(code, why) when admission holds `p`; None when it may go ahead."""
+    """(code, why) when admission holds `p`; None when it may go ahead. `whole_cards`: the
+    pool's whole cards (`PoolView.count("whole")`, unchanged while demand is admitted)."""
     r, pool = p.request, pv.name
     tmax = pv.pool.spec.training.max_gpus
     if r.gpus and tmax is not None and training_whole[pool] + pods * r.gpus > tmax:
@@ -155,14 +165,19 @@ def _held(
             )
     if whole > guaranteed:
         locked = _unlent(run, pool, team)
-        cards = pv.count("whole")
         total = sum(n for (_, pl), n in run.pool_whole_usage.items() if pl == pool)
-        if locked and total + pods * r.gpus + locked > cards:
+        if locked and total + pods * r.gpus + locked > whole_cards:
             return "held-lending", (
                 f"held: team {team} would borrow beyond its guarantee in {pool}, and the "
                 f"free cards are other teams' guarantees they do not lend ({locked})"
             )
     return None
+
+
+@dataclass(frozen=True)
+class _PoolShape:
+    largest_node: int
+    whole_cards: int
 
 
 def _unlent(run: Run, pool: str, team: str) -> int:
