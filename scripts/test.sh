@@ -15,7 +15,8 @@ fi
 .venv/bin/ruff format --check reconciler tests bench scripts
 .venv/bin/lint-imports
 # kube-apiserver, kube-scheduler, kube-controller-manager and etcd from the Kubernetes Go modules,
-# cached outside the repository by version: about 8.5 minutes on a fresh 2-core machine, then
+# cached outside the repository by version: minutes on a fresh machine (docs/development.md,
+# "How long it takes", gives the measured times and their conditions), then
 # found in well under a second. Built here, not inside a test fixture, so the time shows.
 started=$(date +%s)
 echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - started ))s)"

@@ -15,7 +15,7 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
   read instead ("0,1", "2:4" = GPU 2, MIG instance at start 4, "3/2" = two shared slices), if
   something writes it. A pod known neither way (say it started after the agent's last
   publication) gets whole cards guessed: the lowest indices nobody is known to hold, in
-  creation order (an approximation, said so in the README);
+  creation order (an approximation);
 - workload traits from annotations: `gpupool.io/checkpointable`, `gpupool.io/migratable`,
   `gpupool.io/last-checkpoint` (RFC 3339);
 - inference services: Deployments/StatefulSets labelled `gpupool.io/inference=true`, with
