@@ -124,7 +124,8 @@ def reclaims(run: Run, p: Demand, pool: str) -> str | None:
     pq = next((x for x in q.spec.pools if x.pool == pool), None)
     if pq is None:
         return None
-    if run.running_whole.get((q.team, pool), 0) + p.request.gpus > pq.whole.guaranteed:
+    need = len(p.members) * p.request.gpus  # every pod of the gang
+    if run.running_whole.get((q.team, pool), 0) + need > pq.whole.guaranteed:
         return None
     return q.team
 
