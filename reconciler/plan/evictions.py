@@ -4,8 +4,8 @@ Every preemption, reclaim and move passes `stop_refusal` (why `w` and its gang m
 stopped now: class, min runtime, priority, the hourly budget; '' when they may) and goes
 through `evict`, the only code that releases a workload's cards and usage from the ledger.
 `victims_for` is the narrow API the stages ask: the cheapest victims for `need` cards that the
-priority rules (or a team reclaiming its guarantee) let a preemptor displace; their cost order
-is victims.py's."""
+priority rules (or a team reclaiming its guarantee, as its Quota's `reclaimWithinCohort` lets
+it) let a preemptor displace; their cost order is victims.py's."""
 
 from __future__ import annotations
 
@@ -111,22 +111,110 @@ def borrowing(run: Run, w: Workload, pool: str | None) -> bool:
     return pq is None or run.running_whole.get((q.team, pool), 0) > pq.whole.guaranteed
 
 
+def reclaim_within_cohort(run: Run, namespace: str) -> str | None:
+    """How the team of `namespace` takes its guarantee back (Quota `reclaimWithinCohort`):
+    as set, else `Any` where gpupool gates every namespace of the team in gpupool mode (the
+    borrower's stopped pods come back gated and wait for the plan, so they cannot take the
+    cards straight back), else `LowerPriority`. None: the namespace has no Quota."""
+    q = run.desired.quota_for_namespace(namespace)
+    if q is None:
+        return None
+    if q.spec.reclaim_within_cohort is not None:
+        return q.spec.reclaim_within_cohort
+    gated = run.observed.gated_namespaces
+    if gated is not None and not kueue_mode(run) and set(q.spec.namespaces) <= set(gated):
+        return "Any"
+    return "LowerPriority"
+
+
 def reclaims(run: Run, p: Demand, pool: str) -> str | None:
-    """The team `p` belongs to, when `p` only takes back its own guarantee in `pool`:
-    then lower-priority work other teams run on borrowed cards may be preempted for it,
-    whatever the class rules say (the Quota promise; Kueue's reclaimWithinCohort:
-    LowerPriority). Not work of higher priority: nothing holds the recreated victim back,
-    and kube-scheduler binds the higher priority first (Kueue's `Any` needs admission
-    control: the recreated victim would have to stay unadmitted)."""
+    """The team `p` belongs to, when `p` only takes back its own guarantee in `pool` and its
+    Quota lets it preempt for that (`reclaimWithinCohort` not `Never`): then work other teams
+    run on borrowed cards may be preempted for it, whatever the class rules say (the Quota
+    promise; Kueue's reclaimWithinCohort). Which priorities: `reclaim_victim`."""
     q = run.desired.quota_for_namespace(p.namespace)
     if q is None or not p.request.gpus:
+        return None
+    if reclaim_within_cohort(run, p.namespace) == "Never":
         return None
     pq = next((x for x in q.spec.pools if x.pool == pool), None)
     if pq is None:
         return None
-    if run.running_whole.get((q.team, pool), 0) + p.request.gpus > pq.whole.guaranteed:
+    need = len(p.members) * p.request.gpus  # every pod of the gang
+    if run.running_whole.get((q.team, pool), 0) + need > pq.whole.guaranteed:
         return None
     return q.team
+
+
+def reclaim_victim(run: Run, w: Workload, p: Demand, pool: str, team: str) -> bool:
+    """`w` may be preempted for `p`, which reclaims `team`'s guarantee in `pool`: `w` is
+    another team's and that team holds more whole cards there than its guarantee. Lower
+    priority than `p`: the gate as for any preemption (`LowerPriority`). Equal or higher
+    (`Any` only): the gate without its priority check (never a non-preemptible class, nor
+    before minRuntime), and only where it cannot come straight back: its stopped pods are
+    held for the plan (`held_back`), its class may not preempt `p`'s by the rules, and its
+    team keeps at least its guarantee (`borrowed`)."""
+    if run.team(w.namespace) in (None, team) or not borrowing(run, w, pool):
+        return False
+    if not stop_refusal(run, w, run.demand_priority(p), budget=False):
+        return True
+    return (
+        reclaim_within_cohort(run, p.namespace) == "Any"
+        and not stop_refusal(run, w, budget=False)
+        and held_back(run, w)
+        and (p.priority_class or default_class(run)) not in victim_classes(run, w.priority_class)
+        and borrowed(run, w, pool) >= whole_cards(run, w)
+    )
+
+
+def held_back(run: Run, w: Workload) -> bool:
+    """Once stopped, `w`'s gang waits for the plan: each pod's Job is suspended (no pod is
+    created until the plan resumes it) or its namespace is gated (the recreated pod waits
+    for an Admit). Not in kueue mode (Kueue admits training, and gangs are evicted)."""
+    if kueue_mode(run):
+        return False
+    gated = set(run.observed.gated_namespaces or ())
+    return all(suspended_job(m) or m.namespace in gated for m in run.gang(w))
+
+
+def whole_cards(run: Run, w: Workload) -> int:
+    """Whole cards `w`'s gang holds (what stopping it takes from its team's usage)."""
+    return sum(m.request.gpus for m in run.gang(w))
+
+
+def borrowed(run: Run, w: Workload, pool: str) -> int:
+    """Whole cards `w`'s team holds in `pool` beyond its guarantee there (none: all it holds;
+    0 without a Quota: no team to account)."""
+    q = run.desired.quota_for_namespace(w.namespace)
+    if q is None:
+        return 0
+    pq = next((x for x in q.spec.pools if x.pool == pool), None)
+    guaranteed = pq.whole.guaranteed if pq else 0
+    return max(0, run.running_whole.get((q.team, pool), 0) - guaranteed)
+
+
+def overdrawn(run: Run, p: Demand, pool: str, victims: list[Candidate]) -> str:
+    """Why stopping all of `victims` for `p` would take a team below its guarantee in `pool`
+    through work `p` does not outrank ('' when it would not): `reclaim_victim` judges each
+    victim alone, a gang of several pods may choose victims of one team on several nodes."""
+    prio = run.demand_priority(p)
+    taken: dict[str, int] = {}
+    relaxed: dict[str, Workload] = {}
+    for c in victims:
+        w = run.cluster.workloads[c.key]
+        team = run.team(w.namespace)
+        if team is None:
+            continue
+        taken[team] = taken.get(team, 0) + whole_cards(run, w)
+        if c.priority >= prio:
+            relaxed.setdefault(team, w)
+    for team, w in sorted(relaxed.items()):
+        if taken[team] > borrowed(run, w, pool):
+            return (
+                f"reclaiming it would stop {taken[team]} whole cards of team {team}, which "
+                f"borrows {borrowed(run, w, pool)} in {pool}"
+            )
+    return ""
 
 
 def victims_for(
@@ -139,8 +227,8 @@ def victims_for(
 ) -> list[Candidate]:
     """Victims for `need` cards among `workloads`, cheapest first, each gang once: those
     the priority rules let `preemptor` displace (class in `classes`, lower priority), and
-    lower-priority work of teams borrowing beyond their guarantee when `preemptor`
-    reclaims its own."""
+    work of teams borrowing beyond their guarantee when `preemptor` reclaims its own
+    (`reclaim_victim`; of equal or higher priority, at most what each team borrows)."""
     prio = run.demand_priority(preemptor) if preemptor else INF_PRIORITY
     team = reclaims(run, preemptor, pool) if preemptor else None
     default = default_class(run)
@@ -156,13 +244,20 @@ def victims_for(
         )
         reclaim = (
             team is not None
-            and run.team(w.namespace) not in (None, team)
-            and borrowing(run, w, pool)
-            and not stop_refusal(run, w, prio, budget=False)
+            and preemptor is not None
+            and reclaim_victim(run, w, preemptor, pool, team)
         )
         if in_rules or reclaim:
             cands.append(as_candidate(run, w, pool))
-    return order_victims(cands, need)
+    ordered = order_victims(cands, need)
+    if team is None or preemptor is None:
+        return ordered
+    # work `preemptor` does not outrank: at most what each team borrows, all victims together
+    out: list[Candidate] = []
+    for c in ordered:
+        if not overdrawn(run, preemptor, pool, [*out, c]):
+            out.append(c)
+    return out
 
 
 def default_class(run: Run) -> str | None:

@@ -140,10 +140,14 @@ def cluster_queue_spec(desired: DesiredState, q: Quota) -> dict[str, Any]:
         },
         # preemption.reclaimWithinCohort Any: "if the pending Workload fits within the nominal
         # quota of its ClusterQueue, preempt any Workload in the cohort" that borrows: the
-        # Quota's promise that a guarantee is lent only while the team does not use it.
+        # Quota's promise that a guarantee is lent only while the team does not use it (Kueue
+        # holds the preempted Workload unadmitted); the Quota's reclaimWithinCohort, when set.
         # withinClusterQueue Never (Kueue's default): gpupool's class rules are pairs of
         # classes, which Kueue's priority-only policies cannot express; not rendered.
-        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"},
+        "preemption": {
+            "reclaimWithinCohort": q.spec.reclaim_within_cohort or "Any",
+            "withinClusterQueue": "Never",
+        },
         "resourceGroups": groups,
     }
 

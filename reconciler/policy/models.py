@@ -260,6 +260,17 @@ class QuotaSpec(Model):
     """Hard cap over all pools, in card equivalents (a MIG instance counts its share of the
     card's memory slices, a shared slice 1/slicesPerGPU)."""
     pools: list[PoolQuota] = []
+    reclaim_within_cohort: Literal["Any", "LowerPriority", "Never"] | None = None
+    """How the team takes back guaranteed whole cards it lent while idle, when its own job
+    asks for them (after Kueue's ClusterQueue `preemption.reclaimWithinCohort`). `Any`: work
+    of teams holding more than their guarantee in the pool is preempted for it whatever its
+    priority, cheapest first, at most what each such team borrows; work of equal or higher
+    priority only where its stopped pods cannot take the cards straight back (gpupool gates
+    its namespace, or suspends its Job). `LowerPriority`: only borrowed work of lower
+    priority. `Never`: no preemption gives a guarantee back. Never a non-preemptible class,
+    work younger than minRuntime, nor beyond the hourly budget. Unset: `Any` when gpupool
+    gates every namespace of the team (`gpupool.io/admission=gated`), else `LowerPriority`.
+    In kueue mode it is the team's ClusterQueue's (unset: `Any`)."""
 
 
 class Quota(Model):

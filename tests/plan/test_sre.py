@@ -277,8 +277,9 @@ def test_team_coming_back_to_its_guarantee_preempts_a_borrower():
 
 
 def test_a_guarantee_is_not_reclaimed_from_work_of_the_same_or_higher_priority():
-    # the victim's owner recreates it at once and kube-scheduler ranks it first (higher
-    # priority) or races it (same priority): nothing in gpupool holds it back yet
+    # ungated, the victim's owner recreates it at once and kube-scheduler ranks it first
+    # (higher priority) or races it (same priority): the default reclaimWithinCohort is
+    # LowerPriority (gated namespaces: tests/plan/test_reclaim.py)
     for cls in (LOW, HIGH):
         work = [w.model_copy(update={"priority_class": cls}) for w in borrowed_cluster()]
         p = run(desired(), two_nodes(), work + [pend("team-a", "mine", 4, LOW)])

@@ -14,6 +14,7 @@ from reconciler.plan.evictions import (
     default_class,
     evict,
     nodes_hosting,
+    overdrawn,
     reclaims,
     victim_classes,
     victims_for,
@@ -166,6 +167,10 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     chosen = options[: max(0, pods - ready)]
     if len(chosen) < pods - ready:
         return False
+    overdraw = overdrawn(run, p, pv.name, [c for _, _, t in chosen for c in t])
+    if overdraw:
+        run.blocked[p.key] = overdraw
+        return False
     evictions = sum(len(run.gang(run.cluster.workloads[c.key])) for _, _, t in chosen for c in t)
     if evictions > run.budget_left:
         run.blocked[p.key] = (
@@ -182,6 +187,11 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
                 f"pending {p.key} ({p.priority_class}, {describe(p)}) "
                 + (
                     f"reclaims team {reclaim}'s guarantee from {w.key}, which borrows"
+                    + (
+                        " (reclaimWithinCohort Any: its stopped pods wait for gpupool's plan)"
+                        if run.priority(w.priority_class) >= run.demand_priority(p)
+                        else ""
+                    )
                     if reclaim is not None
                     and (w.priority_class or default_class(run)) not in classes
                     else f"outranks {w.key} ({w.priority_class})"
