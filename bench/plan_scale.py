@@ -51,7 +51,6 @@ from reconciler.observe.model import (  # noqa: E402
     MigInstance,
     Node,
     ObservedState,
-    PriorityClassObject,
     QuotaObject,
     Request,
     Workload,
@@ -487,10 +486,8 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
         QuotaObject(namespace=ns, name=qn, hard=hard, managed_by="gpupool")
         for (ns, qn), hard in desired_resource_quotas(desired).items()
     ]
-    classes = [
-        PriorityClassObject(name=c, value=v, preemption_policy=p)
-        for c, (v, p) in desired_priority_classes(desired).items()
-    ]
+    # the PriorityClasses exactly as gpupool renders them (so the plan has none to change)
+    classes = list(desired_priority_classes(desired).values())
     return ObservedState(
         observed_at=NOW,
         nodes=all_nodes,
