@@ -884,6 +884,14 @@ class CycleStats:
         }
 
 
+def sleep_rest(started: float, interval: float) -> None:
+    """Sleep out what is left of `interval` since `started` (time.monotonic()), computed once
+    and clamped at 0. Checked first and computed again for `time.sleep`, it could cross zero in
+    between: sleep raised ValueError, which ended the controller process of a 200-node run and
+    left the benchmark without its table."""
+    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
 def make_controller(api: Any, policy_root: Path, clock: Any) -> Any:
     """tests/integration/harness.py's `controller()` (its ServiceAccount's client `api`)."""
     from tests.integration.harness import controller
@@ -964,8 +972,7 @@ def run_gpupool(
                     replay.result.notes["progress"] = (run_dir / "progress").read_text()
             stats.timed("settle", world.settle)
             stats.timed("step", world.step_nodes)
-            if time.monotonic() - t < min_interval:
-                time.sleep(min_interval - (time.monotonic() - t))
+            sleep_rest(t, min_interval)
         driver.join()
         res = replay.finish()
         if child is not None:
@@ -1023,8 +1030,7 @@ def controller_child(config_path: Path) -> int:
         clock.now = base + timedelta(seconds=wall * cfg["speed"])
         stats.cycle(ctl, wall)
         (run_dir / "progress").write_text(stats.progress)
-        if time.monotonic() - t < cfg["min_interval"]:
-            time.sleep(cfg["min_interval"] - (time.monotonic() - t))
+        sleep_rest(t, cfg["min_interval"])
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
     return 0
