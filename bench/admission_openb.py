@@ -1039,7 +1039,7 @@ def controller_child(config_path: Path) -> int:
 def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
     """At the end: pods gpupool admitted that are not bound (and why the scheduler says so),
     and why the gated ones wait (the hold condition's reason)."""
-    from reconciler.conventions import ADMISSION_GATE, ADMITTED_ANN, HELD_CONDITION
+    from reconciler.conventions import ADMISSION_GATE, ADMITTED_ANN, ADMITTED_CONDITION
 
     items = json.loads(world.core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
     admitted_unbound: list[str] = []
@@ -1053,7 +1053,7 @@ def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
             continue
         if ADMISSION_GATE in gates:
             gated += 1
-            c = conds.get(HELD_CONDITION)
+            c = conds.get(ADMITTED_CONDITION)
             held[c.get("reason") if c else "(no condition yet)"] += 1
         elif ADMITTED_ANN in (meta.get("annotations") or {}):
             sched = conds.get("PodScheduled") or {}
