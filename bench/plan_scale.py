@@ -714,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {_fmt(res.get('rss_mib'), ',.0f')} | "
                 f"{_fmt(res.get('actions'), ',d')} |"
             )
+        failed = [info["nodes"] for info, res in rows if "error" in res]
         print()
         print(
             "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); "
@@ -725,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(top 25 by {args.profile_sort})\n"
             )
             res = _run_worker(args.profile, paths[args.profile], args, profile=True)
+            if "error" in res:
+                failed.append(args.profile)
             print(
                 f"load {_fmt(res.get('load_s'), '.3f')}s, "
                 f"plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)"
@@ -732,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             tmp.cleanup()
+    if failed:
+        print(f"measuring failed at {', '.join(f'{n:,}' for n in failed)} nodes", file=sys.stderr)
+        return 1
     return 0
 
 
