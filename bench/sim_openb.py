@@ -7,13 +7,13 @@ Prints, per policy and trace variant, the mean GPU allocation (%) at 130% arrive
 load over the seeds, the paper repo's own mean beside it (expected_results/
 analysis_allo_discrete.csv), the difference, and the mean time per run; then the
 timeline comparison of a static train/infer split with the unified pool.
---plot writes PNGs to bench/out/.
+Writes JSON (and with --plot, PNGs) to bench/out/, or to --out DIR.
 
 `--sample F` cuts the trace to a share F: a seeded sample of F of the nodes, and the last F of
 each pod list (a stretch of consecutive arrivals, which the timeline replays with their
 departures); the paper's column stays the whole trace's, so the difference then means little.
-`--smoke` is `--seeds 42 --jobs 1 --sample 0.1`, every policy and variant and the timeline,
-written to bench/out/smoke/: seconds, and tests/test_bench_smoke.py runs it so that the
+`--smoke` is `--seeds 42 --jobs 1 --sample 0.1 --out bench/out/smoke`, every policy and
+variant and the timeline: seconds, and tests/test_bench_smoke.py runs it so that the
 benchmark cannot rot. Without the trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) it skips
 with a message and exits 0.
 """
@@ -44,7 +44,8 @@ PAPER = {
     "fgd": "06-FGD",
 }
 OUT = Path(__file__).resolve().parent / "out"
-SMOKE = {"seeds": "42", "jobs": 1, "sample": 0.1}  # what --smoke changes (explicit flags win)
+# what --smoke changes (flags given explicitly win)
+SMOKE = {"seeds": "42", "jobs": 1, "sample": 0.1, "out": OUT / "smoke"}
 
 _cache: dict = {}
 
@@ -110,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a share F of the nodes and of each pod list (default 1: the whole trace)",
     )
     ap.add_argument(
+        "--out", type=Path, default=OUT, help="where the JSON and PNGs go (default bench/out)"
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--seeds 42 --jobs 1 --sample 0.1, into bench/out/smoke: seconds (the test suite)",
+        help="--seeds 42 --jobs 1 --sample 0.1 --out bench/out/smoke: seconds (the test suite)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (openb_dir() / DEFAULT_NODES).is_file():
         print(f"skipped: the openb trace is not in {openb_dir()} (set $GPUPOOL_OPENB_DIR)")
         return 0
-    out = OUT / "smoke" if args.smoke else OUT
+    out = args.out
     seeds = parse_seeds(args.seeds)
     policies = args.policies.split(",")
     variants = args.variants.split(",")
