@@ -4,7 +4,7 @@
     .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~4 min
     .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~1.5 min
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~80 s
 
 A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed twice
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
@@ -74,7 +74,7 @@ Exits 0 with a message when the trace or the control-plane binary is missing (th
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
 `--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: both real runs and both simulations,
-the same code and table, in about a minute and a half (the control plane takes 10 s to start);
+the same code and table, in about 80 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -1239,7 +1239,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--nodes 4 --pods 40 --window 20 --tail 5: ~1.5 min (the test suite runs it)",
+        help="--nodes 4 --pods 40 --window 20 --tail 5: ~80 s (the test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
