@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cycles.py                    # 500 clusters x 10 cycles
     .venv/bin/python bench/cycles.py --clusters 2000 --seed 7 --show 3
+    .venv/bin/python bench/cycles.py --smoke            # 10 clusters, seconds (the test suite)
 
 Each random (desired, observed) of `tests/plan/generators.py` runs the harness of
 `tests/plan/cycles_support.py` (plan -> `reconciler.sim.effects.step`, 10 cycles) and every check
@@ -20,6 +21,9 @@ of that file; the table counts the clusters where each check found something:
 The issue's done criterion: 500 clusters, no crash, no over-commit, no oscillation.
 `--seed` draws other clusters (hypothesis' seed; without it the draw is derandomized).
 `--show N` prints up to N findings of each kind, with the case of the first one.
+`--smoke` judges 10 clusters (the same draw, harness and table) in seconds:
+tests/test_bench_smoke.py runs it so that the benchmark cannot rot. Like any run it exits 1
+when a cluster crashed, over-committed or oscillated.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ COLUMNS = {
     "preempt-prio": "preempt-priority",
     "order": "order",
 }
+SMOKE = {"clusters": 10}  # what --smoke changes (flags given explicitly win)
 
 
 def run(clusters: int, seed_value: int | None, show: int) -> int:
@@ -99,7 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clusters", type=int, default=500, help="random clusters (default 500)")
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: fixed)")
     ap.add_argument("--show", type=int, default=0, help="print N findings of each kind")
+    ap.add_argument(
+        "--smoke", action="store_true", help="10 clusters, seconds (the test suite runs it)"
+    )
     args = ap.parse_args(argv)
+    if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
+        ap.set_defaults(**SMOKE)
+        args = ap.parse_args(argv)
     return run(args.clusters, args.seed, args.show)
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python bench/plan_scale.py                       # 100,1000,10000, best of 1
     .venv/bin/python bench/plan_scale.py --sizes 100,1000 --repeat 3
     .venv/bin/python bench/plan_scale.py --sizes 1000 --profile 1000
+    .venv/bin/python bench/plan_scale.py --smoke               # 16 nodes, seconds (the test suite)
 
 Per size it generates (seeded, deterministic) a cluster of N nodes x 8 GPUs, half in the bundled
 `a100` pool and half in `h100`, about 20 pods per node: whole-card training (1-8 cards;
@@ -20,6 +21,11 @@ them stay the bundled ones, and the scaled state passes the same semantic valida
 
 Speed targets (issue 3): at 10,000 nodes plan <= 3x load and <= 2 GB RSS, near-linear growth.
 They are checked here, by eye, never in a timed unit test.
+
+`--smoke` measures one size, 16 nodes (the bundled pools' own size, so the desired state is
+the bundled one unscaled), through the same generator, worker subprocess and table, in a few
+seconds: tests/test_bench_smoke.py runs it so that the benchmark cannot rot. It exits 1 when a
+measuring subprocess fails (as any run does).
 """
 
 from __future__ import annotations
@@ -51,7 +57,6 @@ from reconciler.observe.model import (  # noqa: E402
     MigInstance,
     Node,
     ObservedState,
-    PriorityClassObject,
     QuotaObject,
     Request,
     Workload,
@@ -71,6 +76,7 @@ SEED = 20261202
 # so the serving teams' quotas (search, assistant: maxGPUs, MIG and shared-memory allotments) and
 # each pool's inference.maxGPUs get this extra factor on top of the size scaling.
 SERVING_BOOST = Fraction(3, 2)
+SMOKE = {"sizes": "16"}  # what --smoke changes (flags given explicitly win)
 
 # pool -> (catalog model, MIG tenant, shared tenant, whole-card teams with weights)
 POOLS = {
@@ -487,10 +493,8 @@ def generate(nodes: int, desired: DesiredState, seed: int = SEED) -> ObservedSta
         QuotaObject(namespace=ns, name=qn, hard=hard, managed_by="gpupool")
         for (ns, qn), hard in desired_resource_quotas(desired).items()
     ]
-    classes = [
-        PriorityClassObject(name=c, value=v, preemption_policy=p)
-        for c, (v, p) in desired_priority_classes(desired).items()
-    ]
+    # the PriorityClasses exactly as gpupool renders them (so the plan has none to change)
+    classes = list(desired_priority_classes(desired).values())
     return ObservedState(
         observed_at=NOW,
         nodes=all_nodes,
@@ -660,11 +664,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="write the snapshots here instead of a temp dir (and keep them)",
     )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny and quick: --sizes 16, seconds (the test suite runs it)",
+    )
     # internal: the measured subprocess
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--profile-run", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
+        ap.set_defaults(**SMOKE)
+        args = ap.parse_args(argv)
     if args.worker:
         _worker(args)
         return 0
@@ -717,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {_fmt(res.get('rss_mib'), ',.0f')} | "
                 f"{_fmt(res.get('actions'), ',d')} |"
             )
+        failed = [info["nodes"] for info, res in rows if "error" in res]
         print()
         print(
             "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); "
@@ -728,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(top 25 by {args.profile_sort})\n"
             )
             res = _run_worker(args.profile, paths[args.profile], args, profile=True)
+            if "error" in res:
+                failed.append(args.profile)
             print(
                 f"load {_fmt(res.get('load_s'), '.3f')}s, "
                 f"plan {_fmt(res.get('plan_s'), '.3f')}s (under the profiler)"
@@ -735,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             tmp.cleanup()
+    if failed:
+        print(f"measuring failed at {', '.join(f'{n:,}' for n in failed)} nodes", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,6 +7,7 @@
     .venv/bin/python bench/twin.py --plot twin.png       # and a plot of both pools
     .venv/bin/python bench/twin.py --up 6 --down 4 --sizes 40,48,56  # more serving headroom
     .venv/bin/python bench/twin.py --period 60           # a slower cycle (default 30 s)
+    .venv/bin/python bench/twin.py --smoke               # 72 minutes, 2 static splits: seconds
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -19,6 +20,10 @@ training pods (`../shared/data/openb`) as training, arrivals scaled to the train
 static splits (8 to 56 inference cards, whole nodes), all through the same twin, and prints
 the table, the best static split (the smallest meeting the unified pool's SLO attainment)
 and the wall time. Skips (exit 0) with a message when ../shared is absent.
+
+`--smoke` runs the headline cell over 0.05 day (72 minutes, the first 0.01 left out) against
+two static splits (24 and 40 inference cards): the same twin, tables and summary in seconds;
+tests/test_bench_smoke.py runs it so that the benchmark cannot rot.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOAD = SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv"
 OPENB = SHARED / "openb"
 NODES, GPUS_PER_NODE = 8, 8
+SMOKE = {"days": 0.05, "warmup": 0.01, "sizes": [24, 40]}  # what --smoke changes (flags win)
 
 DESIRED = """\
 apiVersion: gpupool.io/v1alpha1
@@ -185,7 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda v: [int(x) for x in v.split(",")],
         help="static splits to run, inference cards, comma-separated (default: every whole node)",
     )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--days 0.05 --warmup 0.01 --sizes 24,40: seconds (the test suite runs it)",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
+        ap.set_defaults(**SMOKE)
+        args = ap.parse_args(argv)
     if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
         print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
         return 0

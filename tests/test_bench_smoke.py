@@ -1,0 +1,154 @@
+"""Every benchmark under bench/ runs here in its smoke mode (`--smoke`: tiny sizes, the same code
+path, its table in seconds), as a subprocess with a timeout, so that none can rot unnoticed
+(bench/README.md). A smoke asserts exit 0 and the table's header and rows; never a time or a
+figure: speed and memory targets are the full benchmarks' business.
+
+Those that read ../shared/data (the openb trace, the inference load) are marked `trace` and skip
+with the missing path when it is absent; admission_openb.py also runs the real control plane
+(tests/cluster), so it is marked `kube` and skips, as the `control_plane` fixture does, when
+the kcp binary is not built and no Go toolchain can build it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler.sim.trace import DEFAULT_NODES, DEFAULT_PODS, openb_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+SHARED = ROOT.parent / "shared" / "data"  # where bench/twin.py reads it ($GPUPOOL_OPENB_DIR aside)
+QUICK = 120  # s; each of these takes seconds on the 2-core machine when it is quiet
+
+
+def need(*paths: Path) -> None:
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        pytest.skip(f"shared data absent (../shared/data, or $GPUPOOL_OPENB_DIR): {missing}")
+
+
+def need_openb() -> None:
+    need(openb_dir() / DEFAULT_NODES, openb_dir() / DEFAULT_PODS)
+
+
+def smoke(script: str, *args: str, timeout: float = QUICK, env: dict | None = None) -> str:
+    """Run `bench/<script> --smoke *args`; its stdout, once it exited 0."""
+    cmd = [sys.executable, str(BENCH / script), "--smoke", *args]
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(
+            f"{script} --smoke did not finish in {timeout:g} s\n"
+            f"--- stdout (tail)\n{out[-3000:]}\n--- stderr (tail)\n{err[-3000:]}"
+        )
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd[1:])} exited {proc.returncode}\n"
+        f"--- stdout (tail)\n{proc.stdout[-3000:]}\n--- stderr (tail)\n{proc.stderr[-5000:]}"
+    )
+    assert not proc.stdout.startswith("skipped:"), (
+        f"{script} skipped though this test found its inputs: {proc.stdout[:500]}"
+    )
+    return proc.stdout
+
+
+def lines_after(out: str, header: str) -> list[str]:
+    """The lines after the first line matching the regex `header` (which must be there)."""
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(header, line):
+            return lines[i + 1 :]
+    pytest.fail(f"no table header matching {header!r} in the output:\n{out[-3000:]}")
+
+
+def test_plan_scale_smoke():
+    out = smoke("plan_scale.py")
+    rows = lines_after(
+        out,
+        r"^\| nodes \| GPUs \| pods \| snapshot MiB \| load s \| plan s \| plan/load "
+        r"\| peak RSS MiB \| actions \|$",
+    )
+    assert rows[0].startswith("|---:|")
+    assert re.match(r"^\| 16 \| 128 \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", rows[1]), rows[1]
+
+
+def test_cycles_smoke():
+    out = smoke("cycles.py")
+    rows = lines_after(
+        out,
+        r"^\s*clusters\s+cycles\s+crashes\s+over-commits\s+oscillations\s+non-converged"
+        r"\s+eviction-rules\s+preempt-prio\s+order\s+seconds$",
+    )
+    assert rows[0].split()[:2] == ["10", "10"], rows[0]  # 10 clusters of 10 cycles
+
+
+@pytest.mark.trace
+def test_sim_openb_smoke(tmp_path):
+    need_openb()
+    from reconciler.plan.placement import POLICIES
+
+    out = smoke("sim_openb.py", "--out", str(tmp_path))
+    rows = lines_after(out, r"^GPU allocation \(%\) at 130% arrived load")
+    assert rows[0].split() == ["policy", "default", "gpushare100", "multigpu50"], rows[0]
+    assert [r.split()[0] for r in rows[2 : 2 + len(POLICIES)]] == list(POLICIES)
+    timeline = lines_after(out, r"^setup\s+seed\s+GPUs\s+time-wtd alloc %")
+    assert [r.split()[0] for r in timeline[1:3]] == ["static-bestfit", "unified-ours"]
+    assert {p.name for p in tmp_path.iterdir()} == {"sim_openb.json", "sim_timeline.json"}
+
+
+@pytest.mark.trace
+def test_twin_smoke():
+    need(
+        SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv", SHARED / "openb" / DEFAULT_PODS
+    )
+    out = smoke("twin.py")
+    rows = lines_after(out, r"^run\s+infer cards\s+useful\s+alloc")
+    assert [r.split()[0] for r in rows[1:4]] == ["unified", "static-24", "static-40"], rows[:4]
+    summary = lines_after(out, r"^## summary")
+    assert summary[0].split()[:3] == ["f", "load", "rate_x"], summary[0]
+
+
+def kcp_binary() -> Path:
+    from tests.cluster.controlplane import BuildUnavailable, build_binary
+
+    try:
+        return build_binary()
+    except BuildUnavailable as e:
+        pytest.skip(f"no kcp control-plane binary and no Go toolchain to build it: {e}")
+
+
+@pytest.mark.kube
+@pytest.mark.trace
+@pytest.mark.parametrize(
+    ("args", "runs"),
+    [
+        pytest.param((), ["default", "gpupool"], id="in-process"),
+        # the controller in a process of its own, as in the 200-node target run; gpupool's run
+        # alone (the default run is the same code as above)
+        pytest.param(
+            ("--controller-process", "--runs", "gpupool"), ["gpupool"], id="controller-process"
+        ),
+    ],
+)
+def test_admission_openb_smoke(args, runs):
+    need_openb()
+    binary = kcp_binary()
+    out = smoke("admission_openb.py", *args, timeout=300, env={"KCP_BINARY": str(binary)})
+    head = r"^\| \| " + " ".join(rf"{re.escape(r)} \|" for r in [*runs, "sim ours", "sim random"])
+    rows = lines_after(out, head + "$")
+    assert rows[1].startswith("| GPU allocation, time-weighted mean | "), rows[1]
+    assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
