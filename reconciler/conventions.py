@@ -184,3 +184,53 @@ ClusterQueue's namespaceSelector matches."""
 RECONCILE_INTERVAL_SECONDS = 30
 """`gpupool reconcile --interval`'s default; the digital twin (`simulate --mode twin
 --period`, `plan --twin-period`, `TwinConfig.period`) cycles at the same pace by default."""
+
+
+# ---------------------------------------------------------------- what the cluster can mean
+# Every count, size and time gpupool reads from the cluster or a snapshot file is bounded by
+# what the object can really mean. The planner makes lists and loops as long as some of these
+# numbers (a suspended Job's pods, a shared card's free-slice buckets, a node's cards), so one
+# tenant's absurd value would stall the plan for everyone. Beyond a bound, a snapshot file is
+# bad input (a located error, exit 1) and the Kubernetes adapter reads the object (or that
+# field) as unreadable: a finding `unreadable-object` and an Event on the object, while the
+# rest of the cycle goes on (reconciler/observe/model.py, kube_common.py).
+
+MAX_GPUS_PER_NODE = 32
+"""GPUs one node carries. NVIDIA's driver supports at most 32 GPUs in one system
+(NVIDIA/open-gpu-kernel-modules src/common/sdk/nvidia/inc/nvlimits.h, `NV_MAX_DEVICES 32`:
+"the maximum number of GPUs supported in a single system"), so NVML, the device plugin and
+the node agent never see more; the largest servers built carry 8 to 16 (DGX/HGX: 8; 16-card
+PCIe servers), and a Pool's `capacity.gpusPerNode` is at most 16. A node that advertises more
+(`nvidia.com/gpu` capacity, a GpuNodeState's `status.gpus`) is unreadable: the adapter would
+otherwise make one card per unit of a number anyone with node-status rights can write."""
+
+MAX_SHARED_SLICES_PER_GPU = 64
+"""Shared slices (device-plugin replicas) of one card. MPS serves at most 48 clients per card
+(`reconciler/apply/configs.py` MPS_MAX_REPLICAS, the MPS control daemon's limit), and
+gpupool's own policy never asks for more than 48 (`SharedInference.slicesPerGPU`).
+Time-slicing has no limit in the device plugin (NVIDIA/k8s-device-plugin
+api/config/v1/replicas.go refuses only `replicas <= 0`), so the bound leaves room above 48
+for a configuration made by hand, and stops where a slice stops meaning anything: each
+replica is a process with its own CUDA context (a few hundred MiB of the card's memory), so at
+64 an 80 GB card leaves about 1.25 GB per slice and a 24 GB one about 375 MiB, no more than the
+context itself. The planner keeps one bucket per free-slice count, so the count must be small."""
+
+MAX_GANG_SIZE = 100_000
+"""Pods of one gang: a Job's `parallelism` (the demand of a Job gpupool suspended is one unit
+per pod), a coscheduling PodGroup's `minMember`, `gpupool.io/gang-size`. The API server
+refuses an Indexed Job with a larger `parallelism` (kubernetes pkg/apis/batch/validation
+validation.go, `maxParallelismForIndexedJob = 100000`), and a gang is all or nothing: every
+pod of it holds its GPU (or slice) at once, on one cluster, whose supported envelope is 5,000
+nodes and 150,000 pods (kubernetes.io, "Considerations for large clusters"). A larger gang is a
+typo or an attack, and the planner would make a list as long as it (planning 100,000 units of
+one suspended Job takes well under a second)."""
+
+MIN_TIME_YEAR, MAX_TIME_YEAR = 2000, 2199
+"""The years a time read from the cluster or a snapshot may have (in its own offset): every
+`creationTimestamp`, `startTime`, idle time, checkpoint, suspension and scaling time, and the
+snapshot's `observedAt`. Kubernetes is from 2014 and gpupool from 2026, so an earlier time is a
+broken clock (a node whose clock reset to 1970) or a forgery, and a later one a typo. Outside
+these years datetime arithmetic with gpupool's durations (at most a year,
+`reconciler/policy/models.py` MAX_DURATION) could leave Python's range (years 1 to 9999):
+the planner's hour window before `observedAt` at year 1, the twin's next cycle after it at
+year 9999, both OverflowError."""
