@@ -4,11 +4,15 @@ Adapters (NVML, Kubernetes, snapshot files) produce it; the planner reads only t
 what-if needs no API calls. It serialises to YAML/JSON (`kind: ObservedState`).
 
 Load-time checks (a snapshot file that breaks one is bad input: `gpupool plan` names file, line
-and field and exits 1): every time carries a timezone, demand signals are not negative, and
+and field and exits 1): every time carries a timezone and falls in the years
+`conventions.MIN_TIME_YEAR`..`MAX_TIME_YEAR`, demand signals are finite and not negative,
+counts stay within what the object can mean (`conventions.MAX_GPUS_PER_NODE` cards per node,
+`MAX_SHARED_SLICES_PER_GPU` slices per card, `MAX_GANG_SIZE` pods per gang), and
 `ObservedState` refuses duplicate nodes, GPU indices and workloads and MIG instances that
 collide on a card (`snapshot_problems`). None of these can come from a live cluster: the
-Kubernetes adapter normalises times and signals and leaves out cards that fail
-`node_problems` (see `reconciler/observe/kube.py` and `kube_nodes.py`). What a live cluster
+Kubernetes adapter normalises times and signals, reads what is out of bounds as unreadable and
+leaves out cards that fail `node_problems` (see `reconciler/observe/kube.py` and
+`kube_nodes.py`). What a live cluster
 can produce (drift, races: a pod on a card that no longer has its MIG instance, two pods on one
 whole card) is not refused here; the planner reports it (`reconciler/plan/consistency.py`).
 """
@@ -19,8 +23,17 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from reconciler import conventions as C
 from reconciler.conventions import API_VERSION, PRODUCT_LABEL
 from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
 from reconciler.policy.models import yaml_name
@@ -32,6 +45,57 @@ UTILIZATION_LEVELS: tuple[int, ...] = (1, 2, 5, 10, 15, 20, 25, 30, 40, 50)
 The agent does not read policy: each MaintenancePolicy may set its own `utilizationBelow`, so
 the agent publishes a fixed ladder and the planner reads the level that fits
 (`Gpu.idle_since_below`)."""
+
+
+def time_problem(t: datetime) -> str:
+    """Why `t` cannot be a time the cluster means ('' when it can): a year outside
+    `conventions.MIN_TIME_YEAR`..`MAX_TIME_YEAR` (read as written, in its own offset, so no
+    conversion can overflow)."""
+    if C.MIN_TIME_YEAR <= t.year <= C.MAX_TIME_YEAR:
+        return ""
+    return (
+        f"time {t.isoformat()} is outside the years {C.MIN_TIME_YEAR}-{C.MAX_TIME_YEAR} "
+        "(conventions.MIN_TIME_YEAR, MAX_TIME_YEAR)"
+    )
+
+
+def _in_time_bounds(t: datetime) -> datetime:
+    why = time_problem(t)
+    if why:
+        raise ValueError(why)
+    return t
+
+
+Time = Annotated[AwareDatetime, AfterValidator(_in_time_bounds)]
+"""A time with a timezone, within the years the cluster can mean (`time_problem`)."""
+
+
+def count_problem(value: int, bound: int, what: str, name: str) -> str:
+    """Why `value` cannot be a count of `what` ('' when it can): more than `bound`, which
+    `conventions.<name>` sets."""
+    if value <= bound:
+        return ""
+    return f"{value} {what} is beyond the {bound} gpupool reads (conventions.{name})"
+
+
+def _at_most(bound: int, what: str, name: str) -> AfterValidator:
+    def check(v: int | None) -> int | None:
+        why = count_problem(v, bound, what, name) if v is not None else ""
+        if why:
+            raise ValueError(why)
+        return v
+
+    return AfterValidator(check)
+
+
+SliceCount = Annotated[
+    int,
+    Field(ge=0),
+    _at_most(C.MAX_SHARED_SLICES_PER_GPU, "shared slices of one card", "MAX_SHARED_SLICES_PER_GPU"),
+]
+GangSize = Annotated[
+    int, Field(ge=1), _at_most(C.MAX_GANG_SIZE, "pods in one gang", "MAX_GANG_SIZE")
+]
 
 
 class Obs(BaseModel):
@@ -63,19 +127,20 @@ class Gpu(Obs):
     memory_used_mib: int = 0
     utilization: float = Field(default=0, ge=0, le=100)
     """Recent GPU utilization, percent."""
-    idle_since: AwareDatetime | None = None
+    idle_since: Time | None = None
     """Since when utilization has stayed below 1 % (the lowest of `UTILIZATION_LEVELS`),
     processes or not: `below_since[1]` (published by the node agent). Kept for readers that
     predate `below_since`; an agent from before it set this only with no process and 0 %.
     Idle reclaim reads `idle_since_below`, which uses this when `below_since` is empty."""
-    below_since: dict[Annotated[int, Field(ge=1, le=100)], AwareDatetime] = {}
+    below_since: dict[Annotated[int, Field(ge=1, le=100)], Time] = {}
     """Level (percent, one of `UTILIZATION_LEVELS`) -> since when every utilization sample the
     agent published has been below that level, processes or not. A level is absent while the
     latest sample is at or above it."""
     mig_enabled: bool = False
     mig_instances: list[MigInstance] = []
-    shared_slices: int | None = Field(default=None, ge=0)
-    """Set when the card is shared (time-slicing/MPS): how many slices it offers."""
+    shared_slices: SliceCount | None = None
+    """Set when the card is shared (time-slicing/MPS): how many slices it offers (at most
+    `conventions.MAX_SHARED_SLICES_PER_GPU`)."""
     numa_node: int = 0
     nvlink_island: int = 0
     processes: list[GpuProcess] = []
@@ -172,6 +237,19 @@ class Node(Obs):
     taints: list[Taint] = []
     ready: bool = True
     gpus: list[Gpu] = []
+    """At most `conventions.MAX_GPUS_PER_NODE`."""
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _not_more_cards_than_a_node_has(cls, v: Any) -> Any:
+        # before the cards are validated one by one: 10^7 of them would take minutes
+        if isinstance(v, list):
+            why = count_problem(
+                len(v), C.MAX_GPUS_PER_NODE, "GPUs on one node", "MAX_GPUS_PER_NODE"
+            )
+            if why:
+                raise ValueError(why)
+        return v
 
 
 class Allocation(Obs):
@@ -181,7 +259,7 @@ class Allocation(Obs):
     mig_start: int | None = Field(default=None, ge=0, le=7)
     """For a MIG request: the start slot of the instance it uses."""
     mig_profile: str | None = None
-    slices: int = Field(default=0, ge=0)
+    slices: SliceCount = 0
     """For a shared request: slices of this card it holds."""
 
 
@@ -231,9 +309,9 @@ class Workload(Obs):
     """Pool a pending workload asks for (its gpupool.io/pool node selector), if any."""
     node: str | None = None
     allocations: list[Allocation] = []
-    created_at: AwareDatetime | None = None
-    started_at: AwareDatetime | None = None
-    last_checkpoint_at: AwareDatetime | None = None
+    created_at: Time | None = None
+    started_at: Time | None = None
+    last_checkpoint_at: Time | None = None
     owner_kind: str = ""
     owner_name: str = ""
     checkpointable: bool = False
@@ -258,7 +336,7 @@ class Workload(Obs):
     """A gated pod's reservation (`gpupool.io/reserved`): the cards gpupool is freeing for it."""
     gang: str = ""
     """Its gang's identity when not its owner: an explicit `gpupool.io/gang` or a pod group."""
-    gang_size: int | None = Field(default=None, ge=1)
+    gang_size: GangSize | None = None
     """How many pods its gang has when complete (Job parallelism, PodGroup minMember,
     `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
@@ -296,7 +374,7 @@ class Autoscaler(Obs):
     """`ScaledObject/<name>` for the HPA KEDA made for a ScaledObject (its controller
     ownerReference): KEDA owns it and would revert a change, so gpupool never plans for it;
     the ScaledObject's own envelope is what gpupool sets."""
-    last_change_at: AwareDatetime | None = None
+    last_change_at: Time | None = None
     """When gpupool last changed this envelope (its `gpupool.io/last-scale` annotation): the
     ScalingPolicy's cooldowns count from here."""
 
@@ -323,7 +401,7 @@ class InferenceService(Obs):
     queue_length: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Requests waiting (exported by the serving stack), all replicas together."""
     pending_seconds_p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    last_scale_at: AwareDatetime | None = None
+    last_scale_at: Time | None = None
     autoscalers: list[Autoscaler] = []
     """The HPAs and ScaledObjects whose scaleTargetRef names this workload (including the HPA
     KEDA made for a ScaledObject, marked by its `owner`). With one, gpupool sets that
@@ -369,11 +447,11 @@ class SuspendedJob(Obs):
 
     namespace: str
     name: str
-    parallelism: int = Field(ge=1)
+    parallelism: GangSize
     request: Request
     priority_class: str | None = None
     pool: str | None = None
-    suspended_at: AwareDatetime | None = None
+    suspended_at: Time | None = None
 
     @property
     def key(self) -> str:
@@ -468,7 +546,7 @@ class SignalReading(Obs):
 class ObservedState(Obs):
     api_version: Literal[API_VERSION] = OBSERVED_API_VERSION
     kind: Literal["ObservedState"] = "ObservedState"
-    observed_at: AwareDatetime
+    observed_at: Time
     """The snapshot's time; the planner's notion of 'now' unless told otherwise."""
     nodes: list[Node] = []
     workloads: list[Workload] = []
@@ -479,7 +557,7 @@ class ObservedState(Obs):
     gated_namespaces: list[str] | None = None
     """Namespaces labelled for gpupool's admission (their new GPU pods are gated); None: not
     known (a snapshot file that does not say)."""
-    recent_preemptions: list[AwareDatetime] = []
+    recent_preemptions: list[Time] = []
     """When gpupool preempted workloads lately (the rolling-hour budget counts these)."""
     unreadable: list[UnreadableObject] = []
     """What the adapter could not read and left out (or read in part): each is a finding."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from json.decoder import scanstring
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,6 +22,11 @@ from reconciler.policy.problems import InvalidInput, Problem
 
 SNAPSHOT_MAX_SCALAR_CHARS = 1 << 20
 """A snapshot's longest value (a policy file's: `limits.MAX_SCALAR_CHARS`)."""
+
+PLACED_YAML_MAX_CHARS = 256 << 10
+"""The largest YAML snapshot whose problems get a line and column: they come from ruamel's
+round-trip parse, pure Python, about half a minute per MiB. A larger one's problems are named by
+file and field only, at once. JSON is placed at any size (`_JsonPositions`)."""
 
 
 class InvalidSnapshot(InvalidInput):
@@ -99,10 +107,7 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
 def _problems(exc: ValidationError, text: str, name: str) -> list[Problem]:
     """One located Problem per error; an `Inconsistent` error (items that contradict each
     other) becomes one per offending item, placed at that item's line."""
-    try:
-        node = YAML(typ="rt").load(text)  # again, with positions, only to place the messages
-    except (YAMLError, ValueError):  # JSON that only the fast parser reads: no positions
-        node = None
+    place = _positions(text, name)
     found: list[tuple[tuple, str]] = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
@@ -113,9 +118,85 @@ def _problems(exc: ValidationError, text: str, name: str) -> list[Problem]:
             found.append((loc, _message(err)))
     problems = []
     for loc, msg in found:
-        line, col = locate(node, loc) if node is not None else (0, 0)
+        line, col = place(loc)
         problems.append(Problem(name, line, col, format_path(loc), msg, "ObservedState"))
     return problems
+
+
+def _positions(text: str, name: str) -> Callable[[tuple], tuple[int, int]]:
+    """Where a path of the document is: (line, column), (0, 0) when not known."""
+    if name.endswith(".json"):
+        return _JsonPositions(text).locate
+    if len(text) > PLACED_YAML_MAX_CHARS:
+        return lambda loc: (0, 0)
+    try:
+        node = YAML(typ="rt").load(text)  # again, with positions, only to place the messages
+    except (YAMLError, ValueError):
+        return lambda loc: (0, 0)
+    return lambda loc: locate(node, loc)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+class _JsonPositions:
+    """Where a path is in a JSON text that `json.loads` read, without a parse that records
+    positions (ruamel's would take minutes for a large snapshot): each container on the path
+    is scanned once for where its members start, every member skipped by the C decoder."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.decoder = json.JSONDecoder()
+        self.members: dict[int, dict[str, tuple[int, int]] | list[int]] = {}
+
+    def _ws(self, i: int) -> int:
+        m = _WS.match(self.text, i)
+        return m.end() if m else i
+
+    def _scan(self, start: int) -> dict[str, tuple[int, int]] | list[int]:
+        """The members of the object or array at `start`: key -> (where the key is, where its
+        value is), or where each item is."""
+        found = self.members.get(start)
+        if found is not None:
+            return found
+        t, obj = self.text, self.text[start] == "{"
+        keys: dict[str, tuple[int, int]] = {}
+        items: list[int] = []
+        i = self._ws(start + 1)
+        while i < len(t) and t[i] not in "]}":
+            if obj:
+                key, after = scanstring(t, i + 1)
+                value = self._ws(self._ws(after) + 1)  # past the colon
+                keys[key] = (i, value)
+            else:
+                value = i
+                items.append(value)
+            _, end = self.decoder.raw_decode(t, value)
+            i = self._ws(end)
+            if i < len(t) and t[i] == ",":
+                i = self._ws(i + 1)
+        self.members[start] = found = keys if obj else items
+        return found
+
+    def locate(self, path: tuple) -> tuple[int, int]:
+        at = self._ws(0)
+        if at >= len(self.text):
+            return 0, 0
+        where = at
+        try:
+            for part in path:
+                members = self._scan(at) if self.text[at] in "{[" else None
+                if isinstance(members, dict) and str(part) in members:
+                    where, at = members[str(part)]
+                elif isinstance(members, list) and isinstance(part, int):
+                    if not 0 <= part < len(members):
+                        break
+                    where = at = members[part]
+                else:
+                    break
+        except (ValueError, IndexError):  # not the JSON json.loads read: the deepest found
+            pass
+        return _line_col(self.text, where)
 
 
 def _message(err: dict) -> str:
@@ -129,6 +210,9 @@ def _message(err: dict) -> str:
         )
     if kind == "finite_number":
         return f"must be a finite number (got {err.get('input')!r})"
+    cause = (err.get("ctx") or {}).get("error")
+    if kind == "value_error" and isinstance(cause, ValueError):
+        return str(cause)  # the model's own words: a time or a count out of bounds
     value = err.get("input")
     if "input" in err and isinstance(value, int | float | str) and not isinstance(value, bool):
         return f"{err['msg']} (got {value!r})"
