@@ -24,12 +24,14 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
 
 What the cluster publishes is not trusted to be well formed, and nothing here raises on it:
 a time without a timezone is read as UTC; a negative, infinite or unreadable demand signal
-counts as absent; a published card that does not validate, a GPU index published twice
-(every copy) and a card whose MIG instances collide (`node_problems`) are left out, logged;
-an unreadable `gpupool.io/gpus` annotation counts as absent. So a snapshot dumped from here
-always loads (`ObservedState` refuses exactly what is left out here). Drift between cards and
-what pods hold is kept as observed: the planner reports and fences it
-(`reconciler/plan/consistency.py`).
+counts as absent, reported; a published card that does not validate, a GPU index published
+twice (every copy) and a card whose MIG instances collide (`node_problems`) are left out,
+logged; an unreadable `gpupool.io/gpus` annotation counts as absent. Counts, sizes and times
+are bounded by what the object can mean (`reconciler/conventions.py`: GPUs per node, shared
+slices per card, gang sizes, years): beyond, the object or the field is unreadable, reported.
+So a snapshot dumped from here always loads (`ObservedState` refuses exactly what is left out
+here). Drift between cards and what pods hold is kept as observed: the planner reports and
+fences it (`reconciler/plan/consistency.py`).
 
 This module is the adapter's entry point (`observe_cluster`, the API client); what each kind
 of object reads as lives beside it, by concept: `kube_nodes.py` (nodes and the cards their

@@ -1,6 +1,12 @@
 """Nodes: each Node with the cards its `GpuNodeState` publishes (else its `nvidia.com/gpu`
 capacity, as that many whole cards), the device plugin's shared slices laid over them, and the
-cards `ObservedState` would refuse left out (see `reconciler/observe/kube.py`)."""
+cards `ObservedState` would refuse left out (see `reconciler/observe/kube.py`).
+
+What a node says about its size is bounded (`reconciler/conventions.py`): a node with more
+cards than `MAX_GPUS_PER_NODE` (by its capacity or its agent's list) is unreadable and left out,
+before one card is made per unit of the number; shared slices beyond
+`MAX_SHARED_SLICES_PER_GPU` per card read as not shared, and a published time outside the years
+the cluster can mean as absent, each reported."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from pydantic import ValidationError
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _stamp, _unreadable, log
-from reconciler.observe.model import Gpu, MigInstance, Node, Taint, node_problems
+from reconciler.observe.model import Gpu, MigInstance, Node, Taint, count_problem, node_problems
 from reconciler.policy.quantity import parse_quantity
 
 
@@ -39,9 +45,14 @@ def _node(n: Any, state: dict | None) -> Node:
     ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
     published = (state or {}).get("status") or {}
     if "gpus" in published:  # an agent's object with nothing published yet says nothing
-        gpus = published_gpus(n.metadata.name, published.get("gpus"))
+        entries = published.get("gpus")
+        listed = len(entries) if isinstance(entries, list) else 0
+        _check_card_count(listed, f"its GpuNodeState's status.gpus has {listed} entries")
+        gpus = published_gpus(n.metadata.name, entries)
     else:
-        count = int((n.status.capacity or {}).get(C.GPU_RESOURCE, "0") or 0)
+        value = (n.status.capacity or {}).get(C.GPU_RESOURCE, "0")
+        count = int(value or 0)
+        _check_card_count(count, f"status.capacity[{C.GPU_RESOURCE}]={value!r}")
         gpus = [Gpu(index=i) for i in range(count)]
     gpus = _overlay_sharing(n.metadata.name, gpus, n.status.allocatable)
     node = Node(
@@ -59,6 +70,18 @@ def _node(n: Any, state: dict | None) -> Node:
     return _without_broken_cards(node)
 
 
+def _check_card_count(count: int, said: str) -> None:
+    """Raise (the node is left out and reported, `_each`) when `count` cannot be the cards of
+    one node: negative, or over `conventions.MAX_GPUS_PER_NODE`."""
+    why = (
+        "a negative count"
+        if count < 0
+        else count_problem(count, C.MAX_GPUS_PER_NODE, "GPUs on one node", "MAX_GPUS_PER_NODE")
+    )
+    if why:
+        raise ValueError(f"{said}: {why}")
+
+
 def published_gpus(node: str, entries: Any) -> list[Gpu]:
     """The cards a `GpuNodeState` publishes (`status.gpus`); an entry that does not validate
     is left out, logged, and a time without a timezone is read as UTC (`idleSince` and each
@@ -74,13 +97,16 @@ def published_gpus(node: str, entries: Any) -> list[Gpu]:
                 _known_fields(MigInstance, m) if isinstance(m, dict) else m
                 for m in entry["migInstances"]
             ]
+        who = ("GpuNodeState", "", node)
         for key in ("idleSince", "idle_since"):
             if isinstance(entry.get(key), str):  # a time without a timezone is UTC
-                entry[key] = _stamp(entry[key])
+                entry[key] = _stamp(entry[key], f"status.gpus[{i}].{key}", who)
         for key in ("belowSince", "below_since"):
             if isinstance(entry.get(key), dict):  # level -> time, read the same way
                 stamps = {
-                    level: _stamp(value) if isinstance(value, str) else value
+                    level: _stamp(value, f"status.gpus[{i}].{key}[{level}]", who)
+                    if isinstance(value, str)
+                    else value
                     for level, value in entry[key].items()
                 }
                 # an unreadable time drops its level: that idle stretch is not known
@@ -125,13 +151,19 @@ def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
     card of the node not in MIG mode the same number of ways (its config applies per node and
     ignores a `devices` list), advertised as `nvidia.com/gpu.shared` in the node's allocatable.
     S of them over P such cards: each is shared S // P ways. Never raises: a remainder is
-    logged and floored, slices with no such card (or none published) are logged and ignored."""
+    logged and floored, slices with no such card (or none published) are logged and ignored;
+    a value that is not a count (a negative one too: `parse_quantity` refuses it), or more than
+    `conventions.MAX_SHARED_SLICES_PER_GPU` per card, is unreadable: reported, read as not
+    shared."""
     value = (allocatable or {}).get(C.SHARED_RESOURCE)
     try:
         total = int(math.floor(parse_quantity(str(value)))) if value is not None else 0
     except (ValueError, TypeError, ArithmeticError):
         _unreadable(
-            "Node", "", node, f"{C.SHARED_RESOURCE}={value!r} unreadable; read as not shared"
+            "Node",
+            "",
+            node,
+            f"status.allocatable[{C.SHARED_RESOURCE}]={value!r} unreadable; read as not shared",
         )
         return gpus
     if total <= 0:
@@ -146,6 +178,18 @@ def _overlay_sharing(node: str, gpus: list[Gpu], allocatable: Any) -> list[Gpu]:
         )
         return gpus
     each, rest = divmod(total, len(plain))
+    why = count_problem(
+        each, C.MAX_SHARED_SLICES_PER_GPU, "shared slices of one card", "MAX_SHARED_SLICES_PER_GPU"
+    )
+    if why:
+        _unreadable(
+            "Node",
+            "",
+            node,
+            f"status.allocatable[{C.SHARED_RESOURCE}]={value!r} over {len(plain)} card(s) out "
+            f"of MIG mode: {why}; read as not shared",
+        )
+        return gpus
     if rest:
         log.warning(
             "node %s: %s=%d is not a multiple of its %d cards out of MIG mode; %d slices each",

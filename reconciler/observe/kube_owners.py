@@ -1,6 +1,10 @@
 """What pods' owners say about them: gang sizes (a Job's parallelism, a coscheduling
 PodGroup's minMember), Kueue queues, the next-pod reservations moves leave on Jobs, the Jobs
-another controller manages, and the Jobs gpupool suspended (demand)."""
+another controller manages, and the Jobs gpupool suspended (demand).
+
+A gang size over `conventions.MAX_GANG_SIZE` is unreadable (reported): a Job's `parallelism`
+then gives its pods no gang size and its suspension no demand (it stays suspended), a
+PodGroup's `minMember` no size; the planner would otherwise make one unit per pod."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any
 from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _int, _node_cards, _ts, _unreadable
 from reconciler.observe.kube_requests import template_request
-from reconciler.observe.model import SuspendedJob
+from reconciler.observe.model import SuspendedJob, count_problem
 
 JOB_CONTROLLER = "kubernetes.io/job-controller"
 """`spec.managedBy` of a Job the built-in Job controller reconciles (also: no value)."""
@@ -23,7 +27,8 @@ def _next_pod_reservation(j: Any) -> tuple[str, list[int], datetime] | None:
     if not text:
         return None
     where, _, when = str(text).rpartition("@")
-    found, at = _node_cards(where), _ts(when)
+    found = _node_cards(where)
+    at = _ts(when, f"annotation {C.NEXT_POD_RESERVED_ANN}", _job(j))
     if found is None or at is None:
         _unreadable(
             "Job",
@@ -51,6 +56,10 @@ class Owners:
     """(namespace, Job) -> its Kueue queue (`kueue.x-k8s.io/queue-name` label), if any."""
 
 
+def _job(j: Any) -> tuple[str, str, str]:
+    return "Job", j.metadata.namespace, j.metadata.name
+
+
 def _suspended_by_us(j: Any) -> bool:
     """gpupool's suspension is still the one in force: its field manager owns `spec.suspend`.
     The annotation alone is not enough: if someone else unsuspended the Job and another
@@ -76,7 +85,7 @@ def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
         request=template_request(tmpl.spec),
         priority_class=tmpl.spec.priority_class_name,
         pool=(tmpl.spec.node_selector or {}).get(C.POOL_LABEL),
-        suspended_at=_ts(since),
+        suspended_at=_ts(since, f"annotation {C.SUSPENDED_BY_ANN}", _job(j)),
     )
 
 
@@ -91,6 +100,15 @@ def read_owners(api_client: Any) -> Owners:
 
     def read_job(j: Any) -> None:
         par = j.spec.parallelism if j.spec.parallelism is not None else 1
+        why = count_problem(par, C.MAX_GANG_SIZE, "pods in one gang", "MAX_GANG_SIZE")
+        if why:
+            # one unit of demand per pod: a Job of 10^9 would stall the plan for everyone
+            _unreadable(
+                *_job(j),
+                f"spec.parallelism={par}: {why}; its pods get no gang size, and it is not "
+                "resumed while suspended",
+            )
+            par = 0
         if par > 0:
             out[(j.metadata.namespace, "Job", j.metadata.name)] = par
         ann = j.metadata.annotations or {}
@@ -118,7 +136,8 @@ def read_owners(api_client: Any) -> Owners:
         groups = {}
     for g in groups.get("items", []):
         meta, spec = g.get("metadata") or {}, g.get("spec") or {}
-        size = _int(spec.get("minMember"))
+        who = ("PodGroup", meta.get("namespace"), meta.get("name"))
+        size = _int(spec.get("minMember"), "spec.minMember", who)
         if size is not None and meta.get("namespace") and meta.get("name"):
             out[(meta["namespace"], "PodGroup", meta["name"])] = size
     return owners

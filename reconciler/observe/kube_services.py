@@ -1,6 +1,10 @@
 """Inference services (Deployments and StatefulSets labelled `gpupool.io/inference=true`)
 with their demand signals, and the autoscalers that scale them: autoscaling/v2 HPAs and KEDA
-ScaledObjects."""
+ScaledObjects.
+
+A demand signal that is not a finite number >= 0 (`gpupool.io/queue-length`,
+`gpupool.io/pending-p99-seconds`) and a time outside the years the cluster can mean read as
+absent, each reported against its object (`kube_common._float`, `_ts`)."""
 
 from __future__ import annotations
 
@@ -51,9 +55,9 @@ def _service(obj: Any, kind: str) -> InferenceService:
         ),
         priority_class=obj.spec.template.spec.priority_class_name,
         pool=(obj.spec.template.spec.node_selector or {}).get(C.POOL_LABEL),
-        queue_length=_float(ann.get(C.QUEUE_LENGTH_ANN)),
-        pending_seconds_p99=_float(ann.get(C.PENDING_P99_ANN)),
-        last_scale_at=_ts(ann.get(C.LAST_SCALE_ANN)),
+        queue_length=_float(ann.get(C.QUEUE_LENGTH_ANN), f"annotation {C.QUEUE_LENGTH_ANN}"),
+        pending_seconds_p99=_float(ann.get(C.PENDING_P99_ANN), f"annotation {C.PENDING_P99_ANN}"),
+        last_scale_at=_ts(ann.get(C.LAST_SCALE_ANN), f"annotation {C.LAST_SCALE_ANN}"),
     )
 
 
@@ -96,7 +100,9 @@ def _hpa(h: Any) -> tuple[TargetRef | None, Autoscaler]:
         min_replicas=spec.min_replicas if spec.min_replicas is not None else C.HPA_DEFAULT_MIN,
         max_replicas=spec.max_replicas,
         owner=owner,
-        last_change_at=_ts((meta.annotations or {}).get(C.LAST_SCALE_ANN)),
+        last_change_at=_ts(
+            (meta.annotations or {}).get(C.LAST_SCALE_ANN), f"annotation {C.LAST_SCALE_ANN}"
+        ),
     )
 
 
@@ -122,7 +128,9 @@ def _scaled_object(o: dict) -> tuple[TargetRef | None, Autoscaler]:
         name=meta["name"],
         min_replicas=C.KEDA_DEFAULT_MIN if lo is None else lo,
         max_replicas=C.KEDA_DEFAULT_MAX if hi is None else hi,
-        last_change_at=_ts((meta.get("annotations") or {}).get(C.LAST_SCALE_ANN)),
+        last_change_at=_ts(
+            (meta.get("annotations") or {}).get(C.LAST_SCALE_ANN), f"annotation {C.LAST_SCALE_ANN}"
+        ),
     )
 
 
