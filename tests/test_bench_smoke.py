@@ -152,3 +152,26 @@ def test_admission_openb_smoke(args, runs):
     rows = lines_after(out, head + "$")
     assert rows[1].startswith("| GPU allocation, time-weighted mean | "), rows[1]
     assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
+
+
+def test_hostile_object_smoke():
+    out = smoke("hostile_object.py")
+    rows = lines_after(
+        out,
+        r"^\| nodes \| hostile object \| plan s without \| plan s with \| ratio \| read s "
+        r"\| unreadable \|$",
+    )
+    assert rows[0].startswith("|---:|")
+    kinds = [
+        "job-parallelism",
+        "shared-slices",
+        "gpu-capacity",
+        "agent-gpu-list",
+        "time-year-1",
+        "signal-nan",
+    ]
+    for row, kind in zip(rows[1 : 1 + len(kinds)], kinds, strict=True):
+        # every kind planned (no "stopped", no "failed") and left one unreadable entry
+        assert re.match(
+            rf"^\| 16 \| `{kind}`: .* \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 1 \|$", row
+        ), row
