@@ -6,9 +6,10 @@ pending pods, the clock moves on by the case's period: 30 s, 1 min or 5 min). Th
 
 (a) no cycle raises;
 (b) no card is ever over-committed (a whole card with two holders, a MIG instance used twice
-    or not on its card, a shared card past its slices), and no plan repartitions a card whose
-    running holder it does not evict in the same plan (the only way the effect model could
-    over-commit: it refuses such a repartition, so the plan is caught here instead);
+    or not on its card, a shared card past its slices, a pod gpupool admitted on a shared card
+    whose slices have less GPU memory than it needs a slice), and no plan repartitions a card
+    whose running holder it does not evict in the same plan (the only way the effect model
+    could over-commit: it refuses such a repartition, so the plan is caught here instead);
 (c) no action is undone: a card repartitioned X -> Y is not made X again in the next two
     cycles; a node uncordoned is not cordoned again for the same change in the next cycle; a
     moved workload is not moved back; a scale-up is not followed by a scale-down of the same
@@ -69,12 +70,14 @@ from reconciler.plan.actions import (
     SetSharing,
     Uncordon,
 )
+from reconciler.plan.cluster import node_pool_name
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.plan.render import to_json
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import apply_plan, schedule, step
 from tests.plan.generators import Case, cases
@@ -171,6 +174,38 @@ def overcommits(state: ObservedState) -> list[str]:
             used = sum(a.slices for _, a in held)
             if used > (g.shared_slices or 0) or any(not a.slices for _, a in held):
                 out.append(f"{n}/gpu{i} (shared x{g.shared_slices}): {used} held by {holders}")
+    return out
+
+
+def short_slices(desired: DesiredState, state: ObservedState) -> list[str]:
+    """Pods gpupool admitted that run on a shared card whose slices have less GPU memory
+    (card memory / its slice count) than the pod needs a slice: what it declares for all its
+    slices (`gpu_memory_mib`) / its slices, at most its pool's memoryPerSlice (beyond, it is
+    warned about, not held), else memoryPerSlice. Time-slicing isolates no memory."""
+    out = []
+    nodes = {n.name: n for n in state.nodes}
+    for w in state.workloads:
+        r = w.request
+        if w.phase != "Running" or w.admission != "admitted" or not r.shared_slices:
+            continue
+        n = nodes.get(w.node or "")
+        pool = desired.pools.get(node_pool_name(desired, n) or "") if n else None
+        if pool is None or pool.spec.inference.shared is None:
+            continue
+        card = desired.catalog.model(pool.spec.gpu_model).memory_gib * 1024
+        share = r.shared_slices * quantity_bytes(pool.spec.inference.shared.memory_per_slice)
+        need = min(r.gpu_memory_mib, share // 2**20) if r.gpu_memory_mib else share // 2**20
+        for a in w.allocations:
+            g = next((g for g in n.gpus if g.index == a.gpu), None)
+            if (
+                g is not None
+                and g.shared_slices
+                and need * g.shared_slices > card * r.shared_slices
+            ):
+                out.append(
+                    f"{w.key} needs {need} MiB for {r.shared_slices} slice(s) on {n.name}/gpu"
+                    f"{g.index} shared x{g.shared_slices} ({card} MiB)"
+                )
     return out
 
 
@@ -436,6 +471,9 @@ def order_faults(desired: DesiredState, state: ObservedState, rnd: random.Random
 # ----------------------------------------------------------------------------- all checks
 def crash_and_overcommit(t: Trace, case: Case) -> list[str]:
     out = [f"after cycle {k}: {m}" for k, s in enumerate(t.states) for m in overcommits(s)]
+    out += [
+        f"after cycle {k}: {m}" for k, s in enumerate(t.states) for m in short_slices(t.desired, s)
+    ]
     out += [
         f"cycle {k + 1}: {m}"
         for k, p in enumerate(t.plans)
@@ -800,6 +838,19 @@ def test_overcommit_check_sees_two_holders_of_one_card():
     b = training("t", "b", "a100-1", [0], started=_ago(60))
     assert overcommits(snapshot(T0, [n], [a])) == []
     assert overcommits(snapshot(T0, [n], [a, b])) == ["a100-1/gpu0 (whole): held by ['t/a', 't/b']"]
+
+
+def test_short_slices_check_sees_an_admitted_pod_on_slices_too_small():
+    # the policy's slice is 20Gi: x8 slices of an 80Gi card have 10Gi
+    n = node("a100-1", "a100", A100, [gpu(0, shared=8, model=A100)])
+    pod = shared_pod("t", "s", "a100-1", 1, started=_ago(5))
+    admitted = pod.model_copy(update={"admission": "admitted"})
+    assert short_slices(_desired(), snapshot(T0, [n], [pod])) == []  # not gpupool's
+    assert short_slices(_desired(), snapshot(T0, [n], [admitted])) == [
+        "t/s needs 20480 MiB for 1 slice(s) on a100-1/gpu0 shared x8 (81920 MiB)"
+    ]
+    small = admitted.model_copy(update={"request": Request(shared_slices=1, gpu_memory_mib=10240)})
+    assert short_slices(_desired(), snapshot(T0, [n], [small])) == []
 
 
 def test_undone_check_sees_a_card_changed_back():
