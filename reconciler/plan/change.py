@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from reconciler.observe.model import ObservedState
-from reconciler.plan.actions import EVICTION_KINDS
+from reconciler.plan.actions import EVICTION_KINDS, Preempt
 from reconciler.plan.model import Action, Plan
-from reconciler.plan.planner import plan_with_facts
+from reconciler.plan.planner import PlanFacts, plan_with_facts
 from reconciler.plan.quotas import desired_resource_quotas
 from reconciler.policy.state import DesiredState
 
@@ -38,6 +38,7 @@ class Disruption(BaseModel):
     workload: str
     kind: str
     reason: str
+    """Why, true on its own whatever else is listed (`disruption_reasons`)."""
 
 
 class ReplayMetrics(BaseModel):
@@ -189,6 +190,46 @@ def _quota_changes(
     return out
 
 
+def disruption_reasons(
+    base: DesiredState, head: DesiredState, head_plan: Plan, head_facts: PlanFacts
+) -> dict[str, str]:
+    """Workload -> why the head plan stops it, where the plan's own reason would not be true
+    on its own in a list sorted by name.
+
+    That is a preemption that enforces a team's maxGPUs (`preemptor` None): the planner stops
+    the team's cheapest work one gang at a time and words each reason with the team's use as
+    it counts down (10 GPUs, then 9), so read by name the counts are out of order and each
+    only true after the ones stopped before it. Here every such line quotes what holds for
+    all of them: the team's use as observed, its cap (and the base's, when the change moved
+    it) and how many of its workloads the plan stops. Other reasons name their own cause (the
+    preemptor, the idle time, the move) and are kept."""
+    by_team: dict[str, list[str]] = {}
+    for a in head_plan.actions:
+        if isinstance(a, Preempt) and a.preemptor is None:
+            q = head.quota_for_namespace(a.target.split("/", 1)[0])
+            if q is not None and q.spec.max_gpus is not None:
+                by_team.setdefault(q.team, []).append(a.target)
+    out: dict[str, str] = {}
+    for team, stopped in by_team.items():
+        q = next(q for q in head.quotas.values() if q.team == team)
+        cap = q.spec.max_gpus
+        b = next((b for b in base.quotas.values() if b.team == team), None)
+        old = (
+            "no Quota" if b is None else b.spec.max_gpus if b.spec.max_gpus is not None else "none"
+        )
+        was = f" ({old} at base)" if old != cap else ""
+        used = float(head_facts.team_usage.get(team, 0))
+        n = len(stopped)
+        which = "the one workload" if n == 1 else f"one of the {n} workloads"
+        for w in stopped:
+            out[w] = (
+                f"team {team} uses {used:g} GPUs, over its cap of {cap}{was}: {which} the "
+                "plan stops to bring it within the cap, the cheapest of its preemptible work "
+                "that its ResourceQuota keeps from coming back"
+            )
+    return out
+
+
 def _evictions(plan: Plan) -> dict[str, Action]:
     return {a.target: a for a in plan.actions if a.kind in EVICTION_KINDS}
 
@@ -224,8 +265,9 @@ def compare(
         if bt[k] != ht[k]
     ]
     be, he = _evictions(base_plan), _evictions(head_plan)
+    reasons = disruption_reasons(base, head, head_plan, head_facts)
     disruptions = [
-        Disruption(workload=w, kind=a.kind, reason=a.reason)
+        Disruption(workload=w, kind=a.kind, reason=reasons.get(w, a.reason))
         for w, a in sorted(he.items())
         if w not in be
     ]
