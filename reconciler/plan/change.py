@@ -12,6 +12,7 @@ from `--confirm`, the way Argo CD wants `allowEmpty` / `Prune=confirm` said expl
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -96,7 +97,8 @@ class ChangeReport(BaseModel):
     capacity: dict[str, dict[str, dict[str, int]]]
     """pool -> {base, head, delta} -> {whole, mig, shared} after each plan."""
     policy_changes: list[str]
-    """Desired-state fields that differ, e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
+    """Desired-state fields that differ, as YAML paths with YAML values (`policy_changes`),
+    e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
     quota_changes: dict[str, dict[str, list[str | None]]]
     """"namespace/name" -> resource -> [base, head] (None: absent)."""
     repartitions: list[RepartitionedCard]
@@ -139,39 +141,129 @@ class ChangeReport(BaseModel):
         return f"{head}: " + "; ".join(parts)
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+ABSENT = object()
+"""A list item or document field one side does not have."""
+
+LIST_KEYS = ("name", "pool", "preemptor", "key")
+"""Fields that name a list's items (`spec.classes[name=serving]`), tried in this order; a
+list whose items none of them names uniquely is addressed by index (`[0]`)."""
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_PLAIN_SCALAR = re.compile(r"^[A-Za-z0-9_./$()+-][^,\[\]{}#&*!|>'\"%@`]*$")
+_YAML_SPECIAL = re.compile(
+    r"^(?:~|null|true|false|yes|no|on|off|y|n|[-+]?(?:\d[\d_]*)?(?:\.\d*)?(?:e[-+]?\d+)?"
+    r"|[-+]?\.inf|\.nan|0x[0-9a-f]+|0o[0-7]+|\d+:\d+(?::\d+)*)$",
+    re.IGNORECASE,
+)
+
+
+def yaml_value(value: Any) -> str:
+    """`value` as YAML writes it in flow style: `8`, `20Gi`, `null`, `[a, b]`, `{a: 1}`;
+    a string that would read as something else (a number, a boolean, null) or holds YAML's
+    indicators is single-quoted. `(absent)` where one side has nothing."""
+    if value is ABSENT:
+        return "(absent)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
-    else:
-        out[prefix] = value
+        return "{" + ", ".join(f"{_key(k)}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if (
+        _PLAIN_SCALAR.match(text)
+        and not _YAML_SPECIAL.match(text)
+        and ": " not in text
+        and " #" not in text
+        and text == text.strip()
+    ):
+        return text
+    return "'" + text.replace("'", "''") + "'"
 
 
-def _doc_fields(state: DesiredState) -> dict[str, dict[str, Any]]:
-    docs: dict[str, dict[str, Any]] = {}
-    for d in state.documents:
-        flat: dict[str, Any] = {}
-        _flatten(
-            "",
-            d.model.model_dump(mode="json", by_alias=True, exclude={"api_version", "kind"}),
-            flat,
+def _key(k: Any) -> str:
+    k = str(k)
+    return k if _PLAIN_KEY.match(k) else yaml_value(k) if k else "''"
+
+
+def _segment(k: Any) -> str:
+    """A mapping key in a path: `.maxGPUs`, or `["gpupool.io/pool"]` for one that is not a
+    plain word (dots, slashes)."""
+    k = str(k)
+    return f".{k}" if _PLAIN_KEY.match(k) else '["' + k.replace('"', '\\"') + '"]'
+
+
+def _list_key(*sides: list) -> str | None:
+    items = [x for side in sides for x in side]
+    if not items or not all(isinstance(x, dict) for x in items):
+        return None
+    for k in LIST_KEYS:
+        if all(k in x and isinstance(x[k], str) for x in items) and all(
+            len({x[k] for x in side}) == len(side) for side in sides
+        ):
+            return k
+    return None
+
+
+def _diff(path: str, old: Any, new: Any, out: list[str]) -> None:
+    """`path: old -> new` for every leaf that differs; mappings by key, lists of mappings by
+    the field that names their items (else by index), other lists as one value."""
+    if old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            _diff(path + _segment(k), old.get(k, ABSENT), new.get(k, ABSENT), out)
+        return
+    if isinstance(old, list) and isinstance(new, list):
+        k = _list_key(old, new)
+        if k is not None:
+            b, h = {x[k]: x for x in old}, {x[k]: x for x in new}
+            for name in [*b, *(n for n in h if n not in b)]:
+                _diff(f"{path}[{k}={name}]", b.get(name, ABSENT), h.get(name, ABSENT), out)
+            return
+        if any(isinstance(x, dict | list) for x in [*old, *new]):
+            for i in range(max(len(old), len(new))):
+                _diff(
+                    f"{path}[{i}]",
+                    old[i] if i < len(old) else ABSENT,
+                    new[i] if i < len(new) else ABSENT,
+                    out,
+                )
+            return
+    out.append(f"{path.lstrip('.')}: {yaml_value(old)} -> {yaml_value(new)}")
+
+
+def _documents(state: DesiredState) -> dict[str, dict[str, Any]]:
+    return {
+        f"{d.model.kind}/{d.model.metadata.name}": d.model.model_dump(
+            mode="json", by_alias=True, exclude={"api_version", "kind"}
         )
-        docs[f"{d.model.kind}/{d.model.metadata.name}"] = flat
-    return docs
+        for d in state.documents
+    }
 
 
 def policy_changes(base: DesiredState, head: DesiredState) -> list[str]:
-    b, h = _doc_fields(base), _doc_fields(head)
+    """Each changed field as its YAML path in the document (camelCase, as written) with the
+    base and head values as YAML, e.g. `Quota/team-a spec.maxGPUs: 8 -> 12`,
+    `PriorityPolicy/cluster spec.classes[name=serving].value: 30000 -> 40000`. A field the
+    policy leaves out has its default (`null` for none)."""
+    b, h = _documents(base), _documents(head)
     out = []
-    for key in sorted(set(b) | set(h)):
-        if key not in h:
-            out.append(f"{key}: deleted")
-        elif key not in b:
-            out.append(f"{key}: added")
+    for doc in sorted(set(b) | set(h)):
+        if doc not in h:
+            out.append(f"{doc}: deleted")
+        elif doc not in b:
+            out.append(f"{doc}: added")
         else:
-            for f in sorted(set(b[key]) | set(h[key])):
-                if b[key].get(f) != h[key].get(f):
-                    out.append(f"{key} {f}: {b[key].get(f)!r} -> {h[key].get(f)!r}")
+            fields: list[str] = []
+            _diff("", b[doc], h[doc], fields)
+            out += [f"{doc} {f}" for f in fields]
     return out
 
 

@@ -9,6 +9,8 @@ reads the text and Markdown reports.
 
 from __future__ import annotations
 
+import re
+
 from reconciler.observe.builders import node, snapshot, training
 from reconciler.plan.change import compare
 from reconciler.plan.render import change_to_markdown, change_to_text
@@ -70,3 +72,43 @@ def test_each_cap_preemption_quotes_the_teams_use_not_a_running_count():
     text = change_to_text(report)
     assert "uses 9 GPUs" not in text and "uses 10 GPUs" in text
     assert "uses 9 GPUs" not in change_to_markdown(report)
+
+
+def test_policy_changes_are_yaml_paths_with_yaml_values():
+    base_text = desired_text()
+    head_text = (
+        team_a(
+            base_text,
+            TEAM_A_QUOTA.replace("maxGPUs: 8", "maxGPUs: 12").replace(
+                "borrowingLimit: 4}", "borrowingLimit: 6}"
+            ),
+        )
+        .replace("shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}",
+                 "shared: {slicesPerGPU: 2, memoryPerSlice: 40Gi}")
+        .replace("{name: training-low, value: 10000,", "{name: training-low, value: 20000,")
+        .replace("checkpointGracePeriod: 5m", "checkpointGracePeriod: 10m")
+        .replace("  training: {minGPUs: 4, topology: node}",
+                 "  training: {minGPUs: 4, maxGPUs: 12, topology: node}")
+    )  # fmt: skip
+    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    report, _, _ = compare(
+        desired(base_text, "b" * 40),
+        desired(head_text, "c" * 40),
+        snapshot(NOW, nodes, [], **_objects(base_text)),
+    )
+    assert report.policy_changes == [
+        "Pool/a100 spec.inference.shared.memoryPerSlice: 20Gi -> 40Gi",
+        "Pool/a100 spec.inference.shared.slicesPerGPU: 4 -> 2",
+        "Pool/a100 spec.training.maxGPUs: null -> 12",
+        "PriorityPolicy/cluster spec.classes[name=training-low].value: 10000 -> 20000",
+        "PriorityPolicy/cluster spec.preemption.checkpointGracePeriod: 5m -> 10m",
+        "Quota/team-a spec.maxGPUs: 8 -> 12",
+        "Quota/team-a spec.pools[pool=a100].whole.borrowingLimit: 4 -> 6",
+    ]
+    md = change_to_markdown(report)
+    section = md.split("Policy fields changed", 1)[1].split("</details>", 1)[0]
+    assert "`Quota/team-a spec.maxGPUs: 8 -> 12`" in section
+    assert not re.search(r"'|\{'|\[\{|None|True|False", section), section  # no Python reprs
+    assert "  Pool/a100 spec.inference.shared.memoryPerSlice: 20Gi -> 40Gi" in change_to_text(
+        report
+    )
