@@ -12,17 +12,26 @@ from `--confirm`, the way Argo CD wants `allowEmpty` / `Prune=confirm` said expl
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import ObservedState
 from reconciler.plan.actions import EVICTION_KINDS, Preempt
 from reconciler.plan.model import Action, Plan
-from reconciler.plan.planner import PlanFacts, plan_with_facts
-from reconciler.plan.quotas import desired_resource_quotas
+from reconciler.plan.objects.wanted import resource_quotas
+from reconciler.plan.partition import DEFAULT_BACKENDS
+from reconciler.plan.planner import PlanFacts, open_run, plan_with_facts
+from reconciler.plan.quotas import QUOTA_PREFIX, desired_resource_quotas
+from reconciler.policy.models import Quota
+from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
+
+Key = tuple[str, str]
+"""A ResourceQuota: (namespace, name)."""
 
 
 class RepartitionedCard(BaseModel):
@@ -100,7 +109,14 @@ class ChangeReport(BaseModel):
     """Desired-state fields that differ, as YAML paths with YAML values (`policy_changes`),
     e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
     quota_changes: dict[str, dict[str, list[str | None]]]
-    """"namespace/name" -> resource -> [base, head] (None: absent)."""
+    """"namespace/name" -> resource -> [base, head] (None: absent): the ResourceQuotas the
+    plans keep (none in a gated namespace or in kueue mode: `objects.wanted.resource_quotas`)."""
+    quota_reasons: dict[str, dict[str, str]] = {}
+    """"namespace/name" -> resource -> where the head's value comes from (the Quota's fields
+    it derives from), or why the head has none, for each row of `quota_changes`."""
+    quota_notes: dict[str, str] = {}
+    """"namespace/name" -> why the ResourceQuota of a changed Quota stays as it is: kept empty
+    (a gated namespace, kueue mode), or its derived limits are the same."""
     repartitions: list[RepartitionedCard]
     disruptions: list[Disruption]
     """Evictions the head plan makes that the base plan does not."""
@@ -267,10 +283,17 @@ def policy_changes(base: DesiredState, head: DesiredState) -> list[str]:
     return out
 
 
+def _kept_quotas(desired: DesiredState, observed: ObservedState) -> dict[Key, dict[str, str]]:
+    """The ResourceQuotas a plan of `desired` keeps, by the planner's own rule (empty in a
+    gated namespace, none in kueue mode); an empty one is left out, as gpupool does not
+    create it."""
+    kept = resource_quotas(open_run(desired, observed, None, DEFAULT_BACKENDS))
+    return {k: h for k, h in kept.items() if h}
+
+
 def _quota_changes(
-    base: DesiredState, head: DesiredState
+    b: dict[Key, dict[str, str]], h: dict[Key, dict[str, str]]
 ) -> dict[str, dict[str, list[str | None]]]:
-    b, h = desired_resource_quotas(base), desired_resource_quotas(head)
     out: dict[str, dict[str, list[str | None]]] = {}
     for key in sorted(set(b) | set(h)):
         bh, hh = b.get(key, {}), h.get(key, {})
@@ -280,6 +303,194 @@ def _quota_changes(
         if diff or (key in b) != (key in h):
             out[f"{key[0]}/{key[1]}"] = diff
     return out
+
+
+def _owners(desired: DesiredState) -> dict[Key, Quota]:
+    """(namespace, ResourceQuota name) -> the Quota it comes from."""
+    return {
+        (ns, QUOTA_PREFIX + q.team): q for q in desired.quotas.values() for ns in q.spec.namespaces
+    }
+
+
+def _allotment(path: str, guaranteed: int, borrowing: int | None) -> tuple[int | None, str]:
+    if borrowing is None:
+        return None, f"{path} has no borrowingLimit: no limit"
+    total = guaranteed + borrowing
+    return total, f"{path}: guaranteed {guaranteed} + borrowingLimit {borrowing} = {total}"
+
+
+def derivation(desired: DesiredState, q: Quota, resource: str) -> tuple[int | None, str]:
+    """What `quotas.desired_resource_quotas` makes of `resource` for `q`, and from which of
+    its fields: (the value, None for no limit; the words). The same sums, kept beside it so
+    the report can name the fields; `compare` checks the value against the real one."""
+    where = f"Quota/{q.metadata.name}"
+    cap = q.spec.max_gpus
+    terms: list[tuple[int | None, str]] = []
+    within = False  # a whole-card limit maxGPUs did not cut
+    for pq in q.spec.pools:
+        at = f"spec.pools[pool={pq.pool}]"
+        if resource == "requests." + GPU_RESOURCE:
+            a = pq.whole
+            if not (a.guaranteed or a.borrowing_limit):
+                continue
+            if a.borrowing_limit is None:
+                terms.append(
+                    (cap, f"{at}.whole has no borrowingLimit: maxGPUs {cap}")
+                    if cap is not None
+                    else (None, f"{at}.whole has no borrowingLimit and there is no maxGPUs")
+                )
+                continue
+            total = a.guaranteed + a.borrowing_limit
+            text = _allotment(f"{at}.whole", a.guaranteed, a.borrowing_limit)[1]
+            if cap is not None and cap < total:
+                terms.append((cap, f"{text}, capped at maxGPUs {cap}"))
+            else:
+                terms.append((total, text))
+                within = cap is not None
+        elif resource == "requests." + SHARED_RESOURCE:
+            pool = desired.pools.get(pq.pool)
+            sh = pool.spec.inference.shared if pool else None
+            m = pq.shared_memory
+            if m is None or sh is None:
+                continue
+            per = quantity_bytes(sh.memory_per_slice)
+            g = math.ceil(quantity_bytes(m.guaranteed) / per)
+            slices = f"in slices of Pool/{pq.pool} memoryPerSlice {yaml_value(sh.memory_per_slice)}"
+            if not m.borrowing_limit:
+                terms.append((None, f"{at}.sharedMemory has no borrowingLimit: no limit"))
+                continue
+            b = math.ceil(quantity_bytes(m.borrowing_limit) / per)
+            terms.append(
+                (
+                    g + b,
+                    f"{at}.sharedMemory: guaranteed {yaml_value(m.guaranteed)} + borrowingLimit "
+                    f"{yaml_value(m.borrowing_limit)}, {slices}: {g} + {b} = {g + b}",
+                )
+            )
+        else:
+            for prof, a in sorted(pq.mig.items()):
+                if "requests." + mig_resource(prof) == resource:
+                    terms.append(
+                        _allotment(f"{at}.mig{_segment(prof)}", a.guaranteed, a.borrowing_limit)
+                    )
+    if not terms:
+        if resource == "requests." + GPU_RESOURCE and cap is not None:
+            return cap, f"{where} spec.maxGPUs {cap} (no pool has a whole-card allotment)"
+        return None, f"no pool of {where} allots it: no limit"
+    unlimited = next((t for v, t in terms if v is None), None)
+    if unlimited is not None:
+        return None, f"{where} {unlimited}"
+    total = sum(v for v, _ in terms if v is not None)
+    note = ""
+    if within:
+        note = (
+            f" (within maxGPUs {cap})"
+            if total <= cap
+            else f" (maxGPUs {cap} caps each pool's limit, not their sum)"
+        )
+    if len(terms) == 1:
+        return total, f"{where} {terms[0][1]}{note}"
+    return total, f"{where}: " + "; ".join(t for _, t in terms) + f"; {total} in all{note}"
+
+
+def _derived(desired: DesiredState, q: Quota, resource: str, actual: str | None) -> str:
+    """`derivation`'s words for a value gpupool keeps (`actual`; None: no limit), or only the
+    fields it comes from should the two ever disagree."""
+    value, words = derivation(desired, q, resource)
+    if (str(value) if value is not None else None) != actual:
+        return f"derived from Quota/{q.metadata.name} spec.maxGPUs and spec.pools"
+    return words
+
+
+def _why_empty(desired: DesiredState, observed: ObservedState, q: Quota, ns: str, what="") -> str:
+    """Why a plan keeps `q`'s ResourceQuota in `ns` empty; `what`: the limits it would hold."""
+    enforced = f"Quota/{q.metadata.name}" + (f" ({what})" if what else "")
+    if desired.admission_controller == "kueue" and observed.kueue is not None:
+        return (
+            f"kueue mode: Kueue's ClusterQueue enforces {enforced}, gpupool keeps no ResourceQuota"
+        )
+    if ns in (observed.gated_namespaces or ()):
+        return (
+            f"gated namespace: gpupool's admission enforces {enforced}, "
+            "the ResourceQuota is kept empty"
+        )
+    return f"the plan keeps no ResourceQuota for {enforced}"
+
+
+def _why_pruned(old: Quota | None, head: DesiredState, ns: str) -> str:
+    """Why no Quota of the head keeps the ResourceQuota `old` kept in `ns`."""
+    new = head.quotas.get(old.metadata.name) if old is not None else None
+    if old is None:
+        why = f"no Quota lists namespace {ns}"
+    elif new is None:
+        why = f"Quota/{old.metadata.name} is deleted"
+    elif ns not in new.spec.namespaces:
+        why = f"Quota/{old.metadata.name} no longer lists namespace {ns}"
+    else:
+        why = f"Quota/{old.metadata.name} now names team {new.team} ({QUOTA_PREFIX}{new.team})"
+    return why + ": the ResourceQuota is pruned"
+
+
+def _limits(b: dict[str, str], h: dict[str, str]) -> str:
+    return ", ".join(
+        f"{r} {b.get(r, '-')} -> {h.get(r, '-')}"
+        for r in sorted(set(b) | set(h))
+        if b.get(r) != h.get(r)
+    )
+
+
+def quota_explanations(
+    base: DesiredState,
+    head: DesiredState,
+    observed: ObservedState,
+    kept: tuple[dict[Key, dict[str, str]], dict[Key, dict[str, str]]],
+    changes: dict[str, dict[str, list[str | None]]],
+) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Why each changed ResourceQuota row has the head's value (`quota_reasons`); and, for the
+    ResourceQuotas of changed Quotas, why what does not change stays as it is
+    (`quota_notes`): kept empty, or the limits it derives (a cap raised past guarantee +
+    borrowingLimit leaves `nvidia.com/gpu` where it was)."""
+    bo, ho = _owners(base), _owners(head)
+    bd, hd = desired_resource_quotas(base), desired_resource_quotas(head)
+    kept_h = kept[1]
+    reasons: dict[str, dict[str, str]] = {}
+    for name, diff in changes.items():
+        ns, rq = name.split("/", 1)
+        key = (ns, rq)
+        q = ho.get(key)
+        for r in diff:
+            if q is None:
+                why = _why_pruned(bo.get(key), head, ns)
+            elif key not in kept_h and hd.get(key):
+                why = _why_empty(head, observed, q, ns)
+            else:
+                why = _derived(head, q, r, kept_h.get(key, {}).get(r))
+            reasons.setdefault(name, {})[r] = why
+    changed_docs = {
+        n for n in set(base.quotas) & set(head.quotas) if base.quotas[n] != head.quotas[n]
+    } | (set(head.quotas) - set(base.quotas))
+    candidates = {k for k in set(bd) | set(hd) if bd.get(k) != hd.get(k)} | {
+        k for k, q in ho.items() if q.metadata.name in changed_docs
+    }
+    notes: dict[str, str] = {}
+    for key in sorted(candidates):
+        name = f"{key[0]}/{key[1]}"
+        q = ho.get(key)
+        if q is None or name in reasons and key not in kept_h:
+            continue
+        if key not in kept_h:
+            notes[name] = (
+                _why_empty(head, observed, q, key[0], _limits(bd.get(key, {}), hd[key]))
+                if hd.get(key)
+                else f"Quota/{q.metadata.name} sets no limit a ResourceQuota holds"
+            )
+            continue
+        same = [(r, v) for r, v in kept_h[key].items() if r not in changes.get(name, {})]
+        if same:
+            notes[name] = ("" if name in changes else "unchanged: ") + "; ".join(
+                f"{r} stays {v}: {_derived(head, q, r, v)}" for r, v in same
+            )
+    return reasons, notes
 
 
 def disruption_reasons(
@@ -367,6 +578,9 @@ def compare(
     drained = sorted(
         a.target for a in head_plan.actions if a.kind == "cordon" and a.target not in base_cordons
     )
+    kept = _kept_quotas(base, observed), _kept_quotas(head, observed)
+    quota_changes = _quota_changes(*kept)
+    quota_reasons, quota_notes = quota_explanations(base, head, observed, kept, quota_changes)
     gates = _gates(
         base, head, base_plan, head_plan, len(disruptions), len(repartitions), len(drained), confirm
     )
@@ -375,7 +589,9 @@ def compare(
         head_revision=head.revision,
         capacity=capacity,
         policy_changes=policy_changes(base, head),
-        quota_changes=_quota_changes(base, head),
+        quota_changes=quota_changes,
+        quota_reasons=quota_reasons,
+        quota_notes=quota_notes,
         repartitions=repartitions,
         disruptions=disruptions,
         drained_nodes=drained,

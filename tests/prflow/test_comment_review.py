@@ -112,3 +112,86 @@ def test_policy_changes_are_yaml_paths_with_yaml_values():
     assert "  Pool/a100 spec.inference.shared.memoryPerSlice: 20Gi -> 40Gi" in change_to_text(
         report
     )
+
+
+def test_a_derived_quota_change_says_what_it_derives_from():
+    """maxGPUs 8 -> 12 and borrowingLimit 4 -> 6: the ResourceQuota goes 8 -> 10, not to the
+    cap; the report says it is guaranteed + borrowingLimit of the pool, within maxGPUs."""
+    base_text = desired_text()
+    head_text = team_a(
+        base_text,
+        TEAM_A_QUOTA.replace("maxGPUs: 8", "maxGPUs: 12").replace(
+            "borrowingLimit: 4}", "borrowingLimit: 6}"
+        ),
+    )
+    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    report, _, _ = compare(
+        desired(base_text, "b" * 40),
+        desired(head_text, "c" * 40),
+        snapshot(NOW, nodes, [], **_objects(base_text)),
+    )
+    key, gpu = "team-a/gpupool-team-a", "requests.nvidia.com/gpu"
+    assert report.quota_changes == {key: {gpu: ["8", "10"]}}
+    why = report.quota_reasons[key][gpu]
+    assert why == (
+        "Quota/team-a spec.pools[pool=a100].whole: guaranteed 4 + borrowingLimit 6 = 10 "
+        "(within maxGPUs 12)"
+    )
+    assert why in change_to_text(report)
+    row = next(line for line in change_to_markdown(report).splitlines() if f"`{gpu}`" in line)
+    assert row == f"| `{key}` | `{gpu}` | 8 | 10 | {why} |"
+
+
+def test_a_quota_in_a_gated_namespace_is_kept_empty_and_says_so():
+    """team-b's namespace is gated: gpupool's admission enforces its limits and its
+    ResourceQuota is kept empty, so raising them changes no ResourceQuota; the report says
+    so instead of showing a quota change that will not happen."""
+    base_text = desired_text()
+    head_text = base_text.replace(
+        "  maxGPUs: 16\n  pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 12}",
+        "  maxGPUs: 20\n  pools: [{pool: a100, whole: {guaranteed: 4, borrowingLimit: 16}",
+    )
+    assert head_text != base_text
+    nodes = [node("a100-1", "a100", A100), node("a100-2", "a100", A100)]
+    observed = snapshot(NOW, nodes, [], **_objects(base_text)).model_copy(
+        update={"gated_namespaces": ["team-b"]}
+    )
+    report, _, _ = compare(desired(base_text, "b" * 40), desired(head_text, "c" * 40), observed)
+    key = "team-b/gpupool-team-b"
+    assert key not in report.quota_changes  # the object stays empty on both sides
+    note = report.quota_notes[key]
+    assert "gated namespace" in note and "kept empty" in note and "admission" in note
+    assert "requests.nvidia.com/gpu 16 -> 20" in note  # the limit admission now enforces
+    assert f"{key}: {note}" in change_to_text(report)
+    assert f"`{key}`: {note}" in change_to_markdown(report)
+
+
+def test_the_derivation_the_report_words_is_the_quota_gpupool_keeps():
+    """`derivation` repeats `desired_resource_quotas`' sums to name the fields; on the golden
+    scenarios and the repository's own policy (several pools, MIG, shared memory, no
+    borrowingLimit) it gives the very values gpupool keeps."""
+    from pathlib import Path
+
+    from reconciler.plan.change import derivation
+    from reconciler.plan.quotas import QUOTA_PREFIX, desired_resource_quotas
+    from reconciler.policy.files import files_from_paths
+    from tests.plan.scenarios import SCENARIOS
+
+    root = Path(__file__).resolve().parents[2]
+    states = [desired(build()[0], None) for build in SCENARIOS.values()]
+    states.append(load(files_from_paths([root / "pools", root / "policies"])))
+    checked = set()
+    for state in states:
+        owners = {
+            (ns, QUOTA_PREFIX + q.team): q
+            for q in state.quotas.values()
+            for ns in q.spec.namespaces
+        }
+        for key, hard in desired_resource_quotas(state).items():
+            q = owners[key]
+            for resource in {*hard, "requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"}:
+                value, words = derivation(state, q, resource)
+                assert (str(value) if value is not None else None) == hard.get(resource), words
+                assert words.startswith(f"Quota/{q.metadata.name}") or "no pool" in words
+                checked.add(words.split(" ", 2)[-1].split(":")[0])
+    assert len(checked) > 5
