@@ -21,7 +21,7 @@ from reconciler.sim.trace import (
     DEFAULT_NODES,
     DEFAULT_PODS,
     TraceError,
-    openb_dir,
+    openb_file,
     read_nodes,
     read_pods,
 )
@@ -138,17 +138,30 @@ def _fail(msg: str) -> int:
 def _parse(args) -> tuple[list[str], list[int]]:
     policies = [p.strip() for p in str(args.policy).split(",") if p.strip()]
     if not policies:
-        raise ValueError("--policy is empty")
+        raise ValueError(f"--policy is empty: give one or more of {', '.join(POLICIES)}")
     for p in policies:
         if p not in POLICIES:
-            raise ValueError(f"unknown policy {p!r} (known: {', '.join(POLICIES)})")
+            raise ValueError(f"--policy: unknown policy {p!r} (known: {', '.join(POLICIES)})")
     try:
         seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"--seed must be comma-separated integers, got {args.seed!r}") from None
     if not seeds:
-        raise ValueError("--seed is empty")
+        raise ValueError("--seed is empty: give comma-separated integers, like 42 or 42,43")
     return policies, seeds
+
+
+def _trace_paths(args) -> tuple[Path, Path]:
+    """--nodes and --pods, each defaulting to the openb trace's file; where one is missing
+    from the default folder, the message asks for the options not given."""
+    instead = " and ".join(
+        f"{flag} CSV"
+        for flag, given in (("--nodes", args.nodes), ("--pods", args.pods))
+        if not given
+    )
+    nodes = Path(args.nodes) if args.nodes else openb_file(DEFAULT_NODES, instead)
+    pods = Path(args.pods) if args.pods else openb_file(DEFAULT_PODS, instead)
+    return nodes, pods
 
 
 def run(args) -> int:
@@ -158,9 +171,7 @@ def run(args) -> int:
         return run_twin_mode(args)
     try:
         policies, seeds = _parse(args)
-        base = openb_dir()
-        nodes_path = Path(args.nodes) if args.nodes else base / DEFAULT_NODES
-        pods_path = Path(args.pods) if args.pods else base / DEFAULT_PODS
+        nodes_path, pods_path = _trace_paths(args)
         nodes = read_nodes(nodes_path)
         pods = read_pods(pods_path)
         if args.mode == "timeline":
