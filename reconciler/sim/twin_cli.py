@@ -236,7 +236,11 @@ def add_replay_args(p) -> None:
     t.add_argument(
         "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"
     )
-    t.add_argument("--twin-service", metavar="NS/NAME", help="the ScalingPolicy target fed")
+    t.add_argument(
+        "--twin-service",
+        metavar="NS/NAME",
+        help="the ScalingPolicy target fed (default: the only one)",
+    )
 
 
 def _plan_words(exc: Exception) -> str:

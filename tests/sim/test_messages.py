@@ -1,6 +1,7 @@
 """The simulator's messages lead somewhere: each names what the user gave (the file, the option,
 where a default was looked for) and what to give instead, with the flag of the command the
-user ran (`gpupool simulate` or `gpupool plan --base ... --twin-load`).
+user ran (`gpupool simulate` or `gpupool plan --base ... --twin-load`); and every option of
+`gpupool simulate` says what it does and its default.
 """
 
 from __future__ import annotations
@@ -234,3 +235,50 @@ def test_list_options_say_what_to_give(capsys, tmp_path, argv, expect):
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,1000\n")
     rc, err = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), *argv)
     assert rc == 1 and expect in err, err
+
+
+# ------------------------------------------------------------- simulate --help
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def _shown(default) -> str:
+    return f"{default:g}" if isinstance(default, float | int) else str(default)
+
+
+def test_every_simulate_option_has_help_that_shows_its_default():
+    """Walk `gpupool simulate`'s parser: each option says what it does and, unless it is a
+    switch, its default (or that it is needed, for one without)."""
+    p = _subparser("simulate")
+    missing = []
+    for a in p._actions:
+        if a.help == argparse.SUPPRESS or "-h" in a.option_strings:
+            continue
+        name = a.option_strings[0]
+        text = (a.help or "") % {"default": a.default, "prog": p.prog}
+        if not text:
+            missing.append(f"{name}: no help")
+        elif isinstance(a, argparse._StoreTrueAction):
+            continue
+        elif a.default is None:
+            if "default" not in text and "needed" not in text:
+                missing.append(f"{name}: says neither its default nor that it is needed")
+        elif f"default {_shown(a.default)}" not in text.replace(":", ""):
+            missing.append(f"{name}: does not show its default {_shown(a.default)}")
+    assert not missing, missing
+
+
+def test_plans_twin_options_have_help_that_shows_their_defaults():
+    p = _subparser("plan")
+    for a in p._actions:
+        if not any(o.startswith("--twin") for o in a.option_strings):
+            continue
+        assert a.help, a.option_strings
+        if a.default is not None:
+            assert f"default {_shown(a.default)}" in a.help.replace(":", ""), a.option_strings
+    service = next(a for a in p._actions if "--twin-service" in a.option_strings)
+    assert "default" in service.help
