@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -64,6 +64,25 @@ from reconciler.sim.load import JobSpec, LoadCurve, scaled
 
 DAY = 86400.0
 Progress = Callable[[int, int], None]
+FLAG = "{flag}"
+"""Where an `OptionError`'s message names the option the user gives the input with."""
+
+
+class OptionError(ValueError):
+    """A setting of the twin is wrong and the user gives it by a command-line option. The
+    twin knows the setting (`option`: a `TwinConfig` field, or "static", "days"), not the
+    command: `gpupool simulate --mode twin` calls it `--service`, `gpupool plan --base
+    --twin-load` `--twin-service`. The command words the message with its own flag
+    (`worded`); `str()` names the setting in words, for callers without flags."""
+
+    def __init__(self, template: str, option: str) -> None:
+        self.template, self.option = template, option
+        super().__init__(template.replace(FLAG, f"the {option.replace('_', ' ')} setting"))
+
+    def worded(self, flags: Mapping[str, str]) -> str:
+        """The message with `flags[option]` (e.g. `--twin-service`) for the setting."""
+        flag = flags.get(self.option)
+        return self.template.replace(FLAG, flag) if flag else str(self)
 
 
 @dataclass(frozen=True)
@@ -107,13 +126,20 @@ class TwinConfig:
 
     def __post_init__(self) -> None:
         if not self.service_rate > 0:
-            raise ValueError(f"the service rate must be positive, got {self.service_rate:g}")
+            raise OptionError(
+                f"{FLAG} must be positive (requests/s per replica), got {self.service_rate:g}",
+                "service_rate",
+            )
         if not self.period > 0:
-            raise ValueError(f"the cycle period must be positive, got {self.period:g}")
+            raise OptionError(
+                f"{FLAG} {self.period:g}s: the cycle period must be positive, like 30s", "period"
+            )
         if not self.concurrency > 0:
-            raise ValueError(f"the concurrency must be positive, got {self.concurrency:g}")
+            raise OptionError(f"{FLAG} must be positive, got {self.concurrency:g}", "concurrency")
         if self.replica_gpus < 1:
-            raise ValueError("a replica asks for at least one card")
+            raise OptionError(
+                f"{FLAG} {self.replica_gpus}: a replica asks for at least one card", "replica_gpus"
+            )
 
 
 # ----------------------------------------------------------------------------- the desired state
@@ -126,14 +152,22 @@ def service_target(desired: DesiredState, wanted: str | None) -> tuple[ScalingPo
         if wanted is None or f"{t.namespace}/{t.name}" == wanted
     ]
     if not found:
-        raise ValueError(
-            f"no ScalingPolicy targets {wanted}"
-            if wanted
-            else "the desired state has no ScalingPolicy: the load needs a service to feed"
+        if not wanted or not desired.scaling:
+            raise ValueError(
+                "the desired state has no ScalingPolicy: the load needs a service to feed"
+            )
+        names = ", ".join(
+            f"{t.namespace}/{t.name}" for _, pol in sorted(desired.scaling.items())
+            for t in pol.spec.targets
+        )  # fmt: skip
+        raise OptionError(
+            f"{FLAG} {wanted}: no ScalingPolicy targets it; the targets are {names}", "service"
         )
     if len(found) > 1:
         names = ", ".join(f"{t.namespace}/{t.name}" for _, t in found)
-        raise ValueError(f"several ScalingPolicy targets ({names}): choose one with --service")
+        raise OptionError(
+            f"several ScalingPolicy targets ({names}): choose one with {FLAG} NS/NAME", "service"
+        )
     return found[0]
 
 
@@ -189,9 +223,11 @@ def static_split(desired: DesiredState, pool: str, inference_gpus: int) -> tuple
         raise ValueError(f"no pool {pool!r} to split")
     cap = p.spec.capacity
     if inference_gpus % cap.gpus_per_node or not 0 < inference_gpus < cap.nodes * cap.gpus_per_node:
-        raise ValueError(
-            f"a static split of {pool} takes whole nodes: {inference_gpus} is not a multiple of "
-            f"{cap.gpus_per_node} between 1 and {cap.nodes * cap.gpus_per_node - 1}"
+        raise OptionError(
+            f"{FLAG} {inference_gpus}: a static split of {pool} takes whole nodes: "
+            f"{inference_gpus} is not a multiple of {cap.gpus_per_node} between 1 and "
+            f"{cap.nodes * cap.gpus_per_node - 1}",
+            "static",
         )
     n_inf = inference_gpus // cap.gpus_per_node
     n_train = cap.nodes - n_inf
@@ -365,8 +401,10 @@ class Twin:
         self.start = cfg.start or load.start
         self.horizon = min(cfg.horizon or load.seconds, load.seconds)
         if cfg.warmup >= self.horizon:
-            raise ValueError(
-                f"the warm-up ({cfg.warmup:g} s) leaves nothing of the {self.horizon:g} s simulated"
+            raise OptionError(
+                f"{FLAG}: the warm-up ({cfg.warmup:g} s) leaves nothing of the "
+                f"{self.horizon:g} s simulated; give a shorter one",
+                "warmup",
             )
         pp = desired.priority
         self.grace = pp.spec.preemption.checkpoint_grace_period.total_seconds() if pp else 0.0
@@ -732,9 +770,10 @@ def training_jobs(
     gpus = cap.nodes * cap.gpus_per_node
     train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
     if train_gpus <= 0:
-        raise ValueError(
+        raise OptionError(
             f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
-            " raise --service-rate"
+            f" raise {FLAG} (requests/s one replica serves)",
+            "service_rate",
         )
     jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
     biggest = cap.gpus_per_node
