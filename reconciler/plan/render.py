@@ -257,6 +257,14 @@ def change_to_markdown(
             f"| {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |"
         )
     head.append("")
+    body = _change_details(report)
+    body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
+    return fit_markdown(head, body, budget)
+
+
+def _change_details(report) -> list[str]:
+    """The change report's collapsible sections: disruptions, repartitions, quota objects,
+    policy fields."""
     body: list[str] = []
     if report.disruptions:
         body += [
@@ -304,8 +312,7 @@ def change_to_markdown(
             "",
         ]
         body += [f"- `{_md_escape(c)}`" for c in report.policy_changes] + ["", "</details>", ""]
-    body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
-    return fit_markdown(head, body, budget)
+    return body
 
 
 CHANGE_RENDERERS = {"text": change_to_text, "json": change_to_json, "markdown": change_to_markdown}

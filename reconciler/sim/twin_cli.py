@@ -150,6 +150,19 @@ def run_twin_mode(args) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 1
+    _print_comparison(args, curve, result)
+    if args.plot:
+        try:
+            plot_twin(result, args.plot, title=Path(curve.path).name)
+        except ImportError:
+            return _fail("--plot needs matplotlib (pip install 'gpupool[sim]')")
+        except OSError as exc:
+            return _fail(f"{args.plot}: cannot write plot: {exc.strerror or exc}")
+    return 0
+
+
+def _print_comparison(args, curve, result) -> None:
+    """The unified pool against the static splits, as JSON or a table."""
     records = result.records()
     if args.format == "json":
         print(
@@ -172,14 +185,6 @@ def run_twin_mode(args) -> int:
             "inference cards"
         )
         print(text_table(records, TWIN_COLUMNS))
-    if args.plot:
-        try:
-            plot_twin(result, args.plot, title=Path(curve.path).name)
-        except ImportError:
-            return _fail("--plot needs matplotlib (pip install 'gpupool[sim]')")
-        except OSError as exc:
-            return _fail(f"{args.plot}: cannot write plot: {exc.strerror or exc}")
-    return 0
 
 
 # ----------------------------------------------------------------------------- plan --base
