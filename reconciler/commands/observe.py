@@ -50,11 +50,19 @@ def register(sub: argparse._SubParsersAction) -> None:
             "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI)."
         ),
     )
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
-    p.add_argument("--out", default="-", help="file to write (.json or .yaml), - for stdout")
+    from reconciler.commands.errors import kubeconfig_arg
     from reconciler.commands.policy import add_source_args
     from reconciler.loop.signals import add_prometheus_args
 
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="the cluster to read (default: the in-cluster config)",
+    )
+    p.add_argument(
+        "--out", default="-", help="file to write (.json or .yaml), - for stdout (default: -)"
+    )
     add_prometheus_args(p)
     add_source_args(p)  # with --prometheus-url: the policies whose queries are read
     p.set_defaults(func=cmd_observe)

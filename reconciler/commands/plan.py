@@ -6,6 +6,7 @@ import argparse
 import sys
 from datetime import datetime
 
+from reconciler.commands.errors import kubeconfig_arg
 from reconciler.commands.policy import (
     add_source_args,
     load_from_args,
@@ -71,7 +72,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def aware_time(text: str) -> datetime:
-    """`--now`: an ISO 8601 time with a timezone. A bad one is a usage error (exit 2, like any
+    """`--now`: an ISO 8601 time with a timezone. A bad one is a usage error (exit 1, like any
     bad argument): the planner compares it with the snapshot's times, which all have one."""
     try:
         t = datetime.fromisoformat(text)
@@ -175,7 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show what would change: an ordered, explained plan (dry run)",
         description=(
             "Plan the changes that bring the observed cluster to the desired state. "
-            "Nothing is changed. Exit codes: 0 ok, 1 error; "
+            "Nothing is changed. Exit codes: 0 ok, 1 error (a usage error too); "
             "with --detailed-exitcode 0 no changes, 1 error, 2 changes."
         ),
     )
@@ -188,10 +189,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})",
     )
     src.add_argument(
-        "--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot"
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="observe a live cluster instead of a snapshot (default: none, the snapshot)",
     )
     add_prometheus_args(p)
-    p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    p.add_argument(
+        "--format",
+        choices=sorted(RENDERERS),
+        default="text",
+        help="text for a terminal, markdown for a pull-request comment, json for tools",
+    )
     p.add_argument(
         "--now",
         metavar="TIME",
@@ -203,7 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--detailed-exitcode",
         action="store_true",
-        help="exit 2 when the plan has changes, 0 when none",
+        help="exit 2 when the plan has changes, 0 when none (1 is always an error)",
     )
     p.add_argument(
         "--base",

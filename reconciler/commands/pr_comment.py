@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 DEFAULT_AUTHOR = "github-actions[bot]"  # reconciler.github.comment.DEFAULT_AUTHOR (lazy import)
+DEFAULT_API = "https://api.github.com"
+API_URL_ENV = "GITHUB_API_URL"  # set by GitHub Actions (GitHub Enterprise Server: its own API)
 
 
 def cmd_pr_comment(args: argparse.Namespace, transport=None) -> int:
@@ -43,6 +46,47 @@ def cmd_pr_comment(args: argparse.Namespace, transport=None) -> int:
     return 0
 
 
+def repo_arg(text: str) -> str:
+    """argparse type of `--repo`: owner/name, as GitHub spells it."""
+    owner, _, name = text.partition("/")
+    if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", x) and x not in (".", "..") for x in (owner, name)):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not owner/name (e.g. the workflow's ${{{{ github.repository }}}})"
+        )
+    return text
+
+
+def pr_arg(text: str) -> int:
+    """argparse type of `--pr`: a pull request number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a pull request number (1 or more; in a workflow "
+            "${{ github.event.pull_request.number }})"
+        )
+    return value
+
+
+def api_url_arg(text: str) -> str:
+    """argparse type of `--api-url`: an http(s) URL with a host; no trailing slash."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not an http:// or https:// URL (e.g. {DEFAULT_API})"
+        )
+    return text.rstrip("/")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pr-comment",
@@ -52,15 +96,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gpupool's only when it carries gpupool's marker AND was written by --author; anyone "
         "else's comment is never edited nor hidden, even with the marker in it.",
     )
-    p.add_argument("--repo", required=True, help="owner/name")
-    p.add_argument("--pr", required=True, type=int, help="pull request number")
+    p.add_argument("--repo", required=True, type=repo_arg, help="owner/name")
+    p.add_argument("--pr", required=True, type=pr_arg, help="pull request number")
     p.add_argument(
         "--body-file",
         required=True,
         help="the Markdown to post (from `gpupool plan --format markdown`)",
     )
     p.add_argument(
-        "--token-env", default="GITHUB_TOKEN", help="environment variable holding the token"
+        "--token-env",
+        default="GITHUB_TOKEN",
+        help="environment variable holding the token (default: GITHUB_TOKEN)",
     )
     p.add_argument(
         "--author",
@@ -70,5 +116,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"{DEFAULT_AUTHOR}, the workflow's GITHUB_TOKEN; a GitHub App token posts as "
         "<app-slug>[bot], a personal token as that person)",
     )
-    p.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL", "https://api.github.com"))
+    p.add_argument(
+        "--api-url",
+        metavar="URL",
+        type=api_url_arg,
+        default=os.environ.get(API_URL_ENV, DEFAULT_API),
+        help=f"GitHub's REST API, for GitHub Enterprise Server (default: ${API_URL_ENV}, else "
+        f"{DEFAULT_API})",
+    )
     p.set_defaults(func=cmd_pr_comment)

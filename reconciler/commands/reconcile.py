@@ -12,11 +12,23 @@ import threading
 import time
 from typing import Any
 
+from reconciler.commands.errors import kubeconfig_arg
 from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.kube import make_api_client
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from reconciler.policy.quantity import parse_duration
+
+
+def port(text: str) -> int:
+    """argparse type of a TCP port: 0 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
+    return value
 
 
 def _stop_on_signals() -> threading.Event:
@@ -26,14 +38,25 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _interval(text: str) -> float | None:
+    """`--interval` in seconds; None (the error printed) when it is not a positive duration."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        print(f"error: --interval: {exc}", file=sys.stderr)
+        return None
+    if seconds <= 0:
+        print(f"error: --interval: {text!r} is not positive: give e.g. 30s", file=sys.stderr)
+        return None
+    return seconds
+
+
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reconciler.loop.controller import Controller
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        interval = parse_duration(args.interval)
-    except ValueError as exc:
-        print(f"error: --interval: {exc}", file=sys.stderr)
+    interval = _interval(args.interval)
+    if interval is None:
         return 1
     source = _source(args)
     if source is None:
@@ -155,9 +178,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if not node:
         print("error: give --node or set NODE_NAME", file=sys.stderr)
         return 1
+    interval = _interval(args.interval)
+    if interval is None:
+        return 1
     api = make_api_client(args.kubeconfig)
     stop = _stop_on_signals() if not args.once else threading.Event()
-    interval = parse_duration(args.interval)
     while True:
         try:
             published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
@@ -190,7 +215,9 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     _add_source_args(p)
     _add_cycle_args(p)
     _add_endpoint_args(p)
-    p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    p.add_argument(
+        "--once", action="store_true", help="run one cycle and exit: 0 done, 1 it failed"
+    )
     add_prometheus_args(p)
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
@@ -237,12 +264,17 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--namespace",
         default=os.environ.get("POD_NAMESPACE", "gpupool-system"),
-        help="for the Lease, status and events",
+        help="for the Lease, status and events (default: $POD_NAMESPACE, else gpupool-system)",
     )
     p.add_argument(
         "--identity", help="this replica's name in the Lease (default: POD_NAME or hostname)"
     )
-    p.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="kubeconfig to use (default: the in-cluster config)",
+    )
     p.add_argument(
         "--dry-run", action="store_true", help="observe and report drift; change nothing"
     )
@@ -252,9 +284,9 @@ def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
     """What the controller serves: probes, /metrics, the push webhook."""
     p.add_argument(
         "--health-port",
-        type=int,
+        type=port,
         default=8080,
-        help="port for /healthz and /readyz on every address (0: off)",
+        help="port for /healthz and /readyz on every address, 0 for off (default 8080)",
     )
     p.add_argument(
         "--metrics-bind-address",
@@ -304,10 +336,22 @@ def _register_agent(sub: argparse._SubParsersAction) -> None:
             "through the kubelet's PodResources API, and publish both as a GpuNodeState."
         ),
     )
-    a.add_argument("--node", help="node name (default: NODE_NAME)")
-    a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
-    a.add_argument("--interval", default="30s")
-    a.add_argument("--once", action="store_true")
+    a.add_argument("--node", help="node name (default: $NODE_NAME)")
+    a.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="kubeconfig to use (default: the in-cluster config)",
+    )
+    a.add_argument(
+        "--interval",
+        default="30s",
+        metavar="DURATION",
+        help="time between publications (default 30s)",
+    )
+    a.add_argument(
+        "--once", action="store_true", help="publish once and exit: 0 published, 1 failed"
+    )
     a.add_argument(
         "--pod-resources-socket",
         default=os.environ.get("POD_RESOURCES_SOCKET", DEFAULT_POD_RESOURCES_SOCKET),
