@@ -7,13 +7,15 @@ and exposes `register(subparsers)`; this file only wires them together, importin
 Exit codes, for every command: 0 done, 1 an error (a usage error too: an unknown option, a bad
 value, a missing argument), 2 only from `plan --detailed-exitcode` (the plan has changes) and
 `apply` (steps still waiting). argparse's own usage errors exit 2, which a CI gate would read as
-"changes pending"; `Parser` makes them 1. Every option's help shows its default
-(`HelpFormatter`).
+"changes pending"; `Parser` makes them 1. An error from outside gpupool (the cluster, the
+network, a file) is one line, `gpupool COMMAND: error: ...` (reconciler/commands/errors.py);
+anything else is a bug, reported in one line too (GPUPOOL_TRACEBACK=1 shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -42,6 +44,8 @@ has changes) and `apply` (steps still waiting).
 
 USAGE_ERROR = 1
 """A usage error's exit code: 2 means "changes" under `plan --detailed-exitcode`."""
+
+TRACEBACK_ENV = "GPUPOOL_TRACEBACK"
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -121,16 +125,59 @@ def parse(parser: Parser, argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_stdout()
     parser = build_parser()
     args = parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    name = f"{parser.prog} {args.command}"
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gpupool plan | head`: the reader left; say nothing more
+        _silence_stdout()
+        return 1
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback (unless asked)
+        return _report(name, exc)
+
+
+def _report(name: str, exc: Exception) -> int:
+    from reconciler.commands.errors import CommandError, describe
+
+    if isinstance(exc, CommandError):
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 1
+    message = describe(exc)
+    if message is not None:
+        print(f"{name}: error: {message}", file=sys.stderr)
+        return 1
+    if os.environ.get(TRACEBACK_ENV):
+        raise exc
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    print(
+        f"{name}: internal error: {type(exc).__name__}: {first} (a bug in gpupool; "
+        f"{TRACEBACK_ENV}=1 shows where; please report it with the command line)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _tolerant_stdout() -> None:
+    """A file name that is not UTF-8 (argv decodes it with surrogates) is printed escaped,
+    not a UnicodeEncodeError after the work is done."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(ValueError, OSError):  # detached or closed: nothing to tune
+            reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

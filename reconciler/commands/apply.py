@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from reconciler.commands.errors import kubeconfig_arg
+from reconciler.commands.errors import api_client, kubeconfig_arg, talking_to
 from reconciler.commands.plan import signals_from_args
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
 from reconciler.loop.signals import add_prometheus_args
@@ -110,10 +110,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         desired = load_from_args(args)
         if args.kubeconfig:
-            from reconciler.observe.kube import make_api_client, observe_cluster
+            from reconciler.observe.kube import observe_cluster
 
-            api = make_api_client(args.kubeconfig)
-            observed = observe_cluster(api)
+            api = api_client(args.kubeconfig)
+            with talking_to(api, args.kubeconfig):
+                observed = observe_cluster(api)
         elif args.observed:
             api, observed = None, load_snapshot(args.observed)
         else:
@@ -143,7 +144,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if api is None:
         print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
         return 0
-    return _apply_as_leader(api, saved, args.namespace)
+    with talking_to(api, args.kubeconfig):
+        return _apply_as_leader(api, saved, args.namespace)
 
 
 def _apply_as_leader(api, saved: Plan, namespace: str) -> int:

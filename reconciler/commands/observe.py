@@ -7,7 +7,8 @@ import sys
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    from reconciler.observe.kube import make_api_client, observe_cluster
+    from reconciler.commands.errors import api_client, talking_to, write_text
+    from reconciler.observe.kube import observe_cluster
     from reconciler.observe.snapshot import dump_snapshot
 
     desired = None
@@ -20,11 +21,9 @@ def cmd_observe(args: argparse.Namespace) -> int:
             desired = load_from_args(args)
         except (SourceError, InvalidInput) as exc:
             return report_load_error(exc)
-    try:
-        observed = observe_cluster(make_api_client(args.kubeconfig))
-    except Exception as exc:  # noqa: BLE001 - report any client/config failure in one line
-        print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
-        return 1
+    api = api_client(args.kubeconfig)
+    with talking_to(api, args.kubeconfig):
+        observed = observe_cluster(api)
     if desired is not None:
         from reconciler.loop.signals import with_signals
 
@@ -35,8 +34,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text(args.out, text)
         print(f"wrote {args.out}")
     return 0
 

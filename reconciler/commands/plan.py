@@ -6,7 +6,7 @@ import argparse
 import sys
 from datetime import datetime
 
-from reconciler.commands.errors import kubeconfig_arg
+from reconciler.commands.errors import kubeconfig_arg, write_text
 from reconciler.commands.policy import (
     add_source_args,
     load_from_args,
@@ -25,10 +25,14 @@ DEFAULT_OBSERVED = "examples/observed.yaml"
 
 
 def observe_from_args(args: argparse.Namespace):
+    """The observed state: the live cluster of --kubeconfig, else the --observed snapshot."""
     if getattr(args, "kubeconfig", None):
+        from reconciler.commands.errors import api_client, talking_to
         from reconciler.observe.kube import observe_cluster  # the Kubernetes adapter
 
-        return observe_cluster(kubeconfig=args.kubeconfig)
+        api = api_client(args.kubeconfig)
+        with talking_to(api, args.kubeconfig):
+            return observe_cluster(api)
     return load_snapshot(args.observed)
 
 
@@ -63,8 +67,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         saved = result.model_copy(
             update={"fingerprint": fingerprint(desired, observed, result.actions)}
         )
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(to_json(saved))
+        write_text(args.out, to_json(saved))
     sys.stdout.write(text)
     if args.detailed_exitcode:
         return 2 if result.actions else 0
@@ -150,8 +153,7 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
         saved = head_plan.model_copy(
             update={"fingerprint": fingerprint(head, observed, head_plan.actions)}
         )
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(to_json(saved))
+        write_text(args.out, to_json(saved))
     if report.gates:
         for g in report.gates:
             print(f"error: safety gate: {g}", file=sys.stderr)

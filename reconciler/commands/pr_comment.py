@@ -7,6 +7,8 @@ import os
 import re
 import sys
 
+from reconciler.commands.errors import CommandError, file_message
+
 DEFAULT_AUTHOR = "github-actions[bot]"  # reconciler.github.comment.DEFAULT_AUTHOR (lazy import)
 DEFAULT_API = "https://api.github.com"
 API_URL_ENV = "GITHUB_API_URL"  # set by GitHub Actions (GitHub Enterprise Server: its own API)
@@ -14,6 +16,8 @@ API_URL_ENV = "GITHUB_API_URL"  # set by GitHub Actions (GitHub Enterprise Serve
 
 def cmd_pr_comment(args: argparse.Namespace, transport=None) -> int:
     """`transport` (a reconciler.github.comment.Transport) replaces HTTP in tests."""
+    import http.client
+
     from reconciler.github.comment import GitHub, GitHubError, upsert, urllib_transport
 
     token = os.environ.get(args.token_env, "")
@@ -34,15 +38,24 @@ def cmd_pr_comment(args: argparse.Namespace, transport=None) -> int:
         with open(args.body_file, encoding="utf-8") as f:
             body = f.read()
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(file_message(exc, "--body-file", args.body_file)) from exc
+    except UnicodeDecodeError as exc:
+        raise CommandError(
+            f"--body-file {args.body_file}: not UTF-8 text (byte {exc.start}); give the "
+            "Markdown `gpupool plan --format markdown` wrote"
+        ) from exc
     gh = GitHub(token=token, api=args.api_url, transport=transport or urllib_transport)
     try:
         for line in upsert(gh, args.repo, args.pr, body, author=author):
             print(line)
-    except GitHubError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except GitHubError as exc:  # GitHub's own answer: an error status, not JSON, ...
+        raise CommandError(f"GitHub at {args.api_url} (--api-url): {exc}") from exc
+    except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, ...
+        reason = getattr(exc, "reason", None) or exc
+        why = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+        raise CommandError(
+            f"cannot reach GitHub at {args.api_url} (--api-url): {why.lower()}"
+        ) from exc
     return 0
 
 

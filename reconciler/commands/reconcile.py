@@ -12,10 +12,10 @@ import threading
 import time
 from typing import Any
 
-from reconciler.commands.errors import kubeconfig_arg
+from reconciler.commands.errors import CommandError, api_client, kubeconfig_arg, talking_to
 from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
-from reconciler.observe.kube import make_api_client
+from reconciler.observe.kube import make_api_client  # the seam tests replace
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from reconciler.policy.quantity import parse_duration
 
@@ -53,6 +53,7 @@ def _interval(text: str) -> float | None:
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reconciler.loop.controller import Controller
+    from reconciler.loop.status import StatusStore
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     interval = _interval(args.interval)
@@ -72,7 +73,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         mig_config_namespace=args.mig_config_namespace,
         mig_timeout_seconds=mig_timeout,
     )
-    api = make_api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, make_api_client)
+    if args.once:  # a user at a terminal: no cluster, no answer or no right is one line
+        with talking_to(api, args.kubeconfig):
+            StatusStore(api, namespace=args.namespace).read()  # what the cycle reads first
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
     ctl = Controller(
         source,
@@ -171,8 +175,6 @@ def _serve(args: argparse.Namespace, ctl: Any) -> bool:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from reconciler.loop.agent import run_once
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     node = args.node or os.environ.get("NODE_NAME")
     if not node:
@@ -181,21 +183,35 @@ def cmd_agent(args: argparse.Namespace) -> int:
     interval = _interval(args.interval)
     if interval is None:
         return 1
-    api = make_api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, make_api_client)
     stop = _stop_on_signals() if not args.once else threading.Event()
     while True:
-        try:
-            published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
-            logging.getLogger("gpupool.agent").info(
-                "published %d GPUs for %s", len(published.gpus), node
-            )
-        except Exception as exc:  # noqa: BLE001 - report and retry next interval
-            logging.getLogger("gpupool.agent").error("publish failed: %s", exc)
-            if args.once:
-                return 1
+        error = _publish(api, node, args)
+        if error is not None:
+            if args.once:  # one line from main, exit 1
+                raise CommandError(error)
+            logging.getLogger("gpupool.agent").error("publish failed: %s", error)
         if args.once or stop.wait(interval):
             return 0
         time.sleep(0)
+
+
+def _publish(api: Any, node: str, args: argparse.Namespace) -> str | None:
+    """One publication of this node's GPUs; why it failed, in one line, or None."""
+    from reconciler.loop.agent import run_once
+    from reconciler.observe.nvml import NvmlReadError
+
+    try:
+        with talking_to(api, args.kubeconfig):
+            published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
+    except CommandError as exc:  # the API server: its address, where it came from, what it said
+        return str(exc)
+    except NvmlReadError as exc:
+        return f"cannot read this node's GPUs: {exc}; the agent runs on a node with the driver"
+    except Exception as exc:  # noqa: BLE001 - report and retry next interval
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    logging.getLogger("gpupool.agent").info("published %d GPUs for %s", len(published.gpus), node)
+    return None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
