@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
-from reconciler.commands.errors import kubeconfig_arg, write_text
+from reconciler.commands.errors import CommandError, kubeconfig_arg, write_text
 from reconciler.commands.policy import (
     add_source_args,
     load_from_args,
@@ -25,7 +26,8 @@ DEFAULT_OBSERVED = "examples/observed.yaml"
 
 
 def observe_from_args(args: argparse.Namespace):
-    """The observed state: the live cluster of --kubeconfig, else the --observed snapshot."""
+    """The observed state: the live cluster of --kubeconfig, else the --observed snapshot, else
+    the default one (a CommandError naming what was tried when it is not there)."""
     if getattr(args, "kubeconfig", None):
         from reconciler.commands.errors import api_client, talking_to
         from reconciler.observe.kube import observe_cluster  # the Kubernetes adapter
@@ -33,7 +35,17 @@ def observe_from_args(args: argparse.Namespace):
         api = api_client(args.kubeconfig)
         with talking_to(api, args.kubeconfig):
             return observe_cluster(api)
-    return load_snapshot(args.observed)
+    path = args.observed
+    if path is None:
+        if not os.path.exists(DEFAULT_OBSERVED):
+            raise CommandError(
+                f"no observed state: neither --observed nor --kubeconfig was given and the "
+                f"default snapshot {DEFAULT_OBSERVED} does not exist in {os.getcwd()}; give "
+                "--observed FILE (a snapshot from `gpupool observe`) or --kubeconfig FILE "
+                "(a live cluster)"
+            )
+        path = DEFAULT_OBSERVED
+    return load_snapshot(path)
 
 
 def signals_from_args(args: argparse.Namespace, desired, observed):
@@ -81,14 +93,28 @@ def aware_time(text: str) -> datetime:
         t = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an ISO 8601 time like 2026-12-02T06:00:00Z"
+            f"{_quote(text)} is not an ISO 8601 time: give a date and time with a timezone, "
+            "e.g. 2026-12-02T06:00:00Z (UTC) or 2026-12-02T08:00:00+02:00"
         ) from None
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} has no timezone: write it in UTC with Z (2026-12-02T06:00:00Z) "
-            "or with an offset (2026-12-02T08:00:00+02:00)"
+            f"{text!r} has no timezone: if it is UTC, give {_utc(t)}; "
+            f"else give its offset, e.g. {_with_offset(t)}"
         )
     return t
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
+
+
+def _utc(t: datetime) -> str:
+    """The user's own time, read as UTC, written with Z."""
+    return t.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+
+
+def _with_offset(t: datetime) -> str:
+    return t.isoformat() + "+02:00"
 
 
 def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
@@ -187,8 +213,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--observed",
         metavar="FILE",
-        default=DEFAULT_OBSERVED,
-        help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})",
+        help="observed-state snapshot, YAML or JSON, from `gpupool observe` "
+        f"(default: {DEFAULT_OBSERVED} when it exists)",
     )
     src.add_argument(
         "--kubeconfig",
