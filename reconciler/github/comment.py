@@ -40,6 +40,8 @@ from dataclasses import dataclass
 MARKER = "<!-- gpupool-plan -->"
 DEFAULT_AUTHOR = "github-actions[bot]"  # whom the workflow's GITHUB_TOKEN posts as
 LIMIT = 65536
+TIMEOUT_S = 30.0
+"""Seconds allowed for connecting to GitHub and for each read."""
 PART_BUDGET = LIMIT - 1000
 
 Transport = Callable[[str, str, dict[str, str], bytes | None], tuple[int, dict[str, str], bytes]]
@@ -50,7 +52,7 @@ def urllib_transport(
 ) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - the GitHub API URL
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:  # noqa: S310 - the API URL
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers or {}), e.read()
@@ -81,7 +83,12 @@ class GitHub:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
         status, resp_headers, data = self.transport(method, url, headers, body)
-        parsed = json.loads(data) if data else None
+        try:
+            parsed = json.loads(data) if data else None
+        except ValueError:  # a proxy's HTML page, a truncated answer: not GitHub's JSON
+            raise GitHubError(
+                f"{method} {path}: HTTP {status}: the answer is not JSON ({bytes(data[:80])!r})"
+            ) from None
         if status >= 400:
             msg = parsed.get("message") if isinstance(parsed, dict) else data[:200]
             raise GitHubError(f"{method} {path}: HTTP {status}: {msg}")
@@ -91,6 +98,8 @@ class GitHub:
         out, url = [], f"/repos/{repo}/issues/{pr}/comments?per_page=100"
         while url:
             _, headers, page = self.call("GET", url)
+            if not isinstance(page, list):
+                raise GitHubError(f"GET {url}: the answer is not a list of comments")
             out.extend(page)
             url = _next_link(headers.get("Link") or headers.get("link") or "")
         return out
