@@ -15,10 +15,6 @@ from reconciler.cli import build_parser, subparsers
 
 ENV_DEFAULTS = ("POD_NAMESPACE", "POD_RESOURCES_SOCKET", "GITHUB_API_URL", "NODE_NAME", "POD_NAME")
 
-# The simulator's options live in reconciler/sim/cli.py, which another change is restructuring;
-# what it lacks is listed here and fixed there.
-SIMULATE_GAPS = {"--mode: no help", "--format: no help"}
-
 
 @pytest.fixture(autouse=True)
 def no_env_defaults(monkeypatch):
@@ -46,21 +42,7 @@ def gaps(parser: argparse.ArgumentParser) -> set[str]:
     return found
 
 
-def _params(parser: argparse.ArgumentParser):
-    for name in sorted(subparsers(parser)):
-        marks = []
-        if name == "simulate":
-            marks.append(
-                pytest.mark.xfail(
-                    reason="reconciler/sim/cli.py (being restructured elsewhere): "
-                    + ", ".join(sorted(SIMULATE_GAPS)),
-                    strict=False,
-                )
-            )
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("command", list(_params(build_parser())))
+@pytest.mark.parametrize("command", sorted(subparsers(build_parser())))
 def test_every_option_has_help_and_shows_its_default(command):
     sub = subparsers(build_parser())[command]
     assert gaps(sub) == set()
@@ -68,12 +50,6 @@ def test_every_option_has_help_and_shows_its_default(command):
 
 def test_gpupool_itself():
     assert gaps(build_parser()) == set()
-
-
-def test_the_simulator_lacks_only_what_is_listed():
-    """The xfail above hides nothing else: simulate's gaps are exactly the listed ones (or fewer,
-    as they are fixed)."""
-    assert gaps(subparsers(build_parser())["simulate"]) <= SIMULATE_GAPS
 
 
 def test_defaults_are_in_the_rendered_help():
