@@ -82,3 +82,12 @@ def test_a_snapshot_time_without_timezone_is_answered_with_its_own_time(tmp_path
     assert "if it is UTC, write 2031-01-05T10:30:00Z" in message
     assert "e.g. 2031-01-05T10:30:00+02:00" in message
     assert OLD_EXAMPLE not in message
+
+
+def test_a_huge_malformed_duration_is_quoted_short():
+    from reconciler.policy.quantity import parse_duration
+
+    with pytest.raises(ValueError) as err:
+        parse_duration("9" * 100_000 + "q")
+    assert len(str(err.value)) < 200
+    assert "(100001 characters)" in str(err.value)
