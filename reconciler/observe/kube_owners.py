@@ -24,7 +24,10 @@ def _next_pod_reservation(j: Any) -> tuple[str, list[int], datetime] | None:
         return None
     if not gpupool_wrote(j, C.NEXT_POD_RESERVED_ANN):
         _unreadable(
-            "Job", j.metadata.namespace, j.metadata.name, forged(j, C.NEXT_POD_RESERVED_ANN)
+            "Job",
+            j.metadata.namespace,
+            j.metadata.name,
+            f"forged-state: {not_written(j, C.NEXT_POD_RESERVED_ANN)}; ignored",
         )
         return None
     where, _, when = str(text).rpartition("@")
@@ -89,16 +92,14 @@ def gpupool_wrote(obj: Any, annotation: str) -> bool:
     return gpupool_owns(obj, *_annotation(annotation))
 
 
-def forged(obj: Any, annotation: str) -> str:
-    """The finding for gpupool's `annotation` on `obj` that gpupool did not write."""
+def not_written(obj: Any, annotation: str) -> str:
+    """What is wrong with gpupool's `annotation` on `obj` that gpupool did not write: for a
+    `forged-state` report."""
     value = str((obj.metadata.annotations or {}).get(annotation))
     value = value if len(value) <= 80 else value[:77] + "..."
     who = sorted(field_managers(obj, *_annotation(annotation)))
     by = f"field manager {', '.join(who)}" if who else "no field manager on record"
-    return (
-        f"forged-state: {annotation} {value!r} was not written by gpupool ({by}, not "
-        f"{C.FIELD_MANAGER}); ignored"
-    )
+    return f"{annotation} {value!r} was not written by gpupool ({by}, not {C.FIELD_MANAGER})"
 
 
 def _suspended_by_us(j: Any) -> bool:

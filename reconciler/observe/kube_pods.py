@@ -35,7 +35,7 @@ from reconciler.observe.kube_common import (
     _ts,
     _unreadable,
 )
-from reconciler.observe.kube_owners import Owners, forged, gpupool_wrote
+from reconciler.observe.kube_owners import Owners, gpupool_wrote, not_written
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -58,30 +58,27 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     """The pod as observation may believe it: `p` itself, or a copy without the annotations of
     `GPUPOOL_STATE` that gpupool did not write, nor an admission to a node not in `nodes`. `p`
     is not changed (it may be the watch cache's object). On a pod not bound yet, where they
-    decide what it holds or is owed, each is reported (`forged-state`); a bound pod's are
-    dropped quietly: nothing reads them there (a pod bound to a node holds its cards whatever
-    it says), and pods admitted before gpupool named its field manager still carry them."""
+    decide what it holds or is owed, what was left out is reported (`forged-state`, one report
+    per pod); a bound pod's are dropped quietly: nothing reads them there (a pod bound to a
+    node holds its cards whatever it says), and pods admitted before gpupool named its field
+    manager still carry them."""
     ann = p.metadata.annotations or {}
     bound = bool(p.spec.node_name)
-
-    def report(message: str) -> None:
-        if not bound:
-            _unreadable("Pod", p.metadata.namespace, p.metadata.name, message)
-
-    drop = []
-    for key in GPUPOOL_STATE:
-        if key in ann and not gpupool_wrote(p, key):
-            report(forged(p, key))
-            drop.append(key)
+    drop = [k for k in GPUPOOL_STATE if k in ann and not gpupool_wrote(p, k)]
+    why = [not_written(p, k) for k in drop]
     admitted = ann.get(C.ADMITTED_ANN)
     if admitted and C.ADMITTED_ANN not in drop and not bound and admitted not in nodes:
-        report(
-            f"forged-state: {C.ADMITTED_ANN} names node {str(admitted)[:80]!r}, which does not "
-            "exist; ignored: the pod is read as not admitted"
-        )
         drop.append(C.ADMITTED_ANN)
+        why.append(f"{C.ADMITTED_ANN} names node {str(admitted)[:80]!r}, which does not exist")
     if not drop:
         return p
+    if not bound:
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"forged-state: {'; '.join(why)}; ignored",
+        )
     meta = copy.copy(p.metadata)
     meta.annotations = {k: v for k, v in ann.items() if k not in drop}
     out = copy.copy(p)
