@@ -352,7 +352,14 @@ def test_observe_believes_only_gpupools_own_writes(kube: World, tmp_path):
     assert admits == {"train": "h100-1"}, p.findings
     assert {f.subject for f in p.findings if f.code == "unreadable-object"} == set(reports)
 
-    # the controller's cycle: the admission, and an Event on each pod saying why
+    # the controller's cycle, with deploy/state-admission.yaml in force as the kustomization
+    # installs it (nothing gpupool, kube-scheduler or the kubelet writes is refused): the
+    # admission, and an Event on each pod saying why its state was ignored
+    install_policy(kube)
+    refused(
+        lambda **kw: annotate(kube.core, "team-b", "held", {C.ADMITTED_ANN: "h100-1"}, **kw),
+        f"may write {C.ADMITTED_ANN}",
+    )
     ctl = controller(kube, tmp_path, clock)
     r = ctl.cycle()
     assert r.error is None, r.error
@@ -360,6 +367,8 @@ def test_observe_believes_only_gpupools_own_writes(kube: World, tmp_path):
     assert "forged-state" in ev.message and OTHER in ev.message, ev.message
     assert len(unreadable_events(kube, "team-b", "ghost")) == 1
     assert unreadable_events(kube, "team-b", "held") == []
-    assert kube.core.read_namespaced_pod("train", ns).metadata.annotations[C.ADMITTED_ANN] == (
-        "h100-1"
-    )
+    kube.settle()
+    train = kube.core.read_namespaced_pod("train", ns)
+    assert (train.spec.node_name, train.status.phase) == ("h100-1", "Running")
+    assert train.metadata.annotations[C.ADMITTED_ANN] == "h100-1"
+    assert gpupool_wrote(train, C.ADMITTED_ANN) and gpupool_wrote(train, C.INTENDED_GPUS_ANN)
