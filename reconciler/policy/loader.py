@@ -16,7 +16,7 @@ from ruamel.yaml.reader import ReaderError
 
 from reconciler.policy import limits
 from reconciler.policy.catalog import Catalog, default_catalog
-from reconciler.policy.files import SourceFile
+from reconciler.policy.files import MAX_FILE_BYTES, SourceFile, size_refusal
 from reconciler.policy.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
 from reconciler.policy.positions import format_path, locate, node_position
 from reconciler.policy.problems import InvalidDesiredState, Problem
@@ -137,7 +137,18 @@ _RoundTripConstructor = locating(RoundTripConstructor)
 def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Problem]]:
     docs: list[RawDocument] = []
     problems: list[Problem] = []
+    total = 0
     for f in files:
+        # The readers in files.py refuse a file over the size bounds before reading it; a text
+        # that came another way is held to the same bounds here, before it is parsed.
+        size = len(f.text.encode("utf-8", errors="surrogatepass"))
+        too_big = size_refusal(size, total)
+        if too_big is not None:
+            problems.append(Problem(f.path, 0, 0, "", too_big))
+            if size <= MAX_FILE_BYTES:
+                break  # over the total: nothing after it is read either
+            continue
+        total += size
         over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
         if over is not None:
             problems.append(
