@@ -4,7 +4,9 @@ the models' validators and the loader's directive check):
 - `%YAML` directives that ruamel reports without a line (or not at all);
 - `idleFor: 0s` and `pendingTime: 0s` (the durations where 0 means nothing sensible; the
   cooldowns, minRuntime and checkpointGracePeriod may be 0s);
-- a maintenance window that starts where it ends.
+- a maintenance window that starts where it ends;
+- a Pool's node selector that no node can match: terms on one label that contradict each
+  other, or a GPU product label of another model than the Pool's gpuModel.
 
 Each case adds a file (or swaps text in one) to the repository's own pools/ and policies/,
 which must still load, and expects exactly one problem, written out in full.
@@ -155,3 +157,137 @@ def test_a_window_that_starts_where_it_ends_is_refused():
         "02:00-02:00 is empty (it starts where it ends) and would never open; for all day, use "
         "when: always (got '02:00')"
     ]
+
+
+# -- node selectors ---------------------------------------------------------------------------
+
+
+def pool(*terms: str, model: str = "A100-SXM4-80GB", labels: str = "") -> str:
+    """Pool `x` on its own label (so it overlaps neither example pool), with `terms` as its
+    matchExpressions and `labels` as more matchLabels lines. Line 10 is `matchLabels:`'s first
+    entry, line 11 the next; matchExpressions follow the labels."""
+    text = f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata:
+  name: x
+spec:
+  gpuModel: {model}
+  capacity: {{nodes: 1, gpusPerNode: 8}}
+  nodeSelector:
+    matchLabels:
+      gpupool.io/pool: x
+"""
+    text += "".join(f"      {line}\n" for line in labels.splitlines())
+    if terms:
+        text += "    matchExpressions:\n" + "".join(f"      - {t}\n" for t in terms)
+    return text
+
+
+IN = "{key: tier, operator: In, values: [gold]}"
+NOT_IN = "{key: tier, operator: NotIn, values: [gold, silver]}"
+EXISTS = "{key: tier, operator: Exists}"
+ABSENT = "{key: tier, operator: DoesNotExist}"
+PRODUCT = "nvidia.com/gpu.product"
+NEVER = "Pool/x spec.nodeSelector"
+
+SELECTORS = [
+    pytest.param(
+        pool(IN, NOT_IN),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[1]: no node can match this selector: no "
+        "value of the label 'tier' satisfies matchExpressions[0] (tier In [gold]) and "
+        "matchExpressions[1] (tier NotIn [gold, silver])",
+        id="in-and-not-in",
+    ),
+    pytest.param(
+        pool(NOT_IN, labels="tier: gold"),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[0]: no node can match this selector: no "
+        "value of the label 'tier' satisfies matchLabels tier: gold and matchExpressions[0] "
+        "(tier NotIn [gold, silver])",
+        id="label-and-not-in",
+    ),
+    pytest.param(
+        pool(IN, "{key: tier, operator: In, values: [silver]}"),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[1]: no node can match this selector: no "
+        "value of the label 'tier' satisfies matchExpressions[0] (tier In [gold]) and "
+        "matchExpressions[1] (tier In [silver])",
+        id="disjoint-ins",
+    ),
+    pytest.param(
+        pool(EXISTS, ABSENT),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[1]: no node can match this selector: "
+        "matchExpressions[0] (tier Exists) needs the label 'tier' and matchExpressions[1] "
+        "(tier DoesNotExist) needs it absent",
+        id="exists-and-does-not-exist",
+    ),
+    pytest.param(
+        pool(ABSENT, labels="tier: gold"),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[0]: no node can match this selector: "
+        "matchLabels tier: gold needs the label 'tier' and matchExpressions[0] "
+        "(tier DoesNotExist) needs it absent",
+        id="label-and-does-not-exist",
+    ),
+    pytest.param(
+        pool(labels=f"{PRODUCT}: NVIDIA-H100-80GB-HBM3"),
+        f"pools/x.yaml:11:7: {NEVER}.matchLabels.{PRODUCT}: no node can match this pool: "
+        f"{PRODUCT} NVIDIA-H100-80GB-HBM3 is not a product of its gpuModel A100-SXM4-80GB "
+        "(whose nodes are labelled NVIDIA-A100-SXM4-80GB, A100-SXM4-80GB), and gpupool puts "
+        "a node only in a pool of its own model",
+        id="product-of-another-model",
+    ),
+    pytest.param(
+        pool(f"{{key: {PRODUCT}, operator: In, values: [NVIDIA-H100-80GB-HBM3, NVIDIA-L40S]}}"),
+        f"pools/x.yaml:12:9: {NEVER}.matchExpressions[0]: no node can match this pool: "
+        f"{PRODUCT} NVIDIA-H100-80GB-HBM3 or NVIDIA-L40S are not products of its gpuModel "
+        "A100-SXM4-80GB (whose nodes are labelled NVIDIA-A100-SXM4-80GB, A100-SXM4-80GB), and "
+        "gpupool puts a node only in a pool of its own model",
+        id="products-of-other-models",
+    ),
+    pytest.param(
+        pool(
+            f"{{key: {PRODUCT}, operator: In, values: [NVIDIA-A100-SXM4-80GB, NVIDIA-L40S]}}",
+            f"{{key: {PRODUCT}, operator: NotIn, values: [NVIDIA-A100-SXM4-80GB]}}",
+        ),
+        f"pools/x.yaml:13:9: {NEVER}.matchExpressions[1]: no node can match this pool: "
+        f"{PRODUCT} NVIDIA-L40S is not a product of its gpuModel A100-SXM4-80GB (whose nodes "
+        "are labelled NVIDIA-A100-SXM4-80GB, A100-SXM4-80GB), and gpupool puts a node only in "
+        "a pool of its own model",
+        id="own-product-excluded",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SELECTORS)
+def test_a_selector_no_node_can_match_is_refused(text, expected):
+    assert problems({"pools/x.yaml": text}) == [expected]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pool(IN, "{key: tier, operator: NotIn, values: [silver]}"),
+        pool("{key: tier, operator: In, values: [gold, silver]}", NOT_IN.replace("gold, ", "")),
+        pool(EXISTS, NOT_IN),
+        pool(ABSENT, "{key: zone, operator: Exists}"),
+        pool(labels=f"{PRODUCT}: NVIDIA-A100-SXM4-80GB"),
+        pool(labels=f"{PRODUCT}: NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"),  # mig.strategy=single
+        pool(f"{{key: {PRODUCT}, operator: In, values: [NVIDIA-L40S, A100-SXM4-80GB]}}"),
+        pool(f"{{key: {PRODUCT}, operator: NotIn, values: [NVIDIA-A100-SXM4-80GB]}}"),
+        pool(f"{{key: {PRODUCT}, operator: DoesNotExist}}"),  # gpupool allows unlabelled nodes
+        pool(labels=f"{PRODUCT}: NVIDIA-L40S", model="L40S-48GB"),
+    ],
+    ids=[
+        "in-and-other-not-in",
+        "in-two-not-in-one",
+        "exists-and-not-in",
+        "absent-and-other-exists",
+        "own-product",
+        "own-product-mig-single",
+        "one-own-product",
+        "not-in-own-product",
+        "no-product-label",
+        "l40s",
+    ],
+)
+def test_a_selector_some_node_can_match_is_accepted(text):
+    assert problems({"pools/x.yaml": text}) == []
