@@ -36,6 +36,7 @@ def check_semantics(
         _impossible_selectors,
         _pool_overlap,
         _system_namespaces,
+        _maintenance_conflicts,
     ):
         out.extend(check(state))
     ctx = _Invalid(
@@ -567,6 +568,51 @@ def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterato
                         ("spec", "idleReclaim", "excludeClasses", i),
                         f"unknown priority class {c!r}",
                     )
+
+
+_MAINTENANCE_RULES = (("defragmentation", "defragmentation"), ("idle_reclaim", "idleReclaim"))
+
+
+def _maintenance_conflicts(state: DesiredState) -> Iterator[Problem]:
+    """Two MaintenancePolicies that set the same rule (defragmentation, idle reclaim) for one
+    pool with different settings. The planner merges nothing: defragmentation takes the first
+    enabled rule of the pool's policies, idle reclaim the first that finds a workload idle, in
+    the order the files are read; so one setting would be silently ignored, or which one
+    applies would depend on the files' names. Reported at the later rule, naming the
+    earlier."""
+    docs = _docs(state, "MaintenancePolicy")
+    for attr, field in _MAINTENANCE_RULES:
+        for j, b in enumerate(docs):
+            rb = getattr(b.model.spec, attr)
+            if rb is None:
+                continue
+            for a in docs[:j]:
+                ra = getattr(a.model.spec, attr)
+                if ra is None or ra == rb or not (ra.enabled or rb.enabled):
+                    continue  # the same rule twice, or neither does anything
+                shared = _shared_pools(a.model.spec.pools, b.model.spec.pools)
+                if shared == []:
+                    continue
+                where = "every pool" if shared is None else ", ".join(f"Pool/{p}" for p in shared)
+                line, _ = locate(a.node, ("spec", field)) if a.node is not None else (a.line, 1)
+                yield _problem(
+                    b,
+                    ("spec", field),
+                    f"MaintenancePolicy/{a.model.metadata.name} ({a.file}:{line}) also sets "
+                    f"{field} for {where}, with other settings; the planner merges none and "
+                    "would ignore one of them: give each pool one "
+                    f"{field} rule (narrow spec.pools, or make the rules the same)",
+                )
+                break
+
+
+def _shared_pools(a: list[str], b: list[str]) -> list[str] | None:
+    """The pools two MaintenancePolicies' `spec.pools` both cover (empty: all); None: all."""
+    if not a and not b:
+        return None
+    if not a or not b:
+        return sorted(set(a or b))
+    return sorted(set(a) & set(b))
 
 
 # --- Kueue mode --------------------------------------------------------------------------

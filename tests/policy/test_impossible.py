@@ -6,7 +6,9 @@ the models' validators and the loader's directive check):
   cooldowns, minRuntime and checkpointGracePeriod may be 0s);
 - a maintenance window that starts where it ends;
 - a Pool's node selector that no node can match: terms on one label that contradict each
-  other, or a GPU product label of another model than the Pool's gpuModel.
+  other, or a GPU product label of another model than the Pool's gpuModel;
+- two MaintenancePolicies setting one rule (defragmentation, idle reclaim) differently for one
+  pool: the planner would ignore one of them.
 
 Each case adds a file (or swaps text in one) to the repository's own pools/ and policies/,
 which must still load, and expects exactly one problem, written out in full.
@@ -291,3 +293,66 @@ def test_a_selector_no_node_can_match_is_refused(text, expected):
 )
 def test_a_selector_some_node_can_match_is_accepted(text):
     assert problems({"pools/x.yaml": text}) == []
+
+
+# -- two MaintenancePolicies, one pool --------------------------------------------------------
+
+DEFAULT_DEFRAG = (
+    "  defragmentation:\n    when: pendingDemand\n    maxMigrationsPerCycle: 2\n"
+    "    onlyMigratable: true\n"
+)
+DEFRAG_A100 = "  pools: [a100]\n  defragmentation: {when: always, maxMigrationsPerCycle: 4}\n"
+IDLE_H100 = "  pools: [h100, a100]\n  idleReclaim: {utilizationBelow: 10, idleFor: 1h}\n"
+
+
+def test_two_defragmentation_rules_for_one_pool_are_refused():
+    got = problems({"policies/night.yaml": maintenance("night", DEFRAG_A100)})
+    assert got == [
+        "policies/night.yaml:7:3: MaintenancePolicy/night spec.defragmentation: "
+        f"MaintenancePolicy/default ({MAINT}:7) also sets defragmentation for Pool/a100, with "
+        "other settings; the planner merges none and would ignore one of them: give each pool "
+        "one defragmentation rule (narrow spec.pools, or make the rules the same)"
+    ]
+
+
+def test_two_idle_reclaim_rules_for_one_pool_are_refused():
+    got = problems({"policies/z.yaml": maintenance("z", IDLE_H100)})
+    assert got == [
+        "policies/z.yaml:7:3: MaintenancePolicy/z spec.idleReclaim: "
+        f"MaintenancePolicy/default ({MAINT}:11) also sets idleReclaim for Pool/a100, "
+        "Pool/h100, with other settings; the planner merges none and would ignore one of them: "
+        "give each pool one idleReclaim rule (narrow spec.pools, or make the rules the same)"
+    ]
+
+
+def test_two_policies_for_every_pool_are_refused():
+    rule = "  defragmentation: {when: pendingDemand, maxMigrationsPerCycle: 1}\n"
+    got = problems({"policies/z.yaml": maintenance("z", rule)})
+    assert len(got) == 1 and got[0].startswith(
+        "policies/z.yaml:6:3: MaintenancePolicy/z spec.defragmentation: MaintenancePolicy/"
+        f"default ({MAINT}:7) also sets defragmentation for every pool, with other settings"
+    ), got
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "  pools: [a100]\n" + DEFAULT_DEFRAG,  # the same rule twice
+        # different rules (the example sets both; this one sets neither)
+        "  pools: [a100]\n",
+    ],
+    ids=["same-rule", "no-rule"],
+)
+def test_maintenance_policies_that_agree_are_accepted(spec):
+    assert problems({"policies/z.yaml": maintenance("z", spec)}) == []
+
+
+def test_maintenance_policies_on_different_pools_are_accepted():
+    narrowed = problems(
+        {
+            "policies/z.yaml": maintenance("z", DEFRAG_A100),
+            "policies/y.yaml": maintenance("y", DEFRAG_A100.replace("a100", "h100", 1)),
+        },
+        swap=(MAINT, DEFAULT_DEFRAG, ""),
+    )
+    assert narrowed == [], narrowed
