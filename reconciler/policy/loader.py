@@ -150,80 +150,81 @@ def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Proble
                 break  # over the total: nothing after it is read either
             continue
         total += size
-        bad = _directive_problem(f.text)
-        if bad is not None:
-            problems.append(Problem(f.path, bad[0], bad[1], "", bad[2]))
-            continue
-        over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
-        if over is not None:
-            problems.append(
-                Problem(f.path, over.line, over.column, format_path(over.path), over.message)
-            )
-            continue
-        yaml = YAML(typ="rt")
-        yaml.allow_duplicate_keys = False
-        yaml.Constructor = _RoundTripConstructor
-        try:
-            loaded = list(yaml.load_all(f.text))
-        except MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-            msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-            ctx = exc.context_mark
-            if ctx is not None and mark is not None and ctx.line != mark.line:
-                msg += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
-            problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
-            continue
-        except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
-            line, col = _line_col(f.text, exc.position)
-            problems.append(
-                Problem(
-                    f.path,
-                    line,
-                    col,
-                    "",
-                    f"invalid YAML: {_char(exc.character)} is not allowed in YAML text",
-                )
-            )
-            continue
-        except YAMLError as exc:
-            problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {exc}"))
-            continue
-        except RecursionError:
-            problems.append(Problem(f.path, 0, 0, "", "invalid YAML: nested too deeply to read"))
-            continue
-        except Exception as exc:  # noqa: BLE001 - ruamel's constructors raise plain ValueError,
-            # TypeError or AssertionError for bad tagged scalars (`!!int abc`, a `!!omap` with a
-            # repeated key); bad input must become a located message, never a traceback.
-            detail = str(exc) or "a tagged value (`!!...`) could not be constructed"
-            problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {detail}"))
+        loaded = _load_yaml(f, problems)
+        if loaded is None:
             continue
         for i, node in enumerate(loaded):
             if node is None:
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
-                line, col = node_position(node) or _document_start(f.text, i)
-                what = (
-                    "a list"
-                    if isinstance(node, list)
-                    else "a string"
-                    if isinstance(node, str)
-                    else "a scalar"
-                )
-                problems.append(
-                    Problem(
-                        f.path,
-                        line,
-                        col,
-                        "",
-                        f"document {i + 1} is {what}, "
-                        "not a mapping with apiVersion, kind, metadata and spec",
-                    )
-                )
+                problems.append(_not_a_mapping(f, i, node))
                 continue
             line, col = node_position(node) or _document_start(f.text, i)
             docs.append(RawDocument(f.path, i, node, line, col))
     return docs, problems
+
+
+def _load_yaml(f: SourceFile, problems: list[Problem]) -> list | None:
+    """The documents of `f`, or None after adding its problem: a directive, a bound, or YAML
+    that does not parse (each at its line where the parser says one)."""
+    bad = _directive_problem(f.text)
+    if bad is not None:
+        problems.append(Problem(f.path, bad[0], bad[1], "", bad[2]))
+        return None
+    over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
+    if over is not None:
+        problems.append(
+            Problem(f.path, over.line, over.column, format_path(over.path), over.message)
+        )
+        return None
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    yaml.Constructor = _RoundTripConstructor
+    try:
+        return list(yaml.load_all(f.text))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        ctx = exc.context_mark
+        if ctx is not None and mark is not None and ctx.line != mark.line:
+            msg += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
+        problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
+    except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
+        line, col = _line_col(f.text, exc.position)
+        problems.append(
+            Problem(
+                f.path,
+                line,
+                col,
+                "",
+                f"invalid YAML: {_char(exc.character)} is not allowed in YAML text",
+            )
+        )
+    except YAMLError as exc:
+        problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {exc}"))
+    except RecursionError:
+        problems.append(Problem(f.path, 0, 0, "", "invalid YAML: nested too deeply to read"))
+    except Exception as exc:  # noqa: BLE001 - ruamel's constructors raise plain ValueError,
+        # TypeError or AssertionError for bad tagged scalars (`!!int abc`, a `!!omap` with a
+        # repeated key); bad input must become a located message, never a traceback.
+        detail = str(exc) or "a tagged value (`!!...`) could not be constructed"
+        problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {detail}"))
+    return None
+
+
+def _not_a_mapping(f: SourceFile, i: int, node: object) -> Problem:
+    line, col = node_position(node) or _document_start(f.text, i)
+    what = (
+        "a list" if isinstance(node, list) else "a string" if isinstance(node, str) else "a scalar"
+    )
+    return Problem(
+        f.path,
+        line,
+        col,
+        "",
+        f"document {i + 1} is {what}, not a mapping with apiVersion, kind, metadata and spec",
+    )
 
 
 _DIRECTIVE_LINE = re.compile(r"^%", re.MULTILINE)
