@@ -26,8 +26,8 @@ How that identity is known:
   `[bot]`; a `[bot]` author must still have type "Bot" to count.
 
 The token goes only to the API host: the scheme, host and port of `api` (`--api-url`). A URL
-off it (a `Link: rel="next"` naming another host, scheme or port) is a `GitHubError` naming
-it, and nothing is sent to it.
+off it (a `Link: rel="next"` naming another host, scheme or port; a redirect there) is a
+`GitHubError` naming it, and nothing is sent to it.
 
 The HTTP transport is injected (`Transport`), like httpx's MockTransport, so tests replay
 recorded GitHub responses without a network.
@@ -74,12 +74,29 @@ def _shown(o: tuple[str, str, int | None]) -> str:
     return f"{scheme}://{host}" + ("" if port == DEFAULT_PORTS.get(scheme) else f":{port}")
 
 
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed only on the host the request went to: urllib's own handler follows
+    one to any host and takes every header along, the token's Authorization included."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(newurl) != origin(req.full_url):
+            fp.close()
+            raise GitHubError(
+                f"{req.get_method()} {req.full_url}: HTTP {code} redirects to {newurl}, off the "
+                f"API host {_shown(origin(req.full_url))}: not followed ({ONLY_THERE})"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+
+
 def urllib_transport(
     method: str, url: str, headers: dict[str, str], body: bytes | None
 ) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:  # noqa: S310 - the API URL
+        with _OPENER.open(req, timeout=TIMEOUT_S) as r:  # noqa: S310 - the API URL
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers or {}), e.read()

@@ -1,6 +1,6 @@
 """`gpupool pr-comment` sends its token only to the API host: the scheme, host and port of
-`--api-url`. A `Link: rel="next"` to anywhere else is an error naming the link, and nothing
-is sent to it.
+`--api-url`. A `Link: rel="next"` to anywhere else, or a redirect there, is an error naming
+the link, and nothing is sent to it.
 
 Two real HTTP servers on 127.0.0.1 (different ports), driven through the command line with the
 real urllib transport: `api` plays GitHub's REST API, `other` records whatever reaches it."""
@@ -164,6 +164,32 @@ def test_a_next_link_off_the_api_host_is_an_error_and_gets_nothing(api, other, r
     assert "error: " in line and shown in line, err
     assert 'rel="next"' in line and f"API host {api.url}" in line, err
     assert TOKEN not in err
+
+
+@pytest.mark.parametrize("where", ["{other}", "http://localhost:{port}"])
+def test_a_redirect_off_the_api_host_is_not_followed(api, other, run, where):
+    """urllib follows redirects to any host and takes the Authorization header along; the
+    transport follows them only on the host the request went to."""
+    api.redirect = where.format(other="{other}", port=urlsplit(api.url).port) + "/elsewhere"
+    shown = api.redirect.format(api=api.url, other=other.url)
+    rc, err = run()
+    assert other.seen == []
+    assert rc == 1, err
+    assert [(s.method, s.path) for s in api.seen] == [("GET", COMMENTS + "?per_page=100")]
+    (line,) = err.splitlines()
+    assert "error: " in line and shown in line and "HTTP 302" in line, err
+
+
+def test_a_redirect_on_the_api_host_is_still_followed(api, other, run):
+    """GitHub answers a renamed repository with a 301 to its new address, on the API host."""
+    api.redirect = "{api}" + COMMENTS + "?per_page=100&page=2"
+    rc, err = run()
+    assert rc == 0, err
+    assert [(s.method, s.path, s.authorization) for s in api.seen][:2] == [
+        ("GET", COMMENTS + "?per_page=100", f"Bearer {TOKEN}"),
+        ("GET", COMMENTS + "?per_page=100&page=2", f"Bearer {TOKEN}"),
+    ]
+    assert other.seen == []
 
 
 def test_a_next_link_back_to_a_page_read_is_an_error_not_a_loop(api, other, run):
