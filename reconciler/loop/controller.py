@@ -59,6 +59,14 @@ what failed, and the report must not hold the loop for the client's default (60 
 tried four times). At most a GET (tried up to four times), a create and a merge patch."""
 
 
+def _api_refused(exc: BaseException) -> bool:
+    """An error answer of the API server (RBAC's 403, a conflict, a 5xx): operational, not a
+    defect of gpupool, so one log line says it."""
+    from kubernetes.client.exceptions import ApiException
+
+    return isinstance(exc, ApiException)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -174,6 +182,13 @@ class Controller:
                     log.error(
                         "reconcile cycle failed: connection to the API server failed: %s%s",
                         exc,
+                        said,
+                    )
+                elif _api_refused(exc):  # the API server answered no (403, 409, 500...): a line
+                    log.error(
+                        "reconcile cycle failed: the API server answered HTTP %s %s%s",
+                        getattr(exc, "status", "?"),
+                        getattr(exc, "reason", ""),
                         said,
                     )
                 else:  # a defect, or an answer nobody expected: with its traceback

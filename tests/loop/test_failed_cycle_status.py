@@ -52,6 +52,7 @@ class FakeApiServer:
         self.drop: list[tuple[str | None, str]] = []
         self.cut: list[tuple[str | None, str]] = []
         self.hang: list[tuple[str | None, str]] = []
+        self.forbid: list[tuple[str | None, str]] = []  # answered 403 Forbidden
         self.down = False
         self.down_after: tuple[str | None, str] | None = None
         self._stop = threading.Event()
@@ -89,6 +90,8 @@ class FakeApiServer:
         return str(self._rv)
 
     def answer(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
+        if self._hit(self.forbid, method, path):
+            return 403, _status(403, "Forbidden")
         with self._lock:
             item = _item_path(path)
             if item is None:  # a collection
@@ -412,3 +415,20 @@ def test_on_the_real_api_server_a_dropped_pod_list_is_on_the_status(kube, tmp_pa
         assert not [rec for rec in records if rec.exc_info]
         (line,) = [rec for rec in records if rec.levelno >= logging.WARNING]
         assert "the status could not be written either" in line.getMessage(), line.getMessage()
+
+
+def test_an_error_answer_is_one_line_on_the_log_and_on_the_status(make_controller, fake, caplog):
+    """RBAC's 403 on the pod list is the API server's answer, not a defect of gpupool: one log
+    line without a traceback, and the status says the cycle failed."""
+    ctl, clock = make_controller()
+    assert ctl.cycle().error is None
+    clock.advance(60)
+    fake.forbid.append(("GET", PODS))
+    with caplog.at_level(logging.INFO, logger="gpupool"):
+        r = ctl.cycle()
+    assert r.error and "403" in r.error, r.error
+    assert conditions(fake)["Ready"]["status"] == "False"
+    records = ours(caplog)
+    assert not [rec for rec in records if rec.exc_info], [rec.getMessage() for rec in records]
+    (line,) = [rec for rec in records if rec.levelno >= logging.WARNING]
+    assert "HTTP 403" in line.getMessage(), line.getMessage()
