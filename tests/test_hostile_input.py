@@ -4,7 +4,8 @@
 Whatever the bytes, the answer is a documented exit code and either a result or errors that each
 name the file and the line, one line each; never a traceback, never a hang, nothing written.
 A mutation that must be refused (a key that is not a string, a repeated key, an alias bomb,
-nesting past the bound, a huge value, a byte that is not UTF-8) must be refused at its line.
+nesting past the bound, a huge value, a byte that is not UTF-8) must be refused at its line;
+a policy file that it takes over 1 MiB is refused by its size, unread, naming the file.
 
 Seeded (`derandomize=True`) and bounded: few examples, a deadline per example, and a watchdog
 that stops an example that hangs. The dict mutations (`mutate`, `VALUES`) are
@@ -31,6 +32,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from reconciler.cli import main
 from reconciler.plan.model import Plan
+from reconciler.policy.files import MAX_FILE_BYTES
 from tests.policy.fuzzing import VALUES, mutate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -386,6 +388,13 @@ def validate_mutated(base: Path, rel: str, raw: bytes, tmp: Path) -> tuple[int, 
 def test_a_hostile_policy_file_is_refused_where_it_is(policy_base, tmp_path_factory, op, rel, data):
     m = hostile((ROOT / rel).read_text(), data, limit=65_536, name=op)
     rc, err, tree = validate_mutated(policy_base, rel, m.data, tmp_path_factory.mktemp("v"))
+    if len(m.data) > MAX_FILE_BYTES:  # refused by its size, unread: one line naming the file
+        assert rc == 1 and err == (
+            f"error: {tree / rel}: the file is {len(m.data):,} bytes, over the limit of "
+            f"{MAX_FILE_BYTES:,} (1 MiB) for one policy file; policy files are a few KB: split "
+            "it, or remove what does not belong in it\n"
+        ), err
+        return
     if rc == 0:
         assert m.fragment is None, f"accepted, but {m.fragment!r} was expected"
         return

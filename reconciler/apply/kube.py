@@ -1,4 +1,11 @@
-"""`ClusterOps` over the official Kubernetes client: the only module of apply that imports it."""
+"""`ClusterOps` over the official Kubernetes client: the only module of apply that imports it.
+
+Every write names gpupool's field manager (`conventions.FIELD_MANAGER`, `?fieldManager=gpupool`):
+the API server then records in `metadata.managedFields` which fields gpupool set, until someone
+else changes them. Observation believes gpupool's state on pods and Jobs (`gpupool.io/admitted`,
+`reserved`, `intended-gpus`, `next-pod-reserved`, a suspension) only where that manager owns it
+(`reconciler/observe/kube_owners.py`, `gpupool_owns`). Without it the API server would name the
+manager after the client's User-Agent (`OpenAPI-Generator`), which any client may send."""
 
 from __future__ import annotations
 
@@ -186,7 +193,12 @@ class KubeOps:
         if annotations:
             body["metadata"]["annotations"] = annotations
         with _errors():
-            self._wrote("nodes", self.core.patch_node(name, body, _content_type=MERGE))
+            self._wrote(
+                "nodes",
+                self.core.patch_node(
+                    name, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
+                ),
+            )
 
     def read_node_state(self, node: str) -> dict | None:
         return _or_none(
@@ -212,7 +224,11 @@ class KubeOps:
             self._wrote(
                 "pods",
                 self.core.patch_namespaced_pod(
-                    name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+                    name,
+                    namespace,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type=MERGE,
+                    field_manager=C.FIELD_MANAGER,
                 ),
             )
 
@@ -245,7 +261,9 @@ class KubeOps:
             # gpupool's gate); a merge patch would replace the whole list
             self._wrote(
                 "pods",
-                self.core.patch_namespaced_pod(name, namespace, body, _content_type=STRATEGIC),
+                self.core.patch_namespaced_pod(
+                    name, namespace, body, _content_type=STRATEGIC, field_manager=C.FIELD_MANAGER
+                ),
             )
 
     def set_pod_condition(
@@ -271,7 +289,11 @@ class KubeOps:
             self._wrote(
                 "pods",
                 self.core.patch_namespaced_pod_status(
-                    name, namespace, {"status": {"conditions": [cond]}}, _content_type=STRATEGIC
+                    name,
+                    namespace,
+                    {"status": {"conditions": [cond]}},
+                    _content_type=STRATEGIC,
+                    field_manager=C.FIELD_MANAGER,
                 ),
             )
 
@@ -301,7 +323,11 @@ class KubeOps:
     def annotate_job(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         with _errors():
             self.batch.patch_namespaced_job(
-                name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+                name,
+                namespace,
+                {"metadata": {"annotations": annotations}},
+                _content_type=MERGE,
+                field_manager=C.FIELD_MANAGER,
             )
 
     def set_job_suspend(
@@ -349,7 +375,7 @@ class KubeOps:
             "spec": {"replicas": replicas},
         }
         with _errors():
-            patch(name, namespace, body, _content_type=MERGE)
+            patch(name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER)
 
     # autoscalers
     def read_autoscaler(
@@ -419,7 +445,7 @@ class KubeOps:
                     "spec": {"minReplicas": min_replicas, "maxReplicas": max_replicas},
                 }
                 client.AutoscalingV2Api(self.api).patch_namespaced_horizontal_pod_autoscaler(
-                    name, namespace, body, _content_type=MERGE
+                    name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
                 )
             else:
                 body = {
@@ -434,6 +460,7 @@ class KubeOps:
                     name,
                     body,
                     _content_type=MERGE,
+                    field_manager=C.FIELD_MANAGER,
                 )
 
     # objects
@@ -458,6 +485,7 @@ class KubeOps:
                         },
                         "data": data,
                     },
+                    field_manager=C.FIELD_MANAGER,
                 )
             else:
                 self.core.patch_namespaced_config_map(
@@ -465,6 +493,7 @@ class KubeOps:
                     namespace,
                     {"metadata": {"resourceVersion": resource_version}, "data": data},
                     _content_type=MERGE,
+                    field_manager=C.FIELD_MANAGER,
                 )
 
     def namespace_exists(self, name: str) -> bool:
@@ -520,7 +549,7 @@ class KubeOps:
 
     def create_event(self, namespace: str, body: dict) -> None:
         with _errors():
-            self.core.create_namespaced_event(namespace, body)
+            self.core.create_namespaced_event(namespace, body, field_manager=C.FIELD_MANAGER)
 
     # -- Kueue ------------------------------------------------------------------------
     # CustomObjectsApi on kueue.x-k8s.io/v1beta2 (the version Kueue v0.17.0's CRDs store).

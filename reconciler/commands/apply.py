@@ -9,6 +9,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from reconciler.commands.errors import api_client, kubeconfig_arg, talking_to
 from reconciler.commands.plan import signals_from_args
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
 from reconciler.loop.signals import add_prometheus_args
@@ -109,10 +110,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         desired = load_from_args(args)
         if args.kubeconfig:
-            from reconciler.observe.kube import make_api_client, observe_cluster
+            from reconciler.observe.kube import observe_cluster
 
-            api = make_api_client(args.kubeconfig)
-            observed = observe_cluster(api)
+            api = api_client(args.kubeconfig)
+            with talking_to(api, args.kubeconfig):
+                observed = observe_cluster(api)
         elif args.observed:
             api, observed = None, load_snapshot(args.observed)
         else:
@@ -142,7 +144,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if api is None:
         print(f"plan is current ({len(saved.actions)} actions); give --kubeconfig to apply it")
         return 0
-    return _apply_as_leader(api, saved, args.namespace)
+    with talking_to(api, args.kubeconfig):
+        return _apply_as_leader(api, saved, args.namespace)
 
 
 def _apply_as_leader(api, saved: Plan, namespace: str) -> int:
@@ -204,16 +207,22 @@ def register(sub: argparse._SubParsersAction) -> None:
             "desired state and the observed cluster must still match, "
             "like Terraform's saved plans, and its actions must be exactly what gpupool plans "
             "from them (an edited plan is refused before anything is written). "
-            "Exit codes: 0 done, 1 error or stale, 2 some steps still waiting (run again)."
+            "Exit codes: 0 done, 1 error or stale (a usage error too), 2 some steps still "
+            "waiting (run again)."
         ),
     )
-    p.add_argument("plan", metavar="PLAN.json")
+    p.add_argument("plan", metavar="PLAN.json", help="the plan `gpupool plan --out` saved")
     add_source_args(p)
-    p.add_argument("--kubeconfig", help="the cluster to apply to")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="the cluster to apply to (default: none; give it or --observed)",
+    )
     p.add_argument(
         "--observed",
         metavar="FILE",
-        help="only check that the plan is current against this snapshot",
+        help="only check that the plan is current against this snapshot (default: none)",
     )
     add_prometheus_args(p)  # the readings the plan is checked against again
     p.add_argument(

@@ -7,7 +7,8 @@ import sys
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    from reconciler.observe.kube import make_api_client, observe_cluster
+    from reconciler.commands.errors import api_client, talking_to, write_text
+    from reconciler.observe.kube import observe_cluster
     from reconciler.observe.snapshot import dump_snapshot
 
     desired = None
@@ -20,11 +21,9 @@ def cmd_observe(args: argparse.Namespace) -> int:
             desired = load_from_args(args)
         except (SourceError, InvalidInput) as exc:
             return report_load_error(exc)
-    try:
-        observed = observe_cluster(make_api_client(args.kubeconfig))
-    except Exception as exc:  # noqa: BLE001 - report any client/config failure in one line
-        print(f"error: cannot observe the cluster: {exc}", file=sys.stderr)
-        return 1
+    api = api_client(args.kubeconfig)
+    with talking_to(api, args.kubeconfig):
+        observed = observe_cluster(api)
     if desired is not None:
         from reconciler.loop.signals import with_signals
 
@@ -35,8 +34,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text(args.out, text)
         print(f"wrote {args.out}")
     return 0
 
@@ -50,11 +48,19 @@ def register(sub: argparse._SubParsersAction) -> None:
             "a snapshot for `gpupool plan --observed` (e.g. for pull-request plans in CI)."
         ),
     )
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster config)")
-    p.add_argument("--out", default="-", help="file to write (.json or .yaml), - for stdout")
+    from reconciler.commands.errors import kubeconfig_arg
     from reconciler.commands.policy import add_source_args
     from reconciler.loop.signals import add_prometheus_args
 
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="the cluster to read (default: the in-cluster config)",
+    )
+    p.add_argument(
+        "--out", default="-", help="file to write (.json or .yaml), - for stdout (default: -)"
+    )
     add_prometheus_args(p)
     add_source_args(p)  # with --prometheus-url: the policies whose queries are read
     p.set_defaults(func=cmd_observe)

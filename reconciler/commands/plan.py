@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
+from reconciler.commands.errors import CommandError, kubeconfig_arg, write_text
 from reconciler.commands.policy import (
     add_source_args,
     load_from_args,
@@ -24,11 +26,26 @@ DEFAULT_OBSERVED = "examples/observed.yaml"
 
 
 def observe_from_args(args: argparse.Namespace):
+    """The observed state: the live cluster of --kubeconfig, else the --observed snapshot, else
+    the default one (a CommandError naming what was tried when it is not there)."""
     if getattr(args, "kubeconfig", None):
+        from reconciler.commands.errors import api_client, talking_to
         from reconciler.observe.kube import observe_cluster  # the Kubernetes adapter
 
-        return observe_cluster(kubeconfig=args.kubeconfig)
-    return load_snapshot(args.observed)
+        api = api_client(args.kubeconfig)
+        with talking_to(api, args.kubeconfig):
+            return observe_cluster(api)
+    path = args.observed
+    if path is None:
+        if not os.path.exists(DEFAULT_OBSERVED):
+            raise CommandError(
+                f"no observed state: neither --observed nor --kubeconfig was given and the "
+                f"default snapshot {DEFAULT_OBSERVED} does not exist in {os.getcwd()}; give "
+                "--observed FILE (a snapshot from `gpupool observe`) or --kubeconfig FILE "
+                "(a live cluster)"
+            )
+        path = DEFAULT_OBSERVED
+    return load_snapshot(path)
 
 
 def signals_from_args(args: argparse.Namespace, desired, observed):
@@ -62,8 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         saved = result.model_copy(
             update={"fingerprint": fingerprint(desired, observed, result.actions)}
         )
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(to_json(saved))
+        write_text(args.out, to_json(saved))
     sys.stdout.write(text)
     if args.detailed_exitcode:
         return 2 if result.actions else 0
@@ -71,20 +87,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def aware_time(text: str) -> datetime:
-    """`--now`: an ISO 8601 time with a timezone. A bad one is a usage error (exit 2, like any
+    """`--now`: an ISO 8601 time with a timezone. A bad one is a usage error (exit 1, like any
     bad argument): the planner compares it with the snapshot's times, which all have one."""
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an ISO 8601 time like 2026-12-02T06:00:00Z"
+            f"{_quote(text)} is not an ISO 8601 time: give a date and time with a timezone, "
+            "e.g. 2026-12-02T06:00:00Z (UTC) or 2026-12-02T08:00:00+02:00"
         ) from None
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} has no timezone: write it in UTC with Z (2026-12-02T06:00:00Z) "
-            "or with an offset (2026-12-02T08:00:00+02:00)"
+            f"{text!r} has no timezone: if it is UTC, give {_utc(t)}; "
+            f"else give its offset, e.g. {_with_offset(t)}"
         )
     return t
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
+
+
+def _utc(t: datetime) -> str:
+    """The user's own time, read as UTC, written with Z."""
+    return t.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+
+
+def _with_offset(t: datetime) -> str:
+    return t.isoformat() + "+02:00"
 
 
 def _invalid_head(args: argparse.Namespace, exc: InvalidDesiredState) -> int:
@@ -149,8 +179,7 @@ def cmd_plan_change(args: argparse.Namespace) -> int:
         saved = head_plan.model_copy(
             update={"fingerprint": fingerprint(head, observed, head_plan.actions)}
         )
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(to_json(saved))
+        write_text(args.out, to_json(saved))
     if report.gates:
         for g in report.gates:
             print(f"error: safety gate: {g}", file=sys.stderr)
@@ -175,7 +204,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show what would change: an ordered, explained plan (dry run)",
         description=(
             "Plan the changes that bring the observed cluster to the desired state. "
-            "Nothing is changed. Exit codes: 0 ok, 1 error; "
+            "Nothing is changed. Exit codes: 0 ok, 1 error (a usage error too); "
             "with --detailed-exitcode 0 no changes, 1 error, 2 changes."
         ),
     )
@@ -184,14 +213,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--observed",
         metavar="FILE",
-        default=DEFAULT_OBSERVED,
-        help=f"observed-state snapshot, YAML or JSON (default: {DEFAULT_OBSERVED})",
+        help="observed-state snapshot, YAML or JSON, from `gpupool observe` "
+        f"(default: {DEFAULT_OBSERVED} when it exists)",
     )
     src.add_argument(
-        "--kubeconfig", metavar="FILE", help="observe a live cluster instead of a snapshot"
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="observe a live cluster instead of a snapshot (default: none, the snapshot)",
     )
     add_prometheus_args(p)
-    p.add_argument("--format", choices=sorted(RENDERERS), default="text")
+    p.add_argument(
+        "--format",
+        choices=sorted(RENDERERS),
+        default="text",
+        help="text for a terminal, markdown for a pull-request comment, json for tools",
+    )
     p.add_argument(
         "--now",
         metavar="TIME",
@@ -203,7 +240,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--detailed-exitcode",
         action="store_true",
-        help="exit 2 when the plan has changes, 0 when none",
+        help="exit 2 when the plan has changes, 0 when none (1 is always an error)",
     )
     p.add_argument(
         "--base",

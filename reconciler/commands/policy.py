@@ -24,7 +24,10 @@ def add_source_args(p: argparse.ArgumentParser, *, positional: bool = True) -> N
             help=f"files or directories of policy YAML (default: {' '.join(DEFAULT_DIRS)})",
         )
     p.add_argument(
-        "--repo", metavar="R", help="read from this git repository instead of the working tree"
+        "--repo",
+        metavar="R",
+        help="read from this git repository instead of the working tree (default: the working "
+        "tree, PATHs)",
     )
     p.add_argument(
         "--rev", metavar="REF", default=None, help="revision to read with --repo (default: HEAD)"
@@ -114,7 +117,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Every problem is reported with file:line:column and field path; exit 1 if any.",
     )
     add_source_args(p)
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text for a terminal, json for tools ({valid, problems} or {valid, documents})",
+    )
     p.set_defaults(func=cmd_validate)
 
     s = sub.add_parser(

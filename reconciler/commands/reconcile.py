@@ -12,11 +12,23 @@ import threading
 import time
 from typing import Any
 
+from reconciler.commands.errors import CommandError, api_client, kubeconfig_arg, talking_to
 from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
-from reconciler.observe.kube import make_api_client
+from reconciler.observe.kube import make_api_client  # the seam tests replace
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 from reconciler.policy.quantity import parse_duration
+
+
+def port(text: str) -> int:
+    """argparse type of a TCP port: 0 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
+    return value
 
 
 def _stop_on_signals() -> threading.Event:
@@ -26,14 +38,26 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def cmd_reconcile(args: argparse.Namespace) -> int:
-    from reconciler.loop.controller import Controller
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _interval(text: str) -> float | None:
+    """`--interval` in seconds; None (the error printed) when it is not a positive duration."""
     try:
-        interval = parse_duration(args.interval)
+        seconds = parse_duration(text)
     except ValueError as exc:
         print(f"error: --interval: {exc}", file=sys.stderr)
+        return None
+    if seconds <= 0:
+        print(f"error: --interval: {text!r} is not positive: give e.g. 30s", file=sys.stderr)
+        return None
+    return seconds
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from reconciler.loop.controller import Controller
+    from reconciler.loop.status import StatusStore
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    interval = _interval(args.interval)
+    if interval is None:
         return 1
     source = _source(args)
     if source is None:
@@ -49,7 +73,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         mig_config_namespace=args.mig_config_namespace,
         mig_timeout_seconds=mig_timeout,
     )
-    api = make_api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, make_api_client)
+    if args.once:  # a user at a terminal: no cluster, no answer or no right is one line
+        with talking_to(api, args.kubeconfig):
+            StatusStore(api, namespace=args.namespace).read()  # what the cycle reads first
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
     ctl = Controller(
         source,
@@ -148,29 +175,43 @@ def _serve(args: argparse.Namespace, ctl: Any) -> bool:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from reconciler.loop.agent import run_once
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     node = args.node or os.environ.get("NODE_NAME")
     if not node:
         print("error: give --node or set NODE_NAME", file=sys.stderr)
         return 1
-    api = make_api_client(args.kubeconfig)
+    interval = _interval(args.interval)
+    if interval is None:
+        return 1
+    api = api_client(args.kubeconfig, make_api_client)
     stop = _stop_on_signals() if not args.once else threading.Event()
-    interval = parse_duration(args.interval)
     while True:
-        try:
-            published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
-            logging.getLogger("gpupool.agent").info(
-                "published %d GPUs for %s", len(published.gpus), node
-            )
-        except Exception as exc:  # noqa: BLE001 - report and retry next interval
-            logging.getLogger("gpupool.agent").error("publish failed: %s", exc)
-            if args.once:
-                return 1
+        error = _publish(api, node, args)
+        if error is not None:
+            if args.once:  # one line from main, exit 1
+                raise CommandError(error)
+            logging.getLogger("gpupool.agent").error("publish failed: %s", error)
         if args.once or stop.wait(interval):
             return 0
         time.sleep(0)
+
+
+def _publish(api: Any, node: str, args: argparse.Namespace) -> str | None:
+    """One publication of this node's GPUs; why it failed, in one line, or None."""
+    from reconciler.loop.agent import run_once
+    from reconciler.observe.nvml import NvmlReadError
+
+    try:
+        with talking_to(api, args.kubeconfig):
+            published = run_once(api, node, pod_resources_socket=args.pod_resources_socket)
+    except CommandError as exc:  # the API server: its address, where it came from, what it said
+        return str(exc)
+    except NvmlReadError as exc:
+        return f"cannot read this node's GPUs: {exc}; the agent runs on a node with the driver"
+    except Exception as exc:  # noqa: BLE001 - report and retry next interval
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    logging.getLogger("gpupool.agent").info("published %d GPUs for %s", len(published.gpus), node)
+    return None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -190,7 +231,9 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     _add_source_args(p)
     _add_cycle_args(p)
     _add_endpoint_args(p)
-    p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    p.add_argument(
+        "--once", action="store_true", help="run one cycle and exit: 0 done, 1 it failed"
+    )
     add_prometheus_args(p)
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
@@ -237,12 +280,17 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--namespace",
         default=os.environ.get("POD_NAMESPACE", "gpupool-system"),
-        help="for the Lease, status and events",
+        help="for the Lease, status and events (default: $POD_NAMESPACE, else gpupool-system)",
     )
     p.add_argument(
         "--identity", help="this replica's name in the Lease (default: POD_NAME or hostname)"
     )
-    p.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="kubeconfig to use (default: the in-cluster config)",
+    )
     p.add_argument(
         "--dry-run", action="store_true", help="observe and report drift; change nothing"
     )
@@ -252,9 +300,9 @@ def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
     """What the controller serves: probes, /metrics, the push webhook."""
     p.add_argument(
         "--health-port",
-        type=int,
+        type=port,
         default=8080,
-        help="port for /healthz and /readyz on every address (0: off)",
+        help="port for /healthz and /readyz on every address, 0 for off (default 8080)",
     )
     p.add_argument(
         "--metrics-bind-address",
@@ -304,10 +352,22 @@ def _register_agent(sub: argparse._SubParsersAction) -> None:
             "through the kubelet's PodResources API, and publish both as a GpuNodeState."
         ),
     )
-    a.add_argument("--node", help="node name (default: NODE_NAME)")
-    a.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster config)")
-    a.add_argument("--interval", default="30s")
-    a.add_argument("--once", action="store_true")
+    a.add_argument("--node", help="node name (default: $NODE_NAME)")
+    a.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        type=kubeconfig_arg,
+        help="kubeconfig to use (default: the in-cluster config)",
+    )
+    a.add_argument(
+        "--interval",
+        default="30s",
+        metavar="DURATION",
+        help="time between publications (default 30s)",
+    )
+    a.add_argument(
+        "--once", action="store_true", help="publish once and exit: 0 published, 1 failed"
+    )
     a.add_argument(
         "--pod-resources-socket",
         default=os.environ.get("POD_RESOURCES_SOCKET", DEFAULT_POD_RESOURCES_SOCKET),

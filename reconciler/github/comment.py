@@ -25,6 +25,10 @@ How that identity is known:
 - A person's login holds only letters, digits, hyphens (and `_` for managed users), never
   `[bot]`; a `[bot]` author must still have type "Bot" to count.
 
+The token goes only to the API host: the scheme, host and port of `api` (`--api-url`). A URL
+off it (a `Link: rel="next"` naming another host, scheme or port; a redirect there) is a
+`GitHubError` naming it, and nothing is sent to it.
+
 The HTTP transport is injected (`Transport`), like httpx's MockTransport, so tests replay
 recorded GitHub responses without a network.
 """
@@ -32,17 +36,59 @@ recorded GitHub responses without a network.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
 
 MARKER = "<!-- gpupool-plan -->"
 DEFAULT_AUTHOR = "github-actions[bot]"  # whom the workflow's GITHUB_TOKEN posts as
 LIMIT = 65536
+TIMEOUT_S = 30.0
+"""Seconds allowed for connecting to GitHub and for each read."""
 PART_BUDGET = LIMIT - 1000
 
 Transport = Callable[[str, str, dict[str, str], bytes | None], tuple[int, dict[str, str], bytes]]
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+ONLY_THERE = "the token is sent only to the API's scheme, host and port"
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of `url`, lower-cased, the scheme's default port filled in; a port
+    that is not a number is None (no origin matches it)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def _shown(o: tuple[str, str, int | None]) -> str:
+    scheme, host, port = o
+    return f"{scheme}://{host}" + ("" if port == DEFAULT_PORTS.get(scheme) else f":{port}")
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed only on the host the request went to: urllib's own handler follows
+    one to any host and takes every header along, the token's Authorization included."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(newurl) != origin(req.full_url):
+            fp.close()
+            raise GitHubError(
+                f"{req.get_method()} {req.full_url}: HTTP {code} redirects to {newurl}, off the "
+                f"API host {_shown(origin(req.full_url))}: not followed ({ONLY_THERE})"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
 
 
 def urllib_transport(
@@ -50,7 +96,7 @@ def urllib_transport(
 ) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - the GitHub API URL
+        with _OPENER.open(req, timeout=TIMEOUT_S) as r:  # noqa: S310 - the API URL
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers or {}), e.read()
@@ -66,10 +112,23 @@ class GitHub:
     api: str = "https://api.github.com"
     transport: Transport = urllib_transport
 
+    def url(self, path: str) -> str:
+        """The URL of `path`: an absolute URL as it is, else `api` followed by it."""
+        return path if urlsplit(path).scheme else self.api + path
+
+    def on_api_host(self, url: str) -> bool:
+        """`url` has the scheme, host and port of `api`: the only place the token goes."""
+        return origin(url) == origin(self.api)
+
     def call(
         self, method: str, path: str, payload: dict | None = None
     ) -> tuple[int, dict[str, str], object]:
-        url = path if path.startswith("http") else self.api + path
+        url = self.url(path)
+        if not self.on_api_host(url):
+            raise GitHubError(
+                f"{method} {url}: not on the API host {_shown(origin(self.api))}: not sent "
+                f"({ONLY_THERE})"
+            )
         headers = {
             "Authorization": f"Bearer {self.token}",
             "Accept": "application/vnd.github+json",
@@ -81,25 +140,55 @@ class GitHub:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
         status, resp_headers, data = self.transport(method, url, headers, body)
-        parsed = json.loads(data) if data else None
+        try:
+            parsed = json.loads(data) if data else None
+        except ValueError:  # a proxy's HTML page, a truncated answer: not GitHub's JSON
+            raise GitHubError(
+                f"{method} {path}: HTTP {status}: the answer is not JSON ({bytes(data[:80])!r})"
+            ) from None
         if status >= 400:
             msg = parsed.get("message") if isinstance(parsed, dict) else data[:200]
             raise GitHubError(f"{method} {path}: HTTP {status}: {msg}")
         return status, resp_headers, parsed
 
     def comments(self, repo: str, pr: int) -> list[dict]:
-        out, url = [], f"/repos/{repo}/issues/{pr}/comments?per_page=100"
-        while url:
+        """Every comment of the PR, page after page (`Link: rel="next"`, on the API host
+        only: a next page elsewhere is an error, and nothing is sent there)."""
+        out, seen = [], set()
+        url: str | None = self.url(f"/repos/{repo}/issues/{pr}/comments?per_page=100")
+        while url is not None:
+            seen.add(url)
             _, headers, page = self.call("GET", url)
+            if not isinstance(page, list):
+                raise GitHubError(f"GET {url}: the answer is not a list of comments")
             out.extend(page)
-            url = _next_link(headers.get("Link") or headers.get("link") or "")
+            nxt = _next_link(headers.get("Link") or headers.get("link") or "")
+            if nxt is None:
+                break
+            url = urljoin(url, nxt)  # a relative link is relative to the page that gave it
+            if not self.on_api_host(url):
+                raise GitHubError(
+                    f'the comment list\'s next page {url} (Link: rel="next") is not on the API '
+                    f"host {_shown(origin(self.api))}: not followed ({ONLY_THERE})"
+                )
+            if url in seen:
+                raise GitHubError(
+                    f'the comment list\'s next page {url} (Link: rel="next") '
+                    "was read already: the pages go round in a loop"
+                )
         return out
 
 
+_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,]*)*)")
+
+
 def _next_link(link: str) -> str | None:
-    for part in link.split(","):
-        if 'rel="next"' in part:
-            return part[part.index("<") + 1 : part.index(">")]
+    """The target of the `rel="next"` link in a Link header (RFC 8288), None without one."""
+    for target, params in _LINK.findall(link):
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "rel" and "next" in value.strip().strip('"').split():
+                return target.strip()
     return None
 
 

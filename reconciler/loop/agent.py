@@ -83,7 +83,14 @@ def previous(api_client: Any, node_name: str) -> Node | None:
         obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(
             GROUP, VERSION, NODE_STATE_PLURAL, node_name
         )
-    except client.ApiException:
+    except client.ApiException as exc:
+        if exc.status != 404:  # none yet is normal; anything else is worth a line, not a stop
+            log.warning(
+                "cannot read the last GpuNodeState of %s (HTTP %s %s): idle-since times start over",
+                node_name,
+                exc.status,
+                exc.reason,
+            )
         return None
     # a hand-edited publication must not stop the agent: cards that do not validate are left
     # out (logged), times without a timezone read as UTC

@@ -44,11 +44,27 @@ log = logging.getLogger("gpupool.controller")
 LEASE_NAME = "gpupool-controller"
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """No answer from the API server (refused, reset, timed out, retries spent)."""
+def _connection_failed(exc: BaseException) -> bool:
+    """No (whole) answer from the API server: refused, closed unanswered, reset mid-response,
+    timed out, retries spent. Which server failed is not known: one call's connection says
+    nothing of the next, and the status write after it is tried all the same."""
     import urllib3
 
     return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+STATUS_REPORT_TIMEOUT = (5.0, 10.0)
+"""(connect, read) seconds for each request of a failed cycle's status write: the server may be
+what failed, and the report must not hold the loop for the client's default (60 s a read, a GET
+tried four times). At most a GET (tried up to four times), a create and a merge patch."""
+
+
+def _api_refused(exc: BaseException) -> bool:
+    """An error answer of the API server (RBAC's 403, a conflict, a 5xx): operational, not a
+    defect of gpupool, so one log line says it."""
+    from kubernetes.client.exceptions import ApiException
+
+    return isinstance(exc, ApiException)
 
 
 def _now() -> datetime:
@@ -93,6 +109,7 @@ class Controller:
         prometheus_url: str | None = None,
         prometheus_timeout: float = 5.0,
         prometheus_transport: Transport | None = None,
+        status_report_timeout: float | tuple[float, float] = STATUS_REPORT_TIMEOUT,
     ):
         self.source = source
         self.api = bound_requests(api_client)  # no call may wait forever
@@ -136,6 +153,8 @@ class Controller:
         """Where policies with Prometheus signals are read (None: they get a finding each)."""
         self.prometheus_timeout = prometheus_timeout
         self.prometheus_transport = prometheus_transport or urllib_transport
+        self.status_report_timeout = status_report_timeout
+        """Each request of a failed cycle's status write (`_report_error`)."""
 
     def wake(self) -> None:
         """Start a cycle now (at most once per `wake_gap_seconds`) instead of at the end of
@@ -156,11 +175,24 @@ class Controller:
                 result = self._cycle()
             except Exception as exc:  # noqa: BLE001 - a cycle must never kill the loop
                 error = f"{type(exc).__name__}: {exc}"
-                if _unreachable(exc):  # an operational condition: one line, no traceback
-                    log.error("reconcile cycle failed: API server unreachable: %s", exc)
-                else:
-                    log.exception("reconcile cycle failed")
-                    self._report_error(error)
+                # on the status whatever failed: a lost connection says nothing of the next one
+                note = self._report_error(error)
+                said = f" ({note})" if note else ""
+                if _connection_failed(exc):  # an operational condition: one line, no traceback
+                    log.error(
+                        "reconcile cycle failed: connection to the API server failed: %s%s",
+                        exc,
+                        said,
+                    )
+                elif _api_refused(exc):  # the API server answered no (403, 409, 500...): a line
+                    log.error(
+                        "reconcile cycle failed: the API server answered HTTP %s %s%s",
+                        getattr(exc, "status", "?"),
+                        getattr(exc, "reason", ""),
+                        said,
+                    )
+                else:  # a defect, or an answer nobody expected: with its traceback
+                    log.error("reconcile cycle failed%s", said, exc_info=exc)
                 metrics.RECONCILES.labels("error").inc()
                 return CycleResult(None, "", self.elector.is_leader, None, error=error)
         metrics.RECONCILES.labels("error" if result.error else "ok").inc()
@@ -314,13 +346,16 @@ class Controller:
             )
         metrics.UNREADABLE.set(len(found))
 
-    def _report_error(self, error: str) -> None:
+    def _report_error(self, error: str) -> str | None:
         """A failed cycle is on the status object, not only in the log: Ready=False and
         Stalled=True with the error, and `lastReconcileTime` the attempt's time (the
-        conditions' transition times say since when). Leader only; best effort (the API
-        server may be what failed). Preemption times are left as they are."""
+        conditions' transition times say since when). Leader only. Tried whatever failed (a
+        dropped connection on one list does not mean the status cannot be written), each
+        request bounded by `status_report_timeout`; given up only when this write fails.
+        Preemption times are left as they are. Returns what became of the report, for the
+        cycle's one log line (None: not the leader, nothing to say)."""
         if not self.elector.is_leader:
-            return
+            return None
         now = self.clock()
         msg = error.splitlines()[0] if error else "error"
         try:
@@ -339,9 +374,11 @@ class Controller:
                     ),
                 },
                 now,
+                timeout=self.status_report_timeout,
             )
         except Exception as exc:  # noqa: BLE001 - reporting must not fail the loop either
-            log.warning("could not write the failed cycle to the status: %s", exc)
+            return f"the status could not be written either: {type(exc).__name__}: {exc}"
+        return "reported on the status"
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):

@@ -25,6 +25,9 @@ from reconciler.conventions import (
 from reconciler.conventions import STATUS_KIND as KIND
 from reconciler.conventions import STATUS_PLURAL as PLURAL
 
+Timeout = float | tuple[float, float]
+"""Seconds for one request: (connect, read), or one number for both."""
+
 
 @dataclass(frozen=True)
 class PreemptionIntent:
@@ -143,15 +146,16 @@ class StatusStore:
             handled if isinstance(handled, str) else None,
         )
 
-    def write(self, status: dict, now: datetime) -> None:
+    def write(self, status: dict, now: datetime, *, timeout: Timeout | None = None) -> None:
         """Merge `status` into the status subresource. An `observedGeneration` in it (the
         generation the cycle read) is also set on each condition; None there means the cycle
         found no object, and this write creates it: the generation created is the one acted
-        on (its spec is the default one the cycle assumed)."""
-        prev = self._get()
+        on (its spec is the default one the cycle assumed). `timeout` ((connect, read) seconds,
+        or one number) bounds each of its requests (None: the client's default)."""
+        prev = self._get(timeout)
         created = prev is None
         if created:
-            prev = self._create()
+            prev = self._create(timeout)
         if "observedGeneration" in status:
             gen = status["observedGeneration"]
             if gen is None and created:
@@ -176,7 +180,7 @@ class StatusStore:
                     if (at := _time(t)) is not None and at > cutoff
                 }
             )
-        self._patch(status)
+        self._patch(status, timeout)
 
     def record_preemptions(self, times: list[str], intents: list[PreemptionIntent]) -> None:
         """Persist the preemption times and the open intents at once, in one patch (before a
@@ -191,7 +195,7 @@ class StatusStore:
             }
         )
 
-    def _patch(self, status: dict) -> None:
+    def _patch(self, status: dict, timeout: Timeout | None = None) -> None:
         """A merge patch of the status subresource: keys left out stay as they are."""
         self.api.patch_namespaced_custom_object_status(
             GROUP,
@@ -201,9 +205,10 @@ class StatusStore:
             self.name,
             {"status": status},
             _content_type="application/merge-patch+json",
+            **_bounded(timeout),
         )
 
-    def _create(self) -> dict | None:
+    def _create(self, timeout: Timeout | None = None) -> dict | None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
@@ -216,22 +221,27 @@ class StatusStore:
         }
         try:
             return self.api.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, body
+                GROUP, VERSION, self.namespace, PLURAL, body, **_bounded(timeout)
             )
         except self.k.ApiException as exc:
             if exc.status != 409:
                 raise
-            return self._get()
+            return self._get(timeout)
 
-    def _get(self) -> dict | None:
+    def _get(self, timeout: Timeout | None = None) -> dict | None:
         try:
             return self.api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name
+                GROUP, VERSION, self.namespace, PLURAL, self.name, **_bounded(timeout)
             )
         except self.k.ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+
+
+def _bounded(timeout: Timeout | None) -> dict:
+    """The official client's per-call timeout argument (none: its default applies)."""
+    return {} if timeout is None else {"_request_timeout": timeout}
 
 
 def _time(text: object) -> datetime | None:

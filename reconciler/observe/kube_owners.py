@@ -26,6 +26,14 @@ def _next_pod_reservation(j: Any) -> tuple[str, list[int], datetime] | None:
     text = (j.metadata.annotations or {}).get(C.NEXT_POD_RESERVED_ANN)
     if not text:
         return None
+    if not gpupool_wrote(j, C.NEXT_POD_RESERVED_ANN):
+        _unreadable(
+            "Job",
+            j.metadata.namespace,
+            j.metadata.name,
+            f"forged-state: {not_written(j, C.NEXT_POD_RESERVED_ANN)}; ignored",
+        )
+        return None
     where, _, when = str(text).rpartition("@")
     found = _node_cards(where)
     at = _ts(when, f"annotation {C.NEXT_POD_RESERVED_ANN}", _job(j))
@@ -60,19 +68,55 @@ def _job(j: Any) -> tuple[str, str, str]:
     return "Job", j.metadata.namespace, j.metadata.name
 
 
+def field_managers(obj: Any, *path: str) -> set[str]:
+    """The field managers that own the field at `path` of `obj`, in the keys of
+    `metadata.managedFields[].fieldsV1` ("f:spec", "f:suspend"): who set its value last. The API
+    server keeps this record itself: whenever a field's value changes, ownership moves from its
+    current manager to the one that changed it, through non-apply patches and updates too
+    (kubernetes.io, "Server-Side Apply", Field management). An object without `managedFields`
+    (a client that strips them) names none."""
+    out = set()
+    for entry in getattr(obj.metadata, "managed_fields", None) or []:
+        node = entry.fields_v1
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            out.add(str(entry.manager))
+    return out
+
+
+def gpupool_owns(obj: Any, *path: str) -> bool:
+    """gpupool's field manager (`conventions.FIELD_MANAGER`, which every write of
+    `reconciler/apply/kube.py` names) owns the field at `path`: gpupool set it, and nobody
+    has changed it since."""
+    return C.FIELD_MANAGER in field_managers(obj, *path)
+
+
+def _annotation(key: str) -> tuple[str, str, str]:
+    return ("f:metadata", "f:annotations", f"f:{key}")
+
+
+def gpupool_wrote(obj: Any, annotation: str) -> bool:
+    """The value of `annotation` on `obj` is gpupool's: its field manager owns the key."""
+    return gpupool_owns(obj, *_annotation(annotation))
+
+
+def not_written(obj: Any, annotation: str) -> str:
+    """What is wrong with gpupool's `annotation` on `obj` that gpupool did not write: for a
+    `forged-state` report."""
+    value = str((obj.metadata.annotations or {}).get(annotation))
+    value = value if len(value) <= 80 else value[:77] + "..."
+    who = sorted(field_managers(obj, *_annotation(annotation)))
+    by = f"field manager {', '.join(who)}" if who else "no field manager on record"
+    return f"{annotation} {value!r} was not written by gpupool ({by}, not {C.FIELD_MANAGER})"
+
+
 def _suspended_by_us(j: Any) -> bool:
     """gpupool's suspension is still the one in force: its field manager owns `spec.suspend`.
     The annotation alone is not enough: if someone else unsuspended the Job and another
     system (Kueue) suspended it again, the annotation is left over, but the API server moved
-    the field's ownership to whoever changed it last (kubernetes.io, "Server-Side Apply",
-    Field management: whenever a field's value changes, ownership moves from its current
-    manager to the one that changed it, through non-apply patches and updates too)."""
-    for entry in j.metadata.managed_fields or []:
-        if entry.manager == C.FIELD_MANAGER and "f:suspend" in (
-            (entry.fields_v1 or {}).get("f:spec") or {}
-        ):
-            return True
-    return False
+    the field's ownership to whoever changed it last (`gpupool_owns`)."""
+    return gpupool_owns(j, "f:spec", "f:suspend")
 
 
 def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:

@@ -1,10 +1,26 @@
 """Pods: what each GPU pod requests and holds, how it is admitted (scheduling gates,
 gpupool's `admitted` annotation), its reservations and its gang, read into `Workload`s. Which
 cards a pod holds comes from its node's `GpuNodeState` `status.pods`, else its `gpupool.io/gpus`
-annotation, else a guess (see `reconciler/observe/kube.py`)."""
+annotation, else a guess (see `reconciler/observe/kube.py`).
+
+gpupool's own state on a pod (`GPUPOOL_STATE`: admitted, reserved, intended cards) is believed
+only where gpupool wrote it: the API server names gpupool's field manager as the owner of that
+annotation in the pod's `metadata.managedFields` (`kube_owners.gpupool_wrote`). Anyone who may
+update a pod may write an annotation, and a tenant's `gpupool.io/admitted: <node>` on its own
+pending pod would otherwise hold a node's cards and keep real demand out. A value gpupool did not
+write, or an admission to a node that does not exist, is left out with a `forged-state` report
+(an `unreadable-object` finding in the plan, and the controller's `GpuPoolUnreadable` Event on
+the pod): the pod is read as if it did not carry it (`believed`). The check is
+`pod_workloads`'s, i.e. `observe_cluster`'s, on pods as the API server returns them;
+`_workload` reads whatever pod it is given (tests build pods without managedFields). A snapshot
+file is trusted input: its workloads say what is admitted and reserved, with no managedFields
+to check, and one `gpupool observe` wrote holds only what passed this check.
+deploy/state-admission.yaml keeps these annotations out of everyone's reach but the
+controller's where the API server enforces it."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +35,7 @@ from reconciler.observe.kube_common import (
     _ts,
     _unreadable,
 )
-from reconciler.observe.kube_owners import Owners
+from reconciler.observe.kube_owners import Owners, gpupool_wrote, not_written
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -32,6 +48,42 @@ from reconciler.observe.model import (
 
 Holding = tuple[Any, Request, list[Allocation] | None]
 """A GPU pod, its request, and the cards it is known to hold (None: not known)."""
+
+GPUPOOL_STATE = (C.ADMITTED_ANN, C.RESERVED_ANN, C.INTENDED_GPUS_ANN)
+"""gpupool's state on a pod that observation reads, written only by the controller: believed
+only where its field manager owns the annotation (`believed`)."""
+
+
+def believed(p: Any, nodes: dict[str, Node]) -> Any:
+    """The pod as observation may believe it: `p` itself, or a copy without the annotations of
+    `GPUPOOL_STATE` that gpupool did not write, nor an admission to a node not in `nodes`. `p`
+    is not changed (it may be the watch cache's object). On a pod not bound yet, where they
+    decide what it holds or is owed, what was left out is reported (`forged-state`, one report
+    per pod); a bound pod's are dropped quietly: nothing reads them there (a pod bound to a
+    node holds its cards whatever it says), and pods admitted before gpupool named its field
+    manager still carry them."""
+    ann = p.metadata.annotations or {}
+    bound = bool(p.spec.node_name)
+    drop = [k for k in GPUPOOL_STATE if k in ann and not gpupool_wrote(p, k)]
+    why = [not_written(p, k) for k in drop]
+    admitted = ann.get(C.ADMITTED_ANN)
+    if admitted and C.ADMITTED_ANN not in drop and not bound and admitted not in nodes:
+        drop.append(C.ADMITTED_ANN)
+        why.append(f"{C.ADMITTED_ANN} names node {str(admitted)[:80]!r}, which does not exist")
+    if not drop:
+        return p
+    if not bound:
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"forged-state: {'; '.join(why)}; ignored",
+        )
+    meta = copy.copy(p.metadata)
+    meta.annotations = {k: v for k, v in ann.items() if k not in drop}
+    out = copy.copy(p)
+    out.metadata = meta
+    return out
 
 
 def pod_holdings(
@@ -71,10 +123,12 @@ def pod_workloads(
 ) -> list[Workload]:
     """Each GPU pod as a `Workload` with the cards it holds: those known, else for a pod
     admitted to a node the cards meant for it, else a guess; `taken` (node -> cards held)
-    grows with each."""
+    grows with each. gpupool's state on each pod is read only where gpupool wrote it
+    (`believed`)."""
 
     def workload(x: tuple[Any, Request, list[Allocation] | None]) -> Workload:
         p, req, known = x
+        p = believed(p, by_name)
         node_name = p.spec.node_name or ""
         admitted_to = None if node_name else _admission(p)[1]
         if admitted_to:

@@ -204,9 +204,11 @@ def _message(err: dict) -> str:
     if kind == "extra_forbidden":
         return f"unknown field {err['loc'][-1]!r}"
     if kind == "timezone_aware":
+        given = err.get("input")
+        given = given.isoformat() if hasattr(given, "isoformat") else str(given)
         return (
-            f"time {err.get('input')!s} has no timezone: write it in UTC with Z "
-            "(2026-12-02T00:00:00Z) or with an offset (+02:00)"
+            f"time {given} has no timezone: if it is UTC, write {given}Z; "
+            f"else add its offset, e.g. {given}+02:00"
         )
     if kind == "finite_number":
         return f"must be a finite number (got {err.get('input')!r})"

@@ -12,16 +12,26 @@ from `--confirm`, the way Argo CD wants `allowEmpty` / `Prune=confirm` said expl
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import ObservedState
-from reconciler.plan.actions import EVICTION_KINDS
+from reconciler.plan.actions import EVICTION_KINDS, Preempt
 from reconciler.plan.model import Action, Plan
-from reconciler.plan.planner import plan_with_facts
-from reconciler.plan.quotas import desired_resource_quotas
+from reconciler.plan.objects.wanted import resource_quotas
+from reconciler.plan.partition import DEFAULT_BACKENDS
+from reconciler.plan.planner import PlanFacts, open_run, plan_with_facts
+from reconciler.plan.quotas import QUOTA_PREFIX, desired_resource_quotas
+from reconciler.policy.models import Quota
+from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
+
+Key = tuple[str, str]
+"""A ResourceQuota: (namespace, name)."""
 
 
 class RepartitionedCard(BaseModel):
@@ -38,6 +48,7 @@ class Disruption(BaseModel):
     workload: str
     kind: str
     reason: str
+    """Why, true on its own whatever else is listed (`disruption_reasons`)."""
 
 
 class ReplayMetrics(BaseModel):
@@ -95,9 +106,17 @@ class ChangeReport(BaseModel):
     capacity: dict[str, dict[str, dict[str, int]]]
     """pool -> {base, head, delta} -> {whole, mig, shared} after each plan."""
     policy_changes: list[str]
-    """Desired-state fields that differ, e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
+    """Desired-state fields that differ, as YAML paths with YAML values (`policy_changes`),
+    e.g. `Pool/a100 spec.inference.minGPUs: 4 -> 8`."""
     quota_changes: dict[str, dict[str, list[str | None]]]
-    """"namespace/name" -> resource -> [base, head] (None: absent)."""
+    """"namespace/name" -> resource -> [base, head] (None: absent): the ResourceQuotas the
+    plans keep (none in a gated namespace or in kueue mode: `objects.wanted.resource_quotas`)."""
+    quota_reasons: dict[str, dict[str, str]] = {}
+    """"namespace/name" -> resource -> where the head's value comes from (the Quota's fields
+    it derives from), or why the head has none, for each row of `quota_changes`."""
+    quota_notes: dict[str, str] = {}
+    """"namespace/name" -> why the ResourceQuota of a changed Quota stays as it is: kept empty
+    (a gated namespace, kueue mode), or its derived limits are the same."""
     repartitions: list[RepartitionedCard]
     disruptions: list[Disruption]
     """Evictions the head plan makes that the base plan does not."""
@@ -138,46 +157,143 @@ class ChangeReport(BaseModel):
         return f"{head}: " + "; ".join(parts)
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+ABSENT = object()
+"""A list item or document field one side does not have."""
+
+LIST_KEYS = ("name", "pool", "preemptor", "key")
+"""Fields that name a list's items (`spec.classes[name=serving]`), tried in this order; a
+list whose items none of them names uniquely is addressed by index (`[0]`)."""
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_PLAIN_SCALAR = re.compile(r"^[A-Za-z0-9_./$()+-][^,\[\]{}#&*!|>'\"%@`]*$")
+_YAML_SPECIAL = re.compile(
+    r"^(?:~|null|true|false|yes|no|on|off|y|n|[-+]?(?:\d[\d_]*)?(?:\.\d*)?(?:e[-+]?\d+)?"
+    r"|[-+]?\.inf|\.nan|0x[0-9a-f]+|0o[0-7]+|\d+:\d+(?::\d+)*)$",
+    re.IGNORECASE,
+)
+
+
+def yaml_value(value: Any) -> str:
+    """`value` as YAML writes it in flow style: `8`, `20Gi`, `null`, `[a, b]`, `{a: 1}`;
+    a string that would read as something else (a number, a boolean, null) or holds YAML's
+    indicators is single-quoted. `(absent)` where one side has nothing."""
+    if value is ABSENT:
+        return "(absent)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
-    else:
-        out[prefix] = value
+        return "{" + ", ".join(f"{_key(k)}: {yaml_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if (
+        _PLAIN_SCALAR.match(text)
+        and not _YAML_SPECIAL.match(text)
+        and ": " not in text
+        and " #" not in text
+        and text == text.strip()
+    ):
+        return text
+    return "'" + text.replace("'", "''") + "'"
 
 
-def _doc_fields(state: DesiredState) -> dict[str, dict[str, Any]]:
-    docs: dict[str, dict[str, Any]] = {}
-    for d in state.documents:
-        flat: dict[str, Any] = {}
-        _flatten(
-            "",
-            d.model.model_dump(mode="json", by_alias=True, exclude={"api_version", "kind"}),
-            flat,
+def _key(k: Any) -> str:
+    k = str(k)
+    return k if _PLAIN_KEY.match(k) else yaml_value(k) if k else "''"
+
+
+def _segment(k: Any) -> str:
+    """A mapping key in a path: `.maxGPUs`, or `["gpupool.io/pool"]` for one that is not a
+    plain word (dots, slashes)."""
+    k = str(k)
+    return f".{k}" if _PLAIN_KEY.match(k) else '["' + k.replace('"', '\\"') + '"]'
+
+
+def _list_key(*sides: list) -> str | None:
+    items = [x for side in sides for x in side]
+    if not items or not all(isinstance(x, dict) for x in items):
+        return None
+    for k in LIST_KEYS:
+        if all(k in x and isinstance(x[k], str) for x in items) and all(
+            len({x[k] for x in side}) == len(side) for side in sides
+        ):
+            return k
+    return None
+
+
+def _diff(path: str, old: Any, new: Any, out: list[str]) -> None:
+    """`path: old -> new` for every leaf that differs; mappings by key, lists of mappings by
+    the field that names their items (else by index), other lists as one value."""
+    if old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            _diff(path + _segment(k), old.get(k, ABSENT), new.get(k, ABSENT), out)
+        return
+    if isinstance(old, list) and isinstance(new, list):
+        k = _list_key(old, new)
+        if k is not None:
+            b, h = {x[k]: x for x in old}, {x[k]: x for x in new}
+            for name in [*b, *(n for n in h if n not in b)]:
+                _diff(f"{path}[{k}={name}]", b.get(name, ABSENT), h.get(name, ABSENT), out)
+            return
+        if any(isinstance(x, dict | list) for x in [*old, *new]):
+            for i in range(max(len(old), len(new))):
+                _diff(
+                    f"{path}[{i}]",
+                    old[i] if i < len(old) else ABSENT,
+                    new[i] if i < len(new) else ABSENT,
+                    out,
+                )
+            return
+    out.append(f"{path.lstrip('.')}: {yaml_value(old)} -> {yaml_value(new)}")
+
+
+def _documents(state: DesiredState) -> dict[str, dict[str, Any]]:
+    return {
+        f"{d.model.kind}/{d.model.metadata.name}": d.model.model_dump(
+            mode="json", by_alias=True, exclude={"api_version", "kind"}
         )
-        docs[f"{d.model.kind}/{d.model.metadata.name}"] = flat
-    return docs
+        for d in state.documents
+    }
 
 
 def policy_changes(base: DesiredState, head: DesiredState) -> list[str]:
-    b, h = _doc_fields(base), _doc_fields(head)
+    """Each changed field as its YAML path in the document (camelCase, as written) with the
+    base and head values as YAML, e.g. `Quota/team-a spec.maxGPUs: 8 -> 12`,
+    `PriorityPolicy/cluster spec.classes[name=serving].value: 30000 -> 40000`. A field the
+    policy leaves out has its default (`null` for none)."""
+    b, h = _documents(base), _documents(head)
     out = []
-    for key in sorted(set(b) | set(h)):
-        if key not in h:
-            out.append(f"{key}: deleted")
-        elif key not in b:
-            out.append(f"{key}: added")
+    for doc in sorted(set(b) | set(h)):
+        if doc not in h:
+            out.append(f"{doc}: deleted")
+        elif doc not in b:
+            out.append(f"{doc}: added")
         else:
-            for f in sorted(set(b[key]) | set(h[key])):
-                if b[key].get(f) != h[key].get(f):
-                    out.append(f"{key} {f}: {b[key].get(f)!r} -> {h[key].get(f)!r}")
+            fields: list[str] = []
+            _diff("", b[doc], h[doc], fields)
+            out += [f"{doc} {f}" for f in fields]
     return out
 
 
+def _kept_quotas(desired: DesiredState, observed: ObservedState) -> dict[Key, dict[str, str]]:
+    """The ResourceQuotas a plan of `desired` keeps, by the planner's own rule (empty in a
+    gated namespace, none in kueue mode); an empty one is left out, as gpupool does not
+    create it."""
+    kept = resource_quotas(open_run(desired, observed, None, DEFAULT_BACKENDS))
+    return {k: h for k, h in kept.items() if h}
+
+
 def _quota_changes(
-    base: DesiredState, head: DesiredState
+    b: dict[Key, dict[str, str]], h: dict[Key, dict[str, str]]
 ) -> dict[str, dict[str, list[str | None]]]:
-    b, h = desired_resource_quotas(base), desired_resource_quotas(head)
     out: dict[str, dict[str, list[str | None]]] = {}
     for key in sorted(set(b) | set(h)):
         bh, hh = b.get(key, {}), h.get(key, {})
@@ -186,6 +302,234 @@ def _quota_changes(
         }
         if diff or (key in b) != (key in h):
             out[f"{key[0]}/{key[1]}"] = diff
+    return out
+
+
+def _owners(desired: DesiredState) -> dict[Key, Quota]:
+    """(namespace, ResourceQuota name) -> the Quota it comes from."""
+    return {
+        (ns, QUOTA_PREFIX + q.team): q for q in desired.quotas.values() for ns in q.spec.namespaces
+    }
+
+
+def _allotment(path: str, guaranteed: int, borrowing: int | None) -> tuple[int | None, str]:
+    if borrowing is None:
+        return None, f"{path} has no borrowingLimit: no limit"
+    total = guaranteed + borrowing
+    return total, f"{path}: guaranteed {guaranteed} + borrowingLimit {borrowing} = {total}"
+
+
+def derivation(desired: DesiredState, q: Quota, resource: str) -> tuple[int | None, str]:
+    """What `quotas.desired_resource_quotas` makes of `resource` for `q`, and from which of
+    its fields: (the value, None for no limit; the words). The same sums, kept beside it so
+    the report can name the fields; `compare` checks the value against the real one."""
+    where = f"Quota/{q.metadata.name}"
+    cap = q.spec.max_gpus
+    terms: list[tuple[int | None, str]] = []
+    within = False  # a whole-card limit maxGPUs did not cut
+    for pq in q.spec.pools:
+        at = f"spec.pools[pool={pq.pool}]"
+        if resource == "requests." + GPU_RESOURCE:
+            a = pq.whole
+            if not (a.guaranteed or a.borrowing_limit):
+                continue
+            if a.borrowing_limit is None:
+                terms.append(
+                    (cap, f"{at}.whole has no borrowingLimit: maxGPUs {cap}")
+                    if cap is not None
+                    else (None, f"{at}.whole has no borrowingLimit and there is no maxGPUs")
+                )
+                continue
+            total = a.guaranteed + a.borrowing_limit
+            text = _allotment(f"{at}.whole", a.guaranteed, a.borrowing_limit)[1]
+            if cap is not None and cap < total:
+                terms.append((cap, f"{text}, capped at maxGPUs {cap}"))
+            else:
+                terms.append((total, text))
+                within = cap is not None
+        elif resource == "requests." + SHARED_RESOURCE:
+            pool = desired.pools.get(pq.pool)
+            sh = pool.spec.inference.shared if pool else None
+            m = pq.shared_memory
+            if m is None or sh is None:
+                continue
+            per = quantity_bytes(sh.memory_per_slice)
+            g = math.ceil(quantity_bytes(m.guaranteed) / per)
+            slices = f"in slices of Pool/{pq.pool} memoryPerSlice {yaml_value(sh.memory_per_slice)}"
+            if not m.borrowing_limit:
+                terms.append((None, f"{at}.sharedMemory has no borrowingLimit: no limit"))
+                continue
+            b = math.ceil(quantity_bytes(m.borrowing_limit) / per)
+            terms.append(
+                (
+                    g + b,
+                    f"{at}.sharedMemory: guaranteed {yaml_value(m.guaranteed)} + borrowingLimit "
+                    f"{yaml_value(m.borrowing_limit)}, {slices}: {g} + {b} = {g + b}",
+                )
+            )
+        else:
+            for prof, a in sorted(pq.mig.items()):
+                if "requests." + mig_resource(prof) == resource:
+                    terms.append(
+                        _allotment(f"{at}.mig{_segment(prof)}", a.guaranteed, a.borrowing_limit)
+                    )
+    if not terms:
+        if resource == "requests." + GPU_RESOURCE and cap is not None:
+            return cap, f"{where} spec.maxGPUs {cap} (no pool has a whole-card allotment)"
+        return None, f"no pool of {where} allots it: no limit"
+    unlimited = next((t for v, t in terms if v is None), None)
+    if unlimited is not None:
+        return None, f"{where} {unlimited}"
+    total = sum(v for v, _ in terms if v is not None)
+    note = ""
+    if within:
+        note = (
+            f" (within maxGPUs {cap})"
+            if total <= cap
+            else f" (maxGPUs {cap} caps each pool's limit, not their sum)"
+        )
+    if len(terms) == 1:
+        return total, f"{where} {terms[0][1]}{note}"
+    return total, f"{where}: " + "; ".join(t for _, t in terms) + f"; {total} in all{note}"
+
+
+def _derived(desired: DesiredState, q: Quota, resource: str, actual: str | None) -> str:
+    """`derivation`'s words for a value gpupool keeps (`actual`; None: no limit), or only the
+    fields it comes from should the two ever disagree."""
+    value, words = derivation(desired, q, resource)
+    if (str(value) if value is not None else None) != actual:
+        return f"derived from Quota/{q.metadata.name} spec.maxGPUs and spec.pools"
+    return words
+
+
+def _why_empty(desired: DesiredState, observed: ObservedState, q: Quota, ns: str, what="") -> str:
+    """Why a plan keeps `q`'s ResourceQuota in `ns` empty; `what`: the limits it would hold."""
+    enforced = f"Quota/{q.metadata.name}" + (f" ({what})" if what else "")
+    if desired.admission_controller == "kueue" and observed.kueue is not None:
+        return (
+            f"kueue mode: Kueue's ClusterQueue enforces {enforced}, gpupool keeps no ResourceQuota"
+        )
+    if ns in (observed.gated_namespaces or ()):
+        return (
+            f"gated namespace: gpupool's admission enforces {enforced}, "
+            "the ResourceQuota is kept empty"
+        )
+    return f"the plan keeps no ResourceQuota for {enforced}"
+
+
+def _why_pruned(old: Quota | None, head: DesiredState, ns: str) -> str:
+    """Why no Quota of the head keeps the ResourceQuota `old` kept in `ns`."""
+    new = head.quotas.get(old.metadata.name) if old is not None else None
+    if old is None:
+        why = f"no Quota lists namespace {ns}"
+    elif new is None:
+        why = f"Quota/{old.metadata.name} is deleted"
+    elif ns not in new.spec.namespaces:
+        why = f"Quota/{old.metadata.name} no longer lists namespace {ns}"
+    else:
+        why = f"Quota/{old.metadata.name} now names team {new.team} ({QUOTA_PREFIX}{new.team})"
+    return why + ": the ResourceQuota is pruned"
+
+
+def _limits(b: dict[str, str], h: dict[str, str]) -> str:
+    return ", ".join(
+        f"{r} {b.get(r, '-')} -> {h.get(r, '-')}"
+        for r in sorted(set(b) | set(h))
+        if b.get(r) != h.get(r)
+    )
+
+
+def quota_explanations(
+    base: DesiredState,
+    head: DesiredState,
+    observed: ObservedState,
+    kept: tuple[dict[Key, dict[str, str]], dict[Key, dict[str, str]]],
+    changes: dict[str, dict[str, list[str | None]]],
+) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Why each changed ResourceQuota row has the head's value (`quota_reasons`); and, for the
+    ResourceQuotas of changed Quotas, why what does not change stays as it is
+    (`quota_notes`): kept empty, or the limits it derives (a cap raised past guarantee +
+    borrowingLimit leaves `nvidia.com/gpu` where it was)."""
+    bo, ho = _owners(base), _owners(head)
+    bd, hd = desired_resource_quotas(base), desired_resource_quotas(head)
+    kept_h = kept[1]
+    reasons: dict[str, dict[str, str]] = {}
+    for name, diff in changes.items():
+        ns, rq = name.split("/", 1)
+        key = (ns, rq)
+        q = ho.get(key)
+        for r in diff:
+            if q is None:
+                why = _why_pruned(bo.get(key), head, ns)
+            elif key not in kept_h and hd.get(key):
+                why = _why_empty(head, observed, q, ns)
+            else:
+                why = _derived(head, q, r, kept_h.get(key, {}).get(r))
+            reasons.setdefault(name, {})[r] = why
+    changed_docs = {
+        n for n in set(base.quotas) & set(head.quotas) if base.quotas[n] != head.quotas[n]
+    } | (set(head.quotas) - set(base.quotas))
+    candidates = {k for k in set(bd) | set(hd) if bd.get(k) != hd.get(k)} | {
+        k for k, q in ho.items() if q.metadata.name in changed_docs
+    }
+    notes: dict[str, str] = {}
+    for key in sorted(candidates):
+        name = f"{key[0]}/{key[1]}"
+        q = ho.get(key)
+        if q is None or name in reasons and key not in kept_h:
+            continue
+        if key not in kept_h:
+            notes[name] = (
+                _why_empty(head, observed, q, key[0], _limits(bd.get(key, {}), hd[key]))
+                if hd.get(key)
+                else f"Quota/{q.metadata.name} sets no limit a ResourceQuota holds"
+            )
+            continue
+        same = [(r, v) for r, v in kept_h[key].items() if r not in changes.get(name, {})]
+        if same:
+            notes[name] = ("" if name in changes else "unchanged: ") + "; ".join(
+                f"{r} stays {v}: {_derived(head, q, r, v)}" for r, v in same
+            )
+    return reasons, notes
+
+
+def disruption_reasons(
+    base: DesiredState, head: DesiredState, head_plan: Plan, head_facts: PlanFacts
+) -> dict[str, str]:
+    """Workload -> why the head plan stops it, where the plan's own reason would not be true
+    on its own in a list sorted by name.
+
+    That is a preemption that enforces a team's maxGPUs (`preemptor` None): the planner stops
+    the team's cheapest work one gang at a time and words each reason with the team's use as
+    it counts down (10 GPUs, then 9), so read by name the counts are out of order and each
+    only true after the ones stopped before it. Here every such line quotes what holds for
+    all of them: the team's use as observed, its cap (and the base's, when the change moved
+    it) and how many of its workloads the plan stops. Other reasons name their own cause (the
+    preemptor, the idle time, the move) and are kept."""
+    by_team: dict[str, list[str]] = {}
+    for a in head_plan.actions:
+        if isinstance(a, Preempt) and a.preemptor is None:
+            q = head.quota_for_namespace(a.target.split("/", 1)[0])
+            if q is not None and q.spec.max_gpus is not None:
+                by_team.setdefault(q.team, []).append(a.target)
+    out: dict[str, str] = {}
+    for team, stopped in by_team.items():
+        q = next(q for q in head.quotas.values() if q.team == team)
+        cap = q.spec.max_gpus
+        b = next((b for b in base.quotas.values() if b.team == team), None)
+        old = (
+            "no Quota" if b is None else b.spec.max_gpus if b.spec.max_gpus is not None else "none"
+        )
+        was = f" ({old} at base)" if old != cap else ""
+        used = float(head_facts.team_usage.get(team, 0))
+        n = len(stopped)
+        which = "the one workload" if n == 1 else f"one of the {n} workloads"
+        for w in stopped:
+            out[w] = (
+                f"team {team} uses {used:g} GPUs, over its cap of {cap}{was}: {which} the "
+                "plan stops to bring it within the cap, the cheapest of its preemptible work "
+                "that its ResourceQuota keeps from coming back"
+            )
     return out
 
 
@@ -224,8 +568,9 @@ def compare(
         if bt[k] != ht[k]
     ]
     be, he = _evictions(base_plan), _evictions(head_plan)
+    reasons = disruption_reasons(base, head, head_plan, head_facts)
     disruptions = [
-        Disruption(workload=w, kind=a.kind, reason=a.reason)
+        Disruption(workload=w, kind=a.kind, reason=reasons.get(w, a.reason))
         for w, a in sorted(he.items())
         if w not in be
     ]
@@ -233,6 +578,9 @@ def compare(
     drained = sorted(
         a.target for a in head_plan.actions if a.kind == "cordon" and a.target not in base_cordons
     )
+    kept = _kept_quotas(base, observed), _kept_quotas(head, observed)
+    quota_changes = _quota_changes(*kept)
+    quota_reasons, quota_notes = quota_explanations(base, head, observed, kept, quota_changes)
     gates = _gates(
         base, head, base_plan, head_plan, len(disruptions), len(repartitions), len(drained), confirm
     )
@@ -241,7 +589,9 @@ def compare(
         head_revision=head.revision,
         capacity=capacity,
         policy_changes=policy_changes(base, head),
-        quota_changes=_quota_changes(base, head),
+        quota_changes=quota_changes,
+        quota_reasons=quota_reasons,
+        quota_notes=quota_notes,
         repartitions=repartitions,
         disruptions=disruptions,
         drained_nodes=drained,

@@ -6,6 +6,7 @@ its gated pods)."""
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 
 from reconciler.conventions import (
     ADMISSION_GATE,
@@ -179,6 +180,46 @@ def unreachable(run: Run, pv: PoolView, p: Demand, largest: int | None = None) -
     return ""
 
 
+def share_mib(pv: PoolView, slices: int) -> int:
+    """The GPU memory (MiB) `slices` slices of `pv`'s policy promise: slices x memoryPerSlice."""
+    sh = pv.pool.spec.inference.shared
+    return slices * quantity_bytes(sh.memory_per_slice) // 2**20 if sh is not None else 0
+
+
+def slice_need_mib(pv: PoolView, r: Request) -> int:
+    """The GPU memory (MiB) shared request `r` needs for all its slices, as placement judges
+    it: what the pod declares (`gpu_memory_mib` is the pod's, for all its slices), at most
+    its share (slices x memoryPerSlice): beyond it the pod is warned about
+    (`memory_beyond_share`), not held, since no card the policy shapes has more; undeclared,
+    its share: the policy's slice is what it was sized to and may use."""
+    share = share_mib(pv, r.shared_slices)
+    return min(r.gpu_memory_mib, share) if r.gpu_memory_mib else share
+
+
+def card_slice_mib(pv: PoolView, card_slices: int) -> Fraction:
+    """The GPU memory (MiB) one slice of a card of `pv` shared x`card_slices` has."""
+    return Fraction(pv.model.memory_gib * 1024 if pv.model is not None else 0, card_slices)
+
+
+def slice_memory_fits(pv: PoolView, r: Request, card_slices: int) -> bool:
+    """A card of `pv` shared x`card_slices` has the GPU memory each slice of shared request
+    `r` needs: card memory / `card_slices` >= `slice_need_mib` / `r.shared_slices`. A card of
+    the policy's count always does (slicesPerGPU x memoryPerSlice fits the card, validate.py);
+    one still shared with more slices than the policy now gives may not. Time-slicing
+    isolates no memory, so a pod placed where it does not fit over-commits the card once its
+    slices fill up (under MPS it fails to allocate)."""
+    if pv.model is None or not r.shared_slices or not card_slices:
+        return True
+    return slice_need_mib(pv, r) * card_slices <= pv.model.memory_gib * 1024 * r.shared_slices
+
+
+def gib(mib: Fraction | int) -> str:
+    """MiB as people read GPU memory: 10240 -> 10Gi, 12800 -> 12.5Gi."""
+    if mib % 1024 == 0:
+        return f"{int(mib) // 1024}Gi"
+    return f"{float(mib) / 1024:.1f}Gi"
+
+
 def memory_beyond_share(run: Run, pv: PoolView, p: Demand) -> None:
     """Shared work that declares more GPU memory than its slices' share (slices x
     memoryPerSlice): under time-slicing nothing stops it from taking its neighbours' memory
@@ -187,7 +228,7 @@ def memory_beyond_share(run: Run, pv: PoolView, p: Demand) -> None:
     r = p.request
     if sh is None or not r.shared_slices or not r.gpu_memory_mib:
         return
-    share = r.shared_slices * quantity_bytes(sh.memory_per_slice) // 2**20
+    share = share_mib(pv, r.shared_slices)
     if r.gpu_memory_mib > share:
         run.find(
             "warning",

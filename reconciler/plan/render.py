@@ -186,7 +186,7 @@ def change_to_text(report) -> str:
         )
     if report.policy_changes:
         lines += ["", "Policy changes:"] + [f"  {c}" for c in report.policy_changes]
-    if report.quota_changes:
+    if report.quota_changes or report.quota_notes:
         lines += ["", "Quota objects:"]
         for key, diff in sorted(report.quota_changes.items()):
             lines.append(
@@ -196,6 +196,18 @@ def change_to_text(report) -> str:
                     or "created/deleted"
                 )
             )
+            why = report.quota_reasons.get(key, {})
+            if len(set(why.values())) == 1:  # one cause for the object (pruned, kept empty)
+                lines.append(f"      {next(iter(why.values()))}")
+            else:
+                lines += [f"      {r + ': ' if r else ''}{w}" for r, w in why.items() if w]
+            if key in report.quota_notes:
+                lines.append(f"      {report.quota_notes[key]}")
+        lines += [
+            f"  {key}: {note}"
+            for key, note in sorted(report.quota_notes.items())
+            if key not in report.quota_changes
+        ]
     if report.repartitions:
         lines += ["", f"Repartitioned GPUs ({len(report.repartitions)}):"]
         lines += [
@@ -245,6 +257,14 @@ def change_to_markdown(
             f"| {d['whole']:+d} | {d['mig']:+d} | {d['shared']:+d} |"
         )
     head.append("")
+    body = _change_details(report)
+    body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
+    return fit_markdown(head, body, budget)
+
+
+def _change_details(report) -> list[str]:
+    """The change report's collapsible sections: disruptions, repartitions, quota objects,
+    policy fields."""
     body: list[str] = []
     if report.disruptions:
         body += [
@@ -266,16 +286,25 @@ def change_to_markdown(
         ]
         body += [f"| `{r.node}` | {r.gpu} | {r.base} | {r.head} |" for r in report.repartitions]
         body += ["", "</details>", ""]
-    if report.quota_changes:
-        body += [
-            f"<details><summary>Quota objects ({len(report.quota_changes)})</summary>",
-            "",
-            "| object | resource | base | head |",
-            "|---|---|---|---|",
-        ]
+    if report.quota_changes or report.quota_notes:
+        n = len(report.quota_changes)
+        body += [f"<details><summary>Quota objects ({n} changed)</summary>", ""]
+        if report.quota_changes:
+            body += [
+                "| object | resource | base | head | from |",
+                "|---|---|---|---|---|",
+            ]
         for key, diff in sorted(report.quota_changes.items()):
+            why = report.quota_reasons.get(key, {})
             for r, (a, b) in diff.items():
-                body.append(f"| `{key}` | `{r}` | {a or '—'} | {b or '—'} |")
+                body.append(
+                    f"| `{key}` | `{r}` | {a or '—'} | {b or '—'} | {_md_escape(why.get(r, ''))} |"
+                )
+        if report.quota_notes:
+            body += [""] if report.quota_changes else []
+            body += [
+                f"- `{key}`: {_md_escape(note)}" for key, note in sorted(report.quota_notes.items())
+            ]
         body += ["", "</details>", ""]
     if report.policy_changes:
         body += [
@@ -283,8 +312,7 @@ def change_to_markdown(
             "",
         ]
         body += [f"- `{_md_escape(c)}`" for c in report.policy_changes] + ["", "</details>", ""]
-    body += [f"Base plan: {report.base_summary}  ", f"Head plan: {report.head_summary}", ""]
-    return fit_markdown(head, body, budget)
+    return body
 
 
 CHANGE_RENDERERS = {"text": change_to_text, "json": change_to_json, "markdown": change_to_markdown}

@@ -6,6 +6,9 @@ controller) read a file outside it, such as /etc/passwd or a token, and echo it 
 In-tree links are refused too: the rule is the same for the directory and git readers, needs
 no resolution (so link loops cannot hang it) and a link cannot change meaning between the CI
 checkout and the controller's clone. Git submodules are refused for the same reason.
+
+Both readers bound what they read, in bytes, before reading it (`MAX_FILE_BYTES`,
+`MAX_TOTAL_BYTES`): a file past either bound is a SourceError naming it, and is never read.
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ GIT_TIMEOUT_S = 120.0  # wall-clock bound on reading one revision (git cat-file)
 NOT_FOLLOWED = "symbolic links are not followed (a policy tree holds regular files only)"
 _SYMLINK_MODE, _GITLINK_MODE, _TYPE_MASK = 0o120000, 0o160000, 0o170000
 
+# Sizes. limits.py bounds what a text may make the loader build (aliases, nesting, one value);
+# these bound the text itself, which limits.py cannot: loading is linear in the bytes, but the
+# round-trip parser that keeps every position is pure Python, at about 7 s of CPU and 85 MB
+# per MiB (a 4.4 MB pools file took 88 s and 460 MB), and the controller loads the policy
+# every cycle (30 s by default) as CI does on every pull request. A real policy file is a few
+# KB (this repository's largest is 1.3 KB; a Quota file for 1,000 teams is about 300 KB).
+MAX_FILE_BYTES = 1 << 20
+"""One policy file: 1 MiB, three times a 1,000-team Quota file, about 7 s to load."""
+MAX_TOTAL_BYTES = 2 << 20
+"""All policy files of one read together: 2 MiB, so that loading stays well inside a cycle."""
+
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
@@ -33,7 +47,30 @@ class SourceFile:
 
 
 class SourceError(Exception):
-    """The source itself cannot be read (missing path, unknown revision, a symlink, a timeout)."""
+    """The source itself cannot be read (missing path, unknown revision, a symlink, a timeout,
+    a file too large)."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def size_refusal(size: int, total: int = 0) -> str | None:
+    """Why a file of `size` bytes, read after `total` bytes of others, is refused; None when it
+    is within both bounds. The message follows the file's name (`pools/a.yaml: ...`)."""
+    if size > MAX_FILE_BYTES:
+        return (
+            f"the file is {size:,} bytes, over the limit of {MAX_FILE_BYTES:,} "
+            f"({_mib(MAX_FILE_BYTES)}) for one policy file; policy files are a few KB: "
+            "split it, or remove what does not belong in it"
+        )
+    if total + size > MAX_TOTAL_BYTES:
+        return (
+            f"the policy files come to {total + size:,} bytes with this one, over the limit of "
+            f"{MAX_TOTAL_BYTES:,} ({_mib(MAX_TOTAL_BYTES)}) for all of them together; "
+            "remove what does not belong in pools/ and policies/"
+        )
+    return None
 
 
 def files_from_paths(paths: list[str | Path]) -> list[SourceFile]:
@@ -41,8 +78,11 @@ def files_from_paths(paths: list[str | Path]) -> list[SourceFile]:
 
     A given path that is itself a symbolic link, and any symbolic link below a given directory
     (whatever its name or target, dangling or looping), is a SourceError naming the link; its
-    target is never read. Directories above a given path are the caller's and may be links."""
+    target is never read. Directories above a given path are the caller's and may be links.
+    A file over `MAX_FILE_BYTES`, or one that takes the files over `MAX_TOTAL_BYTES`, is a
+    SourceError naming it; it is not read."""
     out: list[SourceFile] = []
+    total = 0
     for raw in paths:
         p = Path(raw)
         if p.is_symlink():
@@ -55,7 +95,10 @@ def files_from_paths(paths: list[str | Path]) -> list[SourceFile]:
             raise SourceError(f"{raw}: not a regular file or directory")
         else:
             raise SourceError(f"{raw}: no such file or directory")
-        out.extend(SourceFile(str(f), _read_regular(f)) for f in candidates)
+        for f in candidates:
+            text, size = _read_regular(f, total)
+            total += size
+            out.append(SourceFile(str(f), text))
     return out
 
 
@@ -82,7 +125,9 @@ def _yaml_under(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def _read_regular(f: Path) -> str:
+def _read_regular(f: Path, total: int = 0) -> tuple[str, int]:
+    """The text of regular file `f` and its size in bytes; refused over the size bounds
+    (`total`: the bytes already read) before it is read."""
     # O_NOFOLLOW: a file swapped for a link after the walk is refused, not followed;
     # O_NONBLOCK: one swapped for a FIFO cannot block the open (fstat then refuses it).
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -93,10 +138,20 @@ def _read_regular(f: Path) -> str:
             raise SourceError(f"{f}: {NOT_FOLLOWED}") from exc
         raise SourceError(f"{f}: cannot read: {exc.strerror or exc}") from exc
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"{f}: not a regular file")
-        data = fh.read()
-    return _text(data, str(f)).replace("\r\n", "\n").replace("\r", "\n")  # as text-mode reading did
+        _check_size(str(f), st.st_size, total)
+        data = fh.read(MAX_FILE_BYTES + 1)  # a file that grew since fstat is still bounded
+        _check_size(str(f), len(data), total)
+    text = _text(data, str(f)).replace("\r\n", "\n").replace("\r", "\n")  # as text mode did
+    return text, len(data)
+
+
+def _check_size(name: str, size: int, total: int, at: str = "") -> None:
+    why = size_refusal(size, total)
+    if why is not None:
+        raise SourceError(f"{name}{at}: {why}")
 
 
 def _text(data: bytes, name: str, at: str = "") -> str:
@@ -119,7 +174,8 @@ def files_from_git(
     Only objects are read (GitPython's persistent `git cat-file --batch`, which runs no hook,
     filter, textconv or fsmonitor: nothing a repository's config can name). A symbolic link
     (mode 120000), a submodule, or a `dirs` entry that is not a directory is a SourceError
-    naming the path and revision; a link's blob is never read. Reading takes at most `timeout`
+    naming the path and revision; a link's blob is never read. So is a blob over the size
+    bounds (its size is read from the object's header first). Reading takes at most `timeout`
     seconds: then the cat-file processes are killed and it is a SourceError."""
     import git  # GitPython; imported here so directory use needs no git binary
 
@@ -148,6 +204,7 @@ def _read_revision(repo, repo_path, rev: str, dirs: tuple[str, ...]):
         raise SourceError(f"{repo_path}: unknown revision {rev!r}") from exc
     at = f"@{commit.hexsha[:12]}"
     out: list[SourceFile] = []
+    total = 0
     for d in dirs:
         try:
             top = commit.tree / d
@@ -161,7 +218,11 @@ def _read_revision(repo, repo_path, rev: str, dirs: tuple[str, ...]):
             _check_entry(e, at)
         blobs = [e for e in entries if e.type == "blob" and e.path.endswith(YAML_SUFFIXES)]
         for b in sorted(blobs, key=lambda b: b.path):
-            out.append(SourceFile(b.path, _text(b.data_stream.read(), b.path, at)))
+            _check_size(b.path, b.size, total, at)  # the header (cat-file --batch-check) only
+            data = b.data_stream.read()
+            _check_size(b.path, len(data), total, at)
+            total += len(data)
+            out.append(SourceFile(b.path, _text(data, b.path, at)))
     return out, commit.hexsha
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from ruamel.yaml.reader import ReaderError
 
 from reconciler.policy import limits
 from reconciler.policy.catalog import Catalog, default_catalog
-from reconciler.policy.files import SourceFile
+from reconciler.policy.files import MAX_FILE_BYTES, SourceFile, size_refusal
 from reconciler.policy.models import API_VERSION, DNS_LABEL, KINDS, TIME_OF_DAY, Model
 from reconciler.policy.positions import format_path, locate, node_position
 from reconciler.policy.problems import InvalidDesiredState, Problem
@@ -137,77 +138,155 @@ _RoundTripConstructor = locating(RoundTripConstructor)
 def parse_files(files: list[SourceFile]) -> tuple[list[RawDocument], list[Problem]]:
     docs: list[RawDocument] = []
     problems: list[Problem] = []
+    total = 0
     for f in files:
-        over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
-        if over is not None:
-            problems.append(
-                Problem(f.path, over.line, over.column, format_path(over.path), over.message)
-            )
+        # The readers in files.py refuse a file over the size bounds before reading it; a text
+        # that came another way is held to the same bounds here, before it is parsed.
+        size = len(f.text.encode("utf-8", errors="surrogatepass"))
+        too_big = size_refusal(size, total)
+        if too_big is not None:
+            problems.append(Problem(f.path, 0, 0, "", too_big))
+            if size <= MAX_FILE_BYTES:
+                break  # over the total: nothing after it is read either
             continue
-        yaml = YAML(typ="rt")
-        yaml.allow_duplicate_keys = False
-        yaml.Constructor = _RoundTripConstructor
-        try:
-            loaded = list(yaml.load_all(f.text))
-        except MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-            msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-            ctx = exc.context_mark
-            if ctx is not None and mark is not None and ctx.line != mark.line:
-                msg += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
-            problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
-            continue
-        except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
-            line, col = _line_col(f.text, exc.position)
-            problems.append(
-                Problem(
-                    f.path,
-                    line,
-                    col,
-                    "",
-                    f"invalid YAML: {_char(exc.character)} is not allowed in YAML text",
-                )
-            )
-            continue
-        except YAMLError as exc:
-            problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {exc}"))
-            continue
-        except RecursionError:
-            problems.append(Problem(f.path, 0, 0, "", "invalid YAML: nested too deeply to read"))
-            continue
-        except Exception as exc:  # noqa: BLE001 - ruamel's constructors raise plain ValueError,
-            # TypeError or AssertionError for bad tagged scalars (`!!int abc`, a `!!omap` with a
-            # repeated key); bad input must become a located message, never a traceback.
-            detail = str(exc) or "a tagged value (`!!...`) could not be constructed"
-            problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {detail}"))
+        total += size
+        loaded = _load_yaml(f, problems)
+        if loaded is None:
             continue
         for i, node in enumerate(loaded):
             if node is None:
                 continue  # an empty document (e.g. a trailing ---)
             if not isinstance(node, CommentedMap):
-                line, col = node_position(node) or _document_start(f.text, i)
-                what = (
-                    "a list"
-                    if isinstance(node, list)
-                    else "a string"
-                    if isinstance(node, str)
-                    else "a scalar"
-                )
-                problems.append(
-                    Problem(
-                        f.path,
-                        line,
-                        col,
-                        "",
-                        f"document {i + 1} is {what}, "
-                        "not a mapping with apiVersion, kind, metadata and spec",
-                    )
-                )
+                problems.append(_not_a_mapping(f, i, node))
                 continue
             line, col = node_position(node) or _document_start(f.text, i)
             docs.append(RawDocument(f.path, i, node, line, col))
     return docs, problems
+
+
+def _load_yaml(f: SourceFile, problems: list[Problem]) -> list | None:
+    """The documents of `f`, or None after adding its problem: a directive, a bound, or YAML
+    that does not parse (each at its line where the parser says one)."""
+    bad = _directive_problem(f.text)
+    if bad is not None:
+        problems.append(Problem(f.path, bad[0], bad[1], "", bad[2]))
+        return None
+    over = limits.check(f.text, pure=True)  # the round-trip loader's own parser
+    if over is not None:
+        problems.append(
+            Problem(f.path, over.line, over.column, format_path(over.path), over.message)
+        )
+        return None
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    yaml.Constructor = _RoundTripConstructor
+    try:
+        return list(yaml.load_all(f.text))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        ctx = exc.context_mark
+        if ctx is not None and mark is not None and ctx.line != mark.line:
+            msg += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
+        problems.append(Problem(f.path, line, col, "", f"invalid YAML: {msg}"))
+    except ReaderError as exc:  # a character YAML does not allow; it has an offset, not a mark
+        line, col = _line_col(f.text, exc.position)
+        problems.append(
+            Problem(
+                f.path,
+                line,
+                col,
+                "",
+                f"invalid YAML: {_char(exc.character)} is not allowed in YAML text",
+            )
+        )
+    except YAMLError as exc:
+        problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {exc}"))
+    except RecursionError:
+        problems.append(Problem(f.path, 0, 0, "", "invalid YAML: nested too deeply to read"))
+    except Exception as exc:  # noqa: BLE001 - ruamel's constructors raise plain ValueError,
+        # TypeError or AssertionError for bad tagged scalars (`!!int abc`, a `!!omap` with a
+        # repeated key); bad input must become a located message, never a traceback.
+        detail = str(exc) or "a tagged value (`!!...`) could not be constructed"
+        problems.append(Problem(f.path, 0, 0, "", f"invalid YAML: {detail}"))
+    return None
+
+
+def _not_a_mapping(f: SourceFile, i: int, node: object) -> Problem:
+    line, col = node_position(node) or _document_start(f.text, i)
+    what = (
+        "a list" if isinstance(node, list) else "a string" if isinstance(node, str) else "a scalar"
+    )
+    return Problem(
+        f.path,
+        line,
+        col,
+        "",
+        f"document {i + 1} is {what}, not a mapping with apiVersion, kind, metadata and spec",
+    )
+
+
+_DIRECTIVE_LINE = re.compile(r"^%", re.MULTILINE)
+_YAML_VERSIONS = ((1, 1), (1, 2))
+_VERSIONS_READ = "policy files are YAML 1.2 (a %YAML 1.1 directive is accepted): remove the line"
+_HUGE_VERSION = re.compile(r"^%YAML[ \t]+([0-9]{4000,}\S*|[0-9]+\.[0-9]{4000,})", re.MULTILINE)
+
+
+def _directive_problem(text: str) -> tuple[int, int, str] | None:
+    """The first problem with a `%YAML` or `%TAG` directive, as (line, column, message).
+
+    ruamel's parsers check directives only in part: `%YAML 1.3` fails an assertion (no
+    position, and before this check a traceback), `%YAML 2.0` in a later document fails a
+    lookup (`invalid YAML: (2, 0)`, no position), and a directive without the `---` that must
+    follow it is reported as an error in the next line. Read with the scanner alone (no
+    version is resolved), and only when a line starts with `%`: directives cost nothing
+    elsewhere. Other syntax errors are left to the loader."""
+    starts = [m.start() for m in _DIRECTIVE_LINE.finditer(text)]
+    if not starts:
+        return None
+    tokens = YAML(typ="safe", pure=True).scan(text)
+    directive = None  # the last token read, if it was a directive
+    while True:
+        try:
+            tok = next(tokens, None)
+        except ValueError:  # Python's int() refuses a version number of 4,300+ digits
+            m = _HUGE_VERSION.search(text)
+            if m is None:
+                return None
+            return (
+                text.count("\n", 0, m.start()) + 1,
+                1,
+                f"invalid YAML: %YAML {_short(m.group(1))} is not a YAML version gpupool reads; "
+                f"{_VERSIONS_READ}",
+            )
+        except YAMLError:
+            tok = None
+            if directive is None:
+                return None  # a syntax error elsewhere: the loader reports it, located
+        name = type(tok).__name__
+        if directive is not None and name not in ("DirectiveToken", "DocumentStartToken"):
+            return (
+                directive.start_mark.line + 1,
+                directive.start_mark.column + 1,
+                f"invalid YAML: a %{_short(directive.name)} directive must be followed by a "
+                "line `---` that starts the document",
+            )
+        if tok is None or (name != "DirectiveToken" and tok.start_mark.index > starts[-1]):
+            return None  # no directive after this token
+        directive = tok if name == "DirectiveToken" else None
+        if directive is not None and tok.name == "YAML" and tok.value not in _YAML_VERSIONS:
+            major, minor = tok.value
+            return (
+                tok.start_mark.line + 1,
+                tok.start_mark.column + 1,
+                f"invalid YAML: %YAML {_short(f'{major}.{minor}')} is not a YAML version "
+                f"gpupool reads; {_VERSIONS_READ}",
+            )
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _char(c: Any) -> str:

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -379,6 +380,20 @@ class ScaleUp(Model):
     step: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     cooldown: Duration = Field("2m", validate_default=True)
 
+    @field_validator("pending_time")
+    @classmethod
+    def _pending_time_above_zero(cls, v: timedelta | None) -> timedelta | None:
+        # A p99 wait above 0s is any request that waited at all (with Prometheus' histogram,
+        # any request served in the window): the service would grow with any traffic and
+        # never shrink while it has some. The cooldowns may be 0s: each cycle may then act.
+        if v is not None and v <= timedelta(0):
+            raise ValueError(
+                "must be more than 0s: a p99 wait above 0s is any request waiting at all, so "
+                "the service would grow with any traffic and never shrink; to keep replicas "
+                "up, raise the targets' minReplicas"
+            )
+        return v
+
 
 class ScaleDown(Model):
     queue_length_per_replica: float = Field(ge=0, allow_inf_nan=False)
@@ -495,6 +510,18 @@ class Window(Model):
     end: str = Field(pattern=TIME_OF_DAY)
     """Times of day in UTC (HH:MM); a window may wrap midnight."""
 
+    @field_validator("end")
+    @classmethod
+    def _not_empty(cls, v: str, info: ValidationInfo) -> str:
+        # [start, end): the planner's window test is start <= now < end, never true when they
+        # are equal (and a whole day is `when: always`)
+        if v == info.data.get("start"):
+            raise ValueError(
+                f"the window {v}-{v} is empty (it starts where it ends) and would never open; "
+                "for all day, use when: always"
+            )
+        return v
+
 
 class Defragmentation(Model):
     enabled: bool = True
@@ -559,6 +586,22 @@ class IdleReclaim(Model):
     exclude_classes: list[Name] = []
     utilization: UtilizationSignal = UtilizationSignal()
     """Where the cards' utilization comes from (default: gpupool's node agent)."""
+
+    @field_validator("idle_for")
+    @classmethod
+    def _idle_for_above_zero(cls, v: timedelta) -> timedelta:
+        # 0s would make a card idle the moment one reading is under the threshold (a job
+        # loading its data, between two steps). The other durations may be 0s:
+        # checkpointGracePeriod (evict right after asking for the checkpoint), minRuntime (no
+        # protection for young work) and the scaling cooldowns (act every cycle) each mean
+        # something.
+        if v <= timedelta(0):
+            raise ValueError(
+                "must be more than 0s: a card would count as idle at its first reading under "
+                "utilizationBelow (a job loading data, or between two steps) and its workload "
+                "would be reclaimed"
+            )
+        return v
 
 
 class MaintenancePolicySpec(Model):

@@ -36,26 +36,36 @@ GI = 2**30
 MI = 2**20
 
 
+def _quoted(text: object, limit: int = 40) -> str:
+    """The value as the user gave it, quoted, and cut short when it is long."""
+    shown = repr(text)
+    return (
+        shown
+        if len(shown) <= limit
+        else shown[: limit - 5] + "...'" + f" ({len(str(text))} characters)"
+    )
+
+
 def parse_duration(text: str) -> float:
     """Seconds in a Go-style duration such as `1h30m`; raises ValueError when malformed."""
     if not isinstance(text, str) or not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not a duration like 30s, 10m, 1h or 1h30m")
+        raise ValueError(f"{_quoted(text)} is not a duration like 30s, 10m, 1h or 1h30m")
     return float(sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text)))
 
 
 def parse_quantity(text: str | int) -> Decimal:
     """The value of a Kubernetes quantity such as `20Gi` (bytes) or `500m` (0.5)."""
     if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a quantity")
+        raise ValueError(f"{_quoted(text)} is not a quantity")
     if isinstance(text, int):
         return Decimal(text)
     m = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
     if not m:
-        raise ValueError(f"{text!r} is not a quantity like 4Gi, 512Mi or 2")
+        raise ValueError(f"{_quoted(text)} is not a quantity like 4Gi, 512Mi or 2")
     try:
         return Decimal(m.group(1)) * _QUANTITY_UNITS[m.group(2)]
     except InvalidOperation as exc:  # pragma: no cover - the pattern already excludes this
-        raise ValueError(f"{text!r} is not a quantity") from exc
+        raise ValueError(f"{_quoted(text)} is not a quantity") from exc
 
 
 def quantity_bytes(text: str | int) -> int:

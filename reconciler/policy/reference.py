@@ -68,6 +68,9 @@ and exits with status 1 without changing anything; bad input never produces a tr
 duplicate keys, unknown kinds or fields, wrong types, missing fields, malformed durations and
 quantities), validation finds:
 
+- a policy file over 1 MiB, or policy files over 2 MiB together, refused by name before they
+  are read (from a directory or a git revision);
+- a `%YAML` directive other than 1.1 or 1.2, or one not followed by `---`;
 - a file that would take too much to load, refused before it is loaded (these bounds hold for
   observed-state snapshots too): aliases that expand to more than 10,000 values beyond those
   written out, collections nested more than 64 deep, a value longer than 65,536 characters,
@@ -88,7 +91,11 @@ quantities), validation finds:
   a namespace governed by two quotas;
 - a Quota or a scaling target in a system namespace (`kube-system`, `kube-public`,
   `kube-node-lease`) or in gpupool's own (`gpupool-system`);
-- node selectors of two pools that a single node could satisfy;
+- node selectors of two pools that a single node could satisfy; a pool selector no node can
+  match (`In` and `NotIn` of one value, `Exists` with `DoesNotExist`, a
+  `nvidia.com/gpu.product` that is not a product of the pool's `gpuModel`);
+- `idleFor` or `pendingTime` of 0s; a maintenance window that starts where it ends; two
+  MaintenancePolicies that set one rule (defragmentation, idle reclaim) differently for a pool;
 - impossible priority rules: a victim with a higher or equal value than its preemptor, a
   non-preemptible victim, unknown classes, a spot class that is not preemptible;
 - scaling policies that would flap (scale-down threshold not below scale-up).

@@ -30,7 +30,14 @@ def check_semantics(
     """Cross-document problems. `invalid`: (kind, name) of documents that failed schema
     validation; references to them are not reported again as missing (their own errors are)."""
     out: list[Problem] = []
-    for check in (_duplicates, _pools, _pool_overlap, _system_namespaces):
+    for check in (
+        _duplicates,
+        _pools,
+        _impossible_selectors,
+        _pool_overlap,
+        _system_namespaces,
+        _maintenance_conflicts,
+    ):
         out.extend(check(state))
     ctx = _Invalid(
         pools=frozenset(n for k, n in invalid if k == "Pool"),
@@ -246,6 +253,92 @@ def _constraints(sel: LabelSelector, products: tuple[str, ...]) -> dict[str, tup
         else:
             narrow(r.key, absent=True)
     return cons
+
+
+@dataclass
+class _KeyTerms:
+    """What a selector's terms on one label key ask, and which terms ask it."""
+
+    allowed: frozenset[str] | None = None  # None: any value
+    forbidden: frozenset[str] = frozenset()
+    needs: str = ""  # the first term that needs the label (In, matchLabels, Exists)
+    absent: str = ""  # the first term that needs it absent (DoesNotExist)
+    last_in: tuple = ()  # the path of the last In (or matchLabels) term
+    last_not_in: tuple = ()  # the path of the last NotIn term
+    terms: tuple[str, ...] = ()  # every term on the key, as written
+    refused: bool = False
+
+
+def _impossible_selectors(state: DesiredState) -> Iterator[Problem]:
+    """Pool node selectors that no node can ever match: terms on one label key that contradict
+    each other (`In [a]` with `NotIn [a]`, two disjoint `In`s, `Exists` or a value with
+    `DoesNotExist`), or a GPU product label naming only products of another model than the
+    pool's gpuModel (whose products are implied: `node_pool_name` never puts a node of another
+    model in the pool). Reported at the term that makes it impossible."""
+    for d in _docs(state, "Pool"):
+        sel: LabelSelector = d.model.spec.node_selector
+        base = ("spec", "nodeSelector")
+        terms: list[tuple[tuple, str, str, tuple[str, ...], str]] = [
+            ((*base, "matchLabels", k), k, "In", (v,), f"matchLabels {k}: {v}")
+            for k, v in sel.match_labels.items()
+        ]
+        for i, r in enumerate(sel.match_expressions):
+            shown = f"matchExpressions[{i}] ({r.key} {r.operator}"
+            shown += f" [{', '.join(r.values)}])" if r.values else ")"
+            terms.append(
+                ((*base, "matchExpressions", i), r.key, r.operator, tuple(r.values), shown)
+            )
+        keys: dict[str, _KeyTerms] = {}
+        for path, key, op, values, shown in terms:
+            k = keys.setdefault(key, _KeyTerms())
+            if k.refused:
+                continue
+            k.terms += (shown,)
+            if op == "In":
+                vals = frozenset(values)
+                k.allowed = vals if k.allowed is None else k.allowed & vals
+                k.last_in = path
+            elif op == "NotIn":
+                k.forbidden |= frozenset(values)
+                k.last_not_in = path
+            if op in ("In", "Exists"):
+                k.needs = k.needs or shown
+            elif op == "DoesNotExist":
+                k.absent = k.absent or shown
+            if k.needs and k.absent:
+                k.refused = True
+                yield _problem(
+                    d,
+                    path,
+                    f"no node can match this selector: {k.needs} needs the label {key!r} and "
+                    f"{k.absent} needs it absent",
+                )
+            elif k.allowed is not None and not k.allowed - k.forbidden:
+                k.refused = True
+                yield _problem(
+                    d,
+                    path,
+                    f"no node can match this selector: no value of the label {key!r} satisfies "
+                    f"{' and '.join(k.terms)}",
+                )
+        product = keys.get(PRODUCT_LABEL)
+        model = state.catalog.model(d.model.spec.gpu_model)
+        if product is None or product.refused or product.allowed is None or model is None:
+            continue
+        values = sorted(product.allowed - product.forbidden)
+        if any(state.catalog.model_for_product(v) is model for v in values):
+            continue
+        # at the NotIn that took the model's own products out, else at the In
+        own = any(state.catalog.model_for_product(v) is model for v in product.allowed)
+        yield _problem(
+            d,
+            product.last_not_in if own else product.last_in,
+            f"no node can match this pool: {PRODUCT_LABEL} {' or '.join(values)} "
+            f"{'is not a product' if len(values) == 1 else 'are not products'} of its gpuModel "
+            f"{model.name} (whose nodes are labelled "
+            f"{', '.join(model.product_labels or (model.name,))}), and gpupool puts a node "
+            "only in a pool of its own model",
+        )
 
 
 def selectors_overlap(a: dict, b: dict) -> bool:
@@ -475,6 +568,51 @@ def _maintenance(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterato
                         ("spec", "idleReclaim", "excludeClasses", i),
                         f"unknown priority class {c!r}",
                     )
+
+
+_MAINTENANCE_RULES = (("defragmentation", "defragmentation"), ("idle_reclaim", "idleReclaim"))
+
+
+def _maintenance_conflicts(state: DesiredState) -> Iterator[Problem]:
+    """Two MaintenancePolicies that set the same rule (defragmentation, idle reclaim) for one
+    pool with different settings. The planner merges nothing: defragmentation takes the first
+    enabled rule of the pool's policies, idle reclaim the first that finds a workload idle, in
+    the order the files are read; so one setting would be silently ignored, or which one
+    applies would depend on the files' names. Reported at the later rule, naming the
+    earlier."""
+    docs = _docs(state, "MaintenancePolicy")
+    for attr, field in _MAINTENANCE_RULES:
+        for j, b in enumerate(docs):
+            rb = getattr(b.model.spec, attr)
+            if rb is None:
+                continue
+            for a in docs[:j]:
+                ra = getattr(a.model.spec, attr)
+                if ra is None or ra == rb or not (ra.enabled or rb.enabled):
+                    continue  # the same rule twice, or neither does anything
+                shared = _shared_pools(a.model.spec.pools, b.model.spec.pools)
+                if shared == []:
+                    continue
+                where = "every pool" if shared is None else ", ".join(f"Pool/{p}" for p in shared)
+                line, _ = locate(a.node, ("spec", field)) if a.node is not None else (a.line, 1)
+                yield _problem(
+                    b,
+                    ("spec", field),
+                    f"MaintenancePolicy/{a.model.metadata.name} ({a.file}:{line}) also sets "
+                    f"{field} for {where}, with other settings; the planner merges none and "
+                    "would ignore one of them: give each pool one "
+                    f"{field} rule (narrow spec.pools, or make the rules the same)",
+                )
+                break
+
+
+def _shared_pools(a: list[str], b: list[str]) -> list[str] | None:
+    """The pools two MaintenancePolicies' `spec.pools` both cover (empty: all); None: all."""
+    if not a and not b:
+        return None
+    if not a or not b:
+        return sorted(set(a or b))
+    return sorted(set(a) & set(b))
 
 
 # --- Kueue mode --------------------------------------------------------------------------

@@ -47,7 +47,8 @@ re-reads and skips):
 * Resume: the suspended Job's pods are created again, gated.
 * Admit: the reservation on the gang's gated pods; then, once no pod of `after` is placed
   any more, each pod is admitted: pinned to its node (`admission: admitted`, a whole-card pod
-  holding the cards meant for it) for `schedule` to bind there, and nowhere else.
+  holding the cards meant for it) for `schedule` to bind there, and nowhere else. Those
+  cards are a hint: `schedule` binds the ones the device plugin prefers, which may differ.
 * Hold: the pod's `held` message. Pods an owner recreates (eviction, scale-up) come back
   gated (`admission: gpupool`), as the admission policy gates them, unless the evicted pod
   was kube-scheduler's own (`scheduler`).
@@ -316,7 +317,9 @@ def _prune_priority_class(world: World, a: PrunePriorityClass, now: datetime) ->
 def _admit(world: World, a: Admit, now: datetime) -> None:
     """The handler: reservations on the gated pods first; then, once no pod of `after` is
     still placed, each gated pod is pinned to its node and ungated (a whole-card pod holds
-    the cards meant for it until it is bound; a MIG or shared one holds nothing known)."""
+    the cards meant for it until it is bound, where the device plugin picks its own:
+    `reconciler.sim.scheduler.preferred_allocation`; a MIG or shared one holds nothing
+    known)."""
     at = {p.name: p for p in a.pods}
     idx = [world.workload_at(f"{a.namespace}/{name}") for name in at]
     if any(i is None for i in idx):

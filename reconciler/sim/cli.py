@@ -21,7 +21,7 @@ from reconciler.sim.trace import (
     DEFAULT_NODES,
     DEFAULT_PODS,
     TraceError,
-    openb_dir,
+    openb_file,
     read_nodes,
     read_pods,
 )
@@ -60,9 +60,21 @@ def _add_trace_args(p) -> None:
     p.add_argument(
         "--inflation", type=float, default=1.3, help="target GPU demand / capacity (default 1.3)"
     )
-    p.add_argument("--mode", choices=MODES, default="fgd-replay")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--plot", metavar="PNG", help="write a plot (matplotlib) to this file")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="fgd-replay",
+        help="what to replay, as above (default fgd-replay)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="a table, or one JSON record per run (default text)",
+    )
+    p.add_argument(
+        "--plot", metavar="PNG", help="write a plot (matplotlib) to this file (default: none)"
+    )
     p.add_argument(
         "--migrate",
         action="store_true",
@@ -79,19 +91,19 @@ def _add_twin_args(p) -> None:
         metavar="PATH",
         help="policy files or directories (pools/ and policies/; repeatable; default: both)",
     )
-    t.add_argument("--load", metavar="CSV", help="inference load: Time,TIMESTAMP per bin")
+    t.add_argument("--load", metavar="CSV", help="inference load: Time,TIMESTAMP per bin (needed)")
     t.add_argument(
         "--service-rate",
         type=float,
         metavar="R",
-        help="requests/s one replica serves within its latency target",
+        help="requests/s one replica serves within its latency target (needed)",
     )
     t.add_argument(
         "--training",
         default="openb",
         metavar="CSV",
         help="jobs CSV arrival,gpus,duration[,checkpoint_period][,checkpointable], or "
-        "'openb' (the trace's whole-card training pods; --pods picks the file)",
+        "'openb' (the trace's whole-card training pods; --pods picks the file; default openb)",
     )
     t.add_argument(
         "--training-load",
@@ -107,7 +119,11 @@ def _add_twin_args(p) -> None:
     )
     t.add_argument("--days", type=float, help="days simulated (default: the load file)")
     t.add_argument("--warmup", default="1d", help="left out of the metrics (default 1d)")
-    t.add_argument("--service", metavar="NS/NAME", help="the ScalingPolicy target fed the load")
+    t.add_argument(
+        "--service",
+        metavar="NS/NAME",
+        help="the ScalingPolicy target fed the load (default: the only one)",
+    )
     t.add_argument("--replica-gpus", type=int, default=1, help="cards per replica (default 1)")
     t.add_argument(
         "--concurrency",
@@ -126,7 +142,7 @@ def _add_twin_args(p) -> None:
         "--static",
         default="sweep",
         metavar="N,N|sweep|none",
-        help="static inference partitions to compare (default: every whole-node split)",
+        help="static inference partitions to compare (default sweep: every whole-node split)",
     )
 
 
@@ -138,17 +154,30 @@ def _fail(msg: str) -> int:
 def _parse(args) -> tuple[list[str], list[int]]:
     policies = [p.strip() for p in str(args.policy).split(",") if p.strip()]
     if not policies:
-        raise ValueError("--policy is empty")
+        raise ValueError(f"--policy is empty: give one or more of {', '.join(POLICIES)}")
     for p in policies:
         if p not in POLICIES:
-            raise ValueError(f"unknown policy {p!r} (known: {', '.join(POLICIES)})")
+            raise ValueError(f"--policy: unknown policy {p!r} (known: {', '.join(POLICIES)})")
     try:
         seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"--seed must be comma-separated integers, got {args.seed!r}") from None
     if not seeds:
-        raise ValueError("--seed is empty")
+        raise ValueError("--seed is empty: give comma-separated integers, like 42 or 42,43")
     return policies, seeds
+
+
+def _trace_paths(args) -> tuple[Path, Path]:
+    """--nodes and --pods, each defaulting to the openb trace's file; where one is missing
+    from the default folder, the message asks for the options not given."""
+    instead = " and ".join(
+        f"{flag} CSV"
+        for flag, given in (("--nodes", args.nodes), ("--pods", args.pods))
+        if not given
+    )
+    nodes = Path(args.nodes) if args.nodes else openb_file(DEFAULT_NODES, instead)
+    pods = Path(args.pods) if args.pods else openb_file(DEFAULT_PODS, instead)
+    return nodes, pods
 
 
 def run(args) -> int:
@@ -158,9 +187,7 @@ def run(args) -> int:
         return run_twin_mode(args)
     try:
         policies, seeds = _parse(args)
-        base = openb_dir()
-        nodes_path = Path(args.nodes) if args.nodes else base / DEFAULT_NODES
-        pods_path = Path(args.pods) if args.pods else base / DEFAULT_PODS
+        nodes_path, pods_path = _trace_paths(args)
         nodes = read_nodes(nodes_path)
         pods = read_pods(pods_path)
         if args.mode == "timeline":

@@ -139,7 +139,10 @@ def read_load(path: str | Path) -> LoadCurve:
         times.append(t)
         counts.append(_number(path, line, "TIMESTAMP (requests)", row.get("TIMESTAMP")))
     if len(times) < 2:
-        raise TraceError(f"{path}: needs at least two rows of requests")
+        raise TraceError(
+            f"{path}: {len(times)} row{'s' if len(times) != 1 else ''} of requests; a load needs "
+            "at least two (one per bin: the bin width is the step between rows)"
+        )
     steps = Counter((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))
     width = steps.most_common(1)[0][0]
     return LoadCurve(str(path), times[0], width, tuple(counts))
@@ -179,7 +182,9 @@ def read_jobs(path: str | Path) -> list[JobSpec]:
             )
         )
     if not out:
-        raise TraceError(f"{path}: no jobs")
+        raise TraceError(
+            f"{path}: no jobs, only the header: give one row per job (arrival,gpus,duration)"
+        )
     return out
 
 
@@ -204,7 +209,10 @@ def openb_jobs(
         and p.deletion_time > p.creation_time
     ]
     if not raw:
-        raise TraceError("the pod trace has no whole-card training pods with both times")
+        raise TraceError(
+            "no whole-card training pods with creation and deletion times "
+            f"(created from {busy_from} s on, not LS) to make jobs of"
+        )
     raw.sort(key=lambda p: (p.creation_time, p.name))
     t0 = raw[0].creation_time
     return [

@@ -1,16 +1,22 @@
 """A kube-scheduler stand-in for the effect model: `schedule` binds pending pods.
 
-See `schedule` for the rules and `reconciler.sim.effects` for the model as a whole.
+kube-scheduler picks the node; the whole cards on it are the ones the kubelet gets from the
+NVIDIA device plugin's GetPreferredAllocation (`preferred_allocation`), whatever the plan
+meant (`overrides`). See `schedule` for the rules, docs/simulator.md ("Which cards a pod
+gets") for the device choice, and `reconciler.sim.effects` for the model as a whole.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache, lru_cache
+from itertools import combinations
 
 from reconciler.conventions import GPU_RESOURCE, POOL_LABEL, SHARED_RESOURCE
 from reconciler.conventions import mig_resource as _mig_resource
-from reconciler.observe.model import Allocation, Node, ObservedState, Workload
+from reconciler.observe.model import Allocation, Gpu, Node, ObservedState, Workload
 from reconciler.policy.state import DesiredState
 from reconciler.sim.partition import is_mps
 
@@ -75,12 +81,112 @@ def _free(node: Node, running: list[Workload]) -> _Free:
     return _Free(node, whole, mig, shared)
 
 
+# ------------------------------------------------------------- the device plugin's choice
+# Pair scores of go-gpuallocator's best-effort policy (NVIDIA/go-gpuallocator v0.6.0,
+# gpuallocator/besteffort_policy.go, calculateGPUPairScore), for the two links gpupool's
+# topology knows (`Gpu.nvlink_island`, `Gpu.numa_node`, as the planner reads them in
+# reconciler/plan/cluster.py `GpuSlot.island` / `numa`). A pair on one NVLink island is
+# assumed to have one NVLink (100 per link there) besides its PCIe path; a PCIe path within
+# one NUMA node is assumed to be P2PLinkSameCPU (20; a shared PCIe switch would score more),
+# across NUMA nodes P2PLinkCrossCPU (10).
+_NVLINK_SCORE = 100
+_SAME_CPU_SCORE = 20
+_CROSS_CPU_SCORE = 10
+
+
+def _pair_score(a: tuple[int, int], b: tuple[int, int]) -> int:
+    """How well two cards, given as (NVLink island, NUMA node), are connected, as
+    go-gpuallocator scores a pair (see above)."""
+    score = _SAME_CPU_SCORE if a[1] == b[1] else _CROSS_CPU_SCORE
+    if a[0] == b[0]:
+        score += _NVLINK_SCORE
+    return score
+
+
+def preferred_allocation(free: Sequence[Gpu], size: int) -> list[int]:
+    """The whole cards (indices, ascending) the NVIDIA device plugin prefers for a container
+    asking for `size` of them, out of the `free` whole cards of its node.
+
+    The kubelet asks the plugin's GetPreferredAllocation for the devices it allocates
+    (kubernetes v1.37.2 pkg/kubelet/cm/devicemanager/manager.go, devicesToAllocate); for
+    whole cards without replicas the plugin (NVIDIA/k8s-device-plugin v0.19.3,
+    internal/rm/nvml_manager.go, getPreferredAllocation -> alignedAlloc) runs
+    go-gpuallocator's best-effort policy (NVIDIA/go-gpuallocator v0.6.0,
+    gpuallocator/besteffort_policy.go, Allocate), ported here: pad the available cards to a
+    multiple of `size`, find the partition of them into sets of `size` (at most one set
+    holding padding, and all of it) with the highest total pair score (`_pair_score`), the
+    first such in the policy's enumeration order, and return that partition's best-scoring
+    set, the first on ties. So a set is taken on one NVLink island / NUMA node when one fits,
+    and the choice also keeps the rest of the node in good sets. `size` 1: the first card.
+
+    Ties follow the order of the available list, which the kubelet passes unsorted (a Go set);
+    here the cards are taken in index order, so ties go to the lowest index (an assumption:
+    the real choice among equals is arbitrary). Should the best set be a padded one (fewer
+    cards than `size`), the kubelet allocates the rest from the other free cards: here the
+    lowest-indexed. The topology manager's NUMA filter (policy `none` by default) is not
+    modelled. The search is exponential in the free cards, as the policy's is: instant for 8,
+    up to a second or two for 16 (results are cached by topology)."""
+    cards = sorted(free, key=lambda g: g.index)
+    if size <= 0 or len(cards) < size:
+        return []
+    chosen = _preferred(tuple((g.nvlink_island, g.numa_node) for g in cards), size)
+    return sorted(cards[i].index for i in chosen)
+
+
+@lru_cache(maxsize=4096)
+def _preferred(cards: tuple[tuple[int, int], ...], size: int) -> tuple[int, ...]:
+    """`preferred_allocation` over cards given as (NVLink island, NUMA node), in the order the
+    plugin is given them: the positions of the chosen ones."""
+    if size == 1:
+        return (0,)
+    pad = -len(cards) % size
+    devices: tuple[int | None, ...] = tuple(range(len(cards))) + (None,) * pad
+
+    @cache
+    def score(s: tuple[int | None, ...]) -> int:
+        real = [i for i in s if i is not None]
+        return sum(_pair_score(cards[i], cards[j]) for i, j in combinations(real, 2))
+
+    def sets(rest: tuple[int | None, ...]) -> Iterator[tuple[tuple, tuple]]:
+        """The policy's candidate first sets of `rest` (its first device and `size - 1` of
+        the others, in its order; no padding or all of it), each with what remains."""
+        for others in combinations(rest[1:], size - 1):
+            s = (rest[0], *others)
+            if s.count(None) not in (0, pad):
+                continue
+            yield s, tuple(d for d in rest if d not in s)
+
+    @cache
+    def best(rest: tuple[int | None, ...]) -> int:
+        if len(rest) == size:
+            return score(rest)
+        return max(score(s) + best(r) for s, r in sets(rest))
+
+    # the first partition of the policy's enumeration with the highest total
+    partition, rest = [], devices
+    while len(rest) > size:
+        s, rest = next((s, r) for s, r in sets(rest) if score(s) + best(r) == best(rest))
+        partition.append(s)
+    partition.append(rest)
+    chosen = partition[0]
+    for s in partition[1:]:
+        if score(s) > score(chosen):
+            chosen = s
+    got = [i for i in chosen if i is not None]
+    got += [i for i in range(len(cards)) if i not in got][: size - len(got)]
+    return tuple(got)
+
+
 def _bind_whole(frees: list[_Free], n: int) -> tuple[_Free, list[Allocation]] | None:
+    """The node: the tightest that fits (kube-scheduler counts cards); the cards on it: the
+    device plugin's (`preferred_allocation`)."""
     fits = [f for f in frees if len(f.whole) >= n]
     if not fits:
         return None
     f = min(fits, key=lambda f: (len(f.whole), f.node.name))
-    cards, f.whole = f.whole[:n], f.whole[n:]
+    gpus = {g.index: g for g in f.node.gpus}
+    cards = preferred_allocation([gpus[i] for i in f.whole], n)
+    f.whole = [i for i in f.whole if i not in cards]
     return f, [Allocation(gpu=i) for i in cards]
 
 
@@ -187,6 +293,41 @@ def _with_busy(observed: ObservedState, busy: set[tuple[str, int]], now: datetim
     return new_nodes
 
 
+@dataclass(frozen=True)
+class Override:
+    """An admitted whole-card pod the device plugin gave other cards than the plan meant."""
+
+    pod: str
+    node: str
+    planned: tuple[int, ...]
+    got: tuple[int, ...]
+
+
+def overrides(before: ObservedState, after: ObservedState) -> list[Override]:
+    """The pods `schedule` bound (`before`: its input, `after`: its output) on other whole
+    cards than the plan meant for them: admitted pods whose cards in `before` (the Admit's
+    `PodAdmission.gpus`, the `gpupool.io/intended-gpus` hint) are not the ones the device
+    plugin preferred. `schedule` binds the plugin's either way (the kubelet does); this is
+    for a caller that counts how often the plan's choice was not followed."""
+    bound = {w.key: w for w in after.workloads if w.phase == "Running"}
+    out = []
+    for w in before.workloads:
+        got = bound.get(w.key)
+        if (
+            got is None
+            or w.phase != "Pending"
+            or w.admission != "admitted"
+            or w.request.kind != "whole"
+            or not w.allocations
+        ):
+            continue
+        planned = tuple(sorted(a.gpu for a in w.allocations))
+        cards = tuple(sorted(a.gpu for a in got.allocations))
+        if planned != cards:
+            out.append(Override(w.key, got.node or "", planned, cards))
+    return out
+
+
 def schedule(
     desired: DesiredState,
     observed: ObservedState,
@@ -209,6 +350,9 @@ def schedule(
     first (the value of its class in the desired PriorityPolicy; no class or an unknown one:
     0, as Kubernetes without a global default), then the oldest, then by key. Among the
     places that fit: the node (or card) with the fewest free units, then by name and index.
+    The whole cards on the node are the device plugin's choice (`preferred_allocation`), not
+    the first free ones, and not the plan's: an admitted pod's cards (the Admit's, a hint)
+    are replaced by the plugin's where they differ (`overrides` lists those).
     """
     # The real scheduler places one pod at a time and knows nothing of the planner's intent:
     # the cards a plan reserved for a gang or a Move's `to_node` do not bind anything here.

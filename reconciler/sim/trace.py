@@ -65,6 +65,26 @@ def openb_dir() -> Path:
     return repo_root().parent / "shared" / "data" / "openb"
 
 
+def openb_file(name: str, instead: str) -> Path:
+    """The openb trace's file `name`, read by default when the user names no file; if it is
+    not there, a TraceError that says where it looked, why there, and how to point elsewhere:
+    $GPUPOOL_OPENB_DIR, or `instead` (the command's options, e.g. "--nodes CSV")."""
+    path = openb_dir() / name
+    if path.is_file():
+        return path
+    env = os.environ.get(OPENB_ENV)
+    why = (
+        f"the openb folder from {OPENB_ENV}={env}"
+        if env
+        else f"{OPENB_ENV} is not set, so the openb folder is ../shared/data/openb next to "
+        "the repository"
+    )
+    raise TraceError(
+        f"{path}: file not found (the default trace file: {why}): set {OPENB_ENV} to the "
+        f"folder that holds {name}, or give {instead}"
+    )
+
+
 def _rows(path: Path, required: tuple[str, ...]):
     try:
         f = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
@@ -76,7 +96,7 @@ def _rows(path: Path, required: tuple[str, ...]):
         reader = csv.DictReader(f)
         header = reader.fieldnames
         if not header:
-            raise TraceError(f"{path}:1: empty file, expected a header row")
+            raise TraceError(f"{path}:1: empty file, expected a header row ({','.join(required)})")
         header = [h.strip() for h in header]
         reader.fieldnames = header
         missing = [c for c in required if c not in header]
@@ -87,7 +107,10 @@ def _rows(path: Path, required: tuple[str, ...]):
         try:
             for row in reader:
                 if None in row:  # more fields than the header has
-                    raise TraceError(f"{path}:{reader.line_num}: too many fields")
+                    raise TraceError(
+                        f"{path}:{reader.line_num}: {len(header) + len(row[None])} fields, "
+                        f"the header has {len(header)}"
+                    )
                 yield reader.line_num, row
         except csv.Error as exc:
             raise TraceError(f"{path}:{reader.line_num}: {exc}") from None
@@ -147,7 +170,7 @@ def read_nodes(path: str | os.PathLike) -> list[NodeSpec]:
             )
         )
     if not out:
-        raise TraceError(f"{path}: no nodes")
+        raise TraceError(f"{path}: no nodes, only the header: give one row per node")
     return out
 
 
@@ -195,5 +218,5 @@ def read_pods(path: str | os.PathLike) -> list[Pod]:
             )
         )
     if not out:
-        raise TraceError(f"{path}: no pods")
+        raise TraceError(f"{path}: no pods, only the header: give one row per pod")
     return out

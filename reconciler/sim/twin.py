@@ -45,11 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL, RECONCILE_INTERVAL_SECONDS
-from reconciler.observe.builders import PRODUCT, gpu
 from reconciler.observe.model import (
     InferenceService,
-    Node,
     ObservedState,
     Request,
     Workload,
@@ -57,179 +54,20 @@ from reconciler.observe.model import (
 from reconciler.plan.actions import MigReconfigure, SetSharing
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
-from reconciler.policy.models import ScaleTarget, ScalingPolicy
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
 from reconciler.sim.load import JobSpec, LoadCurve, scaled
-
-DAY = 86400.0
-Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class TwinConfig:
-    service_rate: float
-    """Requests per second one replica serves within its latency target."""
-    period: float = float(RECONCILE_INTERVAL_SECONDS)
-    """Seconds between controller cycles (`gpupool reconcile --interval`'s default)."""
-    horizon: float | None = None
-    """Seconds simulated (default: the whole load curve)."""
-    warmup: float = DAY
-    """Metrics start this many seconds in (the steady state)."""
-    replica_gpus: int = 1
-    """Whole cards one replica asks for."""
-    concurrency: float = 10.0
-    """Requests one replica has in service at once at its full rate (its batch): a request
-    takes `concurrency / service_rate` seconds; the in-flight part of `queue_length`."""
-    load_time: float = 120.0
-    """Seconds from a replica's start until it serves (model load)."""
-    restart_cost: float = 300.0
-    """Seconds a preempted job spends restarting before it progresses again."""
-    repartition_time: float = 60.0
-    """Seconds a node's cards are not useful after a MIG reconfiguration / sharing change."""
-    checkpoint_time: float = 60.0
-    """Seconds a checkpoint the plan asks for holds the cards (checkpointable jobs)."""
-    service: str | None = None
-    """namespace/name of the ScalingPolicy target the load feeds (default: the only one)."""
-    service_class: str | None = None
-    """The service's priority class (default: the highest inference class)."""
-    training_namespace: str = "training"
-    training_class: str | None = None
-    """The training jobs' class (default: the PriorityPolicy's defaultClass)."""
-    training_pool: str | None = None
-    """The pool training jobs ask for (default: the service's pool)."""
-    start: datetime | None = None
-    """Wall time of t = 0 (default: the load curve's first bin)."""
-    max_pending: int = 64
-    """At most this many arrived jobs are pending pods at once; the rest wait in arrival
-    order outside the cluster (as a batch queue holds workloads whose pods it has not
-    created), their wait counted from arrival."""
-
-    def __post_init__(self) -> None:
-        if not self.service_rate > 0:
-            raise ValueError(f"the service rate must be positive, got {self.service_rate:g}")
-        if not self.period > 0:
-            raise ValueError(f"the cycle period must be positive, got {self.period:g}")
-        if not self.concurrency > 0:
-            raise ValueError(f"the concurrency must be positive, got {self.concurrency:g}")
-        if self.replica_gpus < 1:
-            raise ValueError("a replica asks for at least one card")
-
-
-# ----------------------------------------------------------------------------- the desired state
-def service_target(desired: DesiredState, wanted: str | None) -> tuple[ScalingPolicy, ScaleTarget]:
-    """The ScalingPolicy target the load feeds: `wanted` (namespace/name), or the only one."""
-    found = [
-        (pol, t)
-        for _, pol in sorted(desired.scaling.items())
-        for t in pol.spec.targets
-        if wanted is None or f"{t.namespace}/{t.name}" == wanted
-    ]
-    if not found:
-        raise ValueError(
-            f"no ScalingPolicy targets {wanted}"
-            if wanted
-            else "the desired state has no ScalingPolicy: the load needs a service to feed"
-        )
-    if len(found) > 1:
-        names = ", ".join(f"{t.namespace}/{t.name}" for _, t in found)
-        raise ValueError(f"several ScalingPolicy targets ({names}): choose one with --service")
-    return found[0]
-
-
-def _default_classes(desired: DesiredState, cfg: TwinConfig) -> tuple[str | None, str | None]:
-    pp = desired.priority
-    if pp is None:
-        return cfg.service_class, cfg.training_class
-    serving = max(
-        (c for c in pp.spec.classes if c.workload == "inference"),
-        key=lambda c: c.value,
-        default=None,
-    )
-    svc = cfg.service_class or (serving.name if serving else None)
-    train = cfg.training_class or pp.spec.default_class
-    for name in (svc, train):
-        if name is not None and desired.priority_class(name) is None:
-            raise ValueError(f"priority class {name!r} is not in the PriorityPolicy")
-    return svc, train
-
-
-def pool_nodes(desired: DesiredState) -> list[Node]:
-    """The nodes each pool's capacity describes, labelled so its selector matches them."""
-    out = []
-    for name, pool in sorted(desired.pools.items()):
-        cap = pool.spec.capacity
-        model = pool.spec.gpu_model
-        labels = {
-            **pool.spec.node_selector.match_labels,
-            POOL_LABEL: name,
-            PRODUCT_LABEL: PRODUCT.get(model, model),
-        }
-        for i in range(cap.nodes):
-            out.append(
-                Node(
-                    name=f"{name}-{i:03d}",
-                    labels=labels,
-                    gpus=[
-                        gpu(k, util=0.0, model=model).model_copy(update={"idle_since": None})
-                        for k in range(cap.gpus_per_node)
-                    ],
-                )
-            )
-    return out
-
-
-def static_split(desired: DesiredState, pool: str, inference_gpus: int) -> tuple[DesiredState, str]:
-    """The desired state of a static split of `pool`: it keeps `inference_gpus` cards (whole
-    nodes) and its inference; a new pool `<pool>-train` gets the other nodes, for training
-    only. Nothing is lent across: the scheduler binds a pod only in the pool it asks for.
-    Returns the desired state and the training pool's name."""
-    p = desired.pools.get(pool)
-    if p is None:
-        raise ValueError(f"no pool {pool!r} to split")
-    cap = p.spec.capacity
-    if inference_gpus % cap.gpus_per_node or not 0 < inference_gpus < cap.nodes * cap.gpus_per_node:
-        raise ValueError(
-            f"a static split of {pool} takes whole nodes: {inference_gpus} is not a multiple of "
-            f"{cap.gpus_per_node} between 1 and {cap.nodes * cap.gpus_per_node - 1}"
-        )
-    n_inf = inference_gpus // cap.gpus_per_node
-    n_train = cap.nodes - n_inf
-    train_name = f"{pool}-train"
-    spec = p.spec
-    infer = p.model_copy(
-        update={
-            "spec": spec.model_copy(
-                update={
-                    "capacity": cap.model_copy(update={"nodes": n_inf}),
-                    "training": spec.training.model_copy(update={"min_gpus": 0, "max_gpus": None}),
-                    "inference": spec.inference.model_copy(
-                        update={"min_gpus": min(spec.inference.min_gpus, inference_gpus)}
-                    ),
-                }
-            )
-        }
-    )
-    train_gpus = n_train * cap.gpus_per_node
-    train = p.model_copy(
-        update={
-            "metadata": p.metadata.model_copy(update={"name": train_name}),
-            "spec": spec.model_copy(
-                update={
-                    "node_selector": spec.node_selector.model_copy(
-                        update={"match_labels": {POOL_LABEL: train_name}, "match_expressions": []}
-                    ),
-                    "capacity": cap.model_copy(update={"nodes": n_train}),
-                    "training": spec.training.model_copy(
-                        update={"min_gpus": min(spec.training.min_gpus, train_gpus)}
-                    ),
-                    "inference": spec.inference.model_copy(update={"min_gpus": 0, "max_gpus": 0}),
-                }
-            ),
-        }
-    )
-    pools = {**desired.pools, pool: infer, train_name: train}
-    return dataclasses.replace(desired, pools=pools), train_name
+from reconciler.sim.twin_setup import (  # noqa: F401 - re-exported
+    DAY,
+    FLAG,
+    OptionError,
+    Progress,
+    TwinConfig,
+    _default_classes,
+    pool_nodes,
+    service_target,
+    static_split,
+)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -365,8 +203,10 @@ class Twin:
         self.start = cfg.start or load.start
         self.horizon = min(cfg.horizon or load.seconds, load.seconds)
         if cfg.warmup >= self.horizon:
-            raise ValueError(
-                f"the warm-up ({cfg.warmup:g} s) leaves nothing of the {self.horizon:g} s simulated"
+            raise OptionError(
+                f"{FLAG}: the warm-up ({cfg.warmup:g} s) leaves nothing of the "
+                f"{self.horizon:g} s simulated; give a shorter one",
+                "warmup",
             )
         pp = desired.priority
         self.grace = pp.spec.preemption.checkpoint_grace_period.total_seconds() if pp else 0.0
@@ -732,9 +572,10 @@ def training_jobs(
     gpus = cap.nodes * cap.gpus_per_node
     train_gpus = gpus - inference_mean_gpus(load, cfg, horizon)
     if train_gpus <= 0:
-        raise ValueError(
+        raise OptionError(
             f"the load needs {gpus - train_gpus:.1f} cards on average, more than {pool}'s {gpus}:"
-            " raise --service-rate"
+            f" raise {FLAG} (requests/s one replica serves)",
+            "service_rate",
         )
     jobs = scaled(base_jobs, load=training_load, gpus=train_gpus, horizon=horizon)
     biggest = cap.gpus_per_node

@@ -11,10 +11,34 @@ from reconciler.policy.files import DEFAULT_DIRS, SourceError, files_from_paths
 from reconciler.policy.loader import load as load_desired
 from reconciler.policy.problems import InvalidInput
 from reconciler.policy.quantity import parse_duration
-from reconciler.sim.load import openb_jobs, read_jobs, read_load
+from reconciler.sim.load import (
+    DEFAULT_CHECKPOINT_PERIOD,
+    JobSpec,
+    openb_jobs,
+    read_jobs,
+    read_load,
+)
 from reconciler.sim.report import TWIN_COLUMNS, ProgressBar, dumps, plot_twin, text_table
-from reconciler.sim.trace import DEFAULT_PODS, TraceError, openb_dir, read_pods
-from reconciler.sim.twin import TwinConfig, compare, run_twin, training_jobs
+from reconciler.sim.trace import DEFAULT_PODS, TraceError, openb_file, read_pods
+from reconciler.sim.twin import OptionError, TwinConfig, compare, run_twin, training_jobs
+
+SIMULATE_FLAGS = {
+    "service": "--service",
+    "service_rate": "--service-rate",
+    "period": "--period",
+    "warmup": "--warmup",
+    "concurrency": "--concurrency",
+    "replica_gpus": "--replica-gpus",
+    "static": "--static",
+}
+"""The twin's settings (`twin.OptionError.option`) -> `simulate --mode twin`'s options."""
+PLAN_FLAGS = {
+    "service": "--twin-service",
+    "service_rate": "--twin-service-rate",
+    "period": "--twin-period",
+    "warmup": "--twin-warmup",
+}
+"""... -> `plan --base --twin-load`'s options (the others are fixed there)."""
 
 
 def _fail(msg: str) -> int:
@@ -49,6 +73,28 @@ def _sizes(text: str) -> list[int] | None:
         raise ValueError(f"--static {text!r}: give sweep, none or card counts like 24,32") from None
 
 
+def _openb_jobs(pods: str | None, instead: str, checkpoint_period: float) -> list[JobSpec]:
+    """Jobs from the openb pod trace: the file `pods`, else the default one; `instead`: the
+    command's options that give jobs (or pods) another way, for the messages."""
+    path = Path(pods) if pods else openb_file(DEFAULT_PODS, instead)
+    trace = read_pods(path)
+    try:
+        return openb_jobs(trace, checkpoint_period=checkpoint_period)
+    except TraceError as exc:
+        raise TraceError(f"{path}: {exc}: give {instead}") from None
+
+
+def _policy_paths(args) -> list[str]:
+    paths = args.desired or [d for d in DEFAULT_DIRS if Path(d).exists()]
+    if not paths:
+        raise ValueError(
+            f"no policy files: no --desired given and neither "
+            f"{' nor '.join(d + '/' for d in DEFAULT_DIRS)} in "
+            f"{Path.cwd()}: give --desired DIR (a folder with pools/ and policies/, or files)"
+        )
+    return paths
+
+
 def run_twin_mode(args) -> int:
     try:
         if not args.load:
@@ -59,22 +105,28 @@ def run_twin_mode(args) -> int:
             raise ValueError(f"--service-rate must be positive, got {args.service_rate:g}")
         if not args.training_load > 0:
             raise ValueError(f"--training-load must be positive, got {args.training_load:g}")
-        paths = args.desired or [d for d in DEFAULT_DIRS if Path(d).exists()]
-        if not paths:
-            raise ValueError("no policy files: give --desired DIR (pools/ and policies/)")
-        desired = load_desired(files_from_paths(paths))
+        if args.days is not None and not args.days > 0:
+            raise ValueError(f"--days must be positive, got {args.days:g} (default: the load file)")
+        desired = load_desired(files_from_paths(_policy_paths(args)))
         curve = read_load(args.load)
         ckpt = seconds(args.checkpoint_period, "--checkpoint-period")
         if args.training == "openb":
-            pods_path = Path(args.pods) if args.pods else openb_dir() / DEFAULT_PODS
-            jobs = openb_jobs(read_pods(pods_path), checkpoint_period=ckpt)
+            jobs = _openb_jobs(args.pods, "--pods CSV, or --training CSV (your own jobs)", ckpt)
         else:
             jobs = read_jobs(args.training)
+        warmup = seconds(args.warmup, "--warmup")
+        horizon = min(args.days * 86400 if args.days else curve.seconds, curve.seconds)
+        if warmup >= horizon:
+            span = f"--days {args.days:g}" if args.days else f"the whole of {args.load}"
+            raise ValueError(
+                f"--warmup {args.warmup} leaves nothing of the {horizon:g} s simulated ({span}):"
+                " give a shorter --warmup"
+            )
         cfg = TwinConfig(
             service_rate=args.service_rate,
             period=seconds(args.period, "--period"),
             horizon=args.days * 86400 if args.days else None,
-            warmup=seconds(args.warmup, "--warmup"),
+            warmup=warmup,
             replica_gpus=args.replica_gpus,
             concurrency=args.concurrency,
             load_time=seconds(args.load_time, "--load-time"),
@@ -90,12 +142,27 @@ def run_twin_mode(args) -> int:
             sizes=_sizes(args.static),
             progress=lambda label: ProgressBar(f"twin {label}"),
         )
+    except OptionError as exc:
+        return _fail(exc.worded(SIMULATE_FLAGS))
     except (SourceError, TraceError, ValueError) as exc:
         return _fail(str(exc))
     except InvalidInput as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 1
+    _print_comparison(args, curve, result)
+    if args.plot:
+        try:
+            plot_twin(result, args.plot, title=Path(curve.path).name)
+        except ImportError:
+            return _fail("--plot needs matplotlib (pip install 'gpupool[sim]')")
+        except OSError as exc:
+            return _fail(f"{args.plot}: cannot write plot: {exc.strerror or exc}")
+    return 0
+
+
+def _print_comparison(args, curve, result) -> None:
+    """The unified pool against the static splits, as JSON or a table."""
     records = result.records()
     if args.format == "json":
         print(
@@ -118,14 +185,6 @@ def run_twin_mode(args) -> int:
             "inference cards"
         )
         print(text_table(records, TWIN_COLUMNS))
-    if args.plot:
-        try:
-            plot_twin(result, args.plot, title=Path(curve.path).name)
-        except ImportError:
-            return _fail("--plot needs matplotlib (pip install 'gpupool[sim]')")
-        except OSError as exc:
-            return _fail(f"{args.plot}: cannot write plot: {exc.strerror or exc}")
-    return 0
 
 
 # ----------------------------------------------------------------------------- plan --base
@@ -182,7 +241,16 @@ def add_replay_args(p) -> None:
     t.add_argument(
         "--twin-warmup", default="1h", metavar="DUR", help="left out of the metrics (default 1h)"
     )
-    t.add_argument("--twin-service", metavar="NS/NAME", help="the ScalingPolicy target fed")
+    t.add_argument(
+        "--twin-service",
+        metavar="NS/NAME",
+        help="the ScalingPolicy target fed (default: the only one)",
+    )
+
+
+def _plan_words(exc: Exception) -> str:
+    """The message, with `plan`'s flag where the twin names one of its settings."""
+    return exc.worded(PLAN_FLAGS) if isinstance(exc, OptionError) else str(exc)
 
 
 class ReplayInputError(ValueError):
@@ -227,7 +295,9 @@ def replay_change(base, head, args):
         curve = _last(read_load(args.twin_load), args.twin_days * 86400)
         jobs = []
         if args.twin_training == "openb":
-            jobs = openb_jobs(read_pods(openb_dir() / DEFAULT_PODS))
+            jobs = _openb_jobs(
+                None, "--twin-training CSV (your own jobs)", DEFAULT_CHECKPOINT_PERIOD
+            )
         elif args.twin_training:
             jobs = read_jobs(args.twin_training)
         cfg = TwinConfig(
@@ -242,7 +312,7 @@ def replay_change(base, head, args):
                 f"replayed from {args.twin_load}"
             )
     except (TraceError, ValueError) as exc:
-        raise ReplayInputError(str(exc)) from None
+        raise ReplayInputError(_plan_words(exc)) from None
     hours = round((curve.seconds - cfg.warmup) / 3600, 2)
     try:
         # the jobs once, scaled to the base's pool: both sides get the very same list
@@ -253,8 +323,8 @@ def replay_change(base, head, args):
             try:
                 r = run_twin(desired, curve, jobs, cfg, label=name).record()
             except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
+                raise ValueError(f"{name}: {_plan_words(exc)}") from None
             sides[name] = ReplayMetrics(**{k: r[k] for k in REPLAY_METRICS})
     except ValueError as exc:
-        return Replay(load=str(args.twin_load), hours=hours, problem=str(exc))
+        return Replay(load=str(args.twin_load), hours=hours, problem=_plan_words(exc))
     return Replay(load=str(args.twin_load), hours=hours, **sides)

@@ -300,7 +300,7 @@ def test_plan_with_a_colliding_snapshot_exits_1_without_traceback(tmp_path, caps
 def test_now_without_timezone_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["plan", "pools", "policies", "--now", "2026-12-02T06:00:00"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 1  # a usage error: 2 is plan --detailed-exitcode's
     err = capsys.readouterr().err
     assert "--now" in err and "has no timezone" in err and "Traceback" not in err
 
@@ -308,7 +308,7 @@ def test_now_without_timezone_is_a_usage_error(capsys):
 def test_now_that_is_not_a_time_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["plan", "pools", "policies", "--now", "tomorrow"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 1  # a usage error: 2 is plan --detailed-exitcode's
     assert "not an ISO 8601 time" in capsys.readouterr().err
 
 
@@ -317,14 +317,14 @@ def test_now_with_timezone_plans(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_now_without_timezone_exits_2_from_the_command_line():
+def test_now_without_timezone_exits_1_from_the_command_line():
     done = subprocess.run(
         [sys.executable, "-m", "reconciler.cli", "plan", "--now", "2026-12-02"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert "has no timezone" in done.stderr and "Traceback" not in done.stderr
 
 

@@ -18,9 +18,11 @@ from functools import lru_cache
 
 from reconciler.observe.model import ObservedState
 from reconciler.plan.actions import EVICTION_KINDS, Move, Preempt, Scale, SetScaleEnvelope
+from reconciler.plan.cluster import node_pool_name
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
 from reconciler.plan.render import to_json
+from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import step
 from tests.plan.generators import Case
@@ -116,6 +118,38 @@ def overcommits(state: ObservedState) -> list[str]:
             used = sum(a.slices for _, a in held)
             if used > (g.shared_slices or 0) or any(not a.slices for _, a in held):
                 out.append(f"{n}/gpu{i} (shared x{g.shared_slices}): {used} held by {holders}")
+    return out
+
+
+def short_slices(desired: DesiredState, state: ObservedState) -> list[str]:
+    """Pods gpupool admitted that run on a shared card whose slices have less GPU memory
+    (card memory / its slice count) than the pod needs a slice: what it declares for all its
+    slices (`gpu_memory_mib`) / its slices, at most its pool's memoryPerSlice (beyond, it is
+    warned about, not held), else memoryPerSlice. Time-slicing isolates no memory."""
+    out = []
+    nodes = {n.name: n for n in state.nodes}
+    for w in state.workloads:
+        r = w.request
+        if w.phase != "Running" or w.admission != "admitted" or not r.shared_slices:
+            continue
+        n = nodes.get(w.node or "")
+        pool = desired.pools.get(node_pool_name(desired, n) or "") if n else None
+        if pool is None or pool.spec.inference.shared is None:
+            continue
+        card = desired.catalog.model(pool.spec.gpu_model).memory_gib * 1024
+        share = r.shared_slices * quantity_bytes(pool.spec.inference.shared.memory_per_slice)
+        need = min(r.gpu_memory_mib, share // 2**20) if r.gpu_memory_mib else share // 2**20
+        for a in w.allocations:
+            g = next((g for g in n.gpus if g.index == a.gpu), None)
+            if (
+                g is not None
+                and g.shared_slices
+                and need * g.shared_slices > card * r.shared_slices
+            ):
+                out.append(
+                    f"{w.key} needs {need} MiB for {r.shared_slices} slice(s) on {n.name}/gpu"
+                    f"{g.index} shared x{g.shared_slices} ({card} MiB)"
+                )
     return out
 
 
@@ -381,6 +415,9 @@ def order_faults(desired: DesiredState, state: ObservedState, rnd: random.Random
 # ----------------------------------------------------------------------------- all checks
 def crash_and_overcommit(t: Trace, case: Case) -> list[str]:
     out = [f"after cycle {k}: {m}" for k, s in enumerate(t.states) for m in overcommits(s)]
+    out += [
+        f"after cycle {k}: {m}" for k, s in enumerate(t.states) for m in short_slices(t.desired, s)
+    ]
     out += [
         f"cycle {k + 1}: {m}"
         for k, p in enumerate(t.plans)

@@ -6,9 +6,10 @@ pending pods, the clock moves on by the case's period: 30 s, 1 min or 5 min). Th
 
 (a) no cycle raises;
 (b) no card is ever over-committed (a whole card with two holders, a MIG instance used twice
-    or not on its card, a shared card past its slices), and no plan repartitions a card whose
-    running holder it does not evict in the same plan (the only way the effect model could
-    over-commit: it refuses such a repartition, so the plan is caught here instead);
+    or not on its card, a shared card past its slices, a pod gpupool admitted on a shared card
+    whose slices have less GPU memory than it needs a slice), and no plan repartitions a card
+    whose running holder it does not evict in the same plan (the only way the effect model
+    could over-commit: it refuses such a repartition, so the plan is caught here instead);
 (c) no action is undone: a card repartitioned X -> Y is not made X again in the next two
     cycles; a node uncordoned is not cordoned again for the same change in the next cycle; a
     moved workload is not moved back; a scale-up is not followed by a scale-down of the same
@@ -76,6 +77,7 @@ from tests.plan.cycles_support import (
     faults_of,
     overcommits,
     permuted,
+    short_slices,
     simulate,
     undone,
     unsettled,
@@ -386,6 +388,19 @@ def test_overcommit_check_sees_two_holders_of_one_card():
     b = training("t", "b", "a100-1", [0], started=_ago(60))
     assert overcommits(snapshot(T0, [n], [a])) == []
     assert overcommits(snapshot(T0, [n], [a, b])) == ["a100-1/gpu0 (whole): held by ['t/a', 't/b']"]
+
+
+def test_short_slices_check_sees_an_admitted_pod_on_slices_too_small():
+    # the policy's slice is 20Gi: x8 slices of an 80Gi card have 10Gi
+    n = node("a100-1", "a100", A100, [gpu(0, shared=8, model=A100)])
+    pod = shared_pod("t", "s", "a100-1", 1, started=_ago(5))
+    admitted = pod.model_copy(update={"admission": "admitted"})
+    assert short_slices(_desired(), snapshot(T0, [n], [pod])) == []  # not gpupool's
+    assert short_slices(_desired(), snapshot(T0, [n], [admitted])) == [
+        "t/s needs 20480 MiB for 1 slice(s) on a100-1/gpu0 shared x8 (81920 MiB)"
+    ]
+    small = admitted.model_copy(update={"request": Request(shared_slices=1, gpu_memory_mib=10240)})
+    assert short_slices(_desired(), snapshot(T0, [n], [small])) == []
 
 
 def test_undone_check_sees_a_card_changed_back():

@@ -4,6 +4,8 @@ pool's partition backend when none is free, and keep the pool's warm inference m
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from fractions import Fraction
 
 from reconciler.conventions import (
     CORDONED_FOR_ANN,
@@ -13,10 +15,17 @@ from reconciler.plan.cluster import (
     GpuSlot,
     PoolView,
 )
-from reconciler.plan.demand import describe, record_wait
+from reconciler.plan.demand import (
+    card_slice_mib,
+    describe,
+    gib,
+    record_wait,
+    slice_memory_fits,
+    slice_need_mib,
+)
 from reconciler.plan.evictions import evict, stop_refusal, victim_classes, victims_for
 from reconciler.plan.partition import partition_for
-from reconciler.plan.partition.policy import inference_shape, policy_slices
+from reconciler.plan.partition.policy import inference_shape, policy_slices, policy_strategy
 from reconciler.plan.run import BUDGET, PLACEMENT_POLICY, SHORTLIST, UNMETERED, Demand, Run
 
 
@@ -38,7 +47,8 @@ def _place_inference(run: Run, pv: PoolView, p: Demand) -> bool:
             pv.take_instance(g, inst, p.key)
         return True
     if r.shared_slices and pv.pool.spec.inference.shared is not None:
-        g = _choose_shared(run, pv, r.shared_slices)
+        fits = _memory_rule(run, pv, p)
+        g = _choose_shared(run, pv, r.shared_slices, lambda g: fits(g.target_slices))
         if g is None:
             return False
         pv.take_slices(g, r.shared_slices, p.key)
@@ -46,15 +56,35 @@ def _place_inference(run: Run, pv: PoolView, p: Demand) -> bool:
     return False
 
 
-def _choose_shared(run: Run, pv: PoolView, k: int) -> GpuSlot | None:
-    """A shared card with k free slices, chosen by the shared placement policy: each card's
-    free slices are its free milli (slices x 1000 / slicesPerGPU), as the simulator models
-    GPU sharing."""
+def _memory_rule(run: Run, pv: PoolView, p: Demand) -> Callable[[int], bool]:
+    """Whether `p` may be placed on a card shared x`slices`: where gpupool decides where `p`
+    runs, only if each slice of the card has the memory `p` needs per slice
+    (`slice_memory_fits`: time-slicing isolates no memory, so more would over-commit the
+    card; under MPS the pod would fail to allocate). A pending pod without gpupool's gate is
+    placed by kube-scheduler on any free slices, so the plan counts it where it can land
+    (not doing so made a new card it did not use, given back next cycle: a loop). Replicas a
+    scale-up adds are gated unless their namespace is known not to be."""
+    if p.origin == "pending pod":
+        judged = p.gated
+    else:
+        gated = run.observed.gated_namespaces
+        judged = gated is None or p.namespace in gated
+    if not judged:
+        return lambda slices: True
+    return lambda slices: slice_memory_fits(pv, p.request, slices)
+
+
+def _choose_shared(
+    run: Run, pv: PoolView, k: int, fits: Callable[[GpuSlot], bool]
+) -> GpuSlot | None:
+    """A shared card with k free slices that `fits` the demand, chosen by the shared
+    placement policy: each card's free slices are its free milli (slices x 1000 /
+    slicesPerGPU), as the simulator models GPU sharing."""
     # shortlist: the tightest fits first, like kube-scheduler scoring a sample of nodes
     ranked: list[str] = []
     for bucket in pv.shared_buckets()[k:]:
         for g in bucket:
-            if g.free_slices >= k and g.node not in ranked:
+            if g.free_slices >= k and g.node not in ranked and fits(g):
                 ranked.append(g.node)
                 if len(ranked) == SHORTLIST:
                     break
@@ -72,7 +102,7 @@ def _choose_shared(run: Run, pv: PoolView, k: int) -> GpuSlot | None:
                 pv.pool.spec.gpu_model,
                 UNMETERED,
                 UNMETERED,
-                [min(g.free_slices, slices) * 1000 // slices for g in slots],
+                [min(g.free_slices, slices) * 1000 // slices if fits(g) else 0 for g in slots],
             )
         )
         cards[node] = slots
@@ -223,7 +253,10 @@ def serve_inference(run: Run, pv: PoolView, pending: list[Demand]) -> None:
         f"in {pv.name} ({demand})"
     )
     reason = f"pending inference ({demand})"
-    shared_need = _reshape_idle(run, pv, wants, shared_need, reason)
+    rules = [_memory_rule(run, pv, p) for p in unplaced if p.request.shared_slices]
+    shared_need = _reshape_idle(
+        run, pv, wants, shared_need, reason, lambda slices: all(f(slices) for f in rules)
+    )
     budget = _inference_budget(pv)
     if len(wants) > budget:
         run.find(
@@ -244,6 +277,7 @@ def serve_inference(run: Run, pv: PoolView, pending: list[Demand]) -> None:
         if not _place_inference(run, pv, p):
             run.inference_waits.add(pv.name)
             blocked = run.blocked.get(p.key) or run.blocked.get(top.key)
+            blocked = "; ".join(x for x in (_closed_by_memory(run, pv, p), blocked) if x)
             record_wait(
                 run,
                 p,
@@ -252,6 +286,35 @@ def serve_inference(run: Run, pv: PoolView, pending: list[Demand]) -> None:
                 + (f"this cycle: {blocked}" if blocked else "this cycle"),
                 "warning",
             )
+
+
+def _closed_by_memory(run: Run, pv: PoolView, p: Demand) -> str:
+    """Why free slices enough for `p` are not its: their slices have less memory than it
+    needs a slice ('' when there are none)."""
+    r = p.request
+    if not r.shared_slices:
+        return ""
+    fits = _memory_rule(run, pv, p)
+    closed = {
+        g.node: g.target_slices
+        for g in pv.inference_slots()
+        if g.free_slices >= r.shared_slices and not fits(g.target_slices)
+    }
+    if not closed:
+        return ""
+    where = ", ".join(
+        f"{node} (x{n}: {gib(card_slice_mib(pv, n))} a slice)" for node, n in sorted(closed.items())
+    )
+    need = gib(Fraction(slice_need_mib(pv, r), r.shared_slices))
+    cost = (
+        "MPS would cap it at that"
+        if policy_strategy(pv) == "mps"
+        else "time-slicing does not isolate memory"
+    )
+    return (
+        f"the free slices of {where} have less GPU memory than the {need} a slice it needs "
+        f"({cost}): closed to it until re-shared"
+    )
 
 
 def _new_cards(
@@ -288,11 +351,14 @@ def _reshape_idle(
     wants: list[tuple[str, tuple[str, ...]]],
     shared_need: int,
     reason: str,
+    fits: Callable[[int], bool],
 ) -> int:
     """Empty inference cards of the wrong shape are reshaped first (another offered layout, a
     shared card to MIG, a MIG card of a shared node to shared): the number of inference
-    cards stays, whole cards stay for training. Takes what it covers off `wants`; returns
-    the shared cards still needed."""
+    cards stays, whole cards stay for training. A MIG card joins its node's slice count only
+    where that count `fits` the waiting shared demand's memory (a node still shared with a
+    count the policy dropped may not). Takes what it covers off `wants`; returns the shared
+    cards still needed."""
     part = partition_for(run, pv)
     for g in _drained_first(pv, _reshapable(pv)):
         if g.converted:
@@ -301,7 +367,12 @@ def _reshape_idle(
             mode, layout = wants[0]
             if part.reshape(run, g, pv, mode, layout, why=reason):
                 wants.pop(0)
-        elif shared_need and g.target_mode == "mig" and part.node_slices(pv, g.node):
+        elif (
+            shared_need
+            and g.target_mode == "mig"
+            and part.node_slices(pv, g.node)
+            and fits(part.node_slices(pv, g.node))
+        ):
             shared_need -= len(part.reshape(run, g, pv, "shared", why=reason))
     return shared_need
 
