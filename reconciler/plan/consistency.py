@@ -13,7 +13,11 @@ gpupool does about it:
   so its team's usage holds, but no card is thought to be held by that allocation;
 - a card whose holders disagree with it is suspect (`suspect_cards`, card -> why): the planner
   places nothing on it, never repartitions it and never counts it as free, until the cluster
-  agrees with itself again.
+  agrees with itself again;
+- a running workload whose cards are not (all) known (`allocation-unknown`: its node's agent
+  publishes no allocation for it, or fewer than it asks for) may hold any card of its node
+  with room for what is missing: every such card is suspect, and the working view counts the
+  workload as holding them (`reconciler.plan.cluster.unknown_holdings`).
 
 `canonical` sorts every list of a snapshot by a total key, so no result of the planner can
 depend on the order in which an adapter or a file listed things.
@@ -43,6 +47,7 @@ from reconciler.observe.model import (
     card_model,
     card_problems,
 )
+from reconciler.plan.cluster import UNKNOWN_HOLDER, unknown_holdings
 from reconciler.plan.model import Finding
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.state import DesiredState
@@ -62,6 +67,7 @@ CODES = (
     "whole-card-shared",
     "shared-overfull",
     "wrong-card-mode",
+    "allocation-unknown",
 )
 """Every finding code `check` can emit."""
 
@@ -122,6 +128,7 @@ def check(desired: DesiredState, observed: ObservedState) -> Consistency:
     running = _workloads(c, observed.workloads)
     holders = _holdings(c, running, cards, nodes)
     _judge_cards(c, cards, holders)
+    _judge_unknown(c, observed)
     # an allocation on a card found suspect is not counted either
     for card, held in holders.items():
         if card in c.suspect:
@@ -260,6 +267,28 @@ def _holdings(
                 "counts the workload as running",
             )
     return held
+
+
+def _judge_unknown(c: _Checker, observed: ObservedState) -> None:
+    """Running workloads whose cards are not all known: every card they may hold is fenced."""
+    for u in unknown_holdings(observed):
+        listing = ", ".join(card_key(card) for card in u.cards)
+        where = (
+            f"fences the cards of {u.node} it may hold ({listing}): places nothing there and "
+            "repartitions none of them"
+            if u.cards
+            else f"finds no card of {u.node} with room for it, so the node's cards disagree "
+            "with its pods"
+        )
+        c.warn(
+            "allocation-unknown",
+            u.workload,
+            f"runs on {u.node}, but which cards it holds is unknown: its node's agent publishes "
+            f"no allocation for {' and '.join(u.missing)} it asks for. gpupool counts it as "
+            f"holding them and {where}, until the agent publishes what it holds",
+        )
+        for card in u.cards:
+            c.fence(card, UNKNOWN_HOLDER)
 
 
 def _kind(a: Allocation) -> str:
