@@ -19,6 +19,10 @@ gpupool does about it:
   with room for what is missing: every such card is suspect, and the working view counts the
   workload as holding them (`reconciler.plan.cluster.unknown_holdings`).
 
+A service or ResourceQuota listed twice (`duplicate-object`: the API server has one object per
+name, so a snapshot with two is a broken file or a forged one) is reported too, and
+`first_listings` keeps its first listing only, so every step of the planner sees the same one.
+
 `canonical` sorts every list of a snapshot by a total key, so no result of the planner can
 depend on the order in which an adapter or a file listed things.
 
@@ -68,6 +72,7 @@ CODES = (
     "shared-overfull",
     "wrong-card-mode",
     "allocation-unknown",
+    "duplicate-object",
 )
 """Every finding code `check` can emit."""
 
@@ -129,6 +134,7 @@ def check(desired: DesiredState, observed: ObservedState) -> Consistency:
     holders = _holdings(c, running, cards, nodes)
     _judge_cards(c, cards, holders)
     _judge_unknown(c, observed)
+    _judge_duplicates(c, observed)
     # an allocation on a card found suspect is not counted either
     for card, held in holders.items():
         if card in c.suspect:
@@ -289,6 +295,56 @@ def _judge_unknown(c: _Checker, observed: ObservedState) -> None:
         )
         for card in u.cards:
             c.fence(card, UNKNOWN_HOLDER)
+
+
+def _service_id(s: InferenceService) -> tuple[str, str]:
+    return (s.kind, s.key)
+
+
+def _quota_id(q: QuotaObject) -> tuple[str, str]:
+    return ("ResourceQuota", f"{q.namespace}/{q.name}")
+
+
+def _judge_duplicates(c: _Checker, observed: ObservedState) -> None:
+    """A service or quota listed twice: one finding each, whatever the listings say."""
+    for items, ident, what in (
+        (observed.services, _service_id, "the inference service"),
+        (observed.quotas, _quota_id, "the ResourceQuota"),
+    ):
+        seen: dict[tuple[str, str], int] = {}
+        for x in items:
+            k = ident(x)
+            seen[k] = seen.get(k, 0) + 1
+        for (kind, key), n in seen.items():
+            if n > 1:
+                c.warn(
+                    "duplicate-object",
+                    f"{kind} {key}",
+                    f"{what} is listed {n} times; the API server has one object per name, so "
+                    "the snapshot is broken or forged. gpupool plans with its first listing "
+                    "(in the snapshot's canonical order) and ignores the others",
+                )
+
+
+def first_listings(observed: ObservedState) -> ObservedState:
+    """`observed` with the first listing only of each service (kind, namespace, name) and
+    ResourceQuota (namespace, name), the others dropped (`duplicate-object`); `observed` itself
+    when nothing is listed twice. After `canonical`, the first is the same whatever the order
+    the snapshot listed them in."""
+    fields: dict[str, list] = {}
+    for name, items, ident in (
+        ("services", observed.services, _service_id),
+        ("quotas", observed.quotas, _quota_id),
+    ):
+        seen: set[tuple[str, str]] = set()
+        kept = []
+        for x in items:
+            if ident(x) not in seen:
+                seen.add(ident(x))
+                kept.append(x)
+        if len(kept) != len(items):
+            fields[name] = kept
+    return observed.model_copy(update=fields) if fields else observed
 
 
 def _kind(a: Allocation) -> str:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 
 from reconciler.observe.builders import gpu, mig_pod, node, snapshot
-from reconciler.observe.model import ObservedState, Workload
+from reconciler.observe.model import ObservedState, QuotaObject, Workload
 from reconciler.observe.snapshot import load_snapshot
-from reconciler.plan.actions import Admit, Repartition
+from reconciler.plan.actions import Admit, Repartition, Scale
 from reconciler.plan.cluster import build_cluster, unknown_holdings
-from reconciler.plan.consistency import CODES, canonical, check
+from reconciler.plan.consistency import CODES, canonical, check, first_listings
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import A100, NOW, _objects
-from tests.plan.support import HIGH, desired, job, pend, two_nodes
+from tests.plan.support import HIGH, desired, job, pend, scaling, svc, two_nodes
 
 TEXT = desired()
 DESIRED = load([SourceFile("desired.yaml", TEXT)])
@@ -143,3 +143,75 @@ def test_a_snapshot_file_with_an_empty_allocation_list(tmp_path):
     path.write_text(json.dumps(data))
     p = plan(DESIRED, load_snapshot(path))
     assert admitted_to(p, N1) == {} and codes(p, "allocation-unknown")
+
+
+# --------------------------------------------------------------------------- duplicate-object
+
+SCALED = desired(extra=scaling())
+SCALED_DESIRED = load([SourceFile("desired.yaml", SCALED)])
+
+
+def with_objects(quotas: list, services: list) -> ObservedState:
+    objs = _objects(SCALED)
+    return snapshot(
+        NOW,
+        two_nodes(),
+        [fill()],
+        quotas=quotas,
+        priority_classes=objs["priority_classes"],
+        services=services,
+    )
+
+
+def without_finding(p: Plan, code: str) -> tuple:
+    return (p.actions, [f for f in p.findings if f.code != code], p.capacity)
+
+
+def test_a_quota_listed_twice_is_reported_and_planned_once():
+    objs = _objects(SCALED)["quotas"]
+    right = objs[0]
+    wrong = right.model_copy(update={"hard": {"requests.nvidia.com/gpu": "99"}})
+    stale = QuotaObject(namespace="team-old", name="gpupool-team-old", managed_by="gpupool")
+    plans = [
+        plan(SCALED_DESIRED, with_objects([*twice, *objs[1:], stale, stale], [svc(2)]))
+        for twice in ([right, wrong], [wrong, right])
+    ]
+    # whatever the order listed, the same plan: the first listing in canonical order is kept
+    assert plans[0] == plans[1]
+    p = plans[0]
+    found = codes(p, "duplicate-object")
+    assert set(found) == {
+        "ResourceQuota team-a/gpupool-team-a",
+        "ResourceQuota team-old/gpupool-team-old",
+    }, [(f.code, f.subject) for f in p.findings]
+    assert "listed 2 times" in found["ResourceQuota team-a/gpupool-team-a"]
+    # the plan is the plan of the snapshot with that one listing: the stale quota pruned once
+    ids = [a.id for a in p.actions]
+    assert ids.count("prune-quota:team-old/gpupool-team-old") == 1
+    first = min([right, wrong], key=lambda q: q.model_dump_json())
+    single = plan(SCALED_DESIRED, with_objects([first, *objs[1:], stale], [svc(2)]))
+    assert without_finding(p, "duplicate-object") == without_finding(single, "duplicate-object")
+
+
+def test_a_service_listed_twice_is_reported_and_scaled_once():
+    s = svc(2, queue=100)
+    other = s.model_copy(update={"replicas": 5})
+    objs = _objects(SCALED)["quotas"]
+    plans = [plan(SCALED_DESIRED, with_objects(objs, order)) for order in ([s, other], [other, s])]
+    assert plans[0] == plans[1]
+    p = plans[0]
+    assert set(codes(p, "duplicate-object")) == {"Deployment team-b/chat"}
+    scales = [a for a in p.actions if isinstance(a, Scale)]
+    assert len(scales) == 1
+    first = min([s, other], key=lambda x: x.model_dump_json())
+    single = plan(SCALED_DESIRED, with_objects(objs, [first]))
+    assert without_finding(p, "duplicate-object") == without_finding(single, "duplicate-object")
+    # a Deployment and a StatefulSet of one name are two objects, not a duplicate
+    sts = s.model_copy(update={"kind": "StatefulSet"})
+    assert not codes(plan(SCALED_DESIRED, with_objects(objs, [s, sts])), "duplicate-object")
+
+
+def test_first_listings_leaves_a_snapshot_without_duplicates_alone():
+    obs = canonical(with_objects(_objects(SCALED)["quotas"], [svc(2)]))
+    assert first_listings(obs) is obs
+    assert not [f for f in check(SCALED_DESIRED, obs).findings if f.code == "duplicate-object"]
