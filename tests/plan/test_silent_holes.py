@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from reconciler.cli import main
 from reconciler.observe.builders import gpu, mig_pod, node, snapshot
 from reconciler.observe.model import ObservedState, QuotaObject, Workload
 from reconciler.observe.snapshot import load_snapshot
@@ -13,6 +14,7 @@ from reconciler.plan.cluster import build_cluster, unknown_holdings
 from reconciler.plan.consistency import CODES, canonical, check, first_listings
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
+from reconciler.plan.render import printable, to_json, to_markdown, to_text
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import A100, NOW, _objects
@@ -215,3 +217,37 @@ def test_first_listings_leaves_a_snapshot_without_duplicates_alone():
     obs = canonical(with_objects(_objects(SCALED)["quotas"], [svc(2)]))
     assert first_listings(obs) is obs
     assert not [f for f in check(SCALED_DESIRED, obs).findings if f.code == "duplicate-object"]
+
+
+# --------------------------------------------------------------------------- unprintable names
+
+ODD = "\ud800x"  # a lone surrogate: JSON can spell it ("\ud800x"), UTF-8 cannot encode it
+
+
+def odd_snapshot(tmp_path) -> str:
+    """A snapshot file whose gated pod is named with a lone surrogate (JSON's `\\ud800`)."""
+    obs = observed([fill(), pend("team-a", ODD, 2, HIGH)])
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(obs.model_dump(mode="json", by_alias=True)))
+    assert "\\ud800x" in path.read_text()
+    return str(path)
+
+
+def test_a_name_utf8_cannot_encode_is_escaped_in_text_and_markdown(tmp_path):
+    p = plan(DESIRED, load_snapshot(odd_snapshot(tmp_path)))
+    assert any(ODD in a.target for a in p.actions)  # the plan itself keeps the name as read
+    for render in (to_text, to_markdown):
+        out = render(p)
+        out.encode("utf-8")  # before: UnicodeEncodeError when printed
+        assert "\\ud800x" in out and ODD not in out
+    assert "\\ud800x" in to_json(p)  # JSON escaped it already
+    assert printable("plain é") == "plain é"
+
+
+def test_plan_prints_such_a_name_in_every_format(tmp_path, capsys):
+    path = odd_snapshot(tmp_path)
+    for fmt in ("text", "markdown", "json"):
+        capsys.readouterr()
+        assert main(["plan", "pools", "policies", "--observed", path, "--format", fmt]) == 0, fmt
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err and "\\ud800x" in captured.out, fmt
