@@ -502,14 +502,18 @@ def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
 
     Each key counts once (its last listing, as the working view keeps it); a workload whose node
     the snapshot lacks is `consistency`'s `unknown-node`. Pure; never raises."""
+    short = [w for w in observed.workloads if w.phase == "Running" and w.node and _short(w)]
+    if not short:
+        return []  # the common case: one cheap pass
+    last = {w.key: w for w in observed.workloads}
+    short = sorted((w for w in short if last[w.key] is w), key=lambda w: w.key)
     nodes: dict[str, Node] = {}
     for n in observed.nodes:
         nodes.setdefault(n.name, n)
-    workloads = {w.key: w for w in observed.workloads}
     whole: set[tuple[str, int]] = set()
     starts: dict[tuple[str, int], set[int]] = {}
     slices: dict[tuple[str, int], int] = {}
-    for w in workloads.values():
+    for w in last.values():
         if not w.placed:
             continue
         for a in w.allocations:
@@ -521,14 +525,30 @@ def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
             else:
                 whole.add(card)
     out = []
-    for w in sorted(workloads.values(), key=lambda w: w.key):
+    for w in short:
         n = nodes.get(w.node or "")
-        if w.phase != "Running" or n is None:
+        if n is None:
             continue
         missing, cards = _unknown_part(w, n, whole, starts, slices)
         if missing:
             out.append(UnknownHolding(w.key, n.name, tuple(missing), tuple(sorted(cards))))
     return out
+
+
+def _short(w: Workload) -> bool:
+    """`w` holds fewer whole cards, MIG instances or shared slices than it asks for (cheap: which
+    MIG profiles are missing is `_unknown_part`'s; an allocation of another profile than the
+    card's instance is `consistency`'s `unknown-mig-instance`)."""
+    r = w.request
+    whole = mig = slices = 0
+    for a in w.allocations:
+        if a.mig_start is not None:
+            mig += 1
+        elif a.slices:
+            slices += a.slices
+        else:
+            whole += 1
+    return r.gpus > whole or r.shared_slices > slices or (bool(r.mig) and sum(r.mig.values()) > mig)
 
 
 def _unknown_part(
@@ -540,16 +560,22 @@ def _unknown_part(
 ) -> tuple[list[str], set[tuple[str, int]]]:
     """What `w` asks for beyond its allocations, in words, and the cards of `n` it may hold."""
     r = w.request
-    profile_at = {
-        (g.index, i.start): i.profile for g in n.gpus if g.mig_enabled for i in g.mig_instances
-    }
     known_whole = sum(1 for a in w.allocations if a.mig_start is None and not a.slices)
+    known_slices = sum(a.slices for a in w.allocations)
     known_mig: dict[str, int] = {}
     for a in w.allocations:
         if a.mig_start is not None:
-            prof = a.mig_profile or profile_at.get((a.gpu, a.mig_start), "")
+            prof = a.mig_profile or next(
+                (
+                    i.profile
+                    for g in n.gpus
+                    if g.index == a.gpu
+                    for i in g.mig_instances
+                    if i.start == a.mig_start
+                ),
+                "",
+            )
             known_mig[prof] = known_mig.get(prof, 0) + 1
-    known_slices = sum(a.slices for a in w.allocations)
     missing: list[str] = []
     cards: set[tuple[str, int]] = set()
     if r.gpus > known_whole:
