@@ -10,11 +10,19 @@ from reconciler.observe.builders import gpu, mig_pod, node, snapshot
 from reconciler.observe.model import ObservedState, QuotaObject, Workload
 from reconciler.observe.snapshot import load_snapshot
 from reconciler.plan.actions import Admit, Repartition, Scale
+from reconciler.plan.change import ChangeReport
 from reconciler.plan.cluster import build_cluster, unknown_holdings
 from reconciler.plan.consistency import CODES, canonical, check, first_listings
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
-from reconciler.plan.render import printable, to_json, to_markdown, to_text
+from reconciler.plan.render import (
+    change_to_markdown,
+    change_to_text,
+    printable,
+    to_json,
+    to_markdown,
+    to_text,
+)
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import A100, NOW, _objects
@@ -251,3 +259,23 @@ def test_plan_prints_such_a_name_in_every_format(tmp_path, capsys):
         assert main(["plan", "pools", "policies", "--observed", path, "--format", fmt]) == 0, fmt
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err and "\\ud800x" in captured.out, fmt
+
+
+def test_a_change_report_with_such_a_name_renders_too():
+    report = ChangeReport(
+        base_revision=None,
+        head_revision=None,
+        capacity={},
+        policy_changes=[f"Quota/{ODD} spec.maxGPUs: 4 -> 8"],
+        quota_changes={},
+        repartitions=[],
+        disruptions=[],
+        drained_nodes=[],
+        gates=[f"{ODD} is refused"],
+        head_summary="h",
+        base_summary="b",
+    )
+    for render in (change_to_text, change_to_markdown):
+        out = render(report)
+        out.encode("utf-8")
+        assert "\\ud800x" in out and ODD not in out
