@@ -471,13 +471,150 @@ class ClusterView:
         }
 
 
+@dataclass(frozen=True)
+class UnknownHolding:
+    """A running workload that holds more than its allocations say: its node's agent publishes
+    no allocation for it (or fewer than it asks for), so which cards it holds is unknown."""
+
+    workload: str
+    node: str
+    missing: tuple[str, ...]
+    """What it asks for beyond what it is known to hold, in words ("2 whole GPUs")."""
+    cards: tuple[tuple[str, int], ...]
+    """Every card of its node it may hold, by (node, index): each card of a kind it asks for
+    with room no other known allocation takes."""
+
+
+UNKNOWN_HOLDER = "a running pod whose cards are unknown may hold it"
+
+
+def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
+    """Running workloads that hold cards the snapshot does not say, and the cards of their
+    node they may hold, by workload key.
+
+    Conservative: whatever it asks for and is not known to hold, it may hold on any card of its
+    node where that would fit beside what is known (a free whole card for a whole request, a
+    MIG instance of its profile no known allocation uses, a shared card with free slices).
+    Which of those it really holds is not known, so it is taken to hold all of them: the planner
+    places nothing there, repartitions none of them and resets no node under it. Holding only
+    as many as it asks for would be enough for kube-scheduler's counts, but not for a
+    repartition: gpupool would pick one of the others as empty and reset it under the pod.
+
+    Each key counts once (its last listing, as the working view keeps it); a workload whose node
+    the snapshot lacks is `consistency`'s `unknown-node`. Pure; never raises."""
+    short = [w for w in observed.workloads if w.phase == "Running" and w.node and _short(w)]
+    if not short:
+        return []  # the common case: one cheap pass
+    last = {w.key: w for w in observed.workloads}
+    short = sorted((w for w in short if last[w.key] is w), key=lambda w: w.key)
+    nodes: dict[str, Node] = {}
+    for n in observed.nodes:
+        nodes.setdefault(n.name, n)
+    whole: set[tuple[str, int]] = set()
+    starts: dict[tuple[str, int], set[int]] = {}
+    slices: dict[tuple[str, int], int] = {}
+    for w in last.values():
+        if not w.placed:
+            continue
+        for a in w.allocations:
+            card = (w.node or "", a.gpu)
+            if a.mig_start is not None:
+                starts.setdefault(card, set()).add(a.mig_start)
+            elif a.slices:
+                slices[card] = slices.get(card, 0) + a.slices
+            else:
+                whole.add(card)
+    out = []
+    for w in short:
+        n = nodes.get(w.node or "")
+        if n is None:
+            continue
+        missing, cards = _unknown_part(w, n, whole, starts, slices)
+        if missing:
+            out.append(UnknownHolding(w.key, n.name, tuple(missing), tuple(sorted(cards))))
+    return out
+
+
+def _short(w: Workload) -> bool:
+    """`w` holds fewer whole cards, MIG instances or shared slices than it asks for (cheap: which
+    MIG profiles are missing is `_unknown_part`'s; an allocation of another profile than the
+    card's instance is `consistency`'s `unknown-mig-instance`)."""
+    r = w.request
+    whole = mig = slices = 0
+    for a in w.allocations:
+        if a.mig_start is not None:
+            mig += 1
+        elif a.slices:
+            slices += a.slices
+        else:
+            whole += 1
+    return r.gpus > whole or r.shared_slices > slices or (bool(r.mig) and sum(r.mig.values()) > mig)
+
+
+def _unknown_part(
+    w: Workload,
+    n: Node,
+    whole: set[tuple[str, int]],
+    starts: dict[tuple[str, int], set[int]],
+    slices: dict[tuple[str, int], int],
+) -> tuple[list[str], set[tuple[str, int]]]:
+    """What `w` asks for beyond its allocations, in words, and the cards of `n` it may hold."""
+    r = w.request
+    known_whole = sum(1 for a in w.allocations if a.mig_start is None and not a.slices)
+    known_slices = sum(a.slices for a in w.allocations)
+    known_mig: dict[str, int] = {}
+    for a in w.allocations:
+        if a.mig_start is not None:
+            prof = a.mig_profile or next(
+                (
+                    i.profile
+                    for g in n.gpus
+                    if g.index == a.gpu
+                    for i in g.mig_instances
+                    if i.start == a.mig_start
+                ),
+                "",
+            )
+            known_mig[prof] = known_mig.get(prof, 0) + 1
+    missing: list[str] = []
+    cards: set[tuple[str, int]] = set()
+    if r.gpus > known_whole:
+        k = r.gpus - known_whole
+        missing.append(f"{k} whole GPU{'s' if k > 1 else ''}")
+        cards |= {(n.name, g.index) for g in n.gpus if g.mode == "whole"} - whole
+    for prof, want in sorted(r.mig.items()):
+        if want > known_mig.get(prof, 0):
+            k = want - known_mig.get(prof, 0)
+            missing.append(f"{k} MIG {prof} instance{'s' if k > 1 else ''}")
+            cards |= {
+                (n.name, g.index)
+                for g in n.gpus
+                if g.mig_enabled
+                and any(
+                    i.profile == prof and i.start not in starts.get((n.name, g.index), set())
+                    for i in g.mig_instances
+                )
+            }
+    if r.shared_slices > known_slices:
+        k = r.shared_slices - known_slices
+        missing.append(f"{k} shared slice{'s' if k > 1 else ''}")
+        cards |= {
+            (n.name, g.index)
+            for g in n.gpus
+            if g.mode == "shared" and slices.get((n.name, g.index), 0) < (g.shared_slices or 0)
+        }
+    return missing, cards
+
+
 def build_cluster(
     desired: DesiredState,
     observed: ObservedState,
     suspect: dict[tuple[str, int], str] | None = None,
 ) -> ClusterView:
     """The working view. `suspect` cards (their holders disagree with the card: drift the
-    cluster produced) are fenced like the cards of an unavailable node."""
+    cluster produced) are fenced like the cards of an unavailable node. A running workload
+    whose cards are not all known holds every card of its node it may hold
+    (`unknown_holdings`), and those are fenced too."""
     suspect = suspect or {}
     pools: dict[str, PoolView] = {}
     for name in sorted(desired.pools):
@@ -516,6 +653,12 @@ def build_cluster(
                 prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
                 s.used_instances.add((prof, a.mig_start))
             s.used_slices += a.slices
+    for u in unknown_holdings(observed):
+        for card in u.cards:
+            s = slot.get(card)
+            if s is not None:
+                s.holders.add(u.workload)
+                s.fenced = s.fenced or UNKNOWN_HOLDER
     return ClusterView(pools, node_pool, slot, workloads, unmatched, fenced)
 
 

@@ -13,7 +13,15 @@ gpupool does about it:
   so its team's usage holds, but no card is thought to be held by that allocation;
 - a card whose holders disagree with it is suspect (`suspect_cards`, card -> why): the planner
   places nothing on it, never repartitions it and never counts it as free, until the cluster
-  agrees with itself again.
+  agrees with itself again;
+- a running workload whose cards are not (all) known (`allocation-unknown`: its node's agent
+  publishes no allocation for it, or fewer than it asks for) may hold any card of its node
+  with room for what is missing: every such card is suspect, and the working view counts the
+  workload as holding them (`reconciler.plan.cluster.unknown_holdings`).
+
+A service or ResourceQuota listed twice (`duplicate-object`: the API server has one object per
+name, so a snapshot with two is a broken file or a forged one) is reported too, and
+`first_listings` keeps its first listing only, so every step of the planner sees the same one.
 
 `canonical` sorts every list of a snapshot by a total key, so no result of the planner can
 depend on the order in which an adapter or a file listed things.
@@ -43,6 +51,7 @@ from reconciler.observe.model import (
     card_model,
     card_problems,
 )
+from reconciler.plan.cluster import UNKNOWN_HOLDER, unknown_holdings
 from reconciler.plan.model import Finding
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.state import DesiredState
@@ -62,6 +71,8 @@ CODES = (
     "whole-card-shared",
     "shared-overfull",
     "wrong-card-mode",
+    "allocation-unknown",
+    "duplicate-object",
 )
 """Every finding code `check` can emit."""
 
@@ -122,6 +133,8 @@ def check(desired: DesiredState, observed: ObservedState) -> Consistency:
     running = _workloads(c, observed.workloads)
     holders = _holdings(c, running, cards, nodes)
     _judge_cards(c, cards, holders)
+    _judge_unknown(c, observed)
+    _judge_duplicates(c, observed)
     # an allocation on a card found suspect is not counted either
     for card, held in holders.items():
         if card in c.suspect:
@@ -260,6 +273,78 @@ def _holdings(
                 "counts the workload as running",
             )
     return held
+
+
+def _judge_unknown(c: _Checker, observed: ObservedState) -> None:
+    """Running workloads whose cards are not all known: every card they may hold is fenced."""
+    for u in unknown_holdings(observed):
+        listing = ", ".join(card_key(card) for card in u.cards)
+        where = (
+            f"fences the cards of {u.node} it may hold ({listing}): places nothing there and "
+            "repartitions none of them"
+            if u.cards
+            else f"finds no card of {u.node} with room for it, so the node's cards disagree "
+            "with its pods"
+        )
+        c.warn(
+            "allocation-unknown",
+            u.workload,
+            f"runs on {u.node}, but which cards it holds is unknown: its node's agent publishes "
+            f"no allocation for {' and '.join(u.missing)} it asks for. gpupool counts it as "
+            f"holding them and {where}, until the agent publishes what it holds",
+        )
+        for card in u.cards:
+            c.fence(card, UNKNOWN_HOLDER)
+
+
+def _service_id(s: InferenceService) -> tuple[str, str]:
+    return (s.kind, s.key)
+
+
+def _quota_id(q: QuotaObject) -> tuple[str, str]:
+    return ("ResourceQuota", f"{q.namespace}/{q.name}")
+
+
+def _judge_duplicates(c: _Checker, observed: ObservedState) -> None:
+    """A service or quota listed twice: one finding each, whatever the listings say."""
+    for items, ident, what in (
+        (observed.services, _service_id, "the inference service"),
+        (observed.quotas, _quota_id, "the ResourceQuota"),
+    ):
+        seen: dict[tuple[str, str], int] = {}
+        for x in items:
+            k = ident(x)
+            seen[k] = seen.get(k, 0) + 1
+        for (kind, key), n in seen.items():
+            if n > 1:
+                c.warn(
+                    "duplicate-object",
+                    f"{kind} {key}",
+                    f"{what} is listed {n} times; the API server has one object per name, so "
+                    "the snapshot is broken or forged. gpupool plans with its first listing "
+                    "(in the snapshot's canonical order) and ignores the others",
+                )
+
+
+def first_listings(observed: ObservedState) -> ObservedState:
+    """`observed` with the first listing only of each service (kind, namespace, name) and
+    ResourceQuota (namespace, name), the others dropped (`duplicate-object`); `observed` itself
+    when nothing is listed twice. After `canonical`, the first is the same whatever the order
+    the snapshot listed them in."""
+    fields: dict[str, list] = {}
+    for name, items, ident in (
+        ("services", observed.services, _service_id),
+        ("quotas", observed.quotas, _quota_id),
+    ):
+        seen: set[tuple[str, str]] = set()
+        kept = []
+        for x in items:
+            if ident(x) not in seen:
+                seen.add(ident(x))
+                kept.append(x)
+        if len(kept) != len(items):
+            fields[name] = kept
+    return observed.model_copy(update=fields) if fields else observed
 
 
 def _kind(a: Allocation) -> str:

@@ -6,6 +6,11 @@ without changing what the plan would do (the snapshot's time, utilization, memor
 process lists); everything that can change a decision (who runs where, pending demand, layouts,
 idle-since times, queue signals, quotas, recent preemptions) is in.
 
+The desired state's revision (the git commit it was read at, `Plan.revision`) is part of its
+fingerprint: a plan made at one commit is stale at another, even where the documents read the
+same. `revision_fingerprint` binds the plan's own `revision` field to it, so a saved plan whose
+`revision` was changed afterwards is refused when it is read (`reconciler.plan.model.Plan`).
+
 `actions_fingerprint` covers the plan's own actions, so that an edit after `plan --out` is
 named as such; it is no defence by itself (whoever edits can recompute it), which is why
 `apply` also plans again from the same inputs and requires the same actions.
@@ -35,7 +40,12 @@ def desired_fingerprint(desired: DesiredState) -> str:
         (d.model.model_dump(mode="json", by_alias=True) for d in desired.documents),
         key=lambda m: (m["kind"], m["metadata"]["name"]),
     )
-    return _digest(docs)
+    return _digest({"revision": desired.revision, "documents": docs})
+
+
+def revision_fingerprint(revision: str | None) -> str:
+    """The digest of a plan's `revision` (None: read from a directory, not a commit)."""
+    return _digest({"revision": revision})
 
 
 def observed_fingerprint(observed: ObservedState) -> str:
@@ -63,4 +73,5 @@ def fingerprint(
         "desired": desired_fingerprint(desired),
         "observed": observed_fingerprint(observed),
         "actions": actions_fingerprint(actions),
+        "revision": revision_fingerprint(desired.revision),
     }

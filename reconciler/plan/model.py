@@ -1,17 +1,41 @@
-"""A plan is data: an ordered list of explained actions, JSON-able and deterministic."""
+"""A plan is data: an ordered list of explained actions, JSON-able and deterministic.
+
+A saved plan (`gpupool plan --out`, read back by `gpupool apply`) is checked as it is read:
+its `format_version` is exactly this gpupool's (an int, not "2", not a bool); when it carries a
+fingerprint, its `revision` is the one the fingerprint was made at and its `observed_at` a time
+with a timezone in the years `TIME_MIN`..`TIME_MAX`, the time `apply` plans at again.
+`Plan.model_validate` and `Plan.model_validate_json` report the first problem as one line that
+names the field (`SavedPlanError`)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal
+from datetime import datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from reconciler.plan.actions import Action, Scale
+from reconciler.plan.fingerprint import revision_fingerprint
 
 FORMAT_VERSION = 2
 """2: actions are typed per kind (no `details`; see reconciler/plan/actions.py); `summary`,
 `counts` and each action's `disruptive` are computed fields, so plan.json round-trips."""
+
+TIME_MIN, TIME_MAX = 2000, 2199
+"""The years a saved plan's `observed_at` may have, as written (in its own offset, so no
+conversion can overflow): the years the snapshot's times are held to (the bounds of
+reconciler/observe/model.py; defined here until reconciler/conventions.py names them).
+`apply` plans again at that time, and the planner's arithmetic with its durations (an hour's
+budget window before it, a year at most after) leaves Python's years 1-9999 near either end:
+year 1 was an OverflowError, year 9999 a plan that could never match."""
 
 SUMMARY_KINDS = (
     "mig-reconfigure",
@@ -90,7 +114,47 @@ class Finding(BaseModel):
     message: str
 
 
+class SavedPlanError(ValueError):
+    """A saved plan that cannot be read: one line, the field first (`format_version: ...`)."""
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first of pydantic's errors as `field: why`, and how many more there are."""
+    errors = exc.errors(include_url=False)
+    if not errors:  # pragma: no cover - pydantic reports at least one
+        return str(exc).splitlines()[0]
+    e = errors[0]
+    where = ".".join(str(p) for p in e["loc"])
+    why = str(e["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return (f"{where}: {why}" if where else why) + more
+
+
+def time_problem(text: str) -> str:
+    """Why `text` is no time a saved plan can be planned at again ('' when it is one): not ISO
+    8601, no timezone, or a year outside `TIME_MIN`..`TIME_MAX`."""
+    shown = _shown(text)
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return f"{shown} is not an ISO 8601 time"
+    if at.tzinfo is None:
+        return f"{shown} has no timezone"
+    if not TIME_MIN <= at.year <= TIME_MAX:
+        return f"{shown} is outside the years {TIME_MIN}-{TIME_MAX} (TIME_MIN, TIME_MAX)"
+    return ""
+
+
+def _shown(v: object) -> str:
+    """`v` as a message quotes it: its repr, cut at 40 characters."""
+    r = repr(v)
+    return r if len(r) <= 40 else r[:40] + "..."
+
+
 class Plan(BaseModel):
+    """A plan. Read back from a file, through `model_validate` or `model_validate_json`, a
+    problem is a `SavedPlanError` (a ValueError) of one line that names the field."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format_version: int = FORMAT_VERSION
@@ -110,6 +174,53 @@ class Plan(BaseModel):
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k not in COMPUTED}
         return data
+
+    @field_validator("format_version", mode="before")
+    @classmethod
+    def _this_format(cls, v: object) -> object:
+        # exactly the int: pydantic would take "2", 2.0 and True (as 1) for an int
+        if type(v) is not int or v != FORMAT_VERSION:
+            raise ValueError(
+                f"{_shown(v)} ({type(v).__name__}) is not this gpupool's plan format, the int "
+                f"{FORMAT_VERSION}: make the plan again with `gpupool plan --out`"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _saved(self) -> Plan:
+        """A saved plan (one with a fingerprint): the revision it was made at, and a time
+        `apply` can plan at again."""
+        if not self.fingerprint:
+            return self
+        why = time_problem(self.observed_at)
+        if why:
+            raise ValueError(f"observed_at: {why}")
+        bound = self.fingerprint.get("revision")
+        if bound is None:
+            raise ValueError(
+                "fingerprint: no revision (saved by an older gpupool?): make the plan again "
+                "with `gpupool plan --out`"
+            )
+        if bound != revision_fingerprint(self.revision):
+            raise ValueError(
+                f"revision: {self.revision!r} is not the revision the plan was made at (its "
+                "fingerprint says otherwise): make the plan again with `gpupool plan --out`"
+            )
+        return self
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Plan:  # type: ignore[override]
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            raise SavedPlanError(_one_line(exc)) from exc
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, **kwargs: Any) -> Plan:  # type: ignore[override]
+        try:
+            return super().model_validate_json(json_data, **kwargs)
+        except ValidationError as exc:
+            raise SavedPlanError(_one_line(exc)) from exc
 
     @property
     def empty(self) -> bool:

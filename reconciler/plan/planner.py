@@ -130,6 +130,7 @@ def open_run(
         )
     observed = consistency.canonical(observed)
     checked = consistency.check(desired, observed)
+    observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     run = Run(
         desired,
         observed,

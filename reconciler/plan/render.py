@@ -1,4 +1,7 @@
-"""Plans for people and machines: text (like `terraform plan`), JSON (versioned), Markdown (PR)."""
+"""Plans for people and machines: text (like `terraform plan`), JSON (versioned), Markdown (PR).
+
+Every renderer's output encodes as UTF-8, whatever a name in the snapshot holds: JSON escapes
+what it cannot carry (`\\ud800`), and text and Markdown write it the same way (`printable`)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,17 @@ SYMBOL = {
     "kueue-object": "+",
     "prune-kueue-object": "-",
 }
+
+
+def printable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a character it cannot encode (a lone surrogate, which a
+    JSON snapshot can spell `"\\ud800"` in a name) is written as its escape (`\\ud800`), so
+    printing or posting a plan never fails on a name. `text` itself when it encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def to_json(plan: Plan) -> str:
@@ -73,7 +87,7 @@ def to_text(plan: Plan) -> str:
     if plan.findings:
         lines += ["", "Findings (not changed by this plan):"]
         lines += [f"  [{f.severity}] {f.subject}: {f.message}" for f in plan.findings]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
 
 
 def _md_escape(s: str) -> str:
@@ -123,7 +137,9 @@ def to_markdown(plan: Plan, title: str = "gpupool plan", budget: int = MARKDOWN_
 
 
 def fit_markdown(head: list[str], body: list[str], budget: int) -> str:
-    """Join; if over budget, keep whole lines up to it and say how much was left out."""
+    """Join; if over budget, keep whole lines up to it and say how much was left out. What
+    UTF-8 cannot carry is escaped first (`printable`), so the budget counts what is posted."""
+    head, body = [printable(x) for x in head], [printable(x) for x in body]
     text = "\n".join(head + body) + "\n"
     if len(text) <= budget:
         return text
@@ -219,7 +235,7 @@ def change_to_text(report) -> str:
     if report.drained_nodes:
         lines += ["", "Nodes drained: " + ", ".join(report.drained_nodes)]
     lines += ["", f"Base plan: {report.base_summary}", f"Head plan: {report.head_summary}"]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")
 
 
 def change_to_markdown(

@@ -22,7 +22,7 @@ from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
-from tests.plan.test_cycles import overcommits
+from tests.plan.cycles_support import overcommits
 
 A100, H100 = "A100-SXM4-80GB", "H100-SXM5-80GB"
 T0 = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)

@@ -26,9 +26,9 @@ from reconciler.plan.actions import EVICTION_KINDS
 from reconciler.plan.model import Plan
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from tests.plan.cycles_support import overcommits, simulate, undone
 from tests.plan.scenarios import NOW, _objects
-from tests.plan.test_cycles import overcommits, simulate, undone
-from tests.plan.test_steps import HIGH, LOW, ago, desired, job, pend, run, two_nodes
+from tests.plan.support import HIGH, LOW, ago, desired, job, pend, run, two_nodes
 
 GATED = ["team-a", "team-b"]
 LENDER = "team-a/mine"

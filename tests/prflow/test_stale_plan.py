@@ -13,7 +13,7 @@ def test_saved_plan_is_current_then_stale(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["plan", "pools", "policies", "--out", str(out)]) == 0
     saved = json.loads(out.read_text())
-    assert set(saved["fingerprint"]) == {"desired", "observed", "actions"}
+    assert set(saved["fingerprint"]) == {"desired", "observed", "actions", "revision"}
     assert all(v.startswith("sha256:") for v in saved["fingerprint"].values())
     capsys.readouterr()
 

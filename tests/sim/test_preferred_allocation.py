@@ -21,7 +21,7 @@ from reconciler.policy.loader import load
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import apply_plan, schedule, step
 from reconciler.sim.scheduler import Override, overrides, preferred_allocation
-from tests.plan.test_cycles import overcommits
+from tests.plan.cycles_support import overcommits
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 PERIOD = timedelta(minutes=1)
