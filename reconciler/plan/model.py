@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from reconciler.conventions import MAX_TIME_YEAR, MIN_TIME_YEAR
 from reconciler.plan.actions import Action, Scale
 from reconciler.plan.fingerprint import revision_fingerprint
 
@@ -29,10 +30,11 @@ FORMAT_VERSION = 2
 """2: actions are typed per kind (no `details`; see reconciler/plan/actions.py); `summary`,
 `counts` and each action's `disruptive` are computed fields, so plan.json round-trips."""
 
-TIME_MIN, TIME_MAX = 2000, 2199
+TIME_MIN, TIME_MAX = MIN_TIME_YEAR, MAX_TIME_YEAR
 """The years a saved plan's `observed_at` may have, as written (in its own offset, so no
-conversion can overflow): the years the snapshot's times are held to (the bounds of
-reconciler/observe/model.py; defined here until reconciler/conventions.py names them).
+conversion can overflow): the years the snapshot's times are held to
+(reconciler/conventions.py `MIN_TIME_YEAR`, `MAX_TIME_YEAR`, which reconciler/observe/model.py
+checks).
 `apply` plans again at that time, and the planner's arithmetic with its durations (an hour's
 budget window before it, a year at most after) leaves Python's years 1-9999 near either end:
 year 1 was an OverflowError, year 9999 a plan that could never match."""
