@@ -91,3 +91,22 @@ def test_a_huge_malformed_duration_is_quoted_short():
         parse_duration("9" * 100_000 + "q")
     assert len(str(err.value)) < 200
     assert "(100001 characters)" in str(err.value)
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"])
+def test_a_now_outside_the_sane_years_is_a_usage_error(when, capsys):
+    from reconciler.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "pools", "policies", "--observed", "examples/observed.yaml", "--now", when])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "outside the years 2000-2199" in err and "Traceback" not in err
+
+
+def test_an_annotation_time_outside_the_sane_years_reads_as_absent():
+    from reconciler.apply.handlers.base import parse_time
+
+    assert parse_time("9999-12-31T23:59:59Z") is None
+    assert parse_time("0001-01-01T00:00:00Z") is None
+    assert parse_time("2026-12-02T06:00:00Z") is not None

@@ -14,6 +14,7 @@ from reconciler.commands.policy import (
     problem_dict,
     report_load_error,
 )
+from reconciler.conventions import MAX_TIME_YEAR, MIN_TIME_YEAR
 from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.snapshot import InvalidSnapshot, load_snapshot
 from reconciler.plan.fingerprint import fingerprint
@@ -100,6 +101,11 @@ def aware_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"{text!r} has no timezone: if it is UTC, give {_utc(t)}; "
             f"else give its offset, e.g. {_with_offset(t)}"
+        )
+    if not MIN_TIME_YEAR <= t.year <= MAX_TIME_YEAR:  # checked as written: nothing overflows
+        raise argparse.ArgumentTypeError(
+            f"{_quote(text)} is outside the years {MIN_TIME_YEAR}-{MAX_TIME_YEAR} gpupool plans "
+            "in (an older or later time is a typo or a broken clock)"
         )
     return t
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from reconciler.apply.configs import DEFAULT_SHARING
 from reconciler.apply.port import ApiError, ClusterOps, NodeInfo, PodInfo
+from reconciler.conventions import MAX_TIME_YEAR, MIN_TIME_YEAR
 from reconciler.plan.actions import Action
 
 
@@ -97,6 +98,8 @@ def parse_time(text: str | None) -> datetime | None:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    if not MIN_TIME_YEAR <= t.year <= MAX_TIME_YEAR:
+        return None  # a year-1 or year-9999 annotation reads as absent: no sum with it overflows
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
