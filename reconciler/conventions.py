@@ -234,3 +234,12 @@ these years datetime arithmetic with gpupool's durations (at most a year,
 `reconciler/policy/models.py` MAX_DURATION) could leave Python's range (years 1 to 9999):
 the planner's hour window before `observedAt` at year 1, the twin's next cycle after it at
 year 9999, both OverflowError."""
+
+# ---------------------------------------------------------------- files read whole
+MAX_SNAPSHOT_BYTES = 256 * 2**20
+"""An observed-state snapshot file: a 10,000-node cluster (80,000 GPUs, 180,000 pods) writes
+about 110 MiB (bench/plan_scale.py); 256 MiB leaves room for twice that, and a file past it is
+refused by its size before it is read."""
+MAX_SAVED_PLAN_BYTES = 64 * 2**20
+"""A saved plan (`gpupool plan --out`): a plan of that 10,000-node cluster is a few MiB of
+actions; 64 MiB is far beyond what a plan can hold, and a file past it is refused unread."""

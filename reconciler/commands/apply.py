@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from reconciler.commands.errors import api_client, kubeconfig_arg, talking_to
 from reconciler.commands.plan import signals_from_args
 from reconciler.commands.policy import add_source_args, load_from_args, report_load_error
+from reconciler.conventions import MAX_SAVED_PLAN_BYTES
 from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.snapshot import load_snapshot, unique_keys
 from reconciler.plan.fingerprint import actions_fingerprint, fingerprint
@@ -95,7 +96,12 @@ def stale_reasons(saved: Plan, now: dict[str, str]) -> list[str]:
 def cmd_apply(args: argparse.Namespace) -> int:
     try:
         with open(args.plan, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_SAVED_PLAN_BYTES + 1)  # never more than the limit into memory
+        if len(raw) > MAX_SAVED_PLAN_BYTES:
+            raise ValueError(
+                f"the file is over the limit of {MAX_SAVED_PLAN_BYTES:,} bytes "
+                f"({MAX_SAVED_PLAN_BYTES // 2**20} MiB) for a saved plan; it is not read"
+            )
         bad = locate_bad_utf8(raw)
         if bad is not None:
             raise ValueError(f"line {bad.line}, column {bad.column}: {bad.message}")

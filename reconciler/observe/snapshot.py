@@ -14,6 +14,7 @@ from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
+from reconciler.conventions import MAX_SNAPSHOT_BYTES
 from reconciler.observe.model import Inconsistent, ObservedState
 from reconciler.policy import limits
 from reconciler.policy.loader import locating
@@ -224,9 +225,23 @@ def _message(err: dict) -> str:
 def load_snapshot(path: str | Path) -> ObservedState:
     p = Path(path)
     try:
-        data = p.read_bytes()
+        too_big = p.stat().st_size > MAX_SNAPSHOT_BYTES  # before reading it (a FIFO says 0)
+        data = b"" if too_big else p.read_bytes()
     except OSError as exc:
         raise InvalidSnapshot([Problem(str(p), 0, 0, "", f"cannot read: {exc}")]) from None
+    if too_big or len(data) > MAX_SNAPSHOT_BYTES:
+        raise InvalidSnapshot(
+            [
+                Problem(
+                    str(p),
+                    0,
+                    0,
+                    "",
+                    f"the file is over the limit of {MAX_SNAPSHOT_BYTES:,} bytes "
+                    f"({MAX_SNAPSHOT_BYTES // 2**20} MiB) for a snapshot; it is not read",
+                )
+            ]
+        )
     bad = limits.locate_bad_utf8(data)
     if bad is not None:
         raise InvalidSnapshot([Problem(str(p), bad.line, bad.column, "", bad.message)])
