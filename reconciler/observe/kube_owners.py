@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _int, _node_cards, _ts, _unreadable
+from reconciler.observe.kube_common import _each, _int, _node_cards, _objects, _ts, _unreadable
 from reconciler.observe.kube_requests import template_request
 from reconciler.observe.model import SuspendedJob
 
@@ -160,7 +160,7 @@ def read_owners(api_client: Any) -> Owners:
         if exc.status not in (403, 404):
             raise
         groups = {}
-    for g in groups.get("items", []):
+    for g in _objects("PodGroup", groups.get("items", []), "metadata", "spec"):
         meta, spec = g.get("metadata") or {}, g.get("spec") or {}
         size = _int(spec.get("minMember"))
         if size is not None and meta.get("namespace") and meta.get("name"):
