@@ -51,6 +51,13 @@ class Cluster:
     namespaces: list = field(default_factory=list)
     kueue: dict[str, list] | None = None
     """Kueue plural -> its objects; None: Kueue's CRDs are not served."""
+    api_server: bool = True
+    """Answer only what an API server can hold: an object the client's deserializer refuses
+    (a built-in kind), a custom object that is not an object or whose `metadata` is not an
+    ObjectMeta, and a second object of a kind with one namespace and name are not answered
+    (`refused`). False: every item is answered as it is (a shape no API server sends)."""
+    refused: list[tuple[str, int, str]] = field(default_factory=list)
+    """(field, index, why) of each object the last answers left out."""
 
     def find(self, kind: str, name: str, namespace: str = "") -> Any:
         """The object of `kind` (a field name of this class) named so, for a test to edit."""
@@ -225,7 +232,8 @@ def app(kind: str, ns: str, name: str, replicas: int = 2) -> dict:
 
 
 def base() -> Cluster:
-    """A valid cluster that `observe_cluster` reads whole, with no report."""
+    """A valid cluster that `observe_cluster` reads whole, with no report: 8 GPU pods (one
+    asking for a shared slice), a CPU pod."""
     admitted = {C.ADMITTED_ANN: "a100-2", C.INTENDED_GPUS_ANN: "4,5"}
     reserved = {C.RESERVED_ANN: "a100-2:6,7"}
     next_pod = {C.NEXT_POD_RESERVED_ANN: "a100-1:6,7@2026-12-03T05:59:00Z"}
@@ -296,6 +304,7 @@ def base() -> Cluster:
                 labels={C.POD_GROUP_LABEL: "gang"},
             ),
             pod("team-a", "cpu-only", node_name="a100-2"),
+            pod("team-b", "embed-0", limits={C.SHARED_RESOURCE: "1"}, cls="serving"),
         ],
         jobs=[
             job("team-a", "train", annotations=next_pod, managed_fields=[managed(*next_pod)]),
@@ -396,9 +405,56 @@ def _labelled(obj: Any, selector: str) -> bool:
     return isinstance(labels, dict) and labels.get(key) == value
 
 
-def _listing(klass: str, items: list, selector: str | None = None) -> Any:
-    kept = [o for o in items if selector is None or _labelled(o, selector)]
-    return mock.Mock(items=[as_model(o, klass) for o in kept])
+def _identity(obj: Any) -> tuple | None:
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return None
+        ns, name = meta.get("namespace"), meta.get("name")
+    else:
+        meta = getattr(obj, "metadata", None)
+        ns, name = getattr(meta, "namespace", None), getattr(meta, "name", None)
+    return (ns, name) if name else None
+
+
+def _answer(
+    c: Cluster, kind: str, items: list | None, klass: str | None, selector: str | None = None
+) -> list:
+    """The items of `c`'s list `kind` as an API server answers them: built-in kinds (`klass`)
+    as the client's models, custom objects as dicts (see `Cluster.api_server`); with a label
+    `selector` (key=value), only those it selects (the others are `refused` too)."""
+    out, seen = [], set()
+    for i, o in enumerate(items or []):
+        if selector is not None and not _labelled(o, selector):
+            c.refused.append((kind, i, f"not selected by {selector}"))
+            continue
+        try:
+            if klass is not None:
+                o = as_model(o, klass)
+            elif c.api_server:
+                if not isinstance(o, dict):
+                    raise ValueError("not an object")
+                client.V1ObjectMeta.from_dict(o.get("metadata") or {})
+                o = copy.deepcopy(o)
+            else:
+                o = copy.deepcopy(o)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            if not c.api_server:
+                raise
+            c.refused.append((kind, i, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            continue
+        who = _identity(o)
+        if c.api_server and who is not None:
+            if who in seen:
+                c.refused.append((kind, i, f"a second {who}"))
+                continue
+            seen.add(who)
+        out.append(o)
+    return out
+
+
+def _listing(c: Cluster, kind: str, klass: str, selector: str | None = None) -> Any:
+    return mock.Mock(items=_answer(c, kind, getattr(c, kind), klass, selector))
 
 
 def _not_found() -> client.ApiException:
@@ -410,53 +466,54 @@ def serving(cluster: Cluster) -> Iterator[None]:
     """The official client's API classes answer from `cluster` inside the `with`: pass any
     object as `observe_cluster`'s api_client."""
     c = cluster
+    c.refused.clear()
 
     class Core:
         def __init__(self, _api: Any = None):
             pass
 
         def list_node(self, **_):
-            return _listing("V1Node", c.nodes)
+            return _listing(c, "nodes", "V1Node")
 
         def list_pod_for_all_namespaces(self, **_):
-            return _listing("V1Pod", c.pods)
+            return _listing(c, "pods", "V1Pod")
 
         def list_resource_quota_for_all_namespaces(self, **_):
-            return _listing("V1ResourceQuota", c.quotas)
+            return _listing(c, "quotas", "V1ResourceQuota")
 
         def list_namespace(self, label_selector: str | None = None, **_):
-            return _listing("V1Namespace", c.namespaces, label_selector)
+            return _listing(c, "namespaces", "V1Namespace", label_selector)
 
     class Batch:
         def __init__(self, _api: Any = None):
             pass
 
         def list_job_for_all_namespaces(self, **_):
-            return _listing("V1Job", c.jobs)
+            return _listing(c, "jobs", "V1Job")
 
     class Apps:
         def __init__(self, _api: Any = None):
             pass
 
         def list_deployment_for_all_namespaces(self, label_selector: str | None = None, **_):
-            return _listing("V1Deployment", c.deployments, label_selector)
+            return _listing(c, "deployments", "V1Deployment", label_selector)
 
         def list_stateful_set_for_all_namespaces(self, label_selector: str | None = None, **_):
-            return _listing("V1StatefulSet", c.stateful_sets, label_selector)
+            return _listing(c, "stateful_sets", "V1StatefulSet", label_selector)
 
     class Autoscaling:
         def __init__(self, _api: Any = None):
             pass
 
         def list_horizontal_pod_autoscaler_for_all_namespaces(self, **_):
-            return _listing("V2HorizontalPodAutoscaler", c.hpas)
+            return _listing(c, "hpas", "V2HorizontalPodAutoscaler")
 
     class Scheduling:
         def __init__(self, _api: Any = None):
             pass
 
         def list_priority_class(self, **_):
-            return _listing("V1PriorityClass", c.priority_classes)
+            return _listing(c, "priority_classes", "V1PriorityClass")
 
     class Custom:
         def __init__(self, _api: Any = None):
@@ -464,18 +521,20 @@ def serving(cluster: Cluster) -> Iterator[None]:
 
         def list_cluster_custom_object(self, group: str, version: str, plural: str, **_):
             if (group, plural) == (C.GROUP, C.NODE_STATE_PLURAL):
-                found = c.node_states
+                kind = "node_states"
             elif (group, plural) == (C.POD_GROUP_GROUP, C.POD_GROUP_PLURAL):
-                found = c.pod_groups
+                kind = "pod_groups"
             elif (group, plural) == (C.KEDA_GROUP, C.SCALED_OBJECT_PLURAL):
-                found = c.scaled_objects
+                kind = "scaled_objects"
             elif group == C.KUEUE_GROUP:
-                found = None if c.kueue is None else c.kueue.get(plural, [])
+                if c.kueue is None:
+                    raise _not_found()
+                return {"items": _answer(c, f"kueue.{plural}", c.kueue.get(plural, []), None)}
             else:
                 raise AssertionError(f"unexpected list of {group}/{version} {plural}")
-            if found is None:
+            if getattr(c, kind) is None:
                 raise _not_found()
-            return {"items": copy.deepcopy(found)}
+            return {"items": _answer(c, kind, getattr(c, kind), None)}
 
     with contextlib.ExitStack() as stack:
         for name, fake in (
