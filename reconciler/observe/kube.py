@@ -48,7 +48,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _UNREADABLE, _each, _float, _ts
+from reconciler.observe.kube_common import (
+    _UNREADABLE,
+    _each,
+    _float,
+    _identified,
+    _json_type,
+    _ts,
+    _unreadable,
+)
 from reconciler.observe.kube_nodes import _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
@@ -170,14 +178,24 @@ def _observe(
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    states = read_node_states(api_client)
+    states = {name: _agent_state(name, s) for name, s in read_node_states(api_client).items()}
     cached_nodes = cache.nodes() if cache is not None else None
     cached_pods = cache.pods() if cache is not None else None
     raw_nodes = cached_nodes if cached_nodes is not None else core.list_node().items
     raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
+    # the readers key, sort and report objects by name: one without is left out here, reported
+    raw_nodes = _identified("Node", raw_nodes, namespaced=False)
+    raw_pods = _identified("Pod", raw_pods, namespaced=True)
     nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name)))
     by_name = {n.name: n for n in nodes}
-    held = {name: published_pods(state) for name, state in states.items()}
+    held = dict(
+        _each(
+            C.NODE_STATE_KIND,
+            states.items(),
+            lambda item: (item[0], published_pods(item[1])),
+            named=lambda item: item[1],
+        )
+    )
     gpu_pods, taken = pod_holdings(raw_pods, held)
     owners = read_owners(api_client)
     workloads = pod_workloads(gpu_pods, by_name, taken, owners)
@@ -185,9 +203,13 @@ def _observe(
     services = with_autoscalers(services, read_autoscalers(api_client))
     quotas = read_quotas(core)
     classes = read_priority_classes(api_client)
-    gated = core.list_namespace(
-        label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
-    ).items
+    gated = _identified(
+        "Namespace",
+        core.list_namespace(
+            label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
+        ).items,
+        namespaced=False,
+    )
     kueue = read_kueue(api_client)
     return ObservedState(
         kueue=kueue,
@@ -205,3 +227,33 @@ def _observe(
             key=lambda u: (u.kind, u.namespace, u.name, u.message),
         ),
     )
+
+
+def _agent_state(node: str, state: dict) -> dict:
+    """A node agent's `GpuNodeState` as the readers take it (`_node`, `published_pods`): each
+    part of its `status` that is not the JSON type they read (a looser CRD, a buggy agent) is
+    reported with the field and read as publishing nothing there. A `status` that is not an
+    object, or a `status.gpus` that is not a list, publishes no card: the node's capacity is a
+    guess the planner would repartition on, so it is read only where no agent writes (no
+    `status.gpus` at all). A `status.pods` that is not a list publishes no pod: the pods there
+    are read from their annotations, as under an agent that lists none. `state` is not
+    changed."""
+
+    def report(field: str, value: object, read_as: str) -> None:
+        _unreadable(C.NODE_STATE_KIND, "", node, f"{field} is {_json_type(value)}, not {read_as}")
+
+    status = state.get("status")
+    if status is None:
+        return state
+    if not isinstance(status, dict):
+        report("status", status, "an object; read as publishing no card and no pod")
+        return {**state, "status": {"gpus": []}}
+    fixed = dict(status)
+    gpus, pods = status.get("gpus"), status.get("pods")
+    if gpus is not None and not isinstance(gpus, list):
+        report("status.gpus", gpus, "a list; read as publishing no card")
+        fixed["gpus"] = []
+    if pods is not None and not isinstance(pods, list):
+        report("status.pods", pods, "a list; read as publishing no pod")
+        del fixed["pods"]
+    return {**state, "status": fixed}

@@ -5,7 +5,14 @@ an object that does not parse (`_unreadable`, `_each`), and reading what the clu
 A field read out of bounds (a time outside `conventions.MIN_TIME_YEAR`..`MAX_TIME_YEAR`, a
 demand signal that is not a finite number >= 0, a gang size over `conventions.MAX_GANG_SIZE`)
 reads as absent and is reported against the object it is on: the one named by the caller, else
-the object `_each` is converting (`_report`), with the field, the value and the bound."""
+the object `_each` is converting (`_report`), with the field, the value and the bound.
+
+The per-object guard (`_each`) holds whatever shape an object has: a custom object is a dict of
+whatever a looser CRD, or a buggy writer, let through (a `status` that is a string, a list that
+is a number). A reader checks the JSON type of what it reads with `_shape`, which raises
+`Shape` naming the field; `_each` reports the object with the field and the rest of the cycle
+goes on. Its report names the object whatever its `metadata` is (`_who`), and a pydantic error
+by its first field (`_why`); `_identified` leaves out an object with no name to report it by."""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from reconciler import conventions as C
 from reconciler.observe.model import UnreadableObject, count_problem, time_problem
@@ -69,21 +78,113 @@ def _each(
         try:
             out.append(convert(o))
         except _BAD_OBJECT as exc:
-            _unreadable(
-                *_who(kind, named(o)), f"left out: {type(exc).__name__}: {exc}".splitlines()[0]
-            )
+            try:
+                who = _who(kind, named(o))
+            except _BAD_OBJECT:  # `named` expects another shape
+                who = (kind, None, None)
+            _unreadable(*who, f"left out: {_why(exc)}")
         finally:
             _READING.reset(token)
     return out
 
 
 def _who(kind: str, obj: Any) -> Who:
-    """The (kind, namespace, name) of a Kubernetes object: a model object, or a dict."""
+    """The (kind, namespace, name) of a Kubernetes object (a model object, or a dict), for a
+    report; never raises: a `metadata`, namespace or name that is not what it should be (not
+    an object, not a string) counts as absent."""
     if isinstance(obj, dict):
-        meta = obj.get("metadata") or {}
-        return kind, meta.get("namespace"), meta.get("name")
-    meta = getattr(obj, "metadata", None)
-    return kind, getattr(meta, "namespace", None), getattr(meta, "name", None)
+        meta = obj.get("metadata")
+        ns, name = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else ("", "")
+    else:
+        meta = getattr(obj, "metadata", None)
+        ns, name = getattr(meta, "namespace", None), getattr(meta, "name", None)
+    return (
+        kind,
+        ns if isinstance(ns, str) else None,
+        name if isinstance(name, str) else None,
+    )
+
+
+def _why(exc: BaseException) -> str:
+    """One line on what is wrong with an object, for a report: a `Shape` as it is said, a
+    pydantic error by its first field (where and what), anything else by its type and first
+    line."""
+    if isinstance(exc, Shape):
+        return str(exc)
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        loc = first.get("loc", ())
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
+        more = len(exc.errors()) - 1
+        said = f"{where or exc.title}: {first.get('msg', '')}"
+        return said + (f" (and {more} more)" if more else "")
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+class Shape(ValueError):
+    """A field whose JSON type is not the one its reader needs (a looser CRD, a buggy writer):
+    raised by `_shape`, caught by `_each` as any malformed object is; says which field."""
+
+
+def _json_type(value: Any) -> str:
+    """What JSON calls the type of `value` (with a short quote of a scalar), for a report."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, int | float):
+        return f"a number ({str(value)[:32]})"
+    if isinstance(value, str):
+        return f"a string ({value[:32]!r})"
+    return type(value).__name__
+
+
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number"}
+
+
+def _shape(value: Any, want: type, field: str, *, required: bool = False) -> Any:
+    """`value` when it is a `want` (dict, list, str, int: not a bool), or None when it is absent
+    and not `required`; else raises `Shape` naming `field`."""
+    if value is None and not required:
+        return None
+    if isinstance(value, want) and not (want is int and isinstance(value, bool)):
+        return value
+    said = "missing" if value is None else f"{_json_type(value)}, not {_JSON_NAMES[want]}"
+    raise Shape(f"{field} is {said}")
+
+
+def _objects(kind: str, objs: Any, *fields: str) -> list[dict]:
+    """The custom objects (dicts) of `objs` whose `fields` (top-level keys: "metadata",
+    "spec") are objects or absent, for a reader that takes that for granted; each other one
+    is left out, reported with the field (`_each`)."""
+
+    def check(o: Any) -> dict:
+        _shape(o, dict, "the object", required=True)
+        for f in fields:
+            _shape(o.get(f), dict, f)
+        return o
+
+    return _each(kind, objs, check)
+
+
+def _identified(kind: str, objs: Any, *, namespaced: bool) -> list[Any]:
+    """The objects of `objs` (model objects) that have a name (and a namespace, when
+    `namespaced`) to be known by: the readers key, sort and report by them. Each other one is
+    left out and reported, with what is missing."""
+
+    def check(o: Any) -> Any:
+        _, ns, name = _who(kind, o)
+        if not name:
+            raise Shape("metadata.name is missing")
+        if namespaced and not ns:
+            raise Shape("metadata.namespace is missing")
+        return o
+
+    return _each(kind, objs, check)
 
 
 def _report(message: str, who: Who | None = None) -> None:

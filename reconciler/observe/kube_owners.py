@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _int, _node_cards, _ts, _unreadable
+from reconciler.observe.kube_common import _each, _int, _node_cards, _objects, _ts, _unreadable
 from reconciler.observe.kube_requests import template_request
 from reconciler.observe.model import SuspendedJob, count_problem
 
@@ -178,7 +178,7 @@ def read_owners(api_client: Any) -> Owners:
         if exc.status not in (403, 404):
             raise
         groups = {}
-    for g in groups.get("items", []):
+    for g in _objects("PodGroup", groups.get("items", []), "metadata", "spec"):
         meta, spec = g.get("metadata") or {}, g.get("spec") or {}
         who = ("PodGroup", meta.get("namespace"), meta.get("name"))
         size = _int(spec.get("minMember"), "spec.minMember", who)

@@ -27,13 +27,17 @@ from pydantic import ValidationError
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import (
+    Shape,
     _each,
     _gpus,
     _int,
     _node_cards,
+    _shape,
     _truthy,
     _ts,
     _unreadable,
+    _who,
+    _why,
 )
 from reconciler.observe.kube_owners import Owners, gpupool_wrote, not_written
 from reconciler.observe.kube_requests import pod_request
@@ -300,31 +304,41 @@ _ALLOCATION_FIELDS = ("gpu", "migStart", "migProfile", "slices")
 def published_pods(state: dict | None) -> dict[str, list[Allocation]] | None:
     """Pod key -> allocations from a `GpuNodeState`'s `status.pods`; None when the agent
     published none (no key, or not a list). Fields a newer agent adds are ignored; an entry
-    that does not parse is left out (that pod falls back as if unlisted)."""
-    pods = ((state or {}).get("status") or {}).get("pods")
+    that does not parse (not an object, `allocations` not a list of objects, a field that does
+    not validate) is left out, reported with its field: that pod falls back as if unlisted."""
+    status = (state or {}).get("status")
+    pods = status.get("pods") if isinstance(status, dict) else None
     if not isinstance(pods, list):
         return None
+    node = _who(C.NODE_STATE_KIND, state)[2]
     out: dict[str, list[Allocation]] = {}
-    for entry in pods:
-        if not isinstance(entry, dict):
-            continue
-        allocs = entry.get("allocations") or []
+    for i, entry in enumerate(pods):
         try:
-            pod = PodGpus.model_validate(
-                {
-                    "namespace": entry.get("namespace"),
-                    "name": entry.get("name"),
-                    "allocations": [
-                        {k: a[k] for k in _ALLOCATION_FIELDS if k in a}
-                        for a in allocs
-                        if isinstance(a, dict)
-                    ],
-                }
+            pod = _pod_gpus(entry, f"status.pods[{i}]")
+        except (Shape, ValidationError) as exc:
+            why = _why(exc) if isinstance(exc, Shape) else f"status.pods[{i}].{_why(exc)}"
+            _unreadable(
+                C.NODE_STATE_KIND, "", node, f"{why}; entry left out, its pod read as not listed"
             )
-        except ValidationError:
             continue
         out[pod.key] = pod.allocations
     return out
+
+
+def _pod_gpus(entry: Any, field: str) -> PodGpus:
+    """One entry of a `GpuNodeState`'s `status.pods`; raises `Shape` (naming the field) or
+    pydantic's ValidationError."""
+    _shape(entry, dict, field, required=True)
+    allocs = _shape(entry.get("allocations"), list, f"{field}.allocations") or []
+    for j, a in enumerate(allocs):
+        _shape(a, dict, f"{field}.allocations[{j}]", required=True)
+    return PodGpus.model_validate(
+        {
+            "namespace": entry.get("namespace"),
+            "name": entry.get("name"),
+            "allocations": [{k: a[k] for k in _ALLOCATION_FIELDS if k in a} for a in allocs],
+        }
+    )
 
 
 def _known_allocations(

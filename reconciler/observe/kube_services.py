@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _float, _ts
+from reconciler.observe.kube_common import _each, _float, _shape, _ts
 from reconciler.observe.kube_requests import _declared_memory_mib, template_request
 from reconciler.observe.model import Autoscaler, InferenceService
 
@@ -110,8 +110,10 @@ def _scaled_object(o: dict) -> tuple[TargetRef | None, Autoscaler]:
     """A KEDA ScaledObject: its target (scaleTargetRef's apiVersion defaults to apps/v1 and its
     kind to Deployment: keda v2.19.0 apis/keda/v1alpha1/gvkr.go, ParseGVKR) and envelope
     (minReplicaCount 0 and maxReplicaCount 100 when absent: `C.KEDA_DEFAULT_MIN/MAX`)."""
-    meta, spec = o["metadata"], o.get("spec") or {}
-    ref = spec["scaleTargetRef"]
+    meta, spec = o["metadata"], _shape(o.get("spec"), dict, "spec") or {}
+    ref = _shape(spec.get("scaleTargetRef"), dict, "spec.scaleTargetRef", required=True)
+    for key in ("apiVersion", "kind", "name"):  # a target that is no name would be no target
+        _shape(ref.get(key), str, f"spec.scaleTargetRef.{key}", required=key == "name")
     lo, hi = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
     for field_name, v in (("minReplicaCount", lo), ("maxReplicaCount", hi)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
