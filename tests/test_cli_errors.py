@@ -305,7 +305,7 @@ def test_pr_comment_refused(body, capsys):
     with forbidding_server() as api:
         assert run(pr_comment(body, api)) == 1
     line = one_line_error("pr-comment", capsys)
-    assert f"GitHub at {api} (--api-url): GET /repos/o/r/issues/7/comments" in line
+    assert f"GitHub at {api} (--api-url): GET {api}/repos/o/r/issues/7/comments" in line
     assert f"HTTP 403: {FORBIDDEN_MESSAGE}" in line
 
 
