@@ -24,7 +24,7 @@ of 10^9, "1E", 10^4 cards), `forged` (gpupool's annotations written by someone e
 (a running pod whose cards the agent lists as none), `times` (year 1, 9999), `loose` (a value
 of another JSON type where a looser CRD lets it through). Seeded (`derandomize`) and bounded as
 tests/test_hostile_input.py is. Sub-cases that fail on this branch for a bound or a check
-another change adds are xfail(strict=False), with the reason naming it.
+another change adds were xfail until it landed (the reasons stay in the tables).
 """
 
 from __future__ import annotations
@@ -409,10 +409,7 @@ HUGE = {
 
 
 def _cases(table: dict) -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=why) if why else ())
-        for name, (_, why) in sorted(table.items())
-    ]
+    return [pytest.param(name, marks=()) for name, (_, why) in sorted(table.items())]
 
 
 @pytest.mark.parametrize("case", _cases(HUGE))
@@ -474,12 +471,6 @@ def test_forged_gpupool_state_is_a_forged_state_report(data):
 # --------------------------------------------------------------------------- empty allocations
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="check not on this branch (the planner's empty-allocation change adds it): a "
-    "running pod whose cards are listed as none holds none here, silently; there it holds every "
-    "card of its node it may be on, fenced, finding allocation-unknown",
-)
 @settings(EXAMPLE, max_examples=20)
 @given(st.data())
 def test_a_running_pod_listed_with_no_cards_is_a_finding(data):

@@ -10,7 +10,7 @@ a policy file that it takes over 1 MiB is refused by its size, unread, naming th
 Snapshots and saved plans also get the classes of tests/test_hostile_cluster.py: extreme
 times (year 1, 9999), huge counts (10^9 cards, replicas, gangs), empty allocations and loose
 shapes (a value of another JSON type). Sub-cases that fail on this branch for a check another
-change adds are xfail(strict=False), the reason naming it.
+change adds were xfail until it landed (the reasons stay in the tables).
 
 Seeded (`derandomize=True`) and bounded: few examples, a deadline per example, and a watchdog
 that stops an example that hangs (`tests/support/hostile.py`). The dict mutations (`mutate`,
@@ -656,10 +656,7 @@ def _dump(doc, suffix: str) -> bytes:
 
 @pytest.mark.parametrize(
     "cls",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=why) if why else ())
-        for c, (_, _, why) in sorted(SNAPSHOT_CLASSES.items())
-    ],
+    [pytest.param(c, marks=()) for c, (_, _, why) in sorted(SNAPSHOT_CLASSES.items())],
 )
 @settings(HOSTILE, max_examples=15)
 @given(suffix=st.sampled_from([".yaml", ".json"]), data=st.data())
@@ -687,12 +684,6 @@ def _running_with_cards(doc) -> list[dict]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="check not on this branch (the planner's empty-allocation change adds it): a "
-    "running workload with allocations [] holds no card here, silently; there it holds every "
-    "card of its node it may be on, fenced, finding allocation-unknown",
-)
 @settings(HOSTILE, max_examples=10)
 @given(st.sampled_from(_golden_with(lambda doc: _running_with_cards(doc))), st.data())
 def test_a_running_workload_with_empty_allocations_gets_a_finding(tmp_path_factory, case, data):
@@ -843,10 +834,7 @@ SAVED_PLAN_FIELDS = {
 
 @pytest.mark.parametrize(
     "edit",
-    [
-        pytest.param(e, marks=pytest.mark.xfail(strict=False, reason=why) if why else ())
-        for e, (_, _, why) in sorted(SAVED_PLAN_FIELDS.items())
-    ],
+    [pytest.param(e, marks=()) for e, (_, _, why) in sorted(SAVED_PLAN_FIELDS.items())],
 )
 @settings(HOSTILE, max_examples=8)
 @given(data=st.data())
