@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import io
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -28,30 +27,13 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from reconciler.cli import build_parser, main, subparsers
+from tests.support.hostile import watchdog
 from tests.support.loopback import closed_port, write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 WATCHDOG_S = 30
 PARSERS = subparsers(build_parser())
 COMMANDS = sorted(PARSERS)
-
-
-class Hung(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def watchdog(seconds: int = WATCHDOG_S):
-    def fire(*_):
-        raise Hung(f"no answer within {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -169,7 +151,7 @@ def draw_argv(data, world: World) -> list[str]:
 
 def run(argv: list[str]) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
-    with watchdog(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with watchdog(WATCHDOG_S), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             rc = main(argv)
         except SystemExit as exc:
