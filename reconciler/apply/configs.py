@@ -111,11 +111,23 @@ def mig_stages(a: MigReconfigure, *, cost: str, mig_now: Mapping[int, bool]) -> 
     return [full]
 
 
-SHARING_FLAGS = {"migStrategy": "mixed"}
-"""The `flags` of every device-plugin config gpupool renders, the same as the install's `default`
-(deploy/gpu-operator/device-plugin-config.yaml): a node keeps its MIG resource names whichever
-config its label selects (the operator's MIG_STRATEGY environment variable wins over the file
-anyway: NVIDIA/k8s-device-plugin api/config/v1/config.go `NewConfig`)."""
+SHARING_FLAGS = {"time-slicing": {"migStrategy": "mixed"}, "mps": {"migStrategy": "none"}}
+"""The `flags` of the device-plugin configs gpupool renders, by sharing strategy.
+
+Time-slicing keeps the install's `default` flags (deploy/gpu-operator/device-plugin-config.yaml):
+`mixed`, so the node keeps its `nvidia.com/mig-<profile>` resources whichever config its label
+selects. MPS cannot: the plugin refuses to start with MPS and the mixed strategy ("using
+--mig-strategy=mixed is not supported with MPS", NVIDIA/k8s-device-plugin v0.19.3
+cmd/nvidia-device-plugin/main.go `validateFlags`). An MPS config says `none`, under which the
+plugin builds only whole-GPU resources (internal/rm/device_map.go
+`buildDeviceMapFromConfigResources`): a card in MIG mode would be offered whole, so an MPS node
+has no MIG card (the planner's `shares_beside_mig`; MPS on a MIG device is refused too,
+internal/plugin/mps.go). The file's value holds only where the GPU operator leaves its
+`mig.strategy` unset (deploy/gpu-operator/values.yaml): otherwise its MIG_STRATEGY environment
+variable overrides every node's file (api/config/v1/config.go `NewConfig`: command line, then
+environment, then file; gpu-operator controllers/object_controls.go `applyMIGConfiguration`),
+and a Pool says so with `spec.devicePlugin.migStrategy: mixed`, which refuses MPS at
+validation. `mpsRoot` is not written: the operator's DaemonSet sets MPS_ROOT."""
 SHARING_KEYS = {"time-slicing": "timeSlicing", "mps": "mps"}
 """`SetSharing.strategy` -> the section of `sharing` (NVIDIA/k8s-device-plugin
 api/config/v1/sharing.go: `timeSlicing`, `mps`; the two are mutually exclusive)."""
@@ -145,7 +157,7 @@ def render_sharing(a: SetSharing) -> dict | None:
         return None
     return {
         "version": "v1",
-        "flags": dict(SHARING_FLAGS),
+        "flags": dict(SHARING_FLAGS[a.strategy]),
         "sharing": {
             SHARING_KEYS[a.strategy]: {
                 "renameByDefault": True,

@@ -205,6 +205,16 @@ class PoolCapacity(Model):
     gpus_per_node: int = Field(ge=1, le=16)
 
 
+class DevicePluginSetup(Model):
+    """How the cluster runs NVIDIA's device plugin on the pool's nodes."""
+
+    mig_strategy: Literal["per-node", "mixed"] = "per-node"
+    """`per-node`: the GPU operator leaves `mig.strategy` unset (deploy/gpu-operator/values.yaml),
+    so each node's config decides and gpupool can run MPS. `mixed`: the operator sets
+    MIG_STRATEGY=mixed on every node, which overrides the config and makes the plugin refuse MPS
+    (k8s-device-plugin cmd/nvidia-device-plugin/main.go `validateFlags`): MPS is refused here."""
+
+
 class PoolSpec(Model):
     gpu_model: str
     """A model from the MIG catalog, e.g. A100-SXM4-80GB, H100-SXM5-80GB, L40S-48GB."""
@@ -214,6 +224,7 @@ class PoolSpec(Model):
     capacity: PoolCapacity
     training: WholeCards = WholeCards()
     inference: Inference = Inference()
+    device_plugin: DevicePluginSetup = DevicePluginSetup()
 
 
 class Pool(Model):

@@ -33,6 +33,7 @@ def check_semantics(
     for check in (
         _duplicates,
         _pools,
+        _mps_strategy,
         _impossible_selectors,
         _pool_overlap,
         _system_namespaces,
@@ -198,6 +199,30 @@ def _pools(state: DesiredState) -> Iterator[Problem]:
                     f"= {format_bytes(per_gpu)} exceeds the {model.memory_gib}Gi memory "
                     f"of one {model.name} card",
                 )
+
+
+def _mps_strategy(state: DesiredState) -> Iterator[Problem]:
+    """MPS where the GPU operator forces the mixed MIG strategy on every node: NVIDIA's device
+    plugin refuses to start with both (k8s-device-plugin v0.19.3 cmd/nvidia-device-plugin/main.go
+    `validateFlags`), and the operator's MIG_STRATEGY environment variable overrides the
+    strategy gpupool writes into an MPS config (api/config/v1/config.go `NewConfig`)."""
+    for d in _docs(state, "Pool"):
+        spec = d.model.spec
+        shared = spec.inference.shared
+        if (
+            shared is not None
+            and shared.strategy == "mps"
+            and spec.device_plugin.mig_strategy == "mixed"
+        ):
+            yield _problem(
+                d,
+                ("spec", "inference", "shared", "strategy"),
+                "mps is impossible on this pool: the GPU operator sets MIG_STRATEGY=mixed on "
+                "every node (spec.devicePlugin.migStrategy: mixed) and NVIDIA's device plugin "
+                "refuses MPS with the mixed MIG strategy; use time-slicing, or leave the "
+                "operator's mig.strategy unset (deploy/gpu-operator/values.yaml) and set "
+                "migStrategy: per-node",
+            )
 
 
 def _unplaceable(state: DesiredState, model, profiles: list[str]) -> str:

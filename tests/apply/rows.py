@@ -15,6 +15,7 @@ from datetime import timedelta
 from reconciler import conventions as C
 from reconciler.apply.configs import (
     ALL_DISABLED,
+    SHARING_FLAGS,
     attempt_name,
     config_name,
     render_mig_parted,
@@ -464,7 +465,7 @@ def sharing_config_is(action: SetSharing, name: str, section: str):
         data = p.config_map(SHARING_CM)
         assert data is not None and data[name] == yaml_text(render_sharing(action))
         doc = yaml_load(data[name])
-        assert doc["version"] == "v1" and doc["flags"] == {"migStrategy": "mixed"}
+        assert doc["version"] == "v1" and doc["flags"] == SHARING_FLAGS[action.strategy]
         assert list(doc["sharing"]) == [section]
         assert doc["sharing"][section] == {
             "renameByDefault": True,

@@ -141,11 +141,13 @@ def test_device_plugin_default_shares_nothing_and_every_config_is_accepted():
 
 
 def test_every_sharing_config_gpupool_renders_is_accepted_and_keeps_the_default_flags():
-    """Named configs carry the install's `default` flags (migStrategy mixed), no `devices` list
+    """Time-slicing configs carry the install's `default` flags (migStrategy mixed), MPS configs
+    `none` (the plugin refuses MPS with mixed: main.go `validateFlags`), no `devices` list
     (the plugin ignores it: every card not in MIG mode is shared) and `replicas` >= 2; no
     sharing is no config at all (the label selects `default`), never `replicas: 1`."""
     default = yaml.safe_load(config_map("device-plugin-config.yaml")["data"][DEFAULT_SHARING])
-    assert default["flags"] == SHARING_FLAGS
+    assert default["flags"] == SHARING_FLAGS["time-slicing"] == {"migStrategy": "mixed"}
+    assert SHARING_FLAGS["mps"] == {"migStrategy": "none"}
     assert CFG.sharing_default_config == DEFAULT_SHARING
     for strategy, key in (("time-slicing", "timeSlicing"), ("mps", "mps")):
         for slices in (2, 4, 7, MPS_MAX_REPLICAS):
@@ -154,7 +156,7 @@ def test_every_sharing_config_gpupool_renders_is_accepted_and_keeps_the_default_
                 strategy=strategy, plain_cards=8,
             )  # fmt: skip
             spec = render_sharing(a)
-            assert spec is not None and spec["flags"] == default["flags"]
+            assert spec is not None and spec["flags"] == SHARING_FLAGS[strategy]
             (r,) = spec["sharing"][key]["resources"]
             assert "devices" not in r and r["replicas"] == slices >= 2
             got = parse_sharing(yaml_text(spec))
@@ -187,7 +189,7 @@ def _keys(values: dict, prefix: str = "") -> list[tuple[str, set[str]]]:
 
 def test_helm_values_point_the_operator_at_gpupool_configs():
     (values,) = docs(INSTALL / "values.yaml")
-    assert values["mig"]["strategy"] == "mixed"
+    assert values["mig"]["strategy"] == ""  # each node's config decides: MPS needs `none`
     mm, dp = values["migManager"]["config"], values["devicePlugin"]["config"]
     assert (mm["name"], mm["default"], mm["create"]) == (CFG.mig_config_map, ALL_DISABLED, False)
     assert (dp["name"], dp["default"], dp["create"]) == (

@@ -19,6 +19,15 @@ Read in NVIDIA/k8s-device-plugin (commit 1b826acc6):
   devices"); cmd/mps-control-daemon/mps/device.go `assertReplicas`: more than 48 replicas per
   card (Volta and newer) is an invalid MPS configuration, and the plugin, which waits for the
   MPS daemon (`waitForDaemon`), does not come up.
+* cmd/nvidia-device-plugin/main.go (v0.19.3) `validateFlags`, run at start-up on the config as
+  api/config/v1/config.go `NewConfig` finalises it (command line, then environment, then the
+  file): an MPS config with the mixed MIG strategy is refused ("using --mig-strategy=mixed is
+  not supported with MPS"), so is one without an MPS root ("using MPS requires --mps-root to be
+  specified"). The GPU operator's DaemonSet sets MPS_ROOT=/run/nvidia/mps
+  (assets/state-device-plugin/0500_daemonset.yaml) and, when its ClusterPolicy names a
+  `mig.strategy`, MIG_STRATEGY, which then overrides every node's file
+  (controllers/object_controls.go `applyMIGConfiguration`); gpupool's install leaves it unset.
+  The strategy defaults to `none` (the flag's default).
 * A config the plugin rejects stops it from starting (the GPU operator runs it with
   FAIL_ON_INIT_ERROR=true, api/config/v1/flags.go `failOnInitError`): the node then advertises
   none of its GPU resources.
@@ -46,11 +55,15 @@ class ConfigError(Exception):
 
 
 MPS_MAX_REPLICAS = 48  # per card, Volta and newer (mps/device.go `maxClients`)
+OPERATOR_ENV = {"MPS_ROOT": "/run/nvidia/mps"}
+"""The plugin container's environment as the GPU operator sets it with gpupool's Helm values
+(deploy/gpu-operator/values.yaml leaves `mig.strategy` unset, so no MIG_STRATEGY)."""
 
 
-def parse_sharing(text: str) -> Sharing | None:
+def parse_sharing(text: str, env: dict[str, str] | None = None) -> Sharing | None:
     """The sharing (time-slicing or MPS) the plugin would apply for `nvidia.com/gpu`; raises
-    ConfigError where the plugin refuses the config whatever the node."""
+    ConfigError where the plugin refuses the config whatever the node. `env`: the plugin's
+    environment (default: the GPU operator's, OPERATOR_ENV)."""
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -67,7 +80,18 @@ def parse_sharing(text: str) -> Sharing | None:
                 raise ConfigError("number of replicas must be >= 2")
             if r.get("name") == GPU_RESOURCE:  # `devices` ignored: every card
                 found = Sharing(replicas, bool(section.get("renameByDefault")), strategy)
+    if found is not None and found.strategy == "mps":
+        _check_mps_flags(doc.get("flags") or {}, OPERATOR_ENV if env is None else env)
     return found  # MPS, read last, wins when both are there
+
+
+def _check_mps_flags(flags: dict, env: dict[str, str]) -> None:
+    """main.go `validateFlags` on an MPS config; the environment wins over the file."""
+    strategy = env.get("MIG_STRATEGY") or flags.get("migStrategy") or "none"
+    if strategy == "mixed":
+        raise ConfigError("using --mig-strategy=mixed is not supported with MPS")
+    if not (env.get("MPS_ROOT") or flags.get("mpsRoot")):
+        raise ConfigError("using MPS requires --mps-root to be specified")
 
 
 def node_refuses(sharing: Sharing | None, gpus: SimulatedGpuNode) -> str | None:
@@ -89,10 +113,12 @@ class DevicePlugin:
         mounted: MountedConfigMap,
         set_resources: Callable[[dict[str, str]], None],
         default_config: str = "default",
+        env: dict[str, str] | None = None,
     ):
         self.core = client.CoreV1Api(api_client)
         self.gpus, self.mounted, self.set_resources = gpus, mounted, set_resources
         self.default_config = default_config
+        self.env = OPERATOR_ENV if env is None else env  # the plugin container's environment
         self.applied: str | None = None  # the config the running plugin uses
         self.crashes = 0  # config-manager restarts (a config it could not find)
         self.rejected = 0  # plugin start failures (a config it refused)
@@ -125,7 +151,7 @@ class DevicePlugin:
 
     def _start(self, text: str) -> None:
         try:
-            sharing = parse_sharing(text)
+            sharing = parse_sharing(text, self.env)
             refused = node_refuses(sharing, self.gpus)
             if refused:
                 raise ConfigError(refused)

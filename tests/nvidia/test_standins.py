@@ -106,3 +106,25 @@ def test_a_mig_capable_model_must_say_what_its_mode_change_costs():
     assert catalog_from_data(data).model("X").mig_mode_change == "card"
     data["models"]["Y"] = {"memory_gib": 24, "profiles": []}  # no MIG: not asked
     assert catalog_from_data(data).model("Y").mig_mode_change == "node"
+
+
+def test_mps_is_refused_with_the_mixed_mig_strategy_from_the_file_or_the_environment():
+    """main.go `validateFlags`: MPS and `mixed` never start; the environment (the GPU operator's
+    MIG_STRATEGY) wins over the file; an MPS root is needed (the operator sets MPS_ROOT). The
+    MPS config gpupool renders starts (issue 30: it used to say `mixed`)."""
+    from reconciler.apply.configs import render_sharing, yaml_text
+    from reconciler.plan.actions import SetSharing
+
+    a = SetSharing(id="s", target="n", reason="r", cards=(), slices=4, strategy="mps")
+    rendered = yaml_text(render_sharing(a))
+    assert parse_sharing(rendered) == Sharing(replicas=4, rename=True, strategy="mps")
+    mixed = MPS.format(r=4).replace("version: v1\n", "version: v1\nflags: {migStrategy: mixed}\n")
+    with pytest.raises(ConfigError, match="mig-strategy=mixed is not supported with MPS"):
+        parse_sharing(mixed)
+    with pytest.raises(ConfigError, match="mig-strategy=mixed"):
+        parse_sharing(rendered, {"MIG_STRATEGY": "mixed", "MPS_ROOT": "/run/nvidia/mps"})
+    with pytest.raises(ConfigError, match="--mps-root"):
+        parse_sharing(rendered, {})
+    assert parse_sharing(
+        TS.format(r=4, extra="").replace("v1\n", "v1\nflags: {migStrategy: mixed}\n")
+    )

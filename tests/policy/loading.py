@@ -130,6 +130,14 @@ CASES = [
         "4 slices x 24Gi = 96Gi exceeds the 80Gi",
     ),
     (
+        "mps_under_forced_mixed.yaml",
+        "mps_under_forced_mixed.yaml",
+        13,
+        7,
+        "spec.inference.shared.strategy",
+        "mps is impossible on this pool: the GPU operator sets MIG_STRATEGY=mixed",
+    ),
+    (
         "guarantees_exceed_capacity.yaml",
         "guarantees_exceed_capacity.yaml",
         30,

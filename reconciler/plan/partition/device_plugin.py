@@ -38,8 +38,12 @@ class DevicePluginBackend:
         return [g for g in pv.by_node()[node] if g.target_mode != "mig"]
 
     def shares_beside_mig(self, pv: PoolView) -> bool:
-        """Time-slicing may share the plain cards of a node with MIG cards; the plugin refuses
-        MPS beside MIG (NVIDIA/k8s-device-plugin internal/plugin/mps.go)."""
+        """Time-slicing may share the plain cards of a node with MIG cards; MPS may not: the
+        plugin refuses MPS with the mixed MIG strategy (k8s-device-plugin v0.19.3
+        cmd/nvidia-device-plugin/main.go `validateFlags`), so an MPS config says `none`, which
+        advertises no MIG resource and offers a card in MIG mode whole (internal/rm/device_map.go;
+        reconciler/apply/configs.py `SHARING_FLAGS`), and MPS on a MIG device is refused too
+        (internal/plugin/mps.go)."""
         return policy_strategy(pv) != "mps"
 
     def share(self, run: Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
