@@ -20,6 +20,9 @@ fi
 # found in well under a second. Built here, not inside a test fixture, so the time shows.
 started=$(date +%s)
 echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - started ))s)"
+# NVIDIA's config parsers (tests/nvidia/nvparse, Go), cached the same way; tests/nvidia/test_nvparse.py.
+started=$(date +%s)
+echo "nvparse: $(bash scripts/build-nvparse.sh) ($(( $(date +%s) - started ))s)"
 # Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
 # the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
 if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then

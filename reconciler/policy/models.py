@@ -175,7 +175,9 @@ class SharedInference(Model):
     strategy: Literal["time-slicing", "mps"] = "time-slicing"
     """time-slicing isolates no memory (memoryPerSlice is a promise the pods keep); mps caps each
     client's memory at the card's divided by slicesPerGPU. Either applies to every card of a
-    node not in MIG mode: the device plugin shares per node."""
+    node not in MIG mode: the device plugin shares per node. mps never runs on a node with MIG
+    cards, and needs `devicePlugin.migStrategy: per-node` (NVIDIA's plugin refuses MPS with the
+    mixed MIG strategy)."""
 
     @field_validator("memory_per_slice")
     @classmethod
@@ -225,6 +227,8 @@ class PoolSpec(Model):
     training: WholeCards = WholeCards()
     inference: Inference = Inference()
     device_plugin: DevicePluginSetup = DevicePluginSetup()
+    """How the GPU operator runs NVIDIA's device plugin on the pool's nodes (MPS needs the
+    install's `per-node`)."""
 
 
 class Pool(Model):
