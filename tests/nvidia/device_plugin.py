@@ -40,6 +40,7 @@ What the plugin advertises reaches the Node's capacity/allocatable through the k
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import yaml
@@ -63,26 +64,73 @@ OPERATOR_ENV = {"MPS_ROOT": "/run/nvidia/mps"}
 def parse_sharing(text: str, env: dict[str, str] | None = None) -> Sharing | None:
     """The sharing (time-slicing or MPS) the plugin would apply for `nvidia.com/gpu`; raises
     ConfigError where the plugin refuses the config whatever the node. `env`: the plugin's
-    environment (default: the GPU operator's, OPERATOR_ENV)."""
+    environment (default: the GPU operator's, OPERATOR_ENV). tests/nvidia/test_nvparse.py
+    checks that NVIDIA's own parser agrees on generated configs."""
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"unparsable config: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("version") != "v1":
+    if not isinstance(doc, dict) or doc.get("version", "v1") != "v1":  # missing: v1
         raise ConfigError("unknown config version")
     sharing = doc.get("sharing") or {}
     found: Sharing | None = None
     for key, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):
-        section = sharing.get(key) or {}
-        for r in section.get("resources") or []:
-            replicas = r.get("replicas")
-            if not isinstance(replicas, int) or replicas < 2:  # every resource is checked
-                raise ConfigError("number of replicas must be >= 2")
-            if r.get("name") == GPU_RESOURCE:  # `devices` ignored: every card
+        if key not in sharing or (key == "mps" and sharing[key] is None):
+            continue
+        section = sharing[key] or {}
+        resources = section.get("resources")  # ReplicatedResources.UnmarshalJSON
+        if not resources:
+            raise ConfigError("no resources specified")
+        for r in resources:
+            name, replicas = _replicated_resource(r)
+            if name == GPU_RESOURCE:  # `devices` ignored: every card
                 found = Sharing(replicas, bool(section.get("renameByDefault")), strategy)
+    flags = doc.get("flags") or {}
+    env = OPERATOR_ENV if env is None else env
+    strategy = env.get("MIG_STRATEGY") or flags.get("migStrategy") or "none"
+    if strategy not in ("none", "single", "mixed"):
+        raise ConfigError(f"unknown MIG strategy: {strategy}")
     if found is not None and found.strategy == "mps":
-        _check_mps_flags(doc.get("flags") or {}, OPERATOR_ENV if env is None else env)
+        _check_mps_flags(flags, env)
     return found  # MPS, read last, wins when both are there
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _resource_name(n) -> str:
+    """api/config/v1/resources.go `NewResourceName`: `nvidia.com/` prefixed when missing, at
+    most 63 characters, the name a DNS subdomain."""
+    if not isinstance(n, str):
+        raise ConfigError(f"resource name {n!r} is not a string")
+    full = n if n.startswith("nvidia.com/") else f"nvidia.com/{n}"
+    if len(full) > 63 or not _DNS_SUBDOMAIN.fullmatch(full.split("/", 1)[1]):
+        raise ConfigError(f"incorrect format for resource name '{full}'")
+    return full
+
+
+def _replicated_resource(r) -> tuple[str, int]:
+    """replicas.go `ReplicatedResource.UnmarshalJSON` and `ReplicatedDevices.UnmarshalJSON`."""
+    if not isinstance(r, dict) or "name" not in r:
+        raise ConfigError("no resource name specified")
+    name = _resource_name(r["name"])
+    devices = r.get("devices", "all")
+    ok_int = isinstance(devices, int) and not isinstance(devices, bool) and devices > 0
+    ok_list = isinstance(devices, list) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+    )  # (strings: GPU/MIG indices and UUIDs are accepted too; gpupool writes none)
+    if devices != "all" and not ok_int and not ok_list:
+        raise ConfigError(f"unsupported devices spec: {devices!r}")
+    replicas = r.get("replicas")
+    if "replicas" not in r:
+        raise ConfigError("no replicas specified")
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        raise ConfigError(f"replicas {replicas!r} is not an integer")
+    if replicas < 2:  # every resource is checked
+        raise ConfigError("number of replicas must be >= 2")
+    if "rename" in r:
+        _resource_name(r["rename"])
+    return name, replicas
 
 
 def _check_mps_flags(flags: dict, env: dict[str, str]) -> None:

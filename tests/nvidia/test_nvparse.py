@@ -182,3 +182,109 @@ def test_nvidias_verdicts_on_what_it_refuses():
     assert "unknown version" in got["version"]["error"]
     assert "3x.40gb" in got["bad-profile"]["error"]
     assert "unexpected field: migs" in got["unknown-field"]["error"]
+
+
+_profiles = st.sampled_from(
+    ["1g.10gb", "3g.40gb", "1c.3g.40gb", "1g.10gb+me", "1g.12gb-me", "7g.80gb", "3x.40gb",
+     "g.10gb", "1g.10", "", " 1g.10gb", "1g.10gb+me-x"]
+)  # fmt: skip
+_values = st.one_of(
+    st.integers(-1, 3), st.booleans(), st.just("all"), st.just("some"), st.none(),
+    st.lists(st.integers(0, 7), max_size=3),
+    st.dictionaries(_profiles, st.integers(-1, 2), max_size=3),
+)  # fmt: skip
+_items = st.dictionaries(
+    st.sampled_from(["devices", "mig-enabled", "mig-devices", "device-filter", "migs"]),
+    _values,
+    max_size=4,
+)
+
+
+@st.composite
+def mig_files(draw) -> str:
+    """mig-parted files near and far from valid: fields missing, extra, of the wrong type."""
+    doc: dict = {}
+    if draw(st.integers(0, 9)):
+        doc["version"] = draw(st.sampled_from(["v1", "v1", "v1", "v2", 1]))
+    if draw(st.integers(0, 9)):
+        names = draw(st.lists(st.sampled_from(["a", "b", "all-disabled"]), max_size=2))
+        doc["mig-configs"] = {n: draw(st.lists(_items, max_size=2)) for n in names}
+    if not draw(st.integers(0, 9)):
+        doc["extra"] = 1
+    return yaml_text(doc)
+
+
+def test_the_mig_parted_stand_in_agrees_with_mig_parted():
+    """tests/nvidia/mig_parted_spec.py (what the mig-manager stand-in reads its file with)
+    accepts exactly the files mig-parted's api/spec/v1 accepts."""
+    from tests.nvidia.mig_parted_spec import SpecError
+
+    texts = _collect(mig_files(), settings(EXAMPLES, max_examples=300))
+    items = [nv.mig_parted(str(i), t) for i, t in enumerate(texts)]
+    disagree, verdicts = [], nv.verdicts(items)
+    oks = sum(v["ok"] for v in verdicts)
+    assert 10 <= oks <= len(texts) - 10, f"{oks} of {len(texts)} accepted: a weak corpus"
+    for text, v in zip(texts, verdicts, strict=True):
+        try:
+            parse_spec(text)
+            ours = None
+        except SpecError as e:
+            ours = str(e)
+        if (ours is None) != v["ok"]:
+            disagree.append(f"stand-in: {ours or 'ok'}; mig-parted: {v.get('error', 'ok')}\n{text}")
+    assert not disagree, f"{len(disagree)} of {len(texts)} disagree:\n" + "\n".join(disagree[:5])
+
+
+_resources = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "gpu", "bad name!"]),
+        "replicas": st.one_of(st.integers(-1, 60), st.just("4")),
+    },
+    optional={
+        "devices": st.sampled_from(["all", "some", [0, 1], 2, 0]),
+        "rename": st.sampled_from(["x", "nvidia.com/y", "Bad_Name"]),
+    },
+)
+_sections = st.fixed_dictionaries(
+    {},
+    optional={
+        "renameByDefault": st.booleans(),
+        "resources": st.lists(_resources, max_size=2),
+        "failRequestsGreaterThanOne": st.booleans(),
+    },
+)
+_plugin_configs = st.fixed_dictionaries(
+    {"version": st.sampled_from(["v1", "v1", "v2"])},
+    optional={
+        "flags": st.fixed_dictionaries(
+            {}, optional={"migStrategy": st.sampled_from(["none", "single", "mixed", "bogus"])}
+        ),
+        "sharing": st.fixed_dictionaries({}, optional={"timeSlicing": _sections, "mps": _sections}),
+    },
+)
+_envs = st.sampled_from(
+    [nv.OPERATOR_ENV, {}, {**nv.OPERATOR_ENV, "MIG_STRATEGY": "mixed"}, {"MIG_STRATEGY": "single"}]
+)
+
+
+def test_the_device_plugin_stand_in_agrees_with_the_plugin():
+    """tests/nvidia/device_plugin.py's parser (what the device-plugin stand-in starts with)
+    accepts exactly the configs NVIDIA's parser and start-up checks accept, in the environments
+    the GPU operator may give the plugin."""
+    from tests.nvidia.device_plugin import ConfigError
+
+    cases = _collect(st.tuples(_plugin_configs, _envs), settings(EXAMPLES, max_examples=300))
+    items = [nv.device_plugin(str(i), yaml_text(d), env) for i, (d, env) in enumerate(cases)]
+    verdicts = nv.verdicts(items)
+    oks = sum(v["ok"] for v in verdicts)
+    assert 10 <= oks <= len(cases) - 10, f"{oks} of {len(cases)} accepted: a weak corpus"
+    disagree = []
+    for item, v in zip(items, verdicts, strict=True):
+        try:
+            parse_sharing(item["text"], item["env"])
+            ours = None
+        except ConfigError as e:
+            ours = str(e)
+        if (ours is None) != v["ok"]:
+            disagree.append(f"stand-in: {ours or 'ok'}; plugin: {v.get('error', 'ok')}\n{item}")
+    assert not disagree, f"{len(disagree)} of {len(cases)} disagree:\n" + "\n".join(disagree[:5])
