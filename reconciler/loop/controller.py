@@ -300,7 +300,7 @@ class Controller:
         )
         self._plan_memo, self._memo_leader, self._memo_relists = out.memo, leader, relists
         metrics.PLANS.labels(out.mode).inc()
-        log.debug("plan: %s (%s)", out.mode, out.why)
+        log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
         return out.plan, out.facts
 
     def _invalid_desired_state(

@@ -15,8 +15,8 @@ Why no cycle reuses part of a plan: a pool's plan depends on more than its own o
   continuously, how much work a preemption loses (the victims' order), so a plan made a
   second ago is not the plan of now even where no object changed.
 
-So a part of the plan is reused only with its whole input: the same desired state, the
-same snapshot (object by object, `dirty`), the same `now`. Anything else plans afresh, and
+So the plan is reused only whole, with its whole input: the same desired state, the same
+snapshot (object by object, `dirty`), the same `now`. Anything else plans afresh, and
 every `full_every`-th cycle (and on any doubt the shell names: a relist, an apply error, a
 change of leadership) plans afresh whatever the dirty set says. `dirty` and `coupled_pools`
 say which pools a change reaches (for the shell's metrics and logs, and as the seam a
@@ -146,11 +146,15 @@ def coupled_pools(desired: DesiredState, observed: ObservedState) -> list[frozen
     for q in desired.quotas.values():
         team_pools.setdefault(q.team, set()).update(e.pool for e in q.spec.pools)
     node_pool = {n.name: node_pool_name(desired, n) for n in observed.nodes}
+    ns_pools: dict[str, set[str]] = {}
     for w in observed.workloads:
-        q = desired.quota_for_namespace(w.namespace)
         p = node_pool.get(w.node) if w.node else w.pool
-        if q is not None and p is not None:
-            team_pools.setdefault(q.team, set()).add(p)
+        if p is not None:
+            ns_pools.setdefault(w.namespace, set()).add(p)
+    for ns, used in ns_pools.items():
+        q = desired.quota_for_namespace(ns)
+        if q is not None:
+            team_pools.setdefault(q.team, set()).update(used)
     for group in team_pools.values():
         join(group)
     groups: dict[str, set[str]] = {}
