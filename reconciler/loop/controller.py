@@ -298,7 +298,9 @@ class Controller:
             full_every=self.full_plan_every,
             doubt=doubt,
         )
-        self._plan_memo, self._memo_leader, self._memo_relists = out.memo, leader, relists
+        # the memo holds the last snapshot until the next plan: kept only when it may serve
+        self._plan_memo = out.memo if self.full_plan_every > 1 else None
+        self._memo_leader, self._memo_relists = leader, relists
         metrics.PLANS.labels(out.mode).inc()
         log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
         return out.plan, out.facts
