@@ -589,8 +589,9 @@ def _worker(args: argparse.Namespace) -> None:
                 out["findings"] = len(result.findings)
                 del result
             out["plan_s"] = best_plan
-            signal.alarm(int(args.plan_timeout))
-            out.update(_event_cycles(desired, observed))
+            signal.alarm(int(args.plan_timeout * 4))  # a first plan, then three cycles
+            out["events"] = "stopped"
+            out.update(_event_cycles(desired, observed), events="done")
         except _Timeout:
             out.setdefault("plan_s", None)
         signal.alarm(0)
@@ -602,7 +603,7 @@ def _event_cycles(desired: DesiredState, observed: ObservedState) -> dict:
     """Planner-only cycles woken by one event, through `plan_incremental` with the memo of a
     first plan of `observed`: one pending pod added (a100), one service's queue signal raised,
     and nothing changed (a wake whose cycle reads the same snapshot at the same time). Seconds
-    and mode of each, best of one."""
+    and mode of each, best of one; the four plans get `--plan-timeout` x 4 in all."""
     from reconciler.plan.incremental import plan_incremental
 
     at = observed.observed_at
@@ -778,6 +779,8 @@ def main(argv: list[str] | None = None) -> int:
         for info, res in rows:
             cells = [
                 f"{_fmt(res.get(f'event_{e}_s'), '.3f')} ({res.get(f'event_{e}_mode', '—')})"
+                if f"event_{e}_s" in res or res.get("events") != "stopped"
+                else f"> {args.plan_timeout * 4:g} (stopped)"
                 for e in ("pod", "signal", "same")
             ]
             print(
