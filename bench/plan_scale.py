@@ -589,11 +589,53 @@ def _worker(args: argparse.Namespace) -> None:
                 out["findings"] = len(result.findings)
                 del result
             out["plan_s"] = best_plan
+            signal.alarm(int(args.plan_timeout * 4))  # a first plan, then three cycles
+            out["events"] = "stopped"
+            out.update(_event_cycles(desired, observed), events="done")
         except _Timeout:
-            out["plan_s"] = None
+            out.setdefault("plan_s", None)
         signal.alarm(0)
     out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(json.dumps({"result": out}), flush=True)
+
+
+def _event_cycles(desired: DesiredState, observed: ObservedState) -> dict:
+    """Planner-only cycles woken by one event, through `plan_incremental` with the memo of a
+    first plan of `observed`: one pending pod added (a100), one service's queue signal raised,
+    and nothing changed (a wake whose cycle reads the same snapshot at the same time). Seconds
+    and mode of each, best of one; the four plans get `--plan-timeout` x 4 in all."""
+    from reconciler.plan.incremental import plan_incremental
+
+    at = observed.observed_at
+    first = plan_incremental(desired, observed, at, None)
+    pod = Workload(
+        namespace="llm-research",
+        name="bench-event-pod",
+        priority_class="training-high",
+        phase="Pending",
+        request=Request(gpus=1),
+        pool="a100",
+        created_at=at,
+        owner_kind="Job",
+        owner_name="bench-event-pod",
+    )
+    svc = observed.services[0]
+    hot = svc.model_copy(update={"queue_length": (svc.queue_length or 0) + 1000})
+    events = {
+        "pod": observed.model_copy(update={"workloads": [*observed.workloads, pod]}),
+        "signal": observed.model_copy(
+            update={"services": [hot if s is svc else s for s in observed.services]}
+        ),
+        "same": observed,
+    }
+    out: dict = {}
+    for name, snap in events.items():
+        gc.collect()
+        t0 = time.perf_counter()
+        res = plan_incremental(desired, snap, at, first.memo)
+        out[f"event_{name}_s"] = time.perf_counter() - t0
+        out[f"event_{name}_mode"] = res.mode
+    return out
 
 
 def _run_worker(nodes: int, path: Path, args: argparse.Namespace, profile: bool = False) -> dict:
@@ -729,11 +771,33 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {_fmt(res.get('rss_mib'), ',.0f')} | "
                 f"{_fmt(res.get('actions'), ',d')} |"
             )
+        print()
+        print(
+            "| nodes | full plan s | one pod added s | one signal changed s | nothing changed s |"
+        )
+        print("|---:|---:|---:|---:|---:|")
+        for info, res in rows:
+            cells = [
+                f"{_fmt(res.get(f'event_{e}_s'), '.3f')} ({res.get(f'event_{e}_mode', '—')})"
+                if f"event_{e}_s" in res or res.get("events") != "stopped"
+                else f"> {args.plan_timeout * 4:g} (stopped)"
+                for e in ("pod", "signal", "same")
+            ]
+            print(
+                f"| {info['nodes']:,} | {_fmt(res.get('plan_s'), '.3f')} | "
+                + " | ".join(cells)
+                + " |"
+            )
         failed = [info["nodes"] for info, res in rows if "error" in res]
         print()
         print(
             "Target (issue 3): at 10,000 nodes plan <= 3x load and peak RSS <= 2 GB (~1907 MiB); "
             "near-linear growth."
+        )
+        print(
+            "Targets (issue 28): full plan/load <= 0.6 at 10,000 nodes; a cycle woken by one "
+            "event <= 1 s at 1,000 nodes and <= 3 s at 10,000 (planner only). Mode: full = "
+            "planned afresh, reused = the memo's plan (reconciler/plan/incremental.py)."
         )
         if args.profile:
             print(

@@ -84,6 +84,15 @@ def test_plan_scale_smoke():
     )
     assert rows[0].startswith("|---:|")
     assert re.match(r"^\| 16 \| 128 \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \|", rows[1]), rows[1]
+    events = lines_after(
+        out,
+        r"^\| nodes \| full plan s \| one pod added s \| one signal changed s "
+        r"\| nothing changed s \|$",
+    )
+    assert re.match(
+        r"^\| 16 \| [\d.]+ \| [\d.]+ \(full\) \| [\d.]+ \(full\) \| [\d.]+ \(reused\) \|$",
+        events[1],
+    ), events[1]
 
 
 def test_cycles_smoke():

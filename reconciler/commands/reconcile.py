@@ -17,6 +17,7 @@ from reconciler.conventions import RECONCILE_INTERVAL_SECONDS
 from reconciler.loop.signals import add_prometheus_args
 from reconciler.observe.kube import make_api_client  # the seam tests replace
 from reconciler.observe.podresources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from reconciler.plan.incremental import FULL_PLAN_EVERY
 from reconciler.policy.quantity import parse_duration
 
 
@@ -28,6 +29,17 @@ def port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (1 or more)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
     return value
 
 
@@ -88,6 +100,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         prometheus_timeout=args.prometheus_timeout,
     )
+    ctl.full_plan_every = args.full_plan_every
     if args.once:
         return _once(ctl)
     if not _serve(args, ctl):
@@ -293,6 +306,14 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dry-run", action="store_true", help="observe and report drift; change nothing"
+    )
+    p.add_argument(
+        "--full-plan-every",
+        metavar="N",
+        type=positive_int,
+        default=FULL_PLAN_EVERY,
+        help="plan afresh at least every N cycles; between them a cycle whose inputs did not "
+        f"change reuses the last plan (1: always afresh; default {FULL_PLAN_EVERY})",
     )
 
 

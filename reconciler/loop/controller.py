@@ -34,8 +34,9 @@ from reconciler.loop.status import (
 )
 from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
 from reconciler.observe.prometheus import Transport, urllib_transport
+from reconciler.plan.incremental import FULL_PLAN_EVERY, PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import plan_with_facts
+from reconciler.plan.planner import PlanFacts
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
@@ -241,13 +242,15 @@ class Controller:
         )
         if leader:
             self._report_unreadable(observed.unreadable, now)
-        p, facts = plan_with_facts(desired, observed, now=now)
+        p, facts = self._plan(desired, observed, now, leader)
         metrics.DRIFT.set(len(p.actions))
         self._gauges(desired, p, facts)
         applied = None
         intents: dict[str, PreemptionIntent] = {}
         if settle and p.actions:
             applied = self._apply(p, preempted, intents, now)
+            if applied.by_status("failed"):
+                self._plan_memo = None  # an apply error: the next cycle plans afresh
         if leader and self.elector.is_leader:
             report = self._status(p, applied, snap.revision, view, preempted, now)
             report.update(handled)
@@ -262,6 +265,45 @@ class Controller:
         return CycleResult(
             snap.revision, p.summary, leader, applied, actions=len(p.actions), plan=p
         )
+
+    # incremental planning (reconciler/plan/incremental.py): the memo is the previous cycle's
+    # inputs and plan; class-level defaults, so a Controller built anywhere has them
+    full_plan_every: int = FULL_PLAN_EVERY
+    """`--full-plan-every`: every this many cycles the plan is made afresh (1: always)."""
+    _plan_memo: PlanMemo | None = None
+    _memo_leader: bool | None = None
+    _memo_relists: int = 0
+
+    def _plan(
+        self, desired: Any, observed: Any, now: datetime, leader: bool
+    ) -> tuple[Plan, PlanFacts]:
+        """This cycle's plan, through the memo of the last one: reused when nothing it was made
+        from changed; made afresh on a doubt (a relist of the watch cache, a change of
+        leadership, an apply error last cycle: the memo is dropped then), every
+        `full_plan_every` cycles, and whenever anything changed."""
+        relists = sum(
+            getattr(getattr(self.cache, i, None), "relists", 0)
+            for i in ("node_informer", "pod_informer")
+        )
+        doubt = ""
+        if self._memo_leader is not None and self._memo_leader != leader:
+            doubt = "leadership changed"
+        elif relists != self._memo_relists:
+            doubt = "the watch cache relisted"
+        out = plan_incremental(
+            desired,
+            observed,
+            now,
+            self._plan_memo if self.full_plan_every > 1 else None,
+            full_every=self.full_plan_every,
+            doubt=doubt,
+        )
+        # the memo holds the last snapshot until the next plan: kept only when it may serve
+        self._plan_memo = out.memo if self.full_plan_every > 1 else None
+        self._memo_leader, self._memo_relists = leader, relists
+        metrics.PLANS.labels(out.mode).inc()
+        log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
+        return out.plan, out.facts
 
     def _invalid_desired_state(
         self,

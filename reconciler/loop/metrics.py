@@ -62,3 +62,10 @@ UNREADABLE = Gauge(
     "(each has a finding and an Event).",
     registry=REGISTRY,
 )
+PLANS = Counter(
+    "gpupool_plans_total",
+    "Plans by how they were made: full (planned afresh) or reused (nothing the last plan was "
+    "made from changed).",
+    ["mode"],
+    registry=REGISTRY,
+)

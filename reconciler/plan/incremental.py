@@ -1,0 +1,255 @@
+"""Plan from what changed: the dirty set of a cycle, the pools it couples, and a memo.
+
+`plan_incremental(desired, observed, now, previous)` is `plan_with_facts` with a memo carried
+from one cycle to the next as an explicit value (`PlanMemo`, returned, never kept here: the
+planner stays pure). It returns the previous plan unchanged when nothing it was made from has
+changed, and plans again otherwise; it says which (`Incremental.mode`) and why.
+
+Why no cycle reuses part of a plan: a pool's plan depends on more than its own objects.
+
+- Pools are coupled (`coupled_pools`): a team's cap (`maxGPUs`) and usage count every pool it
+  runs in; the PriorityPolicy's hourly preemption budget is one for all pools; Kueue mode
+  renders one cohort for all; the desired objects (ResourceQuotas, PriorityClasses, pool
+  labels, Kueue's objects) and the findings about them are the cluster's, not a pool's.
+- Time couples everything: `now` decides idle reclaim, cooldowns, the budget's window and,
+  continuously, how much work a preemption loses (the victims' order), so a plan made a
+  second ago is not the plan of now even where no object changed.
+
+So the plan is reused only whole, with its whole input: the same desired state, the same
+snapshot (object by object, `dirty`), the same `now`. Anything else plans afresh, and
+every `full_every`-th cycle (and on any doubt the shell names: a relist, an apply error, a
+change of leadership) plans afresh whatever the dirty set says. `dirty` and `coupled_pools`
+say which pools a change reaches (for the shell's metrics and logs, and as the seam a
+finer reuse would start from: docs/planner.md, "Incremental planning").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Literal
+
+from reconciler.observe.model import ObservedState
+from reconciler.plan.cluster import node_pool_name
+from reconciler.plan.model import Plan
+from reconciler.plan.planner import PlanFacts, plan_with_facts
+from reconciler.policy.state import DesiredState
+
+FULL_PLAN_EVERY = 10
+"""Every this many cycles a plan is made afresh whatever the memo says (1: always)."""
+
+POOLED_FIELDS = ("nodes", "workloads", "services")
+"""The parts of a snapshot whose objects belong to pools; a change anywhere else (quotas,
+priority classes, suspended Jobs, gated namespaces, preemption times, unreadable objects,
+Prometheus readings, Kueue's objects, the snapshot's time: any field, present or future)
+reaches every pool."""
+
+
+@dataclass(frozen=True)
+class Dirty:
+    """What changed between two cycles' inputs."""
+
+    pools: frozenset[str] = frozenset()
+    """Pools one of whose nodes, workloads or services changed (added, removed, edited)."""
+    reasons: tuple[str, ...] = ()
+    """Changes that reach every pool: a global part of the snapshot, a node or workload in no
+    pool, a node that moved between pools."""
+    time: bool = False
+    """`now` moved."""
+
+    @property
+    def clean(self) -> bool:
+        return not self.pools and not self.reasons and not self.time
+
+
+def _changed(before: Iterable, after: Iterable, key: Callable) -> set:
+    """Keys of the objects added, removed or changed; an object that is the same object (the
+    adapter hands back what did not change) is not compared field by field."""
+    old = {key(x): x for x in before}
+    new = {key(x): x for x in after}
+    out = {k for k in old.keys() ^ new.keys()}
+    out.update(k for k, x in new.items() if k in old and old[k] is not x and old[k] != x)
+    return out
+
+
+def dirty(
+    desired: DesiredState,
+    before: ObservedState,
+    after: ObservedState,
+    before_now: datetime | None = None,
+    after_now: datetime | None = None,
+) -> Dirty:
+    """The pools whose inputs differ between `before` and `after` (each as of its `now`)."""
+    pools: set[str] = set()
+    reasons: list[str] = []
+
+    node_pool: dict[str, str | None] = {}
+    for snap in (before, after):
+        for n in snap.nodes:
+            p = node_pool_name(desired, n)
+            if n.name in node_pool and node_pool[n.name] != p:
+                reasons.append(f"node {n.name} moved from pool {node_pool[n.name]} to {p}")
+            node_pool.setdefault(n.name, p)
+    for name in sorted(_changed(before.nodes, after.nodes, lambda n: n.name)):
+        p = node_pool.get(name)
+        if p is None:
+            reasons.append(f"node {name} (in no pool) changed")
+        else:
+            pools.add(p)
+    workloads = {w.key: w for w in [*before.workloads, *after.workloads]}
+    for key in sorted(_changed(before.workloads, after.workloads, lambda w: w.key)):
+        w = workloads[key]
+        p = node_pool.get(w.node) if w.node else w.pool
+        if p is None:
+            reasons.append(f"workload {key} (in no pool) changed")
+        else:
+            pools.add(p)
+    services = {(s.kind, s.key): s for s in [*before.services, *after.services]}
+    for key in sorted(_changed(before.services, after.services, lambda s: (s.kind, s.key))):
+        p = services[key].pool
+        if p is None:
+            reasons.append(f"service {key[1]} (in no pool) changed")
+        else:
+            pools.add(p)
+    for name in type(after).model_fields:
+        if name not in POOLED_FIELDS and getattr(before, name) != getattr(after, name):
+            reasons.append(f"{name.replace('_', ' ')} changed")
+    moved = (before_now or before.observed_at) != (after_now or after.observed_at)
+    return Dirty(frozenset(pools), tuple(dict.fromkeys(reasons)), moved)
+
+
+def coupled_pools(desired: DesiredState, observed: ObservedState) -> list[frozenset[str]]:
+    """The pools in groups whose plans depend on each other (sorted, each group sorted by its
+    first pool): a team's quota or workloads in several pools join them; an hourly preemption
+    budget, or Kueue admission, joins all."""
+    names = sorted(desired.pools)
+    parent = {p: p for p in names}
+
+    def find(p: str) -> str:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    def join(group: Iterable[str]) -> None:
+        roots = sorted({find(p) for p in group if p in parent})
+        for r in roots[1:]:
+            parent[r] = roots[0]
+
+    if desired.priority is not None and (
+        desired.priority.spec.preemption.budget_per_hour is not None
+        or desired.admission_controller == "kueue"
+    ):
+        join(names)
+    team_pools: dict[str, set[str]] = {}
+    for q in desired.quotas.values():
+        team_pools.setdefault(q.team, set()).update(e.pool for e in q.spec.pools)
+    node_pool = {n.name: node_pool_name(desired, n) for n in observed.nodes}
+    ns_pools: dict[str, set[str]] = {}
+    for w in observed.workloads:
+        p = node_pool.get(w.node) if w.node else w.pool
+        if p is not None:
+            ns_pools.setdefault(w.namespace, set()).add(p)
+    for ns, used in ns_pools.items():
+        q = desired.quota_for_namespace(ns)
+        if q is not None:
+            team_pools.setdefault(q.team, set()).update(used)
+    for group in team_pools.values():
+        join(group)
+    groups: dict[str, set[str]] = {}
+    for p in names:
+        groups.setdefault(find(p), set()).add(p)
+    return sorted((frozenset(g) for g in groups.values()), key=min)
+
+
+def reached(d: Dirty, groups: list[frozenset[str]], every: Iterable[str]) -> frozenset[str]:
+    """The pools a change reaches: the groups of its dirty pools; all when it is global or
+    time moved."""
+    if d.reasons or d.time:
+        return frozenset(every)
+    return frozenset(p for g in groups if g & d.pools for p in g)
+
+
+@dataclass(frozen=True)
+class PlanMemo:
+    """What one cycle leaves for the next: its inputs and its plan. A value: never changed."""
+
+    desired: DesiredState
+    now: datetime
+    observed: ObservedState
+    plan: Plan
+    facts: PlanFacts
+    since_full: int = 0
+    """Cycles since the last plan made afresh (0: this one)."""
+
+
+@dataclass(frozen=True)
+class Incremental:
+    plan: Plan
+    facts: PlanFacts
+    memo: PlanMemo
+    mode: Literal["full", "reused"]
+    """`full`: planned afresh; `reused`: the previous plan, whose inputs are these."""
+    why: str
+    """Why a plan was made afresh (or `nothing changed`)."""
+    reached: frozenset[str] = frozenset()
+    """The pools the cycle's changes reach (`reached`); every pool on a full plan."""
+
+
+def plan_incremental(
+    desired: DesiredState,
+    observed: ObservedState,
+    now: datetime | None,
+    previous: PlanMemo | None,
+    *,
+    full_every: int = FULL_PLAN_EVERY,
+    doubt: str = "",
+) -> Incremental:
+    """The plan of (desired, observed, now), byte-identical to `plan_with_facts`'s, and the
+    memo for the next cycle. `doubt`: a reason the shell has to plan afresh ('' none)."""
+    at = now or observed.observed_at
+    why = _full_reason(desired, previous, full_every, doubt, at)
+    touched = frozenset(desired.pools)
+    if previous is not None and not why:
+        d = dirty(desired, previous.observed, observed, previous.now, at)
+        if d.clean:
+            memo = replace(previous, now=at, observed=observed, since_full=previous.since_full + 1)
+            return Incremental(previous.plan, previous.facts, memo, "reused", "nothing changed")
+        groups = coupled_pools(desired, observed)
+        why = _describe(d, groups)
+        touched = reached(d, groups, desired.pools)
+    p, facts = plan_with_facts(desired, observed, at)
+    memo = PlanMemo(desired, at, observed, p, facts, 0)
+    return Incremental(p, facts, memo, "full", why, touched)
+
+
+def _full_reason(
+    desired: DesiredState, previous: PlanMemo | None, full_every: int, doubt: str, at: datetime
+) -> str:
+    """Why the memo cannot serve, before any object is compared ('' when it may)."""
+    if previous is None:
+        return "no previous plan"
+    if doubt:
+        return doubt
+    if previous.desired is not desired and previous.desired != desired:
+        was, new = previous.desired.revision, desired.revision
+        return "desired state changed" + (f" (revision {was} -> {new})" if was != new else "")
+    if full_every <= 1 or previous.since_full + 1 >= full_every:
+        return "every cycle" if full_every <= 1 else f"every {full_every} cycles"
+    if previous.now != at:  # every pool: see the module's docstring (no object is compared)
+        return "time moved"
+    return ""
+
+
+def _describe(d: Dirty, groups: list[frozenset[str]]) -> str:
+    if d.time:
+        return "time moved"
+    if d.reasons:
+        return d.reasons[0]
+    touched = sorted(p for g in groups if g & d.pools for p in g)
+    return (
+        "changed: pools "
+        + ", ".join(sorted(d.pools))
+        + (f" (coupled: {', '.join(touched)})" if len(touched) > len(d.pools) else "")
+    )
