@@ -311,9 +311,11 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
         "--full-plan-every",
         metavar="N",
         type=positive_int,
-        default=FULL_PLAN_EVERY,
+        default=1,
         help="plan afresh at least every N cycles; between them a cycle whose inputs did not "
-        f"change reuses the last plan (1: always afresh; default {FULL_PLAN_EVERY})",
+        "change reuses the last plan, at the cost of holding the last snapshot (1: always "
+        "afresh, no memo; the default, since a live clock moves every cycle and time alone "
+        f"makes a plan afresh; {FULL_PLAN_EVERY} is the planner's own default)",
     )
 
 

@@ -34,7 +34,7 @@ from reconciler.loop.status import (
 )
 from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
 from reconciler.observe.prometheus import Transport, urllib_transport
-from reconciler.plan.incremental import FULL_PLAN_EVERY, PlanMemo, plan_incremental
+from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import PlanFacts
 from reconciler.policy.files import SourceError
@@ -268,7 +268,7 @@ class Controller:
 
     # incremental planning (reconciler/plan/incremental.py): the memo is the previous cycle's
     # inputs and plan; class-level defaults, so a Controller built anywhere has them
-    full_plan_every: int = FULL_PLAN_EVERY
+    full_plan_every: int = 1
     """`--full-plan-every`: every this many cycles the plan is made afresh (1: always)."""
     _plan_memo: PlanMemo | None = None
     _memo_leader: bool | None = None

@@ -27,12 +27,14 @@ def _count(mode: str) -> float:
 @pytest.fixture
 def ctl(tmp_path):
     (tmp_path / "pools").mkdir()
-    return Controller(
+    c = Controller(
         DirectorySource(tmp_path),
         client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
         namespace="gpupool-system",
         identity="t",
     )
+    c.full_plan_every = 10  # the default, 1, keeps no memo
+    return c
 
 
 def _state():
