@@ -39,7 +39,7 @@ from reconciler.observe.kube_common import (
     _who,
     _why,
 )
-from reconciler.observe.kube_owners import Owners, gpupool_wrote, not_written
+from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -49,6 +49,7 @@ from reconciler.observe.model import (
     Workload,
     parse_allocation,
 )
+from reconciler.observe.trust import GPUS_WRITERS, annotation_path, gpus_believed
 
 Holding = tuple[Any, Request, list[Allocation] | None]
 """A GPU pod, its request, and the cards it is known to hold (None: not known)."""
@@ -345,12 +346,27 @@ def _known_allocations(
     p: Any, node_pods: dict[str, list[Allocation]] | None
 ) -> list[Allocation] | None:
     """What the node agent says the pod holds; the annotation only where the agent publishes
-    no pods; None when neither says."""
+    no pods, and only where the agent's field manager wrote it (`trust.gpus_believed`); None
+    when neither says. A bound pod's annotation anyone else wrote makes its cards unknown:
+    an empty list (the planner's `allocation-unknown`: it may hold any card of its node, and
+    those are fenced), with a `forged-state` report; an unbound pod's is ignored quietly (it
+    holds nothing yet, whatever it says)."""
     if node_pods is not None:
         return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
     ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
     if not ann:
         return None
+    if not gpus_believed(field_managers(p, *annotation_path(C.GPUS_ANN))):
+        if not p.spec.node_name:
+            return None
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"forged-state: {not_written(p, C.GPUS_ANN, sorted(GPUS_WRITERS))}; which cards "
+            "it holds is unknown: it counts as holding any card of its node it may",
+        )
+        return []
     try:
         return parse_allocation(ann)
     except ValueError:  # pydantic's ValidationError is one too

@@ -157,7 +157,13 @@ def test_forged_intended_cards_are_not_believed():
     """gpupool admitted the pod, then someone rewrote the cards meant for it: the rewritten
     hint is not followed (on a full node it would make the pod collide with others and get
     their cards fenced); the pod holds the first free cards of its node."""
-    bound = raw_pod("neighbour", ns="team-b", node="a100-1", annotations={C.GPUS_ANN: "0,1"})
+    bound = raw_pod(
+        "neighbour",
+        ns="team-b",
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1"},
+        managed=[owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN)],
+    )
     p = raw_pod(
         "ours",
         annotations={C.ADMITTED_ANN: "a100-1", C.INTENDED_GPUS_ANN: "6,7"},
@@ -214,7 +220,10 @@ def test_a_bound_pods_unverified_state_is_dropped_quietly():
         "running",
         node="a100-1",
         annotations={C.ADMITTED_ANN: "a100-1", C.RESERVED_ANN: "a100-1:0,1", C.GPUS_ANN: "0,1"},
-        managed=[owned("OpenAPI-Generator", C.ADMITTED_ANN, C.RESERVED_ANN)],
+        managed=[
+            owned("OpenAPI-Generator", C.ADMITTED_ANN, C.RESERVED_ANN),
+            owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN),
+        ],
     )
     ws, found = observe(p)
     w = ws["running"]
@@ -248,3 +257,69 @@ def test_a_forged_admission_holds_no_cards_in_the_plan():
     assert {(f.code, f.subject) for f in p.findings if "forged-state" in f.message} == {
         ("unreadable-object", "Pod team-b/squat")
     }
+
+
+# ---------------------------------------------------------------- gpupool.io/gpus
+
+
+@pytest.mark.parametrize(
+    "managed",
+    [None, [owned(OTHER, C.GPUS_ANN)], [owned("gpupool", C.GPUS_ANN)]],
+    ids=["no-managed-fields", "a-tenant", "the-controller"],
+)
+def test_a_gpus_annotation_the_agent_did_not_write_leaves_the_cards_unknown(managed):
+    """On a node whose agent publishes no pods the annotation says which cards a bound pod
+    holds; written by anyone but the node agent (even gpupool's controller, which never writes
+    it) it is not believed: the pod's cards are unknown (empty: the planner counts it as
+    holding any card of its node), with a `forged-state` report naming the trusted writer."""
+    p = raw_pod("run", node="a100-1", annotations={C.GPUS_ANN: "0,1"}, managed=managed)
+    ws, found = observe(p)
+    assert (ws["run"].phase, ws["run"].allocations) == ("Running", [])
+    msg = forged_reports(found)["Pod team-a/run"]
+    assert C.GPUS_ANN in msg and C.AGENT_FIELD_MANAGER in msg and "unknown" in msg
+
+
+def test_the_agents_gpus_annotation_is_believed():
+    p = raw_pod(
+        "run",
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1"},
+        managed=[owned("OpenAPI-Generator"), owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN)],
+    )
+    ws, found = observe(p)
+    assert ([a.gpu for a in ws["run"].allocations], found) == ([0, 1], [])
+
+
+def test_an_unbound_pods_forged_gpus_annotation_is_ignored_quietly():
+    """A pending pod holds nothing whatever its annotation says: nothing to report."""
+    p = raw_pod("wait", gated=True, annotations={C.GPUS_ANN: "0,1"}, managed=[owned(OTHER)])
+    ws, found = observe(p)
+    assert (ws["wait"].allocations, found) == ([], [])
+
+
+def test_a_forged_gpus_annotation_cannot_steer_the_plan():
+    """team-b's 4-card pod runs on a100-1, and an annotation it wrote itself says it holds
+    cards 0-3 (which cards the kubelet gave it nobody but the kubelet knows). Believed, cards
+    4-7 looked free and team-a's gated 4-card pod was admitted there, onto cards team-b may
+    hold; now its cards are unknown, every card it may hold is fenced, and team-a's pod waits.
+    (A count that is short, "0" for 8 cards, was already fenced as `allocation-unknown`.)"""
+    squatter = raw_pod(
+        "hide",
+        ns="team-b",
+        gpus=4,
+        cls=HIGH,
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1,2,3"},
+        managed=[owned(OTHER, C.GPUS_ANN)],
+    )
+    real = raw_pod("train", gpus=4, cls=HIGH, gated=True, created=NOW)
+    ws, found = observe(squatter, real)
+    text = desired()
+    fill = job("team-b", "fill", "a100-2", 8, HIGH)
+    observed = snapshot(NOW, two_nodes(), [fill, *ws.values()], unreadable=found, **_objects(text))
+    p = plan(load([SourceFile("desired.yaml", text)]), observed)
+    admits = {pa.name: pa.node for a in p.actions if isinstance(a, Admit) for pa in a.pods}
+    assert admits == {}, admits
+    codes = {(f.code, f.subject) for f in p.findings}
+    assert ("allocation-unknown", "team-b/hide") in codes, codes
+    assert ("unreadable-object", "Pod team-b/hide") in codes, codes
