@@ -61,7 +61,8 @@ only where its field manager owns the annotation (`believed`)."""
 
 def believed(p: Any, nodes: dict[str, Node]) -> Any:
     """The pod as observation may believe it: `p` itself, or a copy without the annotations of
-    `GPUPOOL_STATE` that gpupool did not write, nor an admission to a node not in `nodes`. `p`
+    `GPUPOOL_STATE` that gpupool did not write (but an admission the API server already
+    enforces, `_in_force`, is kept), nor an admission to a node not in `nodes`. `p`
     is not changed (it may be the watch cache's object). On a pod not bound yet, where they
     decide what it holds or is owed, what was left out is reported (`forged-state`, one report
     per pod); a bound pod's are dropped quietly: nothing reads them there (a pod bound to a
@@ -69,9 +70,15 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     manager still carry them."""
     ann = p.metadata.annotations or {}
     bound = bool(p.spec.node_name)
-    drop = [k for k in GPUPOOL_STATE if k in ann and not gpupool_wrote(p, k)]
-    why = [not_written(p, k) for k in drop]
     admitted = ann.get(C.ADMITTED_ANN)
+    drop = [
+        k
+        for k in GPUPOOL_STATE
+        if k in ann
+        and not gpupool_wrote(p, k)
+        and not (k == C.ADMITTED_ANN and not bound and admitted in nodes and _in_force(p, admitted))
+    ]
+    why = [not_written(p, k) for k in drop]
     if admitted and C.ADMITTED_ANN not in drop and not bound and admitted not in nodes:
         drop.append(C.ADMITTED_ANN)
         why.append(f"{C.ADMITTED_ANN} names node {str(admitted)[:80]!r}, which does not exist")
@@ -89,6 +96,35 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     out = copy.copy(p)
     out.metadata = meta
     return out
+
+
+def _in_force(p: Any, node: str) -> bool:
+    """The API server already enforces an admission of the unbound pod `p` to `node`, whoever
+    wrote the annotation: it has no scheduling gate and its required node affinity allows only
+    `node` (gpupool's pin), so kube-scheduler binds it there and nowhere else. Such an admission
+    is believed without gpupool's field manager on record: an admission made before gpupool
+    named its field manager (docs/operations.md, "Upgrading"), or a pod its owner pinned and
+    ungated itself, which goes there all the same."""
+    return not p.spec.scheduling_gates and _pinned_node(p) == node
+
+
+def _pinned_node(p: Any) -> str | None:
+    """The one node the pod's required node affinity allows, where every term requires
+    `metadata.name In [that node]` (the pin gpupool's admission writes); else None."""
+    aff = p.spec.affinity
+    na = aff.node_affinity if aff else None
+    req = na.required_during_scheduling_ignored_during_execution if na else None
+    found: set[str] = set()
+    for term in (req.node_selector_terms if req else None) or []:
+        pins = [
+            tuple(f.values or ())
+            for f in term.match_fields or []
+            if f.key == "metadata.name" and f.operator == "In"
+        ]
+        if len(pins) != 1 or len(pins[0]) != 1:
+            return None
+        found.add(str(pins[0][0]))
+    return found.pop() if len(found) == 1 else None
 
 
 def pod_holdings(
@@ -349,16 +385,14 @@ def _known_allocations(
     no pods, and only where the agent's field manager wrote it (`trust.gpus_believed`); None
     when neither says. A bound pod's annotation anyone else wrote makes its cards unknown:
     an empty list (the planner's `allocation-unknown`: it may hold any card of its node, and
-    those are fenced), with a `forged-state` report; an unbound pod's is ignored quietly (it
-    holds nothing yet, whatever it says)."""
+    those are fenced), with a `forged-state` report. (An unbound pod holds nothing, whatever
+    its annotation says: `_workload`.)"""
     if node_pods is not None:
         return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
     ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
     if not ann:
         return None
-    if not gpus_believed(field_managers(p, *annotation_path(C.GPUS_ANN))):
-        if not p.spec.node_name:
-            return None
+    if p.spec.node_name and not gpus_believed(field_managers(p, *annotation_path(C.GPUS_ANN))):
         _unreadable(
             "Pod",
             p.metadata.namespace,

@@ -323,3 +323,126 @@ def test_a_forged_gpus_annotation_cannot_steer_the_plan():
     codes = {(f.code, f.subject) for f in p.findings}
     assert ("allocation-unknown", "team-b/hide") in codes, codes
     assert ("unreadable-object", "Pod team-b/hide") in codes, codes
+
+
+# ---------------------------------------------------------------- upgrading
+
+
+def pinned(p: client.V1Pod, node: str) -> client.V1Pod:
+    """What gpupool's admission patch does besides the annotations: the pod pinned to `node`
+    (required node affinity on metadata.name) and its scheduling gate removed."""
+    p.spec.scheduling_gates = None
+    p.spec.affinity = client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+                node_selector_terms=[
+                    client.V1NodeSelectorTerm(
+                        match_fields=[
+                            client.V1NodeSelectorRequirement(
+                                key="metadata.name", operator="In", values=[node]
+                            )
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+    return p
+
+
+def upgrade_plan(*pods: client.V1Pod) -> tuple[dict[str, Workload], dict[str, str], list]:
+    """One cycle over a100-1 (empty) and a100-2 (full of work nobody may stop): the pods'
+    workloads, what was admitted where, and the plan's findings."""
+    ws, found = observe(*pods)
+    text = desired()
+    fill = job("team-b", "fill", "a100-2", 8, HIGH)
+    observed = snapshot(NOW, two_nodes(), [fill, *ws.values()], unreadable=found, **_objects(text))
+    p = plan(load([SourceFile("desired.yaml", text)]), observed)
+    admits = {pa.name: pa.node for a in p.actions if isinstance(a, Admit) for pa in a.pods}
+    return ws, admits, p.findings
+
+
+OLD_MANAGER = "OpenAPI-Generator"  # what a patch without ?fieldManager= records (the client's)
+
+
+def test_an_admission_made_before_the_field_manager_was_named_is_kept_on_upgrade():
+    """Upgrade: team-b's 4-card pod was admitted to a100-1 by an older controller, whose
+    patches named no field manager; kube-scheduler has not bound it yet. Its annotation is not
+    gpupool's on record, but the admission is in force at the API server (ungated, pinned to
+    a100-1: kube-scheduler binds it there and nowhere else), so it keeps holding 4 cards: the
+    8-card gated pod that follows is not admitted onto them (before: dropped as forged, the
+    plan admitted the 8-card pod onto all of a100-1, double-booking it)."""
+    old = pinned(
+        raw_pod(
+            "old",
+            ns="team-b",
+            gpus=4,
+            cls=HIGH,
+            annotations={C.ADMITTED_ANN: "a100-1", C.INTENDED_GPUS_ANN: "4,5,6,7"},
+            managed=[owned(OLD_MANAGER, C.ADMITTED_ANN, C.INTENDED_GPUS_ANN)],
+        ),
+        "a100-1",
+    )
+    big = raw_pod("big", gpus=8, cls=HIGH, gated=True, created=NOW)
+    small = raw_pod("small", gpus=4, cls=HIGH, gated=True, created=NOW)
+    ws, admits, findings = upgrade_plan(old, big)
+    assert (ws["old"].admission, ws["old"].node, len(ws["old"].allocations)) == (
+        "admitted",
+        "a100-1",
+        4,
+    )
+    assert admits == {}, admits  # 4 cards are free, the 8-card pod waits
+    # the cards meant for it are a hint an older controller wrote: not followed, reported
+    forged = {f.subject: f.message for f in findings if "forged-state" in f.message}
+    assert set(forged) == {"Pod team-b/old"} and C.INTENDED_GPUS_ANN in forged["Pod team-b/old"]
+    assert C.ADMITTED_ANN + " 'a100-1' was not" not in forged["Pod team-b/old"]
+    # a 4-card pod fits beside it: admitted onto the other four cards, never the same ones
+    ws, admits, _ = upgrade_plan(old, small)
+    assert admits == {"small": "a100-1"}
+    held = {a.gpu for a in ws["old"].allocations}
+    p = plan(
+        load([SourceFile("desired.yaml", desired())]),
+        snapshot(
+            NOW,
+            two_nodes(),
+            [job("team-b", "fill", "a100-2", 8, HIGH), *ws.values()],
+            **_objects(desired()),
+        ),
+    )
+    [small_admit] = [pa for a in p.actions if isinstance(a, Admit) for pa in a.pods]
+    assert held.isdisjoint(small_admit.gpus), (held, small_admit.gpus)
+    # next cycle: kube-scheduler bound it, the agent publishes what the kubelet gave it
+    bound = raw_pod(
+        "old",
+        ns="team-b",
+        gpus=4,
+        cls=HIGH,
+        node="a100-1",
+        annotations={C.ADMITTED_ANN: "a100-1", C.GPUS_ANN: "0,1,2,3"},
+        managed=[
+            owned(OLD_MANAGER, C.ADMITTED_ANN),
+            owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN),
+        ],
+    )
+    ws, admits, findings = upgrade_plan(bound, big)
+    assert [a.gpu for a in ws["old"].allocations] == [0, 1, 2, 3] and admits == {}
+    assert not [f for f in findings if "forged-state" in f.message]
+
+
+def test_an_old_admission_not_in_force_is_dropped_and_the_pod_readmitted():
+    """An admission annotation from before the upgrade on a pod that is still gated (or not
+    pinned to that node) is not in force at the API server: dropped with a report, the pod
+    is demand again and gpupool admits it anew under its own field manager."""
+    stale = raw_pod(
+        "stale",
+        gpus=4,
+        cls=HIGH,
+        gated=True,
+        created=NOW,
+        annotations={C.ADMITTED_ANN: "a100-1"},
+        managed=[owned(OLD_MANAGER, C.ADMITTED_ANN)],
+    )
+    ws, admits, findings = upgrade_plan(stale)
+    assert ws["stale"].admission == "gpupool"
+    assert admits == {"stale": "a100-1"}
+    assert {f.subject for f in findings if "forged-state" in f.message} == {"Pod team-a/stale"}

@@ -449,7 +449,8 @@ def test_adapter_ignores_an_unreadable_gpus_annotation(annotation):
             name="p",
             annotations={"gpupool.io/gpus": annotation},
             managed_fields=[agent],
-        )
+        ),
+        spec=SimpleNamespace(node_name="n1"),
     )
     assert kube._known_allocations(pod, None) is None
     good = SimpleNamespace(
@@ -458,7 +459,8 @@ def test_adapter_ignores_an_unreadable_gpus_annotation(annotation):
             name="p",
             annotations={"gpupool.io/gpus": "0,2:4"},
             managed_fields=[agent],  # the node agent wrote it: believed
-        )
+        ),
+        spec=SimpleNamespace(node_name="n1"),
     )
     assert kube._known_allocations(good, None) == [
         Allocation(gpu=0),
