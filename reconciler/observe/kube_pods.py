@@ -1,7 +1,8 @@
 """Pods: what each GPU pod requests and holds, how it is admitted (scheduling gates,
 gpupool's `admitted` annotation), its reservations and its gang, read into `Workload`s. Which
 cards a pod holds comes from its node's `GpuNodeState` `status.pods`, else its `gpupool.io/gpus`
-annotation, else a guess (see `reconciler/observe/kube.py`).
+annotation where the node agent wrote it (`reconciler/observe/trust.py`; anyone else's makes a
+bound pod's cards unknown), else a guess (see `reconciler/observe/kube.py`).
 
 gpupool's own state on a pod (`GPUPOOL_STATE`: admitted, reserved, intended cards) is believed
 only where gpupool wrote it: the API server names gpupool's field manager as the owner of that
