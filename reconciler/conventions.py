@@ -35,10 +35,16 @@ INFERENCE_LABEL = PREFIX + "inference"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpupool"
 FIELD_MANAGER = "gpupool"
+"""The field manager every write of the controller names (`?fieldManager=gpupool`)."""
+AGENT_FIELD_MANAGER = "gpupool-agent"
+"""The field manager under which gpupool's node agent writes a pod's `gpupool.io/gpus` (the
+only writer trusted for it: `reconciler/observe/trust.py`)."""
 
 # ---------------------------------------------------------------- annotations on pods
 GPUS_ANN = PREFIX + "gpus"
-"""Which cards a pod holds: "0,1", or "2:4" (GPU 2, MIG instance at start 4)."""
+"""Which cards a pod holds: "0,1", or "2:4" (GPU 2, MIG instance at start 4). The fallback for a
+node whose agent publishes no `status.pods`; believed only where the node agent's field manager
+(`AGENT_FIELD_MANAGER`) wrote it (`reconciler/observe/trust.py`)."""
 CHECKPOINTABLE_ANN = PREFIX + "checkpointable"
 MIGRATABLE_ANN = PREFIX + "migratable"
 GPU_MEMORY_ANN = PREFIX + "gpu-memory"

@@ -430,12 +430,18 @@ UNBOUND = {"waiting": 3, "reserved": 4, "admitted": 5, "gang-0": 6}
 @settings(EXAMPLE, max_examples=30)
 @given(st.data())
 def test_forged_gpupool_state_is_a_forged_state_report(data):
-    """gpupool's annotations on a pending pod, or a Move's reservation on a Job, written by
-    someone else (no record, or another field manager): ignored, one `forged-state` report
-    naming the object."""
+    """gpupool's annotations on a pending pod, a Move's reservation on a Job, or the cards a
+    bound pod holds (`gpupool.io/gpus`, on a node whose agent publishes no pods), written by
+    someone else (no record, another field manager, gpupool's controller for the cards):
+    ignored, one `forged-state` report naming the object."""
     edit = Edit(base())
     by = data.draw(st.sampled_from(["no record", "kubectl-annotate", "tenant"]), label="writer")
-    if data.draw(st.integers(0, 4), label="target") == 0:
+    target = data.draw(st.integers(0, 5), label="target")
+    if target == 1:
+        src, ref, key = ("pods", 2), "Pod team-a/on-two", C.GPUS_ANN
+        edit.set(src, ("metadata", "annotations", key), data.draw(st.sampled_from(["0", "7"])))
+        by = data.draw(st.sampled_from([by, C.FIELD_MANAGER]), label="cards writer")
+    elif target == 0:
         text = data.draw(
             st.sampled_from(["a100-1:0,1@2026-12-03T05:59:00Z", "a100-9:0@2026-12-03T05:59:00Z"])
         )

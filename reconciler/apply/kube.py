@@ -33,6 +33,7 @@ from reconciler.apply.port import (
     WorkloadInfo,
     WorkloadKind,
 )
+from reconciler.observe.trust import annotation_writers
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -114,6 +115,9 @@ def _pod(p: Any) -> PodInfo:
         owner_kind=owner_kind,
         owner_name=owner_name,
         uid=p.metadata.uid or "",
+        annotation_writers=annotation_writers(
+            p.metadata.managed_fields, (p.metadata.annotations or {}).keys()
+        ),
     )
 
 

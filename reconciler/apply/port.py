@@ -9,6 +9,7 @@ HTTP status the API server answered.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -70,6 +71,10 @@ class PodInfo:
     none): `Job` for a batch/v1 Job's pod, `ReplicaSet` for a Deployment's."""
     uid: str = ""
     """`metadata.uid`: tells this pod from a later one of the same name."""
+    annotation_writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Annotation key -> the field managers that own it in `metadata.managedFields` (who set it
+    last, as the API server records it); a key not here has none on record. What
+    `reconciler.observe.trust` judges a value by."""
 
     @property
     def key(self) -> str:

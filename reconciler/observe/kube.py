@@ -12,10 +12,11 @@ Where Kubernetes does not say something gpupool needs, it reads conventions:
   asks the kubelet's PodResources API (the only place Kubernetes knows it) and maps the device
   IDs to cards through NVML UUIDs. Only for a node whose agent publishes no `status.pods` (an
   older agent, no PodResources socket, a failed List) is the pod's `gpupool.io/gpus` annotation
-  read instead ("0,1", "2:4" = GPU 2, MIG instance at start 4, "3/2" = two shared slices), if
-  something writes it. A pod known neither way (say it started after the agent's last
-  publication) gets whole cards guessed: the lowest indices nobody is known to hold, in
-  creation order (an approximation);
+  read instead ("0,1", "2:4" = GPU 2, MIG instance at start 4, "3/2" = two shared slices),
+  only where the node agent's field manager wrote it (`trust.py`; anyone else's leaves a bound
+  pod's cards unknown: `allocation-unknown`, fenced). A pod known neither way (say it
+  started after the agent's last publication) gets whole cards guessed: the lowest indices
+  nobody is known to hold, in creation order (an approximation);
 - workload traits from annotations: `gpupool.io/checkpointable`, `gpupool.io/migratable`,
   `gpupool.io/last-checkpoint` (RFC 3339);
 - inference services: Deployments/StatefulSets labelled `gpupool.io/inference=true`, with

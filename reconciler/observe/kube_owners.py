@@ -8,6 +8,7 @@ PodGroup's `minMember` no size; the planner would otherwise make one unit per po
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _int, _node_cards, _objects, _ts, _unreadable
 from reconciler.observe.kube_requests import template_request
 from reconciler.observe.model import SuspendedJob, count_problem
+from reconciler.observe.trust import annotation_path, owners
 
 JOB_CONTROLLER = "kubernetes.io/job-controller"
 """`spec.managedBy` of a Job the built-in Job controller reconciles (also: no value)."""
@@ -74,15 +76,8 @@ def field_managers(obj: Any, *path: str) -> set[str]:
     server keeps this record itself: whenever a field's value changes, ownership moves from its
     current manager to the one that changed it, through non-apply patches and updates too
     (kubernetes.io, "Server-Side Apply", Field management). An object without `managedFields`
-    (a client that strips them) names none."""
-    out = set()
-    for entry in getattr(obj.metadata, "managed_fields", None) or []:
-        node = entry.fields_v1
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        if node is not None:
-            out.add(str(entry.manager))
-    return out
+    (a client that strips them) names none. (`trust.owners`, shared with apply.)"""
+    return set(owners(getattr(obj.metadata, "managed_fields", None), *path))
 
 
 def gpupool_owns(obj: Any, *path: str) -> bool:
@@ -92,23 +87,19 @@ def gpupool_owns(obj: Any, *path: str) -> bool:
     return C.FIELD_MANAGER in field_managers(obj, *path)
 
 
-def _annotation(key: str) -> tuple[str, str, str]:
-    return ("f:metadata", "f:annotations", f"f:{key}")
-
-
 def gpupool_wrote(obj: Any, annotation: str) -> bool:
     """The value of `annotation` on `obj` is gpupool's: its field manager owns the key."""
-    return gpupool_owns(obj, *_annotation(annotation))
+    return gpupool_owns(obj, *annotation_path(annotation))
 
 
-def not_written(obj: Any, annotation: str) -> str:
-    """What is wrong with gpupool's `annotation` on `obj` that gpupool did not write: for a
-    `forged-state` report."""
+def not_written(obj: Any, annotation: str, trusted: Iterable[str] = (C.FIELD_MANAGER,)) -> str:
+    """What is wrong with gpupool's `annotation` on `obj` that no manager of `trusted` wrote:
+    for a `forged-state` report."""
     value = str((obj.metadata.annotations or {}).get(annotation))
     value = value if len(value) <= 80 else value[:77] + "..."
-    who = sorted(field_managers(obj, *_annotation(annotation)))
+    who = sorted(field_managers(obj, *annotation_path(annotation)))
     by = f"field manager {', '.join(who)}" if who else "no field manager on record"
-    return f"{annotation} {value!r} was not written by gpupool ({by}, not {C.FIELD_MANAGER})"
+    return f"{annotation} {value!r} was not written by gpupool ({by}, not {', '.join(trusted)})"
 
 
 def _suspended_by_us(j: Any) -> bool:

@@ -1,7 +1,8 @@
 """Pods: what each GPU pod requests and holds, how it is admitted (scheduling gates,
 gpupool's `admitted` annotation), its reservations and its gang, read into `Workload`s. Which
 cards a pod holds comes from its node's `GpuNodeState` `status.pods`, else its `gpupool.io/gpus`
-annotation, else a guess (see `reconciler/observe/kube.py`).
+annotation where the node agent wrote it (`reconciler/observe/trust.py`; anyone else's makes a
+bound pod's cards unknown), else a guess (see `reconciler/observe/kube.py`).
 
 gpupool's own state on a pod (`GPUPOOL_STATE`: admitted, reserved, intended cards) is believed
 only where gpupool wrote it: the API server names gpupool's field manager as the owner of that
@@ -39,7 +40,7 @@ from reconciler.observe.kube_common import (
     _who,
     _why,
 )
-from reconciler.observe.kube_owners import Owners, gpupool_wrote, not_written
+from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -49,6 +50,7 @@ from reconciler.observe.model import (
     Workload,
     parse_allocation,
 )
+from reconciler.observe.trust import GPUS_WRITERS, annotation_path, gpus_believed
 
 Holding = tuple[Any, Request, list[Allocation] | None]
 """A GPU pod, its request, and the cards it is known to hold (None: not known)."""
@@ -60,7 +62,8 @@ only where its field manager owns the annotation (`believed`)."""
 
 def believed(p: Any, nodes: dict[str, Node]) -> Any:
     """The pod as observation may believe it: `p` itself, or a copy without the annotations of
-    `GPUPOOL_STATE` that gpupool did not write, nor an admission to a node not in `nodes`. `p`
+    `GPUPOOL_STATE` that gpupool did not write (but an admission the API server already
+    enforces, `_in_force`, is kept), nor an admission to a node not in `nodes`. `p`
     is not changed (it may be the watch cache's object). On a pod not bound yet, where they
     decide what it holds or is owed, what was left out is reported (`forged-state`, one report
     per pod); a bound pod's are dropped quietly: nothing reads them there (a pod bound to a
@@ -68,9 +71,15 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     manager still carry them."""
     ann = p.metadata.annotations or {}
     bound = bool(p.spec.node_name)
-    drop = [k for k in GPUPOOL_STATE if k in ann and not gpupool_wrote(p, k)]
-    why = [not_written(p, k) for k in drop]
     admitted = ann.get(C.ADMITTED_ANN)
+    drop = [
+        k
+        for k in GPUPOOL_STATE
+        if k in ann
+        and not gpupool_wrote(p, k)
+        and not (k == C.ADMITTED_ANN and not bound and admitted in nodes and _in_force(p, admitted))
+    ]
+    why = [not_written(p, k) for k in drop]
     if admitted and C.ADMITTED_ANN not in drop and not bound and admitted not in nodes:
         drop.append(C.ADMITTED_ANN)
         why.append(f"{C.ADMITTED_ANN} names node {str(admitted)[:80]!r}, which does not exist")
@@ -88,6 +97,35 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     out = copy.copy(p)
     out.metadata = meta
     return out
+
+
+def _in_force(p: Any, node: str) -> bool:
+    """The API server already enforces an admission of the unbound pod `p` to `node`, whoever
+    wrote the annotation: it has no scheduling gate and its required node affinity allows only
+    `node` (gpupool's pin), so kube-scheduler binds it there and nowhere else. Such an admission
+    is believed without gpupool's field manager on record: an admission made before gpupool
+    named its field manager (docs/operations.md, "Upgrading"), or a pod its owner pinned and
+    ungated itself, which goes there all the same."""
+    return not p.spec.scheduling_gates and _pinned_node(p) == node
+
+
+def _pinned_node(p: Any) -> str | None:
+    """The one node the pod's required node affinity allows, where every term requires
+    `metadata.name In [that node]` (the pin gpupool's admission writes); else None."""
+    aff = p.spec.affinity
+    na = aff.node_affinity if aff else None
+    req = na.required_during_scheduling_ignored_during_execution if na else None
+    found: set[str] = set()
+    for term in (req.node_selector_terms if req else None) or []:
+        pins = [
+            tuple(f.values or ())
+            for f in term.match_fields or []
+            if f.key == "metadata.name" and f.operator == "In"
+        ]
+        if len(pins) != 1 or len(pins[0]) != 1:
+            return None
+        found.add(str(pins[0][0]))
+    return found.pop() if len(found) == 1 else None
 
 
 def pod_holdings(
@@ -345,12 +383,25 @@ def _known_allocations(
     p: Any, node_pods: dict[str, list[Allocation]] | None
 ) -> list[Allocation] | None:
     """What the node agent says the pod holds; the annotation only where the agent publishes
-    no pods; None when neither says."""
+    no pods, and only where the agent's field manager wrote it (`trust.gpus_believed`); None
+    when neither says. A bound pod's annotation anyone else wrote makes its cards unknown:
+    an empty list (the planner's `allocation-unknown`: it may hold any card of its node, and
+    those are fenced), with a `forged-state` report. (An unbound pod holds nothing, whatever
+    its annotation says: `_workload`.)"""
     if node_pods is not None:
         return node_pods.get(f"{p.metadata.namespace}/{p.metadata.name}")
     ann = (p.metadata.annotations or {}).get(C.GPUS_ANN)
     if not ann:
         return None
+    if p.spec.node_name and not gpus_believed(field_managers(p, *annotation_path(C.GPUS_ANN))):
+        _unreadable(
+            "Pod",
+            p.metadata.namespace,
+            p.metadata.name,
+            f"forged-state: {not_written(p, C.GPUS_ANN, sorted(GPUS_WRITERS))}; which cards "
+            "it holds is unknown: it counts as holding any card of its node it may",
+        )
+        return []
     try:
         return parse_allocation(ann)
     except ValueError:  # pydantic's ValidationError is one too

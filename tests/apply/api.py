@@ -303,7 +303,8 @@ class ApiWorld:
             meta["ownerReferences"] = [
                 self._owner_reference(o.kind, o.name, o.controller) for o in s.owners
             ]
-        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec})
+        kw = {"field_manager": s.annotated_by} if s.annotated_by else {}
+        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec}, **kw)
         phase = s.phase or ("Running" if s.node else "Pending")
         if phase != "Pending":  # what the kubelet would report
             ready = "True" if phase == "Running" else "False"

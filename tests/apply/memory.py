@@ -148,6 +148,18 @@ class _Pod:
     conditions: list[PodCondition] = field(default_factory=list)
     owner_kind: str = ""
     owner_name: str = ""
+    writers: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Annotation key -> the field managers that own it (`PodInfo.annotation_writers`)."""
+
+    def annotate(self, annotations: dict[str, str | None]) -> None:
+        """A merge patch of its annotations by gpupool (`KubeOps` names its field manager):
+        gpupool then owns each key it set; a removed key has no owner."""
+        self.annotations = merge(self.annotations, annotations)
+        for k, v in annotations.items():
+            if v is None:
+                self.writers.pop(k, None)
+            else:
+                self.writers[k] = frozenset({C.FIELD_MANAGER})
 
 
 def pinned(terms: list[dict], node: str) -> list[dict]:
@@ -288,11 +300,13 @@ class MemoryCluster:
         terms: list[dict] | None = None,
         conditions: tuple[PodCondition, ...] = (),
         owner: tuple[str, str] | None = None,
+        annotated_by: str | None = None,
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
         required node affinity terms; `owner`: (kind, name) of its owner (the Job need not
-        exist: a pod outlives its deleted Job until the garbage collector catches up)."""
+        exist: a pod outlives its deleted Job until the garbage collector catches up);
+        `annotated_by`: the field manager that wrote its annotations (None: none on record)."""
         self._need_namespace(namespace)
         if node and gates:
             raise ApiError(
@@ -312,6 +326,9 @@ class MemoryCluster:
             copy.deepcopy(list(terms or [])),
             list(conditions),
             *(owner or ("", "")),
+            writers={k: frozenset({annotated_by}) for k in annotations or {}}
+            if annotated_by
+            else {},
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:
@@ -441,6 +458,7 @@ class MemoryCluster:
             conditions=tuple(p.conditions),
             owner_kind=p.owner_kind,
             owner_name=p.owner_name,
+            annotation_writers=dict(p.writers),
         )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -461,7 +479,7 @@ class MemoryCluster:
             p = self.pods.get((namespace, name))
             if p is None:
                 raise not_found("pods", name)
-            p.annotations = merge(p.annotations, annotations)
+            p.annotate(annotations)
 
         self._run(
             "annotate_pod", patch, namespace=namespace, name=name, annotations=dict(annotations)
@@ -485,7 +503,7 @@ class MemoryCluster:
                 )
             p.gates = [g for g in p.gates if g != C.ADMISSION_GATE]
             p.terms = terms
-            p.annotations = merge(p.annotations, annotations)
+            p.annotate(annotations)
 
         self._run(
             "admit_pod",

@@ -723,6 +723,8 @@ UNFLAGGED = True
 test_a_step_that_wrote_says_so)."""
 WITH_ENTRY_CM = ConfigMap(MIG_CM, {"config.yaml": WITH_ENTRY})
 ON_GPU1 = {C.GPUS_ANN: "1"}
+AGENT = C.AGENT_FIELD_MANAGER
+"""The only field manager whose `gpupool.io/gpus` is believed (reconciler/observe/trust.py)."""
 BESIDE_CM = ConfigMap(MIG_CM, {"config.yaml": BESIDE_CM_TEXT})
 BESIDE_PARTITION = {"0": {"from": "whole", "to": "MIG[3g.40gb, 3g.40gb]"}}
 
@@ -775,14 +777,14 @@ MIG_ROWS = [
     Row(
         "mig/busy-by-annotation",
         MIG,
-        (CORDONED, job(annotations={C.GPUS_ANN: "0"})),
+        (CORDONED, job(annotations={C.GPUS_ANN: "0"}, annotated_by=AGENT)),
         "waiting",
         BUSY,
     ),
     Row(
         "mig/busy-mig-instance",
         MIG,
-        (CORDONED, job(annotations={C.GPUS_ANN: "1,0:4"})),
+        (CORDONED, job(annotations={C.GPUS_ANN: "1,0:4"}, annotated_by=AGENT)),
         "waiting",
         BUSY,
     ),
@@ -799,7 +801,7 @@ MIG_ROWS = [
     Row(
         "mig/terminating-gpu-pod-counts",
         MIG,
-        (CORDONED, job(annotations={C.GPUS_ANN: "0"}, deleting=True)),
+        (CORDONED, job(annotations={C.GPUS_ANN: "0"}, annotated_by=AGENT, deleting=True)),
         "waiting",
         BUSY,
     ),
@@ -807,27 +809,56 @@ MIG_ROWS = [
     Row(
         "mig/unknown-model-pod-on-other-gpu",
         MIG,
-        (CORDONED, job(annotations={C.GPUS_ANN: "1"})),
+        (CORDONED, job(annotations={C.GPUS_ANN: "1"}, annotated_by=AGENT)),
         "waiting",
         f"{BUSY} (a MIG mode change on an unknown GPU model resets every GPU of the node)",
     ),
     Row(
         "mig/ampere-mode-change-pod-on-other-gpu",
         MIG,
-        (Node(cordoned=True, annotations=OURS, labels=A100_LABELS), job(annotations=ON_GPU1)),
+        (
+            Node(cordoned=True, annotations=OURS, labels=A100_LABELS),
+            job(annotations=ON_GPU1, annotated_by=AGENT),
+        ),
         "waiting",
         f"{BUSY} (a MIG mode change on A100-SXM4-80GB resets every GPU of the node)",
     ),
     Row(
         "mig/ampere-mode-change-model-from-agent",
         MIG,
-        (CORDONED, NodeState(NODE, (gpu_status(0), gpu_status(1))), job(annotations=ON_GPU1)),
+        (
+            CORDONED,
+            NodeState(NODE, (gpu_status(0), gpu_status(1))),
+            job(annotations=ON_GPU1, annotated_by=AGENT),
+        ),
         "waiting",
         "on A100-SXM4-80GB resets every GPU",
     ),
     config_step(
         "mig/hopper-mode-change-pod-on-other-gpu",
-        (Node(cordoned=True, annotations=OURS, labels=H100_LABELS), job(annotations=ON_GPU1)),
+        (
+            Node(cordoned=True, annotations=OURS, labels=H100_LABELS),
+            job(annotations=ON_GPU1, annotated_by=AGENT),
+        ),
+    ),
+    # the same pod, its annotation written by someone else (a tenant; gpupool's controller,
+    # which never writes it): not believed, so the pod may hold card 0 too
+    *(
+        Row(
+            f"mig/hopper-mode-change-annotation-by-{who}",
+            MIG,
+            (
+                Node(cordoned=True, annotations=OURS, labels=H100_LABELS),
+                job(annotations=ON_GPU1, annotated_by=by),
+            ),
+            "waiting",
+            BUSY,
+        )
+        for who, by in (
+            ("the-client", None),
+            ("a-tenant", "kubectl-annotate"),
+            ("gpupool", "gpupool"),
+        )
     ),
     Row(
         "mig/ampere-layout-change-pod-on-other-gpu",
@@ -835,7 +866,7 @@ MIG_ROWS = [
         (
             Node(cordoned=True, annotations=OURS, labels=A100_LABELS),
             NodeState(NODE, (gpu_status(0, mig=["1g.10gb"] * 7), gpu_status(1))),
-            job(annotations=ON_GPU1),
+            job(annotations=ON_GPU1, annotated_by=AGENT),
         ),
         "waiting",
         f"config {config_name(render_mig_parted(MIG_LAYOUT))} written",
@@ -847,7 +878,7 @@ MIG_ROWS = [
         MIG_LAYOUT,
         (
             Node(cordoned=True, annotations=OURS, labels=A100_LABELS),
-            job(annotations={C.GPUS_ANN: "0:0"}),
+            job(annotations={C.GPUS_ANN: "0:0"}, annotated_by=AGENT),
         ),
         "waiting",
         BUSY,
@@ -928,7 +959,7 @@ MIG_ROWS = [
     Row(
         "mig/busy-but-label-set",
         MIG,
-        (mig_node("pending"), job(annotations={C.GPUS_ANN: "0"})),
+        (mig_node("pending"), job(annotations={C.GPUS_ANN: "0"}, annotated_by=AGENT)),
         "waiting",
         f"{C.MIG_STATE_LABEL}=pending",
     ),
@@ -1104,7 +1135,7 @@ MIG_ROWS = [
         MIG_BESIDE_MIG,
         (
             Node(cordoned=True, annotations=OURS, labels=H100_LABELS),
-            job(annotations={C.GPUS_ANN: "1:0"}),
+            job(annotations={C.GPUS_ANN: "1:0"}, annotated_by=AGENT),
         ),
         "waiting",
         f"config {PART_NAME} written",
@@ -1173,14 +1204,14 @@ SHARING_ROWS = [
     Row(
         "set-sharing/busy",
         SHARING,
-        (CORDONED, job(annotations={C.GPUS_ANN: "1/2"})),
+        (CORDONED, job(annotations={C.GPUS_ANN: "1/2"}, annotated_by=AGENT)),
         "waiting",
         BUSY,
     ),
     Row(
         "set-sharing/other-gpu-busy",
         SHARING,
-        (CORDONED, MIG_ON_GPU0, job(annotations={C.GPUS_ANN: "0:0"})),
+        (CORDONED, MIG_ON_GPU0, job(annotations={C.GPUS_ANN: "0:0"}, annotated_by=AGENT)),
         "waiting",
         SHARING_PROPAGATING,
         WRITES_CONFIG,
@@ -1257,7 +1288,7 @@ SHARING_ROWS = [
         (
             sharing_node(mark=(SHARING_NAME, 151)),
             SHARING_CM_WITH_KEY,
-            job(annotations={C.GPUS_ANN: "1/2"}),
+            job(annotations={C.GPUS_ANN: "1/2"}, annotated_by=AGENT),
         ),
         "waiting",
         BUSY,
@@ -1327,9 +1358,22 @@ SHARING_ROWS = [
         check=unshared_by_default,
     ),
     Row(
+        "set-sharing/unshare-busy-annotation-by-a-tenant",
+        UNSHARE,
+        (
+            sharing_node(label=SHARING_NAME, allocatable=SHARED_4),
+            job(annotations={C.GPUS_ANN: "3"}, annotated_by="kubectl-annotate"),
+        ),
+        "waiting",
+        BUSY,
+    ),
+    Row(
         "set-sharing/unshare-busy",
         UNSHARE,
-        (sharing_node(label=SHARING_NAME, allocatable=SHARED_4), job(annotations=ON_GPU1)),
+        (
+            sharing_node(label=SHARING_NAME, allocatable=SHARED_4),
+            job(annotations=ON_GPU1, annotated_by=AGENT),
+        ),
         "waiting",
         BUSY,
     ),

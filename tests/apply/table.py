@@ -120,6 +120,9 @@ class Pod:
     """status.conditions besides what the kubelet or the scheduler would post."""
     owners: tuple[Owner, ...] = ()
     """Its ownerReferences, in order."""
+    annotated_by: str | None = None
+    """The field manager that wrote its annotations: None, the test client's own (on a server
+    `OpenAPI-Generator`; in memory none on record), which gpupool trusts for nothing."""
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -413,6 +416,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 terms=[dict(t) for t in s.affinity],
                 conditions=s.conditions,
                 owner=s.owner,
+                annotated_by=s.annotated_by,
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")

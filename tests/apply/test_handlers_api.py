@@ -59,6 +59,8 @@ API_ROWS = [
     "label-node/missing",
     "mig/not-cordoned",
     "mig/busy-by-annotation",
+    "mig/hopper-mode-change-pod-on-other-gpu",  # gpupool.io/gpus by the agent: believed
+    "mig/hopper-mode-change-annotation-by-the-client",  # by anyone else: the pod may be on gpu0
     "mig/gpu-pod-without-annotation",
     "mig/terminating-gpu-pod-counts",
     "mig/finished-gpu-pod",

@@ -23,7 +23,8 @@ from kubernetes import client
 from reconciler import conventions as C
 from reconciler.apply.kube import KubeOps
 from reconciler.observe.kube import observe_cluster
-from reconciler.observe.kube_owners import gpupool_owns, gpupool_wrote
+from reconciler.observe.kube_owners import field_managers, gpupool_owns, gpupool_wrote
+from reconciler.observe.trust import annotation_path, gpus_believed
 from reconciler.plan.actions import Admit
 from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.files import SourceFile
@@ -31,9 +32,10 @@ from reconciler.policy.loader import load
 from tests.support.wait import wait_for
 
 from .gating import gated_namespace, pod
-from .harness import DEPLOY, MERGE, controller, create_pod, docs
+from .harness import DEPLOY, MERGE, add_gpu_node, controller, create_pod, docs
 from .scenario import TEXT, base, seed_priority_classes
-from .world import World
+from .world import AGENT_SA, World
+from .world import NS as GPUPOOL_NS
 
 pytestmark = pytest.mark.kube
 
@@ -145,8 +147,8 @@ def annotate(api: client.CoreV1Api, ns: str, name: str, annotations: dict, **kw)
     )
 
 
-def claim(obj: client.V1Pod | client.V1Job, *path: str) -> dict:
-    """A patch that rewrites the object's managedFields so that gpupool's manager owns the
+def claim(obj: client.V1Pod | client.V1Job, *path: str, manager: str = C.FIELD_MANAGER) -> dict:
+    """A patch that rewrites the object's managedFields so that `manager` (gpupool's) owns the
     field at `path` (fieldsV1 keys), changing nothing else: what the API server keeps as sent
     when no field's value changes."""
     api = client.ApiClient()
@@ -157,7 +159,7 @@ def claim(obj: client.V1Pod | client.V1Job, *path: str) -> dict:
         node = node.setdefault(key, {})
     entries.append(
         {
-            "manager": C.FIELD_MANAGER,
+            "manager": manager,
             "operation": "Update",
             "apiVersion": obj.api_version or "v1",
             "fieldsType": "FieldsV1",
@@ -292,6 +294,96 @@ def test_only_the_controller_writes_gpupools_job_state(kube: World):
         "may not make gpupool the owner of spec.suspend",
     )
     assert not gpupool_owns(kube.batch.read_namespaced_job("train", ns), "f:spec", "f:suspend")
+
+
+def agent_may_patch_pods(kube: World, ns: str) -> None:
+    """What an install whose node agents annotate pods grants them (the shipped RBAC does not:
+    the agent publishes status.pods instead): `patch` on pods in `ns`."""
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    rbac.create_namespaced_role(
+        ns,
+        {
+            "metadata": {"name": "agent-annotates"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": "agent-annotates"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "agent-annotates",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": GPUPOOL_NS}],
+        },
+    )
+
+
+def test_only_the_node_agent_writes_a_pods_gpus(kube: World):
+    """`gpupool.io/gpus` (which cards a pod holds, where the agent publishes no pods): a
+    tenant may neither write it on its pods nor make the agent's field manager its owner; the
+    node agent's ServiceAccount writes it, under `gpupool-agent`, on pods bound to its own
+    node only; what it wrote is believed (reconciler/observe/trust.py)."""
+    sim = add_gpu_node(kube, "h100-fs1", count=4)
+    ns = kube.new_namespace("forged")
+    create_pod(kube, ns, "one", node="h100-fs1", gpus=1, pool=None, cls=None)
+    far = pod("far", limits={C.GPU_RESOURCE: "1"}, pool=NOWHERE)
+    far["spec"]["nodeName"] = "h100-elsewhere"  # bound to another node (no kubelet runs it)
+    kube.core.create_namespaced_pod(ns, far)
+    # a value someone wrote before the policy was installed
+    annotate(kube.core, ns, "far", {C.GPUS_ANN: "0"}, field_manager=OTHER)
+    install_policy(kube)
+    agent_may_patch_pods(kube, ns)
+    core = client.CoreV1Api(tenant(kube, ns))
+    refused(
+        lambda **kw: annotate(core, ns, "one", {C.GPUS_ANN: "3"}, **kw),
+        f"only the gpupool controller may write {C.GPUS_ANN}",
+    )
+    forged = pod("forged", limits={C.GPU_RESOURCE: "1"}, pool=NOWHERE)
+    forged["metadata"]["annotations"] = {C.GPUS_ANN: "0"}
+    refused(
+        lambda **kw: core.create_namespaced_pod(ns, forged, **kw),
+        f"may write {C.GPUS_ANN}",
+    )
+    # the agent of h100-fs1 writes it on its node's pod, not on another node's
+    agent = client.CoreV1Api(sim.agent_client())
+    wait_for(
+        "the agent's pod RBAC",
+        lambda: annotate(agent, ns, "one", {C.GPUS_ANN: "0"}, field_manager=C.AGENT_FIELD_MANAGER),
+        timeout=20,
+        ignore=(client.ApiException,),
+    )
+    p = kube.core.read_namespaced_pod("one", ns)
+    assert p.metadata.annotations[C.GPUS_ANN] == "0"
+    assert gpus_believed(field_managers(p, *annotation_path(C.GPUS_ANN)))
+    refused(
+        lambda **kw: annotate(
+            agent, ns, "far", {C.GPUS_ANN: "1"}, field_manager=C.AGENT_FIELD_MANAGER, **kw
+        ),
+        f"may write {C.GPUS_ANN}",
+    )
+    # once there, the tenant can neither change nor remove it
+    refused(
+        lambda **kw: annotate(core, ns, "one", {C.GPUS_ANN: None}, **kw),
+        f"may write {C.GPUS_ANN}",
+    )
+    # nor claim the leftover value for the agent's field manager
+    far_now = core.read_namespaced_pod("far", ns)
+    assert not gpus_believed(field_managers(far_now, *annotation_path(C.GPUS_ANN)))
+    refused(
+        lambda **kw: core.patch_namespaced_pod(
+            "far",
+            ns,
+            claim(far_now, *annotation(C.GPUS_ANN), manager=C.AGENT_FIELD_MANAGER),
+            _content_type=MERGE,
+            **kw,
+        ),
+        f"may not make gpupool the owner of {C.GPUS_ANN}",
+    )
+    far_now = kube.core.read_namespaced_pod("far", ns)
+    assert not gpus_believed(field_managers(far_now, *annotation_path(C.GPUS_ANN)))
 
 
 # ---------------------------------------------------------------- what observation believes

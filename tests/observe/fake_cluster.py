@@ -279,6 +279,7 @@ def base() -> Cluster:
                 node_name="a100-2",
                 limits={C.GPU_RESOURCE: "1"},
                 annotations={C.GPUS_ANN: "0"},
+                managed_fields=[managed(C.GPUS_ANN, manager=C.AGENT_FIELD_MANAGER)],
             ),
             pod("team-a", "waiting", limits={C.GPU_RESOURCE: "2"}, gated=True),
             pod(

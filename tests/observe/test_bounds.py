@@ -153,6 +153,22 @@ def k8s_node(name: str, gpus: str = "8", allocatable: dict | None = None) -> cli
     )
 
 
+def agent_wrote_gpus(annotations: dict | None) -> list | None:
+    """The managedFields entry of the node agent's `gpupool.io/gpus` (the one writer gpupool
+    believes, reconciler/observe/trust.py), where the pod carries one."""
+    if C.GPUS_ANN not in (annotations or {}):
+        return None
+    return [
+        client.V1ManagedFieldsEntry(
+            manager=C.AGENT_FIELD_MANAGER,
+            operation="Update",
+            api_version="v1",
+            fields_type="FieldsV1",
+            fields_v1={"f:metadata": {"f:annotations": {f"f:{C.GPUS_ANN}": {}}}},
+        )
+    ]
+
+
 def k8s_pod(
     namespace: str,
     name: str,
@@ -179,6 +195,7 @@ def k8s_pod(
             labels=labels,
             owner_references=refs,
             creation_timestamp=created,
+            managed_fields=agent_wrote_gpus(annotations),
         ),
         spec=client.V1PodSpec(
             containers=containers(limits),

@@ -157,7 +157,13 @@ def test_forged_intended_cards_are_not_believed():
     """gpupool admitted the pod, then someone rewrote the cards meant for it: the rewritten
     hint is not followed (on a full node it would make the pod collide with others and get
     their cards fenced); the pod holds the first free cards of its node."""
-    bound = raw_pod("neighbour", ns="team-b", node="a100-1", annotations={C.GPUS_ANN: "0,1"})
+    bound = raw_pod(
+        "neighbour",
+        ns="team-b",
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1"},
+        managed=[owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN)],
+    )
     p = raw_pod(
         "ours",
         annotations={C.ADMITTED_ANN: "a100-1", C.INTENDED_GPUS_ANN: "6,7"},
@@ -214,7 +220,10 @@ def test_a_bound_pods_unverified_state_is_dropped_quietly():
         "running",
         node="a100-1",
         annotations={C.ADMITTED_ANN: "a100-1", C.RESERVED_ANN: "a100-1:0,1", C.GPUS_ANN: "0,1"},
-        managed=[owned("OpenAPI-Generator", C.ADMITTED_ANN, C.RESERVED_ANN)],
+        managed=[
+            owned("OpenAPI-Generator", C.ADMITTED_ANN, C.RESERVED_ANN),
+            owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN),
+        ],
     )
     ws, found = observe(p)
     w = ws["running"]
@@ -248,3 +257,192 @@ def test_a_forged_admission_holds_no_cards_in_the_plan():
     assert {(f.code, f.subject) for f in p.findings if "forged-state" in f.message} == {
         ("unreadable-object", "Pod team-b/squat")
     }
+
+
+# ---------------------------------------------------------------- gpupool.io/gpus
+
+
+@pytest.mark.parametrize(
+    "managed",
+    [None, [owned(OTHER, C.GPUS_ANN)], [owned("gpupool", C.GPUS_ANN)]],
+    ids=["no-managed-fields", "a-tenant", "the-controller"],
+)
+def test_a_gpus_annotation_the_agent_did_not_write_leaves_the_cards_unknown(managed):
+    """On a node whose agent publishes no pods the annotation says which cards a bound pod
+    holds; written by anyone but the node agent (even gpupool's controller, which never writes
+    it) it is not believed: the pod's cards are unknown (empty: the planner counts it as
+    holding any card of its node), with a `forged-state` report naming the trusted writer."""
+    p = raw_pod("run", node="a100-1", annotations={C.GPUS_ANN: "0,1"}, managed=managed)
+    ws, found = observe(p)
+    assert (ws["run"].phase, ws["run"].allocations) == ("Running", [])
+    msg = forged_reports(found)["Pod team-a/run"]
+    assert C.GPUS_ANN in msg and C.AGENT_FIELD_MANAGER in msg and "unknown" in msg
+
+
+def test_the_agents_gpus_annotation_is_believed():
+    p = raw_pod(
+        "run",
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1"},
+        managed=[owned("OpenAPI-Generator"), owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN)],
+    )
+    ws, found = observe(p)
+    assert ([a.gpu for a in ws["run"].allocations], found) == ([0, 1], [])
+
+
+def test_an_unbound_pods_forged_gpus_annotation_is_ignored_quietly():
+    """A pending pod holds nothing whatever its annotation says: nothing to report."""
+    p = raw_pod("wait", gated=True, annotations={C.GPUS_ANN: "0,1"}, managed=[owned(OTHER)])
+    ws, found = observe(p)
+    assert (ws["wait"].allocations, found) == ([], [])
+
+
+def test_a_forged_gpus_annotation_cannot_steer_the_plan():
+    """team-b's 4-card pod runs on a100-1, and an annotation it wrote itself says it holds
+    cards 0-3 (which cards the kubelet gave it nobody but the kubelet knows). Believed, cards
+    4-7 looked free and team-a's gated 4-card pod was admitted there, onto cards team-b may
+    hold; now its cards are unknown, every card it may hold is fenced, and team-a's pod waits.
+    (A count that is short, "0" for 8 cards, was already fenced as `allocation-unknown`.)"""
+    squatter = raw_pod(
+        "hide",
+        ns="team-b",
+        gpus=4,
+        cls=HIGH,
+        node="a100-1",
+        annotations={C.GPUS_ANN: "0,1,2,3"},
+        managed=[owned(OTHER, C.GPUS_ANN)],
+    )
+    real = raw_pod("train", gpus=4, cls=HIGH, gated=True, created=NOW)
+    ws, found = observe(squatter, real)
+    text = desired()
+    fill = job("team-b", "fill", "a100-2", 8, HIGH)
+    observed = snapshot(NOW, two_nodes(), [fill, *ws.values()], unreadable=found, **_objects(text))
+    p = plan(load([SourceFile("desired.yaml", text)]), observed)
+    admits = {pa.name: pa.node for a in p.actions if isinstance(a, Admit) for pa in a.pods}
+    assert admits == {}, admits
+    codes = {(f.code, f.subject) for f in p.findings}
+    assert ("allocation-unknown", "team-b/hide") in codes, codes
+    assert ("unreadable-object", "Pod team-b/hide") in codes, codes
+
+
+# ---------------------------------------------------------------- upgrading
+
+
+def pinned(p: client.V1Pod, node: str) -> client.V1Pod:
+    """What gpupool's admission patch does besides the annotations: the pod pinned to `node`
+    (required node affinity on metadata.name) and its scheduling gate removed."""
+    p.spec.scheduling_gates = None
+    p.spec.affinity = client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+                node_selector_terms=[
+                    client.V1NodeSelectorTerm(
+                        match_fields=[
+                            client.V1NodeSelectorRequirement(
+                                key="metadata.name", operator="In", values=[node]
+                            )
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+    return p
+
+
+def upgrade_plan(*pods: client.V1Pod) -> tuple[dict[str, Workload], dict[str, str], list]:
+    """One cycle over a100-1 (empty) and a100-2 (full of work nobody may stop): the pods'
+    workloads, what was admitted where, and the plan's findings."""
+    ws, found = observe(*pods)
+    text = desired()
+    fill = job("team-b", "fill", "a100-2", 8, HIGH)
+    observed = snapshot(NOW, two_nodes(), [fill, *ws.values()], unreadable=found, **_objects(text))
+    p = plan(load([SourceFile("desired.yaml", text)]), observed)
+    admits = {pa.name: pa.node for a in p.actions if isinstance(a, Admit) for pa in a.pods}
+    return ws, admits, p.findings
+
+
+OLD_MANAGER = "OpenAPI-Generator"  # what a patch without ?fieldManager= records (the client's)
+
+
+def test_an_admission_made_before_the_field_manager_was_named_is_kept_on_upgrade():
+    """Upgrade: team-b's 4-card pod was admitted to a100-1 by an older controller, whose
+    patches named no field manager; kube-scheduler has not bound it yet. Its annotation is not
+    gpupool's on record, but the admission is in force at the API server (ungated, pinned to
+    a100-1: kube-scheduler binds it there and nowhere else), so it keeps holding 4 cards: the
+    8-card gated pod that follows is not admitted onto them (before: dropped as forged, the
+    plan admitted the 8-card pod onto all of a100-1, double-booking it)."""
+    old = pinned(
+        raw_pod(
+            "old",
+            ns="team-b",
+            gpus=4,
+            cls=HIGH,
+            annotations={C.ADMITTED_ANN: "a100-1", C.INTENDED_GPUS_ANN: "4,5,6,7"},
+            managed=[owned(OLD_MANAGER, C.ADMITTED_ANN, C.INTENDED_GPUS_ANN)],
+        ),
+        "a100-1",
+    )
+    big = raw_pod("big", gpus=8, cls=HIGH, gated=True, created=NOW)
+    small = raw_pod("small", gpus=4, cls=HIGH, gated=True, created=NOW)
+    ws, admits, findings = upgrade_plan(old, big)
+    assert (ws["old"].admission, ws["old"].node, len(ws["old"].allocations)) == (
+        "admitted",
+        "a100-1",
+        4,
+    )
+    assert admits == {}, admits  # 4 cards are free, the 8-card pod waits
+    # the cards meant for it are a hint an older controller wrote: not followed, reported
+    forged = {f.subject: f.message for f in findings if "forged-state" in f.message}
+    assert set(forged) == {"Pod team-b/old"} and C.INTENDED_GPUS_ANN in forged["Pod team-b/old"]
+    assert C.ADMITTED_ANN + " 'a100-1' was not" not in forged["Pod team-b/old"]
+    # a 4-card pod fits beside it: admitted onto the other four cards, never the same ones
+    ws, admits, _ = upgrade_plan(old, small)
+    assert admits == {"small": "a100-1"}
+    held = {a.gpu for a in ws["old"].allocations}
+    p = plan(
+        load([SourceFile("desired.yaml", desired())]),
+        snapshot(
+            NOW,
+            two_nodes(),
+            [job("team-b", "fill", "a100-2", 8, HIGH), *ws.values()],
+            **_objects(desired()),
+        ),
+    )
+    [small_admit] = [pa for a in p.actions if isinstance(a, Admit) for pa in a.pods]
+    assert held.isdisjoint(small_admit.gpus), (held, small_admit.gpus)
+    # next cycle: kube-scheduler bound it, the agent publishes what the kubelet gave it
+    bound = raw_pod(
+        "old",
+        ns="team-b",
+        gpus=4,
+        cls=HIGH,
+        node="a100-1",
+        annotations={C.ADMITTED_ANN: "a100-1", C.GPUS_ANN: "0,1,2,3"},
+        managed=[
+            owned(OLD_MANAGER, C.ADMITTED_ANN),
+            owned(C.AGENT_FIELD_MANAGER, C.GPUS_ANN),
+        ],
+    )
+    ws, admits, findings = upgrade_plan(bound, big)
+    assert [a.gpu for a in ws["old"].allocations] == [0, 1, 2, 3] and admits == {}
+    assert not [f for f in findings if "forged-state" in f.message]
+
+
+def test_an_old_admission_not_in_force_is_dropped_and_the_pod_readmitted():
+    """An admission annotation from before the upgrade on a pod that is still gated (or not
+    pinned to that node) is not in force at the API server: dropped with a report, the pod
+    is demand again and gpupool admits it anew under its own field manager."""
+    stale = raw_pod(
+        "stale",
+        gpus=4,
+        cls=HIGH,
+        gated=True,
+        created=NOW,
+        annotations={C.ADMITTED_ANN: "a100-1"},
+        managed=[owned(OLD_MANAGER, C.ADMITTED_ANN)],
+    )
+    ws, admits, findings = upgrade_plan(stale)
+    assert ws["stale"].admission == "gpupool"
+    assert admits == {"stale": "a100-1"}
+    assert {f.subject for f in findings if "forged-state" in f.message} == {"Pod team-a/stale"}

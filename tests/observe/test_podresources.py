@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from reconciler.conventions import GPUS_ANN
+from reconciler.conventions import AGENT_FIELD_MANAGER, GPUS_ANN
 from reconciler.loop.agent import run_once
 from reconciler.observe.agent import pod_gpus
 from reconciler.observe.kube import observe_cluster, published_pods
@@ -291,10 +291,21 @@ def test_annotation_is_the_fallback_where_the_agent_publishes_no_pods(kube):
     create_pod(kube, ns, "one", node="h100-pr3", gpus=1, pool=None, cls=None)
     run_once(sim.agent_client(), "h100-pr3", nvml=sim.gpus.nvml)  # an agent without the socket
     assert "pods" not in _node_state(kube, "h100-pr3")["status"]
+    # written by anyone but the node agent's field manager (here the test's client): not
+    # believed, the pod's cards are unknown (it holds any card of its node, fenced in the plan)
     kube.core.patch_namespaced_pod(
         "one", ns, {"metadata": {"annotations": {GPUS_ANN: "3"}}}, _content_type=MERGE
     )
-    assert _allocs(kube, ns) == {"one": [Allocation(gpu=3)]}
+    assert _allocs(kube, ns) == {"one": []}
+    # as the agent writes it (gpupool-agent): believed
+    kube.core.patch_namespaced_pod(
+        "one",
+        ns,
+        {"metadata": {"annotations": {GPUS_ANN: "2"}}},
+        _content_type=MERGE,
+        field_manager=AGENT_FIELD_MANAGER,
+    )
+    assert _allocs(kube, ns) == {"one": [Allocation(gpu=2)]}
 
 
 def test_published_pods_is_lenient_with_newer_agents():

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from reconciler import conventions as C
 from reconciler.cli import main
 from reconciler.observe import kube
 from reconciler.observe.builders import gpu, node, snapshot
@@ -438,14 +439,28 @@ def test_adapter_ignores_the_old_shared_slices_annotation():
 
 @pytest.mark.parametrize("annotation", ["a,b", "0:9", "1/-2", "0:x"])
 def test_adapter_ignores_an_unreadable_gpus_annotation(annotation):
+    agent = {
+        "manager": C.AGENT_FIELD_MANAGER,
+        "fieldsV1": {"f:metadata": {"f:annotations": {"f:gpupool.io/gpus": {}}}},
+    }
     pod = SimpleNamespace(
         metadata=SimpleNamespace(
-            namespace="a", name="p", annotations={"gpupool.io/gpus": annotation}
-        )
+            namespace="a",
+            name="p",
+            annotations={"gpupool.io/gpus": annotation},
+            managed_fields=[agent],
+        ),
+        spec=SimpleNamespace(node_name="n1"),
     )
     assert kube._known_allocations(pod, None) is None
     good = SimpleNamespace(
-        metadata=SimpleNamespace(namespace="a", name="p", annotations={"gpupool.io/gpus": "0,2:4"})
+        metadata=SimpleNamespace(
+            namespace="a",
+            name="p",
+            annotations={"gpupool.io/gpus": "0,2:4"},
+            managed_fields=[agent],  # the node agent wrote it: believed
+        ),
+        spec=SimpleNamespace(node_name="n1"),
     )
     assert kube._known_allocations(good, None) == [
         Allocation(gpu=0),

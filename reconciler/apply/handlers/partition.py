@@ -29,8 +29,9 @@ from reconciler.apply.configs import (
     yaml_text,
 )
 from reconciler.apply.handlers.base import Context, Outcome, _node, handles, parse_time
-from reconciler.apply.port import NodeInfo
+from reconciler.apply.port import NodeInfo, PodInfo
 from reconciler.observe.model import parse_allocation
+from reconciler.observe.trust import gpus_believed
 from reconciler.plan.actions import MigReconfigure, Repartition, SetSharing
 from reconciler.policy.catalog import MigModeChange, default_catalog
 
@@ -39,7 +40,8 @@ def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
     """GPU pods on the node that hold one of those cards. Which card a pod holds comes from the
     node agent's `GpuNodeState` `status.pods` (the kubelet's PodResources, as the agent read it);
     a GPU pod it does not list (started since, or an agent that publishes no pods) falls back to
-    the `gpupool.io/gpus` annotation, and without that counts as holding every card."""
+    the `gpupool.io/gpus` annotation where the node agent wrote it (`_annotated_cards`), and
+    without that counts as holding every card."""
     state = ctx.ops.read_node_state(node) or {}
     published = (state.get("status") or {}).get("pods")
     held_by: dict[str, set[int]] = {}
@@ -52,14 +54,24 @@ def _gpus_busy(ctx: Context, node: str, gpus: frozenset[int]) -> list[str]:
             continue
         held = held_by.get(p.key)
         if held is None:
-            ann = p.annotations.get(C.GPUS_ANN)
-            try:
-                held = {x.gpu for x in parse_allocation(ann)} if ann else None
-            except ValueError:  # unreadable (a tenant's "all"): it may hold any card
-                held = None
+            held = _annotated_cards(p)
         if held is None or held & gpus:
             busy.append(p.key)
     return sorted(busy)
+
+
+def _annotated_cards(p: PodInfo) -> set[int] | None:
+    """The cards the pod's `gpupool.io/gpus` says it holds; None (it may hold any card) when it
+    has none, when it is unreadable (a tenant's "all"), or when the node agent did not write it
+    (`trust.gpus_believed`: anyone who may update the pod could otherwise free a card under
+    it for a repartition)."""
+    ann = p.annotations.get(C.GPUS_ANN)
+    if not ann or not gpus_believed(p.annotation_writers.get(C.GPUS_ANN, ())):
+        return None
+    try:
+        return {x.gpu for x in parse_allocation(ann)}
+    except ValueError:
+        return None
 
 
 def _put_named_config(ctx: Context, config_map: str, key: str, spec: dict) -> bool:
