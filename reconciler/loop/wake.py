@@ -57,7 +57,7 @@ class Directions:
 
 class RememberedSource:
     """The desired-state source with its last snapshot kept: the wake reads the policies the
-    last cycle read (never a fetch of its own), loaded once per snapshot."""
+    last cycle read (never a fetch of its own), loaded once per revision."""
 
     def __init__(self, source: Any):
         self.inner = source
@@ -77,13 +77,15 @@ class RememberedSource:
         """The desired state of the last snapshot a cycle read; None before one, or when it
         does not load (the cycle reports why)."""
         snap = self._snap
-        with self._lock:
-            if snap is not self._loaded[0]:
+        if snap is None:
+            return None
+        with self._lock:  # a revision names its content (a commit, a digest): loaded once
+            if snap.revision != self._loaded[0]:
                 try:
-                    d = load(snap.files, revision=snap.revision) if snap is not None else None
+                    d = load(snap.files, revision=snap.revision)
                 except Exception:  # noqa: BLE001 - the cycle says what is wrong with it
                     d = None
-                self._loaded = (snap, d)
+                self._loaded = (snap.revision, d)
             return self._loaded[1]
 
 

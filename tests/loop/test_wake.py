@@ -173,3 +173,21 @@ def test_no_url_no_poll():
     w = SignalWake(lambda: d, lambda: None, transport=prom, clock=lambda: NOW)
     w.put(svc(2, queue=0))
     assert not w.poll() and prom.asked == []
+
+
+def test_the_wake_reads_the_policies_of_the_last_snapshot_a_cycle_read(tmp_path):
+    from reconciler.loop.sources import DirectorySource
+    from reconciler.loop.wake import RememberedSource
+
+    (tmp_path / "policies").mkdir()
+    f = tmp_path / "policies" / "d.yaml"
+    f.write_text(desired(extra=scaling()))
+    src = RememberedSource(DirectorySource(tmp_path))
+    assert src.desired() is None  # no cycle has read it yet
+    src.read()
+    d = src.desired()
+    assert d is not None and "chat" in d.scaling and src.desired() is d  # loaded once
+    assert src.paths() == [tmp_path / "policies"]  # the source's own methods pass through
+    f.write_text("kind: [not a policy")
+    src.read()
+    assert src.desired() is None  # does not load: no wake (the cycle reports it)
