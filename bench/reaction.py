@@ -280,8 +280,17 @@ class Background:
     """The threads around the controller: the node agents and NVIDIA stand-ins (settle,
     step), the training job's checkpoint stand-in, and the churn."""
 
-    def __init__(self, world: Any, churn_ns: str, train_ns: str, rate: float, life: float):
+    def __init__(
+        self,
+        world: Any,
+        churn_ns: str,
+        train_ns: str,
+        rate: float,
+        life: float,
+        mig_nodes: list[str],
+    ):
         self.world, self.churn_ns, self.train_ns = world, churn_ns, train_ns
+        self.mig_nodes = mig_nodes
         self.rate, self.life = rate, life
         self.stop = threading.Event()
         self.asked: dict[str, float] = {}  # victim -> when its checkpoint was asked (monotonic)
@@ -301,9 +310,16 @@ class Background:
                 self.stop.wait(0.5)
 
     def _settle(self) -> None:
+        """The node agents publish where cards changed hands (`World.settle` of
+        admission_openb's world); the NVIDIA stand-ins of the repartition nodes look at their
+        mounted ConfigMaps and step every round (the kubelet's propagation delay counts from
+        when the API server had the version; a stand-in that looked late would see it late)."""
+        sims = [self.world.nodes[n] for n in self.mig_nodes]
         while not self.stop.wait(0.1):
             self.world.settle()
-            self.world.step_nodes()
+            for sim in sims:
+                sim.observe()
+                sim.step()
 
     def _checkpoints(self) -> None:
         """The training jobs checkpoint at once when asked; a victim's end is recorded."""
@@ -463,12 +479,20 @@ def run_size(binary: Path, n: int, args: argparse.Namespace) -> list[Case]:
         workdir = Path(tmp)
         try:
             plane, kubelets, world = start_cluster(binary, workdir, nodes)
-            serve_ns, churn_ns, train_ns, fill_ns = (gated_namespace(world) for _ in range(4))
+            serve_ns, churn_ns = (gated_namespace(world) for _ in range(2))
+            train_ns, fill_ns = "training", "fillers"  # pods bound where they run: not gated
+            for ns in (train_ns, fill_ns):
+                world.ensure_namespace(ns)
             write_policy(workdir / "policy", policy_text(nodes, [(c, serve_ns) for c in cases]))
-            bg = Background(world, churn_ns, train_ns, args.churn, args.churn_life)
+            bg = Background(
+                world, churn_ns, train_ns, args.churn, args.churn_life, nodes.get("repartition", [])
+            )
             if "preempt" in cases:
-                say(f"filling the {len(nodes['preempt'])} preempt node(s) with training")
+                t = time.monotonic()
                 fill(world, train_ns, nodes["preempt"], bg)
+                say(
+                    f"{len(nodes['preempt'])} preempt node(s) filled in {time.monotonic() - t:.0f}s"
+                )
             for c in cases.values():
                 world.apps.create_namespaced_deployment(serve_ns, deployment(c.name, c.limits))
             bg.start()
@@ -616,6 +640,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--limit", type=float, default=60.0, help="a trial's limit, s (default 60)")
     p.add_argument("--pause", type=float, default=1.0, help="between trials, s (default 1)")
+    p.add_argument("--log", metavar="FILE", help="the controller's log (INFO) goes here")
     p.add_argument("--smoke", action="store_true", help="4 nodes, 2 trials a case")
     args = p.parse_args(argv)
     if args.smoke:
@@ -635,6 +660,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.log:
+        handler = logging.FileHandler(args.log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logging.getLogger("gpupool").addHandler(handler)
+        logging.getLogger("gpupool").setLevel(logging.INFO)
     binary = cached_binary()
     if binary is None:
         print("skipped: no control-plane binary (scripts/build-control-plane.sh builds it)")
