@@ -159,12 +159,16 @@ class SignalWake:
         if desired is None or not desired.scaling:
             return False
         with self._lock:
-            observed = ObservedState(
-                observed_at=self.clock(),
-                services=list(self.services.values()),
-                signals=list(self.readings),
-            )
-            moved = self.directions.moved(target_directions(desired, observed))
+            try:
+                observed = ObservedState(
+                    observed_at=self.clock(),
+                    services=list(self.services.values()),
+                    signals=list(self.readings),
+                )
+                moved = self.directions.moved(target_directions(desired, observed))
+            except Exception as exc:  # noqa: BLE001 - a wake must never fail the loop
+                log.warning("signal check (%s): %s: %s", why, type(exc).__name__, exc)
+                return False
         if not moved or not wake:
             return False
         self.wakes += 1

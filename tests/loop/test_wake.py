@@ -191,3 +191,13 @@ def test_the_wake_reads_the_policies_of_the_last_snapshot_a_cycle_read(tmp_path)
     f.write_text("kind: [not a policy")
     src.read()
     assert src.desired() is None  # does not load: no wake (the cycle reports it)
+
+
+def test_a_check_that_fails_wakes_nothing_and_raises_nothing():
+    class Broken:
+        scaling = {"chat": object()}  # what no loader makes: the rule cannot be asked
+
+    woke: list[int] = []
+    w = SignalWake(lambda: Broken(), lambda: woke.append(1), clock=lambda: NOW)
+    w.put(svc(2, queue=60))
+    assert not w.check("test") and woke == []
