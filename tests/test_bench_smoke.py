@@ -163,6 +163,16 @@ def test_admission_openb_smoke(args, runs):
     assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
 
 
+@pytest.mark.kube
+def test_reaction_smoke():
+    """The reaction benchmark (issue 28): 4 nodes, the free and preempt cases, 2 trials each,
+    on the real control plane with the controller's real loop."""
+    binary = kcp_binary()
+    out = smoke("reaction.py", timeout=300, env={"KCP_BINARY": str(binary)})
+    rows = lines_after(out, r"^\| nodes \| case \| trials \| bound \| decision p50 / p99 s \|")
+    assert [r.split("|")[2].strip() for r in rows[1:3]] == ["free", "preempt"], rows[:3]
+
+
 def test_hostile_object_smoke():
     out = smoke("hostile_object.py")
     rows = lines_after(

@@ -99,6 +99,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         apply_config=apply_config,
         prometheus_url=args.prometheus_url,
         prometheus_timeout=args.prometheus_timeout,
+        signal_poll_seconds=args.signal_poll_interval,
     )
     ctl.full_plan_every = args.full_plan_every
     if args.once:
@@ -248,8 +249,27 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
         "--once", action="store_true", help="run one cycle and exit: 0 done, 1 it failed"
     )
     add_prometheus_args(p)
+    p.add_argument(
+        "--signal-poll-interval",
+        metavar="DURATION",
+        default="5s",
+        type=_poll_interval,
+        help="how often the ScalingPolicies' Prometheus queries are read between cycles, to "
+        "wake the loop when one crosses a threshold; 0 for off (default 5s)",
+    )
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
+
+
+def _poll_interval(text: str) -> float:
+    """argparse type of `--signal-poll-interval`: a duration from 0 (off) to 10m."""
+    try:
+        seconds = 0.0 if text.strip() == "0" else parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 <= seconds <= 600:
+        raise argparse.ArgumentTypeError("must be 0 (off) or a duration up to 10m")
+    return seconds
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:

@@ -110,6 +110,7 @@ class Controller:
         prometheus_url: str | None = None,
         prometheus_timeout: float = 5.0,
         prometheus_transport: Transport | None = None,
+        signal_poll_seconds: float = 5.0,
         status_report_timeout: float | tuple[float, float] = STATUS_REPORT_TIMEOUT,
     ):
         self.source = source
@@ -156,6 +157,10 @@ class Controller:
         self.prometheus_transport = prometheus_transport or urllib_transport
         self.status_report_timeout = status_report_timeout
         """Each request of a failed cycle's status write (`_report_error`)."""
+        self.signal_poll_seconds = signal_poll_seconds
+        """How often `run` reads the ScalingPolicies' Prometheus queries between cycles, to
+        wake the loop on a threshold crossing (`loop/wake.py`); 0: only the cycles read them."""
+        self.signal_wake: Any = None  # a SignalWake once `run` starts it
 
     def wake(self) -> None:
         """Start a cycle now (at most once per `wake_gap_seconds`) instead of at the end of
@@ -537,11 +542,29 @@ class Controller:
                 log.info("reconcile requested (%s)", seen)
                 self.wake()
 
+    def _start_signal_wake(self, stop: threading.Event) -> None:
+        """Wake the loop when a ScalingPolicy's signal crosses a threshold: a watch of the
+        inference workloads' queue annotations and a Prometheus poller (`loop/wake.py`). The
+        policies are those of the last snapshot a cycle read (`RememberedSource`)."""
+        from reconciler.loop.wake import RememberedSource, SignalWake
+
+        if not isinstance(self.source, RememberedSource):
+            self.source = RememberedSource(self.source)
+        self.signal_wake = SignalWake(
+            self.source.desired,
+            self._wake.set,
+            prometheus_url=self.prometheus_url,
+            prometheus_timeout=self.prometheus_timeout,
+            transport=self.prometheus_transport,
+            poll_seconds=self.signal_poll_seconds,
+            clock=self.clock,
+        ).start(self.api, stop)
+
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
-        """Cycle until `stop`, every `interval_seconds`; a change in a watched source, or a pod
+        """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
-        pod that stops holding cards), wakes the loop early, at most once per
-        `wake_gap_seconds`."""
+        pod that stops holding cards), or a scaling signal crossing a threshold
+        (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
         wake = self._wake
@@ -555,7 +578,9 @@ class Controller:
                 wake.set()
 
         self.cache = ClusterCache(self.api, on_pod_event=pod_event).start(stop)
+        self._start_signal_wake(stop)
         self.cache.wait_synced(30)
+        self.signal_wake.wait_synced(10)
 
         def watch() -> None:
             for _ in self.source.changes(stop):
@@ -573,6 +598,7 @@ class Controller:
             wake.clear()  # what woke the loop so far is seen by this cycle
             started = time.monotonic()
             result = self.cycle()
+            self.signal_wake.rebase()  # the cycle planned from these readings
             log.info(
                 "cycle: leader=%s revision=%s %s%s",
                 result.leader,

@@ -21,6 +21,7 @@ from reconciler.policy.models import (
     ScaleTarget,
     ScalingPolicy,
 )
+from reconciler.policy.quantity import format_duration
 from reconciler.policy.state import DesiredState
 
 QUEUE_LENGTH = "queueLength"
@@ -78,10 +79,10 @@ def utilization_query(policy: str, m: MaintenancePolicy) -> SignalQuery | None:
     )
 
 
-def signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
-    """Every query this cycle needs, in a stable order: per ScalingPolicy with source prometheus,
-    its observed targets' (a target not observed is a finding of its own, and reading its queue
-    would change nothing); per MaintenancePolicy reading utilization from Prometheus, one."""
+def scaling_signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
+    """The ScalingPolicies' queries, in a stable order: per policy with source prometheus, its
+    observed targets' (a target not observed is a finding of its own, and reading its queue
+    would change nothing). What the controller's signal poller runs between cycles."""
     services = {(s.kind, s.key) for s in observed.services}
     out: dict[str, SignalQuery] = {}
     for name in sorted(desired.scaling):
@@ -89,6 +90,13 @@ def signal_queries(desired: DesiredState, observed: ObservedState) -> list[Signa
         for t in pol.spec.targets:
             if (t.kind, f"{t.namespace}/{t.name}") in services:
                 out.update((q.id, q) for q in scaling_queries(name, pol, t))
+    return list(out.values())
+
+
+def signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
+    """Every query this cycle needs, in a stable order: the ScalingPolicies'
+    (`scaling_signal_queries`); per MaintenancePolicy reading utilization from Prometheus, one."""
+    out = {q.id: q for q in scaling_signal_queries(desired, observed)}
     for name in sorted(desired.maintenance):
         q = utilization_query(name, desired.maintenance[name])
         if q is not None:
@@ -163,6 +171,78 @@ def target_signals(
         else:
             out.wait_seconds = value
     out.evidence = tuple(evidence)
+    return out
+
+
+def per_replica(read: TargetSignals, replicas: int) -> float | None:
+    """The queue per replica (None when the queue is unknown)."""
+    return read.queue_length / max(replicas, 1) if read.queue_length is not None else None
+
+
+def scale_up_reasons(pol: ScalingPolicy, replicas: int, read: TargetSignals) -> list[str]:
+    """Why the signals ask `replicas` replicas for a scale-up (empty: they do not): the queue
+    per replica over scaleUp.queueLengthPerReplica, the p99 wait over scaleUp.pendingTime.
+    Bounds and cooldowns are the planner's (`stages/scaling.py`)."""
+    up = pol.spec.scale_up
+    per, wait = per_replica(read, replicas), read.wait_seconds
+    hot = []
+    if (
+        up.queue_length_per_replica is not None
+        and per is not None
+        and per > up.queue_length_per_replica
+    ):
+        hot.append(f"queue {per:g}/replica > {up.queue_length_per_replica:g}")
+    if up.pending_time is not None and wait is not None and wait > up.pending_time.total_seconds():
+        hot.append(
+            f"p99 wait {format_duration(wait)} > {format_duration(up.pending_time.total_seconds())}"
+        )
+    return hot
+
+
+def calm(pol: ScalingPolicy, replicas: int, read: TargetSignals) -> bool:
+    """The signals allow a scale-down: the queue per replica under
+    scaleDown.queueLengthPerReplica and every signal read (no reading is not calm)."""
+    per = per_replica(read, replicas)
+    return (
+        per is not None
+        and per < pol.spec.scale_down.queue_length_per_replica
+        and not (read.problems)
+    )
+
+
+UP, DOWN, HOLD = "up", "down", "hold"
+
+
+def direction(pol: ScalingPolicy, t: ScaleTarget, replicas: int, read: TargetSignals) -> str:
+    """Which way the signals push a target running `replicas` replicas, cooldowns aside: UP
+    (`scale_up_reasons`, below its maximum), DOWN (`calm`, above its minimum) or HOLD (the
+    signals change nothing; a count outside the bounds is brought inside them whatever the
+    signals say). The controller wakes a cycle when a reading moves a target to UP or DOWN."""
+    lo, hi = t.min_replicas, t.max_replicas
+    if not lo <= replicas <= hi:
+        return HOLD
+    if scale_up_reasons(pol, replicas, read):
+        return UP if replicas < hi else HOLD
+    return DOWN if calm(pol, replicas, read) and replicas > lo else HOLD
+
+
+def target_directions(desired: DesiredState, observed: ObservedState) -> dict[str, str]:
+    """`direction` of every observed ScalingPolicy target, by
+    `scaling/<policy>/<kind>/<namespace>/<name>`, from the services' annotations or the
+    observed readings (`target_signals`). A service an autoscaler scales is judged on its
+    replicas (the planner judges it on the autoscaler's maxReplicas): a wake, not a plan."""
+    services = {(s.kind, s.key): s for s in observed.services}
+    out: dict[str, str] = {}
+    for name in sorted(desired.scaling):
+        pol = desired.scaling[name]
+        for t in pol.spec.targets:
+            svc = services.get((t.kind, f"{t.namespace}/{t.name}"))
+            if svc is None:
+                continue
+            read = target_signals(observed, name, pol, t, svc)
+            out[f"scaling/{name}/{t.kind}/{t.namespace}/{t.name}"] = direction(
+                pol, t, svc.replicas, read
+            )
     return out
 
 

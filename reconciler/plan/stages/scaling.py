@@ -148,20 +148,9 @@ def _desired_replicas(
         return hi, f"{svc.key} runs {n} replicas, above its maximum of {hi}"
     since = run.seconds_since(svc.last_scale_at)
     read = _target_signals(run, pol, svc)
-    per = read.queue_length / max(n, 1) if read.queue_length is not None else None
-    wait = read.wait_seconds
+    per = sig.per_replica(read, n)
     shown = f" [{sig.describe(read.evidence)}]" if read.evidence else ""
-    hot = []
-    if (
-        up.queue_length_per_replica is not None
-        and per is not None
-        and per > up.queue_length_per_replica
-    ):
-        hot.append(f"queue {per:g}/replica > {up.queue_length_per_replica:g}")
-    if up.pending_time is not None and wait is not None and wait > up.pending_time.total_seconds():
-        hot.append(
-            f"p99 wait {format_duration(wait)} > {format_duration(up.pending_time.total_seconds())}"
-        )
+    hot = sig.scale_up_reasons(pol, n, read)
     if hot:
         if n >= hi:
             run.find(
@@ -176,8 +165,11 @@ def _desired_replicas(
         want = min(hi, n + up.step)
         return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}{shown}"
     # a signal that could not be read is not calm: never a scale-down on a missing reading
-    calm = per is not None and per < down.queue_length_per_replica and not read.problems
-    if calm and n > lo and (since is None or since >= down.cooldown.total_seconds()):
+    if (
+        sig.calm(pol, n, read)
+        and n > lo
+        and (since is None or since >= down.cooldown.total_seconds())
+    ):
         want = max(lo, n - down.step)
         return (
             want,
