@@ -63,6 +63,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,12 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Replica:
     """One `gpupool reconcile` process; each (re)start is a new lifetime with its own last
     /metrics scrape."""
@@ -137,7 +144,6 @@ class Replica:
         self.log = run / f"replica-{name}.log"
 
     def start(self) -> None:
-        from tests.integration.test_push import free_port
         from tests.integration.world import NS, OPERATOR_NS
 
         self.port = free_port()
