@@ -157,3 +157,46 @@ def test_the_unified_pool_and_the_static_split_lose_the_same_machines(tmp_path, 
 def test_bad_failure_settings_are_refused(rate, repair):
     with pytest.raises(OptionError, match="failures need a rate"):
         cfg(failure_rate=rate, repair_time=repair)
+
+
+# ----------------------------------------------------------------------------- the CLI
+def _cli(tmp_path, *extra: str) -> list[str]:
+    d = tmp_path / "desired"
+    d.mkdir(exist_ok=True)
+    (d / "pool.yaml").write_text(POOL)
+    (d / "policies.yaml").write_text(POLICIES)
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("arrival,gpus,duration\n0,1,7200\n60,2,7200\n120,1,7200\n")
+    load_path = tmp_path / "load.csv"
+    flat_load(load_path, 3 * 3600, 1.0)
+    return [
+        "simulate", "--mode", "twin", "--desired", str(d), "--training", str(jobs),
+        "--load", str(load_path), "--service-rate", "1", "--warmup", "0s", *extra,
+    ]  # fmt: skip
+
+
+def test_cli_reports_failures_for_both_sides(tmp_path, capsys):
+    import json
+
+    from reconciler.cli import main
+
+    args = _cli(tmp_path, "--failure-rate", "24", "--repair-time", "30m", "--failure-seed", "1")
+    assert main(args) == 0
+    head = capsys.readouterr().out.splitlines()[1]
+    for col in ("failures", "fail lost GPU-h", "down GPU-h", "recover p50 s", "recover max s"):
+        assert col in head, head
+    assert main([*args, "--format", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)[0]["runs"]
+    assert [r["run"] for r in runs] == ["unified", "static-4"]
+    assert runs[0]["failures"] == runs[1]["failures"] >= 1
+    # without --failure-rate the table is as before
+    assert main(_cli(tmp_path)) == 0
+    assert "failures" not in capsys.readouterr().out.splitlines()[1]
+
+
+def test_cli_bad_failure_rate_is_one_line(tmp_path, capsys):
+    from reconciler.cli import main
+
+    assert main(_cli(tmp_path, "--failure-rate", "-1")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: --failure-rate: failures need" in err[0], err
