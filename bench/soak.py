@@ -193,6 +193,9 @@ class Soak:
         self.seq = 0
         self.stop = threading.Event()
         self.window = 35.0 if args.smoke else STOP_WINDOW
+        self.settled_at = 0.0  # no failover before this (run seconds)
+        self.settle = 10.0 if args.smoke else 30.0
+        self.reaped: set[str] = set()
 
     # ---- load ----------------------------------------------------------------------------
     def pod_body(self, name: str, gpus: int, work: float, gang: tuple[str, int] | None) -> dict:
@@ -263,18 +266,51 @@ class Soak:
         say(f"  {self.obs.now():6.0f}s node {node} returns")
 
     def failover(self) -> None:
+        """Kill b or pause a, whichever holds the Lease; skipped while the last one is still
+        settling (a paused, or under 30 s ago; 10 s in the smoke). A thread times the
+        handover."""
+        t = self.obs.now()
+        if t < self.settled_at:
+            self.events["leader failovers skipped (settling)"] += 1
+            return
         holder = leader(self.world)
         a, b = self.replicas["a"], self.replicas["b"]
-        t = self.obs.now()
         if holder == "soak-a" and a.proc is not None:
             os.kill(a.proc.pid, signal.SIGSTOP)
-            self.failovers.append(f"{t:.0f}s SIGSTOP a (leader) for {PAUSE:.0f}s")
+            what = f"{t:.0f}s SIGSTOP a (leader) for {PAUSE:.0f}s"
             self.after(PAUSE, lambda: os.kill(a.proc.pid, signal.SIGCONT))
+            self.settled_at = t + PAUSE + self.settle
         else:
             b.stop(signal.SIGKILL)
             b.start()
-            self.failovers.append(f"{t:.0f}s SIGKILL b ({'leader' if holder else 'no leader'})")
+            what = f"{t:.0f}s SIGKILL b ({'leader' if holder == 'soak-b' else 'standby'})"
+            self.settled_at = t + self.settle
         self.events["leader failovers"] += 1
+        i = len(self.failovers)
+        self.failovers.append(what)
+
+        def handover() -> None:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                now = leader(self.world)
+                if now and now != holder:
+                    self.failovers[i] = f"{what}: {now} leads after {self.obs.now() - t:.0f}s"
+                    return
+                time.sleep(0.5)
+            self.failovers[i] = f"{what}: {holder} still leads after 90s"
+
+        if holder:
+            threading.Thread(target=handover, daemon=True).start()
+
+    def reap(self) -> None:
+        """Finished pods are deleted (as a Job's TTL or a batch system would), so the cluster's
+        object count, and the controller's caches, stay level over a long run."""
+        for p in list(self.obs.pods.values()):
+            if p.end in ("", "deleted") or p.name in self.reaped:
+                continue
+            with contextlib.suppress(Exception):
+                self.world.core.delete_namespaced_pod(p.name, self.ns, _request_timeout=5)
+                self.reaped.add(p.name)
 
     def restart_apiserver(self) -> None:
         t = time.monotonic()
@@ -327,8 +363,8 @@ class Soak:
     def schedule(self, seconds: float) -> list[tuple[float, str]]:
         """(time, event) for the chaos; the smoke has one of each at fixed times."""
         if self.args.smoke:
-            return [(6, "failover"), (8, "fail"), (9, "fault"), (12, "apiserver"), (16, "burst"),
-                    (20, "fault"), (24, "failover"), (28, "repair"), (30, "unburst")]  # fmt: skip
+            return [(8, "fail"), (9, "fault"), (12, "failover"), (14, "apiserver"), (16, "burst"),
+                    (20, "fault"), (26, "failover"), (28, "repair"), (30, "unburst")]  # fmt: skip
         rates = {"fail": 1 / 180, "failover": 1 / 120, "apiserver": 1 / 300, "fault": 1 / 20,
                  "burst": 1 / 90}  # fmt: skip
         out: list[tuple[float, str]] = []
@@ -363,6 +399,7 @@ class Soak:
                     del repairs[node]
                     self.repair_node(node)
             self.top_up()
+            self.reap()
             self.step_nodes()
             for r in self.replicas.values():
                 r.sample(t)
@@ -384,22 +421,32 @@ class Soak:
             self.scale_inference(1)
 
     def check_gangs(self, final: bool = False) -> None:
-        """A gang hit by a failure is stopped whole when, within STOP_WINDOW, each of its members
-        not on the failed node was stopped (deleted, terminating or finished)."""
+        """Each gang a failure hit with members running on other nodes ("split") is stopped
+        whole when each of those was stopped (deleted, terminating, or Failed: not Succeeded)
+        within the window after the failure; a gang wholly on the failed node is only counted."""
         now = self.obs.now()
         for loss in self.losses:
             if "whole" in loss or (now - loss["t"] < self.window and not final):
                 continue
-            whole = []
+            whole, alone = [], 0
+            end = loss["t"] + self.window
             for g in loss["gangs"]:
-                others = [p for p in self.obs.gang_members(g) if p.node != loss["node"]]
-                ok = all(
-                    (p.stopping_at is not None and p.stopping_at <= loss["t"] + self.window)
-                    or (p.ended_at is not None and p.ended_at <= loss["t"] + self.window)
-                    for p in others
+                others = [
+                    p
+                    for p in self.obs.gang_members(g)
+                    if p.node != loss["node"] and (p.ended_at is None or p.ended_at > loss["t"])
+                ]
+                if not others:
+                    alone += 1
+                    continue
+                whole.append(
+                    all(
+                        (p.stopping_at is not None and p.stopping_at <= end)
+                        or (p.ended_at is not None and p.ended_at <= end and p.end != "Succeeded")
+                        for p in others
+                    )
                 )
-                whole.append(ok)
-            loss["whole"] = whole
+            loss["whole"], loss["alone"] = whole, alone
 
 
 def pod_spec(gpus: int, cls: str) -> dict:
@@ -523,15 +570,18 @@ def merged_cycles(replicas: list[Replica]) -> tuple[Counter, dict[float, float]]
 
 
 def rss_line(series: list[tuple[float, float]]) -> tuple[str, float | None]:
+    """Replica a's RSS after its first minute (start-up and first caches): at the quarters of
+    the run, the peak, and first to last."""
     late = [(t, r) for t, r in series if t >= 60] or series
     if not late:
         return "no samples", None
-    (t0, r0), (t1, r1) = late[0], late[-1]
+    r0, r1 = late[0][1], late[-1][1]
     peak = max(r for _, r in late)
-    per_h = (r1 - r0) / ((t1 - t0) / 3600) if t1 > t0 else 0.0
+    quarters = [late[min(len(late) - 1, int(q * (len(late) - 1)))] for q in (0, 0.25, 0.5, 0.75, 1)]
+    path = " / ".join(f"{r:.0f}" for _, r in quarters)
     return (
-        f"{r0:.0f} MiB at {t0:.0f}s, {r1:.0f} MiB at {t1:.0f}s, max {peak:.0f} MiB "
-        f"({r1 - r0:+.1f} MiB, {per_h:+.1f} MiB/h)",
+        f"{path} MiB at {' / '.join(f'{t:.0f}' for t, _ in quarters)} s, max {peak:.0f} MiB "
+        f"({r1 - r0:+.1f} MiB first to last)",
         r1 - r0,
     )
 
@@ -548,6 +598,7 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
     cap = sum(obs.allocatable.get(n, 0) for n in soak.world.nodes) * seconds
     share = 100 * gs["useful"] / cap if cap else 0.0
     hit = [w for loss in soak.losses for w in loss.get("whole", [])]
+    alone = sum(loss.get("alone", 0) for loss in soak.losses)
     rss, _ = rss_line(soak.replicas["a"].rss)
     rep_adm = obs.repeated_admissions()
     refused = obs.kubelet_refusals()
@@ -567,6 +618,7 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
         ("cycle time p50 / p95 / p99", " / ".join(
             "-" if v is None else f"{v:.2f}s" for v in pct.values())),
         ("gangs stopped whole on a loss", f"{sum(hit)} of {len(hit)}"),
+        ("gangs hit wholly on the failed node", str(alone)),
         ("leader failovers", "; ".join(soak.failovers) or "-"),
         ("RSS, replica a", rss),
         ("GPU-seconds useful / lost / running", f"{gs['useful']:.0f} / {gs['lost']:.0f} / "
