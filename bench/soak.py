@@ -516,8 +516,21 @@ def lost_actions(soak: Soak) -> dict[str, list[str]]:
                 break
             left[node] -= gpus(p)
         if ok:
-            fits.append(f"{group} ({len(pods)} pod(s), {sum(gpus(p) for p in pods)} cards)")
+            fits.append(
+                f"{group} ({len(pods)} pod(s), {sum(gpus(p) for p in pods)} cards; "
+                f"held: {held_reason(pods[0])}; free {dict(sorted(free.items()))})"
+            )
     return {"admitted, unbound": unbound, "gated, fits the free cards": fits}
+
+
+def held_reason(p: dict) -> str:
+    """gpupool's `gpupool.io/Admitted` False condition on a gated pod: why it waits."""
+    from reconciler.conventions import ADMITTED_CONDITION
+
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ADMITTED_CONDITION:
+            return f"{c.get('reason')}: {(c.get('message') or '')[:160]}"
+    return "(no condition)"
 
 
 def gpus(p: dict) -> int:
