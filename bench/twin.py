@@ -22,7 +22,9 @@ the table, the best static split (the smallest meeting the unified pool's SLO at
 and the wall time. Skips (exit 0) with a message when ../shared is absent.
 
 `--smoke` runs the headline cell over 0.05 day (72 minutes, the first 0.01 left out) against
-two static splits (24 and 40 inference cards): the same twin, tables and summary in seconds;
+two static splits (24 and 40 inference cards), with node failures (4 per node-day, 15 minutes
+down: `--failures`, `--repair`, `--seed` add them to any run, and the table gains lost GPU-hours
+and recovery times): the same twin, tables and summary in seconds;
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot.
 """
 
@@ -213,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--days 0.05 --warmup 0.01 --sizes 24,40: seconds (the test suite runs it)",
+        help="--days 0.05 --warmup 0.01 --sizes 24,40 --failures 4 --repair 0.25: seconds (the "
+        "test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
