@@ -484,7 +484,8 @@ def leader(world: Any) -> str | None:
 
 def lost_actions(soak: Soak) -> dict[str, list[str]]:
     """After the drain: pods gpupool admitted that are still unbound, and gated pods (a gang:
-    all its members) that fit, greedily, on the free cards of the Ready nodes."""
+    all its members) that fit, greedily and one group after the other (by name), on the free
+    cards of the Ready nodes."""
     obs = soak.obs
     items = json.loads(soak.world.core.list_namespaced_pod(soak.ns, _preload_content=False).data)
     free = {n: c for n, c in obs.allocatable.items() if obs.ready.get(n) and n in soak.world.nodes}
@@ -506,8 +507,9 @@ def lost_actions(soak: Soak) -> dict[str, list[str]]:
         elif ADMITTED_ANN in ann:
             unbound.append(f"{meta['name']} -> {ann[ADMITTED_ANN]}")
     fits: list[str] = []
+    taken = dict(free)  # groups placed one after the other: two cannot share one free node
     for group, pods in sorted(waiting.items()):
-        left = dict(free)
+        left = dict(taken)
         ok = True
         for p in sorted(pods, key=gpus, reverse=True):
             node = next((n for n, c in sorted(left.items()) if c >= gpus(p)), None)
@@ -516,6 +518,7 @@ def lost_actions(soak: Soak) -> dict[str, list[str]]:
                 break
             left[node] -= gpus(p)
         if ok:
+            taken = left
             fits.append(
                 f"{group} ({len(pods)} pod(s), {sum(gpus(p) for p in pods)} cards; "
                 f"held: {held_reason(pods[0])}; free {dict(sorted(free.items()))})"
