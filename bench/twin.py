@@ -22,7 +22,9 @@ the table, the best static split (the smallest meeting the unified pool's SLO at
 and the wall time. Skips (exit 0) with a message when ../shared is absent.
 
 `--smoke` runs the headline cell over 0.05 day (72 minutes, the first 0.01 left out) against
-two static splits (24 and 40 inference cards): the same twin, tables and summary in seconds;
+two static splits (24 and 40 inference cards), with node failures (4 per node-day, 15 minutes
+down: `--failures`, `--repair`, `--seed` add them to any run, and the table gains lost GPU-hours
+and recovery times): the same twin, tables and summary in seconds;
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot.
 """
 
@@ -40,7 +42,7 @@ from reconciler.conventions import RECONCILE_INTERVAL_SECONDS  # noqa: E402
 from reconciler.policy.files import files_from_paths  # noqa: E402
 from reconciler.policy.loader import load as load_desired  # noqa: E402
 from reconciler.sim.load import openb_jobs, read_load  # noqa: E402
-from reconciler.sim.report import TWIN_COLUMNS, plot_twin, text_table  # noqa: E402
+from reconciler.sim.report import plot_twin, text_table, twin_columns  # noqa: E402
 from reconciler.sim.trace import DEFAULT_PODS, read_pods  # noqa: E402
 from reconciler.sim.twin import TwinConfig, compare  # noqa: E402
 
@@ -48,7 +50,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOAD = SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv"
 OPENB = SHARED / "openb"
 NODES, GPUS_PER_NODE = 8, 8
-SMOKE = {"days": 0.05, "warmup": 0.01, "sizes": [24, 40]}  # what --smoke changes (flags win)
+SMOKE = {"days": 0.05, "warmup": 0.01, "sizes": [24, 40], "failures": 4.0, "repair": 0.25}
+"""What --smoke changes (flags win): with 4 failures per node-day, a couple in 72 minutes."""
 
 DESIRED = """\
 apiVersion: gpupool.io/v1alpha1
@@ -131,6 +134,9 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         period=args.period,
         horizon=args.days * 86400,
         warmup=args.warmup * 86400,
+        failure_rate=args.failures,
+        repair_time=args.repair * 3600,
+        failure_seed=args.seed,
     )
     started = time.perf_counter()
     result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
@@ -144,7 +150,7 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         f"{result.jobs} jobs on {result.training_gpus:.1f} training cards; "
         f"{len(rows)} runs in {seconds:.0f} s"
     )
-    print(text_table(rows, TWIN_COLUMNS))
+    print(text_table(rows, twin_columns(args.failures > 0)))
     u = rows[0]
     summary = {
         "f": f,
@@ -158,6 +164,11 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         "static_slo": best["slo_attainment"] if best else None,
         "seconds": round(seconds, 1),
     }
+    if args.failures > 0:  # node failures: what they cost each side
+        summary["unified_fail_lost_gpu_h"] = u["failure_gpu_h_lost"]
+        summary["unified_recover_p50_s"] = u["recovery_p50_s"]
+        summary["static_fail_lost_gpu_h"] = best["failure_gpu_h_lost"] if best else None
+        summary["static_recover_p50_s"] = best["recovery_p50_s"] if best else None
     return [summary]
 
 
@@ -192,9 +203,20 @@ def main(argv: list[str] | None = None) -> int:
         help="static splits to run, inference cards, comma-separated (default: every whole node)",
     )
     ap.add_argument(
+        "--failures",
+        type=float,
+        default=0.0,
+        help="node failures per node-day (default 0); adds lost GPU-hours and recovery times",
+    )
+    ap.add_argument(
+        "--repair", type=float, default=4.0, help="hours a failed node is down (default 4)"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="failure schedule seed (default 0)")
+    ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--days 0.05 --warmup 0.01 --sizes 24,40: seconds (the test suite runs it)",
+        help="--days 0.05 --warmup 0.01 --sizes 24,40 --failures 4 --repair 0.25: seconds (the "
+        "test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win

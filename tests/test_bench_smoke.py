@@ -194,3 +194,24 @@ def test_hostile_object_smoke():
         assert re.match(
             rf"^\| 16 \| `{kind}`: .* \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 1 \|$", row
         ), row
+
+
+@pytest.mark.kube
+def test_soak_smoke():
+    """bench/soak.py --smoke: two `gpupool reconcile` processes through the fault proxy under a
+    node failure, two failovers, an API server restart and proxy faults. The safety invariants
+    are asserted (no card over-committed, no action done twice); lost actions and gangs stopped
+    whole are figures of the run (gang-aware recovery is issue 29's items 1-4)."""
+    binary = kcp_binary()
+    out = smoke("soak.py", timeout=300, env={"KCP_BINARY": str(binary)})
+    rows = dict(
+        (cells[1].strip(), cells[2].strip())
+        for cells in (r.split("|") for r in lines_after(out, r"^\| soak \| \|$")[1:])
+        if len(cells) == 4
+    )
+    assert rows["over-committed cards (polls)"] == "0", out[-3000:]
+    assert rows["kubelet refused (devices busy)"] == "0", out[-3000:]
+    assert rows["actions done twice"] == "0 admissions, 0 evictions", out[-3000:]
+    for row in ("actions lost", "cycles", "cycle time p50 / p95 / p99", "RSS, replica a"):
+        assert row in rows, (row, out[-3000:])
+    assert re.search(r"^\| gangs stopped whole on a loss \| \d+ of \d+ \|$", out, re.M), out

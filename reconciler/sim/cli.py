@@ -139,6 +139,16 @@ def _add_twin_args(p) -> None:
         help="openb jobs' own checkpoint interval (default 30m)",
     )
     t.add_argument(
+        "--failure-rate",
+        type=float,
+        default=0.0,
+        metavar="X",
+        help="node failures per node-day (default 0: none); the table gains lost GPU-hours "
+        "and recovery times",
+    )
+    t.add_argument("--repair-time", default="4h", help="a failed node returns after (default 4h)")
+    t.add_argument("--failure-seed", type=int, default=0, help="failure schedule seed (default 0)")
+    t.add_argument(
         "--static",
         default="sweep",
         metavar="N,N|sweep|none",

@@ -189,6 +189,23 @@ TWIN_COLUMNS = [
     ("seconds", "wall s", ".1f"),
     ("best", "", ""),
 ]
+FAILURE_COLUMNS = [
+    ("failures", "failures", "d"),
+    ("failure_gpu_h_lost", "fail lost GPU-h", ".1f"),
+    ("failure_gpu_h_down", "down GPU-h", ".1f"),
+    ("recovery_p50_s", "recover p50 s", ".0f"),
+    ("recovery_max_s", "recover max s", ".0f"),
+    ("not_recovered", "unrecovered", "d"),
+]
+"""Added to TWIN_COLUMNS when the twin ran with node failures (`reconciler.sim.failures`)."""
+
+
+def twin_columns(failures: bool) -> list[tuple[str, str, str]]:
+    """TWIN_COLUMNS, with FAILURE_COLUMNS before the wall time when the run had failures."""
+    if not failures:
+        return list(TWIN_COLUMNS)
+    at = next(i for i, c in enumerate(TWIN_COLUMNS) if c[0] == "seconds")
+    return [*TWIN_COLUMNS[:at], *FAILURE_COLUMNS, *TWIN_COLUMNS[at:]]
 
 
 def plot_twin(result, path: str, title: str = "") -> None:

@@ -56,6 +56,7 @@ from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
+from reconciler.sim.failures import FailureClock
 from reconciler.sim.load import JobSpec, LoadCurve, scaled
 from reconciler.sim.twin_setup import (  # noqa: F401 - re-exported
     DAY,
@@ -114,6 +115,8 @@ class TwinResult:
     seconds: float = 0.0
     series: list[tuple[float, float, float, float]] = field(default_factory=list)
     """(hours, inference cards, inference cards needed, training cards) per cycle."""
+    failure: dict = field(default_factory=dict)
+    """Node failures (`FailureClock.summary`), when the run has them."""
 
     @property
     def allocated(self) -> float:
@@ -158,6 +161,7 @@ class TwinResult:
             "scale_downs": self.scale_downs,
             "cycles": self.cycles,
             "seconds": round(self.seconds, 2),
+            **self.failure,
         }
 
 
@@ -230,6 +234,11 @@ class Twin:
         self.by_key = {j.key: j for j in self.jobs}
         if len(self.by_key) != len(self.jobs):
             raise ValueError("training job names must be unique")
+        self.failures = None
+        if cfg.failure_rate > 0:
+            self.failures = FailureClock(
+                self.nodes, self.horizon, cfg.failure_rate, cfg.repair_time, cfg.failure_seed
+            )
 
     def job_of(self, w: Workload) -> _Job | None:
         """The training job `w` is a pod of (by its owning Job: a Job the planner suspended
@@ -272,6 +281,8 @@ class Twin:
             1 for j in self.jobs if j.spec.arrival < end and j.first_start is None
         )
         res.seconds = time.perf_counter() - wall
+        if self.failures is not None:
+            res.failure = self.failures.summary(cfg.warmup, self.horizon)
         return res
 
     def _cycle(self, s: _RunState, t: float) -> None:
@@ -280,6 +291,8 @@ class Twin:
         res = s.res
         measured = t >= cfg.warmup
         now = self.at(t)
+        if self.failures is not None:  # nodes fail and return (before the planner looks)
+            self.failures.cycle(self, s, t, measured)
         # 1. arrivals
         self._arrive(s, t)
         # 2. the real planner

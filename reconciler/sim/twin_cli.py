@@ -18,7 +18,7 @@ from reconciler.sim.load import (
     read_jobs,
     read_load,
 )
-from reconciler.sim.report import TWIN_COLUMNS, ProgressBar, dumps, plot_twin, text_table
+from reconciler.sim.report import ProgressBar, dumps, plot_twin, text_table, twin_columns
 from reconciler.sim.trace import DEFAULT_PODS, TraceError, openb_file, read_pods
 from reconciler.sim.twin import OptionError, TwinConfig, compare, run_twin, training_jobs
 
@@ -30,6 +30,7 @@ SIMULATE_FLAGS = {
     "concurrency": "--concurrency",
     "replica_gpus": "--replica-gpus",
     "static": "--static",
+    "failure_rate": "--failure-rate",
 }
 """The twin's settings (`twin.OptionError.option`) -> `simulate --mode twin`'s options."""
 PLAN_FLAGS = {
@@ -132,6 +133,9 @@ def run_twin_mode(args) -> int:
             load_time=seconds(args.load_time, "--load-time"),
             restart_cost=seconds(args.restart_cost, "--restart-cost"),
             service=args.service,
+            failure_rate=args.failure_rate,
+            repair_time=seconds(args.repair_time, "--repair-time"),
+            failure_seed=args.failure_seed,
         )
         result = compare(
             desired,
@@ -184,7 +188,7 @@ def _print_comparison(args, curve, result) -> None:
             f"best static split: {result.best if result.best is not None else 'none meets'} "
             "inference cards"
         )
-        print(text_table(records, TWIN_COLUMNS))
+        print(text_table(records, twin_columns(args.failure_rate > 0)))
 
 
 # ----------------------------------------------------------------------------- plan --base

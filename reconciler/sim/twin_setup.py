@@ -79,6 +79,12 @@ class TwinConfig:
     """At most this many arrived jobs are pending pods at once; the rest wait in arrival
     order outside the cluster (as a batch queue holds workloads whose pods it has not
     created), their wait counted from arrival."""
+    failure_rate: float = 0.0
+    """Node failures per node-day of up time (0: none); see `reconciler.sim.failures`."""
+    repair_time: float = 4 * 3600.0
+    """Seconds a failed node stays NotReady before it returns."""
+    failure_seed: int = 0
+    """Seed of the failure schedule (the same for the unified pool and the static splits)."""
 
     def __post_init__(self) -> None:
         if not self.service_rate > 0:
@@ -92,6 +98,12 @@ class TwinConfig:
             )
         if not self.concurrency > 0:
             raise OptionError(f"{FLAG} must be positive, got {self.concurrency:g}", "concurrency")
+        if self.failure_rate < 0 or not self.repair_time > 0:
+            raise OptionError(
+                f"{FLAG}: failures need a rate >= 0 per node-day and a positive repair time, "
+                f"got {self.failure_rate:g} and {self.repair_time:g} s",
+                "failure_rate",
+            )
         if self.replica_gpus < 1:
             raise OptionError(
                 f"{FLAG} {self.replica_gpus}: a replica asks for at least one card", "replica_gpus"
