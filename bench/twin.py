@@ -173,32 +173,33 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         warmup=args.warmup * 86400,
     )
     started = time.perf_counter()
-    result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
-    rows = result.records()
-    ahead = None
+    jobs, train_gpus = training_jobs(desired, curve, base_jobs, cfg, training_load=load)
+    result, rows, ahead = None, [], None
+    if args.forecast != "only":  # the unified pool (reactive only) and the static splits
+        result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
+        rows = result.records()
     if args.forecast != "off":  # the unified pool again, pre-warming from the forecast
-        jobs, _ = training_jobs(desired, curve, base_jobs, cfg, training_load=load)
         with_fc = desired_state(args, forecast=True)
         ahead = run_twin(with_fc, curve, jobs, cfg, label="unified-forecast").record()
-        rows.insert(1, {**ahead, "inference_cards": "elastic", "best": ""})
+        rows.insert(1 if rows else 0, {**ahead, "inference_cards": "elastic", "best": ""})
     seconds = time.perf_counter() - started
-    if args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
+    if result and args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
         plot_twin(result, args.plot, title=f"{LOAD.name}: f={f:g}, training load {load:g}")
     best = next((r for r in rows if r["best"]), None)
     print(
         f"\n## f={f:g} training load={load:g} service rate={rate:.3f} req/s (x{rate_x:g}): "
-        f"{result.jobs} jobs on {result.training_gpus:.1f} training cards; "
+        f"{len(jobs)} jobs on {train_gpus:.1f} training cards; "
         f"{len(rows)} runs in {seconds:.0f} s"
     )
     print(text_table(rows, TWIN_COLUMNS))
-    u = rows[0]
+    u = rows[0] if result else {}
     summary = {
         "f": f,
         "load": load,
         "rate_x": rate_x,
-        "unified_useful": u["useful_utilisation"],
-        "unified_slo": u["slo_attainment"],
-        "lost_share": u["lost_share"],
+        "unified_useful": u.get("useful_utilisation"),
+        "unified_slo": u.get("slo_attainment"),
+        "lost_share": u.get("lost_share"),
         "forecast_useful": ahead["useful_utilisation"] if ahead else None,
         "forecast_slo": ahead["slo_attainment"] if ahead else None,
         "best_static": best["inference_cards"] if best else None,
@@ -236,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step", type=int, default=4, help="replicas added per scale-up (default 4)")
     ap.add_argument(
         "--forecast",
-        choices=("on", "off"),
+        choices=("on", "off", "only"),
         default="on",
-        help="also run the unified pool with forecast pre-warming (default on)",
+        help="also run the unified pool with forecast pre-warming (default on; only: that run"
+        " alone, no reactive-only or static rows)",
     )
     ap.add_argument("--forecast-days", type=int, default=3, help="previous days read (3)")
     ap.add_argument("--forecast-lookahead", default="10m", help="window ahead (10m)")
@@ -257,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--sizes",
-        type=lambda v: [int(x) for x in v.split(",")],
-        help="static splits to run, inference cards, comma-separated (default: every whole node)",
+        type=lambda v: [] if v == "none" else [int(x) for x in v.split(",")],
+        help="static splits to run, inference cards, comma-separated (default: every whole node;"
+        " none: no static split)",
     )
     ap.add_argument(
         "--smoke",
