@@ -44,7 +44,7 @@ from reconciler.policy.loader import load as load_desired  # noqa: E402
 from reconciler.sim.load import openb_jobs, read_load  # noqa: E402
 from reconciler.sim.report import plot_twin, text_table, twin_columns  # noqa: E402
 from reconciler.sim.trace import DEFAULT_PODS, read_pods  # noqa: E402
-from reconciler.sim.twin import TwinConfig, compare  # noqa: E402
+from reconciler.sim.twin import TwinConfig, compare, run_twin, training_jobs  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOAD = SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv"
@@ -112,7 +112,7 @@ spec:
     queueLengthPerReplica: {down}
     step: 2
     cooldown: 10m
-  borrowFrom: [training-low]
+  borrowFrom: [training-low]{forecast}
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: MaintenancePolicy
@@ -124,6 +124,46 @@ spec:
     maxMigrationsPerCycle: 4
     onlyMigratable: false
 """
+
+
+FORECAST = """
+  forecast:
+    days: {days}
+    lookahead: {lookahead}
+    statistic: {statistic}
+    aggregate: {aggregate}
+    headroom: {headroom}"""
+
+
+def desired_state(args, *, forecast: bool):
+    """The benchmark's desired state; with `forecast`, the ScalingPolicy pre-warms (and its
+    reactive thresholds are --forecast-up / --forecast-down)."""
+    up, down = args.up, args.down
+    block = ""
+    if forecast:
+        up, down = args.forecast_up or up, args.forecast_down or down
+        block = FORECAST.format(
+            days=args.forecast_days,
+            lookahead=args.forecast_lookahead,
+            statistic=args.forecast_statistic,
+            aggregate=args.forecast_aggregate,
+            headroom=args.forecast_headroom,
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "desired.yaml"
+        path.write_text(
+            DESIRED.format(
+                nodes=NODES,
+                gpn=GPUS_PER_NODE,
+                max=NODES * GPUS_PER_NODE,
+                up=up,
+                down=down,
+                step=args.step,
+                forecast=block,
+            ),
+            encoding="utf-8",
+        )
+        return load_desired(files_from_paths([tmp]))
 
 
 def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) -> list[dict]:
@@ -139,26 +179,35 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         failure_seed=args.seed,
     )
     started = time.perf_counter()
-    result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
+    jobs, train_gpus = training_jobs(desired, curve, base_jobs, cfg, training_load=load)
+    result, rows, ahead = None, [], None
+    if args.forecast != "only":  # the unified pool (reactive only) and the static splits
+        result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
+        rows = result.records()
+    if args.forecast != "off":  # the unified pool again, pre-warming from the forecast
+        with_fc = desired_state(args, forecast=True)
+        ahead = run_twin(with_fc, curve, jobs, cfg, label="unified-forecast").record()
+        rows.insert(1 if rows else 0, {**ahead, "inference_cards": "elastic", "best": ""})
     seconds = time.perf_counter() - started
-    rows = result.records()
-    if args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
+    if result and args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
         plot_twin(result, args.plot, title=f"{LOAD.name}: f={f:g}, training load {load:g}")
     best = next((r for r in rows if r["best"]), None)
     print(
         f"\n## f={f:g} training load={load:g} service rate={rate:.3f} req/s (x{rate_x:g}): "
-        f"{result.jobs} jobs on {result.training_gpus:.1f} training cards; "
+        f"{len(jobs)} jobs on {train_gpus:.1f} training cards; "
         f"{len(rows)} runs in {seconds:.0f} s"
     )
     print(text_table(rows, twin_columns(args.failures > 0)))
-    u = rows[0]
+    u = rows[0] if result else {}
     summary = {
         "f": f,
         "load": load,
         "rate_x": rate_x,
-        "unified_useful": u["useful_utilisation"],
-        "unified_slo": u["slo_attainment"],
-        "lost_share": u["lost_share"],
+        "unified_useful": u.get("useful_utilisation"),
+        "unified_slo": u.get("slo_attainment"),
+        "lost_share": u.get("lost_share"),
+        "forecast_useful": ahead["useful_utilisation"] if ahead else None,
+        "forecast_slo": ahead["slo_attainment"] if ahead else None,
         "best_static": best["inference_cards"] if best else None,
         "static_useful": best["useful_utilisation"] if best else None,
         "static_slo": best["slo_attainment"] if best else None,
@@ -198,9 +247,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--step", type=int, default=4, help="replicas added per scale-up (default 4)")
     ap.add_argument(
+        "--forecast",
+        choices=("on", "off", "only"),
+        default="on",
+        help="also run the unified pool with forecast pre-warming (default on; only: that run"
+        " alone, no reactive-only or static rows)",
+    )
+    ap.add_argument("--forecast-days", type=int, default=3, help="previous days read (3)")
+    ap.add_argument("--forecast-lookahead", default="10m", help="window ahead (10m)")
+    ap.add_argument(
+        "--forecast-statistic", choices=("max", "avg"), default="max", help="of a day's window"
+    )
+    ap.add_argument(
+        "--forecast-aggregate", choices=("max", "median"), default="max", help="across days"
+    )
+    ap.add_argument("--forecast-headroom", type=float, default=1.0, help="multiplier (1.0)")
+    ap.add_argument(
+        "--forecast-up", type=int, help="scale-up queue per replica with forecast (--up)"
+    )
+    ap.add_argument(
+        "--forecast-down", type=int, help="scale-down queue per replica with forecast (--down)"
+    )
+    ap.add_argument(
         "--sizes",
-        type=lambda v: [int(x) for x in v.split(",")],
-        help="static splits to run, inference cards, comma-separated (default: every whole node)",
+        type=lambda v: [] if v == "none" else [int(x) for x in v.split(",")],
+        help="static splits to run, inference cards, comma-separated (default: every whole node;"
+        " none: no static split)",
     )
     ap.add_argument(
         "--failures",
@@ -225,20 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
         print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "desired.yaml"
-        path.write_text(
-            DESIRED.format(
-                nodes=NODES,
-                gpn=GPUS_PER_NODE,
-                max=NODES * GPUS_PER_NODE,
-                up=args.up,
-                down=args.down,
-                step=args.step,
-            ),
-            encoding="utf-8",
-        )
-        desired = load_desired(files_from_paths([tmp]))
+    desired = desired_state(args, forecast=False)
     curve = read_load(LOAD)
     base_jobs = openb_jobs(read_pods(OPENB / DEFAULT_PODS))
     cells = [(args.f, args.load, args.rate)]

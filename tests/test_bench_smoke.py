@@ -126,7 +126,12 @@ def test_twin_smoke():
     )
     out = smoke("twin.py")
     rows = lines_after(out, r"^run\s+infer cards\s+useful\s+alloc")
-    assert [r.split()[0] for r in rows[1:4]] == ["unified", "static-24", "static-40"], rows[:4]
+    assert [r.split()[0] for r in rows[1:5]] == [
+        "unified",
+        "unified-forecast",
+        "static-24",
+        "static-40",
+    ], rows[:5]
     summary = lines_after(out, r"^## summary")
     assert summary[0].split()[:3] == ["f", "load", "rate_x"], summary[0]
 

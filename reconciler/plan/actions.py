@@ -187,7 +187,7 @@ class SignalValue(Frozen):
     """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
 
     name: str
-    """queueLength or waitTime."""
+    """queueLength, waitTime, or forecast/<d>d (a forecast day's reading)."""
     query: str
     value: float
 

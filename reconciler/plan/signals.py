@@ -67,6 +67,93 @@ def scaling_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[Sig
     return out
 
 
+FORECAST = "forecast"
+DAY_SECONDS = 86400
+FORECAST_RESOLUTION = "30s"
+"""The subquery step of the default forecast query (a usual scrape interval)."""
+
+
+def forecast_query_id(policy: str, t: ScaleTarget, day: int) -> str:
+    return f"{scaling_query_id(policy, t, FORECAST)}/{day}d"
+
+
+def forecast_template(pol: ScalingPolicy) -> str:
+    """One day's forecast query before substitution: the policy's own, or the highest (or mean,
+    `statistic`) of signals.queueLength over the window, as a subquery."""
+    fc = pol.spec.forecast
+    if fc is not None and fc.query is not None:
+        return fc.query
+    stat = fc.statistic if fc is not None else "max"
+    return (
+        f"{stat}_over_time(({pol.spec.signals.queue_length})[$window:{FORECAST_RESOLUTION}] "
+        "offset $offset)"
+    )
+
+
+def forecast_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[SignalQuery]:
+    """One query per previous day d (1..forecast.days): the signal over [now - d days,
+    now - d days + lookahead], the window that is coming up, as it was that day. `$window` is
+    the lookahead, `$offset` d days minus it (PromQL's `[w] offset o` covers [now - o - w,
+    now - o]). Read whatever signals.source is: annotations have no history."""
+    fc = pol.spec.forecast
+    if fc is None:
+        return []
+    window = max(1, int(fc.lookahead.total_seconds()))
+    template = forecast_template(pol)
+    return [
+        SignalQuery(
+            forecast_query_id(policy, t, day),
+            render_query(
+                template,
+                {
+                    "namespace": t.namespace,
+                    "name": t.name,
+                    "window": f"{window}s",
+                    "offset": f"{day * DAY_SECONDS - window}s",
+                },
+            ),
+        )
+        for day in range(1, fc.days + 1)
+    ]
+
+
+@dataclass
+class ForecastReadings:
+    """What a target's forecast queries returned: one value per day (None: no history that
+    day, an empty result), the readings used, and the queries that failed (signal, query, why)."""
+
+    days: list[float | None] = field(default_factory=list)
+    evidence: tuple[SignalValue, ...] = ()
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def forecast_readings(
+    observed: ObservedState, policy: str, pol: ScalingPolicy, t: ScaleTarget
+) -> ForecastReadings:
+    """Each day's reading of the target's forecast queries: the sum of its samples (as the
+    queue); an empty result is a day without history, an error or a negative value a problem."""
+    out = ForecastReadings()
+    evidence: list[SignalValue] = []
+    for q in forecast_queries(policy, pol, t):
+        name = q.id.rsplit("/", 2)[1] + "/" + q.id.rsplit("/", 1)[1]
+        r = reading(observed, q)
+        why = unavailable(observed, q)
+        if r is not None and not r.error and not r.samples:
+            out.days.append(None)
+            continue
+        values = [s.value for s in r.samples] if r is not None and not why else []
+        if not why and any(v < 0 for v in values):
+            why = f"negative value {min(values):g}"
+        if why:
+            out.days.append(None)
+            out.problems.append((name, q.query, why))
+            continue
+        evidence.append(SignalValue(name=name, query=q.query, value=sum(values)))
+        out.days.append(sum(values))
+    out.evidence = tuple(evidence)
+    return out
+
+
 def utilization_query(policy: str, m: MaintenancePolicy) -> SignalQuery | None:
     """The utilization query of an enabled idle reclaim with source prometheus; `$window` is
     idleFor in whole seconds (a duration every Prometheus version parses)."""
@@ -82,7 +169,14 @@ def utilization_query(policy: str, m: MaintenancePolicy) -> SignalQuery | None:
 def scaling_signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
     """The ScalingPolicies' queries, in a stable order: per policy with source prometheus, its
     observed targets' (a target not observed is a finding of its own, and reading its queue
-    would change nothing). What the controller's signal poller runs between cycles."""
+    would change nothing). What the controller's signal poller runs between cycles (not the
+    forecasts' history: a past day's reading cannot cross a threshold now)."""
+    return _policy_queries(desired, observed, forecasts=False)
+
+
+def _policy_queries(
+    desired: DesiredState, observed: ObservedState, *, forecasts: bool
+) -> list[SignalQuery]:
     services = {(s.kind, s.key) for s in observed.services}
     out: dict[str, SignalQuery] = {}
     for name in sorted(desired.scaling):
@@ -90,13 +184,16 @@ def scaling_signal_queries(desired: DesiredState, observed: ObservedState) -> li
         for t in pol.spec.targets:
             if (t.kind, f"{t.namespace}/{t.name}") in services:
                 out.update((q.id, q) for q in scaling_queries(name, pol, t))
+                if forecasts:
+                    out.update((q.id, q) for q in forecast_queries(name, pol, t))
     return list(out.values())
 
 
 def signal_queries(desired: DesiredState, observed: ObservedState) -> list[SignalQuery]:
     """Every query this cycle needs, in a stable order: the ScalingPolicies'
-    (`scaling_signal_queries`); per MaintenancePolicy reading utilization from Prometheus, one."""
-    out = {q.id: q for q in scaling_signal_queries(desired, observed)}
+    (`scaling_signal_queries`) each followed by its forecast's history (`forecast_queries`);
+    per MaintenancePolicy reading utilization from Prometheus, one."""
+    out = {q.id: q for q in _policy_queries(desired, observed, forecasts=True)}
     for name in sorted(desired.maintenance):
         q = utilization_query(name, desired.maintenance[name])
         if q is not None:

@@ -499,6 +499,58 @@ class ScalingSignals(Model):
         return self
 
 
+MAX_FORECAST_DAYS = 28
+MAX_LOOKAHEAD = timedelta(hours=12)
+FORECAST_PLACEHOLDERS = ("namespace", "name", "window", "offset")
+
+
+class Forecast(Model):
+    """Pre-warm replicas ahead of the daily curve: the queue the target's signal recorded over
+    the coming `lookahead` on each of the last `days` days (same time of day), combined by
+    `aggregate`, times `headroom`, divided by scaleUp.queueLengthPerReplica, is a floor under
+    the replicas (within the target's bounds and the scale-up cooldown; admission still
+    applies the pool's and the quotas' lending limits). The history is a Prometheus range
+    read (`query`), whatever `signals.source` is."""
+
+    days: int = Field(default=3, ge=1, le=MAX_FORECAST_DAYS)
+    """Previous days read, one query each (a day without history is left out)."""
+    lookahead: Duration = Field("10m", validate_default=True)
+    """How far ahead replicas are warmed: at least the model load plus a cycle."""
+    statistic: Literal["max", "avg"] = "max"
+    """How the default query sums up one day's window: its highest queue (`max_over_time`:
+    covers the bursts) or its mean (`avg_over_time`: the level, bursts left to the reactive
+    thresholds). Not read with a query of your own."""
+    aggregate: Literal["max", "median"] = "max"
+    """How the days' readings combine: the highest, or the median (robust to one odd day)."""
+    headroom: float = Field(default=1.0, ge=0.5, le=4, allow_inf_nan=False)
+    """The combined queue is multiplied by this before it is turned into replicas."""
+    query: PromQuery | None = None
+    """PromQL of one day's reading; `$namespace`, `$name` as in the signals, `$window` the
+    lookahead and `$offset` one day's distance minus it, in seconds (e.g. `600s`, `85800s`).
+    Default: `<statistic>_over_time((<signals.queueLength>)[$window:30s] offset $offset)`."""
+
+    @model_validator(mode="after")
+    def _statistic_needs_the_default_query(self) -> Forecast:
+        if self.query is not None and "statistic" in self.model_fields_set:
+            raise ValueError("statistic shapes the default query only: give one or the other")
+        return self
+
+    @field_validator("lookahead")
+    @classmethod
+    def _lookahead(cls, v: timedelta) -> timedelta:
+        if not timedelta(0) < v <= MAX_LOOKAHEAD:
+            raise ValueError(
+                f"must be more than 0s and at most {format_duration(MAX_LOOKAHEAD.total_seconds())}"
+                " (a window of the day ahead, read from the days before)"
+            )
+        return v
+
+    @field_validator("query")
+    @classmethod
+    def _placeholders(cls, v: str | None) -> str | None:
+        return None if v is None else _check_placeholders(v, FORECAST_PLACEHOLDERS)
+
+
 class ScalingPolicySpec(Model):
     pool: Name
     targets: list[ScaleTarget] = Field(min_length=1)
@@ -508,6 +560,8 @@ class ScalingPolicySpec(Model):
     """Priority classes whose running training may be preempted to make room for scale-up."""
     signals: ScalingSignals = ScalingSignals()
     """Where the queue length and wait time come from (default: workload annotations)."""
+    forecast: Forecast | None = None
+    """Pre-warm replicas from the same time of day on previous days (absent: reactive only)."""
 
 
 class ScalingPolicy(Model):

@@ -568,6 +568,13 @@ def _scaling(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pr
         if spec.scale_up.queue_length_per_replica is None and spec.scale_up.pending_time is None:
             yield _problem(d, ("spec", "scaleUp"), "give queueLengthPerReplica and/or pendingTime")
         up = spec.scale_up.queue_length_per_replica
+        if spec.forecast is not None and up is None:
+            yield _problem(
+                d,
+                ("spec", "forecast"),
+                "a forecast turns the queue it expects into replicas by "
+                "scaleUp.queueLengthPerReplica: give one",
+            )
         if up is not None and spec.scale_down.queue_length_per_replica >= up:
             yield _problem(
                 d,

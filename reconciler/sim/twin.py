@@ -49,11 +49,14 @@ from reconciler.observe.model import (
     InferenceService,
     ObservedState,
     Request,
+    SignalReading,
+    SignalSample,
     Workload,
 )
 from reconciler.plan.actions import MigReconfigure, SetSharing
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
+from reconciler.plan.signals import forecast_queries
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
 from reconciler.sim.failures import FailureClock
@@ -199,6 +202,22 @@ class Twin:
         self.cfg = cfg
         self.label = label
         pol, target = service_target(desired, cfg.service)
+        self.forecast = (
+            [
+                (q, int(q.id.rsplit("/", 1)[1][:-1]))
+                for q in forecast_queries(pol.metadata.name, pol, target)
+            ]
+            if pol.spec.forecast is not None
+            else []
+        )
+        fc = pol.spec.forecast
+        self.lookahead = fc.lookahead.total_seconds() if fc is not None else 0.0
+        if fc is not None and fc.query is not None:
+            raise ValueError(
+                f"ScalingPolicy/{pol.metadata.name}: the twin answers the default forecast "
+                "query only (forecast.statistic), not forecast.query"
+            )
+        self.statistic = fc.statistic if fc is not None else "max"
         svc_class, self.training_class = _default_classes(desired, cfg)
         self.training_pool = cfg.training_pool or pol.spec.pool
         for name in (pol.spec.pool, self.training_pool):
@@ -295,7 +314,9 @@ class Twin:
             self.failures.cycle(self, s, t, measured)
         # 1. arrivals
         self._arrive(s, t)
-        # 2. the real planner
+        # 2. the real planner (with the history a forecast reads)
+        if self.forecast:
+            s.snap = s.snap.model_copy(update={"signals": self._history(t)})
         p = plan(self.desired, s.snap, now)
         asked = self._count_plan(s, p, t, measured)
         before = {w.key: w for w in s.snap.workloads if w.phase == "Running"}
@@ -317,6 +338,31 @@ class Twin:
         if done:
             s.snap = finish(self.desired, s.snap, done, now=self.at(t1))
         self._export(s, svc, replicas, served_rate, ready, t1)
+
+    def _history(self, t: float) -> list[SignalReading]:
+        """The readings of the policy's forecast queries at `t`, as Prometheus would answer
+        them from the serving stack's recorded queue: per previous day, the highest queue (the
+        mean, with statistic avg) the load curve gives over that day's window (requests/s x
+        concurrency / service rate: the queue with enough replicas, as the twin exports it
+        without backlog). A day before the curve starts is an empty result (no history)."""
+        cfg = self.cfg
+        per = cfg.concurrency / cfg.service_rate
+        out = []
+        for q, day in self.forecast:
+            lo = t - day * DAY
+            bins = self.load.window(lo, lo + self.lookahead) if lo >= 0 else []
+            samples = []
+            if bins:
+                samples = [SignalSample(value=self._statistic(bins) * per)]
+            out.append(SignalReading(id=q.id, query=q.query, samples=samples))
+        return out
+
+    def _statistic(self, bins: list[tuple[float, float, float]]) -> float:
+        """Requests/s over `bins` as the default query sums up a window: the highest bin
+        (max_over_time) or the mean (avg_over_time)."""
+        if self.statistic == "avg":
+            return sum(req for _, _, req in bins) / sum(width for _, width, _ in bins)
+        return max(req / width for _, width, req in bins)
 
     def _arrive(self, s: _RunState, t: float) -> None:
         """The jobs that have arrived by `t` become pending pods, at most `max_pending`."""

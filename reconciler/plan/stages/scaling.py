@@ -1,7 +1,9 @@
 """Step 2: elastic inference. Services whose queue per replica or p99 wait crosses their
-ScalingPolicy thresholds scale (cooldowns respected); the new replicas become demand, the
-pending pods a scale-down deletes stop being demand. A service an HPA or a KEDA ScaledObject
-scales gets its autoscaler's envelope (min/max) instead."""
+ScalingPolicy thresholds scale (cooldowns respected), and a policy's `forecast` pre-warms
+replicas ahead of the daily curve (`plan/forecast.py`; desired = max(reactive, forecast));
+the new replicas become demand, the pending pods a scale-down deletes stop being demand.
+A service an HPA or a KEDA ScaledObject scales gets its autoscaler's envelope (min/max)
+instead."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from reconciler.plan.actions import (
     Scale,
     SetScaleEnvelope,
 )
+from reconciler.plan.forecast import forecast_replicas as fc_replicas
 from reconciler.plan.run import Demand, Run
 from reconciler.policy.models import (
     ScaleTarget,
@@ -138,6 +141,72 @@ def emit_scales(run: Run, intents: list[_ScaleIntent], admitted: list[Demand]) -
 
 
 def _desired_replicas(
+    run: Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int
+) -> tuple[int, str]:
+    """max(reactive, forecast): the reactive decision (`_reactive_replicas`), raised to the
+    forecast's replicas (`_forecast`) when the policy has a forecast. A forecast above the
+    replicas now is a pre-warm, subject to the scale-up cooldown, its reason `forecast: ...`;
+    one at or above a reactive scale-down's target holds the replicas there. Bounds first: a
+    service outside its target's bounds is brought inside them, forecast or not."""
+    want, why = _reactive_replicas(run, pol, svc, lo, hi)
+    n = svc.replicas
+    if pol.spec.forecast is None or n < lo or n > hi:
+        return want, why
+    ahead = _forecast(run, pol, svc, lo, hi)
+    if ahead is None or ahead[0] <= want:
+        return want, why
+    floor, text = ahead
+    if floor <= n:  # a scale-down, held up by the forecast
+        if floor == n:
+            return n, ""
+        return floor, f"{why}; stops at {floor} ({text})"
+    since = run.seconds_since(svc.last_scale_at)
+    if want <= n and since is not None and since < pol.spec.scale_up.cooldown.total_seconds():
+        return n, ""
+    pre = f"{text}: pre-warm {svc.key} {n} -> {floor}"
+    return floor, f"{pre}; {why}" if want > n else pre
+
+
+def _forecast(
+    run: Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int
+) -> tuple[int, str] | None:
+    """The forecast's replicas within the target's bounds, and the reason's text
+    (`forecast: ...`); None without a forecast or without history. A day whose reading failed
+    is a finding (the forecast uses the days that were read)."""
+    fc = pol.spec.forecast
+    per = pol.spec.scale_up.queue_length_per_replica
+    if fc is None or per is None:
+        return None
+    name = pol.metadata.name
+    target = _target(pol, svc)
+    read = sig.forecast_readings(run.observed, name, pol, target)
+    for signal, query, why in read.problems:
+        run.find(
+            "warning",
+            "forecast-unavailable",
+            svc.key,
+            f"ScalingPolicy/{name} cannot read {signal} ({query}): {why}; "
+            "the forecast uses the other days",
+        )
+    got = fc_replicas(read.days, per, aggregate=fc.aggregate, headroom=fc.headroom)
+    if got is None:
+        return None
+    want, queue = got
+    if read.evidence:
+        run.scale_signals[svc.key] = (*run.scale_signals.get(svc.key, ()), *read.evidence)
+    seen = sum(1 for v in read.days if v is not None)
+    window = format_duration(fc.lookahead.total_seconds())
+    clamp = min(hi, max(lo, want))
+    bound = f" (the target's {'maximum' if clamp < want else 'minimum'})" if clamp != want else ""
+    head = f" x {fc.headroom:g}" if fc.headroom != 1 else ""
+    return clamp, (
+        f"forecast: queue over the next {window} was {fc.aggregate} {queue:g} on the last "
+        f"{seen} day{'s' if seen != 1 else ''}{head} -> {clamp} replicas at "
+        f"{per:g}/replica{bound}"
+    )
+
+
+def _reactive_replicas(
     run: Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int
 ) -> tuple[int, str]:
     up, down = pol.spec.scale_up, pol.spec.scale_down
@@ -307,11 +376,7 @@ def _target_signals(run: Run, pol: ScalingPolicy, svc: InferenceService) -> sig.
     Prometheus readings. Each reading that fails is a finding; the readings used are kept for
     the Scale action (`Scale.signals`)."""
     name = pol.metadata.name
-    target = next(
-        t
-        for t in pol.spec.targets
-        if (t.kind, t.namespace, t.name) == (svc.kind, svc.namespace, svc.name)
-    )
+    target = _target(pol, svc)
     read = sig.target_signals(run.observed, name, pol, target, svc)
     for signal, query, why in read.problems:
         run.find(
@@ -326,3 +391,11 @@ def _target_signals(run: Run, pol: ScalingPolicy, svc: InferenceService) -> sig.
     else:
         run.scale_signals.pop(svc.key, None)
     return read
+
+
+def _target(pol: ScalingPolicy, svc: InferenceService) -> ScaleTarget:
+    return next(
+        t
+        for t in pol.spec.targets
+        if (t.kind, t.namespace, t.name) == (svc.kind, svc.namespace, svc.name)
+    )

@@ -1,0 +1,73 @@
+"""The twin with a forecasting ScalingPolicy (issue 28 item 5): it answers the policy's
+forecast queries from the load curve's previous days, and the planner pre-warms replicas
+before the daily rise that the reactive policy only follows."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import reconciler.sim.twin as twin_mod
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from reconciler.sim.load import read_load
+from reconciler.sim.twin import TwinConfig, run_twin
+from tests.sim.twin_inputs import POLICIES, POOL, START
+
+REAL_PLAN = twin_mod.plan
+DAY, RISE = 86400, 3600  # each day the load rises from 1 to 6 req/s at 1 h, for an hour
+
+
+def desired(forecast: str | None):
+    text = POOL + "---\n" + POLICIES + (f"  forecast: {forecast}\n" if forecast else "")
+    return load([SourceFile("desired.yaml", text)])
+
+
+def two_days(path):
+    lines = ["Time,TIMESTAMP"]
+    t = START
+    for day in range(2):
+        for i in range(int((RISE + 2 * 3600 if day else DAY) // 10)):
+            rate = 6 if RISE <= i * 10 < RISE + 3600 else 1
+            lines.append(f"{t:%Y-%m-%d %H:%M:%S},{rate * 10:g}")
+            t += timedelta(seconds=10)
+    path.write_text("\n".join(lines) + "\n")
+    return read_load(path)
+
+
+def ups(monkeypatch, d, curve):
+    """(time, from, to, reason) of every scale-up the planner made, and the run's record."""
+    seen = []
+
+    def plan(desired, observed, now):
+        p = REAL_PLAN(desired, observed, now)
+        t = (now - START).total_seconds()
+        seen.extend(
+            (t, a.from_replicas, a.to_replicas, a.reason)
+            for a in p.actions
+            if a.kind == "scale" and a.to_replicas > a.from_replicas
+        )
+        return p
+
+    monkeypatch.setattr(twin_mod, "plan", plan)
+    cfg = TwinConfig(service_rate=1.0, period=120.0, warmup=DAY, concurrency=10.0, load_time=120.0)
+    return seen, run_twin(d, curve, [], cfg).record()
+
+
+def test_prewarm_raises_replicas_before_the_daily_rise(tmp_path, monkeypatch):
+    curve = two_days(tmp_path / "load.csv")
+    rise = DAY + RISE
+    plain, without = ups(monkeypatch, desired(None), curve)
+    warm, with_fc = ups(monkeypatch, desired("{days: 1, lookahead: 10m}"), curve)
+    # reactive only: nothing grows on day 2 before the load does
+    assert not [u for u in plain if DAY <= u[0] < rise]
+    # with the forecast: day 1 has no history, so no pre-warm there; on day 2 the replicas
+    # the rise needs (6 req/s x 10 concurrency / 8 per replica = 8) come within the 10 minutes
+    # before it, each a pre-warm
+    assert not [u for u in warm if u[0] < DAY and u[3].startswith("forecast")]
+    early = [u for u in warm if rise - 600 <= u[0] < rise]
+    assert early and all(u[3].startswith("forecast: ") for u in early), early
+    assert max(u[2] for u in early) == 8
+    assert not [u for u in warm if DAY <= u[0] < rise - 600]
+    # and the rise is met: no shortfall on day 2 with pre-warming, some without
+    assert with_fc["shortfall_gpu_s"] == 0 < without["shortfall_gpu_s"]
+    assert with_fc["slo_attainment"] > without["slo_attainment"]
