@@ -214,6 +214,10 @@ class PoolSpec(Model):
     capacity: PoolCapacity
     training: WholeCards = WholeCards()
     inference: Inference = Inference()
+    node_settle_time: Duration = Field("5m", validate_default=True)
+    """How long a node that failed (NotReady) and came back stays Ready before gpupool places
+    work on it again: a flapping node does not take a gang down twice, and its agent has
+    republished the real partition by then. 0s: at once."""
 
 
 class Pool(Model):

@@ -1,0 +1,175 @@
+"""Node failure on the real control plane (issue 29): a simulated kubelet stops heartbeating
+(`SimulatedKubelets.kill`: no Lease renewal, no status), the real node-lifecycle controller
+marks the node Ready=Unknown after `--node-monitor-grace-period` (20 s in the session's
+control plane) and taints it unreachable, and gpupool recovers:
+
+* an 8-GPU Job of two 4-GPU pods on two nodes loses one node: the whole gang is stopped (its
+  survivor checkpoints, the Job is suspended with `gpupool.io/recoveries`), resumed and
+  admitted whole on healthy nodes, never on the failed one;
+* an inference replica on the failed node is evicted at once and its Deployment's replacement
+  runs elsewhere.
+
+On main's code neither happens (the node is only fenced: the gang keeps its surviving pod's
+cards and never runs again, the replica waits for its NoExecute toleration, 300 s). Pods on the
+dead node stay Terminating (no kubelet confirms their end), so these tests settle the cluster
+without waiting for them (`settle_live`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from reconciler.conventions import GPU_RESOURCE, POOL_LABEL, RECOVERIES_ANN
+
+from .gating import gated_namespace
+from .harness import add_gpu_node, controller, create_inference_deployment, create_pod
+from .scenario import TEXT, base, seed_priority_classes
+
+DEAD = "h100-2"
+
+
+def gang_job(ns: str, name: str) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {GPU_RESOURCE: "4"}},
+    }
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {"gpupool.io/checkpointable": "true"},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "priorityClassName": "training-high",
+                    "nodeSelector": {POOL_LABEL: "h100"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def settle_live(kube, timeout: float = 30.0) -> None:
+    """`World.settle`, but for pods bound to a node whose kubelet is dead (they stay as they
+    are, Terminating ones included), and only the live nodes' stand-ins publish."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = []
+        for ns in kube.namespaces:
+            for p in kube.core.list_namespaced_pod(ns).items:
+                if p.spec.node_name == DEAD:
+                    continue
+                conds = {c.type for c in p.status.conditions or []}
+                if (
+                    p.metadata.deletion_timestamp
+                    or (p.spec.node_name and p.status.phase == "Pending")
+                    or (not p.spec.node_name and "PodScheduled" not in conds)
+                ):
+                    busy.append(f"{ns}/{p.metadata.name}")
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for name, sim in kube.nodes.items():
+        if name != DEAD:
+            sim.annotate_pods()
+            sim.observe()
+
+
+def cycles(ctl, kube, n: int, step: float = 60) -> list:
+    """`n` controller cycles; between them the live cluster settles, the live nodes' stand-ins
+    step and the test clock moves on (past checkpoint grace periods)."""
+    out = []
+    for _ in range(n):
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        out.append(r)
+        settle_live(kube)
+        for name, sim in kube.nodes.items():
+            if name != DEAD:
+                sim.step()
+        settle_live(kube)
+        kube.clock.advance(step)
+        if r.converged:
+            break
+    return out
+
+
+def kill_and_wait_unknown(kube, name: str, timeout: float = 90.0) -> None:
+    kube.kubelets.kill(name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        node = kube.core.read_node(name)
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        if ready.status != "True":
+            return
+        time.sleep(1)
+    raise AssertionError(f"{name} still Ready {timeout}s after its kubelet died")
+
+
+def pods_of(kube, ns: str, app: str) -> list:
+    return kube.core.list_namespaced_pod(ns, label_selector=f"app={app}").items
+
+
+def test_a_two_node_gang_that_loses_a_node_is_stopped_whole_and_readmitted_elsewhere(
+    kube, tmp_path
+):
+    clock = kube.clock
+    base(kube, tmp_path, clock, workloads=False)
+    seed_priority_classes(kube)
+    ns = gated_namespace(kube)
+    # 4 cards of each node taken, so the gang's two 4-GPU pods land on h100-1 and h100-2
+    for node in ("h100-1", "h100-2"):
+        create_pod(kube, "team-a", f"fill-{node}", node=node, gpus=4, cls="training-high")
+    kube.batch.create_namespaced_job(ns, gang_job(ns, "llm"))
+    kube.settle()
+    ctl = controller(kube, tmp_path, clock)
+    cycles(ctl, kube, 10)
+    before = {p.spec.node_name for p in pods_of(kube, ns, "llm") if p.status.phase == "Running"}
+    assert before == {"h100-1", DEAD}, before
+
+    add_gpu_node(kube, "h100-3")  # room for the gang once it comes back
+    kill_and_wait_unknown(kube, DEAD)
+    cycles(ctl, kube, 25)
+
+    job = kube.batch.read_namespaced_job("llm", ns)
+    assert (job.metadata.annotations or {}).get(RECOVERIES_ANN) == "1"  # stopped once, whole
+    assert not job.spec.suspend  # and resumed
+    live = [p for p in pods_of(kube, ns, "llm") if not p.metadata.deletion_timestamp]
+    assert len(live) == 2, [(p.metadata.name, p.spec.node_name) for p in live]
+    assert all(p.status.phase == "Running" and p.spec.node_name != DEAD for p in live)
+    assert all(not p.spec.scheduling_gates for p in live)
+
+
+def test_an_inference_replica_on_a_failed_node_is_replaced_at_once(kube, tmp_path):
+    clock = kube.clock
+    base(kube, tmp_path, clock, workloads=False)
+    seed_priority_classes(kube, TEXT)
+    # h100-1 full of training: the replica lands on h100-2's shared cards
+    create_pod(kube, "team-a", "fill", node="h100-1", gpus=8, cls="training-high")
+    ctl = controller(kube, tmp_path, clock)
+    cycles(ctl, kube, 10)  # h100-2 gets its shared cards
+    create_inference_deployment(kube, "team-b", "chat", replicas=1, queue=0)
+    kube.settle()
+    cycles(ctl, kube, 10)
+    (first,) = [p for p in pods_of(kube, "team-b", "chat") if p.status.phase == "Running"]
+    assert first.spec.node_name == DEAD
+
+    add_gpu_node(kube, "h100-3")
+    cycles(ctl, kube, 5)  # h100-3 is set up for inference too
+    kill_and_wait_unknown(kube, DEAD)
+    cycles(ctl, kube, 6)
+    pods = pods_of(kube, "team-b", "chat")
+    old = next(p for p in pods if p.metadata.name == first.metadata.name)
+    assert old.metadata.deletion_timestamp  # evicted by gpupool, not after 300 s
+    running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    assert [p.spec.node_name for p in running] == ["h100-3"], running
