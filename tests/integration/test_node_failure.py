@@ -23,7 +23,7 @@ from typing import Any
 from reconciler.conventions import GPU_RESOURCE, POOL_LABEL, RECOVERIES_ANN
 
 from .gating import gated_namespace
-from .harness import add_gpu_node, controller, create_inference_deployment, create_pod
+from .harness import add_gpu_node, controller, converge, create_inference_deployment, create_pod
 from .scenario import TEXT, base, seed_priority_classes
 
 DEAD = "h100-2"
@@ -156,20 +156,22 @@ def test_an_inference_replica_on_a_failed_node_is_replaced_at_once(kube, tmp_pat
     seed_priority_classes(kube, TEXT)
     # h100-1 full of training: the replica lands on h100-2's shared cards
     create_pod(kube, "team-a", "fill", node="h100-1", gpus=8, cls="training-high")
-    ctl = controller(kube, tmp_path, clock)
-    cycles(ctl, kube, 10)  # h100-2 gets its shared cards
     create_inference_deployment(kube, "team-b", "chat", replicas=1, queue=0)
     kube.settle()
-    cycles(ctl, kube, 10)
+    ctl = controller(kube, tmp_path, clock)
+    # h100-2's cards are shared (the device plugin's mounted config takes a while: the clock
+    # moves on between cycles) and the replica runs there
+    converge(ctl, kube, clock=clock, step=30)
     (first,) = [p for p in pods_of(kube, "team-b", "chat") if p.status.phase == "Running"]
     assert first.spec.node_name == DEAD
 
     add_gpu_node(kube, "h100-3")
-    cycles(ctl, kube, 5)  # h100-3 is set up for inference too
+    converge(ctl, kube, clock=clock, step=30)
     kill_and_wait_unknown(kube, DEAD)
-    cycles(ctl, kube, 6)
+    cycles(ctl, kube, 15, step=30)  # h100-3 is shared for the replacement
     pods = pods_of(kube, "team-b", "chat")
     old = next(p for p in pods if p.metadata.name == first.metadata.name)
     assert old.metadata.deletion_timestamp  # evicted by gpupool, not after 300 s
     running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-    assert [p.spec.node_name for p in running] == ["h100-3"], running
+    where = [(p.metadata.name, p.status.phase, p.spec.node_name) for p in pods]
+    assert [p.spec.node_name for p in running] == ["h100-3"], where
