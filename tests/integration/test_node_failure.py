@@ -18,6 +18,7 @@ without waiting for them (`settle_live`).
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.conventions import GPU_RESOURCE, POOL_LABEL, RECOVERIES_ANN
@@ -29,17 +30,17 @@ from .scenario import TEXT, base, seed_priority_classes
 DEAD = "h100-2"
 
 
-def gang_job(ns: str, name: str) -> dict[str, Any]:
+def gang_job(ns: str, name: str, pods: int = 2, gpus: int = 4) -> dict[str, Any]:
     container = {
         "name": "main",
         "image": "registry.example/train:1",
-        "resources": {"limits": {GPU_RESOURCE: "4"}},
+        "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
     }
     return {
         "metadata": {"name": name, "namespace": ns},
         "spec": {
-            "parallelism": 2,
-            "completions": 2,
+            "parallelism": pods,
+            "completions": pods,
             "completionMode": "Indexed",
             "backoffLimit": 0,
             "template": {
@@ -59,7 +60,7 @@ def gang_job(ns: str, name: str) -> dict[str, Any]:
     }
 
 
-def settle_live(kube, timeout: float = 30.0) -> None:
+def settle_live(kube, timeout: float = 30.0, dead: str = DEAD) -> None:
     """`World.settle`, but for pods bound to a node whose kubelet is dead (they stay as they
     are, Terminating ones included), and only the live nodes' stand-ins publish."""
     deadline = time.monotonic() + timeout
@@ -67,7 +68,7 @@ def settle_live(kube, timeout: float = 30.0) -> None:
         busy = []
         for ns in kube.namespaces:
             for p in kube.core.list_namespaced_pod(ns).items:
-                if p.spec.node_name == DEAD:
+                if p.spec.node_name == dead:
                     continue
                 conds = {c.type for c in p.status.conditions or []}
                 if (
@@ -80,12 +81,12 @@ def settle_live(kube, timeout: float = 30.0) -> None:
             break
         time.sleep(0.2)
     for name, sim in kube.nodes.items():
-        if name != DEAD:
+        if name != dead:
             sim.annotate_pods()
             sim.observe()
 
 
-def cycles(ctl, kube, n: int, step: float = 60) -> list:
+def cycles(ctl, kube, n: int, step: float = 60, dead: str = DEAD) -> list:
     """`n` controller cycles; between them the live cluster settles, the live nodes' stand-ins
     step and the test clock moves on (past checkpoint grace periods)."""
     out = []
@@ -93,11 +94,11 @@ def cycles(ctl, kube, n: int, step: float = 60) -> list:
         r = ctl.cycle()
         assert r.error is None, r.error
         out.append(r)
-        settle_live(kube)
+        settle_live(kube, dead=dead)
         for name, sim in kube.nodes.items():
-            if name != DEAD:
+            if name != dead:
                 sim.step()
-        settle_live(kube)
+        settle_live(kube, dead=dead)
         kube.clock.advance(step)
         if r.converged:
             break
@@ -175,3 +176,67 @@ def test_an_inference_replica_on_a_failed_node_is_replaced_at_once(kube, tmp_pat
     running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
     where = [(p.metadata.name, p.status.phase, p.spec.node_name) for p in pods]
     assert [p.spec.node_name for p in running] == ["h100-3"], where
+
+
+def single_node_gang(kube, tmp_path, text: str = TEXT) -> str:
+    """h100-1 full of work that is not preemptible; an 8-GPU Job (one pod) runs on h100-2."""
+    base(kube, tmp_path, kube.clock, text=text, workloads=False)
+    seed_priority_classes(kube, text)
+    ns = gated_namespace(kube)
+    create_pod(kube, "team-a", "fill", node="h100-1", gpus=8, cls="training-high")
+    kube.batch.create_namespaced_job(ns, gang_job(ns, "solo", pods=1, gpus=8))
+    kube.settle()
+    return ns
+
+
+def test_a_single_node_gang_on_a_failed_node_is_stopped_and_readmitted_elsewhere(kube, tmp_path):
+    ns = single_node_gang(kube, tmp_path)
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycles(ctl, kube, 10)
+    (pod,) = pods_of(kube, ns, "solo")
+    assert (pod.status.phase, pod.spec.node_name) == ("Running", DEAD)
+    add_gpu_node(kube, "h100-3")
+    kill_and_wait_unknown(kube, DEAD)
+    cycles(ctl, kube, 20)
+    job = kube.batch.read_namespaced_job("solo", ns)
+    assert (job.metadata.annotations or {}).get(RECOVERIES_ANN) == "1"
+    assert not job.spec.suspend
+    live = [p for p in pods_of(kube, ns, "solo") if not p.metadata.deletion_timestamp]
+    assert [(p.status.phase, p.spec.node_name) for p in live] == [("Running", "h100-3")]
+
+
+def test_a_node_that_comes_back_settles_before_the_gang_returns_to_it(kube, tmp_path):
+    """No other room: the stopped Job waits suspended; its node comes back and the gang is
+    resumed there only once the node has been Ready for the Pool's nodeSettleTime (20 s)."""
+    text = TEXT.replace(
+        "gpuModel: H100-SXM5-80GB", "gpuModel: H100-SXM5-80GB\n  nodeSettleTime: 20s", 1
+    )
+    assert text != TEXT
+    ns = single_node_gang(kube, tmp_path, text)
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycles(ctl, kube, 10)
+    time.sleep(25)  # the node has been Ready a while (a node that only just joined is new)
+    kill_and_wait_unknown(kube, DEAD)
+    cycles(ctl, kube, 8)
+    job = kube.batch.read_namespaced_job("solo", ns)
+    assert job.spec.suspend and (job.metadata.annotations or {}).get(RECOVERIES_ANN) == "1"
+
+    kube.kubelets.set_ready(DEAD)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        node = kube.core.read_node(DEAD)
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        if ready.status == "True" and not node.spec.taints:
+            break
+        time.sleep(1)
+    kube.clock.now = datetime.now(UTC)  # the node is back now, by the controller's clock too
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    assert "node-settling" in {f.code for f in r.plan.findings}
+    assert not [a for a in r.plan.actions if a.kind == "resume"]
+    kube.clock.advance(60)  # past the settle time
+    cycles(ctl, kube, 15, dead="")
+    job = kube.batch.read_namespaced_job("solo", ns)
+    assert not job.spec.suspend
+    live = [p for p in pods_of(kube, ns, "solo") if not p.metadata.deletion_timestamp]
+    assert [(p.status.phase, p.spec.node_name) for p in live] == [("Running", DEAD)]
