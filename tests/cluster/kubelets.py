@@ -323,12 +323,18 @@ class SimulatedKubelets:
 
     def set_ready(self, name: str) -> None:
         st = self._nodes[name]
+        was_dead = not st.alive
         if not (st.ready and st.alive):  # back: Ready from now (Unknown while it was dead)
             st.ready_since = now()
         st.ready, st.ready_reason = True, "KubeletReady"
         st.ready_message = "kubelet is posting ready status"
         st.alive = True
         self._post_status(st)
+        if was_dead:  # a restarted kubelet syncs its pods: it ends those deleted meanwhile
+            core = client.CoreV1Api(self._api)
+            selector = f"spec.nodeName={name}"
+            for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
+                self._on_pod(st, core, self._api.sanitize_for_serialization(pod))
 
     def kill(self, name: str) -> None:
         """The kubelet dies: no more lease renewals or status posts, pods are left as they are
