@@ -71,7 +71,9 @@ def _node(n: Any, state: dict | None) -> Node:
         ],
         ready=ready,
         ready_changed_at=_when(changed, "status.conditions[Ready].lastTransitionTime", who),
-        created_at=_when(n.metadata.creation_timestamp, "metadata.creationTimestamp", who),
+        created_at=_when(
+            getattr(n.metadata, "creation_timestamp", None), "metadata.creationTimestamp", who
+        ),
         gpus=gpus,
     )
     return _without_broken_cards(node)
