@@ -78,6 +78,15 @@ move lands where the plan meant. Honoured for pods created within `NEXT_POD_RESE
 of `<time>`."""
 NEXT_POD_RESERVATION_TTL_SECONDS = 600
 SUSPENDED_BY_ANN = PREFIX + "suspended-at"
+# On a Job: how many times in a row gpupool stopped its gang soon after a (re)start because a
+# member was lost (its node failed, it was evicted); written with the suspension, believed only
+# from gpupool's field manager. At RECOVERY_ATTEMPTS the Job stays suspended, with a finding.
+RECOVERIES_ANN = PREFIX + "recoveries"
+RECOVERY_ATTEMPTS = 3
+# A gang that lost a member within this many seconds of its start failed "right after a
+# resume": the count goes on; later, it starts again at 1.
+QUICK_FAILURE_SECONDS = 600
+MAX_RECOVERIES_READ = 1000  # a larger count is read as unreadable (absent)
 """On a Job gpupool suspended (`spec.suspend: true`) to stop its gang: when. gpupool resumes
 only Jobs that carry it (a Job suspended by its owner or by Kueue is theirs)."""
 INTENDED_GPUS_ANN = PREFIX + "intended-gpus"

@@ -215,6 +215,7 @@ def _observe(
     return ObservedState(
         kueue=kueue,
         suspended_jobs=owners.suspended,
+        job_recoveries=owners.recoveries,
         gated_namespaces=sorted(n.metadata.name for n in gated),
         observed_at=_ts(now) or datetime.now(UTC),
         nodes=nodes,

@@ -6,7 +6,9 @@ What a node says about its size is bounded (`reconciler/conventions.py`): a node
 cards than `MAX_GPUS_PER_NODE` (by its capacity or its agent's list) is unreadable and left out,
 before one card is made per unit of the number; shared slices beyond
 `MAX_SHARED_SLICES_PER_GPU` per card read as not shared, and a published time outside the years
-the cluster can mean as absent, each reported."""
+the cluster can mean as absent, each reported. The Ready condition's `lastTransitionTime` and
+the node's creation time are read (bounded like every time) for the settle time of a node back
+from a failure."""
 
 from __future__ import annotations
 
@@ -42,7 +44,10 @@ def read_node_states(api_client: Any) -> dict[str, dict]:
 
 def _node(n: Any, state: dict | None) -> Node:
     labels = n.metadata.labels or {}
-    ready = any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+    cond = next((c for c in (n.status.conditions or []) if c.type == "Ready"), None)
+    ready = cond is not None and cond.status == "True"
+    who = ("Node", "", n.metadata.name)
+    changed = getattr(cond, "last_transition_time", None)
     published = (state or {}).get("status") or {}
     if "gpus" in published:  # an agent's object with nothing published yet says nothing
         entries = published.get("gpus")
@@ -65,9 +70,22 @@ def _node(n: Any, state: dict | None) -> Node:
             Taint(key=t.key, value=t.value or "", effect=t.effect) for t in (n.spec.taints or [])
         ],
         ready=ready,
+        ready_changed_at=_when(changed, "status.conditions[Ready].lastTransitionTime", who),
+        created_at=_when(
+            getattr(n.metadata, "creation_timestamp", None), "metadata.creationTimestamp", who
+        ),
         gpus=gpus,
     )
     return _without_broken_cards(node)
+
+
+def _when(value: Any, field: str, who: tuple[str, str, str]) -> str | None:
+    """A time the client gives as a datetime (or text) as ISO text with a timezone; None when
+    absent, unreadable or outside the years the cluster can mean (reported by `_stamp`)."""
+    if value is None:
+        return None
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return _stamp(text, field, who)
 
 
 def _check_card_count(count: int, said: str) -> None:

@@ -1,6 +1,7 @@
 """What pods' owners say about them: gang sizes (a Job's parallelism, a coscheduling
 PodGroup's minMember), Kueue queues, the next-pod reservations moves leave on Jobs, the Jobs
-another controller manages, and the Jobs gpupool suspended (demand).
+another controller manages, the Jobs gpupool suspended (demand) and how often in a row it
+stopped each because its gang lost a member (`gpupool.io/recoveries`).
 
 A gang size over `conventions.MAX_GANG_SIZE` is unreadable (reported): a Job's `parallelism`
 then gives its pods no gang size and its suspension no demand (it stays suspended), a
@@ -64,6 +65,28 @@ class Owners:
     """(namespace, Job) of Jobs another controller manages (`spec.managedBy`)."""
     queues: dict[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, Job) -> its Kueue queue (`kueue.x-k8s.io/queue-name` label), if any."""
+    recoveries: dict[str, int] = field(default_factory=dict)
+    """namespace/Job -> its `gpupool.io/recoveries` count, when gpupool's field manager wrote
+    it (a count another writer set is forged state: ignored, reported)."""
+
+
+def _recoveries(j: Any) -> int | None:
+    """The Job's `gpupool.io/recoveries` count: gpupool's own (its field manager), an integer
+    in 1..`conventions.MAX_RECOVERIES_READ`; else None, reported."""
+    text = (j.metadata.annotations or {}).get(C.RECOVERIES_ANN)
+    if text is None:
+        return None
+    if not gpupool_wrote(j, C.RECOVERIES_ANN):
+        _unreadable(*_job(j), f"forged-state: {not_written(j, C.RECOVERIES_ANN)}; ignored")
+        return None
+    try:
+        value = int(str(text))
+    except ValueError:
+        value = -1
+    if not 0 < value <= C.MAX_RECOVERIES_READ:
+        _unreadable(*_job(j), f"unreadable {C.RECOVERIES_ANN} annotation {text!r}; ignored")
+        return None
+    return value
 
 
 def _job(j: Any) -> tuple[str, str, str]:
@@ -150,6 +173,9 @@ def read_owners(api_client: Any) -> Owners:
         queue = (j.metadata.labels or {}).get(C.KUEUE_QUEUE_LABEL)
         if queue:
             owners.queues[(j.metadata.namespace, j.metadata.name)] = queue
+        count = _recoveries(j)
+        if count:
+            owners.recoveries[f"{j.metadata.namespace}/{j.metadata.name}"] = count
         moved = _next_pod_reservation(j)
         if moved is not None:
             owners.next_pod[(j.metadata.namespace, j.metadata.name)] = moved

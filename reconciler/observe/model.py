@@ -236,6 +236,13 @@ class Node(Obs):
     unschedulable: bool = False
     taints: list[Taint] = []
     ready: bool = True
+    ready_changed_at: Time | None = None
+    """When the node's Ready condition last changed (its `lastTransitionTime`): since when it
+    is Ready, or NotReady/Unknown; None: not known. A node back Ready for less than its pool's
+    `nodeSettleTime` is not capacity yet (`reconciler/plan/stages/recovery.py`)."""
+    created_at: Time | None = None
+    """The Node object's creation time: a node Ready within `nodeSettleTime` of it is new,
+    not back from a failure."""
     gpus: list[Gpu] = []
     """At most `conventions.MAX_GPUS_PER_NODE`."""
 
@@ -567,6 +574,10 @@ class ObservedState(Obs):
     kueue: list[KueueObject] | None = None
     """Kueue's ResourceFlavors, ClusterQueues and LocalQueues; None: Kueue's CRDs are not
     served (or the snapshot does not say)."""
+    job_recoveries: dict[str, Annotated[int, Field(ge=0, le=C.MAX_RECOVERIES_READ)]] = {}
+    """Job (namespace/name) -> how many times in a row gpupool stopped its gang soon after it
+    started because a member was lost (the Job's `gpupool.io/recoveries`, believed only when
+    gpupool's field manager wrote it). At `conventions.RECOVERY_ATTEMPTS` it is held."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservedState:

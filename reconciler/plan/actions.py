@@ -159,6 +159,13 @@ class Eviction(ActionBase):
     suspend_job: str | None = None
     """The Job that owns it, suspended instead of evicting the pod (the Job controller then
     deletes its pods and creates none until gpupool resumes it); None: evicted."""
+    lost: bool = False
+    """Stopped because its gang lost a member or its node failed (recovery,
+    `stages/recovery.py`): no class, minRuntime or budget rule holds it back (the gang cannot
+    progress); it still counts in the hour's preemptions once done."""
+    recoveries: int | None = Field(default=None, ge=1)
+    """Set when it is stopped because its gang lost a member and `suspend_job` is set: the
+    Job's `gpupool.io/recoveries` count, written with the suspension (the no-flapping rule)."""
 
 
 class Preempt(Eviction):
@@ -168,7 +175,8 @@ class Preempt(Eviction):
 
 
 class Reclaim(Eviction):
-    """A workload whose cards have been idle too long."""
+    """A workload whose cards have been idle too long, or one stopped because its gang lost a
+    member or its node failed (recovery: re-admitted whole elsewhere)."""
 
     kind: Literal["reclaim"] = "reclaim"
 

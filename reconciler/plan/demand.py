@@ -12,6 +12,8 @@ from reconciler.conventions import (
     ADMISSION_GATE,
     KUEUE_LOCAL_QUEUE,
     KUEUE_QUEUE_LABEL,
+    RECOVERIES_ANN,
+    RECOVERY_ATTEMPTS,
 )
 from reconciler.observe.model import (
     Request,
@@ -284,12 +286,25 @@ def record_wait(run: Run, p: Demand, code: str, why: str, severity: str = "info"
 
 def suspended_demand(run: Run) -> list[Demand]:
     """Jobs gpupool suspended to stop their gang: demand for all their pods again (created
-    when the Job is resumed, gated, then admitted)."""
+    when the Job is resumed, gated, then admitted); not one that lost a member soon after each
+    of its last `RECOVERY_ATTEMPTS` starts (held, with a finding: no flapping)."""
     if kueue_mode(run):
         _kueue_suspended(run)
         return []
     out = []
     for j in sorted(run.observed.suspended_jobs, key=lambda j: j.key):
+        tries = run.observed.job_recoveries.get(j.key, 0)
+        if tries >= RECOVERY_ATTEMPTS:
+            run.find(
+                "warning",
+                "recovery-held",
+                j.key,
+                f"Job {j.key} lost a member soon after each of its last {tries} starts "
+                f"({RECOVERIES_ANN}): gpupool keeps it suspended and gives its cards to other "
+                f"work; fix it (a checkpoint it cannot restore?), then remove {RECOVERIES_ANN} "
+                "from the Job to let gpupool resume it",
+            )
+            continue
         p = Demand(
             j.key,
             j.namespace,

@@ -288,6 +288,39 @@ def evict(
     return first
 
 
+def stop_lost(
+    run: Run,
+    w: Workload,
+    reason: str,
+    *,
+    checkpoint: bool,
+    recoveries: int | None,
+    after: tuple[str, ...] = (),
+) -> str:
+    """Recovery (stages/recovery.py): stop `w` alone because its gang lost a member or its
+    node failed, past `stop_refusal` (a gang that cannot progress is stopped whatever its
+    class) and without spending the hourly budget; `checkpoint` False for a pod on a failed
+    node (nobody there to see the request); `after`: actions it waits for (the survivors'
+    stops, so a suspension for a lost pod does not cut their checkpoint short). A Reclaim,
+    its Job suspended (with the Job's new `recoveries` count) when it has one."""
+    aid = _evict_one(
+        run,
+        w,
+        "reclaim",
+        reason,
+        run.cluster.pool_of(w),
+        None,
+        None,
+        checkpoint=checkpoint,
+        spend=False,
+        recoveries=recoveries,
+    )
+    if after:
+        a = run.actions[aid]
+        run.actions[aid] = a.model_copy(update={"depends_on": (*a.depends_on, *after)})
+    return aid
+
+
 def _evict_one(
     run: Run,
     w: Workload,
@@ -297,10 +330,14 @@ def _evict_one(
     target: str | None,
     preemptor: str | None,
     to_gpus: tuple[int, ...] = (),
+    *,
+    checkpoint: bool = True,
+    spend: bool = True,
+    recoveries: int | None = None,
 ) -> str:
     cls = run.pclass(w.priority_class)
     deps: tuple[str, ...] = ()
-    if not (cls and cls.spot):
+    if checkpoint and not (cls and cls.spot):
         grace = run.terms.grace
         lost = run.seconds_since(w.last_checkpoint_at or w.started_at)
         ck = run.add(
@@ -324,11 +361,14 @@ def _evict_one(
     # are evicted)
     suspend = job if job and not kueue_mode(run) else None
     action = _eviction(kind, w, pool, reason, deps, suspend, target, preemptor, to_gpus)
+    if not spend:  # recovery (`stop_lost`)
+        update = {"lost": True, "recoveries": recoveries if suspend else None}
+        action = action.model_copy(update=update)
     aid = run.add(action)
     for a in w.allocations:
         run.evictions_on.setdefault((w.node or "", a.gpu), set()).add(aid)
     run.evicted.add(w.key)
-    run.budget_left -= 1
+    run.budget_left -= 1 if spend else 0
     team = run.team(w.namespace)
     pv = run.pool_view(pool)
     if team is not None:

@@ -12,6 +12,8 @@ passes one check (`stop_refusal`, evictions.py), every repartition one seam (par
 
  0. open the run: check the snapshot (cards the cluster over-committed and the cards of
     unavailable nodes are fenced), the usage ledger and the hourly budget;
+ 0b. recovery: a gang that lost a member (its node failed, it was evicted) is stopped whole
+    and comes back whole; replicas on failed nodes are replaced; returning nodes settle;
  1. drift: cards whose partition is not the policy's are repartitioned when empty;
  2. scaling: inference services whose queue/wait signals cross their thresholds;
  3. demand: pending pods (a gang as one unit), new replicas, Jobs gpupool suspended;
@@ -56,6 +58,7 @@ from reconciler.plan.stages.caps import enforce_team_caps
 from reconciler.plan.stages.drift import repartition_drift, report_fences
 from reconciler.plan.stages.idle import reclaim_idle
 from reconciler.plan.stages.inference import keep_warm_minimum, serve_inference
+from reconciler.plan.stages.recovery import recover
 from reconciler.plan.stages.repartitions import finish_drains, repartition_actions
 from reconciler.plan.stages.scaling import emit_scales, plan_scaling
 from reconciler.plan.stages.training import place_training
@@ -87,10 +90,11 @@ def plan_with_facts(
     `backends`: the partition backends, the first that serves a pool partitions it."""
     run = open_run(desired, observed, now, backends)  # 0
     observed_usage = dict(run.team_usage)
+    held_back = recover(run, observed.workloads)  # 0b
     repartition_drift(run)  # 1
     scaling, replicas, scaled_away = plan_scaling(run)  # 2
     demand = (  # 3
-        [p for p in pending_demand(run) if not set(p.members) <= scaled_away]
+        [p for p in pending_demand(run) if not set(p.members) <= scaled_away | held_back]
         + replicas
         + suspended_demand(run)
     )

@@ -229,6 +229,10 @@ class PoolSpec(Model):
     device_plugin: DevicePluginSetup = DevicePluginSetup()
     """How the GPU operator runs NVIDIA's device plugin on the pool's nodes (MPS needs the
     install's `per-node`)."""
+    node_settle_time: Duration = Field("5m", validate_default=True)
+    """How long a node that failed (NotReady) and came back stays Ready before gpupool places
+    work on it again: a flapping node does not take a gang down twice, and its agent has
+    republished the real partition by then. 0s: at once."""
 
 
 class Pool(Model):

@@ -579,6 +579,10 @@ def job_suspended(at: str | None, suspended: bool = True):
     return check
 
 
+def _fail(msg: str) -> None:
+    raise AssertionError(msg)
+
+
 def suspended_not_evicted(at: str | None = NOW.isoformat()):
     """The Job is suspended (the Job controller stops the pod, not gpupool: it is not evicted)."""
 
@@ -1798,6 +1802,21 @@ EVICT_ROWS = [
         ("set_job_suspend",),
         budget=1,
         check=suspended_not_evicted(),
+    ),
+    Row(
+        # a recovery (its gang lost a member) writes the Job's recovery count with the
+        # suspension, in the same patch
+        "suspend/recovery-writes-its-count",
+        RECLAIM_JOB.model_copy(update={"lost": True, "recoveries": 2, "depends_on": ()}),
+        (TRAIN, jobs_pod()),
+        "done",
+        SUSPENDED_MSG,
+        ("set_job_suspend",),
+        budget=1,
+        check=lambda p: (
+            suspended_not_evicted()(p),
+            p.job_annotations("train")[C.RECOVERIES_ANN] == "2" or _fail("no recoveries count"),
+        ),
     ),
     Row(
         "suspend/after-the-grace-period",

@@ -211,6 +211,8 @@ class _NodeState:
     ready_reason: str = "KubeletReady"
     ready_message: str = "kubelet is posting ready status"
     alive: bool = True  # False: the "kubelet" is gone; no heartbeats, no pod handling
+    ready_since: str = ""  # the Ready condition's lastTransitionTime (kept until it changes)
+    since: str = ""  # the other conditions' lastTransitionTime (since registration)
     uid: str = ""
     next_ip: int = 2
     pod_ips: dict[str, str] = field(default_factory=dict)
@@ -314,15 +316,25 @@ class SimulatedKubelets:
         keeps being renewed). The node-lifecycle controller then taints it
         node.kubernetes.io/not-ready:NoExecute."""
         st = self._nodes[name]
+        if st.ready:
+            st.ready_since = now()
         st.ready, st.ready_reason, st.ready_message = False, reason, message
         self._post_status(st)
 
     def set_ready(self, name: str) -> None:
         st = self._nodes[name]
+        was_dead = not st.alive
+        if not (st.ready and st.alive):  # back: Ready from now (Unknown while it was dead)
+            st.ready_since = now()
         st.ready, st.ready_reason = True, "KubeletReady"
         st.ready_message = "kubelet is posting ready status"
         st.alive = True
         self._post_status(st)
+        if was_dead:  # a restarted kubelet syncs its pods: it ends those deleted meanwhile
+            core = client.CoreV1Api(self._api)
+            selector = f"spec.nodeName={name}"
+            for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
+                self._on_pod(st, core, self._api.sanitize_for_serialization(pod))
 
     def kill(self, name: str) -> None:
         """The kubelet dies: no more lease renewals or status posts, pods are left as they are
@@ -395,7 +407,12 @@ class SimulatedKubelets:
     # ---- node status and lease -------------------------------------------------------------
 
     def _conditions(self, st: _NodeState) -> list[dict]:
+        """The node's conditions, each heartbeat now; like the kubelet, a condition's
+        lastTransitionTime moves only when its status changes (gpupool's settle time reads
+        Ready's)."""
         t = now()
+        st.since = st.since or t
+        st.ready_since = st.ready_since or t
 
         def cond(type_, status, reason, message):
             return {
@@ -404,7 +421,7 @@ class SimulatedKubelets:
                 "reason": reason,
                 "message": message,
                 "lastHeartbeatTime": t,
-                "lastTransitionTime": t,
+                "lastTransitionTime": st.ready_since if type_ == "Ready" else st.since,
             }
 
         return [

@@ -324,12 +324,14 @@ def eviction_faults(
     desired: DesiredState, before: ObservedState, p: Plan, after: ObservedState
 ) -> list[str]:
     """Evictions of a class that may not be preempted, before minRuntime (unless spot), or
-    beyond the hour's budget."""
+    beyond the hour's budget. A recovery's stops (`lost`: the gang lost a member) keep no
+    such rule, but count in the hour once done."""
     out = []
     now = before.observed_at
     work = {w.key: w for w in before.workloads}
     pre = desired.priority.spec.preemption if desired.priority else None
-    evictions = [a for a in p.actions if a.kind in EVICTION_KINDS]
+    every = [a for a in p.actions if a.kind in EVICTION_KINDS]
+    evictions = [a for a in every if not a.lost]
     for a in evictions:
         w = work.get(a.target)
         if w is None or w.phase != "Running":
@@ -344,7 +346,7 @@ def eviction_faults(
             if pre is None or ran is None or ran < pre.min_runtime:
                 out.append(f"{a.id}: ran {ran}, minRuntime {pre and pre.min_runtime}")
     if evictions:
-        n = in_hour(after.recent_preemptions, now)
+        n = in_hour(after.recent_preemptions, now) - (len(every) - len(evictions))
         if n > budget(desired):
             out.append(
                 f"{len(evictions)} evictions ({', '.join(a.id for a in evictions)}) make "

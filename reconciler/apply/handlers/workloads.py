@@ -119,7 +119,8 @@ def _reserve_next_pod(a: Move, ctx: Context, pod: PodInfo) -> str:
 
 def _suspend_job(a: Eviction, ctx: Context, ns: str, job: str) -> Outcome | None:
     """Stop the pod's gang by suspending its Job: one merge patch of `spec.suspend: true` and
-    `gpupool.io/suspended-at: <now>` (the mark gpupool resumes by). None: the Job is gone, the
+    `gpupool.io/suspended-at: <now>` (the mark gpupool resumes by; a recovery also writes its
+    `gpupool.io/recoveries` count). None: the Job is gone, the
     caller evicts the pod instead."""
     info = ctx.ops.read_job(ns, job)
     if info is None:
@@ -140,9 +141,10 @@ def _suspend_job(a: Eviction, ctx: Context, ns: str, job: str) -> Outcome | None
             stopped=True,
         )
     try:
-        ctx.ops.set_job_suspend(
-            ns, job, suspend=True, annotations={C.SUSPENDED_BY_ANN: ctx.clock().isoformat()}
-        )
+        marks = {C.SUSPENDED_BY_ANN: ctx.clock().isoformat()}
+        if a.recoveries is not None:
+            marks[C.RECOVERIES_ANN] = str(a.recoveries)
+        ctx.ops.set_job_suspend(ns, job, suspend=True, annotations=marks)
     except ApiError as exc:
         if exc.status == 404:  # deleted since it was read
             return None

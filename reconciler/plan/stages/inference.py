@@ -135,12 +135,17 @@ def _layouts_for(pv: PoolView, unmet: Counter) -> list[tuple[str, ...]]:
 
 
 def _inference_budget(pv: PoolView) -> int:
-    """How many more cards inference may take in this pool."""
+    """How many more cards inference may take in this pool. Cards of an unavailable node
+    (failed: its replicas are replaced elsewhere at once) do not count against maxGPUs; once
+    the node is back, drift returns what is over the cap to whole cards."""
     spec = pv.pool.spec
     now_inf = len(pv.inference_slots())
     whole = len(pv.gpus) - now_inf
+    live_inf = sum(1 for g in pv.inference_slots() if not g.fenced)
     by_max = (
-        (spec.inference.max_gpus - now_inf) if spec.inference.max_gpus is not None else len(pv.gpus)
+        (spec.inference.max_gpus - live_inf)
+        if spec.inference.max_gpus is not None
+        else len(pv.gpus)
     )
     return max(0, min(by_max, whole - spec.training.min_gpus))
 

@@ -44,10 +44,14 @@ def repartition_actions(run: Run) -> None:
 
 
 def finish_drains(run: Run) -> None:
-    """Nodes gpupool cordoned for a repartition that is now complete go back into service."""
+    """Nodes gpupool cordoned for a repartition that is now complete go back into service. Not
+    a node unavailable (failed, or back and settling): whether its repartition completed is
+    known only once it reports again, and its cards are read afresh first."""
     for pv in run.cluster.pools.values():
         for name, node in pv.nodes.items():
             if not (node.unschedulable and CORDONED_FOR_ANN in node.annotations):
+                continue
+            if name in run.cluster.fenced_nodes:
                 continue
             if f"cordon:{name}" in run.actions:
                 continue
