@@ -140,6 +140,33 @@ UNSATURATED = 0.8  # creation -> binding is also shown for pods created below th
 MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
+RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
+BINPACK_SCHEDULER = "binpack-scheduler"  # the bin-packing profile's schedulerName
+
+# kube-scheduler's configuration (kubescheduler.config.k8s.io/v1, as v1.37 reads it): the
+# default profile as it is (LeastAllocated; the default run, and what binds gpupool's admitted
+# pods), and a second profile a platform engineer would configure for bin packing GPUs
+# (kubernetes.io "Resource Bin Packing": NodeResourcesFit, scoringStrategy MostAllocated,
+# weighted on nvidia.com/gpu). One scheduler serves both; a pod picks one by spec.schedulerName.
+# With --config, kube-scheduler ignores --kubeconfig: the client connection is set here.
+SCHEDULER_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {{kubeconfig: "{kubeconfig}"}}
+leaderElection: {{leaderElect: false}}
+profiles:
+  - schedulerName: default-scheduler
+  - schedulerName: {binpack}
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources:
+              - {{name: {gpu}, weight: 10}}
+              - {{name: cpu, weight: 1}}
+              - {{name: memory, weight: 1}}
+"""
 
 POLICY_TEXT = """\
 apiVersion: gpupool.io/v1alpha1
@@ -489,8 +516,11 @@ class Replay:
     and the cards in use; a watch of the namespace and the kubelets' device managers are the
     sources."""
 
-    def __init__(self, world: Any, ns: str, wl: Workload, name: str, gated: bool):
+    def __init__(
+        self, world: Any, ns: str, wl: Workload, name: str, gated: bool, scheduler: str = ""
+    ):
         self.world, self.ns, self.wl, self.name, self.gated = world, ns, wl, name, gated
+        self.scheduler = scheduler  # spec.schedulerName ("": the default profile)
         self.jobs = {j.name: j for j in wl.jobs}
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
@@ -620,9 +650,11 @@ class Replay:
     def pod_body(self, job: Job) -> dict:
         from reconciler.conventions import GPU_RESOURCE, POOL_LABEL
 
+        extra = {"schedulerName": self.scheduler} if self.scheduler else {}
         return {
             "metadata": {"name": job.name, "labels": {"app": "openb-bench"}},
             "spec": {
+                **extra,
                 "containers": [
                     {
                         "name": "main",
@@ -734,11 +766,13 @@ class Replay:
                 for n in self.bound
                 if n in self.created and self.busy_at_creation.get(n, 1) < UNSATURATED
             ]
-            res.never = Counter(
-                j.gpus
-                for j in self.wl.jobs
-                if j.name not in self.running or self.running[j.name] > end
-            )
+            never = [
+                j for j in self.wl.jobs if j.name not in self.running or self.running[j.name] > end
+            ]
+            res.never = Counter(j.gpus for j in never)
+            res.notes["never_started"] = {
+                n: sorted(j.name for j in never if j.gpus == n) for n in sorted(res.never) if n > 1
+            }
             res.notes["failed"] = dict(self.failed)
             res.notes["unadmitted"] = sorted(self.unadmitted)
             res.notes["overbooked"] = list(self.overbooked)
@@ -784,11 +818,13 @@ def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
         say(f"    {n}: {h}")
 
 
-def run_default(world: Any, wl: Workload) -> Result:
-    ns = "openb-default"
+def run_kube_scheduler(world: Any, wl: Workload, name: str, scheduler: str = "") -> Result:
+    """kube-scheduler alone places the pods (namespace without the admission label), with its
+    default profile or the one named `scheduler`."""
+    ns = f"openb-{name}"
     world.ensure_namespace(ns)
-    replay = Replay(world, ns, wl, "default", gated=False)
-    watcher = threading.Thread(target=replay.watch, name="watch-default", daemon=True)
+    replay = Replay(world, ns, wl, name, gated=False, scheduler=scheduler)
+    watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
     replay.t0 = time.monotonic()
@@ -1073,6 +1109,7 @@ def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
 
 
 def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tuple:
+    from reconciler.conventions import GPU_RESOURCE
     from tests.cluster.controlplane import ControlPlane
     from tests.cluster.kubelets import SimulatedKubelets
     from tests.integration.harness import write_policy
@@ -1088,7 +1125,21 @@ def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tup
     )
 
     t = time.monotonic()
-    plane = ControlPlane(binary, workdir / "control-plane", node_monitor_grace_period="300s")
+    plane_dir = workdir / "control-plane"
+    config = workdir / "scheduler-config.yaml"
+    config.write_text(
+        SCHEDULER_CONFIG.format(
+            kubeconfig=plane_dir / "scheduler.kubeconfig",  # ControlPlane.start writes it
+            binpack=BINPACK_SCHEDULER,
+            gpu=GPU_RESOURCE,
+        )
+    )
+    plane = ControlPlane(
+        binary,
+        plane_dir,
+        node_monitor_grace_period="300s",
+        extra_scheduler_args=[f"--config={config}"],
+    )
     plane.start()
     say(f"control plane up in {time.monotonic() - t:.1f}s ({plane.server})")
     kubelets = SimulatedKubelets(plane.api_client, heartbeat_interval=20, status_interval=600)
@@ -1161,7 +1212,7 @@ def table(wl: Workload, results: list[Result]) -> str:
         )
     )
     for n in sizes:
-        if n > 1:
+        if n >= 1:
             rows.append(
                 (
                     f"  {n}-card pods never started (of {total[n]})",
@@ -1222,7 +1273,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--min-interval", type=float, default=0.5, help="least wall seconds between cycles"
     )
-    ap.add_argument("--runs", default="default,gpupool", help="which real runs (default,gpupool)")
+    ap.add_argument(
+        "--runs",
+        default=",".join(RUNS),
+        help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
+        "(kube-scheduler, MostAllocated on GPUs), gpupool",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep the work dir (logs) here")
     ap.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument(
@@ -1345,8 +1401,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {exc}")
         return 1
     names = [r.strip() for r in args.runs.split(",") if r.strip()]
-    if unknown := [n for n in names if n not in ("default", "gpupool")]:
-        say(f"error: --runs: unknown run(s) {', '.join(unknown)} (default, gpupool)")
+    if unknown := [n for n in names if n not in RUNS]:
+        say(f"error: --runs: unknown run(s) {', '.join(unknown)} ({', '.join(RUNS)})")
         return 2
     binary = cached_binary() if names else None
     if names and binary is None:
@@ -1378,7 +1434,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"run {name}:")
             t = time.monotonic()
             if name == "default":
-                real.append(run_default(world, wl))
+                real.append(run_kube_scheduler(world, wl, name))
+            elif name == "binpack":
+                real.append(run_kube_scheduler(world, wl, name, BINPACK_SCHEDULER))
             else:
                 real.append(
                     run_gpupool(
