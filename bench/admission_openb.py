@@ -1,19 +1,27 @@
-"""gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7).
+"""gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7;
+the bin-packing baseline: issue 28, item 4).
 
-    .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~18 min
-    .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~4 min
+    .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~27 min
+    .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~6 min
     .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
+    .venv/bin/python bench/admission_openb.py --runs binpack,gpupool   # against bin packing only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~80 s
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~95 s
 
-A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed twice
+A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed three times
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
 kube-controller-manager v1.37.2, built from Go and cached; simulated kubelets; per GPU node the
 NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integration/world.py):
 
 1. **default**: the pods are created in a namespace without the admission label, so
-   kube-scheduler alone places them;
-2. **gpupool**: the same pods in a namespace labelled `gpupool.io/admission=gated`
+   kube-scheduler alone places them with its default profile (NodeResourcesFit scoring
+   LeastAllocated: it spreads);
+2. **binpack**: the same, but the pods name a second profile of the same kube-scheduler
+   (`spec.schedulerName`; the scheduler runs with `--config`, openb_baselines.py's
+   SCHEDULER_CONFIG) that bin-packs GPUs as kubernetes documents it ("Resource Bin Packing"):
+   NodeResourcesFit with `scoringStrategy` MostAllocated, `nvidia.com/gpu` weight 10, cpu and
+   memory weight 1. The baseline a platform engineer would run for a GPU cluster;
+3. **gpupool**: the same pods in a namespace labelled `gpupool.io/admission=gated`
    (deploy/admission-gate.yaml, installed by `world.install`, gates them), with gpupool's
    controller (`reconciler.loop.controller.Controller` as tests/integration/harness.py builds
    it: its ServiceAccount, its informers as `Controller.run` starts them) cycling in this
@@ -23,7 +31,8 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
 Then the simulator places the same pods on the same nodes with the same arrivals and work
 times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
 the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
-and one table compares the four.
+and one table compares the five. The workload, the metrics, the simulator and the scheduler's
+configuration are in bench/openb_baselines.py.
 
 **Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
 (creation >= 10,000,000 s, as `reconciler.sim.timeline` uses), `--pods` consecutive ones from a
@@ -46,9 +55,10 @@ memory: gpupool's planner does not meter those, so the comparison stays on cards
 GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
 % of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
 from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
-last arrival), pods never started (and their cards), creation -> binding p50/p95 (wall seconds
-and the trace seconds they stand for; also for the pods created while < 80 % of the cards
-were in use, i.e. the latency of admission itself), and gpupool's cycles. What would be a
+last arrival), pods never started (by size, and their cards; --json names the multi-card
+ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand for; also
+for the pods created while < 80 % of the cards were in use, i.e. the latency of admission
+itself), and gpupool's cycles. What would be a
 fault of admission is counted and listed: a node asked for more cards than it has by the pods
 bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
 refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the
@@ -73,8 +83,8 @@ node-monitor grace 300 s) so that idle nodes do not load the API server.
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
-`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: both real runs and both simulations,
-the same code and table, in about 80 s (the control plane takes 10-12 s to start);
+`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the three real runs and both
+simulations, the same code and table, in about 95 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -83,13 +93,11 @@ one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
 import hashlib
 import heapq
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -99,7 +107,6 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -107,67 +114,38 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reconciler.plan.placement import (  # noqa: E402
-    GPU_MILLI,
-    NodeState,
-    Placement,
-    PlacementContext,
-    PodDemand,
-    allocate,
-    choose,
-    cluster_fragmentation,
-    release,
-    typical_workload,
+from bench.openb_baselines import (  # noqa: E402
+    BINPACK_SCHEDULER,
+    GRID,
+    MODEL,
+    UNSATURATED,
+    Job,
+    Result,
+    Workload,
+    build_workload,
+    frag_rate,
+    pct,
+    simulate,
+    target_ctx,
+    write_scheduler_config,
 )
-from reconciler.sim.timeline import BUSY_FROM  # noqa: E402
 from reconciler.sim.trace import (  # noqa: E402
     DEFAULT_NODES,
     DEFAULT_PODS,
     NodeSpec,
-    Pod,
     TraceError,
     openb_dir,
     read_nodes,
     read_pods,
 )
 
-MODEL = "H100-SXM5-80GB"
 POOL = "bench"
 CLASS = "batch"
-UNMETERED = 10**9
 POINTS = (0.25, 0.5, 0.75, 1.0)
-UNSATURATED = 0.8  # creation -> binding is also shown for pods created below this allocation
 MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
 RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
-BINPACK_SCHEDULER = "binpack-scheduler"  # the bin-packing profile's schedulerName
-
-# kube-scheduler's configuration (kubescheduler.config.k8s.io/v1, as v1.37 reads it): the
-# default profile as it is (LeastAllocated; the default run, and what binds gpupool's admitted
-# pods), and a second profile a platform engineer would configure for bin packing GPUs
-# (kubernetes.io "Resource Bin Packing": NodeResourcesFit, scoringStrategy MostAllocated,
-# weighted on nvidia.com/gpu). One scheduler serves both; a pod picks one by spec.schedulerName.
-# With --config, kube-scheduler ignores --kubeconfig: the client connection is set here.
-SCHEDULER_CONFIG = """\
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection: {{kubeconfig: "{kubeconfig}"}}
-leaderElection: {{leaderElect: false}}
-profiles:
-  - schedulerName: default-scheduler
-  - schedulerName: {binpack}
-    pluginConfig:
-      - name: NodeResourcesFit
-        args:
-          scoringStrategy:
-            type: MostAllocated
-            resources:
-              - {{name: {gpu}, weight: 10}}
-              - {{name: cpu, weight: 1}}
-              - {{name: memory, weight: 1}}
-"""
-
 POLICY_TEXT = """\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
@@ -221,239 +199,6 @@ def cached_binary() -> Path | None:
     cache = Path(os.environ.get("GPUPOOL_CACHE") or Path(xdg) / "gpupool")
     path = cache / "control-plane" / f"{version}-{h.hexdigest()[:16]}" / "kcp"
     return path if os.access(path, os.X_OK) else None
-
-
-@dataclass
-class Job:
-    idx: int
-    name: str
-    gpus: int
-    arrival: float  # trace seconds after the first arrival, packed by the density
-    work: float  # trace seconds of work once running
-
-
-@dataclass
-class Workload:
-    jobs: list[Job]
-    nodes: list[NodeSpec]
-    density: float
-    speed: float
-    t_last: float  # trace seconds: the last arrival
-    t_end: float  # trace seconds: when the replay stops
-    offered: float  # offered GPU demand / capacity over [0, t_last]
-    trace_from: int  # creation time of the slice's first pod
-    trace_to: int
-
-    @property
-    def capacity(self) -> int:
-        return sum(n.gpus for n in self.nodes)
-
-
-def offered_load(raw: list[Pod], density: float, capacity: int) -> float:
-    """Mean GPU demand over [first, last arrival] / capacity, each pod counted from its arrival
-    for its whole work time, with the arrivals packed `density` times closer."""
-    c0 = raw[0].creation_time
-    span = (raw[-1].creation_time - c0) / density
-    if span <= 0:
-        return float("inf")
-    busy = 0.0
-    for p in raw:
-        a = (p.creation_time - c0) / density
-        busy += p.req.num_gpu * max(0.0, min(float(p.deletion_time - p.creation_time), span - a))
-    return busy / span / capacity
-
-
-def build_workload(args: argparse.Namespace, nodes: list[NodeSpec], pods: list[Pod]) -> Workload:
-    rng = random.Random(args.seed)
-    gpu_nodes = [n for n in nodes if n.gpus > 0]
-    if args.nodes > len(gpu_nodes):
-        raise SystemExit(f"--nodes {args.nodes}: the trace has {len(gpu_nodes)} GPU nodes")
-    chosen = sorted(rng.sample(gpu_nodes, args.nodes), key=lambda n: n.name)
-    whole = sorted(
-        (
-            p
-            for p in pods
-            if p.req.num_gpu >= 1
-            and p.req.gpu_milli == GPU_MILLI
-            and p.creation_time is not None
-            and p.deletion_time is not None
-            and p.creation_time >= BUSY_FROM
-        ),
-        key=lambda p: (p.creation_time, p.name),
-    )
-    largest = max(n.gpus for n in chosen)
-    whole = [p for p in whole if p.req.num_gpu <= largest]  # never placeable otherwise
-    if len(whole) < 2:
-        raise SystemExit("the pod trace has fewer than 2 whole-card pods in its busy period")
-    count = min(args.pods, len(whole))
-    start = rng.randrange(len(whole) - count + 1)
-    raw = whole[start : start + count]
-    capacity = sum(n.gpus for n in chosen)
-    lo, hi = 1e-3, 1e7
-    if offered_load(raw, hi, capacity) < args.load:
-        density = hi
-    else:
-        for _ in range(80):  # offered load grows with the density: bisect in log space
-            mid = (lo * hi) ** 0.5
-            if offered_load(raw, mid, capacity) < args.load:
-                lo = mid
-            else:
-                hi = mid
-        density = hi
-    c0 = raw[0].creation_time
-    jobs = [
-        Job(
-            i,
-            p.name,
-            p.req.num_gpu,
-            (p.creation_time - c0) / density,
-            float(max(1, p.deletion_time - p.creation_time)),
-        )
-        for i, p in enumerate(raw)
-    ]
-    t_last = jobs[-1].arrival
-    speed = args.speed or t_last / args.window
-    return Workload(
-        jobs=jobs,
-        nodes=[NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, MODEL) for n in chosen],
-        density=density,
-        speed=speed,
-        t_last=t_last,
-        t_end=t_last + args.tail * speed,
-        offered=offered_load(raw, density, capacity),
-        trace_from=raw[0].creation_time,
-        trace_to=raw[-1].creation_time,
-    )
-
-
-# --------------------------------------------------------------------------- metrics
-
-GRID = 40  # fragmentation is measured at t_last * k / GRID, k = 1..GRID
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
-def target_ctx(jobs: list[Job]) -> PlacementContext:
-    """FGD's target workload: the slice's own whole-card demand (as the planner takes its
-    pool's observed requests)."""
-    return PlacementContext(
-        target=typical_workload(PodDemand(num_gpu=j.gpus, gpu_milli=GPU_MILLI) for j in jobs)
-    )
-
-
-def frag_rate(free: list[tuple[str, int, int]], ctx: PlacementContext) -> float:
-    """FGD's fragmentation rate over (node, cards, free cards): the free GPU a task drawn from
-    the target workload could not use, over the free GPU."""
-    states = [
-        NodeState(n, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * f + [0] * (c - f))
-        for n, c, f in free
-    ]
-    frag, total = cluster_fragmentation(states, ctx)
-    return frag / total if total else 0.0
-
-
-@dataclass
-class Result:
-    name: str
-    alloc: list[tuple[float, float]] = field(default_factory=list)  # (trace t, ratio)
-    frag: list[tuple[float, float]] = field(default_factory=list)  # (trace t, FGD rate)
-    waits: list[float] = field(default_factory=list)  # trace seconds, creation -> binding
-    waits_wall: list[float] | None = None
-    never: Counter = field(default_factory=Counter)  # cards per pod -> pods never started
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    def mean_alloc(self, t_last: float) -> float:
-        """Time-weighted mean between 0 and t_last of the allocation (a step function)."""
-        pts = [(t, a) for t, a in self.alloc if t <= t_last]
-        if not pts or t_last <= 0:
-            return 0.0
-        area = 0.0
-        for (t0, a0), (t1, _) in zip(pts, [*pts[1:], (t_last, 0.0)], strict=True):
-            area += a0 * (t1 - t0)
-        return area / t_last
-
-    def alloc_at(self, t: float) -> float:
-        i = bisect.bisect_right([s[0] for s in self.alloc], t) - 1
-        return self.alloc[i][1] if i >= 0 else 0.0
-
-    def mean_frag(self) -> float:
-        return sum(f for _, f in self.frag) / len(self.frag) if self.frag else 0.0
-
-
-# --------------------------------------------------------------------------- simulator
-
-
-def simulate(wl: Workload, policy: str, seed: int) -> Result:
-    """The same pods, nodes, arrivals and work times through the planner's placement code: at
-    every arrival or finish the waiting pods, in arrival order, are placed where they fit
-    (backfill), as `reconciler.sim.timeline` does, without preemption or migration."""
-    states = [
-        NodeState(n.name, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * n.gpus) for n in wl.nodes
-    ]
-    by_name = {s.name: s for s in states}
-    cap = wl.capacity
-    ctx = target_ctx(wl.jobs)
-    ctx.rng, ctx.memo = random.Random(f"{policy}/{seed}"), True
-    frag_ctx = target_ctx(wl.jobs)
-    res = Result(f"sim {policy}")
-    events: list[tuple[float, int, int]] = [(j.arrival, 1, j.idx) for j in wl.jobs]
-    heapq.heapify(events)
-    pending: list[Job] = []
-    placed: dict[int, Placement] = {}
-    started: dict[int, float] = {}
-    used = releases = 0
-    failed_at: dict[int, int] = {}  # cards -> releases when it last failed
-    busy_at: dict[int, float] = {}  # job -> allocation when it arrived
-    grid = [wl.t_last * k / GRID for k in range(1, GRID + 1)]
-
-    def measure_until(t: float) -> None:
-        while grid and grid[0] <= t:
-            free = [(s.name, s.num_gpus, s.gpu_free_milli.count(GPU_MILLI)) for s in states]
-            res.frag.append((grid.pop(0), frag_rate(free, frag_ctx)))
-
-    while events and events[0][0] <= wl.t_end:
-        t = events[0][0]
-        measure_until(t - 1e-9)  # the state just before t
-        while events and events[0][0] == t:
-            _, kind, idx = heapq.heappop(events)
-            job = wl.jobs[idx]
-            if kind == 1:
-                pending.append(job)
-                busy_at[idx] = used / cap
-            else:
-                release(by_name[placed[idx].node], PodDemand(job.gpus, GPU_MILLI), placed.pop(idx))
-                used -= job.gpus
-                releases += 1
-        keep = []
-        for job in pending:
-            req = PodDemand(job.gpus, GPU_MILLI)
-            got = None if failed_at.get(job.gpus) == releases else choose(policy, states, req, ctx)
-            if got is None:
-                failed_at[job.gpus] = releases
-                keep.append(job)
-                continue
-            allocate(by_name[got.node], req, got)
-            placed[job.idx] = got
-            started[job.idx] = t
-            used += job.gpus
-            heapq.heappush(events, (t + job.work, 0, job.idx))
-        pending = keep
-        res.alloc.append((t, used / cap))
-    measure_until(wl.t_end)
-    res.waits = [started[j.idx] - j.arrival for j in wl.jobs if j.idx in started]
-    res.waits_wall = [w / wl.speed for w in res.waits]  # what the trace time takes at --speed
-    res.notes["unsaturated_waits"] = [
-        (started[j.idx] - j.arrival) / wl.speed
-        for j in wl.jobs
-        if j.idx in started and busy_at[j.idx] < UNSATURATED
-    ]
-    res.never = Counter(j.gpus for j in wl.jobs if j.idx not in started)
-    return res
 
 
 # --------------------------------------------------------------------------- the real cluster
@@ -1109,7 +854,6 @@ def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
 
 
 def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tuple:
-    from reconciler.conventions import GPU_RESOURCE
     from tests.cluster.controlplane import ControlPlane
     from tests.cluster.kubelets import SimulatedKubelets
     from tests.integration.harness import write_policy
@@ -1126,13 +870,8 @@ def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tup
 
     t = time.monotonic()
     plane_dir = workdir / "control-plane"
-    config = workdir / "scheduler-config.yaml"
-    config.write_text(
-        SCHEDULER_CONFIG.format(
-            kubeconfig=plane_dir / "scheduler.kubeconfig",  # ControlPlane.start writes it
-            binpack=BINPACK_SCHEDULER,
-            gpu=GPU_RESOURCE,
-        )
+    config = write_scheduler_config(  # ControlPlane.start writes the kubeconfig
+        workdir / "scheduler-config.yaml", plane_dir / "scheduler.kubeconfig"
     )
     plane = ControlPlane(
         binary,
