@@ -1018,6 +1018,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
         "(kube-scheduler, MostAllocated on GPUs), gpupool",
     )
+    ap.add_argument(
+        "--sim",
+        type=lambda v: [p.strip() for p in v.split(",") if p.strip()],
+        default=["ours", "random"],
+        help="the simulator's placement policies, comma-separated (reconciler.plan.placement."
+        "POLICIES; bestfit, packing and fgd are bin packers)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep the work dir (logs) here")
     ap.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument(
@@ -1042,6 +1049,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args = ap.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         ap.error(f"--nodes must be 1..{MAX_NODES} (tests/cluster/kubelets.py numbers node CIDRs)")
+    from reconciler.plan.placement import POLICIES
+
+    if unknown := [p for p in args.sim if p not in POLICIES]:
+        ap.error(f"--sim: unknown placement policy {', '.join(unknown)} ({', '.join(POLICIES)})")
     if args.pods < 2 or args.load <= 0 or args.window <= 0 or (args.speed or 1) <= 0:
         ap.error("--pods >= 2, --load, --window and --speed > 0")
     return args
@@ -1154,7 +1165,7 @@ def main(argv: list[str] | None = None) -> int:
     wl = build_workload(args, nodes, pods)
     describe(wl)
     sims = []
-    for policy in ("ours", "random"):
+    for policy in args.sim:
         t = time.monotonic()
         sims.append(simulate(wl, policy, args.seed))
         say(f"simulator, {policy}: {time.monotonic() - t:.1f}s")
