@@ -143,6 +143,7 @@ POOL = "bench"
 CLASS = "batch"
 POINTS = (0.25, 0.5, 0.75, 1.0)
 MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
+LATE = 2.0  # wall s: a pod created later than this after its arrival time marks a starved run
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
 RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
@@ -1084,6 +1085,11 @@ def notes(results: list[Result]) -> str:
         n = r.notes
         if "lag" in n:
             out.append(f"{r.name}: creations at most {n['lag']:.2f} s late")
+            if n["lag"] > LATE:
+                out.append(
+                    f"    WARNING: more than {LATE:.0f} s late: the replay could not keep up (the "
+                    f"machine is too loaded); {r.name}'s figures measure the machine"
+                )
         failed = n.get("failed") or {}
         if failed:
             reasons = Counter(v.split(":")[0] for v in failed.values())
