@@ -535,17 +535,21 @@ class Replay:
         return res
 
 
-def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
-    """Delete every pod of the run and wait until the kubelets have handed back every card."""
+def cleanup(world: Any, ns: str, timeout: float = 300.0) -> None:
+    """Delete every pod of the run and wait until the kubelets have handed back every card.
+    The delete is sent again while pods without a deletion timestamp are left: on a loaded
+    control plane one DeleteCollection of some 2,000 pods can end in a timeout part way (seen
+    at 200 nodes: 654 pods left running, which the next run then found on its cards)."""
     from kubernetes import client
 
     core = world.core
-    with contextlib.suppress(client.ApiException):
-        core.delete_collection_namespaced_pod(ns)
     deadline = time.monotonic() + timeout
     while True:
         left = core.list_namespaced_pod(ns, _preload_content=False)
         pods = json.loads(left.data).get("items") or []
+        if any(not p["metadata"].get("deletionTimestamp") for p in pods):
+            with contextlib.suppress(client.ApiException, OSError, ValueError):
+                core.delete_collection_namespaced_pod(ns, _request_timeout=60)
         held = {n: held_cards(sim.gpus) for n, sim in world.nodes.items()}
         held = {n: h for n, h in held.items() if h}
         if not pods and not held:
@@ -553,7 +557,10 @@ def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    say(f"  cleanup: {len(pods)} pod(s) and cards on {len(held)} node(s) left after {timeout:.0f}s")
+    say(
+        f"  cleanup: {len(pods)} pod(s) and cards on {len(held)} node(s) left after "
+        f"{timeout:.0f}s; WARNING: the next run starts with them on its cards (figures void)"
+    )
     for p in pods[:5]:
         m, st = p["metadata"], p.get("status") or {}
         say(
