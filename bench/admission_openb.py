@@ -1,19 +1,27 @@
-"""gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7).
+"""gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7;
+the bin-packing baseline: issue 28, item 4).
 
-    .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~18 min
-    .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~4 min
+    .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~27 min
+    .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~6 min
     .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
+    .venv/bin/python bench/admission_openb.py --runs binpack,gpupool   # against bin packing only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~80 s
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~95 s
 
-A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed twice
+A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed three times
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
 kube-controller-manager v1.37.2, built from Go and cached; simulated kubelets; per GPU node the
 NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integration/world.py):
 
 1. **default**: the pods are created in a namespace without the admission label, so
-   kube-scheduler alone places them;
-2. **gpupool**: the same pods in a namespace labelled `gpupool.io/admission=gated`
+   kube-scheduler alone places them with its default profile (NodeResourcesFit scoring
+   LeastAllocated: it spreads);
+2. **binpack**: the same, but the pods name a second profile of the same kube-scheduler
+   (`spec.schedulerName`; the scheduler runs with `--config`, openb_baselines.py's
+   SCHEDULER_CONFIG) that bin-packs GPUs as kubernetes documents it ("Resource Bin Packing"):
+   NodeResourcesFit with `scoringStrategy` MostAllocated, `nvidia.com/gpu` weight 10, cpu and
+   memory weight 1. The baseline a platform engineer would run for a GPU cluster;
+3. **gpupool**: the same pods in a namespace labelled `gpupool.io/admission=gated`
    (deploy/admission-gate.yaml, installed by `world.install`, gates them), with gpupool's
    controller (`reconciler.loop.controller.Controller` as tests/integration/harness.py builds
    it: its ServiceAccount, its informers as `Controller.run` starts them) cycling in this
@@ -23,7 +31,8 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
 Then the simulator places the same pods on the same nodes with the same arrivals and work
 times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
 the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
-and one table compares the four.
+and one table compares the five. The workload, the metrics, the simulator and the scheduler's
+configuration are in bench/openb_baselines.py.
 
 **Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
 (creation >= 10,000,000 s, as `reconciler.sim.timeline` uses), `--pods` consecutive ones from a
@@ -46,9 +55,10 @@ memory: gpupool's planner does not meter those, so the comparison stays on cards
 GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
 % of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
 from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
-last arrival), pods never started (and their cards), creation -> binding p50/p95 (wall seconds
-and the trace seconds they stand for; also for the pods created while < 80 % of the cards
-were in use, i.e. the latency of admission itself), and gpupool's cycles. What would be a
+last arrival), pods never started (by size, and their cards; --json names the multi-card
+ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand for; also
+for the pods created while < 80 % of the cards were in use, i.e. the latency of admission
+itself), and gpupool's cycles. What would be a
 fault of admission is counted and listed: a node asked for more cards than it has by the pods
 bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
 refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the
@@ -73,8 +83,8 @@ node-monitor grace 300 s) so that idle nodes do not load the API server.
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
-`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: both real runs and both simulations,
-the same code and table, in about 80 s (the control plane takes 10-12 s to start);
+`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the three real runs and both
+simulations, the same code and table, in about 95 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -83,13 +93,11 @@ one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
 import hashlib
 import heapq
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -99,7 +107,6 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -107,40 +114,39 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reconciler.plan.placement import (  # noqa: E402
-    GPU_MILLI,
-    NodeState,
-    Placement,
-    PlacementContext,
-    PodDemand,
-    allocate,
-    choose,
-    cluster_fragmentation,
-    release,
-    typical_workload,
+from bench.openb_baselines import (  # noqa: E402
+    BINPACK_SCHEDULER,
+    GRID,
+    MODEL,
+    UNSATURATED,
+    Job,
+    Result,
+    Workload,
+    build_workload,
+    frag_rate,
+    pct,
+    simulate,
+    target_ctx,
+    write_scheduler_config,
 )
-from reconciler.sim.timeline import BUSY_FROM  # noqa: E402
 from reconciler.sim.trace import (  # noqa: E402
     DEFAULT_NODES,
     DEFAULT_PODS,
     NodeSpec,
-    Pod,
     TraceError,
     openb_dir,
     read_nodes,
     read_pods,
 )
 
-MODEL = "H100-SXM5-80GB"
 POOL = "bench"
 CLASS = "batch"
-UNMETERED = 10**9
 POINTS = (0.25, 0.5, 0.75, 1.0)
-UNSATURATED = 0.8  # creation -> binding is also shown for pods created below this allocation
 MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
+LATE = 2.0  # wall s: a pod created later than this after its arrival time marks a starved run
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
-
+RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
 POLICY_TEXT = """\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
@@ -194,239 +200,6 @@ def cached_binary() -> Path | None:
     cache = Path(os.environ.get("GPUPOOL_CACHE") or Path(xdg) / "gpupool")
     path = cache / "control-plane" / f"{version}-{h.hexdigest()[:16]}" / "kcp"
     return path if os.access(path, os.X_OK) else None
-
-
-@dataclass
-class Job:
-    idx: int
-    name: str
-    gpus: int
-    arrival: float  # trace seconds after the first arrival, packed by the density
-    work: float  # trace seconds of work once running
-
-
-@dataclass
-class Workload:
-    jobs: list[Job]
-    nodes: list[NodeSpec]
-    density: float
-    speed: float
-    t_last: float  # trace seconds: the last arrival
-    t_end: float  # trace seconds: when the replay stops
-    offered: float  # offered GPU demand / capacity over [0, t_last]
-    trace_from: int  # creation time of the slice's first pod
-    trace_to: int
-
-    @property
-    def capacity(self) -> int:
-        return sum(n.gpus for n in self.nodes)
-
-
-def offered_load(raw: list[Pod], density: float, capacity: int) -> float:
-    """Mean GPU demand over [first, last arrival] / capacity, each pod counted from its arrival
-    for its whole work time, with the arrivals packed `density` times closer."""
-    c0 = raw[0].creation_time
-    span = (raw[-1].creation_time - c0) / density
-    if span <= 0:
-        return float("inf")
-    busy = 0.0
-    for p in raw:
-        a = (p.creation_time - c0) / density
-        busy += p.req.num_gpu * max(0.0, min(float(p.deletion_time - p.creation_time), span - a))
-    return busy / span / capacity
-
-
-def build_workload(args: argparse.Namespace, nodes: list[NodeSpec], pods: list[Pod]) -> Workload:
-    rng = random.Random(args.seed)
-    gpu_nodes = [n for n in nodes if n.gpus > 0]
-    if args.nodes > len(gpu_nodes):
-        raise SystemExit(f"--nodes {args.nodes}: the trace has {len(gpu_nodes)} GPU nodes")
-    chosen = sorted(rng.sample(gpu_nodes, args.nodes), key=lambda n: n.name)
-    whole = sorted(
-        (
-            p
-            for p in pods
-            if p.req.num_gpu >= 1
-            and p.req.gpu_milli == GPU_MILLI
-            and p.creation_time is not None
-            and p.deletion_time is not None
-            and p.creation_time >= BUSY_FROM
-        ),
-        key=lambda p: (p.creation_time, p.name),
-    )
-    largest = max(n.gpus for n in chosen)
-    whole = [p for p in whole if p.req.num_gpu <= largest]  # never placeable otherwise
-    if len(whole) < 2:
-        raise SystemExit("the pod trace has fewer than 2 whole-card pods in its busy period")
-    count = min(args.pods, len(whole))
-    start = rng.randrange(len(whole) - count + 1)
-    raw = whole[start : start + count]
-    capacity = sum(n.gpus for n in chosen)
-    lo, hi = 1e-3, 1e7
-    if offered_load(raw, hi, capacity) < args.load:
-        density = hi
-    else:
-        for _ in range(80):  # offered load grows with the density: bisect in log space
-            mid = (lo * hi) ** 0.5
-            if offered_load(raw, mid, capacity) < args.load:
-                lo = mid
-            else:
-                hi = mid
-        density = hi
-    c0 = raw[0].creation_time
-    jobs = [
-        Job(
-            i,
-            p.name,
-            p.req.num_gpu,
-            (p.creation_time - c0) / density,
-            float(max(1, p.deletion_time - p.creation_time)),
-        )
-        for i, p in enumerate(raw)
-    ]
-    t_last = jobs[-1].arrival
-    speed = args.speed or t_last / args.window
-    return Workload(
-        jobs=jobs,
-        nodes=[NodeSpec(n.name, n.cpu_milli, n.memory_mib, n.gpus, MODEL) for n in chosen],
-        density=density,
-        speed=speed,
-        t_last=t_last,
-        t_end=t_last + args.tail * speed,
-        offered=offered_load(raw, density, capacity),
-        trace_from=raw[0].creation_time,
-        trace_to=raw[-1].creation_time,
-    )
-
-
-# --------------------------------------------------------------------------- metrics
-
-GRID = 40  # fragmentation is measured at t_last * k / GRID, k = 1..GRID
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
-def target_ctx(jobs: list[Job]) -> PlacementContext:
-    """FGD's target workload: the slice's own whole-card demand (as the planner takes its
-    pool's observed requests)."""
-    return PlacementContext(
-        target=typical_workload(PodDemand(num_gpu=j.gpus, gpu_milli=GPU_MILLI) for j in jobs)
-    )
-
-
-def frag_rate(free: list[tuple[str, int, int]], ctx: PlacementContext) -> float:
-    """FGD's fragmentation rate over (node, cards, free cards): the free GPU a task drawn from
-    the target workload could not use, over the free GPU."""
-    states = [
-        NodeState(n, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * f + [0] * (c - f))
-        for n, c, f in free
-    ]
-    frag, total = cluster_fragmentation(states, ctx)
-    return frag / total if total else 0.0
-
-
-@dataclass
-class Result:
-    name: str
-    alloc: list[tuple[float, float]] = field(default_factory=list)  # (trace t, ratio)
-    frag: list[tuple[float, float]] = field(default_factory=list)  # (trace t, FGD rate)
-    waits: list[float] = field(default_factory=list)  # trace seconds, creation -> binding
-    waits_wall: list[float] | None = None
-    never: Counter = field(default_factory=Counter)  # cards per pod -> pods never started
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    def mean_alloc(self, t_last: float) -> float:
-        """Time-weighted mean between 0 and t_last of the allocation (a step function)."""
-        pts = [(t, a) for t, a in self.alloc if t <= t_last]
-        if not pts or t_last <= 0:
-            return 0.0
-        area = 0.0
-        for (t0, a0), (t1, _) in zip(pts, [*pts[1:], (t_last, 0.0)], strict=True):
-            area += a0 * (t1 - t0)
-        return area / t_last
-
-    def alloc_at(self, t: float) -> float:
-        i = bisect.bisect_right([s[0] for s in self.alloc], t) - 1
-        return self.alloc[i][1] if i >= 0 else 0.0
-
-    def mean_frag(self) -> float:
-        return sum(f for _, f in self.frag) / len(self.frag) if self.frag else 0.0
-
-
-# --------------------------------------------------------------------------- simulator
-
-
-def simulate(wl: Workload, policy: str, seed: int) -> Result:
-    """The same pods, nodes, arrivals and work times through the planner's placement code: at
-    every arrival or finish the waiting pods, in arrival order, are placed where they fit
-    (backfill), as `reconciler.sim.timeline` does, without preemption or migration."""
-    states = [
-        NodeState(n.name, MODEL, UNMETERED, UNMETERED, [GPU_MILLI] * n.gpus) for n in wl.nodes
-    ]
-    by_name = {s.name: s for s in states}
-    cap = wl.capacity
-    ctx = target_ctx(wl.jobs)
-    ctx.rng, ctx.memo = random.Random(f"{policy}/{seed}"), True
-    frag_ctx = target_ctx(wl.jobs)
-    res = Result(f"sim {policy}")
-    events: list[tuple[float, int, int]] = [(j.arrival, 1, j.idx) for j in wl.jobs]
-    heapq.heapify(events)
-    pending: list[Job] = []
-    placed: dict[int, Placement] = {}
-    started: dict[int, float] = {}
-    used = releases = 0
-    failed_at: dict[int, int] = {}  # cards -> releases when it last failed
-    busy_at: dict[int, float] = {}  # job -> allocation when it arrived
-    grid = [wl.t_last * k / GRID for k in range(1, GRID + 1)]
-
-    def measure_until(t: float) -> None:
-        while grid and grid[0] <= t:
-            free = [(s.name, s.num_gpus, s.gpu_free_milli.count(GPU_MILLI)) for s in states]
-            res.frag.append((grid.pop(0), frag_rate(free, frag_ctx)))
-
-    while events and events[0][0] <= wl.t_end:
-        t = events[0][0]
-        measure_until(t - 1e-9)  # the state just before t
-        while events and events[0][0] == t:
-            _, kind, idx = heapq.heappop(events)
-            job = wl.jobs[idx]
-            if kind == 1:
-                pending.append(job)
-                busy_at[idx] = used / cap
-            else:
-                release(by_name[placed[idx].node], PodDemand(job.gpus, GPU_MILLI), placed.pop(idx))
-                used -= job.gpus
-                releases += 1
-        keep = []
-        for job in pending:
-            req = PodDemand(job.gpus, GPU_MILLI)
-            got = None if failed_at.get(job.gpus) == releases else choose(policy, states, req, ctx)
-            if got is None:
-                failed_at[job.gpus] = releases
-                keep.append(job)
-                continue
-            allocate(by_name[got.node], req, got)
-            placed[job.idx] = got
-            started[job.idx] = t
-            used += job.gpus
-            heapq.heappush(events, (t + job.work, 0, job.idx))
-        pending = keep
-        res.alloc.append((t, used / cap))
-    measure_until(wl.t_end)
-    res.waits = [started[j.idx] - j.arrival for j in wl.jobs if j.idx in started]
-    res.waits_wall = [w / wl.speed for w in res.waits]  # what the trace time takes at --speed
-    res.notes["unsaturated_waits"] = [
-        (started[j.idx] - j.arrival) / wl.speed
-        for j in wl.jobs
-        if j.idx in started and busy_at[j.idx] < UNSATURATED
-    ]
-    res.never = Counter(j.gpus for j in wl.jobs if j.idx not in started)
-    return res
 
 
 # --------------------------------------------------------------------------- the real cluster
@@ -489,8 +262,11 @@ class Replay:
     and the cards in use; a watch of the namespace and the kubelets' device managers are the
     sources."""
 
-    def __init__(self, world: Any, ns: str, wl: Workload, name: str, gated: bool):
+    def __init__(
+        self, world: Any, ns: str, wl: Workload, name: str, gated: bool, scheduler: str = ""
+    ):
         self.world, self.ns, self.wl, self.name, self.gated = world, ns, wl, name, gated
+        self.scheduler = scheduler  # spec.schedulerName ("": the default profile)
         self.jobs = {j.name: j for j in wl.jobs}
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
@@ -620,9 +396,11 @@ class Replay:
     def pod_body(self, job: Job) -> dict:
         from reconciler.conventions import GPU_RESOURCE, POOL_LABEL
 
+        extra = {"schedulerName": self.scheduler} if self.scheduler else {}
         return {
             "metadata": {"name": job.name, "labels": {"app": "openb-bench"}},
             "spec": {
+                **extra,
                 "containers": [
                     {
                         "name": "main",
@@ -734,11 +512,13 @@ class Replay:
                 for n in self.bound
                 if n in self.created and self.busy_at_creation.get(n, 1) < UNSATURATED
             ]
-            res.never = Counter(
-                j.gpus
-                for j in self.wl.jobs
-                if j.name not in self.running or self.running[j.name] > end
-            )
+            never = [
+                j for j in self.wl.jobs if j.name not in self.running or self.running[j.name] > end
+            ]
+            res.never = Counter(j.gpus for j in never)
+            res.notes["never_started"] = {
+                n: sorted(j.name for j in never if j.gpus == n) for n in sorted(res.never) if n > 1
+            }
             res.notes["failed"] = dict(self.failed)
             res.notes["unadmitted"] = sorted(self.unadmitted)
             res.notes["overbooked"] = list(self.overbooked)
@@ -755,17 +535,21 @@ class Replay:
         return res
 
 
-def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
-    """Delete every pod of the run and wait until the kubelets have handed back every card."""
+def cleanup(world: Any, ns: str, timeout: float = 300.0) -> None:
+    """Delete every pod of the run and wait until the kubelets have handed back every card.
+    The delete is sent again while pods without a deletion timestamp are left: on a loaded
+    control plane one DeleteCollection of some 2,000 pods can end in a timeout part way (seen
+    at 200 nodes: 654 pods left running, which the next run then found on its cards)."""
     from kubernetes import client
 
     core = world.core
-    with contextlib.suppress(client.ApiException):
-        core.delete_collection_namespaced_pod(ns)
     deadline = time.monotonic() + timeout
     while True:
         left = core.list_namespaced_pod(ns, _preload_content=False)
         pods = json.loads(left.data).get("items") or []
+        if any(not p["metadata"].get("deletionTimestamp") for p in pods):
+            with contextlib.suppress(client.ApiException, OSError, ValueError):
+                core.delete_collection_namespaced_pod(ns, _request_timeout=60)
         held = {n: held_cards(sim.gpus) for n, sim in world.nodes.items()}
         held = {n: h for n, h in held.items() if h}
         if not pods and not held:
@@ -773,7 +557,10 @@ def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    say(f"  cleanup: {len(pods)} pod(s) and cards on {len(held)} node(s) left after {timeout:.0f}s")
+    say(
+        f"  cleanup: {len(pods)} pod(s) and cards on {len(held)} node(s) left after "
+        f"{timeout:.0f}s; WARNING: the next run starts with them on its cards (figures void)"
+    )
     for p in pods[:5]:
         m, st = p["metadata"], p.get("status") or {}
         say(
@@ -784,11 +571,13 @@ def cleanup(world: Any, ns: str, timeout: float = 120.0) -> None:
         say(f"    {n}: {h}")
 
 
-def run_default(world: Any, wl: Workload) -> Result:
-    ns = "openb-default"
+def run_kube_scheduler(world: Any, wl: Workload, name: str, scheduler: str = "") -> Result:
+    """kube-scheduler alone places the pods (namespace without the admission label), with its
+    default profile or the one named `scheduler`."""
+    ns = f"openb-{name}"
     world.ensure_namespace(ns)
-    replay = Replay(world, ns, wl, "default", gated=False)
-    watcher = threading.Thread(target=replay.watch, name="watch-default", daemon=True)
+    replay = Replay(world, ns, wl, name, gated=False, scheduler=scheduler)
+    watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
     replay.t0 = time.monotonic()
@@ -1088,7 +877,16 @@ def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tup
     )
 
     t = time.monotonic()
-    plane = ControlPlane(binary, workdir / "control-plane", node_monitor_grace_period="300s")
+    plane_dir = workdir / "control-plane"
+    config = write_scheduler_config(  # ControlPlane.start writes the kubeconfig
+        workdir / "scheduler-config.yaml", plane_dir / "scheduler.kubeconfig"
+    )
+    plane = ControlPlane(
+        binary,
+        plane_dir,
+        node_monitor_grace_period="300s",
+        extra_scheduler_args=[f"--config={config}"],
+    )
     plane.start()
     say(f"control plane up in {time.monotonic() - t:.1f}s ({plane.server})")
     kubelets = SimulatedKubelets(plane.api_client, heartbeat_interval=20, status_interval=600)
@@ -1161,7 +959,7 @@ def table(wl: Workload, results: list[Result]) -> str:
         )
     )
     for n in sizes:
-        if n > 1:
+        if n >= 1:
             rows.append(
                 (
                     f"  {n}-card pods never started (of {total[n]})",
@@ -1222,7 +1020,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--min-interval", type=float, default=0.5, help="least wall seconds between cycles"
     )
-    ap.add_argument("--runs", default="default,gpupool", help="which real runs (default,gpupool)")
+    ap.add_argument(
+        "--runs",
+        default=",".join(RUNS),
+        help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
+        "(kube-scheduler, MostAllocated on GPUs), gpupool",
+    )
+    ap.add_argument(
+        "--sim",
+        type=lambda v: [p.strip() for p in v.split(",") if p.strip()],
+        default=["ours", "random"],
+        help="the simulator's placement policies, comma-separated (reconciler.plan.placement."
+        "POLICIES; bestfit, packing and fgd are bin packers)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep the work dir (logs) here")
     ap.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument(
@@ -1247,6 +1057,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args = ap.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         ap.error(f"--nodes must be 1..{MAX_NODES} (tests/cluster/kubelets.py numbers node CIDRs)")
+    from reconciler.plan.placement import POLICIES
+
+    if unknown := [p for p in args.sim if p not in POLICIES]:
+        ap.error(f"--sim: unknown placement policy {', '.join(unknown)} ({', '.join(POLICIES)})")
     if args.pods < 2 or args.load <= 0 or args.window <= 0 or (args.speed or 1) <= 0:
         ap.error("--pods >= 2, --load, --window and --speed > 0")
     return args
@@ -1278,6 +1092,11 @@ def notes(results: list[Result]) -> str:
         n = r.notes
         if "lag" in n:
             out.append(f"{r.name}: creations at most {n['lag']:.2f} s late")
+            if n["lag"] > LATE:
+                out.append(
+                    f"    WARNING: more than {LATE:.0f} s late: the replay could not keep up (the "
+                    f"machine is too loaded); {r.name}'s figures measure the machine"
+                )
         failed = n.get("failed") or {}
         if failed:
             reasons = Counter(v.split(":")[0] for v in failed.values())
@@ -1345,8 +1164,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {exc}")
         return 1
     names = [r.strip() for r in args.runs.split(",") if r.strip()]
-    if unknown := [n for n in names if n not in ("default", "gpupool")]:
-        say(f"error: --runs: unknown run(s) {', '.join(unknown)} (default, gpupool)")
+    if unknown := [n for n in names if n not in RUNS]:
+        say(f"error: --runs: unknown run(s) {', '.join(unknown)} ({', '.join(RUNS)})")
         return 2
     binary = cached_binary() if names else None
     if names and binary is None:
@@ -1359,7 +1178,7 @@ def main(argv: list[str] | None = None) -> int:
     wl = build_workload(args, nodes, pods)
     describe(wl)
     sims = []
-    for policy in ("ours", "random"):
+    for policy in args.sim:
         t = time.monotonic()
         sims.append(simulate(wl, policy, args.seed))
         say(f"simulator, {policy}: {time.monotonic() - t:.1f}s")
@@ -1378,7 +1197,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"run {name}:")
             t = time.monotonic()
             if name == "default":
-                real.append(run_default(world, wl))
+                real.append(run_kube_scheduler(world, wl, name))
+            elif name == "binpack":
+                real.append(run_kube_scheduler(world, wl, name, BINPACK_SCHEDULER))
             else:
                 real.append(
                     run_gpupool(

@@ -150,7 +150,7 @@ def kcp_binary() -> Path:
 @pytest.mark.parametrize(
     ("args", "runs"),
     [
-        pytest.param((), ["default", "gpupool"], id="in-process"),
+        pytest.param((), ["default", "binpack", "gpupool"], id="in-process"),
         # the controller in a process of its own, as in the 200-node target run; gpupool's run
         # alone (the default run is the same code as above)
         pytest.param(
