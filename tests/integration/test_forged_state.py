@@ -256,6 +256,34 @@ def test_only_the_controller_writes_gpupools_pod_state(kube: World):
     assert not gpupool_wrote(kube.core.read_namespaced_pod("legacy", ns), C.ADMITTED_ANN)
 
 
+def test_only_the_controller_removes_gpupools_scheduling_gate(kube: World):
+    """A tenant cannot take its pod past gpupool's admission: the gate stays until the
+    controller removes it (deploy/state-admission.yaml); other gates stay the tenant's."""
+    ns = kube.new_namespace("forged")
+    install_policy(kube)
+    core = client.CoreV1Api(tenant(kube, ns))
+    gates = (C.ADMISSION_GATE, "example.com/other")
+    core.create_namespaced_pod(
+        ns, pod("gated", limits={C.GPU_RESOURCE: "1"}, pool=NOWHERE, gates=gates)
+    )
+
+    def ungate(keep: list[str], **kw):
+        body = {"spec": {"schedulingGates": [{"name": g} for g in keep]}}
+        return core.patch_namespaced_pod("gated", ns, body, _content_type=MERGE, **kw)
+
+    refused(lambda **kw: ungate([], **kw), "may remove the scheduling gate gpupool.io/admission")
+    refused(
+        lambda **kw: ungate(["example.com/other"], **kw),
+        "may remove the scheduling gate gpupool.io/admission",
+    )
+    ungate([C.ADMISSION_GATE])  # its own gate is its own to remove
+    # the controller removes it (as its admission does)
+    client.CoreV1Api(kube.controller_client()).patch_namespaced_pod(
+        "gated", ns, {"spec": {"schedulingGates": []}}, _content_type=MERGE
+    )
+    assert not kube.core.read_namespaced_pod("gated", ns).spec.scheduling_gates
+
+
 def test_only_the_controller_writes_gpupools_job_state(kube: World):
     ns = kube.new_namespace("forged")
     install_policy(kube)
