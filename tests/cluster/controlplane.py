@@ -33,6 +33,38 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
+FEATURE_GATES: dict[str, bool] = {
+    # scheduling.k8s.io/v1beta1 Workload and PodGroup, pods' spec.schedulingGroup, and
+    # kube-scheduler's GangScheduling and PodGroupPodsCount plugins (beta in 1.37, off by
+    # default: k8s.io/kubernetes pkg/features/kube_features.go; the scheduler adds both plugins
+    # to its default profile when the gate is on: pkg/scheduler/apis/config/v1/default_plugins.go).
+    # Not WorkloadWithJob (alpha): the Job controller would make a PodGroup for every Job.
+    "GenericWorkload": True,
+}
+"""Feature gates of kube-apiserver, kube-scheduler and kube-controller-manager alike (one list:
+a gate on in one component and off in another is a cluster no one runs)."""
+
+RUNTIME_CONFIG: dict[str, bool] = {
+    # beta APIs are not served by default: the group version of Workload and PodGroup
+    "scheduling.k8s.io/v1beta1": True,
+}
+"""kube-apiserver's `--runtime-config`: API group versions served beyond the defaults."""
+
+
+def feature_gates_flag(gates: dict[str, bool] | None = None) -> str:
+    """`--feature-gates=A=true,B=false` for `gates` (default: FEATURE_GATES)."""
+    gates = FEATURE_GATES if gates is None else gates
+    return "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+
+
+def runtime_config_flag(config: dict[str, bool] | None = None) -> str:
+    """`--runtime-config=group/version=true,...` for `config` (default: RUNTIME_CONFIG)."""
+    config = RUNTIME_CONFIG if config is None else config
+    return "--runtime-config=" + ",".join(
+        f"{k}={str(v).lower()}" for k, v in sorted(config.items())
+    )
+
+
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -279,6 +311,8 @@ class ControlPlane:
             "--audit-log-mode=blocking",
             "--audit-log-maxbackup=0",
             "--profiling=false",
+            feature_gates_flag(),
+            runtime_config_flag(),
             "--v=1",
             *self.extra_apiserver_args,
         )
@@ -291,6 +325,7 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={scheduler_port}",
+            feature_gates_flag(),
             "--v=1",
             *self.extra_scheduler_args,
         )
@@ -319,6 +354,7 @@ class ControlPlane:
             "--node-monitor-period=2s",
             f"--node-monitor-grace-period={self.node_monitor_grace_period}",
             "--horizontal-pod-autoscaler-sync-period=5s",
+            feature_gates_flag(),
             "--v=1",
             *self.extra_controller_manager_args,
         )
