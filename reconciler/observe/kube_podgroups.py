@@ -25,16 +25,18 @@ comes from when a pod has several sources, in order (`gang_of`):
    the owning Job).
 
 Where the API is not served (404) or not readable (403), nothing changes: `spec.schedulingGroup`
-is not read (the API server drops the field when the gate is off). A gated pod that names a
-PodGroup that does not exist is held: kube-scheduler would not queue it until the group appears
-(`Workload.admission` "other", reported), so gpupool reserves nothing for it. A PodGroup whose
+is not read (the API server drops the field when the gate is off). A gated pod kube-scheduler
+would not schedule as its group stands is held (`Workload.admission` "other", reported), so
+gpupool reserves nothing for it: its PodGroup does not exist (the scheduler waits for it), or
+the group's priority is not the pod's (the scheduler refuses the whole group; a PodGroup without
+`priorityClassName` gets the default class's priority, not its pods'). A PodGroup whose
 policy does not read (no or unknown policy, a `minCount` that is not an integer in
 1..`MAX_GANG_SIZE`) is a gang of unknown size (the pods that exist), reported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler import conventions as C
@@ -49,6 +51,9 @@ class GroupPolicy:
     gang: bool
     min_count: int | None = None
     """A gang's size; None: unreadable (the pods that exist are the gang)."""
+    priority: int | None = None
+    """`spec.priority` (the API server resolves it from `spec.priorityClassName`, else the
+    default class): every pod of the group must have it, or none is scheduled."""
 
 
 @dataclass
@@ -78,7 +83,11 @@ def read_pod_groups(api_client: Any) -> PodGroups | None:
         meta, spec = g.get("metadata") or {}, g.get("spec") or {}
         ns, name = meta.get("namespace"), meta.get("name")
         if isinstance(ns, str) and ns and isinstance(name, str) and name:
-            out.groups[(ns, name)] = _policy(spec.get("schedulingPolicy"), (ns, name))
+            policy = _policy(spec.get("schedulingPolicy"), (ns, name))
+            priority = spec.get("priority")
+            if isinstance(priority, int) and not isinstance(priority, bool):
+                policy = replace(policy, priority=priority)
+            out.groups[(ns, name)] = policy
     return out
 
 
@@ -165,19 +174,28 @@ def gang_of(p: Any, groups: PodGroups | None, job_gang: bool) -> tuple[str, int 
 
 
 def held_for_group(p: Any, groups: PodGroups | None) -> bool:
-    """A pod that names a PodGroup that does not exist, where the API is served:
-    kube-scheduler does not queue it until the group exists (GangScheduling PreEnqueue), so
-    gpupool does not admit it either (reported)."""
+    """A gated pod kube-scheduler would not schedule as its group stands, where the API is
+    served: its PodGroup does not exist (GangScheduling PreEnqueue waits for it), or the
+    group's priority is not the pod's (the scheduler's pod-group cycle refuses every pod of the
+    group: pkg/scheduler/schedule_one_podgroup.go, `validatePodGroup`). gpupool does not admit
+    it either, and says why (reported)."""
     if groups is None:
         return False
     name = group_name(p)
-    if name is None or (p.metadata.namespace, name) in groups.groups:
+    if name is None:
         return False
-    _unreadable(
-        "Pod",
-        p.metadata.namespace,
-        p.metadata.name,
-        f"names PodGroup {name}, which does not exist: kube-scheduler does not schedule it "
-        "until it does, and gpupool holds it until then",
-    )
+    policy = groups.groups.get((p.metadata.namespace, name))
+    if policy is None:
+        why = f"names PodGroup {name}, which does not exist: kube-scheduler does not schedule it"
+    elif policy.priority is not None and isinstance(p.spec.priority, int):
+        if p.spec.priority == policy.priority:
+            return False
+        why = (
+            f"has priority {p.spec.priority} and its PodGroup {name} {policy.priority}: "
+            "kube-scheduler schedules no pod of a group whose pods' priority is not the "
+            "group's (set the PodGroup's priorityClassName to the pods' class)"
+        )
+    else:
+        return False
+    _unreadable("Pod", p.metadata.namespace, p.metadata.name, f"{why}; gpupool holds it too")
     return True

@@ -134,6 +134,24 @@ def test_a_gated_pod_whose_podgroup_does_not_exist_is_held():
     assert ("unreadable-object", "Pod team-b/t-0") in {(f.code, f.subject) for f in plan.findings}
 
 
+def test_a_gated_pod_whose_priority_is_not_its_groups_is_held():
+    """kube-scheduler refuses every pod of a group whose pods' priority is not the group's
+    (a PodGroup without priorityClassName gets the default class's): gpupool holds them too."""
+    g = group("train", gang(2))
+    g["spec"]["priority"] = 10000
+    pods = [member(f"t-{i}", "train") for i in range(2)]
+    for p in pods:
+        p["spec"]["priority"] = 50000
+    o = observe(cluster([g], *pods))
+    assert [read(o, f"t-{i}").admission for i in range(2)] == ["other", "other"]
+    assert [r for r, _ in reports(o)] == ["Pod team-b/t-0", "Pod team-b/t-1"]
+    assert "has priority 50000 and its PodGroup train 10000" in reports(o)[0][1]
+    g["spec"]["priority"] = 50000  # agreed: admitted as any gang
+    o = observe(cluster([g], *pods))
+    assert [read(o, f"t-{i}").admission for i in range(2)] == ["gpupool", "gpupool"]
+    assert reports(o) == []
+
+
 def test_a_bound_pod_whose_podgroup_is_gone_is_still_its_gang():
     """The group deleted under running pods: they stay one gang (of the pods that exist)."""
     bound = member("t-0", "gone", node_name="a100-2", gated=False)
