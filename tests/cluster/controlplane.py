@@ -6,7 +6,9 @@ Everything listens on 127.0.0.1 on free ports. Certificates are generated into t
 start. Authentication is by client certificate (admin: O=system:masters) and ServiceAccount
 tokens; authorization is Node,RBAC; admission is the upstream default set plus NodeRestriction
 (ValidatingAdmissionPolicy and MutatingAdmissionPolicy are GA in 1.37 and on by default, so they
-need no flags). The apiserver writes an audit log (Metadata level) that tests can read back.
+need no flags). The three components run with the same feature gates (`FEATURE_GATES`), and
+kube-apiserver serves the group versions of `RUNTIME_CONFIG` beyond its defaults. The apiserver
+writes an audit log (Metadata level) that tests can read back.
 
 There are no kubelets: tests/cluster/kubelets.py simulates them through the API.
 """

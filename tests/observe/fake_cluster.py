@@ -14,7 +14,8 @@ installed, API not served).
 publishes its cards and pods, one read from its capacity), pods bound, gated, admitted by
 gpupool and owned by Jobs, a Job gpupool suspended, a Move's next-pod reservation, an inference
 Deployment with an HPA and a StatefulSet with a ScaledObject, a PodGroup, quotas and classes.
-Used by tests/observe/test_loose_shapes.py and tests/test_hostile_cluster.py.
+Used by tests/observe/test_loose_shapes.py, tests/observe/test_workload_gangs.py and
+tests/test_hostile_cluster.py.
 """
 
 from __future__ import annotations
