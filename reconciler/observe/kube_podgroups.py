@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _json_type, _objects, _unreadable
+from reconciler.observe.kube_common import _each, _json_type, _objects, _unreadable
 from reconciler.observe.model import count_problem
 
 
@@ -78,17 +78,31 @@ def read_pod_groups(api_client: Any) -> PodGroups | None:
             raise
         return None
     items = listed.get("items") if isinstance(listed, dict) else None
+    groups = _objects("PodGroup", items if isinstance(items, list) else [], "metadata", "spec")
     out = PodGroups()
-    for g in _objects("PodGroup", items if isinstance(items, list) else [], "metadata", "spec"):
-        meta, spec = g.get("metadata") or {}, g.get("spec") or {}
-        ns, name = meta.get("namespace"), meta.get("name")
-        if isinstance(ns, str) and ns and isinstance(name, str) and name:
-            policy = _policy(spec.get("schedulingPolicy"), (ns, name))
-            priority = spec.get("priority")
-            if isinstance(priority, int) and not isinstance(priority, bool):
-                policy = replace(policy, priority=priority)
-            out.groups[(ns, name)] = policy
+    for found in _each("PodGroup", groups, _group):
+        if found is not None:
+            out.groups[found[0]] = found[1]
     return out
+
+
+def _group(g: dict) -> tuple[tuple[str, str], GroupPolicy] | None:
+    """((namespace, name), policy) of one PodGroup; None without a namespace and a name."""
+    meta, spec = g.get("metadata") or {}, g.get("spec") or {}
+    ns, name = meta.get("namespace"), meta.get("name")
+    if not (isinstance(ns, str) and ns and isinstance(name, str) and name):
+        _unreadable(
+            "PodGroup",
+            ns if isinstance(ns, str) else None,
+            name if isinstance(name, str) else None,
+            "left out: no namespace or no name (no pod can name it)",
+        )
+        return None
+    policy = _policy(spec.get("schedulingPolicy"), (ns, name))
+    priority = spec.get("priority")
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        policy = replace(policy, priority=priority)
+    return (ns, name), policy
 
 
 def _policy(policy: Any, who: tuple[str, str]) -> GroupPolicy:
@@ -97,7 +111,7 @@ def _policy(policy: Any, who: tuple[str, str]) -> GroupPolicy:
     safe reading: admitted whole, never split)."""
     ns, name = who
     if not isinstance(policy, dict) or not (("gang" in policy) ^ ("basic" in policy)):
-        keys = sorted(policy) if isinstance(policy, dict) else _json_type(policy)
+        keys = sorted(map(str, policy)) if isinstance(policy, dict) else _json_type(policy)
         _unreadable(
             "PodGroup",
             ns,
