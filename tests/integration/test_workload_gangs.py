@@ -140,6 +140,23 @@ def wait_bound(kube, ns: str, group: str, count: int, timeout: float = 30) -> di
         time.sleep(0.2)
 
 
+def group_scheduled(kube, ns: str, name: str, status: str, timeout: float = 30) -> dict:
+    """The PodGroup's `PodGroupInitiallyScheduled` condition, once it has `status`: what
+    kube-scheduler's pod-group cycle writes (pkg/scheduler/schedule_one_podgroup.go)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        g = kube.custom.get_namespaced_custom_object(
+            WORKLOAD_API_GROUP, WORKLOAD_API_VERSION, ns, WORKLOAD_POD_GROUP_PLURAL, name
+        )
+        conds = {c["type"]: c for c in (g.get("status") or {}).get("conditions") or []}
+        found = conds.get("PodGroupInitiallyScheduled")
+        if found and found["status"] == status:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"PodGroup {ns}/{name}: no condition {status} in {conds}")
+        time.sleep(0.2)
+
+
 def ungate(kube, ns: str, name: str) -> None:
     """Remove gpupool's gate by hand, as someone bypassing gpupool would."""
     p = kube.core.read_namespaced_pod(name, ns)
@@ -167,6 +184,7 @@ def test_a_podgroup_gang_is_admitted_whole_and_bound_by_the_gang_scheduler(kube,
     now = wait_bound(kube, ns, "llm", 2)
     assert {node for node, _, _ in now.values()} == {"h100-1", DEAD}, now
     assert all(not gates for _, _, gates in now.values())
+    assert group_scheduled(kube, ns, "llm", "True")["reason"] == "Scheduled"  # as one group
     # both admitted in that one cycle, by gpupool: one patch each
     patched = {
         e.name for e in writes(kube, since=mark) if e.resource == "pods" and not e.subresource
@@ -193,6 +211,9 @@ def test_a_gang_that_does_not_fit_stays_whole_and_the_scheduler_agrees(kube, tmp
     time.sleep(8)
     now = where(kube, ns, "big")
     assert all(node is None and not gates for node, _, gates in now.values()), now
+    refused = group_scheduled(kube, ns, "big", "False")  # its own words
+    assert refused["reason"] == "Unschedulable", refused
+    assert "minCount (3) cannot be satisfied" in refused["message"], refused
     # ... because of the gang: at minCount 2, two are bound, one to each node
     kube.custom.patch_namespaced_custom_object(
         WORKLOAD_API_GROUP,
