@@ -2,18 +2,22 @@
 
 The session's control plane serves `scheduling.k8s.io/v1beta1` and runs with the
 `GenericWorkload` gate (tests/cluster/controlplane.py, `FEATURE_GATES`, `RUNTIME_CONFIG`), so the
-real kube-scheduler has its GangScheduling plugin: pods naming a gang PodGroup
-(`spec.schedulingGroup.podGroupName`) are queued only once `minCount` of them exist and bound only
-once `minCount` of them are placed. gpupool reads the group as a gang
+real kube-scheduler has its GangScheduling plugin and its pod-group scheduling cycle: pods naming
+a gang PodGroup (`spec.schedulingGroup.podGroupName`) are placed as one group, `minCount` of them
+or none, and the scheduler writes the outcome on the group (condition
+`PodGroupInitiallyScheduled`). gpupool reads the group as a gang
 (reconciler/observe/kube_podgroups.py) and, in a namespace it gates, admits it all or nothing;
 the two must agree:
 
 * a gang of two 4-GPU pods, on two nodes with four free cards each: while one pod exists gpupool
   admits nothing; once both do, it admits both in one cycle and the real scheduler binds both
-  (one to each node);
+  (one to each node) as one group;
 * a gang that does not fit (three 8-GPU pods on two 8-card nodes) stays whole: gpupool admits
-  none of it; and the real scheduler agrees: with every pod's gate removed by hand it binds none,
-  though two of them would fit, and with one pod of a two-pod gang ungated it binds nothing;
+  none of it; and the real scheduler agrees: with every pod's gate removed by hand it binds none
+  ("minCount (3) cannot be satisfied"), though two would fit, as it does at minCount 2; with one
+  pod of a two-pod gang ungated it binds nothing until the other is ungated too;
+* a group whose priority is not its pods' (a PodGroup without priorityClassName gets the default
+  class): gpupool holds it with a finding, and the scheduler refuses the whole group for it;
 * a member's node dies: gpupool stops the whole group (the survivor checkpoints and is evicted,
   the lost pod is evicted), never a part of it.
 
@@ -44,7 +48,13 @@ from .scenario import base, seed_priority_classes
 DEAD = "h100-2"
 
 
-def pod_group(kube, ns: str, name: str, min_count: int) -> None:
+def pod_group(kube, ns: str, name: str, min_count: int, cls: str | None = "training-high") -> None:
+    """A gang PodGroup; `cls` its priority class (None: none, the default class applies)."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if cls:
+        # the pods' class: kube-scheduler refuses a group whose pods' priority is not the
+        # group's (without it the group gets the default class, training-low)
+        spec["priorityClassName"] = cls
     kube.custom.create_namespaced_custom_object(
         WORKLOAD_API_GROUP,
         WORKLOAD_API_VERSION,
@@ -54,12 +64,7 @@ def pod_group(kube, ns: str, name: str, min_count: int) -> None:
             "apiVersion": f"{WORKLOAD_API_GROUP}/{WORKLOAD_API_VERSION}",
             "kind": "PodGroup",
             "metadata": {"name": name},
-            "spec": {
-                # the pods' class: kube-scheduler refuses a group whose pods' priority is not
-                # the group's (without it the group gets the default class, training-low)
-                "priorityClassName": "training-high",
-                "schedulingPolicy": {"gang": {"minCount": min_count}},
-            },
+            "spec": spec,
         },
     )
 
@@ -239,6 +244,27 @@ def test_the_scheduler_binds_no_part_of_a_gang_ungated_in_part(kube, tmp_path):
     assert where(kube, ns, "pair")["pair-0"][0] is None, where(kube, ns, "pair")
     ungate(kube, ns, "pair-1")
     wait_bound(kube, ns, "pair", 2)
+
+
+def test_a_group_whose_priority_is_not_its_pods_is_held_and_the_scheduler_agrees(kube, tmp_path):
+    """A PodGroup without priorityClassName gets the default class (training-low), its pods are
+    training-high: gpupool holds them (a finding), and kube-scheduler, given them ungated by
+    hand, refuses the whole group for it."""
+    ns = setup(kube, tmp_path)
+    pod_group(kube, ns, "odd", 2, cls=None)
+    for i in range(2):
+        member(kube, ns, "odd", i, gpus=1)
+    ctl = controller(kube, tmp_path, kube.clock)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    assert not [a for a in r.plan.actions if a.kind == "admit"]
+    said = [f.message for f in r.plan.findings if f.subject == f"Pod {ns}/odd-0"]
+    assert any("its PodGroup odd 10000" in m for m in said), said
+    for i in range(2):
+        ungate(kube, ns, f"odd-{i}")
+    refused = group_scheduled(kube, ns, "odd", "False")
+    assert "should have the same priority as the pod group's priority" in refused["message"]
+    assert all(node is None for node, _, _ in where(kube, ns, "odd").values())
 
 
 def test_a_member_whose_node_dies_stops_the_whole_group(kube, tmp_path):
