@@ -293,7 +293,7 @@ def _workload(
     running = bool(p.spec.node_name)
     admission, admitted_to = _admission(p)
     if admission == "gpupool" and held_for_group(p, owners.pod_groups):
-        admission = "other"  # kube-scheduler would not take it: its PodGroup does not exist
+        admission = "other"  # kube-scheduler would not schedule it as its PodGroup stands
     reserved_node, reserved_gpus = _reservation(p)
     moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
     created = _ts(p.metadata.creation_timestamp)
