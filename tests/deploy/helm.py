@@ -59,8 +59,11 @@ def binary() -> Path:
     return Path(out.strip().splitlines()[-1])
 
 
-def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """`helm ARGS` with a private home (no repositories, no plugins, no cache of the user's)."""
+def helm(
+    *args: str, check: bool = True, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess:
+    """`helm ARGS` with a private home (no repositories, no plugins, no cache of the user's)
+    and no cluster unless `kubeconfig` is given."""
     home = Path(tempfile.gettempdir()) / f"gpupool-helm-home-{os.getuid()}"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -68,7 +71,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         "HELM_CACHE_HOME": str(home / "cache"),
         "HELM_CONFIG_HOME": str(home / "config"),
         "HELM_DATA_HOME": str(home / "data"),
-        "KUBECONFIG": str(home / "no-kubeconfig"),
+        "KUBECONFIG": str(kubeconfig or home / "no-kubeconfig"),
     }
     proc = subprocess.run(
         [str(binary()), *args], capture_output=True, text=True, env=env, timeout=120

@@ -4,6 +4,7 @@ both through the official client's dynamic client, CRDs first."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -53,13 +54,19 @@ def dry_run_create(api_client: client.ApiClient, objects: list[dict]) -> dict[st
 
 
 def server_side_apply(api_client: client.ApiClient, objects: list[dict], manager: str) -> None:
-    """Apply each object (CRDs first, each CRD established before what follows)."""
+    """Apply each object (CRDs first, each CRD established before what follows), taking over
+    the fields another manager set (`kubectl apply --server-side --force-conflicts`): in the
+    suite the same objects were created from deploy/ before, and an atomic field such as a
+    MutatingAdmissionPolicy's matchConstraints, defaulted by the API server, conflicts even
+    when its value is the same."""
     dyn = dynamic.DynamicClient(api_client)
     ext = client.ApiextensionsV1Api(api_client)
     for obj in ordered(objects):
         res = _resource(dyn, obj)
         ns = obj["metadata"].get("namespace") if res.namespaced else None
-        dyn.server_side_apply(res, body=obj, namespace=ns, field_manager=manager)
+        dyn.server_side_apply(
+            res, body=obj, namespace=ns, field_manager=manager, force_conflicts=True
+        )
         if obj["kind"] == "CustomResourceDefinition":
             _established(ext, obj["metadata"]["name"])
 
@@ -73,3 +80,35 @@ def _established(ext: client.ApiextensionsV1Api, name: str, timeout: float = 30)
         if time.monotonic() > deadline:
             raise TimeoutError(f"CRD {name} not established")
         time.sleep(0.1)
+
+
+def key(obj: dict) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def existing(api_client: client.ApiClient, objects: list[dict]) -> set[tuple[str, str, str]]:
+    """The keys of the objects that the API server already holds."""
+    dyn = dynamic.DynamicClient(api_client)
+    found = set()
+    for obj in objects:
+        res = _resource(dyn, obj)
+        ns = obj["metadata"].get("namespace") if res.namespaced else None
+        try:
+            dyn.get(res, name=obj["metadata"]["name"], namespace=ns)
+        except dynamic.exceptions.NotFoundError:
+            continue
+        found.add(key(obj))
+    return found
+
+
+def delete(api_client: client.ApiClient, objects: list[dict]) -> None:
+    """Delete the objects (their dependents in the background); absent ones are skipped."""
+    dyn = dynamic.DynamicClient(api_client)
+    for obj in reversed(ordered(objects)):
+        res = _resource(dyn, obj)
+        ns = obj["metadata"].get("namespace") if res.namespaced else None
+        with contextlib.suppress(dynamic.exceptions.NotFoundError):
+            dyn.delete(
+                res, name=obj["metadata"]["name"], namespace=ns, propagation_policy="Background"
+            )

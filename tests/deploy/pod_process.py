@@ -49,6 +49,7 @@ class PodProcess:
     home: Path
     ports: dict[str, int] = field(default_factory=dict)  # port name -> local port
     proc: subprocess.Popen | None = None
+    _token: str | None = None
 
     @property
     def log(self) -> Path:
@@ -150,12 +151,36 @@ class PodProcess:
             elif "configMap" in v:
                 cm = core.read_namespaced_config_map(v["configMap"]["name"], ns)
                 files = {k: d.encode() for k, d in (cm.data or {}).items()}
+            elif "projected" in v:  # the API server's kube-api-access-* volume
+                files = self._projected(v["projected"]["sources"])
             elif "emptyDir" not in v:
                 raise AssertionError(f"volume {m['name']}: {v} is not made here")
             for k, data in files.items():
                 (local / k).write_bytes(data)
             out[m["mountPath"]] = local / m["subPath"] if m.get("subPath") else local
         return out
+
+    def _projected(self, sources: list[dict]) -> dict[str, bytes]:
+        core = client.CoreV1Api(self.api)
+        files: dict[str, bytes] = {}
+        for s in sources:
+            if "serviceAccountToken" in s:
+                files[s["serviceAccountToken"]["path"]] = self.token().encode()
+            elif "configMap" in s:
+                cm = core.read_namespaced_config_map(
+                    s["configMap"]["name"], self.pod["metadata"]["namespace"]
+                )
+                for item in s["configMap"]["items"]:
+                    files[item["path"]] = cm.data[item["key"]].encode()
+            elif "downwardAPI" in s:
+                for item in s["downwardAPI"]["items"]:
+                    obj = self.pod
+                    for part in item["fieldRef"]["fieldPath"].split("."):
+                        obj = obj[part]
+                    files[item["path"]] = str(obj).encode()
+            else:
+                raise AssertionError(f"projected source {s} is not made here")
+        return files
 
     @staticmethod
     def _local(arg: str, mounts: dict[str, Path]) -> str:
@@ -176,7 +201,13 @@ class PodProcess:
             out.append(a)
         return out
 
-    def _kubeconfig(self) -> Path:
+    def token(self) -> str:
+        """The pod's ServiceAccount token, bound to the pod (one TokenRequest, kept)."""
+        if self._token is None:
+            self._token = self._request_token()
+        return self._token
+
+    def _request_token(self) -> str:
         core = client.CoreV1Api(self.api)
         meta = self.pod["metadata"]
         tr = core.create_namespaced_service_account_token(
@@ -195,6 +226,9 @@ class PodProcess:
                 }
             },
         )
+        return tr.status.token
+
+    def _kubeconfig(self) -> Path:
         kc = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -207,7 +241,7 @@ class PodProcess:
                     },
                 }
             ],
-            "users": [{"name": "pod", "user": {"token": tr.status.token}}],
+            "users": [{"name": "pod", "user": {"token": self.token()}}],
             "contexts": [{"name": "suite", "context": {"cluster": "suite", "user": "pod"}}],
             "current-context": "suite",
         }

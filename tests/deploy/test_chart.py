@@ -336,3 +336,21 @@ def test_the_build_script_pins_the_version_the_tests_expect():
     assert f'version="${{HELM_VERSION:-{HELM_VERSION}}}"' in script
     assert "helm.sh/helm/v4/cmd/helm@" in script
     assert "bash scripts/build-helm.sh" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_the_readme_install_command_is_accepted_by_helm_and_the_api_server(kube):
+    """README.md's `helm install` line as written (run from the repository root), with
+    `--dry-run=server` against the suite's kube-apiserver: the flags exist in the pinned helm,
+    the chart's kubeVersion admits the server's, and `--take-ownership` lets the chart adopt
+    what is already there (here: the suite's install of deploy/, as on a cluster installed
+    with `kubectl apply -k deploy/` before)."""
+    readme = (ROOT / "README.md").read_text()
+    joined = readme.replace("\\\n", " ")  # continuation lines joined
+    (command,) = [line for line in joined.splitlines() if line.startswith("helm install gpupool ")]
+    words = command.split()
+    assert words[:4] == ["helm", "install", "gpupool", "deploy/chart/gpupool"], words
+    assert "--take-ownership" in words and "--create-namespace" in words
+    words = [str(CHART) if w == "deploy/chart/gpupool" else w for w in words[1:]]
+    out = helm(*words, "--dry-run=server", check=False, kubeconfig=kube.plane.kubeconfig_path)
+    assert out.returncode == 0, out.stderr
+    assert "STATUS: pending-install" in out.stdout, out.stdout[:2000]

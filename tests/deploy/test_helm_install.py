@@ -22,7 +22,7 @@ from kubernetes import client
 from tests.support.wait import wait_for
 
 from .helm import NAMESPACE, ROOT, render
-from .objects import server_side_apply
+from .objects import delete, existing, key, server_side_apply
 from .pod_process import PodProcess
 
 MANAGER = "helm-template-apply"
@@ -68,31 +68,19 @@ def _bundled() -> tuple[list[str], list[str]]:
     return classes, namespaces
 
 
-def _remove_workloads(kube, objs: list[dict]) -> None:
-    """What the chart adds beyond the suite's own install of deploy/ (the workloads, their
-    Service, NetworkPolicy and source ConfigMap) goes at teardown; the CRDs, RBAC and policies
-    are deploy/'s (the same objects, tests/deploy/test_chart.py) and stay for the session."""
-    apps, core = kube.apps, kube.core
-    net = client.NetworkingV1Api(kube.api_client)
-    deletes = {
-        "Deployment": lambda n: apps.delete_namespaced_deployment(
-            n, NAMESPACE, propagation_policy="Orphan"
-        ),
-        "DaemonSet": lambda n: apps.delete_namespaced_daemon_set(n, NAMESPACE),
-        "Service": lambda n: core.delete_namespaced_service(n, NAMESPACE),
-        "NetworkPolicy": lambda n: net.delete_namespaced_network_policy(n, NAMESPACE),
-        "ConfigMap": lambda n: core.delete_namespaced_config_map(n, NAMESPACE),
-    }
-    for o in objs:
-        if o["kind"] in deletes:
-            with contextlib.suppress(client.ApiException):
-                deletes[o["kind"]](o["metadata"]["name"])
+def _remove_what_was_added(kube, objs: list[dict], before: set) -> None:
+    """Teardown: the cluster as the test found it. What the chart added beyond the suite's own
+    install of deploy/ (the workloads, their Service, NetworkPolicy and source ConfigMap, the
+    state-admission policy the suite installs only where a test asks for it) is deleted; the
+    objects that were there (CRDs, RBAC, the other policies: deploy/'s, the same as the chart's,
+    tests/deploy/test_chart.py) stay for the session. The Deployment's pods go at once."""
+    delete(kube.api_client, [o for o in objs if key(o) not in before])
     with contextlib.suppress(client.ApiException):
-        apps.delete_collection_namespaced_replica_set(
+        kube.apps.delete_collection_namespaced_replica_set(
             NAMESPACE, label_selector=LABELS, propagation_policy="Orphan"
         )
     with contextlib.suppress(client.ApiException):
-        core.delete_collection_namespaced_pod(
+        kube.core.delete_collection_namespaced_pod(
             NAMESPACE, label_selector=LABELS, grace_period_seconds=0
         )
 
@@ -103,7 +91,8 @@ def test_helm_template_apply_yields_a_working_controller(kube, tmp_path):
     for ns in namespaces:
         kube.ensure_namespace(ns)
     objs = render(sets=(f"source.git.url={url}", "controller.interval=10s"))
-    kube.cleanup(lambda: _remove_workloads(kube, objs))
+    before = existing(kube.api_client, objs)
+    kube.cleanup(lambda: _remove_what_was_added(kube, objs, before))
     server_side_apply(kube.api_client, objs, MANAGER)
 
     # the ReplicaSet's pods, as the kubelet would get them (Pending: no node runs them)
