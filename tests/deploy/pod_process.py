@@ -2,11 +2,12 @@
 start it, for a cluster without a container runtime: the image's ENTRYPOINT (the Dockerfile's,
 `gpupool`, run from this checkout) with the container's args; its environment resolved as the
 kubelet does (values, fieldRefs of the pod, configMapKeyRef/secretKeyRef read from the API
-server) and `$(VAR)` references in args expanded; each volume mount a directory of its own
-(a Secret's or ConfigMap's keys written as files, read from the API server); the pod's
-ServiceAccount token (a TokenRequest bound to the pod, as the projected token is) in a
-kubeconfig, since there is no in-cluster config. Ports are moved to free local ones: the pod's
-network namespace is not there."""
+server) and `$(VAR)` references in args expanded; its file system a directory (`rootfs`)
+holding only its volume mounts (a Secret's or ConfigMap's keys written as files, read from the
+API server; a subPath mount as one regular file), and an argument naming an absolute path
+made to name it there; the pod's ServiceAccount token (a TokenRequest bound to the pod, as the
+projected token is) in a kubeconfig, since there is no in-cluster config. Ports are moved to
+free local ones: the pod's network namespace is not there."""
 
 from __future__ import annotations
 
@@ -58,9 +59,9 @@ class PodProcess:
     def start(self) -> subprocess.Popen:
         self.home.mkdir(parents=True, exist_ok=True)
         env = self._env()
-        mounts = self._mounts()
+        self._mounts()
         args = [self._expand(a, env) for a in self.container.get("args", [])]
-        args = [self._local(a, mounts) for a in args]
+        args = [self._local(a) for a in args]
         args = self._move_ports(args)
         kubeconfig = self._kubeconfig()
         argv = entrypoint() + args + [f"--kubeconfig={kubeconfig}"]
@@ -70,7 +71,8 @@ class PodProcess:
             "-c",
             "import sys; from reconciler.cli import main; sys.exit(main(sys.argv[1:]))",
         ]
-        tmp = mounts.get("/tmp", self.home / "tmp")
+        tmp = self.rootfs / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         proc_env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(tmp),
@@ -125,17 +127,21 @@ class PodProcess:
     def _expand(text: str, env: dict[str, str]) -> str:
         return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), text)
 
-    def _mounts(self) -> dict[str, Path]:
-        """mountPath -> a local directory (or file, for subPath) holding what the kubelet
-        would mount there."""
+    @property
+    def rootfs(self) -> Path:
+        """The container's file system: what its mounts put there, and nothing else."""
+        return self.home / "rootfs"
+
+    def _mounts(self) -> None:
+        """Each volume mount made under `rootfs` as the kubelet would mount it: an emptyDir
+        as an empty directory, a Secret's, ConfigMap's or projected volume's keys as files
+        (an optional Secret that is absent as an empty directory), a `subPath` mount as the
+        one regular file of that key."""
         core = client.CoreV1Api(self.api)
         ns = self.pod["metadata"]["namespace"]
         volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
-        out: dict[str, Path] = {}
-        for i, m in enumerate(self.container.get("volumeMounts", [])):
+        for m in self.container.get("volumeMounts", []):
             v = volumes[m["name"]]
-            local = self.home / "volumes" / f"{i}-{m['name']}"
-            local.mkdir(parents=True, exist_ok=True)
             files: dict[str, bytes] = {}
             if "secret" in v:
                 try:
@@ -155,10 +161,14 @@ class PodProcess:
                 files = self._projected(v["projected"]["sources"])
             elif "emptyDir" not in v:
                 raise AssertionError(f"volume {m['name']}: {v} is not made here")
+            target = self.rootfs / m["mountPath"].lstrip("/")
+            if m.get("subPath"):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(files[m["subPath"]])
+                continue
+            target.mkdir(parents=True, exist_ok=True)
             for k, data in files.items():
-                (local / k).write_bytes(data)
-            out[m["mountPath"]] = local / m["subPath"] if m.get("subPath") else local
-        return out
+                (target / k).write_bytes(data)
 
     def _projected(self, sources: list[dict]) -> dict[str, bytes]:
         core = client.CoreV1Api(self.api)
@@ -182,11 +192,10 @@ class PodProcess:
                 raise AssertionError(f"projected source {s} is not made here")
         return files
 
-    @staticmethod
-    def _local(arg: str, mounts: dict[str, Path]) -> str:
-        for path in sorted(mounts, key=len, reverse=True):
-            arg = re.sub(rf"(?<==){re.escape(path)}(?=/|$)", str(mounts[path]), arg)
-        return arg
+    def _local(self, arg: str) -> str:
+        """An argument naming a path of the container (`--flag=/abs/path`) made to name
+        that path under `rootfs`."""
+        return re.sub(r"^(--[a-z-]+=)(/)", lambda m: f"{m[1]}{self.rootfs}/", arg)
 
     def _move_ports(self, args: list[str]) -> list[str]:
         named = {p["containerPort"]: p["name"] for p in self.container.get("ports", [])}

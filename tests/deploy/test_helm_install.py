@@ -21,7 +21,7 @@ from kubernetes import client
 
 from tests.support.wait import wait_for
 
-from .helm import NAMESPACE, ROOT, render
+from .helm import CI_VALUES, NAMESPACE, ROOT, render
 from .objects import delete, existing, key, server_side_apply
 from .pod_process import PodProcess
 
@@ -86,11 +86,46 @@ def _remove_what_was_added(kube, objs: list[dict], before: set) -> None:
 
 
 def test_helm_template_apply_yields_a_working_controller(kube, tmp_path):
+    """The default source (git): a repository holding the bundled example."""
     url, head = bundled_repository(tmp_path)
     classes, namespaces = _bundled()
     for ns in namespaces:
         kube.ensure_namespace(ns)
-    objs = render(sets=(f"source.git.url={url}", "controller.interval=10s"))
+    status = install_and_run(
+        kube,
+        tmp_path,
+        render(sets=(f"source.git.url={url}", "controller.interval=10s")),
+        lambda revision: head.startswith(revision[:12]),
+        classes,
+    )
+    for ns in namespaces:  # the teams' quotas, as gpupool's
+        quotas = kube.core.list_namespaced_resource_quota(ns).items
+        assert any(
+            (q.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "gpupool"
+            for q in quotas
+        ), (ns, status)
+
+
+def test_the_configmap_source_runs_too(kube, tmp_path):
+    """source.type=configMap (ci/configmap-values.yaml): the policy files mounted one by one
+    (subPath) under the directory `--path` reads, which refuses symbolic links."""
+    values = yaml.safe_load((CI_VALUES / "configmap-values.yaml").read_text())
+    (text,) = values["source"]["configMap"]["files"].values()
+    classes = [c["name"] for c in yaml.safe_load(text)["spec"]["classes"]]
+    install_and_run(
+        kube,
+        tmp_path,
+        render(CI_VALUES / "configmap-values.yaml", sets=("controller.interval=10s",)),
+        lambda revision: revision.startswith("dir:"),
+        classes,
+    )
+
+
+def install_and_run(kube, tmp_path, objs: list[dict], at_revision, classes: list[str]) -> dict:
+    """Apply `objs`, run the Deployment's pods as processes until the ReconcilerStatus is
+    Ready at a revision `at_revision` accepts, with the PriorityClasses `classes` written by
+    gpupool, one leader and every replica ready on its probe; stop them (exit 0). Returns
+    the status."""
     before = existing(kube.api_client, objs)
     kube.cleanup(lambda: _remove_what_was_added(kube, objs, before))
     server_side_apply(kube.api_client, objs, MANAGER)
@@ -139,29 +174,23 @@ def test_helm_template_apply_yields_a_working_controller(kube, tmp_path):
             conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
             return (
                 conds.get("Ready") == "True"
-                and head.startswith((status.get("lastAppliedRevision") or "-")[:12])
+                and at_revision(status.get("lastAppliedRevision") or "-")
                 and status
             )
 
         status = wait_for(
-            "the controller from the chart reports Ready at the bundled commit",
+            "the controller from the chart reports Ready at the revision of its source",
             converged,
             timeout=120,
             ignore=(client.ApiException,),
         )
-        # what it wrote: the bundled policy's classes and the teams' quotas, as gpupool's
+        # what it wrote: the policy's classes, as gpupool's
         made = {
-            pc.metadata.name: pc
+            pc.metadata.name
             for pc in kube.scheduling.list_priority_class().items
             if (pc.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "gpupool"
         }
-        assert set(classes) <= set(made), (classes, sorted(made))
-        for ns in namespaces:
-            quotas = kube.core.list_namespaced_resource_quota(ns).items
-            assert any(
-                (q.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "gpupool"
-                for q in quotas
-            ), (ns, status)
+        assert set(classes) <= made, (classes, sorted(made))
         # one leader among the replicas, both ready on the probes' port
         lease = kube.coordination.read_namespaced_lease("gpupool-controller", NAMESPACE)
         assert lease.spec.holder_identity in {p.metadata.name for p in pods}
@@ -176,3 +205,4 @@ def test_helm_template_apply_yields_a_working_controller(kube, tmp_path):
     finally:
         codes = [r.stop() for r in runs]
     assert codes == [0] * len(runs), [r.log.read_text()[-2000:] for r in runs]
+    return status
