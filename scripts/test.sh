@@ -23,6 +23,10 @@ echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - s
 # NVIDIA's config parsers (tests/nvidia/nvparse, Go), cached the same way; tests/nvidia/test_nvparse.py.
 started=$(date +%s)
 echo "nvparse: $(bash scripts/build-nvparse.sh) ($(( $(date +%s) - started ))s)"
+# The simulated NVML library (tests/nvidia/nvmlsim, C, seconds) that real pynvml and NVIDIA's
+# device plugin load as libnvidia-ml.so.1; tests/nvidia/test_nvmlsim.py.
+started=$(date +%s)
+echo "nvmlsim: $(bash scripts/build-nvmlsim.sh) ($(( $(date +%s) - started ))s)"
 # Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
 # the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
 if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then
