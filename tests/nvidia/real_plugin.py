@@ -22,6 +22,7 @@ plugin does with MPS (validateFlags, refusing MIG devices, the Allocate answer) 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -108,6 +109,21 @@ def binaries() -> Path:
     return Path(out.strip().splitlines()[-1])
 
 
+_LIVE: set[RealDevicePlugin] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for plugin in list(_LIVE):
+        plugin.stop()
+
+
+def wanted() -> bool:
+    """Whether device_plugin.py runs NVIDIA's plugin on nodes without MIG cards (the default);
+    GPUPOOL_DEVICE_PLUGIN=standin keeps the Python stand-in everywhere."""
+    return os.environ.get("GPUPOOL_DEVICE_PLUGIN", "real") != "standin"
+
+
 class RealDevicePlugin:
     """One run of NVIDIA's plugin with `config` on the GPUs `devices` (nvmlsim JSON)."""
 
@@ -178,6 +194,7 @@ class RealDevicePlugin:
                 env=env,
                 start_new_session=True,
             )
+        _LIVE.add(self)
         threading.Thread(target=self._read, daemon=True).start()
         return self
 
@@ -194,6 +211,7 @@ class RealDevicePlugin:
             self._cond.notify_all()
 
     def stop(self) -> None:
+        _LIVE.discard(self)
         if self.proc is None or self.proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -232,6 +250,25 @@ class RealDevicePlugin:
             "the plugin's devices or its exit",
             lambda e: e["event"] in ("devices", "plugin-exit", "kubeletsim-exit"),
             timeout,
+        )
+
+    def settle(self, timeout: float = 60) -> str | None:
+        """None once the plugin advertises; else why it does not: its exit (a config or flag
+        it refused) or a failed start it would retry every 30 s (e.g. no MPS daemon)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._cond:
+                seen = {e["event"] for e in self.events}
+            if "devices" in seen:
+                return None
+            if seen & {"plugin-exit", "kubeletsim-exit"}:
+                return self.exit_reason()
+            failed = [ln for ln in self.log().splitlines() if "Failed to start plugin" in ln]
+            if failed:
+                return failed[0]
+            time.sleep(0.1)
+        raise AssertionError(
+            f"the device plugin neither advertised nor failed in {timeout}s\n{self.log()[-4000:]}"
         )
 
     def wait_log(self, text: str, timeout: float = 60) -> str:
