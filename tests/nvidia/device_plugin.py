@@ -42,7 +42,8 @@ given to NVIDIA's own nvidia-device-plugin v0.19.3 (tests/nvidia/real_plugin.py)
 whether it starts and what it advertises, in its own words. This stand-in's `parse_sharing` and
 `node_refuses` then only decide whether the MPS control daemon (closed driver code) would be up.
 The stand-in alone serves what the real plugin cannot do here: MIG resources (the simulated NVML
-library has no MIG), and runs where GPUPOOL_DEVICE_PLUGIN=standin says so.
+library has no MIG), and everywhere when GPUPOOL_DEVICE_PLUGIN=standin, or GPUPOOL_SKIP_DEVPLUGIN=1
+on a machine where the real plugin cannot run (no Go build, no mount namespace).
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def node_refuses(sharing: Sharing | None, gpus: SimulatedGpuNode) -> str | None:
     return None
 
 
+_BY_NODE: dict[str, DevicePlugin] = {}
+
+
 class DevicePlugin:
     def __init__(
         self,
@@ -186,6 +190,13 @@ class DevicePlugin:
         self._runs = 0
         self._workdir = Path(tempfile.mkdtemp(prefix=f"devplugin-{gpus.name}-"))
         atexit.register(shutil.rmtree, self._workdir, True)
+        # A node name is unique within a world, and worlds come one after another: a new
+        # plugin for a name ends the real plugin of the previous world's node of that name, so
+        # a session holds one plugin (two processes, about 40 MB) per node name at most.
+        previous = _BY_NODE.get(gpus.name)
+        if previous is not None and previous is not self:
+            previous._stop_real()
+        _BY_NODE[gpus.name] = self
 
     def step(self) -> str | None:
         """Select and apply the config the node's label names; returns the name applied, or
@@ -215,7 +226,7 @@ class DevicePlugin:
 
     def _start(self, text: str) -> None:
         self._stop_real()
-        if real_plugin.wanted() and not self.gpus.mig_cards():
+        if real_plugin.wanted() and not self.gpus.mig_cards() and real_plugin.usable():
             self._start_real(text)
             self.set_resources(self.gpus.advertised())
             return
@@ -238,7 +249,6 @@ class DevicePlugin:
 
     def _start_real(self, text: str) -> None:
         """NVIDIA's plugin with the selected config on this node's cards."""
-        real_plugin.require()
         try:
             sharing = parse_sharing(text, self.env)
         except ConfigError:

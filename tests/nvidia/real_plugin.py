@@ -102,6 +102,19 @@ def require() -> None:
     pytest.fail(f"{why}; set {SKIP_ENV}=1 to skip the tests that run NVIDIA's device plugin")
 
 
+def usable() -> bool:
+    """For the integration world (device_plugin.py): True when the real plugin can run here;
+    False, so that the stand-in serves, when it cannot and GPUPOOL_SKIP_DEVPLUGIN=1 says to go
+    on without it (skipping every integration test instead would test less); otherwise the
+    calling test fails with the reason."""
+    why = availability()
+    if why is None:
+        return True
+    if os.environ.get(SKIP_ENV):
+        return False
+    pytest.fail(f"{why}; set {SKIP_ENV}=1 to use the Python stand-in instead")
+
+
 def binaries() -> Path:
     rc, out, err = _build()
     if rc != 0:
