@@ -102,6 +102,19 @@ def require() -> None:
     pytest.fail(f"{why}; set {SKIP_ENV}=1 to skip the tests that run NVIDIA's device plugin")
 
 
+def in_use() -> bool:
+    """Whether the integration world's nodes without MIG cards are served by the real plugin."""
+    return wanted() and availability() is None
+
+
+def require_in_world() -> None:
+    """For an integration test about the real plugin: skip under GPUPOOL_DEVICE_PLUGIN=standin,
+    else as `require()`."""
+    if not wanted():
+        pytest.skip("GPUPOOL_DEVICE_PLUGIN=standin: the world runs the Python stand-in")
+    require()
+
+
 def usable() -> bool:
     """For the integration world (device_plugin.py): True when the real plugin can run here;
     False, so that the stand-in serves, when it cannot and GPUPOOL_SKIP_DEVPLUGIN=1 says to go
