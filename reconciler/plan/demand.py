@@ -9,7 +9,6 @@ from collections import Counter
 from fractions import Fraction
 
 from reconciler.conventions import (
-    ADMISSION_GATE,
     KUEUE_LOCAL_QUEUE,
     KUEUE_QUEUE_LABEL,
     RECOVERIES_ANN,
@@ -267,8 +266,8 @@ def record_wait(run: Run, p: Demand, code: str, why: str, severity: str = "info"
     if not p.origin.startswith("scale-up") or code not in ADMISSION_CODES:
         run.find(severity, code, p.key, why)
     # a replica admission holds is reported once, on its service (`emit_scales`)
-    if not p.gated or (kueue_mode(run) and p.request.kind == "whole"):
-        return  # in kueue mode training is Kueue's to admit: no Hold
+    if not p.gated:
+        return
     for m in p.members:  # the pod stays gated: its owner sees why in `kubectl describe`
         w = run.cluster.workloads.get(m)
         if w is not None and w.held != why:
@@ -351,15 +350,6 @@ def kueue_findings(run: Run) -> None:
                 f"{who} trains in team namespace {w.namespace} without the label "
                 f"{KUEUE_QUEUE_LABEL}: Kueue does not queue it, so it runs outside the team's "
                 f"ClusterQueue. Label it {KUEUE_QUEUE_LABEL}={KUEUE_LOCAL_QUEUE}",
-            )
-        if w.phase == "Pending" and w.admission == "gpupool":
-            run.find(
-                "warning",
-                "kueue-gated-training",
-                w.key,
-                f"carries gpupool's scheduling gate {ADMISSION_GATE} in kueue mode, where gpupool "
-                "admits no training: it waits for good. Remove the namespace's "
-                "gpupool.io/admission=gated label (or the gate)",
             )
 
 

@@ -170,10 +170,11 @@ def reclaim_victim(run: Run, w: Workload, p: Demand, pool: str, team: str) -> bo
 def held_back(run: Run, w: Workload) -> bool:
     """Once stopped, `w`'s gang waits for the plan: each pod's Job is suspended (no pod is
     created until the plan resumes it) or its namespace is gated (the recreated pod waits
-    for an Admit). Not in kueue mode (Kueue admits training, and gangs are evicted)."""
-    if kueue_mode(run):
-        return False
+    for an Admit). In kueue mode only the gate holds it back: gpupool suspends no Job there
+    (Kueue would resume one whose Workload it admitted), so a stopped gang is evicted."""
     gated = set(run.observed.gated_namespaces or ())
+    if kueue_mode(run):
+        return all(m.namespace in gated for m in run.gang(w))
     return all(suspended_job(m) or m.namespace in gated for m in run.gang(w))
 
 

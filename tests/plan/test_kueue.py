@@ -335,17 +335,26 @@ def gated_job(ns: str, name: str, n: int, queue: str = "gpupool"):
     return pend(ns, name, n).model_copy(update={"queue_name": queue})
 
 
-def test_no_admit_hold_or_resume_for_training_in_kueue_mode():
+def test_kueue_decides_whether_gpupool_decides_where():
+    """A gated training pod in kueue mode exists only once Kueue admitted its Job (Kueue
+    creates it suspended): gpupool admits it where its plan placed it (node and cards), as in
+    gpupool mode, but never holds it by the Quota (Kueue's ClusterQueue keeps that) and
+    resumes no Job (Kueue suspends and unsuspends)."""
     work = [gated_job("team-a", "fits", 4), gated_job("team-a", "over-cap", 8)]
     gpupool_mode = plan(loaded(desired()), snapshot(NOW, two_nodes(), work, **_objects(desired())))
-    assert {a.kind for a in gpupool_mode.actions} >= {"admit", "hold"}  # what kueue mode drops
+    held = {a.target for a in gpupool_mode.actions if a.kind == "hold"}
+    assert held == {"team-a/over-cap"}  # team a's cap in gpupool mode
     text = kueue_text()
     p = plan(loaded(text), snap(work, kueue=kueue_objects(text)))
-    assert not {a.kind for a in p.actions} & {"admit", "hold", "resume"}
-    # and gpupool's own admission (team caps) does not hold what Kueue admitted
+    kinds = {a.kind for a in p.actions}
+    assert "admit" in kinds and not kinds & {"hold", "resume"}
+    assert {a.target for a in p.actions if a.kind == "admit"} == {
+        "team-a/fits",
+        "team-a/over-cap",
+    }
+    # gpupool's own admission (team caps) does not hold what Kueue admitted
     assert not [f for f in p.findings if f.code.startswith("held-")]
-    gated = [f.subject for f in p.findings if f.code == "kueue-gated-training"]
-    assert gated == ["team-a/fits", "team-a/over-cap"]
+    assert not [f for f in p.findings if f.code == "kueue-gated-training"]
 
 
 def test_training_without_the_queue_name_label_is_a_finding():

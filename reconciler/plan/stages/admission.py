@@ -256,8 +256,6 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
             continue
         if not p.gated or p.origin != "pending pod":
             continue
-        if kueue_mode(run) and p.request.kind == "whole":
-            continue  # Kueue admits training (`kueue_findings` reports a gpupool gate)
         pods, after, deps = [], set(), set()
         for m in p.members:
             cards = sorted(where[m], key=lambda g: g.index)

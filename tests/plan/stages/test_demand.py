@@ -172,7 +172,7 @@ KUEUE_ROWS = [
     pytest.param({}, {("kueue-not-installed", "Kueue")}, id="kueue-mode-without-kueues-crds"),
     pytest.param(
         {"kueue": []},
-        {("kueue-queue-name-missing", "team-a/job"), ("kueue-gated-training", "team-a/job")},
+        {("kueue-queue-name-missing", "team-a/job")},
         id="gated-training-without-a-queue-name-in-kueue-mode",
     ),
 ]
