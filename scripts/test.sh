@@ -37,6 +37,10 @@ echo "nvmlsim: $(bash scripts/build-nvmlsim.sh) ($(( $(date +%s) - started ))s)"
 # same way; the tests run the plugin on every simulated node without MIG cards.
 started=$(date +%s)
 echo "device plugin: $(bash scripts/build-devplugin.sh) ($(( $(date +%s) - started ))s)"
+# Kueue's manager (sigs.k8s.io/kueue cmd/kueue, tests/neighbours/kueue), cached the same way;
+# tests/integration/test_kueue_manager.py runs it.
+started=$(date +%s)
+echo "kueue: $(bash scripts/build-kueue.sh) ($(( $(date +%s) - started ))s)"
 # Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
 # the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
 if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then

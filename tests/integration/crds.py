@@ -96,3 +96,18 @@ def remove_crd(api_client, name: str, timeout: float = 60) -> None:
             raise
         time.sleep(0.2)
     raise TimeoutError(f"CRD {name} still there after {timeout}s")
+
+
+def remove_crds(api_client, names: list[str], timeout: float = 120) -> None:
+    """Delete the CRDs all at once, then wait until every one is gone (one at a time, each
+    waits out the API server's cleanup of its objects: slow on a loaded machine)."""
+    ext = client.ApiextensionsV1Api(api_client)
+    for name in names:
+        try:
+            ext.delete_custom_resource_definition(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+    deadline = time.monotonic() + timeout
+    for name in names:
+        remove_crd(api_client, name, timeout=max(1.0, deadline - time.monotonic()))

@@ -3,9 +3,9 @@
 The CRDs come from Kueue's published Go module (sigs.k8s.io/kueue v0.17.0, tests/integration/
 crds.py): the API server validates what gpupool writes against Kueue's real schemas, including
 their CEL rules (a flavor listing every covered resource, no borrowingLimit without a cohort,
-an immutable LocalQueue.spec.clusterQueue). Kueue's own controller and webhooks are not run
-(docs/operations.md, "Kueue mode": what that leaves untested). The CRDs are installed for
-this module only and removed after it, so no other test sees Kueue's API."""
+an immutable LocalQueue.spec.clusterQueue). Kueue's own manager and webhooks are not run here;
+test_kueue_manager.py runs them. The CRDs are installed for this module only and removed after
+it, so no other test sees Kueue's API."""
 
 from __future__ import annotations
 
