@@ -78,8 +78,11 @@ def install_crd(api_client, path: Path, timeout: float = 60) -> str:
         time.sleep(0.1)
 
 
-def remove_crd(api_client, name: str, timeout: float = 60) -> None:
-    """Delete a CRD (and with it every object of it) and wait until it is gone."""
+def remove_crd(api_client, name: str, timeout: float = 180) -> None:
+    """Delete a CRD (and with it every object of it) and wait until it is gone. Minutes, not
+    seconds, on a loaded machine: the API server's CRD finalizer can meet the CRD's watch cache
+    re-initializing ("storage is (re)initializing", seen with kube-apiserver 1.37.2) and
+    retries with a growing back-off."""
     ext = client.ApiextensionsV1Api(api_client)
     try:
         ext.delete_custom_resource_definition(name)
@@ -98,7 +101,7 @@ def remove_crd(api_client, name: str, timeout: float = 60) -> None:
     raise TimeoutError(f"CRD {name} still there after {timeout}s")
 
 
-def remove_crds(api_client, names: list[str], timeout: float = 120) -> None:
+def remove_crds(api_client, names: list[str], timeout: float = 180) -> None:
     """Delete the CRDs all at once, then wait until every one is gone (one at a time, each
     waits out the API server's cleanup of its objects: slow on a loaded machine)."""
     ext = client.ApiextensionsV1Api(api_client)

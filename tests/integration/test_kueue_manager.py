@@ -419,3 +419,14 @@ spec:
         kube.custom.create_cluster_custom_object(G, V, "clusterqueues", body)
     assert "vclusterqueue.kb.io" in refused.value.body
     assert "must be less than or equal to the nominalQuota" in refused.value.body
+
+
+def test_the_manager_and_the_crds_are_one_kueue_version():
+    """scripts/build-kueue.sh builds the version tests/neighbours/kueue/go.mod pins; the CRDs
+    (crds.py) and gpupool's rendering are for KUEUE_VERSION: one number."""
+    from .crds import KUEUE_MODULE, KUEUE_VERSION
+    from .kueue_manager import ROOT
+
+    gomod = (ROOT / "tests" / "neighbours" / "kueue" / "go.mod").read_text().split("\n")
+    pinned = [ln.split()[1] for ln in gomod if ln.strip().startswith(KUEUE_MODULE + " ")]
+    assert pinned == [KUEUE_VERSION]
