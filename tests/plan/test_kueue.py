@@ -1,7 +1,8 @@
 """Kueue mode (issue 14 item 4): with PriorityPolicy `admission.controller: kueue` the Quotas
 render as ClusterQueues of one cohort, the Pools as ResourceFlavors, the team namespaces as
-LocalQueues; gpupool's ResourceQuotas are pruned and it admits no training (Kueue does).
-Switching back prunes the Kueue objects gpupool made; never one without its label."""
+LocalQueues; gpupool's ResourceQuotas are pruned; Kueue admits training (whether) and gpupool
+places what Kueue admitted (where). Switching back prunes the Kueue objects gpupool made; never
+one without its label."""
 
 from __future__ import annotations
 
