@@ -58,6 +58,7 @@ from reconciler.observe.kube_common import (
     _ts,
     _unreadable,
 )
+from reconciler.observe.kube_dra import read_dra
 from reconciler.observe.kube_nodes import _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
@@ -212,8 +213,10 @@ def _observe(
         namespaced=False,
     )
     kueue = read_kueue(api_client)
+    dra = read_dra(api_client, raw_pods)
     return ObservedState(
         kueue=kueue,
+        dra=dra,
         suspended_jobs=owners.suspended,
         job_recoveries=owners.recoveries,
         gated_namespaces=sorted(n.metadata.name for n in gated),

@@ -373,7 +373,7 @@ class Cluster:
                     return {"items": c.node_states}
                 if plural == C.POD_GROUP_PLURAL:
                     return {"items": c.pod_groups}
-                raise client.ApiException(status=404, reason="NotFound")  # KEDA, Kueue
+                raise client.ApiException(status=404, reason="NotFound")  # KEDA, Kueue, DRA
 
         for name, fake in {
             "CoreV1Api": Core,
