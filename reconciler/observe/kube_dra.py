@@ -14,6 +14,7 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _objects, _shape
+from reconciler.observe.model import Allocation, Node, Request
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     CounterConsumption,
@@ -28,13 +29,7 @@ from reconciler.observe.model_dra import (
     ResourceSlice,
 )
 
-GROUP, VERSION = "resource.k8s.io", "v1"
-PLURALS = {
-    "ResourceSlice": "resourceslices",
-    "DeviceClass": "deviceclasses",
-    "ResourceClaim": "resourceclaims",
-    "ResourceClaimTemplate": "resourceclaimtemplates",
-}
+GROUP, VERSION, PLURALS = C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS
 MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
 
@@ -183,22 +178,42 @@ def _device_class(o: dict) -> DeviceClassObject:
         )
         or "",
         managed_by=_managed_by(o),
+        **_partition(o),
     )
 
 
-def _request_classes(devices: dict, field: str) -> list[str]:
-    """The DeviceClass names a claim's (or template's) requests name."""
-    out: list[str] = []
+def _partition(o: dict) -> dict[str, str]:
+    """The pool and MIG profile a DeviceClass of gpupool's selects (its labels and annotation);
+    nothing for anyone else's class."""
+    if _managed_by(o) != C.MANAGED_BY:
+        return {}
+    meta = o["metadata"]
+    labels = _map(meta, "labels", "metadata.labels")
+    annotations = _map(meta, "annotations", "metadata.annotations")
+    return {
+        "pool": str(labels.get(C.POOL_LABEL, "")),
+        "profile": str(annotations.get(C.DRA_PROFILE_ANN, "")),
+    }
+
+
+def _request_classes(devices: dict, field: str) -> dict[str, int]:
+    """DeviceClass -> devices a claim's (or template's) requests ask of it: an exact request's
+    count (1 by default, and for `allocationMode: All`), or its first first-available
+    subrequest's (the one the allocator tries first)."""
+    out: dict[str, int] = {}
     for r in _list(devices, "requests", f"{field}.requests"):
         r = _shape(r, dict, f"{field}.requests[]", required=True)
-        subs = [_map(r, "exactly", f"{field}.requests.exactly")] + [
+        subs = [
             _shape(s, dict, f"{field}.requests.firstAvailable[]", required=True)
             for s in _list(r, "firstAvailable", f"{field}.requests.firstAvailable")
         ]
-        for s in subs:
-            name = _shape(s.get("deviceClassName"), str, f"{field}.requests.deviceClassName")
-            if name:
-                out.append(name)
+        s = subs[0] if subs else _map(r, "exactly", f"{field}.requests.exactly")
+        name = _shape(s.get("deviceClassName"), str, f"{field}.requests.deviceClassName")
+        count = _shape(s.get("count"), int, f"{field}.requests.count") or 1
+        if not 0 < count <= C.MAX_GPUS_PER_NODE * 7:
+            raise ValueError(f"{field}.requests.count {count} is out of bounds")
+        if name:
+            out[name] = out.get(name, 0) + count
     return out
 
 
@@ -229,7 +244,7 @@ def _claim(o: dict) -> ResourceClaimObject:
     return ResourceClaimObject(
         namespace=meta["namespace"],
         name=meta["name"],
-        device_classes=_request_classes(_map(spec, "devices", "spec.devices"), "spec.devices"),
+        devices=_request_classes(_map(spec, "devices", "spec.devices"), "spec.devices"),
         allocated=results,
         node=node,
         reserved_for=sorted(
@@ -258,9 +273,7 @@ def _template(o: dict) -> ClaimTemplateObject:
     return ClaimTemplateObject(
         namespace=o["metadata"]["namespace"],
         name=o["metadata"]["name"],
-        device_classes=_request_classes(
-            _map(spec, "devices", "spec.spec.devices"), "spec.spec.devices"
-        ),
+        devices=_request_classes(_map(spec, "devices", "spec.spec.devices"), "spec.spec.devices"),
         managed_by=_managed_by(o),
     )
 
@@ -289,3 +302,60 @@ def _pod_claims(pod: Any) -> PodClaims | None:
         claims=sorted(names),
         templates=sorted(templates),
     )
+
+
+# ------------------------------------------------------------------ pods as the planner sees them
+
+
+def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
+    """What a pod asks for through its claims, in the planner's terms: whole cards and MIG
+    instances by profile, counted on gpupool's DeviceClasses only (a claim on anyone else's
+    class is not a GPU request gpupool plans)."""
+    if dra is None:
+        return Request()
+    mine = {c.name: c for c in dra.device_classes if c.pool}
+    claims = {c.key: c for c in dra.claims}
+    templates = {f"{t.namespace}/{t.name}": t for t in dra.claim_templates}
+    gpus, mig = 0, {}
+    for p in dra.pods:
+        if (p.namespace, p.pod) != (namespace, pod):
+            continue
+        asked = [claims.get(f"{namespace}/{n}") for n in p.claims]
+        asked += [templates.get(f"{namespace}/{n}") for n in p.templates]
+        for obj in asked:
+            for cls, n in (obj.devices if obj else {}).items():
+                c = mine.get(cls)
+                if c is None:
+                    continue
+                if c.profile:
+                    mig[c.profile] = mig.get(c.profile, 0) + n
+                else:
+                    gpus += n
+    return Request(gpus=gpus, mig=mig)
+
+
+def dra_allocations(dra: DraState | None, node: Node | None, namespace: str, pod: str):
+    """The cards a pod's allocated claims hold on `node` (NVIDIA's devices only: a card by its
+    `uuid` attribute matched to the agent's card, else by the minor in `gpu-<minor>`; a MIG
+    device on its parent card at the placement start its name ends with); None when none of
+    its claims is allocated."""
+    if dra is None or node is None:
+        return None
+    results = [r for r in dra.pod_devices(namespace, pod) if r.driver == C.DRA_DRIVER]
+    if not results:
+        return None
+    devices = {d.name: d for d in dra.devices(node.name)}
+    by_uuid = {g.uuid: g.index for g in node.gpus if g.uuid}
+    out: list[Allocation] = []
+    for r in results:
+        d = devices.get(r.device)
+        parts = r.device.split("-")
+        if d is None or len(parts) < 2 or not parts[1].isdigit():
+            continue  # not published any more, or not NVIDIA's naming: held, but where is unknown
+        if d.type == "mig":
+            parent = by_uuid.get(str(d.attr("parentUUID")), int(parts[1]))
+            start = int(parts[-1]) if parts[-1].isdigit() else None
+            out.append(Allocation(gpu=parent, mig_start=start, mig_profile=str(d.attr("profile"))))
+        else:
+            out.append(Allocation(gpu=by_uuid.get(str(d.attr("uuid")), int(parts[1]))))
+    return out

@@ -28,10 +28,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from reconciler import conventions as C
 from reconciler.policy.models import yaml_name
 
-NVIDIA_DRIVER = "gpu.nvidia.com"
-"""NVIDIA's DRA driver name (dra-driver-nvidia-gpu v0.4.1 cmd/gpu-kubelet-plugin/main.go)."""
+NVIDIA_DRIVER = C.DRA_DRIVER
 
 
 class Obs(BaseModel):
@@ -103,6 +103,10 @@ class DeviceClassObject(Obs):
     """Its CEL selector expressions."""
     extended_resource_name: str = ""
     managed_by: str = ""
+    pool: str = ""
+    """gpupool's classes only: the Pool it selects for (label `gpupool.io/pool`)."""
+    profile: str = ""
+    """gpupool's classes only: '' for whole cards, else the MIG profile it selects."""
 
 
 class DeviceResult(Obs):
@@ -121,8 +125,9 @@ class DeviceResult(Obs):
 class ResourceClaimObject(Obs):
     namespace: str
     name: str
-    device_classes: list[str] = []
-    """The DeviceClasses its requests name (exactly or as first-available subrequests)."""
+    devices: dict[str, int] = {}
+    """DeviceClass -> how many devices its requests ask of it (exactly, or the first of its
+    first-available subrequests; `allocationMode: All` counts 1)."""
     allocated: list[DeviceResult] | None = None
     """None: not allocated yet."""
     node: str = ""
@@ -139,7 +144,7 @@ class ResourceClaimObject(Obs):
 class ClaimTemplateObject(Obs):
     namespace: str
     name: str
-    device_classes: list[str] = []
+    devices: dict[str, int] = {}
     managed_by: str = ""
 
 

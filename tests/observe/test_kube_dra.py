@@ -12,14 +12,21 @@ import pytest
 from reconciler.observe.kube import observe_cluster
 from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
-from tests.observe.fake_cluster import NOW, Cluster, pod, serving
+from tests.observe.fake_cluster import NOW, Cluster, node, pod, serving
 
 
 def claim(ns: str, name: str, devices: list[str], node: str, pods: list[str]) -> dict:
     return {
         "metadata": {"namespace": ns, "name": name},
         "spec": {
-            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "d100-whole"}}]}
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "d100-whole", "count": len(devices)},
+                    }
+                ]
+            }
         },
         "status": {
             "allocation": {
@@ -62,7 +69,10 @@ def cluster() -> Cluster:
                 {
                     "metadata": {
                         "name": "d100-whole",
-                        "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+                        "labels": {
+                            "app.kubernetes.io/managed-by": "gpupool",
+                            "gpupool.io/pool": "d100",
+                        },
                     },
                     "spec": {
                         "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]
@@ -91,6 +101,7 @@ def cluster() -> Cluster:
             ],
         },
         pods=[trainer, waiting],
+        nodes=[node("n1")],
     )
 
 
@@ -122,7 +133,8 @@ def test_slices_classes_claims_and_holders_are_read() -> None:
     )
     assert [c.name for c in dra.device_classes] == ["d100-whole"]
     assert dra.device_classes[0].managed_by == "gpupool"
-    assert dra.claim_templates[0].device_classes == ["d100-whole"]
+    assert dra.claim_templates[0].devices == {"d100-whole": 2}
+    assert dra.device_classes[0].pool == "d100"
     assert dra.holders() == {
         "gpu.nvidia.com/n1/gpu-1": ["team-a/trainer-0"],
         "gpu.nvidia.com/n1/gpu-2": ["team-a/trainer-0"],
@@ -191,3 +203,18 @@ def test_a_hostile_dra_object_is_a_finding_never_a_traceback(plural, i, path, va
     said = [u.message for u in o.unreadable]
     assert any(words in m for m in said), said
     assert o.dra is not None and o.nodes == observe(cluster()).nodes
+
+
+def test_a_pod_that_claims_gpupools_classes_is_a_gpu_workload() -> None:
+    o = observe(cluster())
+    by_name = {w.name: w for w in o.workloads}
+    trainer, waiting = by_name["trainer-0"], by_name["waiting-0"]
+    assert trainer.request.gpus == 2 and waiting.request.gpus == 2
+    assert sorted(a.gpu for a in trainer.allocations) == [1, 2]
+    assert not waiting.allocations
+
+
+def test_a_claim_on_someone_elses_class_is_no_gpu_request() -> None:
+    c = cluster()
+    del c.dra["deviceclasses"][0]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    assert {w.name for w in observe(c).workloads}.isdisjoint({"trainer-0", "waiting-0"})
