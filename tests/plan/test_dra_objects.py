@@ -1,0 +1,79 @@
+"""DRA mode's objects (reconciler/plan/objects/dra_objects.py, plan/dra.py): rendered once and
+then left alone (the effect model stores what apply writes, and the next plan finds it as
+wanted), a foreign object of one of gpupool's names is a finding, a template a pod still names
+is never pruned, and a cluster without resource.k8s.io gets no DRA action."""
+
+from __future__ import annotations
+
+from reconciler.observe.model_dra import (
+    ClaimTemplateObject,
+    DeviceClassObject,
+    DraState,
+    PodClaims,
+)
+from reconciler.plan.dra import class_name, desired_dra_objects, quota_key, whole_counts
+from reconciler.plan.planner import plan
+from reconciler.plan.quotas import desired_resource_quotas
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from reconciler.sim.actions import apply_plan
+from tests.plan.scenarios import dra_pool
+
+DRA_KINDS = {"dra-object", "prune-dra-object"}
+EMPTY = DraState()
+
+
+def _inputs(dra: DraState | None = EMPTY):
+    text, observed = dra_pool()
+    return load([SourceFile("desired.yaml", text)]), observed.model_copy(update={"dra": dra})
+
+
+def test_what_a_dra_pool_renders() -> None:
+    desired, _ = _inputs()
+    want = desired_dra_objects(desired)
+    cls = want[("DeviceClass", "", "gpupool-a100-mig-3g-40gb")]
+    expr = cls["spec"]["selectors"][0]["cel"]["expression"]
+    assert "device.driver == 'gpu.nvidia.com'" in expr
+    assert "device.attributes['gpu.nvidia.com'].type == 'mig'" in expr
+    assert "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'" in expr
+    assert "productName in ['NVIDIA A100-SXM4-80GB'" in expr
+    assert cls["metadata"]["annotations"] == {"gpupool.io/mig-profile": "3g.40gb"}
+    tmpl = want[("ResourceClaimTemplate", "team-b", "gpupool-a100-gpu-4")]
+    assert tmpl["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpupool-a100-gpu", "count": 4}}
+    ]
+    assert whole_counts(desired.pools["a100"]) == [1, 2, 4, 8]
+    hard = desired_resource_quotas(desired)[("team-b", "gpupool-team-b")]
+    assert quota_key("a100") in hard and quota_key("a100", "3g.40gb") in hard
+    assert not any(k.startswith("requests.nvidia.com/mig") for k in hard)
+
+
+def test_rendered_once_then_converged() -> None:
+    desired, observed = _inputs()
+    first = plan(desired, observed)
+    assert {a.kind for a in first.actions} & DRA_KINDS
+    after = apply_plan(desired, observed, first, now=observed.observed_at)
+    assert not {a.kind for a in plan(desired, after).actions} & DRA_KINDS
+
+
+def test_a_foreign_object_of_gpupools_name_is_a_finding() -> None:
+    name = class_name("a100")
+    desired, observed = _inputs(DraState(device_classes=[DeviceClassObject(name=name)]))
+    p = plan(desired, observed)
+    assert f"dra:DeviceClass:{name}" not in {a.id for a in p.actions}
+    assert any(f.code == "foreign-object" and name in f.subject for f in p.findings)
+
+
+def test_a_template_a_pod_names_is_not_pruned() -> None:
+    old = ClaimTemplateObject(
+        namespace="team-a", name="gpupool-old-gpu-1", devices={"x": 1}, managed_by="gpupool"
+    )
+    pod = PodClaims(namespace="team-a", pod="p", templates=["gpupool-old-gpu-1"])
+    desired, observed = _inputs(DraState(claim_templates=[old], pods=[pod]))
+    ids = {a.id for a in plan(desired, observed).actions}
+    assert "prune-dra:ResourceClaimTemplate:team-a/gpupool-old-gpu-1" not in ids
+
+
+def test_without_resource_k8s_io_no_dra_action() -> None:
+    desired, observed = _inputs(None)
+    assert not {a.kind for a in plan(desired, observed).actions} & DRA_KINDS
