@@ -33,6 +33,26 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
+FEATURE_GATES: dict[str, bool] = {}
+"""Feature gates given to kube-apiserver, kube-scheduler and kube-controller-manager alike
+(`--feature-gates`, only when not empty); add a gate here, never to one component alone.
+
+DRA (issue 32) needs none in 1.37.2: DynamicResourceAllocation is GA and locked on,
+DRAPrioritizedList GA, DRADeviceTaints and DRADeviceTaintRules GA (on by default),
+DRAPartitionableDevices and DRAConsumableCapacity beta and on by default
+(k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go), and resource.k8s.io/v1 is served
+without runtime-config. Alpha ones gpupool does not use (DRADeviceCompatibilityGroups,
+DRAPartitionableDevicesType, ...) stay off."""
+
+
+def feature_gate_args() -> list[str]:
+    """`--feature-gates=...` from FEATURE_GATES ([] when there is none)."""
+    if not FEATURE_GATES:
+        return []
+    gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(FEATURE_GATES.items()))
+    return [f"--feature-gates={gates}"]
+
+
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -280,6 +300,7 @@ class ControlPlane:
             "--audit-log-maxbackup=0",
             "--profiling=false",
             "--v=1",
+            *feature_gate_args(),
             *self.extra_apiserver_args,
         )
         self._add(
@@ -292,6 +313,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={scheduler_port}",
             "--v=1",
+            *feature_gate_args(),
             *self.extra_scheduler_args,
         )
         self._add(
@@ -320,6 +342,7 @@ class ControlPlane:
             f"--node-monitor-grace-period={self.node_monitor_grace_period}",
             "--horizontal-pod-autoscaler-sync-period=5s",
             "--v=1",
+            *feature_gate_args(),
             *self.extra_controller_manager_args,
         )
         scheduler_url = f"https://127.0.0.1:{scheduler_port}/healthz"

@@ -5,6 +5,8 @@ is never pruned, and a cluster without resource.k8s.io gets no DRA action."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     DeviceClassObject,
@@ -74,6 +76,54 @@ def test_a_template_a_pod_names_is_not_pruned() -> None:
     assert "prune-dra:ResourceClaimTemplate:team-a/gpupool-old-gpu-1" not in ids
 
 
+def test_a_template_that_differs_is_deleted_and_made_again() -> None:
+    name = "gpupool-a100-gpu-2"
+    other = ClaimTemplateObject(
+        namespace="team-a", name=name, devices={"gpupool-a100-gpu": 3}, managed_by="gpupool"
+    )
+    desired, observed = _inputs(DraState(claim_templates=[other]))
+    acts = {a.id: a for a in plan(desired, observed).actions}
+    prune, make = (
+        f"prune-dra:ResourceClaimTemplate:team-a/{name}",
+        f"dra:ResourceClaimTemplate:team-a/{name}",
+    )
+    assert prune in acts[make].depends_on and acts[make].verb == "create"
+
+
 def test_without_resource_k8s_io_no_dra_action() -> None:
     desired, observed = _inputs(None)
     assert not {a.kind for a in plan(desired, observed).actions} & DRA_KINDS
+
+
+EXAMPLE_POOL = """\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {name: a100}
+spec:
+  gpuModel: A100-SXM4-80GB
+  backend: dra
+  nodeSelector: {matchLabels: {gpupool.io/pool: a100}}
+  capacity: {nodes: 2, gpusPerNode: 8}
+  inference:
+    mig: {layouts: [{name: two-3g, profiles: [3g.40gb, 3g.40gb]}]}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {name: team-a}
+spec:
+  namespaces: [team-a]
+  pools: [{pool: a100, whole: {guaranteed: 4}}]
+"""
+
+
+def test_the_deploy_example_is_what_gpupool_renders() -> None:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "example-pool-objects.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d["kind"] != "Pod"]
+    want = desired_dra_objects(load([SourceFile("pool.yaml", EXAMPLE_POOL)]))
+    assert docs
+    for d in docs:
+        meta = dict(d["metadata"])
+        key = (d["kind"], meta.pop("namespace", ""), meta.pop("name"))
+        assert want[key] == {"metadata": meta, "spec": d["spec"]}, key

@@ -66,10 +66,15 @@ def dra_objects(run: Run) -> None:
             continue
         if cur is not None and cur[1] == _comparable(kind, body):
             continue
-        deps = ()
+        deps: tuple[str, ...] = ()
         if kind == "ResourceClaimTemplate":
             cls = body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
             deps = (classes[cls],) if cls in classes else ()
+            if cur is not None:
+                # a template's spec is immutable (k8s.io/kubernetes v1.37.2 pkg/apis/resource/
+                # validation ValidateResourceClaimTemplateUpdate): deleted and made again
+                deps = (*deps, _prune_one(run, kind, ns, name, "its spec differs and is immutable"))
+                cur = None
         aid = run.add(
             ApplyDraObject(
                 id=f"dra:{kind}:{f'{ns}/' if ns else ''}{name}",
@@ -104,17 +109,25 @@ def _prune(run: Run, dra: DraState, want: dict, have: dict) -> None:
         if kind == "ResourceClaimTemplate" and (ns, name) in named:
             continue
         deps = tuple(pruned) if kind == "DeviceClass" else ()
-        aid = run.add(
-            PruneDraObject(
-                id=f"prune-dra:{kind}:{f'{ns}/' if ns else ''}{name}",
-                target=f"{ns}/{name}" if ns else name,
-                reason=f"prune {_ref(kind, ns, name)}: no DRA pool of the desired state renders "
-                f"it any more (gpupool made it: {MANAGED_BY_LABEL}={MANAGED_BY})",
-                depends_on=deps,
-                object_kind=kind,
-                namespace=ns,
-                name=name,
-            )
+        aid = _prune_one(
+            run, kind, ns, name, "no DRA pool of the desired state renders it any more", deps
         )
         if kind == "ResourceClaimTemplate":
             pruned.append(aid)
+
+
+def _prune_one(
+    run: Run, kind: str, ns: str, name: str, why: str, deps: tuple[str, ...] = ()
+) -> str:
+    return run.add(
+        PruneDraObject(
+            id=f"prune-dra:{kind}:{f'{ns}/' if ns else ''}{name}",
+            target=f"{ns}/{name}" if ns else name,
+            reason=f"prune {_ref(kind, ns, name)}: {why} (gpupool made it: "
+            f"{MANAGED_BY_LABEL}={MANAGED_BY})",
+            depends_on=deps,
+            object_kind=kind,
+            namespace=ns,
+            name=name,
+        )
+    )
