@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from kubernetes import client
@@ -49,7 +50,10 @@ kind: Quota
 metadata: {{name: q{sfx}}}
 spec:
   namespaces: [{", ".join(namespaces)}]
-  pools: [{{pool: d{sfx}, whole: {{guaranteed: 2}}, mig: {{3g.40gb: {{guaranteed: 1}}}}}}]
+  pools:
+    - pool: d{sfx}
+      whole: {{guaranteed: 2, borrowingLimit: 0}}
+      mig: {{3g.40gb: {{guaranteed: 1, borrowingLimit: 0}}}}
 """
 
 
@@ -90,6 +94,12 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     assert "profile == '3g.40gb'" in cls["spec"]["selectors"][0]["cel"]["expression"]
     tmpl = get(kube, "resourceclaimtemplates", f"{whole}-4", ns)
     assert tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 4
+    # the quota counts devices of gpupool's classes (the API server takes the DRA quota keys)
+    hard = kube.core.read_namespaced_resource_quota(f"gpupool-q{sfx}", ns).spec.hard
+    assert hard == {
+        f"{whole}.deviceclass.resource.k8s.io/devices": "2",
+        f"{mig}.deviceclass.resource.k8s.io/devices": "1",
+    }
 
     # the next cycle changes nothing
     write_mark = audit_mark(kube)
@@ -156,3 +166,106 @@ def test_slices_as_nvidias_driver_publishes_them_are_read(kube):
     assert names == [mig_name(0, "3g.40gb", 0), mig_name(0, "3g.40gb", 4)] + [
         f"gpu-{i}" for i in (1, 2, 3)
     ]
+
+
+# ------------------------------------------------------------- the real scheduler allocates
+
+
+def claim_pod(kube, ns: str, name: str, template: str, pool: str) -> None:
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {C.POOL_LABEL: pool},
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+
+
+def allocated(kube, ns: str, pod: str) -> list[tuple[str, str]] | None:
+    """(pool, device) of the pod's claim once the scheduler allocated it and bound the pod."""
+    p = kube.core.read_namespaced_pod(pod, ns)
+    made = {s.name: s.resource_claim_name for s in (p.status.resource_claim_statuses or [])}
+    if not p.spec.node_name or not made.get("gpus"):
+        return None
+    claim = get(kube, "resourceclaims", made["gpus"], ns)
+    results = (((claim or {}).get("status") or {}).get("allocation") or {}).get("devices", {})
+    out = [(r["pool"], r["device"]) for r in results.get("results", [])]
+    assert {pool for pool, _ in out} <= {p.spec.node_name}, "devices of another node"
+    return sorted(out) or None
+
+
+def test_the_real_scheduler_allocates_from_the_drivers_slices(kube, tmp_path):
+    """Two DRA nodes publish slices as NVIDIA's driver does (one with four whole cards, one
+    with a card in static MIG mode, 2 x 3g.40gb, beside three whole cards); gpupool renders its
+    classes, templates and device quota; kube-scheduler's DynamicResources plugin allocates:
+    a 4-card trainer lands on the node with four whole cards, a MIG inference pod gets a 3g.40gb
+    device; a second trainer is refused by the quota counted in devices until the first one is
+    stopped, whose devices are then allocated again. gpupool reads every pod's request and held
+    cards from the claims, equal to what the allocator chose."""
+    from reconciler.observe.kube import observe_cluster
+    from tests.cluster.dra_kubelet import DraPlugin
+    from tests.cluster.kubelets import NodeSpec
+    from tests.support.wait import wait_for
+
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns = f"d{sfx}", kube.new_namespace()
+    na, nb = f"dra-a-{sfx}", f"dra-b-{sfx}"
+    plugins = {}
+    for node, mig in ((na, {}), (nb, {0: [("3g.40gb", 0), ("3g.40gb", 4)]})):
+        kube.kubelets.add_node(NodeSpec(name=node, labels={C.POOL_LABEL: pool}))
+        kube.cleanup(lambda node=node: kube.kubelets.remove_node(node))
+        plugins[node] = DraPlugin(kube.custom, node, cards=4, mig=mig)
+        plugins[node].publish()
+        kube.cleanup(plugins[node].remove)
+    text = (
+        policy(sfx, "dra", [ns])
+        .replace("guaranteed: 2, borrowingLimit: 0", "guaranteed: 4, borrowingLimit: 0")
+        .replace("{nodes: 1, gpusPerNode: 4}", "{nodes: 2, gpusPerNode: 4}")
+    )
+    write_policy(tmp_path, text)
+    ctl = controller(kube, tmp_path, kube.clock)
+    outcomes(ctl.cycle())
+
+    whole, mig = f"gpupool-{pool}-gpu", f"gpupool-{pool}-mig-3g-40gb"
+    claim_pod(kube, ns, "trainer", f"{whole}-4", pool)
+    claim_pod(kube, ns, "ranker", mig, pool)
+    got = wait_for("the trainer allocated", lambda: allocated(kube, ns, "trainer"), timeout=60)
+    assert got == [(na, f"gpu-{i}") for i in range(4)]
+    got = wait_for("the ranker allocated", lambda: allocated(kube, ns, "ranker"), timeout=60)
+    assert got in ([(nb, "gpu-0-mig-3g40gb-9-0")], [(nb, "gpu-0-mig-3g40gb-9-4")]), got
+
+    # quota by devices: 4 whole cards are in use, a 2-card claim is refused at creation
+    claim_pod(kube, ns, "second", f"{whole}-2", pool)
+    time.sleep(5)  # the resourceclaim controller tries, the quota refuses (no claim: no allocation)
+    assert allocated(kube, ns, "second") is None
+
+    observed = observe_cluster(kube.controller_client(), now=kube.clock.now)
+    by = {w.name: w for w in observed.workloads if w.namespace == ns}
+    assert by["trainer"].request.gpus == 4 and sorted(a.gpu for a in by["trainer"].allocations) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert by["ranker"].request.mig == {"3g.40gb": 1}
+    assert [(a.gpu, a.mig_profile) for a in by["ranker"].allocations] == [(0, "3g.40gb")]
+    assert by["second"].request.gpus == 2 and not by["second"].allocations
+
+    # the trainer stopped (as a preemption would): its claim goes, the quota frees, the
+    # second trainer's claim is made and allocated on freed cards
+    kube.core.delete_namespaced_pod("trainer", ns, grace_period_seconds=0)
+    got = wait_for(
+        "the second trainer allocated", lambda: allocated(kube, ns, "second"), timeout=90
+    )
+    assert len(got) == 2 and all(node in (na, nb) for node, _ in got)
