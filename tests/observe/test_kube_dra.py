@@ -8,11 +8,15 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reconciler.observe.kube import observe_cluster
 from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 from tests.observe.fake_cluster import NOW, Cluster, node, pod, serving
+from tests.policy.fuzzing import mutate
+from tests.support.hostile import HOSTILE as HOSTILE_RUNS
 
 
 def claim(ns: str, name: str, devices: list[str], node: str, pods: list[str]) -> dict:
@@ -166,7 +170,7 @@ def test_a_snapshot_file_carries_dra() -> None:
         assert again.dra == o.dra
 
 
-HOSTILE = [
+SHAPES = [
     ("resourceslices", 0, ("spec", "devices"), "many", "spec.devices is a string"),
     (
         "resourceslices",
@@ -191,7 +195,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("plural", "i", "path", "value", "words"), HOSTILE)
+@pytest.mark.parametrize(("plural", "i", "path", "value", "words"), SHAPES)
 def test_a_hostile_dra_object_is_a_finding_never_a_traceback(plural, i, path, value, words) -> None:
     c = cluster()
     obj = c.dra[plural][i]
@@ -218,3 +222,29 @@ def test_a_claim_on_someone_elses_class_is_no_gpu_request() -> None:
     c = cluster()
     del c.dra["deviceclasses"][0]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
     assert {w.name for w in observe(c).workloads}.isdisjoint({"trainer-0", "waiting-0"})
+
+
+PLURALS = ("resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates")
+
+
+@settings(HOSTILE_RUNS, max_examples=60)
+@given(st.data())
+def test_fuzzed_dra_objects_are_read_or_reported(data) -> None:
+    """One to three DRA objects, each with one to three values dropped, replaced by any
+    YAML-shaped value or added to (tests/policy/fuzzing.py `mutate`): observation never raises,
+    every node is still read, and an object not read back is an unreadable entry."""
+    c = cluster()
+    for _ in range(data.draw(st.integers(1, 3), label="objects")):
+        plural = data.draw(st.sampled_from(PLURALS), label="plural")
+        c.dra[plural][0] = mutate(c.dra[plural][0], data)
+    o = observe(c)
+    assert [n.name for n in o.nodes] == ["n1"]
+    assert o.dra is not None
+    for plural, got in (
+        ("resourceslices", o.dra.slices),
+        ("deviceclasses", o.dra.device_classes),
+        ("resourceclaims", o.dra.claims),
+        ("resourceclaimtemplates", o.dra.claim_templates),
+    ):
+        if not got and c.dra[plural]:
+            assert o.unreadable or c.refused, plural

@@ -10,8 +10,10 @@ from pathlib import Path
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     DeviceClassObject,
+    DraDevice,
     DraState,
     PodClaims,
+    ResourceSlice,
 )
 from reconciler.plan.dra import class_name, desired_dra_objects, quota_key, whole_counts
 from reconciler.plan.planner import plan
@@ -88,6 +90,29 @@ def test_a_template_that_differs_is_deleted_and_made_again() -> None:
         f"dra:ResourceClaimTemplate:team-a/{name}",
     )
     assert prune in acts[make].depends_on and acts[make].verb == "create"
+
+
+def _slice(node: str, devices: list[dict]) -> ResourceSlice:
+    return ResourceSlice(
+        name=node, driver="gpu.nvidia.com", pool=node, node=node, generation=1, devices=devices
+    )
+
+
+def test_slices_that_disagree_with_the_agent_are_a_finding() -> None:
+    whole = [DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"}) for i in range(8)]
+    mig = [
+        DraDevice(name=f"gpu-0-mig-3g40gb-9-{s}", attributes={"type": "mig", "profile": "3g.40gb"})
+        for s in (0, 4)
+    ] + whole[1:]
+    desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole), _slice("a100-2", mig)]))
+    found = {(f.code, f.subject): f.message for f in plan(desired, observed).findings}
+    assert ("dra-slices-stale", "Node a100-2") in found
+    assert "gpu0:3g.40gb@0" in found[("dra-slices-stale", "Node a100-2")]
+    assert ("dra-slices-stale", "Node a100-1") not in found
+    assert not [k for k in found if k[0] == "dra-slices-missing"]
+    desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole)]))
+    found = {(f.code, f.subject) for f in plan(desired, observed).findings}
+    assert ("dra-slices-missing", "Node a100-2") in found
 
 
 def test_without_resource_k8s_io_no_dra_action() -> None:

@@ -131,3 +131,71 @@ def _prune_one(
             name=name,
         )
     )
+
+
+def slices_agree(run: Run) -> None:
+    """Step 9: on each node of a DRA pool, what NVIDIA's driver publishes against what the
+    node agent reports: after mig-manager changed a layout the driver republishes the node's
+    slices (a new pool generation); until it has, a claim may be allocated a MIG device that
+    no longer exists, or miss one that does. Said as a finding (`dra-slices-stale`), naming
+    both; a node the driver publishes nothing for is `dra-slices-missing`."""
+    dra = run.observed.dra
+    if dra is None:
+        return
+    for pv in run.cluster.pools.values():
+        if pv.pool.spec.backend != "dra":
+            continue
+        for node in sorted(pv.by_node()):
+            n = next((x for x in run.observed.nodes if x.name == node), None)
+            if n is None:
+                continue
+            devices = dra.devices(node)
+            if not devices:
+                run.find(
+                    "warning",
+                    "dra-slices-missing",
+                    f"Node {node}",
+                    f"Pool/{pv.name} runs on DRA, and no ResourceSlice of {C.DRA_DRIVER} "
+                    f"describes {node}: its cards cannot be claimed (is the driver running?)",
+                )
+                continue
+            published = sorted(_published(devices))
+            agent = sorted(_reported(n))
+            if published != agent:
+                run.find(
+                    "warning",
+                    "dra-slices-stale",
+                    f"Node {node}",
+                    f"the DRA driver publishes {_say(published)} on {node}, the node agent "
+                    f"reports {_say(agent)}: claims there may be allocated from an old layout "
+                    "until the driver republishes its slices",
+                )
+
+
+def _published(devices) -> set[tuple[int, str, int]]:
+    """(card minor, profile or 'gpu', placement start) of NVIDIA's devices by their names
+    (observe/model_dra.py: `gpu-<minor>`, `gpu-<minor>-mig-<profile>-<id>-<start>`)."""
+    out = set()
+    for d in devices:
+        parts = d.name.split("-")
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        if d.type == "mig" and parts[-1].isdigit():
+            out.add((int(parts[1]), str(d.attr("profile")), int(parts[-1])))
+        elif d.type == "gpu":
+            out.add((int(parts[1]), "gpu", 0))
+    return out
+
+
+def _reported(node) -> set[tuple[int, str, int]]:
+    out = set()
+    for g in node.gpus:
+        if g.mig_enabled:
+            out |= {(g.index, m.profile, m.start) for m in g.mig_instances}
+        else:
+            out.add((g.index, "gpu", 0))
+    return out
+
+
+def _say(devs: list[tuple[int, str, int]]) -> str:
+    return ", ".join(f"gpu{i}" if p == "gpu" else f"gpu{i}:{p}@{s}" for i, p, s in devs) or "none"
