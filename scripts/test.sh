@@ -23,6 +23,12 @@ echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - s
 # NVIDIA's config parsers (tests/nvidia/nvparse, Go), cached the same way; tests/nvidia/test_nvparse.py.
 started=$(date +%s)
 echo "nvparse: $(bash scripts/build-nvparse.sh) ($(( $(date +%s) - started ))s)"
+# helm (helm.sh/helm/v4 cmd/helm v4.3.2, from the Go module proxy) for the chart's tests
+# (tests/deploy), cached the same way. GPUPOOL_SKIP_HELM=1 skips it (and those tests).
+if [ -z "${GPUPOOL_SKIP_HELM:-}" ]; then
+  started=$(date +%s)
+  echo "helm: $(bash scripts/build-helm.sh) ($(( $(date +%s) - started ))s)"
+fi
 # Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
 # the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
 if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then

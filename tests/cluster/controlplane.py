@@ -6,7 +6,9 @@ Everything listens on 127.0.0.1 on free ports. Certificates are generated into t
 start. Authentication is by client certificate (admin: O=system:masters) and ServiceAccount
 tokens; authorization is Node,RBAC; admission is the upstream default set plus NodeRestriction
 (ValidatingAdmissionPolicy and MutatingAdmissionPolicy are GA in 1.37 and on by default, so they
-need no flags). The apiserver writes an audit log (Metadata level) that tests can read back.
+need no flags). The three components run with the same feature gates (`FEATURE_GATES`), and
+kube-apiserver serves the group versions of `RUNTIME_CONFIG` beyond its defaults. The apiserver
+writes an audit log (Metadata level) that tests can read back.
 
 There are no kubelets: tests/cluster/kubelets.py simulates them through the API.
 """
@@ -33,24 +35,42 @@ BUILD_SCRIPT = REPO / "scripts" / "build-control-plane.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
-FEATURE_GATES: dict[str, bool] = {}
-"""Feature gates given to kube-apiserver, kube-scheduler and kube-controller-manager alike
-(`--feature-gates`, only when not empty); add a gate here, never to one component alone.
+FEATURE_GATES: dict[str, bool] = {
+    # scheduling.k8s.io/v1beta1 Workload and PodGroup, pods' spec.schedulingGroup, and
+    # kube-scheduler's GangScheduling and PodGroupPodsCount plugins (beta in 1.37, off by
+    # default: k8s.io/kubernetes pkg/features/kube_features.go; the scheduler adds both plugins
+    # to its default profile when the gate is on: pkg/scheduler/apis/config/v1/default_plugins.go).
+    # Not WorkloadWithJob (alpha): the Job controller would make a PodGroup for every Job.
+    "GenericWorkload": True,
+}
+"""Feature gates of kube-apiserver, kube-scheduler and kube-controller-manager alike (one list:
+a gate on in one component and off in another is a cluster no one runs).
 
 DRA (issue 32) needs none in 1.37.2: DynamicResourceAllocation is GA and locked on,
 DRAPrioritizedList GA, DRADeviceTaints and DRADeviceTaintRules GA (on by default),
 DRAPartitionableDevices and DRAConsumableCapacity beta and on by default
 (k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go), and resource.k8s.io/v1 is served
-without runtime-config. Alpha ones gpupool does not use (DRADeviceCompatibilityGroups,
-DRAPartitionableDevicesType, ...) stay off."""
+without runtime-config."""
+
+RUNTIME_CONFIG: dict[str, bool] = {
+    # beta APIs are not served by default: the group version of Workload and PodGroup
+    "scheduling.k8s.io/v1beta1": True,
+}
+"""kube-apiserver's `--runtime-config`: API group versions served beyond the defaults."""
 
 
-def feature_gate_args() -> list[str]:
-    """`--feature-gates=...` from FEATURE_GATES ([] when there is none)."""
-    if not FEATURE_GATES:
-        return []
-    gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(FEATURE_GATES.items()))
-    return [f"--feature-gates={gates}"]
+def feature_gates_flag(gates: dict[str, bool] | None = None) -> str:
+    """`--feature-gates=A=true,B=false` for `gates` (default: FEATURE_GATES)."""
+    gates = FEATURE_GATES if gates is None else gates
+    return "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+
+
+def runtime_config_flag(config: dict[str, bool] | None = None) -> str:
+    """`--runtime-config=group/version=true,...` for `config` (default: RUNTIME_CONFIG)."""
+    config = RUNTIME_CONFIG if config is None else config
+    return "--runtime-config=" + ",".join(
+        f"{k}={str(v).lower()}" for k, v in sorted(config.items())
+    )
 
 
 AUDIT_POLICY = {
@@ -299,8 +319,9 @@ class ControlPlane:
             "--audit-log-mode=blocking",
             "--audit-log-maxbackup=0",
             "--profiling=false",
+            feature_gates_flag(),
+            runtime_config_flag(),
             "--v=1",
-            *feature_gate_args(),
             *self.extra_apiserver_args,
         )
         self._add(
@@ -312,8 +333,8 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={scheduler_port}",
+            feature_gates_flag(),
             "--v=1",
-            *feature_gate_args(),
             *self.extra_scheduler_args,
         )
         self._add(
@@ -341,8 +362,8 @@ class ControlPlane:
             "--node-monitor-period=2s",
             f"--node-monitor-grace-period={self.node_monitor_grace_period}",
             "--horizontal-pod-autoscaler-sync-period=5s",
+            feature_gates_flag(),
             "--v=1",
-            *feature_gate_args(),
             *self.extra_controller_manager_args,
         )
         scheduler_url = f"https://127.0.0.1:{scheduler_port}/healthz"
