@@ -30,6 +30,23 @@ the handled value is copied to `status.lastHandledReconcileAt`)."""
 # ---------------------------------------------------------------- labels gpupool reads or writes
 POOL_LABEL = PREFIX + "pool"
 """Pool membership of a node (written by apply, read by pods' node selectors)."""
+DRA_PARTITION_LABEL = PREFIX + "dra-partition"
+"""On the DeviceClasses gpupool renders for a DRA pool (with `POOL_LABEL`): which partition the
+class selects, `gpu` (whole cards) or `mig-<profile with '.' and '+' as '-'>`; the profile itself
+is in `DRA_PROFILE_ANN`. Read back, only on gpupool's classes, to know what a claim asks for."""
+DRA_PROFILE_ANN = PREFIX + "mig-profile"
+"""On a MIG DeviceClass gpupool renders: the MIG profile it selects (e.g. `3g.40gb`)."""
+DRA_DRIVER = "gpu.nvidia.com"
+"""NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 cmd/gpu-kubelet-plugin/
+main.go `DriverName`)."""
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_PLURALS = {
+    "ResourceSlice": "resourceslices",
+    "DeviceClass": "deviceclasses",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
 INFERENCE_LABEL = PREFIX + "inference"
 """`true` on a Deployment/StatefulSet that is an inference service."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

@@ -624,3 +624,57 @@ class KubeOps:
                 self.custom.delete_cluster_custom_object(
                     C.KUEUE_GROUP, C.KUEUE_VERSION, plural, name
                 )
+
+    # -- DRA ---------------------------------------------------------------------------
+    # CustomObjectsApi on resource.k8s.io/v1 (built-in, served as JSON like any group).
+    def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        plural = C.DRA_PLURALS[kind]
+        if namespace:
+            obj = _or_none(
+                lambda: self.custom.get_namespaced_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
+                )
+            )
+        else:
+            obj = _or_none(
+                lambda: self.custom.get_cluster_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, plural, name
+                )
+            )
+        if obj is None:
+            return None
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+    def create_dra_object(self, body: dict) -> None:
+        plural = C.DRA_PLURALS[body["kind"]]
+        ns = body["metadata"].get("namespace")
+        with _errors():
+            if ns:
+                self.custom.create_namespaced_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, ns, plural, body, field_manager=C.FIELD_MANAGER
+                )
+            else:
+                self.custom.create_cluster_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, plural, body, field_manager=C.FIELD_MANAGER
+                )
+
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        plural = C.DRA_PLURALS[kind]
+        args = (C.DRA_GROUP, C.DRA_VERSION, *([namespace] if namespace else []), plural, name)
+        patcher = (
+            self.custom.patch_namespaced_custom_object
+            if namespace
+            else self.custom.patch_cluster_custom_object
+        )
+        with _errors():
+            patcher(*args, patch, field_manager=C.FIELD_MANAGER, _content_type=MERGE)
+
+    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+        plural = C.DRA_PLURALS[kind]
+        with _errors():
+            if namespace:
+                self.custom.delete_namespaced_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
+                )
+            else:
+                self.custom.delete_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural, name)

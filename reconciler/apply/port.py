@@ -294,3 +294,17 @@ class ClusterOps(Protocol):
 
     def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
         """Delete a Kueue object (ApiError 404 when it is gone already)."""
+
+    # -- DRA: resource.k8s.io/v1 DeviceClass, ResourceClaimTemplate ---------------
+    def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        """A DeviceClass's or ResourceClaimTemplate's managed-by label ("" without one); None
+        when there is no such object. `namespace` is "" for a DeviceClass."""
+
+    def create_dra_object(self, body: dict) -> None:
+        """Create a DRA object (`body` a whole object: apiVersion, kind, metadata, spec)."""
+
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        """JSON merge patch (RFC 7386) of a DRA object: lists in it replace whole."""
+
+    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a DRA object (ApiError 404 when it is gone already)."""

@@ -58,6 +58,7 @@ from reconciler.observe.kube_common import (
     _ts,
     _unreadable,
 )
+from reconciler.observe.kube_dra import dra_allocations, dra_request, read_dra
 from reconciler.observe.kube_nodes import _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
@@ -197,7 +198,14 @@ def _observe(
             named=lambda item: item[1],
         )
     )
-    gpu_pods, taken = pod_holdings(raw_pods, held)
+    dra = read_dra(api_client, raw_pods)
+
+    def claimed(p: Any) -> tuple[Any, Any]:
+        ns, name = p.metadata.namespace, p.metadata.name
+        node = by_name.get(p.spec.node_name or "")
+        return dra_request(dra, ns, name), dra_allocations(dra, node, ns, name)
+
+    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if dra is not None else None)
     owners = read_owners(api_client)
     workloads = pod_workloads(gpu_pods, by_name, taken, owners)
     services = read_services(api_client)
@@ -214,6 +222,7 @@ def _observe(
     kueue = read_kueue(api_client)
     return ObservedState(
         kueue=kueue,
+        dra=dra,
         suspended_jobs=owners.suspended,
         job_recoveries=owners.recoveries,
         gated_namespaces=sorted(n.metadata.name for n in gated),

@@ -22,6 +22,7 @@ controller's where the API server enforces it."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -130,11 +131,14 @@ def _pinned_node(p: Any) -> str | None:
 
 
 def pod_holdings(
-    raw_pods: Any, held: dict[str, dict[str, list[Allocation]] | None]
+    raw_pods: Any,
+    held: dict[str, dict[str, list[Allocation] | None]],
+    claimed: Callable[[Any], tuple[Request, list[Allocation] | None]] | None = None,
 ) -> tuple[list[Holding], dict[str, set[int]]]:
     """The pods that hold or want cards, oldest first, each with what it is known to hold
     (`held`: node -> the pods its agent publishes, `published_pods`); and node -> the cards
-    pods are known to hold there."""
+    pods are known to hold there. `claimed(pod)`: what a pod that asks for no GPU resource asks
+    and holds through DRA claims (kube_dra.py `dra_request`, `dra_allocations`)."""
     pods = sorted(
         _each("Pod", raw_pods, lambda p: (str(p.metadata.creation_timestamp), p)),
         key=lambda x: (x[0], x[1].metadata.namespace, x[1].metadata.name),
@@ -148,11 +152,14 @@ def pod_holdings(
             return None
         if p.metadata.deletion_timestamp and not p.spec.node_name:
             return None  # an unbound pod being deleted holds nothing and is nobody's demand
-        req = pod_request(p)
+        req, known = pod_request(p), None
+        if req.kind == "none" and claimed is not None:
+            req, known = claimed(p)
         if req.kind == "none":
             return None
         node_name = p.spec.node_name or ""
-        known = _known_allocations(p, held.get(node_name))
+        if known is None:
+            known = _known_allocations(p, held.get(node_name))
         if known is not None:
             taken.setdefault(node_name, set()).update(a.gpu for a in known)
         return p, req, known

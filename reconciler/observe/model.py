@@ -35,6 +35,7 @@ from pydantic import (
 
 from reconciler import conventions as C
 from reconciler.conventions import API_VERSION, PRODUCT_LABEL
+from reconciler.observe.model_dra import DraState
 from reconciler.policy.catalog import Catalog, GpuModel, default_catalog
 from reconciler.policy.models import yaml_name
 
@@ -576,6 +577,10 @@ class ObservedState(Obs):
     kueue: list[KueueObject] | None = None
     """Kueue's ResourceFlavors, ClusterQueues and LocalQueues; None: Kueue's CRDs are not
     served (or the snapshot does not say)."""
+    dra: DraState | None = None
+    """What Dynamic Resource Allocation says (resource.k8s.io/v1: ResourceSlices, DeviceClasses,
+    ResourceClaims, which pod holds which device; observe/model_dra.py); None: not served (or
+    the snapshot does not say)."""
     job_recoveries: dict[str, Annotated[int, Field(ge=0, le=C.MAX_RECOVERIES_READ)]] = {}
     """Job (namespace/name) -> how many times in a row gpupool stopped its gang soon after it
     started because a member was lost (the Job's `gpupool.io/recoveries`, believed only when

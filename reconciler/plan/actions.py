@@ -341,6 +341,34 @@ class PruneKueueObject(ActionBase):
     name: str
 
 
+# ------------------------------------------------------------------------------------------ DRA
+class ApplyDraObject(ActionBase):
+    """Create or update (JSON merge patch of labels, annotations and `spec`) a DeviceClass or a
+    ResourceClaimTemplate gpupool renders for a DRA pool (reconciler/plan/dra.py; target:
+    name, or namespace/name for a template); changed only while it carries gpupool's label."""
+
+    kind: Literal["dra-object"] = "dra-object"
+    object_kind: Literal["DeviceClass", "ResourceClaimTemplate"]
+    namespace: str = ""
+    name: str
+    verb: Literal["create", "update"]
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    spec: dict[str, Any]
+    """The object's whole `spec`, in resource.k8s.io/v1 JSON."""
+
+
+class PruneDraObject(ActionBase):
+    """Delete a DeviceClass or ResourceClaimTemplate gpupool made that the desired state no
+    longer has (never a template a pod still names); deleted only while it carries gpupool's
+    label."""
+
+    kind: Literal["prune-dra-object"] = "prune-dra-object"
+    object_kind: Literal["DeviceClass", "ResourceClaimTemplate"]
+    namespace: str = ""
+    name: str
+
+
 Action = Annotated[
     Cordon
     | Uncordon
@@ -362,7 +390,9 @@ Action = Annotated[
     | PruneQuota
     | PrunePriorityClass
     | ApplyKueueObject
-    | PruneKueueObject,
+    | PruneKueueObject
+    | ApplyDraObject
+    | PruneDraObject,
     Field(discriminator="kind"),
 ]
 
@@ -390,5 +420,7 @@ KIND_ORDER: tuple[str, ...] = (
     "prune-priority-class",
     "kueue-object",  # flavors, then cluster queues, then local queues (depends_on)
     "prune-kueue-object",  # local queues, then cluster queues, then flavors (depends_on)
+    "dra-object",  # device classes, then the claim templates that name them (depends_on)
+    "prune-dra-object",  # templates, then classes (depends_on)
     "label-node",
 )

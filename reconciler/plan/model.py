@@ -55,6 +55,8 @@ SUMMARY_KINDS = (
     "prune-priority-class",
     "kueue-object",
     "prune-kueue-object",
+    "dra-object",
+    "prune-dra-object",
     "label-node",
 )
 SUMMARY_WORDS = {
@@ -74,6 +76,8 @@ SUMMARY_WORDS = {
     "label-node": ("node label change", "node label changes"),
     "kueue-object": ("Kueue object change", "Kueue object changes"),
     "prune-kueue-object": ("Kueue object pruned", "Kueue objects pruned"),
+    "dra-object": ("DRA object change", "DRA object changes"),
+    "prune-dra-object": ("DRA object pruned", "DRA objects pruned"),
 }
 COMPUTED = ("summary", "counts")
 WAITING_CODES = frozenset(

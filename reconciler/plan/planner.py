@@ -47,6 +47,7 @@ from reconciler.plan.cluster import (
 )
 from reconciler.plan.demand import kueue_findings, pending_demand, suspended_demand
 from reconciler.plan.model import Plan
+from reconciler.plan.objects.dra_objects import dra_objects, slices_agree
 from reconciler.plan.objects.kueue_objects import kueue_objects
 from reconciler.plan.objects.prune import prune_objects, prune_pool_labels
 from reconciler.plan.objects.wanted import desired_objects
@@ -109,6 +110,8 @@ def plan_with_facts(
     prune_pool_labels(run)
     prune_objects(run)
     kueue_objects(run)
+    dra_objects(run)
+    slices_agree(run)
     repartition_actions(run)  # 10
     finish_drains(run)
     emit_admissions(run, demand)  # 11

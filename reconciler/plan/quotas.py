@@ -10,6 +10,7 @@ import math
 
 from reconciler.conventions import GPU_RESOURCE, MANAGED_BY, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import PriorityClassObject, Request
+from reconciler.plan.dra import quota_key
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -57,6 +58,9 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
 
         for pq in q.spec.pools:
             pool = desired.pools.get(pq.pool)
+            if pool is not None and pool.spec.backend == "dra":
+                _dra_quota(pq, add, cap)
+                continue
             if pq.whole.guaranteed or pq.whole.borrowing_limit:
                 add(
                     "requests." + GPU_RESOURCE,
@@ -79,6 +83,15 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
         for ns in q.spec.namespaces:
             out[(ns, QUOTA_PREFIX + q.team)] = final
     return out
+
+
+def _dra_quota(pq, add, cap: int | None) -> None:
+    """A DRA pool's allotments counted in devices of its DeviceClasses (plan/dra.py): its pods
+    ask for no `nvidia.com/*` resource."""
+    if pq.whole.guaranteed or pq.whole.borrowing_limit:
+        add(quota_key(pq.pool), _limit(pq.whole.guaranteed, pq.whole.borrowing_limit, cap))
+    for prof, a in sorted(pq.mig.items()):
+        add(quota_key(pq.pool, prof), _limit(a.guaranteed, a.borrowing_limit, None))
 
 
 def desired_priority_classes(desired: DesiredState) -> dict[str, PriorityClassObject]:

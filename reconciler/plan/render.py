@@ -35,6 +35,8 @@ SYMBOL = {
     "label-node": "+",
     "kueue-object": "+",
     "prune-kueue-object": "-",
+    "dra-object": "+",
+    "prune-dra-object": "-",
 }
 
 

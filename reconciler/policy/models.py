@@ -229,6 +229,13 @@ class PoolSpec(Model):
     device_plugin: DevicePluginSetup = DevicePluginSetup()
     """How the GPU operator runs NVIDIA's device plugin on the pool's nodes (MPS needs the
     install's `per-node`)."""
+    backend: Literal["devicePlugin", "dra"] = "devicePlugin"
+    """How the pool's cards reach pods. `devicePlugin`: NVIDIA's device plugin (`nvidia.com/gpu`,
+    `nvidia.com/mig-*`, shared replicas) and mig-manager. `dra`: Kubernetes Dynamic Resource
+    Allocation with NVIDIA's DRA driver (`gpu.nvidia.com`, kubernetes-sigs/dra-driver-nvidia-gpu
+    v0.4.1): whole cards and static MIG devices as ResourceSlice devices, claimed through the
+    DeviceClasses and ResourceClaimTemplates gpupool renders per pool; MIG layouts still change
+    through mig-manager. A DRA pool offers no shared slices and takes no `devicePlugin`."""
     node_settle_time: Duration = Field("5m", validate_default=True)
     """How long a node that failed (NotReady) and came back stays Ready before gpupool places
     work on it again: a flapping node does not take a gang down twice, and its agent has

@@ -16,6 +16,7 @@ from reconciler.policy.positions import format_path, locate
 from reconciler.policy.problems import Problem
 from reconciler.policy.quantity import GI, format_bytes, quantity_bytes
 from reconciler.policy.state import DesiredState, Located
+from reconciler.policy.validate_dra import dra_problems
 
 
 def _problem(doc: Located, path: tuple, message: str) -> Problem:
@@ -48,6 +49,7 @@ def check_semantics(
         out.extend(ref_check(state, ctx))
     out.extend(_priority(state))
     out.extend(_kueue(state))
+    out.extend(dra_problems(state, _docs, _problem))
     return out
 
 

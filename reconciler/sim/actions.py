@@ -56,6 +56,8 @@ re-reads and skips):
   second globalDefault class is refused, as the API server does).
 * PruneQuota / PrunePriorityClass: the object is gone, if it still carries gpupool's label
 * ApplyKueueObject / PruneKueueObject: the Kueue object is stored as sent / gone (ours only)
+* ApplyDraObject / PruneDraObject: the DeviceClass or ResourceClaimTemplate is stored as sent /
+  gone (ours only)
   (the handlers delete nothing else).
 """
 
@@ -65,7 +67,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 
-from reconciler.conventions import CORDONED_FOR_ANN, MANAGED_BY
+from reconciler.conventions import CORDONED_FOR_ANN, DRA_PROFILE_ANN, MANAGED_BY, POOL_LABEL
 from reconciler.observe.model import (
     Allocation,
     InferenceService,
@@ -78,8 +80,10 @@ from reconciler.observe.model import (
     Workload,
     scale_down_order,
 )
+from reconciler.observe.model_dra import ClaimTemplateObject, DeviceClassObject
 from reconciler.plan.actions import (
     Admit,
+    ApplyDraObject,
     ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
@@ -90,6 +94,7 @@ from reconciler.plan.actions import (
     LabelNode,
     Move,
     PartitionChange,
+    PruneDraObject,
     PruneKueueObject,
     PrunePriorityClass,
     PruneQuota,
@@ -443,6 +448,55 @@ def _prune_kueue_object(world: World, a: PruneKueueObject, now: datetime) -> Non
     ]
 
 
+def _dra_object(world: World, a: ApplyDraObject, now: datetime) -> None:
+    """A DRA pool's DeviceClass or ResourceClaimTemplate as the API server would store it."""
+    dra = world.dra
+    if dra is None:
+        return
+    if a.object_kind == "DeviceClass":
+        obj = DeviceClassObject(
+            name=a.name,
+            selectors=[s["cel"]["expression"] for s in a.spec.get("selectors", [])],
+            managed_by=MANAGED_BY,
+            pool=a.labels.get(POOL_LABEL, ""),
+            profile=a.annotations.get(DRA_PROFILE_ANN, ""),
+        )
+        kept = [c for c in dra.device_classes if c.name != a.name or c.managed_by != MANAGED_BY]
+        if any(c.name == a.name for c in kept):
+            return  # someone else's
+        world.dra = dra.model_copy(update={"device_classes": [*kept, obj]})
+        return
+    req = a.spec["spec"]["devices"]["requests"][0]["exactly"]
+    tmpl = ClaimTemplateObject(
+        namespace=a.namespace,
+        name=a.name,
+        devices={req["deviceClassName"]: req.get("count", 1)},
+        managed_by=MANAGED_BY,
+    )
+    key = (a.namespace, a.name)
+    kept_t = [
+        t for t in dra.claim_templates if (t.namespace, t.name) != key or t.managed_by != MANAGED_BY
+    ]
+    if any((t.namespace, t.name) == key for t in kept_t):
+        return
+    world.dra = dra.model_copy(update={"claim_templates": [*kept_t, tmpl]})
+
+
+def _prune_dra_object(world: World, a: PruneDraObject, now: datetime) -> None:
+    dra = world.dra
+    if dra is None:
+        return
+    if a.object_kind == "DeviceClass":
+        kept = [c for c in dra.device_classes if c.name != a.name or c.managed_by != MANAGED_BY]
+        world.dra = dra.model_copy(update={"device_classes": kept})
+        return
+    key = (a.namespace, a.name)
+    kept_t = [
+        t for t in dra.claim_templates if (t.namespace, t.name) != key or t.managed_by != MANAGED_BY
+    ]
+    world.dra = dra.model_copy(update={"claim_templates": kept_t})
+
+
 def _other_backend(world: World, a: PartitionChange, now: datetime) -> None:
     """The effect model knows the device plugin's and mig-manager's partitions only (the
     default backend, which the twin plans with); another backend's change is its own."""
@@ -474,6 +528,8 @@ EFFECTS: dict[str, Callable] = {
     "prune-priority-class": _prune_priority_class,
     "kueue-object": _kueue_object,
     "prune-kueue-object": _prune_kueue_object,
+    "dra-object": _dra_object,
+    "prune-dra-object": _prune_dra_object,
 }
 
 

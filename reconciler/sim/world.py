@@ -23,6 +23,7 @@ from reconciler.observe.model import (
     SuspendedJob,
     Workload,
 )
+from reconciler.observe.model_dra import DraState
 from reconciler.plan.quotas import quota_use
 from reconciler.policy.state import DesiredState
 
@@ -41,6 +42,7 @@ class World:
     recent: list[datetime] = field(default_factory=list)
     suspended: list[SuspendedJob] = field(default_factory=list)
     kueue: list[KueueObject] | None = None
+    dra: DraState | None = None
 
     @classmethod
     def of(cls, desired: DesiredState, observed: ObservedState) -> World:
@@ -55,6 +57,7 @@ class World:
             recent=list(observed.recent_preemptions),
             suspended=list(observed.suspended_jobs),
             kueue=None if observed.kueue is None else list(observed.kueue),
+            dra=observed.dra,
         )
 
     def state(self) -> ObservedState:
@@ -68,6 +71,7 @@ class World:
                 "recent_preemptions": list(self.recent),
                 "suspended_jobs": list(self.suspended),
                 "kueue": None if self.kueue is None else list(self.kueue),
+                "dra": self.dra,
             }
         )
 

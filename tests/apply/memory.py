@@ -83,6 +83,9 @@ MUTATING = frozenset(
         "create_kueue_object",
         "patch_kueue_object",
         "delete_kueue_object",
+        "create_dra_object",
+        "patch_dra_object",
+        "delete_dra_object",
     }
 )
 PLURAL = {"Deployment": "deployments.apps", "StatefulSet": "statefulsets.apps"}
@@ -207,6 +210,8 @@ class MemoryCluster:
         self.priority_classes: dict[str, dict] = {}
         self.kueue: dict[tuple[str, str, str], dict] = {}
         """Kueue objects by (kind, namespace or "", name): whole objects as stored."""
+        self.dra: dict[tuple[str, str, str], dict] = {}
+        """DeviceClasses and ResourceClaimTemplates by (kind, namespace or "", name)."""
         self.events: list[tuple[str, dict]] = []
         self.evictions: list[str] = []
         self.applied: list[dict] = []
@@ -927,3 +932,54 @@ class MemoryCluster:
                 raise not_found(kind.lower() + "s.kueue.x-k8s.io", name)
 
         self._run("delete_kueue_object", delete, kind=kind, namespace=namespace, name=name)
+
+    # ------------------------------------------------------------------ DRA (issue 32)
+    def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        def read() -> str | None:
+            o = self.dra.get((kind, namespace, name))
+            if o is None:
+                return None
+            return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+        return self._run("dra_manager", read, kind=kind, namespace=namespace, name=name)
+
+    def create_dra_object(self, body: dict) -> None:
+        def create() -> None:
+            md = body["metadata"]
+            key = (body["kind"], md.get("namespace") or "", md["name"])
+            if key[1]:
+                self._need_namespace(key[1])
+            if key in self.dra:
+                raise ApiError(409, "Conflict", f'{body["kind"]} "{md["name"]}" already exists')
+            self.dra[key] = copy.deepcopy(body)
+
+        self._run("create_dra_object", create, body=copy.deepcopy(body))
+
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        def apply() -> None:
+            key = (kind, namespace, name)
+            if key not in self.dra:
+                raise not_found(kind.lower() + "s.resource.k8s.io", name)
+            self.dra[key] = merge_patch(self.dra[key], patch)
+
+        self._run("patch_dra_object", apply, kind=kind, namespace=namespace, name=name, patch=patch)
+
+    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+        def delete() -> None:
+            if self.dra.pop((kind, namespace, name), None) is None:
+                raise not_found(kind.lower() + "s.resource.k8s.io", name)
+
+        self._run("delete_dra_object", delete, kind=kind, namespace=namespace, name=name)
+
+
+def merge_patch(into: Any, p: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(p, dict):
+        return copy.deepcopy(p)
+    out = dict(into) if isinstance(into, dict) else {}
+    for k, v in p.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out

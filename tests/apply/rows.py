@@ -27,6 +27,7 @@ from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS, parse_time
 from reconciler.apply.port import ApiError, PodCondition
 from reconciler.plan.actions import (
     Admit,
+    ApplyDraObject,
     ApplyKueueObject,
     ApplyPriorityClass,
     ApplyQuota,
@@ -52,6 +53,7 @@ from reconciler.plan.actions import (
     SetSharing,
     Uncordon,
 )
+from tests.apply.rows_dra import DRA_ROWS
 from tests.apply.table import (
     NODE,
     NOW,
@@ -2905,6 +2907,7 @@ TABLES = {
     "priority-class": PRIORITY_CLASS_ROWS,
     "prune": PRUNE_ROWS,
     "kueue": KUEUE_ROWS,
+    "dra": DRA_ROWS,
 }
 ROWS = {r.id: r for rows in TABLES.values() for r in rows}
 assert len(ROWS) == sum(map(len, TABLES.values())), "row ids must be unique"
@@ -2914,4 +2917,5 @@ SERVER_SIDE_APPLY = (
     ApplyQuota,
     ApplyPriorityClass,
     ApplyKueueObject,  # a merge patch every time: the planner emits it only on a difference
+    ApplyDraObject,  # the same
 )  # an apply every time, by design (idempotent on the server)

@@ -176,6 +176,18 @@ class Kueue:
 
 
 @dataclass(frozen=True)
+class Dra:
+    """A DeviceClass or ResourceClaimTemplate (MemoryCluster rows only); `namespace` "" for a
+    DeviceClass."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    managed_by: str = "gpupool"
+
+
+@dataclass(frozen=True)
 class AutoscalerSeed:
     """An HPA or a KEDA ScaledObject in `NS` (MemoryCluster rows only)."""
 
@@ -199,6 +211,7 @@ Seed = (
     | Quota
     | AutoscalerSeed
     | Kueue
+    | Dra
 )
 
 
@@ -467,6 +480,16 @@ def seed_memory(row: Row) -> MemoryCluster:
                 md["labels"] = {"app.kubernetes.io/managed-by": s.managed_by}
             c.kueue[(s.kind, s.namespace, s.name)] = {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": s.kind,
+                "metadata": md,
+                "spec": dict(s.spec),
+            }
+        elif isinstance(s, Dra):
+            md = {"name": s.name, **({"namespace": s.namespace} if s.namespace else {})}
+            if s.managed_by:
+                md["labels"] = {"app.kubernetes.io/managed-by": s.managed_by}
+            c.dra[(s.kind, s.namespace, s.name)] = {
+                "apiVersion": "resource.k8s.io/v1",
                 "kind": s.kind,
                 "metadata": md,
                 "spec": dict(s.spec),

@@ -123,6 +123,7 @@ def test_memory_knows_which_operations_write():
         "read_priority_class",
         "quota_manager",
         "kueue_manager",
+        "dra_manager",
     }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers

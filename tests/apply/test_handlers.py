@@ -25,6 +25,7 @@ from tests.apply.rows import (
     CHECKPOINT,
     CHECKPOINT_ROWS,
     CORDON_ROWS,
+    DRA_ROWS,
     ENVELOPE_ROWS,
     EVICT_ROWS,
     GRACE,
@@ -180,6 +181,11 @@ def test_prune(row: Row):
 
 @table(KUEUE_ROWS)
 def test_kueue(row: Row):
+    check_row(row)
+
+
+@table(DRA_ROWS)
+def test_dra(row: Row):
     check_row(row)
 
 

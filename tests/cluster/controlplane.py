@@ -44,7 +44,13 @@ FEATURE_GATES: dict[str, bool] = {
     "GenericWorkload": True,
 }
 """Feature gates of kube-apiserver, kube-scheduler and kube-controller-manager alike (one list:
-a gate on in one component and off in another is a cluster no one runs)."""
+a gate on in one component and off in another is a cluster no one runs).
+
+DRA (issue 32) needs none in 1.37.2: DynamicResourceAllocation is GA and locked on,
+DRAPrioritizedList GA, DRADeviceTaints and DRADeviceTaintRules GA (on by default),
+DRAPartitionableDevices and DRAConsumableCapacity beta and on by default
+(k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go), and resource.k8s.io/v1 is served
+without runtime-config."""
 
 RUNTIME_CONFIG: dict[str, bool] = {
     # beta APIs are not served by default: the group version of Workload and PodGroup

@@ -107,6 +107,23 @@ EXERCISED_ELSEWHERE.update(
         for verb in verbs
     }
 )
+# DRA (issue 32): the runs below have no pool with backend dra; the writes and the reads before
+# them are exercised on the real API server by test_dra.py, each rule checked against its audit.
+EXERCISED_ELSEWHERE.update(
+    {
+        label: "test_dra.py::test_dra_objects_on_the_real_api_server"
+        for label in (
+            *(
+                f"*: {v} resource.k8s.io/deviceclasses"
+                for v in ("get", "create", "patch", "delete")
+            ),
+            *(
+                f"*: {v} resource.k8s.io/resourceclaimtemplates"
+                for v in ("get", "create", "delete")
+            ),
+        )
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.

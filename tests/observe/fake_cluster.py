@@ -55,6 +55,9 @@ class Cluster:
     namespaces: list = field(default_factory=list)
     kueue: dict[str, list] | None = None
     """Kueue plural -> its objects; None: Kueue's CRDs are not served."""
+    dra: dict[str, list] | None = None
+    """resource.k8s.io plural (resourceslices, deviceclasses, resourceclaims,
+    resourceclaimtemplates) -> its objects; None: resource.k8s.io/v1 is not served."""
     api_server: bool = True
     """Answer only what an API server can hold: an object the client's deserializer refuses
     (a built-in kind), a custom object that is not an object or whose `metadata` is not an
@@ -541,6 +544,10 @@ def serving(cluster: Cluster) -> Iterator[None]:
                 if c.kueue is None:
                     raise _not_found()
                 return {"items": _answer(c, f"kueue.{plural}", c.kueue.get(plural, []), None)}
+            elif group == "resource.k8s.io":
+                if c.dra is None:
+                    raise _not_found()
+                return {"items": _answer(c, f"dra.{plural}", c.dra.get(plural, []), None)}
             else:
                 raise AssertionError(f"unexpected list of {group}/{version} {plural}")
             if getattr(c, kind) is None:

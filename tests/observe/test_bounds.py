@@ -373,7 +373,7 @@ class Cluster:
                     return {"items": c.node_states}
                 if (group, plural) == (C.POD_GROUP_GROUP, C.POD_GROUP_PLURAL):
                     return {"items": c.pod_groups}
-                # KEDA, Kueue, the Workload API
+                # KEDA, Kueue, the Workload API, DRA
                 raise client.ApiException(status=404, reason="NotFound")
 
         for name, fake in {

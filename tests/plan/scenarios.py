@@ -21,6 +21,7 @@ from reconciler.observe.model import (
     Request,
     SuspendedJob,
 )
+from reconciler.observe.model_dra import ClaimTemplateObject, DeviceClassObject, DraState
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -593,6 +594,37 @@ def kueue_mode():
     return text, snapshot(NOW, nodes, [pending, unlabelled], kueue=kueue, **_objects(gpupool_text))
 
 
+def dra_pool():
+    """Issue 32: the pool runs on DRA (`backend: dra`, no shared slices). gpupool renders a
+    DeviceClass for whole cards and one per MIG profile, the teams' ResourceClaimTemplates, and
+    ResourceQuotas counted in devices of those classes; a class gpupool made for a pool that is
+    gone is pruned (after its template, which no pod names), a foreign class is left alone; the
+    pending MIG inference repartitions through mig-manager as on the device plugin."""
+    text = (
+        desired_text()
+        .replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
+        .replace("  gpuModel: A100-SXM4-80GB\n", "  gpuModel: A100-SXM4-80GB\n  backend: dra\n", 1)
+    )
+    _, observed = inference_burst_mig()
+    dra = DraState(
+        device_classes=[
+            DeviceClassObject(
+                name="gpupool-old-gpu", selectors=["true"], managed_by="gpupool", pool="old"
+            ),
+            DeviceClassObject(name="gpu.nvidia.com", selectors=["device.driver == 'x'"]),
+        ],
+        claim_templates=[
+            ClaimTemplateObject(
+                namespace="team-a",
+                name="gpupool-old-gpu-1",
+                devices={"gpupool-old-gpu": 1},
+                managed_by="gpupool",
+            )
+        ],
+    )
+    return text, observed.model_copy(update={"dra": dra})
+
+
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -614,6 +646,7 @@ SCENARIOS = {
         suspended_job_resumes,
         scale_envelope,
         kueue_mode,
+        dra_pool,
     )
 }
 

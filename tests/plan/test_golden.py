@@ -99,6 +99,22 @@ EXPECT = {
         {"admit", "hold", "resume", "quota"},
         {"kueue-queue-name-missing", "kueue-unmapped-field"},
     ),
+    # issue 32: a DRA pool's classes, templates and device-counting quotas; static MIG still
+    # through mig-manager; no sharing; a class of a pool that is gone pruned after its template
+    "dra-pool": (
+        {
+            "dra:DeviceClass:gpupool-a100-gpu",
+            "dra:DeviceClass:gpupool-a100-mig-3g-40gb",
+            "dra:ResourceClaimTemplate:team-a/gpupool-a100-gpu-8",
+            "dra:ResourceClaimTemplate:team-b/gpupool-a100-mig-3g-40gb",
+            "prune-dra:ResourceClaimTemplate:team-a/gpupool-old-gpu-1",
+            "prune-dra:DeviceClass:gpupool-old-gpu",
+            "mig-reconfigure:a100-2",
+            "quota:team-b/gpupool-team-b",
+        },
+        {"set-sharing", "partition-change"},
+        set(),
+    ),
 }
 
 

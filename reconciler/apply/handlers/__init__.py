@@ -11,7 +11,8 @@ The handlers live in one module per concept, each registering its action types w
 * backends.py: `PartitionChange` of any other partition backend, by its registered handler;
 * workloads.py: checkpoint, eviction (preempt, reclaim, move), Job resume, scaling;
 * admission.py: admitting gated gangs and holding gated pods;
-* objects.py: ResourceQuotas, PriorityClasses and Kueue objects, applied and pruned.
+* objects.py: ResourceQuotas, PriorityClasses and Kueue objects, applied and pruned;
+* dra.py: DRA pools' DeviceClasses and ResourceClaimTemplates, applied and pruned.
 
 Importing this package imports every handler module, so `HANDLERS` is complete.
 """
@@ -34,6 +35,7 @@ from reconciler.apply.handlers.base import (
     handles,
     parse_time,
 )
+from reconciler.apply.handlers.dra import dra_object, prune_dra_object
 from reconciler.apply.handlers.nodes import cordon, label_node, uncordon
 from reconciler.apply.handlers.objects import (
     kueue_object,
@@ -65,6 +67,7 @@ __all__ = [
     "checkpoint",
     "condition_reason",
     "cordon",
+    "dra_object",
     "evict",
     "handles",
     "handles_partition",
@@ -75,6 +78,7 @@ __all__ = [
     "parse_time",
     "partition_change",
     "priority_class",
+    "prune_dra_object",
     "prune_kueue_object",
     "prune_priority_class",
     "prune_quota",

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from reconciler.plan.partition.base import PartitionBackend, convert, partition_for
 from reconciler.plan.partition.device_plugin import DevicePluginBackend
+from reconciler.plan.partition.dra import DraBackend
 
-DEFAULT_BACKENDS: tuple[PartitionBackend, ...] = (DevicePluginBackend(),)
-"""The device plugin + mig-manager backend, which serves every pool."""
+DEFAULT_BACKENDS: tuple[PartitionBackend, ...] = (DraBackend(), DevicePluginBackend())
+"""The DRA backend for pools with `spec.backend: dra`, then the device plugin + mig-manager
+backend, which serves every other pool."""
 
 __all__ = [
     "DEFAULT_BACKENDS",
     "DevicePluginBackend",
+    "DraBackend",
     "PartitionBackend",
     "convert",
     "partition_for",

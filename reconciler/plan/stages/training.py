@@ -209,9 +209,9 @@ def _node_option(
     """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
     when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
     n = p.request.gpus
-    slots = pv.by_node()[node]
-    if any(g.fenced for g in slots):
-        return None
+    slots = pv.by_node().get(node)
+    if not slots or any(g.fenced for g in slots):
+        return None  # no card of the pool there (its victims run on cards the agent lost)
     free = pv.free_whole_on(node)
     if free >= n:
         return None  # it already fits there (another pod of the gang took it, or none)

@@ -1,0 +1,361 @@
+"""Dynamic Resource Allocation as the API server serves it (resource.k8s.io/v1, Kubernetes
+1.37): ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates, and each pod's
+claims, into `DraState` (observe/model_dra.py; the names NVIDIA's driver publishes are cited
+there).
+
+Read as plain JSON (`CustomObjectsApi` lists built-in groups too), so any shape the server lets
+through is read field by field: an object whose field is not the JSON type it should be is
+left out and reported (`_each`), never a traceback; one bad device leaves out its slice, one
+bad claim only that claim. None when resource.k8s.io/v1 is not served (404)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler import conventions as C
+from reconciler.observe.kube_common import _each, _objects, _shape
+from reconciler.observe.model import Allocation, Node, Request
+from reconciler.observe.model_dra import (
+    ClaimTemplateObject,
+    CounterConsumption,
+    CounterSet,
+    DeviceClassObject,
+    DeviceResult,
+    DeviceTaint,
+    DraDevice,
+    DraState,
+    PodClaims,
+    ResourceClaimObject,
+    ResourceSlice,
+)
+
+GROUP, VERSION, PLURALS = C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS
+MAX_DEVICES_PER_SLICE = 128
+"""resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
+
+
+def read_dra(api_client: Any, raw_pods: list[Any]) -> DraState | None:
+    """DRA's objects, and the claims of `raw_pods` (the official client's V1Pods)."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    listed: dict[str, list[dict]] = {}
+    for kind, plural in PLURALS.items():
+        try:
+            items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        listed[kind] = _objects(kind, items, "metadata", "spec", "status")
+    return DraState(
+        slices=_each("ResourceSlice", listed["ResourceSlice"], _slice),
+        device_classes=_each("DeviceClass", listed["DeviceClass"], _device_class),
+        claims=_each("ResourceClaim", listed["ResourceClaim"], _claim),
+        claim_templates=_each("ResourceClaimTemplate", listed["ResourceClaimTemplate"], _template),
+        pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
+    )
+
+
+def _managed_by(o: dict) -> str:
+    labels = _shape((o.get("metadata") or {}).get("labels"), dict, "metadata.labels") or {}
+    return str(labels.get(C.MANAGED_BY_LABEL, ""))
+
+
+def _list(o: dict, key: str, field: str) -> list:
+    return _shape(o.get(key), list, field) or []
+
+
+def _map(o: dict, key: str, field: str) -> dict:
+    return _shape(o.get(key), dict, field) or {}
+
+
+def _quantities(m: dict, field: str) -> dict[str, str]:
+    """{name: {value: q}} (capacities, counters) -> {name: q}."""
+    return {
+        str(k): str(
+            _shape(
+                _shape(v, dict, f"{field}.{k}", required=True).get("value"),
+                str,
+                f"{field}.{k}.value",
+                required=True,
+            )
+        )
+        for k, v in m.items()
+    }
+
+
+def _attribute(v: Any, field: str) -> bool | int | str:
+    v = _shape(v, dict, field, required=True)
+    for kind, want in (("string", str), ("version", str), ("int", int), ("bool", bool)):
+        if kind in v:
+            got = v[kind]
+            if want is bool and isinstance(got, bool):
+                return got
+            return _shape(got, want, f"{field}.{kind}", required=True)
+    raise ValueError(f"{field} has no string, version, int or bool value")
+
+
+def _device(d: Any, i: int) -> DraDevice:
+    at = f"spec.devices[{i}]"
+    d = _shape(d, dict, at, required=True)
+    return DraDevice(
+        name=_shape(d.get("name"), str, f"{at}.name", required=True),
+        attributes={
+            str(k): _attribute(v, f"{at}.attributes.{k}")
+            for k, v in _map(d, "attributes", f"{at}.attributes").items()
+        },
+        capacity=_quantities(_map(d, "capacity", f"{at}.capacity"), f"{at}.capacity"),
+        consumes_counters=[
+            CounterConsumption(
+                counter_set=_shape(
+                    c.get("counterSet"), str, f"{at}.consumesCounters.counterSet", required=True
+                ),
+                counters=_quantities(
+                    _map(c, "counters", f"{at}.consumesCounters"), f"{at}.consumesCounters"
+                ),
+            )
+            for c in (
+                _shape(c, dict, f"{at}.consumesCounters[]", required=True)
+                for c in _list(d, "consumesCounters", f"{at}.consumesCounters")
+            )
+        ],
+        taints=[
+            DeviceTaint(
+                key=_shape(t.get("key"), str, f"{at}.taints.key", required=True),
+                value=_shape(t.get("value"), str, f"{at}.taints.value") or "",
+                effect=_shape(t.get("effect"), str, f"{at}.taints.effect") or "NoSchedule",
+            )
+            for t in (
+                _shape(t, dict, f"{at}.taints[]", required=True)
+                for t in _list(d, "taints", f"{at}.taints")
+            )
+        ],
+    )
+
+
+def _slice(o: dict) -> ResourceSlice:
+    spec = o.get("spec") or {}
+    pool = _map(spec, "pool", "spec.pool")
+    devices = _list(spec, "devices", "spec.devices")
+    if len(devices) > MAX_DEVICES_PER_SLICE:
+        raise ValueError(f"spec.devices has {len(devices)} devices, over {MAX_DEVICES_PER_SLICE}")
+    return ResourceSlice(
+        name=o["metadata"]["name"],
+        driver=_shape(spec.get("driver"), str, "spec.driver", required=True),
+        pool=_shape(pool.get("name"), str, "spec.pool.name", required=True),
+        generation=_shape(pool.get("generation"), int, "spec.pool.generation") or 0,
+        node=_shape(spec.get("nodeName"), str, "spec.nodeName") or "",
+        devices=[_device(d, i) for i, d in enumerate(devices)],
+        shared_counters=[
+            CounterSet(
+                name=_shape(c.get("name"), str, "spec.sharedCounters.name", required=True),
+                counters=_quantities(
+                    _map(c, "counters", "spec.sharedCounters"), "spec.sharedCounters"
+                ),
+            )
+            for c in (
+                _shape(c, dict, "spec.sharedCounters[]", required=True)
+                for c in _list(spec, "sharedCounters", "spec.sharedCounters")
+            )
+        ],
+    )
+
+
+def _device_class(o: dict) -> DeviceClassObject:
+    spec = o.get("spec") or {}
+    exprs = []
+    for s in _list(spec, "selectors", "spec.selectors"):
+        cel = _map(_shape(s, dict, "spec.selectors[]", required=True), "cel", "spec.selectors.cel")
+        exprs.append(
+            _shape(cel.get("expression"), str, "spec.selectors.cel.expression", required=True)
+        )
+    return DeviceClassObject(
+        name=o["metadata"]["name"],
+        selectors=exprs,
+        extended_resource_name=_shape(
+            spec.get("extendedResourceName"), str, "spec.extendedResourceName"
+        )
+        or "",
+        managed_by=_managed_by(o),
+        **_partition(o),
+    )
+
+
+def _partition(o: dict) -> dict[str, str]:
+    """The pool and MIG profile a DeviceClass of gpupool's selects (its labels and annotation);
+    nothing for anyone else's class."""
+    if _managed_by(o) != C.MANAGED_BY:
+        return {}
+    meta = o["metadata"]
+    labels = _map(meta, "labels", "metadata.labels")
+    annotations = _map(meta, "annotations", "metadata.annotations")
+    return {
+        "pool": str(labels.get(C.POOL_LABEL, "")),
+        "profile": str(annotations.get(C.DRA_PROFILE_ANN, "")),
+    }
+
+
+def _request_classes(devices: dict, field: str) -> dict[str, int]:
+    """DeviceClass -> devices a claim's (or template's) requests ask of it: an exact request's
+    count (1 by default, and for `allocationMode: All`), or its first first-available
+    subrequest's (the one the allocator tries first)."""
+    out: dict[str, int] = {}
+    for r in _list(devices, "requests", f"{field}.requests"):
+        r = _shape(r, dict, f"{field}.requests[]", required=True)
+        subs = [
+            _shape(s, dict, f"{field}.requests.firstAvailable[]", required=True)
+            for s in _list(r, "firstAvailable", f"{field}.requests.firstAvailable")
+        ]
+        s = subs[0] if subs else _map(r, "exactly", f"{field}.requests.exactly")
+        name = _shape(s.get("deviceClassName"), str, f"{field}.requests.deviceClassName")
+        count = _shape(s.get("count"), int, f"{field}.requests.count") or 1
+        if not 0 < count <= C.MAX_GPUS_PER_NODE * 7:
+            raise ValueError(f"{field}.requests.count {count} is out of bounds")
+        if name:
+            out[name] = out.get(name, 0) + count
+    return out
+
+
+def _claim(o: dict) -> ResourceClaimObject:
+    meta, spec, status = o["metadata"], o.get("spec") or {}, o.get("status") or {}
+    alloc = _shape(status.get("allocation"), dict, "status.allocation")
+    results = None
+    node = ""
+    if alloc is not None:
+        devices = _map(alloc, "devices", "status.allocation.devices")
+        results = [
+            DeviceResult(
+                request=_shape(r.get("request"), str, "results.request", required=True),
+                driver=_shape(r.get("driver"), str, "results.driver", required=True),
+                pool=_shape(r.get("pool"), str, "results.pool", required=True),
+                device=_shape(r.get("device"), str, "results.device", required=True),
+            )
+            for r in (
+                _shape(r, dict, "status.allocation.devices.results[]", required=True)
+                for r in _list(devices, "results", "status.allocation.devices.results")
+            )
+        ]
+        node = _allocation_node(_map(alloc, "nodeSelector", "status.allocation.nodeSelector"))
+    reserved = [
+        _shape(r, dict, "status.reservedFor[]", required=True)
+        for r in _list(status, "reservedFor", "status.reservedFor")
+    ]
+    return ResourceClaimObject(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        devices=_request_classes(_map(spec, "devices", "spec.devices"), "spec.devices"),
+        allocated=results,
+        node=node,
+        reserved_for=sorted(
+            str(r.get("name")) for r in reserved if r.get("resource") == "pods" and r.get("name")
+        ),
+        managed_by=_managed_by(o),
+    )
+
+
+def _allocation_node(selector: dict) -> str:
+    """The node a claim's allocation is for: `metadata.name` in its node selector's first
+    term (what the scheduler writes for node-local devices)."""
+    for term in _list(selector, "nodeSelectorTerms", "status.allocation.nodeSelector"):
+        for f in _list(
+            _shape(term, dict, "nodeSelectorTerms[]", required=True), "matchFields", "matchFields"
+        ):
+            f = _shape(f, dict, "matchFields[]", required=True)
+            values = _shape(f.get("values"), list, "matchFields.values") or []
+            if f.get("key") == "metadata.name" and len(values) == 1 and isinstance(values[0], str):
+                return values[0]
+    return ""
+
+
+def _template(o: dict) -> ClaimTemplateObject:
+    spec = _map(o.get("spec") or {}, "spec", "spec.spec")
+    return ClaimTemplateObject(
+        namespace=o["metadata"]["namespace"],
+        name=o["metadata"]["name"],
+        devices=_request_classes(_map(spec, "devices", "spec.spec.devices"), "spec.spec.devices"),
+        managed_by=_managed_by(o),
+    )
+
+
+def _pod_claims(pod: Any) -> PodClaims | None:
+    """A V1Pod's claims (None for a pod with none)."""
+    claims = getattr(pod.spec, "resource_claims", None) or []
+    if not claims:
+        return None
+    made = {
+        s.name: s.resource_claim_name
+        for s in (getattr(pod.status, "resource_claim_statuses", None) or [])
+        if s.resource_claim_name
+    }
+    names, templates = [], []
+    for c in claims:
+        if c.resource_claim_name:
+            names.append(c.resource_claim_name)
+        elif c.name in made:
+            names.append(made[c.name])
+        elif c.resource_claim_template_name:
+            templates.append(c.resource_claim_template_name)
+    return PodClaims(
+        namespace=pod.metadata.namespace,
+        pod=pod.metadata.name,
+        claims=sorted(names),
+        templates=sorted(templates),
+    )
+
+
+# ------------------------------------------------------------------ pods as the planner sees them
+
+
+def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
+    """What a pod asks for through its claims, in the planner's terms: whole cards and MIG
+    instances by profile, counted on gpupool's DeviceClasses only (a claim on anyone else's
+    class is not a GPU request gpupool plans)."""
+    if dra is None:
+        return Request()
+    mine = {c.name: c for c in dra.device_classes if c.pool}
+    claims = {c.key: c for c in dra.claims}
+    templates = {f"{t.namespace}/{t.name}": t for t in dra.claim_templates}
+    gpus, mig = 0, {}
+    for p in dra.pods:
+        if (p.namespace, p.pod) != (namespace, pod):
+            continue
+        asked = [claims.get(f"{namespace}/{n}") for n in p.claims]
+        asked += [templates.get(f"{namespace}/{n}") for n in p.templates]
+        for obj in asked:
+            for cls, n in (obj.devices if obj else {}).items():
+                c = mine.get(cls)
+                if c is None:
+                    continue
+                if c.profile:
+                    mig[c.profile] = mig.get(c.profile, 0) + n
+                else:
+                    gpus += n
+    return Request(gpus=gpus, mig=mig)
+
+
+def dra_allocations(dra: DraState | None, node: Node | None, namespace: str, pod: str):
+    """The cards a pod's allocated claims hold on `node` (NVIDIA's devices only: a card by its
+    `uuid` attribute matched to the agent's card, else by the minor in `gpu-<minor>`; a MIG
+    device on its parent card at the placement start its name ends with); None when none of
+    its claims is allocated."""
+    if dra is None or node is None:
+        return None
+    results = [r for r in dra.pod_devices(namespace, pod) if r.driver == C.DRA_DRIVER]
+    if not results:
+        return None
+    devices = {d.name: d for d in dra.devices(node.name)}
+    by_uuid = {g.uuid: g.index for g in node.gpus if g.uuid}
+    out: list[Allocation] = []
+    for r in results:
+        d = devices.get(r.device)
+        parts = r.device.split("-")
+        if d is None or len(parts) < 2 or not parts[1].isdigit():
+            continue  # not published any more, or not NVIDIA's naming: held, but where is unknown
+        if d.type == "mig":
+            parent = by_uuid.get(str(d.attr("parentUUID")), int(parts[1]))
+            start = int(parts[-1]) if parts[-1].isdigit() else None
+            out.append(Allocation(gpu=parent, mig_start=start, mig_profile=str(d.attr("profile"))))
+        else:
+            out.append(Allocation(gpu=by_uuid.get(str(d.attr("uuid")), int(parts[1]))))
+    return out

@@ -1,0 +1,197 @@
+"""What Kubernetes Dynamic Resource Allocation (resource.k8s.io/v1) says about the GPUs: the
+ResourceSlices drivers publish, the DeviceClasses, the ResourceClaims (and templates) with their
+allocations, and which pod holds which device. Read by `kube_dra.py`, carried by snapshot files
+(`ObservedState.dra`), planned from by `reconciler/plan/partition/dra.py` and
+`reconciler/plan/objects/dra_objects.py`.
+
+The names NVIDIA's DRA driver publishes (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1; read, not
+copied): driver `gpu.nvidia.com` (cmd/gpu-kubelet-plugin/main.go `DriverName`), one pool per node
+named after the node (driver.go `publishResources`); whole cards `gpu-<minor>` (deviceinfo.go
+`GpuInfo.CanonicalName`) and static MIG devices `gpu-<minor>-mig-<profile without dots>-<profile
+id>-<placement start>` (mig.go `MigSpecTuple.ToCanonicalName`); attributes `type` (`gpu` |
+`mig`, types.go), `uuid`, `productName`, `brand`, `architecture`, `cudaComputeCapability`,
+`driverVersion`, `cudaDriverVersion` (deviceinfo.go `GpuInfo.Attributes`), MIG devices also
+`parentUUID` and `profile` (mig.go `CommonAttributesMig`), and Kubernetes' standard
+`resource.kubernetes.io/pciBusID` / `pcieRoot` (nvlib.go, via k8s.io/dynamic-resource-allocation
+deviceattribute). Capacity `memory` (bytes) on cards (partitions.go `fullGpuCapacity`), MIG
+devices `multiprocessors`, `copyEngines`, `decoders`, `encoders`, `jpegEngines`, `ofaEngines`,
+`memory` and one `memorySlice<i>` per memory slice they occupy (mig.go `CommonCapacitiesMig`,
+deviceinfo.go `MigDeviceInfo.GetDevice`). Under the alpha `DynamicMIG` gate one counter set per
+card, `gpu-<minor>-counter-set`, with `memory-slice-<i>` counters (partitions.go). The driver
+publishes no NUMA node and no NVLink clique attribute for a GPU in v0.4.1 (only its VFIO
+devices carry `numa`): gpupool keeps reading NVLink domains from node labels.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from reconciler import conventions as C
+from reconciler.policy.models import yaml_name
+
+NVIDIA_DRIVER = C.DRA_DRIVER
+
+
+class Obs(BaseModel):
+    """observe/model.py's `Obs` (model.py imports this module for `ObservedState.dra`)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=yaml_name, populate_by_name=True
+    )
+
+
+AttributeValue = bool | int | str
+"""A device attribute's value: a string, an int, a bool, or a version (read as its string)."""
+
+
+class DeviceTaint(Obs):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "None"] = "NoSchedule"
+
+
+class CounterConsumption(Obs):
+    counter_set: str
+    counters: dict[str, str] = {}
+    """Counter name -> quantity (e.g. `memory-slice-0: "1"`)."""
+
+
+class CounterSet(Obs):
+    name: str
+    counters: dict[str, str] = {}
+
+
+class DraDevice(Obs):
+    """One device of a ResourceSlice."""
+
+    name: str
+    attributes: dict[str, AttributeValue] = {}
+    """Attribute name -> value; a name without a domain is the driver's (`type`, `uuid`, ...)."""
+    capacity: dict[str, str] = {}
+    """Capacity name -> quantity (`memory: 80Gi`, `memorySlice0: "1"`)."""
+    consumes_counters: list[CounterConsumption] = []
+    taints: list[DeviceTaint] = []
+
+    def attr(self, name: str) -> AttributeValue | None:
+        return self.attributes.get(name)
+
+    @property
+    def type(self) -> str:
+        """`gpu`, `mig` (NVIDIA's driver's `type` attribute), or '' when not published."""
+        t = self.attributes.get("type")
+        return t if isinstance(t, str) else ""
+
+
+class ResourceSlice(Obs):
+    name: str
+    driver: str
+    pool: str
+    """`spec.pool.name` (NVIDIA's driver: the node name)."""
+    generation: int = 0
+    """`spec.pool.generation`: a pool's slices of an older generation are outdated."""
+    node: str = ""
+    """`spec.nodeName` ('' for slices not bound to one node)."""
+    devices: list[DraDevice] = []
+    shared_counters: list[CounterSet] = []
+
+
+class DeviceClassObject(Obs):
+    name: str
+    selectors: list[str] = []
+    """Its CEL selector expressions."""
+    extended_resource_name: str = ""
+    managed_by: str = ""
+    pool: str = ""
+    """gpupool's classes only: the Pool it selects for (label `gpupool.io/pool`)."""
+    profile: str = ""
+    """gpupool's classes only: '' for whole cards, else the MIG profile it selects."""
+
+
+class DeviceResult(Obs):
+    """One allocated device of a claim (`status.allocation.devices.results[]`)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+class ResourceClaimObject(Obs):
+    namespace: str
+    name: str
+    devices: dict[str, int] = {}
+    """DeviceClass -> how many devices its requests ask of it (exactly, or the first of its
+    first-available subrequests; `allocationMode: All` counts 1)."""
+    allocated: list[DeviceResult] | None = None
+    """None: not allocated yet."""
+    node: str = ""
+    """Where an allocation is usable (the node its nodeSelector names), '' when not known."""
+    reserved_for: list[str] = []
+    """Pod names in `status.reservedFor` (the claim's namespace)."""
+    managed_by: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class ClaimTemplateObject(Obs):
+    namespace: str
+    name: str
+    devices: dict[str, int] = {}
+    managed_by: str = ""
+
+
+class PodClaims(Obs):
+    """A pod's resource claims: its `spec.resourceClaims` and, for templates, the claim the
+    controller made (`status.resourceClaimStatuses`)."""
+
+    namespace: str
+    pod: str
+    claims: list[str] = []
+    """The names of the ResourceClaims it uses (made from a template, or named)."""
+    templates: list[str] = []
+    """The ResourceClaimTemplates it names whose claim is not made yet."""
+
+
+class DraState(Obs):
+    """Everything DRA says (resource.k8s.io/v1). `ObservedState.dra` is None where the API
+    server does not serve it (or a snapshot does not say)."""
+
+    slices: list[ResourceSlice] = []
+    device_classes: list[DeviceClassObject] = []
+    claims: list[ResourceClaimObject] = []
+    claim_templates: list[ClaimTemplateObject] = []
+    pods: list[PodClaims] = []
+
+    def devices(self, node: str, driver: str = NVIDIA_DRIVER) -> list[DraDevice]:
+        """The current devices `driver` publishes for `node` (its pool's newest generation)."""
+        mine = [s for s in self.slices if s.driver == driver and (s.node or s.pool) == node]
+        newest = max((s.generation for s in mine), default=0)
+        return [d for s in mine if s.generation == newest for d in s.devices]
+
+    def holders(self) -> dict[str, list[str]]:
+        """Device ref (`driver/pool/device`) -> the pods (`ns/name`) its claims are reserved
+        for: who holds which device."""
+        out: dict[str, list[str]] = {}
+        for c in self.claims:
+            for r in c.allocated or []:
+                out.setdefault(r.ref, []).extend(f"{c.namespace}/{p}" for p in c.reserved_for)
+        return {k: sorted(set(v)) for k, v in sorted(out.items())}
+
+    def pod_devices(self, namespace: str, pod: str) -> list[DeviceResult]:
+        """The devices allocated to `pod`'s claims."""
+        claims = {c.key: c for c in self.claims}
+        out: list[DeviceResult] = []
+        for p in self.pods:
+            if (p.namespace, p.pod) == (namespace, pod):
+                for name in p.claims:
+                    c = claims.get(f"{namespace}/{name}")
+                    out.extend(c.allocated or [] if c else [])
+        return out

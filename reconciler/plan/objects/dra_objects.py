@@ -1,0 +1,201 @@
+"""DRA mode's objects (reconciler/plan/dra.py): the DeviceClasses and ResourceClaimTemplates
+of every pool with `spec.backend: dra`, desired vs live, as for the other objects (wanted.py,
+prune.py): created or updated while gpupool's (or absent), pruned when gpupool made them and
+the policy no longer renders them. A template a pod still names is never pruned (its pod
+could not get its claim), and nothing is pruned while the desired state has no Pool at all (an
+empty or unreadable policy directory looks the same)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler import conventions as C
+from reconciler.conventions import MANAGED_BY, MANAGED_BY_LABEL
+from reconciler.observe.model_dra import DraState
+from reconciler.plan import dra as dra_render
+from reconciler.plan.actions import ApplyDraObject, PruneDraObject
+from reconciler.plan.objects.wanted import foreign
+from reconciler.plan.run import Run
+
+Key = dra_render.Key
+
+
+def _ref(kind: str, ns: str, name: str) -> str:
+    return f"{kind} {ns + '/' if ns else ''}{name}"
+
+
+def _live(dra: DraState) -> dict[Key, tuple[str, dict[str, Any]]]:
+    """(kind, ns, name) -> (manager, what gpupool compares: selectors / requested devices)."""
+    out: dict[Key, tuple[str, dict[str, Any]]] = {}
+    for c in dra.device_classes:
+        out[("DeviceClass", "", c.name)] = (
+            c.managed_by,
+            {"selectors": c.selectors, "pool": c.pool, "profile": c.profile},
+        )
+    for t in dra.claim_templates:
+        out[("ResourceClaimTemplate", t.namespace, t.name)] = (t.managed_by, {"devices": t.devices})
+    return out
+
+
+def _comparable(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What `_live` reads back of a rendered object."""
+    if kind == "DeviceClass":
+        labels = body["metadata"]["labels"]
+        return {
+            "selectors": [s["cel"]["expression"] for s in body["spec"]["selectors"]],
+            "pool": labels.get(C.POOL_LABEL, ""),
+            "profile": body["metadata"].get("annotations", {}).get(C.DRA_PROFILE_ANN, ""),
+        }
+    req = body["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    return {"devices": {req["deviceClassName"]: req["count"]}}
+
+
+def dra_objects(run: Run) -> None:
+    """Step 9: DRA's objects, where the cluster serves resource.k8s.io/v1."""
+    dra = run.observed.dra
+    if dra is None:
+        return
+    want = dra_render.desired_dra_objects(run.desired)
+    have = _live(dra)
+    classes: dict[str, str] = {}
+    for key, body in want.items():
+        kind, ns, name = key
+        cur = have.get(key)
+        if cur is not None and cur[0] != MANAGED_BY:
+            foreign(run, kind, f"{ns}/{name}" if ns else name, cur[0], "gpupool's")
+            continue
+        if cur is not None and cur[1] == _comparable(kind, body):
+            continue
+        deps: tuple[str, ...] = ()
+        if kind == "ResourceClaimTemplate":
+            cls = body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+            deps = (classes[cls],) if cls in classes else ()
+            if cur is not None:
+                # a template's spec is immutable (k8s.io/kubernetes v1.37.2 pkg/apis/resource/
+                # validation ValidateResourceClaimTemplateUpdate): deleted and made again
+                deps = (*deps, _prune_one(run, kind, ns, name, "its spec differs and is immutable"))
+                cur = None
+        aid = run.add(
+            ApplyDraObject(
+                id=f"dra:{kind}:{f'{ns}/' if ns else ''}{name}",
+                target=f"{ns}/{name}" if ns else name,
+                reason=f"{'create' if cur is None else 'update'} {_ref(kind, ns, name)} for "
+                f"Pool {body['metadata']['labels'][C.POOL_LABEL]} (DRA)",
+                depends_on=deps,
+                object_kind=kind,
+                namespace=ns,
+                name=name,
+                verb="create" if cur is None else "update",
+                labels=body["metadata"]["labels"],
+                annotations=body["metadata"].get("annotations", {}),
+                spec=body["spec"],
+            )
+        )
+        if kind == "DeviceClass":
+            classes[name] = aid
+    _prune(run, dra, want, have)
+
+
+def _prune(run: Run, dra: DraState, want: dict, have: dict) -> None:
+    if not run.desired.pools:
+        return  # an empty policy directory must not wipe the cluster's classes
+    named = {(p.namespace, t) for p in dra.pods for t in p.templates}
+    stale = sorted(
+        (key for key, (manager, _) in have.items() if manager == MANAGED_BY and key not in want),
+        key=lambda k: (-dra_render.KINDS.index(k[0]), k[1], k[2]),
+    )
+    pruned: list[str] = []
+    for kind, ns, name in stale:
+        if kind == "ResourceClaimTemplate" and (ns, name) in named:
+            continue
+        deps = tuple(pruned) if kind == "DeviceClass" else ()
+        aid = _prune_one(
+            run, kind, ns, name, "no DRA pool of the desired state renders it any more", deps
+        )
+        if kind == "ResourceClaimTemplate":
+            pruned.append(aid)
+
+
+def _prune_one(
+    run: Run, kind: str, ns: str, name: str, why: str, deps: tuple[str, ...] = ()
+) -> str:
+    return run.add(
+        PruneDraObject(
+            id=f"prune-dra:{kind}:{f'{ns}/' if ns else ''}{name}",
+            target=f"{ns}/{name}" if ns else name,
+            reason=f"prune {_ref(kind, ns, name)}: {why} (gpupool made it: "
+            f"{MANAGED_BY_LABEL}={MANAGED_BY})",
+            depends_on=deps,
+            object_kind=kind,
+            namespace=ns,
+            name=name,
+        )
+    )
+
+
+def slices_agree(run: Run) -> None:
+    """Step 9: on each node of a DRA pool, what NVIDIA's driver publishes against what the
+    node agent reports: after mig-manager changed a layout the driver republishes the node's
+    slices (a new pool generation); until it has, a claim may be allocated a MIG device that
+    no longer exists, or miss one that does. Said as a finding (`dra-slices-stale`), naming
+    both; a node the driver publishes nothing for is `dra-slices-missing`."""
+    dra = run.observed.dra
+    if dra is None:
+        return
+    for pv in run.cluster.pools.values():
+        if pv.pool.spec.backend != "dra":
+            continue
+        for node in sorted(pv.by_node()):
+            n = next((x for x in run.observed.nodes if x.name == node), None)
+            if n is None:
+                continue
+            devices = dra.devices(node)
+            if not devices:
+                run.find(
+                    "warning",
+                    "dra-slices-missing",
+                    f"Node {node}",
+                    f"Pool/{pv.name} runs on DRA, and no ResourceSlice of {C.DRA_DRIVER} "
+                    f"describes {node}: its cards cannot be claimed (is the driver running?)",
+                )
+                continue
+            published = sorted(_published(devices))
+            agent = sorted(_reported(n))
+            if published != agent:
+                run.find(
+                    "warning",
+                    "dra-slices-stale",
+                    f"Node {node}",
+                    f"the DRA driver publishes {_say(published)} on {node}, the node agent "
+                    f"reports {_say(agent)}: claims there may be allocated from an old layout "
+                    "until the driver republishes its slices",
+                )
+
+
+def _published(devices) -> set[tuple[int, str, int]]:
+    """(card minor, profile or 'gpu', placement start) of NVIDIA's devices by their names
+    (observe/model_dra.py: `gpu-<minor>`, `gpu-<minor>-mig-<profile>-<id>-<start>`)."""
+    out = set()
+    for d in devices:
+        parts = d.name.split("-")
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        if d.type == "mig" and parts[-1].isdigit():
+            out.add((int(parts[1]), str(d.attr("profile")), int(parts[-1])))
+        elif d.type == "gpu":
+            out.add((int(parts[1]), "gpu", 0))
+    return out
+
+
+def _reported(node) -> set[tuple[int, str, int]]:
+    out = set()
+    for g in node.gpus:
+        if g.mig_enabled:
+            out |= {(g.index, m.profile, m.start) for m in g.mig_instances}
+        else:
+            out.add((g.index, "gpu", 0))
+    return out
+
+
+def _say(devs: list[tuple[int, str, int]]) -> str:
+    return ", ".join(f"gpu{i}" if p == "gpu" else f"gpu{i}:{p}@{s}" for i, p, s in devs) or "none"

@@ -1,0 +1,62 @@
+"""The second partition backend: Kubernetes DRA with NVIDIA's DRA driver
+(kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1), for pools with `spec.backend: dra`.
+
+What the driver offers without its alpha `DynamicMIG` gate, and so what this backend plans:
+
+- whole cards (`gpu-<minor>` devices) and static MIG devices: the driver publishes the MIG
+  instances that exist on a card in MIG mode and nothing else of it
+  (cmd/gpu-kubelet-plugin/nvlib.go: a card with MIG enabled announces its MIG devices, one
+  without announces itself). Creating and removing instances stays mig-manager's, so a
+  repartition is the device plugin backend's `MigReconfigure` (reused: `change_actions`), and
+  the driver republishes the node's slices once the layout changed (its pool's generation
+  rises; observe/model_dra.py `DraState.devices` reads the newest).
+- no shared slices: the driver shares a card only by several pods referencing one
+  ResourceClaim, with no per-slice capacity (refused at validation: policy/validate_dra.py), so
+  `share` never makes a card shared and nothing shared sits beside MIG.
+- dynamic MIG is not planned: with `DynamicMIG` the driver creates instances itself and must
+  not run beside mig-parted, and gpupool would shape counters instead of calling mig-manager.
+  One node is never driven both ways because this backend only ever drives mig-manager.
+
+No stage changed for this backend: the stages ask `partition_for(run, pv)` only.
+"""
+
+from __future__ import annotations
+
+from reconciler.plan.cluster import GpuSlot, PoolView
+from reconciler.plan.partition.device_plugin import DevicePluginBackend
+from reconciler.plan.run import Run
+
+
+class DraBackend(DevicePluginBackend):
+    """Whole cards and static MIG through DRA; MIG layouts through mig-manager."""
+
+    name = "dra"
+
+    def serves(self, pv: PoolView) -> bool:
+        return pv.pool.spec.backend == "dra"
+
+    def shares_beside_mig(self, pv: PoolView) -> bool:
+        return False  # nothing is shared on a DRA pool
+
+    def share(self, run: Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
+        """Cards become whole (slices 0) as the device plugin backend makes them; never shared:
+        the driver has no per-slice capacity to give a pod one slice of a card."""
+        if slices:
+            return False
+        return super().share(run, pv, node, 0, why)
+
+    def reshape(
+        self,
+        run: Run,
+        g: GpuSlot,
+        pv: PoolView,
+        mode: str,
+        layout: tuple[str, ...] = (),
+        *,
+        why: str,
+    ) -> list[GpuSlot]:
+        """MIG (static, through mig-manager) and whole as the device plugin backend; shared is
+        not a partition a DRA card can have."""
+        if mode == "shared":
+            return []
+        return super().reshape(run, g, pv, mode, layout, why=why)

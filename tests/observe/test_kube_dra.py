@@ -1,0 +1,250 @@
+"""DRA through the Kubernetes adapter (reconciler/observe/kube_dra.py): ResourceSlices as
+NVIDIA's DRA driver publishes them (tests/cluster/dra_slices.py), DeviceClasses, claims and
+their allocations, which pod holds which device; snapshot files carry it; hostile shapes are
+findings, never tracebacks."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.observe.kube import observe_cluster
+from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
+from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
+from tests.observe.fake_cluster import NOW, Cluster, node, pod, serving
+from tests.policy.fuzzing import mutate
+from tests.support.hostile import HOSTILE as HOSTILE_RUNS
+
+
+def claim(ns: str, name: str, devices: list[str], node: str, pods: list[str]) -> dict:
+    return {
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "d100-whole", "count": len(devices)},
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": d}
+                        for d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{ns}-{p}"} for p in pods],
+        },
+    }
+
+
+def cluster() -> Cluster:
+    devices = [mig_device("n1", 0, "3g.40gb", 0, 4), mig_device("n1", 0, "3g.40gb", 4, 4)]
+    devices += [gpu_device("n1", i) for i in range(1, 4)]
+    trainer = pod("team-a", "trainer-0", node_name="n1", limits={})
+    trainer["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "whole-2"}]
+    trainer["status"] = {
+        "phase": "Running",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "trainer-0-gpus-x1"}],
+    }
+    waiting = pod("team-a", "waiting-0", limits={})
+    waiting["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "whole-2"}]
+    return Cluster(
+        dra={
+            "resourceslices": [node_slice("n1", devices)],
+            "deviceclasses": [
+                {
+                    "metadata": {
+                        "name": "d100-whole",
+                        "labels": {
+                            "app.kubernetes.io/managed-by": "gpupool",
+                            "gpupool.io/pool": "d100",
+                        },
+                    },
+                    "spec": {
+                        "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]
+                    },
+                }
+            ],
+            "resourceclaims": [
+                claim("team-a", "trainer-0-gpus-x1", ["gpu-1", "gpu-2"], "n1", ["trainer-0"])
+            ],
+            "resourceclaimtemplates": [
+                {
+                    "metadata": {"namespace": "team-a", "name": "whole-2"},
+                    "spec": {
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {
+                                        "name": "gpu",
+                                        "exactly": {"deviceClassName": "d100-whole", "count": 2},
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+        pods=[trainer, waiting],
+        nodes=[node("n1")],
+    )
+
+
+def observe(c: Cluster):
+    with serving(c):
+        return observe_cluster(object(), now=NOW)
+
+
+def test_slices_classes_claims_and_holders_are_read() -> None:
+    o = observe(cluster())
+    dra = o.dra
+    assert dra is not None and not o.unreadable, o.unreadable
+    names = [d.name for d in dra.devices("n1")]
+    assert names == [
+        mig_name(0, "3g.40gb", 0),
+        mig_name(0, "3g.40gb", 4),
+        "gpu-1",
+        "gpu-2",
+        "gpu-3",
+    ]
+    mig = dra.devices("n1")[0]
+    assert (mig.type, mig.attr("profile"), mig.attr("parentUUID")) == ("mig", "3g.40gb", "GPU-n1-0")
+    assert mig.capacity["memorySlice3"] == "1" and mig.capacity["memory"] == "40Gi"
+    gpu = dra.devices("n1")[2]
+    assert (gpu.type, gpu.attr("productName"), gpu.attr("cudaComputeCapability")) == (
+        "gpu",
+        "NVIDIA A100-SXM4-80GB",
+        "8.0.0",
+    )
+    assert [c.name for c in dra.device_classes] == ["d100-whole"]
+    assert dra.device_classes[0].managed_by == "gpupool"
+    assert dra.claim_templates[0].devices == {"d100-whole": 2}
+    assert dra.device_classes[0].pool == "d100"
+    assert dra.holders() == {
+        "gpu.nvidia.com/n1/gpu-1": ["team-a/trainer-0"],
+        "gpu.nvidia.com/n1/gpu-2": ["team-a/trainer-0"],
+    }
+    assert [r.device for r in dra.pod_devices("team-a", "trainer-0")] == ["gpu-1", "gpu-2"]
+    assert dra.claims[0].node == "n1"
+    waiting = {p.pod: p for p in dra.pods}["waiting-0"]
+    assert (waiting.claims, waiting.templates) == ([], ["whole-2"])
+
+
+def test_an_older_generation_of_a_pool_is_outdated() -> None:
+    c = cluster()
+    old = node_slice("n1", [gpu_device("n1", 7)], generation=0)
+    old["metadata"]["name"] = "n1-old"
+    c.dra["resourceslices"].append(old)
+    assert "gpu-7" not in [d.name for d in observe(c).dra.devices("n1")]
+
+
+def test_without_resource_k8s_io_there_is_no_dra_state() -> None:
+    c = cluster()
+    c.dra = None
+    assert observe(c).dra is None
+
+
+def test_a_snapshot_file_carries_dra() -> None:
+    o = observe(cluster())
+    for fmt in ("yaml", "json"):
+        again = parse_snapshot(dump_snapshot(o, fmt), f"s.{fmt}")
+        assert again.dra == o.dra
+
+
+SHAPES = [
+    ("resourceslices", 0, ("spec", "devices"), "many", "spec.devices is a string"),
+    (
+        "resourceslices",
+        0,
+        ("spec", "devices", 0, "attributes", "type"),
+        {"float": 1.5},
+        "no string",
+    ),
+    (
+        "resourceslices",
+        0,
+        ("spec", "devices", 2, "capacity", "memory"),
+        {"value": 80},
+        "value is a number",
+    ),
+    ("resourceslices", 0, ("spec", "pool"), None, "spec.pool.name is missing"),
+    ("resourceslices", 0, ("spec", "devices"), [gpu_device("n1", 0)] * 129, "over 128"),
+    ("resourceclaims", 0, ("status", "allocation", "devices", "results"), {"a": 1}, "is an object"),
+    ("resourceclaims", 0, ("status", "reservedFor"), [7], "reservedFor[] is a number"),
+    ("deviceclasses", 0, ("spec", "selectors", 0, "cel"), "x", "cel is a string"),
+    ("resourceclaimtemplates", 0, ("spec", "spec"), [], "spec.spec is a list"),
+]
+
+
+@pytest.mark.parametrize(("plural", "i", "path", "value", "words"), SHAPES)
+def test_a_hostile_dra_object_is_a_finding_never_a_traceback(plural, i, path, value, words) -> None:
+    c = cluster()
+    obj = c.dra[plural][i]
+    target = obj
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = copy.deepcopy(value)
+    o = observe(c)
+    said = [u.message for u in o.unreadable]
+    assert any(words in m for m in said), said
+    assert o.dra is not None and o.nodes == observe(cluster()).nodes
+
+
+def test_a_pod_that_claims_gpupools_classes_is_a_gpu_workload() -> None:
+    o = observe(cluster())
+    by_name = {w.name: w for w in o.workloads}
+    trainer, waiting = by_name["trainer-0"], by_name["waiting-0"]
+    assert trainer.request.gpus == 2 and waiting.request.gpus == 2
+    assert sorted(a.gpu for a in trainer.allocations) == [1, 2]
+    assert not waiting.allocations
+
+
+def test_a_claim_on_someone_elses_class_is_no_gpu_request() -> None:
+    c = cluster()
+    del c.dra["deviceclasses"][0]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    assert {w.name for w in observe(c).workloads}.isdisjoint({"trainer-0", "waiting-0"})
+
+
+PLURALS = ("resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates")
+
+
+@settings(HOSTILE_RUNS, max_examples=60)
+@given(st.data())
+def test_fuzzed_dra_objects_are_read_or_reported(data) -> None:
+    """One to three DRA objects, each with one to three values dropped, replaced by any
+    YAML-shaped value or added to (tests/policy/fuzzing.py `mutate`): observation never raises,
+    every node is still read, and an object not read back is an unreadable entry."""
+    c = cluster()
+    for _ in range(data.draw(st.integers(1, 3), label="objects")):
+        plural = data.draw(st.sampled_from(PLURALS), label="plural")
+        c.dra[plural][0] = mutate(c.dra[plural][0], data)
+    o = observe(c)
+    assert [n.name for n in o.nodes] == ["n1"]
+    assert o.dra is not None
+    for plural, got in (
+        ("resourceslices", o.dra.slices),
+        ("deviceclasses", o.dra.device_classes),
+        ("resourceclaims", o.dra.claims),
+        ("resourceclaimtemplates", o.dra.claim_templates),
+    ):
+        if not got and c.dra[plural]:
+            assert o.unreadable or c.refused, plural

@@ -1,0 +1,154 @@
+"""DRA mode's objects (reconciler/plan/objects/dra_objects.py, plan/dra.py): rendered once and
+then left alone (the effect model stores what apply writes, and the next plan finds it as
+wanted), a foreign object of one of gpupool's names is a finding, a template a pod still names
+is never pruned, and a cluster without resource.k8s.io gets no DRA action."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.observe.model_dra import (
+    ClaimTemplateObject,
+    DeviceClassObject,
+    DraDevice,
+    DraState,
+    PodClaims,
+    ResourceSlice,
+)
+from reconciler.plan.dra import class_name, desired_dra_objects, quota_key, whole_counts
+from reconciler.plan.planner import plan
+from reconciler.plan.quotas import desired_resource_quotas
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from reconciler.sim.actions import apply_plan
+from tests.plan.scenarios import dra_pool
+
+DRA_KINDS = {"dra-object", "prune-dra-object"}
+EMPTY = DraState()
+
+
+def _inputs(dra: DraState | None = EMPTY):
+    text, observed = dra_pool()
+    return load([SourceFile("desired.yaml", text)]), observed.model_copy(update={"dra": dra})
+
+
+def test_what_a_dra_pool_renders() -> None:
+    desired, _ = _inputs()
+    want = desired_dra_objects(desired)
+    cls = want[("DeviceClass", "", "gpupool-a100-mig-3g-40gb")]
+    expr = cls["spec"]["selectors"][0]["cel"]["expression"]
+    assert "device.driver == 'gpu.nvidia.com'" in expr
+    assert "device.attributes['gpu.nvidia.com'].type == 'mig'" in expr
+    assert "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'" in expr
+    assert "productName in ['NVIDIA A100-SXM4-80GB'" in expr
+    assert cls["metadata"]["annotations"] == {"gpupool.io/mig-profile": "3g.40gb"}
+    tmpl = want[("ResourceClaimTemplate", "team-b", "gpupool-a100-gpu-4")]
+    assert tmpl["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpupool-a100-gpu", "count": 4}}
+    ]
+    assert whole_counts(desired.pools["a100"]) == [1, 2, 4, 8]
+    hard = desired_resource_quotas(desired)[("team-b", "gpupool-team-b")]
+    assert quota_key("a100") in hard and quota_key("a100", "3g.40gb") in hard
+    assert not any(k.startswith("requests.nvidia.com/mig") for k in hard)
+
+
+def test_rendered_once_then_converged() -> None:
+    desired, observed = _inputs()
+    first = plan(desired, observed)
+    assert {a.kind for a in first.actions} & DRA_KINDS
+    after = apply_plan(desired, observed, first, now=observed.observed_at)
+    assert not {a.kind for a in plan(desired, after).actions} & DRA_KINDS
+
+
+def test_a_foreign_object_of_gpupools_name_is_a_finding() -> None:
+    name = class_name("a100")
+    desired, observed = _inputs(DraState(device_classes=[DeviceClassObject(name=name)]))
+    p = plan(desired, observed)
+    assert f"dra:DeviceClass:{name}" not in {a.id for a in p.actions}
+    assert any(f.code == "foreign-object" and name in f.subject for f in p.findings)
+
+
+def test_a_template_a_pod_names_is_not_pruned() -> None:
+    old = ClaimTemplateObject(
+        namespace="team-a", name="gpupool-old-gpu-1", devices={"x": 1}, managed_by="gpupool"
+    )
+    pod = PodClaims(namespace="team-a", pod="p", templates=["gpupool-old-gpu-1"])
+    desired, observed = _inputs(DraState(claim_templates=[old], pods=[pod]))
+    ids = {a.id for a in plan(desired, observed).actions}
+    assert "prune-dra:ResourceClaimTemplate:team-a/gpupool-old-gpu-1" not in ids
+
+
+def test_a_template_that_differs_is_deleted_and_made_again() -> None:
+    name = "gpupool-a100-gpu-2"
+    other = ClaimTemplateObject(
+        namespace="team-a", name=name, devices={"gpupool-a100-gpu": 3}, managed_by="gpupool"
+    )
+    desired, observed = _inputs(DraState(claim_templates=[other]))
+    acts = {a.id: a for a in plan(desired, observed).actions}
+    prune, make = (
+        f"prune-dra:ResourceClaimTemplate:team-a/{name}",
+        f"dra:ResourceClaimTemplate:team-a/{name}",
+    )
+    assert prune in acts[make].depends_on and acts[make].verb == "create"
+
+
+def _slice(node: str, devices: list[dict]) -> ResourceSlice:
+    return ResourceSlice(
+        name=node, driver="gpu.nvidia.com", pool=node, node=node, generation=1, devices=devices
+    )
+
+
+def test_slices_that_disagree_with_the_agent_are_a_finding() -> None:
+    whole = [DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"}) for i in range(8)]
+    mig = [
+        DraDevice(name=f"gpu-0-mig-3g40gb-9-{s}", attributes={"type": "mig", "profile": "3g.40gb"})
+        for s in (0, 4)
+    ] + whole[1:]
+    desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole), _slice("a100-2", mig)]))
+    found = {(f.code, f.subject): f.message for f in plan(desired, observed).findings}
+    assert ("dra-slices-stale", "Node a100-2") in found
+    assert "gpu0:3g.40gb@0" in found[("dra-slices-stale", "Node a100-2")]
+    assert ("dra-slices-stale", "Node a100-1") not in found
+    assert not [k for k in found if k[0] == "dra-slices-missing"]
+    desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole)]))
+    found = {(f.code, f.subject) for f in plan(desired, observed).findings}
+    assert ("dra-slices-missing", "Node a100-2") in found
+
+
+def test_without_resource_k8s_io_no_dra_action() -> None:
+    desired, observed = _inputs(None)
+    assert not {a.kind for a in plan(desired, observed).actions} & DRA_KINDS
+
+
+EXAMPLE_POOL = """\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {name: a100}
+spec:
+  gpuModel: A100-SXM4-80GB
+  backend: dra
+  nodeSelector: {matchLabels: {gpupool.io/pool: a100}}
+  capacity: {nodes: 2, gpusPerNode: 8}
+  inference:
+    mig: {layouts: [{name: two-3g, profiles: [3g.40gb, 3g.40gb]}]}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {name: team-a}
+spec:
+  namespaces: [team-a]
+  pools: [{pool: a100, whole: {guaranteed: 4}}]
+"""
+
+
+def test_the_deploy_example_is_what_gpupool_renders() -> None:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "example-pool-objects.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d["kind"] != "Pod"]
+    want = desired_dra_objects(load([SourceFile("pool.yaml", EXAMPLE_POOL)]))
+    assert docs
+    for d in docs:
+        meta = dict(d["metadata"])
+        key = (d["kind"], meta.pop("namespace", ""), meta.pop("name"))
+        assert want[key] == {"metadata": meta, "spec": d["spec"]}, key
