@@ -98,6 +98,7 @@ UNSETTLED_CODES = frozenset(
         "partition-drift",
         "inference-limit",
         "at-max-replicas",
+        "idle-replicas-over-target",
         "prune-class-in-use",
         "prune-everything-refused",
     }
