@@ -152,19 +152,19 @@ ROWS = [
         set(),
         id="keda-scales-from-0-itself",
     ),
-    # KEDA's operator refuses a ScaledObject whose minReplicaCount is not above its
-    # idleReplicaCount (CheckReplicaCountBoundsAreValid): tests/integration/test_keda.py
+    # KEDA's operator refuses a ScaledObject whose minReplicaCount (0 counting as 1) is not
+    # above its idleReplicaCount (CheckReplicaCountBoundsAreValid): tests/integration/test_keda.py
     pytest.param(
         {"lo": 0},
         scaled(svc(3, queue=6), hpa(1, 4, kind=SO, idle=0)),
-        [],
+        [("team-b/chat", 1, 0, 4, 4)],
         set(),
-        id="keda-min-stays-above-idle-for-a-target-min-0",
+        id="keda-min-0-beside-idle-0-counts-as-1",
     ),
     pytest.param(
-        {"lo": 0},
-        scaled(svc(3, queue=6), hpa(0, 4, kind=SO, idle=0)),
-        [("team-b/chat", 0, 1, 4, 4)],
+        {"lo": 1},
+        scaled(svc(3, queue=6), hpa(1, 4, kind=SO, idle=1)),
+        [("team-b/chat", 1, 2, 4, 4)],
         set(),
         id="keda-min-at-idle-raised-above-it",
     ),

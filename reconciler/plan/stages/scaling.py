@@ -283,12 +283,14 @@ def _envelope_floor(a: Autoscaler) -> int:
     HPAScaleToZero gate is on (kubernetes v1.37.2
     pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go, MinReplicasLowerBound), so 0
     only where it is 0 already. A ScaledObject with `idleReplicaCount` needs minReplicaCount
-    above it: KEDA's operator otherwise stops scaling it (Ready False, "IdleReplicaCount=0 must
-    be less than MinReplicaCount=0": keda v2.19.0 apis/keda/v1alpha1/scaledobject_types.go,
-    CheckReplicaCountBoundsAreValid, called by controllers/keda/scaledobject_controller.go)."""
+    above it, a minReplicaCount of 0 counting as 1: KEDA's operator otherwise stops scaling it
+    (Ready False, "IdleReplicaCount=1 must be less than MinReplicaCount=1": keda v2.19.0
+    apis/keda/v1alpha1/scaledobject_types.go, CheckReplicaCountBoundsAreValid with
+    GetHPAMinReplicas, called by controllers/keda/scaledobject_controller.go). So an idle count
+    of 0 allows any min, and one of n >= 1 needs n + 1."""
     if a.kind == "HorizontalPodAutoscaler":
         return 1 if a.min_replicas > 0 else 0
-    return 0 if a.idle_replicas is None else a.idle_replicas + 1
+    return a.idle_replicas + 1 if a.idle_replicas else 0
 
 
 def _envelope_min(a: Autoscaler, lo: int, top: int) -> int:
