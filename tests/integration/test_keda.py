@@ -53,6 +53,7 @@ spec:
 
 @pytest.fixture(scope="module")
 def keda(installed, tmp_path_factory):
+    """KEDA running for this module, on the session's control plane."""
     if os.environ.get("GPUPOOL_SKIP_KEDA"):
         pytest.skip("GPUPOOL_SKIP_KEDA is set: KEDA's operator is not run")
     try:
@@ -195,7 +196,7 @@ def outcomes(result) -> dict[str, str]:
 
 
 def test_kedas_hpa_takes_gpupools_envelope_and_the_hpa_controller_scales_within_it(
-    kube, keda, prometheus, tmp_path
+    keda, kube, prometheus, tmp_path
 ):
     clock = kube.clock
     base(kube, tmp_path, clock, text=TEXT + SCALING, workloads=False)
@@ -258,7 +259,7 @@ def test_kedas_hpa_takes_gpupools_envelope_and_the_hpa_controller_scales_within_
 
 
 def test_scaling_from_zero_beside_idle_zero_with_gpupools_envelope(
-    kube, keda, prometheus, tmp_path
+    keda, kube, prometheus, tmp_path
 ):
     """idleReplicaCount 0 and a target whose minReplicas is 0: gpupool writes minReplicaCount
     0, which KEDA takes (its HPA keeps 1); inactive -> 0, active -> 1 and on through the HPA."""
@@ -308,7 +309,7 @@ def test_scaling_from_zero_beside_idle_zero_with_gpupools_envelope(
 
 
 def test_gpupool_keeps_the_min_above_idle_replicas_as_keda_requires(
-    kube, keda, prometheus, tmp_path
+    keda, kube, prometheus, tmp_path
 ):
     """idleReplicaCount 1 beside minReplicaCount 1 (the target's minimum, what gpupool wrote
     before it read idleReplicaCount): KEDA's operator refuses the ScaledObject and scales
