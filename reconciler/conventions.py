@@ -104,6 +104,18 @@ POD_GROUP_GROUP, POD_GROUP_VERSION, POD_GROUP_PLURAL = (
     "v1alpha1",
     "podgroups",
 )
+WORKLOAD_API_GROUP, WORKLOAD_API_VERSION, WORKLOAD_POD_GROUP_PLURAL = (
+    "scheduling.k8s.io",
+    "v1beta1",
+    "podgroups",
+)
+"""The Workload API's PodGroup (Kubernetes 1.37, beta behind the `GenericWorkload` feature gate
+and `--runtime-config=scheduling.k8s.io/v1beta1=true`): a pod names its group in
+`spec.schedulingGroup.podGroupName`; a group with `spec.schedulingPolicy.gang.minCount` is
+scheduled all or nothing by kube-scheduler's GangScheduling plugin."""
+WORKLOAD_GANG_PREFIX = "podgroup:"
+"""`Workload.gang` of a pod in a Workload-API PodGroup gang: `podgroup:<name>` (a coscheduling
+pod group's is `pod-group:<name>`, an explicit `gpupool.io/gang` its own value)."""
 ADMITTED_CONDITION = PREFIX + "Admitted"
 """Pod condition `gpupool.io/Admitted`: gpupool sets it False on a gated pod it holds, with the
 reason (`kubectl describe pod` lists it); the pod is admitted when the gate goes."""

@@ -30,6 +30,20 @@ if [ -z "${GPUPOOL_SKIP_KEDA:-}" ]; then
   started=$(date +%s)
   echo "keda: $(bash scripts/build-keda.sh) ($(( $(date +%s) - started ))s)"
 fi
+# helm (helm.sh/helm/v4 cmd/helm v4.3.2, from the Go module proxy) for the chart's tests
+# (tests/deploy), cached the same way. GPUPOOL_SKIP_HELM=1 skips it (and those tests).
+if [ -z "${GPUPOOL_SKIP_HELM:-}" ]; then
+  started=$(date +%s)
+  echo "helm: $(bash scripts/build-helm.sh) ($(( $(date +%s) - started ))s)"
+fi
+# The simulated NVML library (tests/nvidia/nvmlsim, C, seconds) that real pynvml and NVIDIA's
+# device plugin load as libnvidia-ml.so.1; tests/nvidia/test_nvmlsim.py.
+started=$(date +%s)
+echo "nvmlsim: $(bash scripts/build-nvmlsim.sh) ($(( $(date +%s) - started ))s)"
+# NVIDIA's nvidia-device-plugin v0.19.3 and kubeletsim (tests/nvidia/devplugin, Go), cached the
+# same way; the tests run the plugin on every simulated node without MIG cards.
+started=$(date +%s)
+echo "device plugin: $(bash scripts/build-devplugin.sh) ($(( $(date +%s) - started ))s)"
 # Prometheus for the signal tests: Debian's package, downloaded and unpacked (not installed) into
 # the same cache; seconds the first time, then found at once. GPUPOOL_SKIP_PROMETHEUS=1 skips it.
 if [ -z "${GPUPOOL_SKIP_PROMETHEUS:-}" ]; then

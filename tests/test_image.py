@@ -370,3 +370,49 @@ def test_hadolint_finds_nothing():
         [hadolint, "--no-color", "-"], input=wrong, capture_output=True, text=True, timeout=60
     )
     assert dirty.returncode != 0 and "DL3002" in dirty.stdout, dirty.stdout
+
+
+# ------------------------------------------------------------------ the Helm chart, rendered
+
+
+def _chart_workloads(*values: str) -> dict[str, str]:
+    """The chart's controller and agent as `helm template` renders them (deploy/chart/gpupool,
+    with the values files of its ci/ folder), each as the deploy/ file name it stands for."""
+    from tests.deploy.helm import CI_VALUES, render
+
+    names = {"Deployment": "controller.yaml", "DaemonSet": "agent.yaml"}
+    out: dict[str, str] = {}
+    for d in render(*(CI_VALUES / v for v in values)):
+        if d["kind"] in names:
+            out[names[d["kind"]]] = _yaml_text(d)
+    return out
+
+
+def _yaml_text(doc: dict) -> str:
+    buf = io.StringIO()
+    YAML(typ="safe").dump(doc, buf)
+    return buf.getvalue()
+
+
+def test_the_chart_runs_the_image_readme_builds():
+    """The chart's default image is the one README.md builds and the kustomization pins; its
+    appVersion is gpupool's version."""
+    workloads = _chart_workloads()
+    assert set(workloads) == set(WORKLOADS)
+    check_image_name_everywhere(
+        image_name(), workloads, (DEPLOY / "kustomization.yaml").read_text()
+    )
+    chart = load_yaml_docs((DEPLOY / "chart" / "gpupool" / "Chart.yaml").read_text())[0]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == version == image_name().rpartition(":")[2]
+
+
+@pytest.mark.parametrize("values", ["", "image-values.yaml", "configmap-values.yaml"])
+def test_the_chart_keeps_the_manifests_safety(values):
+    """Whatever the values, every container the chart renders has the restrictions of
+    check_security_context and a writable HOME; the agent alone runs as root."""
+    workloads = _chart_workloads(*([values] if values else []))
+    uid = _uid({"controller.yaml": workloads["controller.yaml"]})
+    for name, text in workloads.items():
+        check_security_context(name, text, uid)
+        check_home_is_a_mounted_empty_dir(name, text)

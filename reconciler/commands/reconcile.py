@@ -100,8 +100,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         prometheus_timeout=args.prometheus_timeout,
         signal_poll_seconds=args.signal_poll_interval,
+        full_plan_every=args.full_plan_every,
     )
-    ctl.full_plan_every = args.full_plan_every
     if args.once:
         return _once(ctl)
     if not _serve(args, ctl):

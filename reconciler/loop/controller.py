@@ -40,6 +40,7 @@ from reconciler.plan.planner import PlanFacts
 from reconciler.policy.files import SourceError
 from reconciler.policy.loader import load
 from reconciler.policy.problems import InvalidDesiredState
+from reconciler.policy.state import DesiredState
 
 log = logging.getLogger("gpupool.controller")
 LEASE_NAME = "gpupool-controller"
@@ -111,6 +112,7 @@ class Controller:
         prometheus_timeout: float = 5.0,
         prometheus_transport: Transport | None = None,
         signal_poll_seconds: float = 5.0,
+        full_plan_every: int = 1,
         status_report_timeout: float | tuple[float, float] = STATUS_REPORT_TIMEOUT,
     ):
         self.source = source
@@ -136,6 +138,17 @@ class Controller:
         """The end of the last cycle without an error."""
         self.last_observed: datetime | None = None
         """When a cycle last read the cluster successfully (readiness)."""
+        self.last_desired: DesiredState | None = None
+        """The desired state the last cycle loaded; None before one, or when the last source
+        snapshot did not load (the signal wake reads its policies from here, never a load of
+        its own)."""
+        # incremental planning (reconciler/plan/incremental.py): the memo is the previous
+        # cycle's inputs and plan, and what it was made under
+        self.full_plan_every = full_plan_every
+        """`--full-plan-every`: every this many cycles the plan is made afresh (1: always)."""
+        self._plan_memo: PlanMemo | None = None
+        self._memo_leader: bool | None = None
+        self._memo_relists = 0
         self.ready_max_age_seconds = ready_max_age_seconds
         self.stuck_after_seconds = stuck_after_seconds
         self._unreadable_reported: dict[str, datetime] = {}
@@ -223,8 +236,10 @@ class Controller:
         metrics.SUSPENDED.set(1 if view.suspend else 0)
         try:
             snap = self.source.read()
-            desired = load(snap.files, revision=snap.revision)
+            desired = self.last_desired = load(snap.files, revision=snap.revision)
         except (SourceError, InvalidDesiredState) as exc:
+            if isinstance(exc, InvalidDesiredState):  # a failed fetch keeps the last policies
+                self.last_desired = None
             return self._invalid_desired_state(exc, leader, view, handled, now)
         # the hourly budget: settled times, plus intents left by an earlier cycle that a read of
         # their pod now settles (a follower cannot settle them: it counts them, the safe side)
@@ -270,14 +285,6 @@ class Controller:
         return CycleResult(
             snap.revision, p.summary, leader, applied, actions=len(p.actions), plan=p
         )
-
-    # incremental planning (reconciler/plan/incremental.py): the memo is the previous cycle's
-    # inputs and plan; class-level defaults, so a Controller built anywhere has them
-    full_plan_every: int = 1
-    """`--full-plan-every`: every this many cycles the plan is made afresh (1: always)."""
-    _plan_memo: PlanMemo | None = None
-    _memo_leader: bool | None = None
-    _memo_relists: int = 0
 
     def _plan(
         self, desired: Any, observed: Any, now: datetime, leader: bool
@@ -545,13 +552,11 @@ class Controller:
     def _start_signal_wake(self, stop: threading.Event) -> None:
         """Wake the loop when a ScalingPolicy's signal crosses a threshold: a watch of the
         inference workloads' queue annotations and a Prometheus poller (`loop/wake.py`). The
-        policies are those of the last snapshot a cycle read (`RememberedSource`)."""
-        from reconciler.loop.wake import RememberedSource, SignalWake
+        policies are those the last cycle loaded (`last_desired`)."""
+        from reconciler.loop.wake import SignalWake
 
-        if not isinstance(self.source, RememberedSource):
-            self.source = RememberedSource(self.source)
         self.signal_wake = SignalWake(
-            self.source.desired,
+            lambda: self.last_desired,
             self._wake.set,
             prometheus_url=self.prometheus_url,
             prometheus_timeout=self.prometheus_timeout,

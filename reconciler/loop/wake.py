@@ -33,7 +33,6 @@ from reconciler import conventions as C
 from reconciler.observe.model import InferenceService, ObservedState, SignalReading
 from reconciler.observe.prometheus import Transport, read_all, urllib_transport
 from reconciler.plan.signals import HOLD, scaling_signal_queries, target_directions
-from reconciler.policy.loader import load
 from reconciler.policy.state import DesiredState
 
 log = logging.getLogger("gpupool.wake")
@@ -53,40 +52,6 @@ class Directions:
         ]
         self.last = dict(now)
         return out
-
-
-class RememberedSource:
-    """The desired-state source with its last snapshot kept: the wake reads the policies the
-    last cycle read (never a fetch of its own), loaded once per revision."""
-
-    def __init__(self, source: Any):
-        self.inner = source
-        self._snap: Any = None
-        self._loaded: tuple[Any, DesiredState | None] = (None, None)
-        self._lock = threading.Lock()
-
-    def read(self) -> Any:
-        snap = self.inner.read()
-        self._snap = snap
-        return snap
-
-    def __getattr__(self, name: str) -> Any:  # changes(), paths()... of the source itself
-        return getattr(self.inner, name)
-
-    def desired(self) -> DesiredState | None:
-        """The desired state of the last snapshot a cycle read; None before one, or when it
-        does not load (the cycle reports why)."""
-        snap = self._snap
-        if snap is None:
-            return None
-        with self._lock:  # a revision names its content (a commit, a digest): loaded once
-            if snap.revision != self._loaded[0]:
-                try:
-                    d = load(snap.files, revision=snap.revision)
-                except Exception:  # noqa: BLE001 - the cycle says what is wrong with it
-                    d = None
-                self._loaded = (snap.revision, d)
-            return self._loaded[1]
 
 
 def _now() -> datetime:

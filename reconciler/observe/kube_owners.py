@@ -1,7 +1,8 @@
 """What pods' owners say about them: gang sizes (a Job's parallelism, a coscheduling
-PodGroup's minMember), Kueue queues, the next-pod reservations moves leave on Jobs, the Jobs
-another controller manages, the Jobs gpupool suspended (demand) and how often in a row it
-stopped each because its gang lost a member (`gpupool.io/recoveries`).
+PodGroup's minMember, the Workload API's PodGroups: `kube_podgroups.py`), Kueue queues, the
+next-pod reservations moves leave on Jobs, the Jobs another controller manages, the Jobs
+gpupool suspended (demand) and how often in a row it stopped each because its gang lost a
+member (`gpupool.io/recoveries`).
 
 A gang size over `conventions.MAX_GANG_SIZE` is unreadable (reported): a Job's `parallelism`
 then gives its pods no gang size and its suspension no demand (it stays suspended), a
@@ -16,6 +17,7 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _int, _node_cards, _objects, _ts, _unreadable
+from reconciler.observe.kube_podgroups import PodGroups, read_pod_groups
 from reconciler.observe.kube_requests import template_request
 from reconciler.observe.model import SuspendedJob, count_problem
 from reconciler.observe.trust import annotation_path, owners
@@ -68,6 +70,8 @@ class Owners:
     recoveries: dict[str, int] = field(default_factory=dict)
     """namespace/Job -> its `gpupool.io/recoveries` count, when gpupool's field manager wrote
     it (a count another writer set is forged state: ignored, reported)."""
+    pod_groups: PodGroups | None = None
+    """The Workload API's PodGroups (`kube_podgroups.py`); None: the API is not served."""
 
 
 def _recoveries(j: Any) -> int | None:
@@ -150,7 +154,8 @@ def _suspended_job(j: Any, parallelism: int, since: str) -> SuspendedJob:
 def read_owners(api_client: Any) -> Owners:
     """Gang sizes: a Job's `parallelism` (default 1), a coscheduling PodGroup's `minMember`
     (kubernetes-sigs/scheduler-plugins apis/scheduling/v1alpha1; absent CRD or no
-    permission: none); and the next-pod reservations moves left on Jobs."""
+    permission: none); the Workload API's PodGroups (`kube_podgroups.py`); and the next-pod
+    reservations moves left on Jobs."""
     from kubernetes import client
 
     owners = Owners()
@@ -201,4 +206,5 @@ def read_owners(api_client: Any) -> Owners:
         size = _int(spec.get("minMember"), "spec.minMember", who)
         if size is not None and meta.get("namespace") and meta.get("name"):
             out[(meta["namespace"], "PodGroup", meta["name"])] = size
+    owners.pod_groups = read_pod_groups(api_client)
     return owners

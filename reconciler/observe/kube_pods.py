@@ -41,6 +41,7 @@ from reconciler.observe.kube_common import (
     _why,
 )
 from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
+from reconciler.observe.kube_podgroups import gang_of, held_for_group
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -251,7 +252,8 @@ def _held(p: Any) -> str:
 
 
 def _gang(p: Any, owners: Owners) -> tuple[str, int | None]:
-    """(`Workload.gang`, `gang_size`): an explicit `gpupool.io/gang` (its size from
+    """(`Workload.gang`, `gang_size`): a Workload-API PodGroup gang (`kube_podgroups.gang_of`:
+    not for a Job's pod), else an explicit `gpupool.io/gang` (its size from
     `gpupool.io/gang-size`), else a coscheduling pod group (its PodGroup's minMember), else
     the owning Job (its parallelism; the gang key is the owner then, so `gang` stays empty,
     and the planner stops the gang by suspending the Job). A Job another controller manages
@@ -259,12 +261,16 @@ def _gang(p: Any, owners: Owners) -> tuple[str, int | None]:
     sizes = owners.sizes
     ns = p.metadata.namespace
     ann = p.metadata.annotations or {}
+    owner = (p.metadata.owner_references or [None])[0]
+    job = owner is not None and owner.kind == "Job" and (ns, owner.name) not in owners.foreign_jobs
+    scheduled_as_gang = gang_of(p, owners.pod_groups, job_gang=job)
+    if scheduled_as_gang is not None:
+        return scheduled_as_gang
     if ann.get(C.GANG_ANN):
         return ann[C.GANG_ANN], _int(ann.get(C.GANG_SIZE_ANN))
     group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
     if group:
         return f"pod-group:{group}", sizes.get((ns, "PodGroup", group))
-    owner = (p.metadata.owner_references or [None])[0]
     if owner is not None:
         size = sizes.get((ns, owner.kind, owner.name))
         if owner.kind == "Job" and (ns, owner.name) in owners.foreign_jobs:
@@ -286,6 +292,8 @@ def _workload(
     # node from the binding on, before the kubelet has started it
     running = bool(p.spec.node_name)
     admission, admitted_to = _admission(p)
+    if admission == "gpupool" and held_for_group(p, owners.pod_groups):
+        admission = "other"  # kube-scheduler would not schedule it as its PodGroup stands
     reserved_node, reserved_gpus = _reservation(p)
     moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
     created = _ts(p.metadata.creation_timestamp)

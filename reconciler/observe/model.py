@@ -333,8 +333,9 @@ class Workload(Obs):
     `reconciler.observe.kube_pods.admitted_allocations`) like a running pod;
     `scheduler`: no gate: kube-scheduler places it as it comes (gpupool plans around it, its
     placement a prediction, and never admits it);
-    `other`: another admission system's gate (Kueue's) is still on: not demand until it is
-    gone. A Running pod's value means nothing."""
+    `other`: another admission system's gate (Kueue's) is still on, or kube-scheduler would not
+    schedule its Workload-API PodGroup yet (`kube_podgroups.held_for_group`): not demand until
+    that is gone. A Running pod's value means nothing."""
     terminating: bool = False
     """The pod is being deleted (evicted, preempted, scaled down): it holds its cards until
     the kubelet has stopped it, and is never stopped again."""
@@ -342,10 +343,11 @@ class Workload(Obs):
     reserved_gpus: list[int] = []
     """A gated pod's reservation (`gpupool.io/reserved`): the cards gpupool is freeing for it."""
     gang: str = ""
-    """Its gang's identity when not its owner: an explicit `gpupool.io/gang` or a pod group."""
+    """Its gang's identity when not its owner: a Workload-API PodGroup (`podgroup:<name>`), an
+    explicit `gpupool.io/gang` or a coscheduling pod group (`pod-group:<name>`)."""
     gang_size: GangSize | None = None
-    """How many pods its gang has when complete (Job parallelism, PodGroup minMember,
-    `gpupool.io/gang-size`); None: the pods that exist are the gang."""
+    """How many pods its gang has when complete (Job parallelism, PodGroup minCount or
+    minMember, `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
     """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
     queue_name: str = ""

@@ -6,7 +6,9 @@ Everything listens on 127.0.0.1 on free ports. Certificates are generated into t
 start. Authentication is by client certificate (admin: O=system:masters) and ServiceAccount
 tokens; authorization is Node,RBAC; admission is the upstream default set plus NodeRestriction
 (ValidatingAdmissionPolicy and MutatingAdmissionPolicy are GA in 1.37 and on by default, so they
-need no flags). The apiserver writes an audit log (Metadata level) that tests can read back.
+need no flags). The three components run with the same feature gates (`FEATURE_GATES`), and
+kube-apiserver serves the group versions of `RUNTIME_CONFIG` beyond its defaults. The apiserver
+writes an audit log (Metadata level) that tests can read back.
 
 There are no kubelets: tests/cluster/kubelets.py simulates them through the API.
 """
@@ -32,6 +34,38 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-control-plane.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+FEATURE_GATES: dict[str, bool] = {
+    # scheduling.k8s.io/v1beta1 Workload and PodGroup, pods' spec.schedulingGroup, and
+    # kube-scheduler's GangScheduling and PodGroupPodsCount plugins (beta in 1.37, off by
+    # default: k8s.io/kubernetes pkg/features/kube_features.go; the scheduler adds both plugins
+    # to its default profile when the gate is on: pkg/scheduler/apis/config/v1/default_plugins.go).
+    # Not WorkloadWithJob (alpha): the Job controller would make a PodGroup for every Job.
+    "GenericWorkload": True,
+}
+"""Feature gates of kube-apiserver, kube-scheduler and kube-controller-manager alike (one list:
+a gate on in one component and off in another is a cluster no one runs)."""
+
+RUNTIME_CONFIG: dict[str, bool] = {
+    # beta APIs are not served by default: the group version of Workload and PodGroup
+    "scheduling.k8s.io/v1beta1": True,
+}
+"""kube-apiserver's `--runtime-config`: API group versions served beyond the defaults."""
+
+
+def feature_gates_flag(gates: dict[str, bool] | None = None) -> str:
+    """`--feature-gates=A=true,B=false` for `gates` (default: FEATURE_GATES)."""
+    gates = FEATURE_GATES if gates is None else gates
+    return "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+
+
+def runtime_config_flag(config: dict[str, bool] | None = None) -> str:
+    """`--runtime-config=group/version=true,...` for `config` (default: RUNTIME_CONFIG)."""
+    config = RUNTIME_CONFIG if config is None else config
+    return "--runtime-config=" + ",".join(
+        f"{k}={str(v).lower()}" for k, v in sorted(config.items())
+    )
+
 
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -279,6 +313,8 @@ class ControlPlane:
             "--audit-log-mode=blocking",
             "--audit-log-maxbackup=0",
             "--profiling=false",
+            feature_gates_flag(),
+            runtime_config_flag(),
             "--v=1",
             *self.extra_apiserver_args,
         )
@@ -291,6 +327,7 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={scheduler_port}",
+            feature_gates_flag(),
             "--v=1",
             *self.extra_scheduler_args,
         )
@@ -319,6 +356,7 @@ class ControlPlane:
             "--node-monitor-period=2s",
             f"--node-monitor-grace-period={self.node_monitor_grace_period}",
             "--horizontal-pod-autoscaler-sync-period=5s",
+            feature_gates_flag(),
             "--v=1",
             *self.extra_controller_manager_args,
         )

@@ -1,5 +1,11 @@
 """A faithful fake of the pynvml functions gpupool uses, for hosts without a GPU.
 
+Its limit, since issue 30: this fake is kept for MIG (GPU instances, placements, MIG devices,
+mode changes), which nothing NVIDIA ships can emulate here. Cards not in MIG mode are read
+through NVML's real C ABI instead: real pynvml loading the simulated `libnvidia-ml.so.1`
+(tests/nvidia/nvmlsim/, tests/nvidia/test_nvmlsim.py). New non-MIG NVML tests belong there;
+the older ones still using this fake for whole cards stay as a second check of the adapter.
+
 `FakeNvml` stands in for the `pynvml` module (inject it: `NvmlReader(nvml=FakeNvml(...))`).
 It is built from a declarative list of `FakeGpu`s and takes the same arguments, returns the
 same types (pynvml's own ctypes structs and handle pointers, `nvmlFriendlyObject` processes)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from reconciler.apply.configs import config_name, render_sharing, yaml_text
+import pytest
+
+from reconciler.apply.configs import config_name, render_sharing, sharing_resources, yaml_text
 from reconciler.apply.executor import Executor
 from reconciler.apply.handlers import ApplyConfig, Context, set_sharing
 from reconciler.apply.kube import KubeOps
@@ -30,6 +32,7 @@ from reconciler.observe.kube import observe_cluster
 from reconciler.plan.actions import CardChange, CardLayout, MigReconfigure, SetSharing
 from reconciler.plan.model import Plan
 from tests.apply.memory import MemoryCluster
+from tests.nvidia import real_plugin
 from tests.nvidia.device_plugin import parse_sharing
 
 from .harness import (
@@ -43,7 +46,7 @@ from .harness import (
     write_policy,
 )
 from .scenario import TEXT, base, seed_priority_classes
-from .world import SHARING_DEFAULTS
+from .world import SHARING_CM, SHARING_DEFAULTS
 
 MIG_CM = "gpupool-mig-parted-config"
 
@@ -118,7 +121,7 @@ def test_stand_in_acts_on_value_changes_only_and_retries_on_a_new_value(kube, tm
     base(kube, tmp_path, kube.clock, workloads=False)
     sim = kube.nodes["h100-2"]
     sim.step()
-    sim.gpus.allocate("team-a/job", {"nvidia.com/gpu": 1})  # holds card 0
+    sim.gpus.hold("team-a/job", 0)  # card 0 (the device plugin's preference may differ)
     _configs(kube, a=ON0, **{"a-r1": ON0})
     _label(kube, "h100-2", "a")
     assert _mig_steps(sim) == ["pending", "failed"]  # card 0 is in use
@@ -142,9 +145,7 @@ def test_stand_in_ampere_mode_change_resets_every_gpu(kube, tmp_path):
     h100 = kube.nodes["h100-2"]
     for sim in (a100, h100):
         sim.step()
-        sim.gpus.allocate("team-a/filler", {"nvidia.com/gpu": 1})  # card 0
-        sim.gpus.allocate("team-a/job", {"nvidia.com/gpu": 1})  # card 1
-        sim.gpus.release("team-a/filler")
+        sim.gpus.hold("team-a/job", 1)  # card 1 (the device plugin's preference may differ)
         assert sim.gpus.busy_cards() == {1}
     _configs(kube, on0=ON0)
     for node in ("a100-1", "h100-2"):
@@ -335,6 +336,8 @@ def test_sharing_shares_the_whole_node_as_the_plan_counted(kube, tmp_path):
     assert int(alloc["nvidia.com/gpu.shared"]) == sum(g.shared_slices or 0 for g in seen.gpus)
     assert int(alloc.get("nvidia.com/gpu", "0")) == sum(1 for g in seen.gpus if g.mode == "whole")
     assert all(g.mode != "whole" for g in seen.gpus)
+    if real_plugin.in_use():  # NVIDIA's plugin advertised it
+        assert kube.nodes[shared[0]].gpus.real_plugin is not None
     assert (
         kube.nodes[shared[0]].device_plugin.rejected,
         kube.nodes[shared[0]].device_plugin.crashes,
@@ -437,6 +440,67 @@ def test_executor_shares_a_whole_node_and_back(kube):
     assert _allocatable(kube, node) == {GPU_RESOURCE: "3", "nvidia.com/mig-7g.80gb": "1"}
     assert (sim.device_plugin.rejected, sim.device_plugin.crashes) == (0, 0)
     assert sim.gpus.plugin_healthy
+
+
+@pytest.mark.parametrize("strategy", ["time-slicing", "mps"])
+def test_executor_shares_a_node_through_nvidias_plugin_and_back(kube, strategy):
+    """A node with no card in MIG mode: NVIDIA's own nvidia-device-plugin v0.19.3 reads the
+    config the config-manager selected (tests/nvidia/real_plugin.py); the step is done when
+    what it advertises reaches allocatable, exactly gpupool's count (`sharing_resources`); a
+    pod gets a replica through its GetPreferredAllocation and Allocate; back to `default`."""
+    real_plugin.require_in_world()
+    node = f"nv-share-{strategy[:3]}"
+    sim = add_gpu_node(kube, node, count=4)
+    kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    ex = Executor(KubeOps(kube.controller_client()), clock=kube.clock)
+    share = SetSharing(
+        id=f"set-sharing:{node}",
+        target=node,
+        reason="whole -> 4 slices",
+        cards=tuple(CardChange(gpu=i, before="whole", after="shared x4") for i in range(4)),
+        slices=4,
+        strategy=strategy,
+        plain_cards=4,
+    )
+    seen = _drive(kube, sim, ex, share)
+    assert seen[-1][1].status == "done", [(t, o.status, o.message) for t, o in seen]
+    assert sim.gpus.real_plugin is not None, sim.device_plugin.refusals
+    counted = {k: str(v) for k, v in sharing_resources(share).items() if v}
+    assert _allocatable(kube, node) == counted == {SHARED_RESOURCE: "16"}
+    (replica,) = sim.gpus.allocate("team-a/p", {SHARED_RESOURCE: 1})
+    assert replica.split("::")[0] in {d["uuid"] for d in sim.gpus.nvml_devices()}
+    sim.gpus.release("team-a/p")
+    back = share.model_copy(update={"slices": None, "reason": "back to whole"})
+    seen = _drive(kube, sim, ex, back)
+    assert seen[-1][1].status == "done", [(t, o.status, o.message) for t, o in seen]
+    assert _allocatable(kube, node) == {GPU_RESOURCE: "4"} and sim.gpus.real_plugin is not None
+    assert (sim.device_plugin.rejected, sim.device_plugin.crashes) == (0, 0)
+
+
+def test_nvidias_plugin_refuses_replicas_1_and_the_node_advertises_nothing(kube):
+    """A hand-written `replicas: 1` config selected for a node: NVIDIA's plugin stops with its
+    own message (FAIL_ON_INIT_ERROR) and the node's GPU resources disappear."""
+    real_plugin.require_in_world()
+    node = "nv-replicas-1"
+    sim = add_gpu_node(kube, node, count=2)
+    text = yaml_text(render_sharing(SetSharing(
+        id="s", target=node, reason="r", cards=(), slices=2, plain_cards=2
+    ))).replace("replicas: 2", "replicas: 1")  # fmt: skip
+    cm = kube.core.read_namespaced_config_map(SHARING_CM, OPERATOR_NS)
+    kube.core.patch_namespaced_config_map(
+        SHARING_CM, OPERATOR_NS, {"data": {**cm.data, "one": text}}
+    )
+    kube.core.patch_node(node, {"metadata": {"labels": {DEVICE_PLUGIN_CONFIG_LABEL: "one"}}})
+    for _ in range(20):
+        sim.observe()
+        sim.step()
+        if sim.device_plugin.applied == "one":
+            break
+        kube.clock.advance(30)
+    assert sim.device_plugin.applied == "one"
+    assert sim.device_plugin.rejected == 1
+    assert "number of replicas must be >= 2" in sim.device_plugin.refusals[0]
+    assert _allocatable(kube, node) == {}
 
 
 def test_executor_fails_a_sharing_the_plugin_never_shows(kube):

@@ -32,8 +32,8 @@ def ctl(tmp_path):
         client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
         namespace="gpupool-system",
         identity="t",
+        full_plan_every=10,  # the default, 1, keeps no memo
     )
-    c.full_plan_every = 10  # the default, 1, keeps no memo
     return c
 
 

@@ -175,22 +175,31 @@ def test_no_url_no_poll():
     assert not w.poll() and prom.asked == []
 
 
-def test_the_wake_reads_the_policies_of_the_last_snapshot_a_cycle_read(tmp_path):
+def test_the_wake_reads_the_policies_the_last_cycle_loaded(tmp_path):
+    from kubernetes import client
+
+    from reconciler.loop.controller import Controller
     from reconciler.loop.sources import DirectorySource
-    from reconciler.loop.wake import RememberedSource
+    from reconciler.loop.status import StatusView
 
     (tmp_path / "policies").mkdir()
     f = tmp_path / "policies" / "d.yaml"
     f.write_text(desired(extra=scaling()))
-    src = RememberedSource(DirectorySource(tmp_path))
-    assert src.desired() is None  # no cycle has read it yet
-    src.read()
-    d = src.desired()
-    assert d is not None and "chat" in d.scaling and src.desired() is d  # loaded once
-    assert src.paths() == [tmp_path / "policies"]  # the source's own methods pass through
+    ctl = Controller(
+        DirectorySource(tmp_path),
+        client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
+        namespace="gpupool-system",
+        identity="t",
+    )
+    ctl.status.read = StatusView  # the cluster is unreachable past the status read
+    ctl.elector.try_acquire_or_renew = lambda: False
+    assert ctl.last_desired is None  # no cycle has loaded it yet
+    ctl.cycle()  # the cluster read fails: the policies were loaded before it
+    d = ctl.last_desired
+    assert d is not None and "chat" in d.scaling
     f.write_text("kind: [not a policy")
-    src.read()
-    assert src.desired() is None  # does not load: no wake (the cycle reports it)
+    ctl.cycle()
+    assert ctl.last_desired is None  # does not load: no wake (the cycle reports it)
 
 
 def test_a_check_that_fails_wakes_nothing_and_raises_nothing():

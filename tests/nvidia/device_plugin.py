@@ -36,17 +36,30 @@ Read in NVIDIA/k8s-device-plugin (commit 1b826acc6):
 
 What the plugin advertises reaches the Node's capacity/allocatable through the kubelet:
 `set_resources` (the simulated kubelet) writes it.
+
+Since issue 30, on a node with no card in MIG mode the config the config-manager selected is
+given to NVIDIA's own nvidia-device-plugin v0.19.3 (tests/nvidia/real_plugin.py): it decides
+whether it starts and what it advertises, in its own words. This stand-in's `parse_sharing` and
+`node_refuses` then only decide whether the MPS control daemon (closed driver code) would be up.
+The stand-in alone serves what the real plugin cannot do here: MIG resources (the simulated NVML
+library has no MIG), and everywhere when GPUPOOL_DEVICE_PLUGIN=standin, or GPUPOOL_SKIP_DEVPLUGIN=1
+on a machine where the real plugin cannot run (no Go build, no mount namespace).
 """
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import yaml
 from kubernetes import client
 
 from reconciler.conventions import DEVICE_PLUGIN_CONFIG_LABEL, GPU_RESOURCE
+from tests.nvidia import real_plugin
 from tests.nvidia.gpunode import Sharing, SimulatedGpuNode
 from tests.nvidia.mounted import MountedConfigMap
 
@@ -153,6 +166,9 @@ def node_refuses(sharing: Sharing | None, gpus: SimulatedGpuNode) -> str | None:
     return None
 
 
+_BY_NODE: dict[str, DevicePlugin] = {}
+
+
 class DevicePlugin:
     def __init__(
         self,
@@ -170,6 +186,17 @@ class DevicePlugin:
         self.applied: str | None = None  # the config the running plugin uses
         self.crashes = 0  # config-manager restarts (a config it could not find)
         self.rejected = 0  # plugin start failures (a config it refused)
+        self.refusals: list[str] = []  # the real plugin's reasons, in its words
+        self._runs = 0
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"devplugin-{gpus.name}-"))
+        atexit.register(shutil.rmtree, self._workdir, True)
+        # A node name is unique within a world, and worlds come one after another: a new
+        # plugin for a name ends the real plugin of the previous world's node of that name, so
+        # a session holds one plugin (two processes, about 40 MB) per node name at most.
+        previous = _BY_NODE.get(gpus.name)
+        if previous is not None and previous is not self:
+            previous._stop_real()
+        _BY_NODE[gpus.name] = self
 
     def step(self) -> str | None:
         """Select and apply the config the node's label names; returns the name applied, or
@@ -198,6 +225,11 @@ class DevicePlugin:
             self._start(files[self.applied])
 
     def _start(self, text: str) -> None:
+        self._stop_real()
+        if real_plugin.wanted() and not self.gpus.mig_cards() and real_plugin.usable():
+            self._start_real(text)
+            self.set_resources(self.gpus.advertised())
+            return
         try:
             sharing = parse_sharing(text, self.env)
             refused = node_refuses(sharing, self.gpus)
@@ -209,3 +241,34 @@ class DevicePlugin:
             self.rejected += 1
             self.gpus.plugin_healthy = False
         self.set_resources(self.gpus.advertised())
+
+    def _stop_real(self) -> None:
+        if self.gpus.real_plugin is not None:
+            self.gpus.real_plugin.stop()
+            self.gpus.real_plugin = None
+
+    def _start_real(self, text: str) -> None:
+        """NVIDIA's plugin with the selected config on this node's cards."""
+        try:
+            sharing = parse_sharing(text, self.env)
+        except ConfigError:
+            sharing = None  # the real plugin says so in its own words
+        daemon_up = (
+            sharing is not None
+            and sharing.strategy == "mps"
+            and node_refuses(sharing, self.gpus) is None
+        )
+        self._runs += 1
+        workdir = self._workdir / f"run-{self._runs}"
+        plugin = real_plugin.RealDevicePlugin(
+            workdir, self.gpus.nvml_devices(), text, env=self.env, mps_daemon=daemon_up
+        ).start()
+        why = plugin.settle()
+        if why is None:
+            self.gpus.sharing, self.gpus.plugin_healthy = sharing, True
+            self.gpus.real_plugin = plugin
+        else:
+            plugin.stop()
+            self.refusals.append(why)
+            self.rejected += 1
+            self.gpus.plugin_healthy = False

@@ -7,7 +7,11 @@
   List: per pod and container, resource name and device IDs), which dcgm-exporter reads
   (../shared/notes/nvidia-stack.md, "Which pod holds which card"). `pod_resources()` is that List.
 * What the node advertises is the device plugin's job (`advertised()`), given the sharing config
-  its config-manager selected (device_plugin.py).
+  its config-manager selected (device_plugin.py). On a node with no card in MIG mode that is
+  NVIDIA's own plugin (`real_plugin`, tests/nvidia/real_plugin.py): the device IDs come from its
+  ListAndWatch, and admission asks it for GetPreferredAllocation and Allocate, as the kubelet's
+  device manager does. The stand-in inventory below serves MIG nodes (the simulated NVML
+  library models no MIG) and the time before the plugin first starts.
 
 Device IDs, as the device plugin names them: a whole card is its GPU UUID; a MIG device is its
 MIG UUID; a time-sliced replica is `<GPU UUID>::<n>` (k8s-device-plugin
@@ -19,11 +23,13 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import pynvml
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
+from tests.nvidia import nvmlsim
 
 BUSY_UTILIZATION = 90
 """Percent a card with a running container reports in the stand-in."""
@@ -53,6 +59,8 @@ class SimulatedGpuNode:
     sharing: Sharing | None = None
     plugin_healthy: bool = True
     """False: the device plugin failed to start (e.g. replicas < 2): nothing is advertised."""
+    real_plugin: Any = None
+    """tests.nvidia.real_plugin.RealDevicePlugin while NVIDIA's plugin serves this node."""
 
     def __post_init__(self) -> None:
         self.nvml = FakeNvml(
@@ -83,10 +91,25 @@ class SimulatedGpuNode:
         return self.nvml.instances(index)
 
     # ---------------------------------------------------------------- the device plugin's inventory
+    def nvml_devices(self) -> list[dict[str, Any]]:
+        """These cards as the simulated NVML library's JSON describes them (same UUIDs)."""
+        return [
+            nvmlsim.device(
+                self.model,
+                self.name,
+                d.index,
+                uuid=d.uuid,
+                numaNode=-1 if d.spec.numa_node is None else d.spec.numa_node,
+            )
+            for d in self._devices()
+        ]
+
     def inventory(self) -> dict[str, list[str]]:
         """Resource name -> every device ID the plugin advertises (healthy plugin only)."""
         if not self.plugin_healthy:
             return {}
+        if self.real_plugin is not None:
+            return self.real_plugin.advertised()
         out: dict[str, list[str]] = {}
         for d in self._devices():
             if d.mig_enabled:
@@ -119,11 +142,42 @@ class SimulatedGpuNode:
                 raise Unschedulable(
                     f"{pod}: {n} {resource} requested, {len(free)} free on {self.name}"
                 )
-            got += free[:n]
+            got += self._choose(pod, resource, free, n)
         self.assigned[pod] = got
         for dev_id in got:
             self._process(pod, dev_id, add=True)
         return got
+
+    def hold(self, pod: str, index: int) -> str:
+        """Card `index`, whole, for `pod` (a test that needs a given card busy, whatever the
+        plugin would prefer): Allocate'd by the real plugin when it serves the node."""
+        dev_id = self._devices()[index].uuid
+        taken = {i for ids in self.assigned.values() for i in ids}
+        if dev_id in taken or dev_id not in self.inventory().get(GPU_RESOURCE, []):
+            raise Unschedulable(f"{pod}: card {index} of {self.name} is not a free {GPU_RESOURCE}")
+        if self.real_plugin is not None:
+            answer = self.real_plugin.allocate(GPU_RESOURCE, [dev_id])
+            if answer.get("error"):
+                raise Unschedulable(f"{pod}: Allocate failed: {answer['error']}")
+        self.assigned[pod] = [dev_id]
+        self._process(pod, dev_id, add=True)
+        return dev_id
+
+    def _choose(self, pod: str, resource: str, free: list[str], n: int) -> list[str]:
+        """The kubelet's device manager: the plugin's preferred devices when it offers a
+        preference (a valid one), else the first free ones; then the plugin's Allocate."""
+        plugin = self.real_plugin
+        if plugin is None:
+            return free[:n]
+        chosen = free[:n]
+        if plugin.registered().get(resource, {}).get("preferred") and len(free) > n:
+            pref = plugin.preferred(resource, free, n)
+            if len(pref) == n and set(pref) <= set(free):
+                chosen = pref
+        answer = plugin.allocate(resource, chosen)
+        if answer.get("error"):
+            raise Unschedulable(f"{pod}: Allocate of {chosen} failed: {answer['error']}")
+        return chosen
 
     def release(self, pod: str) -> None:
         for dev_id in self.assigned.pop(pod, []):

@@ -6,14 +6,16 @@ Built-in kinds (Nodes, Pods, Jobs, Deployments, StatefulSets, HPAs, ResourceQuot
 PriorityClasses, Namespaces) are turned into the client's models by the client's own
 deserializer, as a real answer is; an item that is already a model object is handed over as it
 is (a shape no API server sends, but a watch cache or a buggy client could hold). Custom
-objects (GpuNodeStates, PodGroups, KEDA ScaledObjects, Kueue's objects) are handed over as
-dicts, as `CustomObjectsApi` does; a list that is None answers 404 (CRD not installed).
+objects (GpuNodeStates, PodGroups of both kinds, KEDA ScaledObjects, Kueue's objects) are
+handed over as dicts, as `CustomObjectsApi` does; a list that is None answers 404 (CRD not
+installed, API not served).
 
 `base()` is a small valid cluster that reads without a report: two A100 nodes (one whose agent
 publishes its cards and pods, one read from its capacity), pods bound, gated, admitted by
 gpupool and owned by Jobs, a Job gpupool suspended, a Move's next-pod reservation, an inference
 Deployment with an HPA and a StatefulSet with a ScaledObject, a PodGroup, quotas and classes.
-Used by tests/observe/test_loose_shapes.py and tests/test_hostile_cluster.py.
+Used by tests/observe/test_loose_shapes.py, tests/observe/test_workload_gangs.py and
+tests/test_hostile_cluster.py.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Cluster:
     node_states: list | None = field(default_factory=list)
     jobs: list = field(default_factory=list)
     pod_groups: list | None = None
+    workload_pod_groups: list | None = None
+    """The Workload API's PodGroups (scheduling.k8s.io/v1beta1); None: the API is not served."""
     deployments: list = field(default_factory=list)
     stateful_sets: list = field(default_factory=list)
     hpas: list = field(default_factory=list)
@@ -525,6 +529,12 @@ def serving(cluster: Cluster) -> Iterator[None]:
                 kind = "node_states"
             elif (group, plural) == (C.POD_GROUP_GROUP, C.POD_GROUP_PLURAL):
                 kind = "pod_groups"
+            elif (group, version, plural) == (
+                C.WORKLOAD_API_GROUP,
+                C.WORKLOAD_API_VERSION,
+                C.WORKLOAD_POD_GROUP_PLURAL,
+            ):
+                kind = "workload_pod_groups"
             elif (group, plural) == (C.KEDA_GROUP, C.SCALED_OBJECT_PLURAL):
                 kind = "scaled_objects"
             elif group == C.KUEUE_GROUP:

@@ -371,9 +371,10 @@ class Cluster:
             def list_cluster_custom_object(self, group: str, version: str, plural: str):
                 if plural == C.NODE_STATE_PLURAL:
                     return {"items": c.node_states}
-                if plural == C.POD_GROUP_PLURAL:
+                if (group, plural) == (C.POD_GROUP_GROUP, C.POD_GROUP_PLURAL):
                     return {"items": c.pod_groups}
-                raise client.ApiException(status=404, reason="NotFound")  # KEDA, Kueue
+                # KEDA, Kueue, the Workload API
+                raise client.ApiException(status=404, reason="NotFound")
 
         for name, fake in {
             "CoreV1Api": Core,
