@@ -23,6 +23,13 @@ echo "control plane: $(bash scripts/build-control-plane.sh) ($(( $(date +%s) - s
 # NVIDIA's config parsers (tests/nvidia/nvparse, Go), cached the same way; tests/nvidia/test_nvparse.py.
 started=$(date +%s)
 echo "nvparse: $(bash scripts/build-nvparse.sh) ($(( $(date +%s) - started ))s)"
+# KEDA's own operator and metrics server (tests/neighbours/keda, Go), cached the same way; long on a
+# fresh machine (KEDA links every scaler: docs/development.md). GPUPOOL_SKIP_KEDA=1 skips it and
+# tests/integration/test_keda.py.
+if [ -z "${GPUPOOL_SKIP_KEDA:-}" ]; then
+  started=$(date +%s)
+  echo "keda: $(bash scripts/build-keda.sh) ($(( $(date +%s) - started ))s)"
+fi
 # helm (helm.sh/helm/v4 cmd/helm v4.3.2, from the Go module proxy) for the chart's tests
 # (tests/deploy), cached the same way. GPUPOOL_SKIP_HELM=1 skips it (and those tests).
 if [ -z "${GPUPOOL_SKIP_HELM:-}" ]; then

@@ -115,7 +115,12 @@ def _scaled_object(o: dict) -> tuple[TargetRef | None, Autoscaler]:
     for key in ("apiVersion", "kind", "name"):  # a target that is no name would be no target
         _shape(ref.get(key), str, f"spec.scaleTargetRef.{key}", required=key == "name")
     lo, hi = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
-    for field_name, v in (("minReplicaCount", lo), ("maxReplicaCount", hi)):
+    idle = spec.get("idleReplicaCount")
+    for field_name, v in (
+        ("minReplicaCount", lo),
+        ("maxReplicaCount", hi),
+        ("idleReplicaCount", idle),
+    ):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise ValueError(f"spec.{field_name} {v!r} is not an integer")
     target = _apps_target(
@@ -130,6 +135,7 @@ def _scaled_object(o: dict) -> tuple[TargetRef | None, Autoscaler]:
         name=meta["name"],
         min_replicas=C.KEDA_DEFAULT_MIN if lo is None else lo,
         max_replicas=C.KEDA_DEFAULT_MAX if hi is None else hi,
+        idle_replicas=idle,
         last_change_at=_ts(
             (meta.get("annotations") or {}).get(C.LAST_SCALE_ANN), f"annotation {C.LAST_SCALE_ANN}"
         ),

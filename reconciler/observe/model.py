@@ -380,6 +380,9 @@ class Autoscaler(Obs):
     `spec.minReplicaCount` (0 when absent: KEDA scales an idle workload to zero)."""
     max_replicas: int = Field(ge=0)
     """HPA `spec.maxReplicas`; ScaledObject `spec.maxReplicaCount` (100 when absent)."""
+    idle_replicas: int | None = Field(default=None, ge=0)
+    """ScaledObject `spec.idleReplicaCount` (None when absent; HPAs have none): KEDA scales an
+    inactive target to it, and refuses a ScaledObject whose minReplicaCount is not above it."""
     owner: str = ""
     """`ScaledObject/<name>` for the HPA KEDA made for a ScaledObject (its controller
     ownerReference): KEDA owns it and would revert a change, so gpupool never plans for it;

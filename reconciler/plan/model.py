@@ -102,6 +102,7 @@ UNSETTLED_CODES = frozenset(
         "partition-drift",
         "inference-limit",
         "at-max-replicas",
+        "idle-replicas-over-target",
         "prune-class-in-use",
         "prune-everything-refused",
     }

@@ -12,10 +12,10 @@ Spec.MaxReplicas"), `currentReplicas < minReplicas` -> desiredReplicas = minRepl
 `needsMetricComputation = false`; only a target within the bounds has its metrics computed
 (and, without metrics, is left as it is).
 
-KEDA's operator is not run: nothing here turns a ScaledObject into an HPA or reads its
-triggers. The HPA KEDA would make for it (`keda-hpa-<name>`, owned by the ScaledObject: keda
-v2.19.0 controllers/keda/hpa.go, getDefaultHpaName and newHPAForScaledObject) is created by the
-test as KEDA would, to show gpupool leaves it alone.
+KEDA's operator is not run in this module (it is in test_keda.py, with its metrics server and
+the HPA it makes from the ScaledObject): here the HPA KEDA would make (`keda-hpa-<name>`, owned
+by the ScaledObject: keda v2.19.0 controllers/keda/hpa.go, getDefaultHpaName and
+newHPAForScaledObject) is created by the test as KEDA would, to show gpupool leaves it alone.
 """
 
 from __future__ import annotations

@@ -108,7 +108,12 @@ def test_a_scaledobject_with_its_envelope_on_a_statefulset():
     o["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "chat"}
     target, a = kube._scaled_object(o)
     assert target == ("team-b", "StatefulSet", "chat")
-    assert (a.min_replicas, a.max_replicas) == (1, 5)
+    assert (a.min_replicas, a.max_replicas, a.idle_replicas) == (1, 5, None)
+
+
+def test_a_scaledobjects_idle_replica_count():
+    _, a = kube._scaled_object(scaled_object(minReplicaCount=1, idleReplicaCount=0))
+    assert (a.idle_replicas, a.min_replicas) == (0, 1)
 
 
 def test_services_get_the_autoscalers_that_target_them():
@@ -193,6 +198,8 @@ def test_a_malformed_autoscaler_is_left_out_and_reported(apis):
             scaled_object("no-ref", scaleTargetRef=None),
             scaled_object("junk", minReplicaCount="two"),
             scaled_object("negative", maxReplicaCount=-1),
+            scaled_object("idle-junk", idleReplicaCount="0"),
+            scaled_object("idle-negative", idleReplicaCount=-1),
             scaled_object("fine", maxReplicaCount=3),
         ],
     )
@@ -202,6 +209,8 @@ def test_a_malformed_autoscaler_is_left_out_and_reported(apis):
         ("ScaledObject", "fine"),
     ]
     assert sorted((u.kind, u.name) for u in bad) == [
+        ("ScaledObject", "idle-junk"),
+        ("ScaledObject", "idle-negative"),
         ("ScaledObject", "junk"),
         ("ScaledObject", "negative"),
         ("ScaledObject", "no-ref"),

@@ -169,14 +169,25 @@ SHARED_CARD = [gpu(i, shared=4) for i in range(2)] + [
 HPA, SO = "HorizontalPodAutoscaler", "ScaledObject"
 
 
-def hpa(lo: int, hi: int, *, kind: str = HPA, name: str = "chat", owner: str = "", last=None):
-    """`last`: minutes since gpupool last changed the envelope (None: never)."""
+def hpa(
+    lo: int,
+    hi: int,
+    *,
+    kind: str = HPA,
+    name: str = "chat",
+    owner: str = "",
+    last=None,
+    idle: int | None = None,
+):
+    """`last`: minutes since gpupool last changed the envelope (None: never); `idle`: a
+    ScaledObject's idleReplicaCount."""
     return Autoscaler(
         kind=kind,
         namespace="team-b",
         name=name,
         min_replicas=lo,
         max_replicas=hi,
+        idle_replicas=idle,
         owner=owner,
         last_change_at=None if last is None else NOW - timedelta(minutes=last),
     )

@@ -152,6 +152,36 @@ ROWS = [
         set(),
         id="keda-scales-from-0-itself",
     ),
+    # KEDA's operator refuses a ScaledObject whose minReplicaCount (0 counting as 1) is not
+    # above its idleReplicaCount (CheckReplicaCountBoundsAreValid): tests/integration/test_keda.py
+    pytest.param(
+        {"lo": 0},
+        scaled(svc(3, queue=6), hpa(1, 4, kind=SO, idle=0)),
+        [("team-b/chat", 1, 0, 4, 4)],
+        set(),
+        id="keda-min-0-beside-idle-0-counts-as-1",
+    ),
+    pytest.param(
+        {"lo": 1},
+        scaled(svc(3, queue=6), hpa(1, 4, kind=SO, idle=1)),
+        [("team-b/chat", 1, 2, 4, 4)],
+        set(),
+        id="keda-min-at-idle-raised-above-it",
+    ),
+    pytest.param(
+        {"lo": 1},
+        scaled(svc(3, queue=0), hpa(1, 4, kind=SO, idle=2)),
+        [("team-b/chat", 1, 3, 4, 3)],
+        set(),
+        id="keda-calm-max-stops-above-idle",
+    ),
+    pytest.param(
+        {"lo": 0, "hi": 3},
+        scaled(svc(3, queue=0), hpa(4, 5, kind=SO, idle=3)),
+        [],
+        {("idle-replicas-over-target", "team-b/chat")},
+        id="keda-idle-over-target-max-finding-only",
+    ),
     pytest.param(
         {},
         scaled(svc(2, queue=60), hpa(1, 2), hpa(0, 5, kind=SO)),

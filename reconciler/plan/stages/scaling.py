@@ -278,13 +278,25 @@ def _autoscaler(run: Run, policy: str, svc: InferenceService) -> Autoscaler | ob
     return mine[0] if mine else None
 
 
-def _envelope_min(a: Autoscaler, lo: int, top: int) -> int:
-    """The envelope's minReplicas: the target's minimum, at most `top` (the new max). An HPA
-    refuses minReplicas 0 unless the HPAScaleToZero gate is on (kubernetes v1.37.2
+def _envelope_floor(a: Autoscaler) -> int:
+    """The least minReplicas the autoscaler accepts. An HPA refuses minReplicas 0 unless the
+    HPAScaleToZero gate is on (kubernetes v1.37.2
     pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go, MinReplicasLowerBound), so 0
-    only where it is 0 already."""
-    floor = 1 if a.kind == "HorizontalPodAutoscaler" and a.min_replicas > 0 else 0
-    return max(floor, min(lo, top))
+    only where it is 0 already. A ScaledObject with `idleReplicaCount` needs minReplicaCount
+    above it, a minReplicaCount of 0 counting as 1: KEDA's operator otherwise stops scaling it
+    (Ready False, "IdleReplicaCount=1 must be less than MinReplicaCount=1": keda v2.19.0
+    apis/keda/v1alpha1/scaledobject_types.go, CheckReplicaCountBoundsAreValid with
+    GetHPAMinReplicas, called by controllers/keda/scaledobject_controller.go). So an idle count
+    of 0 allows any min, and one of n >= 1 needs n + 1."""
+    if a.kind == "HorizontalPodAutoscaler":
+        return 1 if a.min_replicas > 0 else 0
+    return a.idle_replicas + 1 if a.idle_replicas else 0
+
+
+def _envelope_min(a: Autoscaler, lo: int, top: int) -> int:
+    """The envelope's minReplicas: the target's minimum, at most `top` (the new max), at least
+    what the autoscaler accepts (`_envelope_floor`)."""
+    return max(_envelope_floor(a), min(lo, top))
 
 
 def _envelope_intent(
@@ -320,7 +332,19 @@ def _envelope_intent(
         # the decision for a service running its envelope's max (its queue spread over them)
         view = svc.model_copy(update={"replicas": n, "last_scale_at": a.last_change_at})
         want, why = _desired_replicas(run, pol, view, lo, hi)
-    want = max(want, 1)  # an HPA's maxReplicas is at least 1 (autoscaling validation)
+    floor = _envelope_floor(a)
+    if floor > hi:
+        run.find(
+            "warning",
+            "idle-replicas-over-target",
+            svc.key,
+            f"{a.ref} has idleReplicaCount {a.idle_replicas}: KEDA needs minReplicaCount above "
+            f"it, and the target's maxReplicas is {hi}, so gpupool leaves its envelope as it "
+            "is; lower idleReplicaCount or raise the target's maxReplicas",
+        )
+        return None
+    # an HPA's maxReplicas is at least 1 (autoscaling validation); KEDA's max at least its min
+    want = max(want, 1, floor)
     env = _Envelope(a, _envelope_min(a, lo, want))
     if want == n and env.to_min == a.min_replicas:
         return None
@@ -349,8 +373,8 @@ def _emit_envelope(run: Run, it: _ScaleIntent, env: _Envelope, keys: set[str]) -
             why = f"{why} (admission allows {allowed})"
             want = allowed
     to_min = _envelope_min(a, env.to_min, want)
-    if (want, to_min) == (a.max_replicas, a.min_replicas):
-        return
+    if (want, to_min) == (a.max_replicas, a.min_replicas) or to_min > want:
+        return  # (to_min > want: admission held a max that an idleReplicaCount forbids)
     run.add(
         SetScaleEnvelope(
             id=f"scale-envelope:{a.key}",
