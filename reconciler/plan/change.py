@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import ObservedState
 from reconciler.plan.actions import EVICTION_KINDS, Preempt
+from reconciler.plan.dra import quota_key
 from reconciler.plan.model import Action, Plan
 from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.partition import DEFAULT_BACKENDS
@@ -329,26 +330,14 @@ def derivation(desired: DesiredState, q: Quota, resource: str) -> tuple[int | No
     within = False  # a whole-card limit maxGPUs did not cut
     for pq in q.spec.pools:
         at = f"spec.pools[pool={pq.pool}]"
-        if resource == "requests." + GPU_RESOURCE:
-            a = pq.whole
-            if not (a.guaranteed or a.borrowing_limit):
-                continue
-            if a.borrowing_limit is None:
-                terms.append(
-                    (cap, f"{at}.whole has no borrowingLimit: maxGPUs {cap}")
-                    if cap is not None
-                    else (None, f"{at}.whole has no borrowingLimit and there is no maxGPUs")
-                )
-                continue
-            total = a.guaranteed + a.borrowing_limit
-            text = _allotment(f"{at}.whole", a.guaranteed, a.borrowing_limit)[1]
-            if cap is not None and cap < total:
-                terms.append((cap, f"{text}, capped at maxGPUs {cap}"))
-            else:
-                terms.append((total, text))
-                within = cap is not None
-        elif resource == "requests." + SHARED_RESOURCE:
-            pool = desired.pools.get(pq.pool)
+        pool = desired.pools.get(pq.pool)
+        dra = pool is not None and pool.spec.backend == "dra"  # counted in devices (plan/dra.py)
+        if resource == (quota_key(pq.pool) if dra else "requests." + GPU_RESOURCE):
+            term, capped_within = _whole_term(at, pq.whole, cap)
+            if term is not None:
+                terms.append(term)
+                within = within or capped_within
+        elif resource == "requests." + SHARED_RESOURCE and not dra:
             sh = pool.spec.inference.shared if pool else None
             m = pq.shared_memory
             if m is None or sh is None:
@@ -369,7 +358,8 @@ def derivation(desired: DesiredState, q: Quota, resource: str) -> tuple[int | No
             )
         else:
             for prof, a in sorted(pq.mig.items()):
-                if "requests." + mig_resource(prof) == resource:
+                key = quota_key(pq.pool, prof) if dra else "requests." + mig_resource(prof)
+                if key == resource:
                     terms.append(
                         _allotment(f"{at}.mig{_segment(prof)}", a.guaranteed, a.borrowing_limit)
                     )
@@ -391,6 +381,22 @@ def derivation(desired: DesiredState, q: Quota, resource: str) -> tuple[int | No
     if len(terms) == 1:
         return total, f"{where} {terms[0][1]}{note}"
     return total, f"{where}: " + "; ".join(t for _, t in terms) + f"; {total} in all{note}"
+
+
+def _whole_term(at: str, a: Any, cap: int | None) -> tuple[tuple[int | None, str] | None, bool]:
+    """A pool's whole-card allotment `a` as `derivation`'s term (None: it allots none), and
+    whether maxGPUs `cap` is above it (the limit stands within the cap)."""
+    if not (a.guaranteed or a.borrowing_limit):
+        return None, False
+    if a.borrowing_limit is None:
+        if cap is not None:
+            return (cap, f"{at}.whole has no borrowingLimit: maxGPUs {cap}"), False
+        return (None, f"{at}.whole has no borrowingLimit and there is no maxGPUs"), False
+    total = a.guaranteed + a.borrowing_limit
+    text = _allotment(f"{at}.whole", a.guaranteed, a.borrowing_limit)[1]
+    if cap is not None and cap < total:
+        return (cap, f"{text}, capped at maxGPUs {cap}"), False
+    return (total, text), cap is not None
 
 
 def _derived(desired: DesiredState, q: Quota, resource: str, actual: str | None) -> str:
