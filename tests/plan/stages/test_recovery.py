@@ -21,12 +21,13 @@ import pytest
 from reconciler import conventions as C
 from reconciler.observe.builders import shared_pod, snapshot, training
 from reconciler.observe.model import Request, SuspendedJob, Taint, Workload
-from reconciler.plan.actions import EVICTION_KINDS
+from reconciler.plan.actions import EVICTION_KINDS, Reclaim
+from reconciler.plan.evictions import stop_lost
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.cycles_support import overcommits, simulate
 from tests.plan.scenarios import NOW, _objects
-from tests.plan.support import HIGH, LOW, ago, desired, run, two_nodes
+from tests.plan.support import HIGH, LOW, ago, desired, run, stage_run, two_nodes
 
 DOWN = "a100-2"
 
@@ -261,6 +262,30 @@ def test_a_repartition_on_a_failed_node_is_not_continued_and_its_cordon_stays():
     p = run(desired(), nodes, [])
     on_node = {a.id for a in p.actions if a.target == DOWN}
     assert on_node == set(), on_node
+
+
+def test_stop_lost_adds_its_action_whole_with_what_it_waits_for():
+    """The run keeps the first action of an id: `stop_lost` builds its action with `after`
+    among its dependencies before adding it, and leaves an action of that id added earlier
+    as it was (it used to patch the stored action after `run.add`, whichever that was)."""
+    r = stage_run(desired(), failed(), GANG)
+    lost = next(w for w in r.observed.workloads if w.name == "g-1")
+    aid = stop_lost(r, lost, "lost", checkpoint=False, recoveries=1, after=("reclaim:x",))
+    a = r.actions[aid]
+    assert a.depends_on == ("reclaim:x",) and a.lost and a.recoveries == 1
+
+    r = stage_run(desired(), failed(), GANG)
+    first = Reclaim(
+        id="reclaim:team-b/g-1",
+        target="team-b/g-1",
+        pool="a100",
+        reason="first",
+        node=DOWN,
+        gpus=(),
+    )
+    r.add(first)
+    stop_lost(r, lost, "lost", checkpoint=False, recoveries=1, after=("reclaim:x",))
+    assert r.actions["reclaim:team-b/g-1"] == first
 
 
 # ----------------------------------------------------------------------------- several cycles
