@@ -348,6 +348,9 @@ class Workload(Obs):
     `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
     """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
+    failed_at: Time | None = None
+    """Only in `ObservedState.failed_members`: when the pod Failed (its containers' last
+    finish, else its last condition change, else its creation)."""
     queue_name: str = ""
     """Its Kueue queue: the `kueue.x-k8s.io/queue-name` label of the pod or of its Job."""
 
@@ -574,6 +577,10 @@ class ObservedState(Obs):
     kueue: list[KueueObject] | None = None
     """Kueue's ResourceFlavors, ClusterQueues and LocalQueues; None: Kueue's CRDs are not
     served (or the snapshot does not say)."""
+    failed_members: list[Workload] = []
+    """Bound pods of gangs (a Job's, a pod group's, an explicit `gpupool.io/gang`) in phase
+    Failed, with `failed_at`: they hold nothing and are no demand; a gang whose member failed
+    while the others run is stopped whole (`reconciler/plan/stages/recovery.py`)."""
     job_recoveries: dict[str, Annotated[int, Field(ge=0, le=C.MAX_RECOVERIES_READ)]] = {}
     """Job (namespace/name) -> how many times in a row gpupool stopped its gang soon after it
     started because a member was lost (the Job's `gpupool.io/recoveries`, believed only when

@@ -5,7 +5,8 @@ taints it `node.kubernetes.io/unreachable`); the node is fenced in step 0. This 
 what becomes of the work that was there:
 
 * a gang (`gang_key`) with a member on a failed node, or a member terminating (evicted,
-  deleted) while others still run, cannot progress: it is stopped whole. Its survivors on
+  deleted) or Failed (`ObservedState.failed_members`: it failed during the gang's current run)
+  while others still run, cannot progress: it is stopped whole. Its survivors on
   healthy nodes are asked to checkpoint, then stopped (the Job suspended, else each pod
   evicted); the pods on the failed node get no checkpoint request (nothing there would see it)
   and their stop waits for the survivors'. A suspended Job is demand again next cycle and is
@@ -49,6 +50,10 @@ def recover(run: Run, workloads: list[Workload]) -> set[str]:
             gangs.setdefault(key, []).append(w)
         elif w.placed and not w.terminating and w.node in failed:
             replace_replica(run, w, failed[w.node])
+    for w in sorted(run.observed.failed_members, key=lambda w: w.key):
+        key = gang_key(w)
+        if key is not None:
+            gangs.setdefault(key, []).append(w)
     for key, members in sorted(gangs.items()):
         held |= stop_gang(run, key, members, failed)
     return held
@@ -135,9 +140,10 @@ def stop_gang(
     run: Run, key: tuple[str, str, str], members: list[Workload], failed: dict[str, str]
 ) -> set[str]:
     """Stop the gang `key` whole when it lost a member; the pending pods it holds back."""
-    live = [m for m in members if m.placed and not m.terminating]
+    live = [m for m in members if m.placed and not m.terminating and m.failed_at is None]
     lost_on_node = [m for m in live if m.node in failed]
     gone = [m for m in members if m.terminating and m.node not in failed]
+    gone += [m for m in members if m.failed_at is not None and failed_in_run(m, live)]
     if not lost_on_node and not (gone and live):
         return set()
     survivors = [m for m in live if m.node not in failed]
@@ -148,6 +154,8 @@ def stop_gang(
     how = (
         f"{first.key} on node {first.node} ({failed[first.node or '']})"
         if first in lost_on_node
+        else f"{first.key} failed on node {first.node}"
+        if first.failed_at is not None
         else f"{first.key} was evicted or deleted"
     )
     gpu_hours = lost_gpu_hours(run, live)
@@ -174,6 +182,15 @@ def stop_gang(
         f"{gpu_hours:.2f} GPU-hours since its last checkpoint are lost{held_note}",
     )
     return {m.key for m in members if m.phase == "Pending" and not m.placed}
+
+
+def failed_in_run(m: Workload, live: list[Workload]) -> bool:
+    """The Failed member `m` belongs to the gang's current run: it failed no earlier than the
+    first of the running members was created (a member that failed before the gang was
+    stopped and resumed is history: the resumed pods were all created after it). Times not
+    known: it counts."""
+    created = [w.created_at for w in live if w.created_at is not None]
+    return m.failed_at is None or not created or m.failed_at >= min(created)
 
 
 def lost_gpu_hours(run: Run, live: list[Workload]) -> float:

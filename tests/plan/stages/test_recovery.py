@@ -288,6 +288,55 @@ def test_stop_lost_adds_its_action_whole_with_what_it_waits_for():
     assert r.actions["reclaim:team-b/g-1"] == first
 
 
+def crashed(
+    name: str, node: str, failed_h: float, created_h: float = 5, job: str = "g"
+) -> Workload:
+    """A member of Job `job` that Failed `failed_h` hours ago (created `created_h` ago)."""
+    w = member(name, node, 4, job=job, created_at=ago(created_h))
+    return w.model_copy(update={"allocations": [], "failed_at": ago(failed_h)})
+
+
+def test_a_member_that_failed_while_the_others_run_stops_the_gang_whole():
+    """Issue 29 item 1, "it failed": g-1 Failed on a healthy node (its Job's backoffLimit made a
+    replacement, g-2, gated): g-0 is asked to checkpoint and stopped with its Job, the
+    replacement is not admitted alone."""
+    live = member("g-0", "a100-1", [0, 1, 2, 3], created_at=ago(5))
+    p = run(
+        desired(),
+        two_nodes(),
+        [live, REPLACEMENT],
+        failed_members=[crashed("g-1", DOWN, 0.1)],
+    )
+    assert {"checkpoint:team-b/g-0", "reclaim:team-b/g-0"} <= ids(p), sorted(ids(p))
+    assert "admit:team-b/g-2" not in ids(p)
+    (f,) = [f for f in p.findings if f.code == "gang-member-lost"]
+    assert "team-b/g-1 failed on node a100-2" in f.message
+    assert {a.id: a for a in p.actions}["reclaim:team-b/g-0"].suspend_job == "g"
+
+
+def test_a_member_that_failed_before_the_gang_was_resumed_is_history():
+    """g-1 Failed 2 h ago; the gang was stopped and resumed since (its pods now running were
+    all created 1 h ago): nothing is stopped."""
+    gang = [
+        member("g-2", "a100-1", [0, 1, 2, 3], created_at=ago(1), started=1),
+        member("g-3", DOWN, [0, 1, 2, 3], created_at=ago(1), started=1),
+    ]
+    p = run(desired(), two_nodes(), gang, failed_members=[crashed("g-1", DOWN, 2)])
+    assert not {a for a in ids(p) if a.startswith("reclaim:")}, sorted(ids(p))
+    assert "gang-member-lost" not in {f.code for f in p.findings}
+
+
+def test_a_failed_pod_of_a_finished_gang_or_a_service_stops_nothing():
+    replica = shared_pod("team-b", "chat-x1", "a100-1", started=ago(2))
+    p = run(
+        desired(),
+        two_nodes(),
+        [replica],
+        failed_members=[crashed("g-1", DOWN, 0.1)],  # its gang has no member running
+    )
+    assert not {a for a in ids(p) if a.startswith("reclaim:")}, sorted(ids(p))
+
+
 # ----------------------------------------------------------------------------- several cycles
 def test_over_cycles_the_gang_is_stopped_whole_and_readmitted_once_on_healthy_nodes():
     """A 2 x 4-GPU gang, one pod on a100-2 which fails; a third node has room. Cycles a minute
