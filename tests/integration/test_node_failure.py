@@ -30,7 +30,7 @@ from .scenario import TEXT, base, seed_priority_classes
 DEAD = "h100-2"
 
 
-def gang_job(ns: str, name: str, pods: int = 2, gpus: int = 4) -> dict[str, Any]:
+def gang_job(ns: str, name: str, pods: int = 2, gpus: int = 4, backoff: int = 0) -> dict[str, Any]:
     container = {
         "name": "main",
         "image": "registry.example/train:1",
@@ -42,7 +42,7 @@ def gang_job(ns: str, name: str, pods: int = 2, gpus: int = 4) -> dict[str, Any]
             "parallelism": pods,
             "completions": pods,
             "completionMode": "Indexed",
-            "backoffLimit": 0,
+            "backoffLimit": backoff,
             "template": {
                 "metadata": {
                     "labels": {"app": name},
@@ -121,18 +121,24 @@ def pods_of(kube, ns: str, app: str) -> list:
     return kube.core.list_namespaced_pod(ns, label_selector=f"app={app}").items
 
 
+def two_node_gang(kube, tmp_path, backoff: int = 0) -> str:
+    """The Job `llm` of two 4-GPU pods in a gated namespace (returned), with 4 cards of each
+    node taken, so its pods land on h100-1 and h100-2."""
+    base(kube, tmp_path, kube.clock, workloads=False)
+    seed_priority_classes(kube)
+    ns = gated_namespace(kube)
+    for node in ("h100-1", "h100-2"):
+        create_pod(kube, "team-a", f"fill-{node}", node=node, gpus=4, cls="training-high")
+    kube.batch.create_namespaced_job(ns, gang_job(ns, "llm", backoff=backoff))
+    kube.settle()
+    return ns
+
+
 def test_a_two_node_gang_that_loses_a_node_is_stopped_whole_and_readmitted_elsewhere(
     kube, tmp_path
 ):
     clock = kube.clock
-    base(kube, tmp_path, clock, workloads=False)
-    seed_priority_classes(kube)
-    ns = gated_namespace(kube)
-    # 4 cards of each node taken, so the gang's two 4-GPU pods land on h100-1 and h100-2
-    for node in ("h100-1", "h100-2"):
-        create_pod(kube, "team-a", f"fill-{node}", node=node, gpus=4, cls="training-high")
-    kube.batch.create_namespaced_job(ns, gang_job(ns, "llm"))
-    kube.settle()
+    ns = two_node_gang(kube, tmp_path)
     ctl = controller(kube, tmp_path, clock)
     cycles(ctl, kube, 10)
     before = {p.spec.node_name for p in pods_of(kube, ns, "llm") if p.status.phase == "Running"}
@@ -240,3 +246,76 @@ def test_a_node_that_comes_back_settles_before_the_gang_returns_to_it(kube, tmp_
     assert not job.spec.suspend
     live = [p for p in pods_of(kube, ns, "solo") if not p.metadata.deletion_timestamp]
     assert [(p.status.phase, p.spec.node_name) for p in live] == [("Running", DEAD)]
+
+
+def fail_pod(kube, ns: str, name: str) -> None:
+    """What the kubelet does when a pod's container exits non-zero (restartPolicy Never): the
+    devices go back to its device manager, the pod turns Failed with the container terminated
+    (exit code 1, finishedAt now), and the node agent republishes who holds which card."""
+    pod = kube.core.read_namespaced_pod(name, ns)
+    node = pod.spec.node_name
+    kube.kubelets.device_managers[node].release(f"{ns}/{name}")
+    t = datetime.now(UTC).isoformat()
+    terminated = {"exitCode": 1, "reason": "Error", "startedAt": t, "finishedAt": t}
+    status = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": c.name,
+                "image": c.image,
+                "imageID": c.image,
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+            for c in pod.spec.containers
+        ],
+    }
+    kube.core.patch_namespaced_pod_status(
+        name, ns, {"status": status}, _content_type="application/merge-patch+json"
+    )
+    kube.nodes[node].annotate_pods()
+
+
+def test_a_gang_whose_member_fails_is_stopped_whole_and_readmitted(kube, tmp_path):
+    """Issue 29 item 1, "it failed": a pod of a 2 x 4-GPU Job exits non-zero on a healthy node.
+    The Job's backoffLimit lets the Job controller make a replacement pod; on main that pod was
+    admitted alone beside the survivor, which ran on. Now the survivor checkpoints, the Job
+    is suspended (`gpupool.io/recoveries`), resumed, and both pods run again, from the
+    checkpoint."""
+    clock = kube.clock
+    ns = two_node_gang(kube, tmp_path, backoff=3)
+    ctl = controller(kube, tmp_path, clock)
+    cycles(ctl, kube, 10, dead="")
+    first = [p for p in pods_of(kube, ns, "llm") if p.status.phase == "Running"]
+    assert len(first) == 2, [(p.metadata.name, p.status.phase) for p in first]
+    crashed = next(p for p in first if p.spec.node_name == DEAD)
+    fail_pod(kube, ns, crashed.metadata.name)
+    results = cycles(ctl, kube, 20, dead="")
+
+    lost = [f for r in results for f in r.plan.findings if f.code == "gang-member-lost"]
+    assert lost and f"{crashed.metadata.name} failed" in lost[0].message, lost
+    job = kube.batch.read_namespaced_job("llm", ns)
+    assert (job.metadata.annotations or {}).get(RECOVERIES_ANN) == "1"
+    assert not job.spec.suspend  # resumed
+
+    def live() -> list:
+        return [
+            p
+            for p in pods_of(kube, ns, "llm")
+            if not p.metadata.deletion_timestamp and p.status.phase != "Failed"
+        ]
+
+    # the Job controller creates the resumed pods after its backoff for the failure (10 s)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (
+        len(live()) == 2 and all(p.status.phase == "Running" for p in live())
+    ):
+        time.sleep(2)
+        cycles(ctl, kube, 3, dead="")
+    live = live()
+    assert len(live) == 2 and all(p.status.phase == "Running" for p in live), [
+        (p.metadata.name, p.status.phase) for p in live
+    ]
+    survivors = {p.metadata.name for p in first if p is not crashed}
+    assert not survivors & {p.metadata.name for p in live}  # the survivor was stopped too
