@@ -243,6 +243,10 @@ class Node(Obs):
     created_at: Time | None = None
     """The Node object's creation time: a node Ready within `nodeSettleTime` of it is new,
     not back from a failure."""
+    agent_reported_at: Time | None = None
+    """When its node agent last published the node's `GpuNodeState` (`status.updatedAt`);
+    None: no agent publishes, or not known. Earlier than `ready_changed_at` on a Ready node:
+    the cards were not read since the node came back, and it is not capacity yet."""
     gpus: list[Gpu] = []
     """At most `conventions.MAX_GPUS_PER_NODE`."""
 

@@ -21,10 +21,24 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.conventions import GPU_RESOURCE, POOL_LABEL, RECOVERIES_ANN
+from reconciler.conventions import (
+    CORDONED_FOR_ANN,
+    GPU_RESOURCE,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    POOL_LABEL,
+    RECOVERIES_ANN,
+)
 
 from .gating import gated_namespace
-from .harness import add_gpu_node, controller, converge, create_inference_deployment, create_pod
+from .harness import (
+    add_gpu_node,
+    controller,
+    converge,
+    create_inference_deployment,
+    create_pod,
+    node_state,
+)
 from .scenario import TEXT, base, seed_priority_classes
 
 DEAD = "h100-2"
@@ -319,3 +333,83 @@ def test_a_gang_whose_member_fails_is_stopped_whole_and_readmitted(kube, tmp_pat
     ]
     survivors = {p.metadata.name for p in first if p is not crashed}
     assert not survivors & {p.metadata.name for p in live}  # the survivor was stopped too
+
+
+def until_mig_manager_pending(ctl, kube) -> None:
+    """Cycles of the standard scenario (checkpoint and preempt bert-new, cordon h100-2, MIG on
+    one of its cards) until h100-2's mig-manager has taken up gpupool's config and says
+    `pending`: the repartition is under way there."""
+    sim = kube.nodes[DEAD]
+    for _ in range(25):
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        kube.settle()
+        for name, other in kube.nodes.items():
+            if name != DEAD:
+                other.step()
+        sim.device_plugin.step()
+        if sim.mig_manager.step() == "pending":
+            return
+        sim.annotate_pods()
+        kube.settle()
+        kube.clock.advance(60)
+    raise AssertionError(f"mig-manager on {DEAD} never started gpupool's config")
+
+
+def test_a_node_lost_mid_repartition_is_abandoned_replanned_and_read_again_on_return(
+    kube, tmp_path
+):
+    """Issue 29 item 2: h100-2 is cordoned and its mig-manager is applying gpupool's config
+    when its kubelet dies. Nothing more is done there; the MIG pods' room is made on h100-3
+    instead. When h100-2 comes back (past its settle time) with its agent not yet reporting,
+    nothing is placed, repartitioned or uncordoned there (on main it was uncordoned on the
+    agent's state from before the failure); once mig-manager has finished and the agent has
+    published the real layout, gpupool's cordon is undone."""
+    text = TEXT.replace(
+        "gpuModel: H100-SXM5-80GB", "gpuModel: H100-SXM5-80GB\n  nodeSettleTime: 20s", 1
+    )
+    base(kube, tmp_path, kube.clock, text=text)
+    ctl = controller(kube, tmp_path, kube.clock)
+    until_mig_manager_pending(ctl, kube)
+    node = kube.core.read_node(DEAD)
+    assert node.spec.unschedulable and CORDONED_FOR_ANN in node.metadata.annotations
+    assert node.metadata.labels[MIG_STATE_LABEL] == "pending"
+
+    add_gpu_node(kube, "h100-3")
+    kill_and_wait_unknown(kube, DEAD)
+    dead = cycles(ctl, kube, 20)
+    assert not [a.id for r in dead for a in r.plan.actions if a.target == DEAD]
+    rankers = [
+        p for p in kube.core.list_namespaced_pod("team-b").items if "ranker" in p.metadata.name
+    ]
+    assert [(p.status.phase, p.spec.node_name) for p in rankers] == [("Running", "h100-3")] * 2
+    node = kube.core.read_node(DEAD)
+    assert node.spec.unschedulable and CORDONED_FOR_ANN in node.metadata.annotations
+
+    kube.kubelets.set_ready(DEAD)  # back; its agent has not published since
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        node = kube.core.read_node(DEAD)
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        if ready.status == "True" and not node.spec.taints:
+            break
+        time.sleep(1)
+    # the test clock runs minutes ahead of the kubelet's (each cycle moves it 60 s): the node
+    # is past its nodeSettleTime by it; turning it back would also turn back what the mounted
+    # ConfigMaps hold (tests/nvidia/mounted.py)
+    kube.clock.advance(60)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    assert "node-unreported" in {f.code for f in r.plan.findings}, r.plan.findings
+    assert not [a.id for a in r.plan.actions if a.target == DEAD]
+    assert kube.core.read_node(DEAD).spec.unschedulable
+
+    kube.nodes[DEAD].step()  # mig-manager finishes its run; the agent publishes
+    assert kube.core.read_node(DEAD).metadata.labels[MIG_STATE_LABEL] == "success"
+    cycles(ctl, kube, 15, dead="")
+    node = kube.core.read_node(DEAD)
+    assert not node.spec.unschedulable
+    assert CORDONED_FOR_ANN not in (node.metadata.annotations or {})
+    assert node.metadata.labels[MIG_CONFIG_LABEL].startswith("gpupool-")
+    published = node_state(kube, DEAD)["status"]["gpus"]
+    assert any(g.get("migEnabled") or g.get("mig_enabled") for g in published), published

@@ -18,8 +18,9 @@ what becomes of the work that was there:
 * an inference replica (a ReplicaSet's pod) on a failed node is evicted at once, so its
   Deployment replaces it elsewhere now rather than after the pod's NoExecute toleration;
 * a node back Ready after a failure is not capacity until it has been Ready for its pool's
-  `nodeSettleTime`: a flapping node does not take a gang down twice, and its agent's state,
-  labels and allocatable are read afresh before anything lands there.
+  `nodeSettleTime`: a flapping node does not take a gang down twice; and a Ready node whose
+  agent has not published since it came back is not capacity either (`fence_unreported`): its
+  partition is read afresh before anything lands there.
 
 No action here needs a failed node's agent: checkpoints are asked of survivors only, and
 stops go through the API server (Eviction, Job suspension)."""
@@ -41,6 +42,7 @@ def recover(run: Run, workloads: list[Workload]) -> set[str]:
     """Step 0b. `workloads`: every pod of the snapshot, terminating ones included. Returns the
     pending pods of the gangs stopped now: not demand this cycle (their gang comes back whole)."""
     settle_returned_nodes(run)
+    fence_unreported(run)
     failed = failed_nodes(run)
     held: set[str] = set()
     gangs: dict[tuple[str, str, str], list[Workload]] = {}
@@ -105,6 +107,34 @@ def settle_returned_nodes(run: Run) -> None:
                 name,
                 f"{why} (Pool {pool} nodeSettleTime): gpupool places nothing there until then, "
                 "and reads its partition afresh first",
+            )
+
+
+def fence_unreported(run: Run) -> None:
+    """Fence a Ready node whose agent last published its cards before the node's Ready
+    transition (`Node.agent_reported_at` < `ready_changed_at`): it came back (or its kubelet
+    restarted) and what the plan knows of its partition, labels aside, is from before; a
+    repartition left under way there may have gone on or been undone. Nothing is placed,
+    repartitioned or uncordoned there until the agent reports again."""
+    for pool, pv in sorted(run.cluster.pools.items()):
+        for name, n in sorted(pv.nodes.items()):
+            back, seen = n.ready_changed_at, n.agent_reported_at
+            if not n.ready or back is None or seen is None or seen >= back:
+                continue
+            why = (
+                f"Ready since {back.isoformat()}, its node agent last reported at "
+                f"{seen.isoformat()}, before that"
+            )
+            run.cluster.fenced_nodes.setdefault(name, why)
+            for s in pv.gpus:
+                if s.node == name:
+                    s.fenced = s.fenced or why
+            run.find(
+                "info",
+                "node-unreported",
+                name,
+                f"{why}: gpupool places, repartitions and uncordons nothing there until the "
+                f"agent has read its cards again (Pool {pool})",
             )
 
 

@@ -337,6 +337,51 @@ def test_a_failed_pod_of_a_finished_gang_or_a_service_stops_nothing():
     assert not {a for a in ids(p) if a.startswith("reclaim:")}, sorted(ids(p))
 
 
+@pytest.mark.parametrize(("reported", "fenced"), [(0.3, True), (0.1, False), (None, False)])
+def test_a_node_back_is_capacity_only_once_its_agent_has_reported_since(reported, fenced):
+    """a100-2 came back Ready 12 min ago (settled); its agent last published `reported` hours
+    ago: before the Ready transition, its cards are not read since it came back."""
+    nodes = failed("back", 0.2)
+    nodes[0] = nodes[0].model_copy(update={"gpus": []})
+    nodes[1] = nodes[1].model_copy(
+        update={"agent_reported_at": ago(reported) if reported is not None else None}
+    )
+    pending = member("p-0", None, 4, job="p", admission="gpupool", created=ago(0.1))
+    p = run(desired(), nodes, [pending])
+    assert ("admit:team-b/p-0" not in ids(p)) == fenced
+    assert any(f.code == "node-unreported" for f in p.findings) == fenced
+
+
+@pytest.mark.parametrize(
+    ("config", "state", "uncordoned"),
+    [
+        ("gpupool-0123456789ab", "pending", False),
+        ("gpupool-0123456789ab", "", False),  # gpupool set the label; mig-manager not yet
+        ("gpupool-0123456789ab", "success", True),
+        ("all-disabled", "pending", True),  # not gpupool's config: not gpupool's to wait for
+    ],
+)
+def test_a_gpupool_cordon_is_undone_only_once_its_repartition_is_resolved(
+    config, state, uncordoned
+):
+    """a100-2 was cordoned by gpupool for a repartition (abandoned: nothing is planned there
+    now); mig-manager's state of the config gpupool named decides whether it is over."""
+    nodes = two_nodes()
+    labels = {**nodes[1].labels, C.MIG_CONFIG_LABEL: config}
+    if state:
+        labels[C.MIG_STATE_LABEL] = state
+    nodes[1] = nodes[1].model_copy(
+        update={
+            "unschedulable": True,
+            "annotations": {C.CORDONED_FOR_ANN: "repartition"},
+            "labels": labels,
+        }
+    )
+    p = run(desired(), nodes, [])
+    assert ("uncordon:a100-2" in ids(p)) == uncordoned, sorted(ids(p))
+    assert any(f.code == "repartition-unresolved" for f in p.findings) == (not uncordoned)
+
+
 # ----------------------------------------------------------------------------- several cycles
 def test_over_cycles_the_gang_is_stopped_whole_and_readmitted_once_on_healthy_nodes():
     """A 2 x 4-GPU gang, one pod on a100-2 which fails; a third node has room. Cycles a minute
