@@ -216,7 +216,10 @@ def failed_members(raw_pods: Any, owners: Owners) -> list[Workload]:
     to its own failure (issue 29), which recovery weighs like one lost with its node."""
 
     def member(p: Any) -> Workload | None:
-        if (p.status.phase if p.status else None) != "Failed" or not p.spec.node_name:
+        # only a Failed pod is read further (any other was read, or reported, as a holding)
+        if getattr(getattr(p, "status", None), "phase", None) != "Failed":
+            return None
+        if not p.spec.node_name:
             return None
         if p.metadata.deletion_timestamp is not None:
             return None

@@ -362,8 +362,9 @@ def test_a_node_lost_mid_repartition_is_abandoned_replanned_and_read_again_on_re
     """Issue 29 item 2: h100-2 is cordoned and its mig-manager is applying gpupool's config
     when its kubelet dies. Nothing more is done there; the MIG pods' room is made on h100-3
     instead. When h100-2 comes back (past its settle time) with its agent not yet reporting,
-    nothing is placed, repartitioned or uncordoned there (on main it was uncordoned on the
-    agent's state from before the failure); once mig-manager has finished and the agent has
+    nothing is placed, repartitioned or uncordoned there (on main the plan read it from the
+    agent's state of before the failure and planned its uncordon, held back only by the apply
+    handler while mig-manager said pending); once mig-manager has finished and the agent has
     published the real layout, gpupool's cordon is undone."""
     text = TEXT.replace(
         "gpuModel: H100-SXM5-80GB", "gpuModel: H100-SXM5-80GB\n  nodeSettleTime: 20s", 1
