@@ -89,6 +89,7 @@ from soak_checks import (  # noqa: E402
     percentile,
     rss_mib,
     scrape,
+    stopped_whole,
 )
 
 from bench import cluster_setup  # noqa: E402
@@ -108,7 +109,10 @@ STOP_WINDOW = 60.0  # s after a failure by which a gang's other members must be 
 SETTLE = 30.0  # s: the Pool's nodeSettleTime (a returned node is no capacity before)
 SMOKE = {"nodes": 3, "minutes": 0.6, "drain": 15.0, "backlog": 4}
 PRIORITY = priority_doc(
-    "soak", "train", [("serve", 30000, "inference", False), ("train", 10000, "training", True)]
+    "soak",
+    "train",
+    [("serve", 30000, "inference", False), ("train", 10000, "training", True)],
+    "  preemption: {checkpointGracePeriod: 20s}\n",  # survivors stopped within STOP_WINDOW
 )
 
 
@@ -419,32 +423,25 @@ class Soak:
             self.scale_inference(1)
 
     def check_gangs(self, final: bool = False) -> None:
-        """Each gang a failure hit with members running on other nodes ("split") is stopped
-        whole when each of those was stopped (deleted, terminating, or Failed: not Succeeded)
-        within the window after the failure; a gang wholly on the failed node is only counted."""
+        """Each gang a failure hit with members running on other nodes ("split") is judged by
+        `stopped_whole` once the window after the failure has passed; a gang wholly on the
+        failed node, or one whose other members finished (Succeeded) within the window, is
+        only counted."""
         now = self.obs.now()
         for loss in self.losses:
             if "whole" in loss or (now - loss["t"] < self.window and not final):
                 continue
-            whole, alone = [], 0
-            end = loss["t"] + self.window
+            whole, alone, finished = [], 0, 0
             for g in loss["gangs"]:
-                others = [
-                    p
-                    for p in self.obs.gang_members(g)
-                    if p.node != loss["node"] and (p.ended_at is None or p.ended_at > loss["t"])
-                ]
-                if not others:
+                others = [p for p in self.obs.gang_members(g) if p.node != loss["node"]]
+                verdict = stopped_whole(others, loss["t"], self.window)
+                if not [p for p in others if p.ended_at is None or p.ended_at > loss["t"]]:
                     alone += 1
-                    continue
-                whole.append(
-                    all(
-                        (p.stopping_at is not None and p.stopping_at <= end)
-                        or (p.ended_at is not None and p.ended_at <= end and p.end != "Succeeded")
-                        for p in others
-                    )
-                )
-            loss["whole"], loss["alone"] = whole, alone
+                elif verdict is None:
+                    finished += 1
+                else:
+                    whole.append(verdict)
+            loss["whole"], loss["alone"], loss["finished"] = whole, alone, finished
 
 
 def pod_spec(gpus: int, cls: str) -> dict:
@@ -614,6 +611,7 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
     share = 100 * gs["useful"] / cap if cap else 0.0
     hit = [w for loss in soak.losses for w in loss.get("whole", [])]
     alone = sum(loss.get("alone", 0) for loss in soak.losses)
+    finished = sum(loss.get("finished", 0) for loss in soak.losses)
     rss, _ = rss_line(soak.replicas["a"].rss)
     rep_adm = obs.repeated_admissions()
     refused = obs.kubelet_refusals()
@@ -634,6 +632,7 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
             "-" if v is None else f"{v:.2f}s" for v in pct.values())),
         ("gangs stopped whole on a loss", f"{sum(hit)} of {len(hit)}"),
         ("gangs hit wholly on the failed node", str(alone)),
+        ("gangs hit that finished meanwhile (not judged)", str(finished)),
         ("leader failovers", "; ".join(soak.failovers) or "-"),
         ("RSS, replica a", rss),
         ("GPU-seconds useful / lost / running", f"{gs['useful']:.0f} / {gs['lost']:.0f} / "

@@ -243,6 +243,22 @@ NOT_LOST = ("waiting, not lost: gang incomplete", "waiting, not lost: nodes sett
 """Entries of `lost_groups`'s answer (and soak.py's) that are reported but not counted as lost."""
 
 
+def stopped_whole(others: list[PodLife], t: float, window: float) -> bool | None:
+    """Whether a gang whose member was lost with a node at `t` was stopped whole: each of its
+    `others` (its members on other nodes) that still ran at `t` was stopped (deletion begun, or
+    ended other than Succeeded) within `window` s. None: not judged: none of them still ran at
+    `t`, or one finished (Succeeded) within the window (its work was done; nothing to stop)."""
+    end = t + window
+    running = [p for p in others if p.ended_at is None or p.ended_at > t]
+    if not running or any(p.end == "Succeeded" and p.ended_at <= end for p in running):
+        return None
+    return all(
+        (p.stopping_at is not None and p.stopping_at <= end)
+        or (p.ended_at is not None and p.ended_at <= end and p.end != "Succeeded")
+        for p in running
+    )
+
+
 # ---------------------------------------------------------------- the controller's side
 
 

@@ -5,7 +5,7 @@ failure and settling: left out of `capacity` by the caller)."""
 
 from __future__ import annotations
 
-from bench.soak_checks import NOT_LOST, lost_groups
+from bench.soak_checks import NOT_LOST, PodLife, lost_groups, stopped_whole
 from reconciler.conventions import (
     ADMISSION_GATE,
     ADMITTED_ANN,
@@ -76,3 +76,21 @@ def test_an_admitted_pod_still_unbound_is_lost():
     p = pod("p1", 1, gated=False, annotations={ADMITTED_ANN: "n1"})
     out = lost_groups([p], {"n1": 8})
     assert out["admitted, unbound"] == ["p1 -> n1"] and counted(out) == 1
+
+
+def life(name: str, *, ended=None, end="", stopping=None) -> PodLife:
+    return PodLife(name, 8, "g", 0.0, running_at=1.0, ended_at=ended, end=end, stopping_at=stopping)
+
+
+def test_a_gang_is_stopped_whole_when_its_other_members_stop_within_the_window():
+    """Lost at t=100 s, window 60 s."""
+    assert stopped_whole([life("a", stopping=130.0)], 100.0, 60.0) is True
+    assert stopped_whole([life("a", stopping=190.0)], 100.0, 60.0) is False  # too late
+    assert stopped_whole([life("a")], 100.0, 60.0) is False  # ran on
+    assert stopped_whole([life("a", ended=120.0, end="Failed:Evicted")], 100.0, 60.0) is True
+
+
+def test_a_gang_that_finished_or_had_nothing_else_running_is_not_judged():
+    assert stopped_whole([life("a", ended=101.0, end="Succeeded")], 100.0, 60.0) is None
+    assert stopped_whole([life("a", ended=90.0, end="Succeeded")], 100.0, 60.0) is None
+    assert stopped_whole([], 100.0, 60.0) is None
