@@ -131,6 +131,20 @@ def kill_and_wait_unknown(kube, name: str, timeout: float = 90.0) -> None:
     raise AssertionError(f"{name} still Ready {timeout}s after its kubelet died")
 
 
+def revive(kube, name: str, timeout: float = 60.0) -> None:
+    """The node's kubelet starts again; wait until the node is Ready and the node-lifecycle
+    controller has taken its taints off."""
+    kube.kubelets.set_ready(name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        node = kube.core.read_node(name)
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        if ready.status == "True" and not node.spec.taints:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{name} not Ready and untainted {timeout}s after its kubelet returned")
+
+
 def pods_of(kube, ns: str, app: str) -> list:
     return kube.core.list_namespaced_pod(ns, label_selector=f"app={app}").items
 
@@ -241,14 +255,7 @@ def test_a_node_that_comes_back_settles_before_the_gang_returns_to_it(kube, tmp_
     job = kube.batch.read_namespaced_job("solo", ns)
     assert job.spec.suspend and (job.metadata.annotations or {}).get(RECOVERIES_ANN) == "1"
 
-    kube.kubelets.set_ready(DEAD)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        node = kube.core.read_node(DEAD)
-        ready = next(c for c in node.status.conditions if c.type == "Ready")
-        if ready.status == "True" and not node.spec.taints:
-            break
-        time.sleep(1)
+    revive(kube, DEAD)
     kube.clock.now = datetime.now(UTC)  # the node is back now, by the controller's clock too
     r = ctl.cycle()
     assert r.error is None, r.error
@@ -387,14 +394,7 @@ def test_a_node_lost_mid_repartition_is_abandoned_replanned_and_read_again_on_re
     node = kube.core.read_node(DEAD)
     assert node.spec.unschedulable and CORDONED_FOR_ANN in node.metadata.annotations
 
-    kube.kubelets.set_ready(DEAD)  # back; its agent has not published since
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        node = kube.core.read_node(DEAD)
-        ready = next(c for c in node.status.conditions if c.type == "Ready")
-        if ready.status == "True" and not node.spec.taints:
-            break
-        time.sleep(1)
+    revive(kube, DEAD)  # back; its agent has not published since
     # the test clock runs minutes ahead of the kubelet's (each cycle moves it 60 s): the node
     # is past its nodeSettleTime by it; turning it back would also turn back what the mounted
     # ConfigMaps hold (tests/nvidia/mounted.py)

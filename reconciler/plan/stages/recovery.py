@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from reconciler import conventions as C
 from reconciler.observe.model import Node, Workload
+from reconciler.plan.cluster import PoolView
 from reconciler.plan.evictions import stop_lost
 from reconciler.plan.run import Run, gang_key, kueue_mode, suspended_job
 
@@ -97,10 +98,7 @@ def settle_returned_nodes(run: Run) -> None:
                 continue
             back = until - settle
             why = f"back Ready since {back.isoformat()}, settling until {until.isoformat()}"
-            run.cluster.fenced_nodes[name] = why
-            for s in pv.gpus:
-                if s.node == name:
-                    s.fenced = s.fenced or why
+            fence(run, pv, name, why)
             run.find(
                 "info",
                 "node-settling",
@@ -125,10 +123,7 @@ def fence_unreported(run: Run) -> None:
                 f"Ready since {back.isoformat()}, its node agent last reported at "
                 f"{seen.isoformat()}, before that"
             )
-            run.cluster.fenced_nodes.setdefault(name, why)
-            for s in pv.gpus:
-                if s.node == name:
-                    s.fenced = s.fenced or why
+            fence(run, pv, name, why)
             run.find(
                 "info",
                 "node-unreported",
@@ -136,6 +131,14 @@ def fence_unreported(run: Run) -> None:
                 f"{why}: gpupool places, repartitions and uncordons nothing there until the "
                 f"agent has read its cards again (Pool {pool})",
             )
+
+
+def fence(run: Run, pv: PoolView, name: str, why: str) -> None:
+    """Node `name` of `pv` is no capacity now, for `why` (a reason given before stays)."""
+    run.cluster.fenced_nodes.setdefault(name, why)
+    for s in pv.gpus:
+        if s.node == name:
+            s.fenced = s.fenced or why
 
 
 def settled_at(n: Node, settle: timedelta) -> datetime | None:
