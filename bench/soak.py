@@ -107,6 +107,7 @@ PAUSE = 20.0  # SIGSTOP of the leader: longer than its 15 s Lease
 TOLERATION = 5  # s a pod tolerates a NotReady/unreachable node
 STOP_WINDOW = 60.0  # s after a failure by which a gang's other members must be stopped
 SETTLE = 30.0  # s: the Pool's nodeSettleTime (a returned node is no capacity before)
+AGENT_INTERVAL = 30.0  # s between a node agent's publications (its default --interval)
 SMOKE = {"nodes": 3, "minutes": 0.6, "drain": 15.0, "backlog": 4}
 PRIORITY = priority_doc(
     "soak",
@@ -347,17 +348,21 @@ class Soak:
     # ---- the node stand-ins ----------------------------------------------------------------
     def step_nodes(self) -> None:
         """What each live node's agent and NVIDIA stand-ins do: publish who holds which card
-        when that changed (a dead node's agent is down with its kubelet)."""
+        when that changed, and every AGENT_INTERVAL s as the real agent does (`gpupool agent
+        --interval`, 30 s: gpupool fences a node whose agent has not published since its Ready
+        transition); a dead node's agent is down with its kubelet."""
         self.world.clock.now = datetime.now(UTC)
         published = self.__dict__.setdefault("_published", {})
+        now = time.monotonic()
         for name, sim in list(self.world.nodes.items()):
             if name in self.dead:
                 continue
             held = held_cards(sim.gpus)
-            if published.get(name) != held:
+            last = published.get(name)
+            if last is None or last[0] != held or now - last[1] >= AGENT_INTERVAL:
                 try:
                     sim.publish()
-                    published[name] = held
+                    published[name] = (held, now)
                 except Exception:  # noqa: BLE001 - the API server may be restarting
                     self.events["agent publish failed"] += 1
 
