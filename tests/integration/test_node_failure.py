@@ -262,6 +262,7 @@ def test_a_node_that_comes_back_settles_before_the_gang_returns_to_it(kube, tmp_
     assert "node-settling" in {f.code for f in r.plan.findings}
     assert not [a for a in r.plan.actions if a.kind == "resume"]
     kube.clock.advance(60)  # past the settle time
+    kube.nodes[DEAD].annotate_pods()  # its agent, back with the node, reports (node-unreported)
     cycles(ctl, kube, 15, dead="")
     job = kube.batch.read_namespaced_job("solo", ns)
     assert not job.spec.suspend
