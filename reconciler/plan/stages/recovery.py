@@ -175,7 +175,9 @@ def stop_gang(
     """Stop the gang `key` whole when it lost a member; the pending pods it holds back."""
     live = [m for m in members if m.placed and not m.terminating and m.failed_at is None]
     lost_on_node = [m for m in live if m.node in failed]
-    gone = [m for m in members if m.terminating and m.node not in failed]
+    # gone: evicted or deleted (on a failed node too: its NoExecute toleration ran out before
+    # the survivors' stop was done), or Failed during this run of the gang
+    gone = [m for m in members if m.terminating and m.placed]
     gone += [m for m in members if m.failed_at is not None and failed_in_run(m, live)]
     if not lost_on_node and not (gone and live):
         return set()
@@ -186,7 +188,7 @@ def stop_gang(
     first = (lost_on_node or gone)[0]
     how = (
         f"{first.key} on node {first.node} ({failed[first.node or '']})"
-        if first in lost_on_node
+        if first in lost_on_node or first.node in failed
         else f"{first.key} failed on node {first.node}"
         if first.failed_at is not None
         else f"{first.key} was evicted or deleted"

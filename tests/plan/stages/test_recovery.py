@@ -112,6 +112,17 @@ ROWS = [
     ),
     pytest.param(
         failed(),
+        [GANG[0], GANG[1].model_copy(update={"terminating": True})],
+        {},
+        {"checkpoint:team-b/g-0", "reclaim:team-b/g-0"},
+        {"reclaim:team-b/g-1"},
+        "gang-member-lost",
+        # taint eviction (a short NoExecute toleration) deleted the lost pod before the
+        # survivor's stop was done: the survivor is still stopped (the soak found it going on)
+        id="member-on-failed-node-already-terminating-survivor-still-stopped",
+    ),
+    pytest.param(
+        failed(),
         GANG,
         {"recent_preemptions": [ago(0.1 * i) for i in range(1, 30)]},
         {"reclaim:team-b/g-0", "reclaim:team-b/g-1"},
