@@ -29,6 +29,7 @@ from reconciler.conventions import (
     POOL_LABEL,
     RECOVERIES_ANN,
 )
+from reconciler.plan.stages.recovery import LOST_TAINTS
 
 from .gating import gated_namespace
 from .harness import (
@@ -133,13 +134,14 @@ def kill_and_wait_unknown(kube, name: str, timeout: float = 90.0) -> None:
 
 def revive(kube, name: str, timeout: float = 60.0) -> None:
     """The node's kubelet starts again; wait until the node is Ready and the node-lifecycle
-    controller has taken its taints off."""
+    controller has taken its not-ready/unreachable taints off (a cordon's stays)."""
     kube.kubelets.set_ready(name)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         node = kube.core.read_node(name)
         ready = next(c for c in node.status.conditions if c.type == "Ready")
-        if ready.status == "True" and not node.spec.taints:
+        lost = {t.key for t in node.spec.taints or []} & LOST_TAINTS
+        if ready.status == "True" and not lost:
             return
         time.sleep(1)
     raise AssertionError(f"{name} not Ready and untainted {timeout}s after its kubelet returned")
