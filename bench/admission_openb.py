@@ -94,10 +94,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import heapq
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -114,6 +112,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import cluster_setup  # noqa: E402
+from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
 from bench.openb_baselines import (  # noqa: E402
     BINPACK_SCHEDULER,
     GRID,
@@ -132,7 +132,6 @@ from bench.openb_baselines import (  # noqa: E402
 from reconciler.sim.trace import (  # noqa: E402
     DEFAULT_NODES,
     DEFAULT_PODS,
-    NodeSpec,
     TraceError,
     openb_dir,
     read_nodes,
@@ -147,24 +146,6 @@ LATE = 2.0  # wall s: a pod created later than this after its arrival time marks
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
 RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
-POLICY_TEXT = """\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: {pool}}}
-spec:
-  gpuModel: {model}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
-  capacity: {{nodes: {nodes}, gpusPerNode: 8}}
-  training: {{minGPUs: 0, topology: node}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: bench}}
-spec:
-  defaultClass: {cls}
-  classes:
-    - {{name: {cls}, value: {value}, workload: training, preemptible: false}}
-"""
 
 
 def say(msg: str) -> None:
@@ -174,86 +155,7 @@ def say(msg: str) -> None:
 # --------------------------------------------------------------------------- inputs
 
 
-def cached_binary() -> Path | None:
-    """The kcp binary scripts/build-control-plane.sh would print, if it is built: $KCP_BINARY,
-    else the cache path the script derives (its hash of go.mod, go.sum, the .go files and the
-    script itself). None when not built; this script never builds it."""
-    override = os.environ.get("KCP_BINARY")
-    if override:
-        return Path(override) if os.access(override, os.X_OK) else None
-    src = ROOT / "tests" / "cluster" / "kcp"
-    script = ROOT / "scripts" / "build-control-plane.sh"
-    try:
-        gomod = (src / "go.mod").read_bytes()
-        version = next(
-            f[1]
-            for f in (line.split() for line in gomod.decode().splitlines())
-            if len(f) > 1 and f[0] == "k8s.io/kubernetes"
-        )
-        h = hashlib.sha256(gomod + (src / "go.sum").read_bytes())
-        for go in sorted(src.glob("*.go"), key=lambda p: p.name.encode()):
-            h.update(f"== {go.name}\n".encode() + go.read_bytes())
-        h.update(script.read_bytes())
-    except (OSError, StopIteration):
-        return None
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    cache = Path(os.environ.get("GPUPOOL_CACHE") or Path(xdg) / "gpupool")
-    path = cache / "control-plane" / f"{version}-{h.hexdigest()[:16]}" / "kcp"
-    return path if os.access(path, os.X_OK) else None
-
-
 # --------------------------------------------------------------------------- the real cluster
-
-
-def held_cards(devices: Any) -> tuple:
-    """What a node's device manager hands out now (the kubelet threads change it)."""
-    for _ in range(20):
-        try:
-            return tuple(sorted((k, tuple(v)) for k, v in list(devices.assigned.items()) if v))
-        except RuntimeError:  # changed during the copy
-            time.sleep(0.001)
-    return ()
-
-
-def make_world(plane: Any, kubelets: Any, api: Any) -> Any:
-    """tests/integration/world.py's World, with `settle()` and `step_nodes()` that scale: the
-    node agents publish only where the device manager's assignments changed since their last
-    publication (a World publishes every node, about 45 ms each), and the NVIDIA stand-ins
-    step only while their ConfigMaps changed within the mount delay (about 85 ms a node)."""
-    from tests.integration.world import MIG_CM, OPERATOR_NS, SHARING_CM, World
-    from tests.nvidia.mounted import SYNC_PERIOD_PLUS_CACHE_TTL
-
-    class BenchWorld(World):
-        def settle(self, timeout: float = 30.0) -> None:  # noqa: ARG002 - World's signature
-            published = self.__dict__.setdefault("_published", {})
-            dirty = []
-            for name, sim in list(self.nodes.items()):
-                held = held_cards(sim.gpus)
-                if published.get(name) != held:
-                    dirty.append((name, sim, held))
-            if dirty:
-                with ThreadPoolExecutor(4) as pool:
-                    list(pool.map(lambda d: d[1].publish(), dirty))
-            for name, _, held in dirty:
-                published[name] = held
-
-        def step_nodes(self) -> None:
-            rvs = tuple(
-                self.core.read_namespaced_config_map(cm, OPERATOR_NS).metadata.resource_version
-                for cm in (MIG_CM, SHARING_CM)
-            )
-            seen = self.__dict__.get("_config_rvs")
-            if seen is None:  # the stand-ins read these at their start
-                self.__dict__["_config_rvs"] = (rvs, None)
-                return
-            if seen[0] != rvs:
-                seen = self.__dict__["_config_rvs"] = (rvs, self.clock.now)
-            if seen[1] is not None and (
-                (self.clock.now - seen[1]).total_seconds() <= 2 * SYNC_PERIOD_PLUS_CACHE_TTL
-            ):
-                super().step_nodes()
-
-    return BenchWorld(plane, kubelets, api)
 
 
 class Replay:
@@ -862,58 +764,14 @@ def stuck_pods(world: Any, ns: str) -> dict[str, Any]:
 
 
 def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tuple:
-    from tests.cluster.controlplane import ControlPlane
-    from tests.cluster.kubelets import SimulatedKubelets
-    from tests.integration.harness import write_policy
-    from tests.integration.scenario import seed_priority_classes
-    from tests.integration.world import (
-        MIG_CM,
-        MIG_DEFAULTS,
-        OPERATOR_NS,
-        SHARING_CM,
-        SHARING_DEFAULTS,
-        create_or_keep,
-        install,
-    )
-
-    t = time.monotonic()
     plane_dir = workdir / "control-plane"
     config = write_scheduler_config(  # ControlPlane.start writes the kubeconfig
         workdir / "scheduler-config.yaml", plane_dir / "scheduler.kubeconfig"
     )
-    plane = ControlPlane(
-        binary,
-        plane_dir,
-        node_monitor_grace_period="300s",
-        extra_scheduler_args=[f"--config={config}"],
+    plane, kubelets, world = cluster_setup.start_cluster(
+        binary, workdir, policy, scheduler_args=[f"--config={config}"], say=say
     )
-    plane.start()
-    say(f"control plane up in {time.monotonic() - t:.1f}s ({plane.server})")
-    kubelets = SimulatedKubelets(plane.api_client, heartbeat_interval=20, status_interval=600)
-    api = plane.api_client()
-    install(api)
-    world = make_world(plane, kubelets, api)
-    for cm, data in ((MIG_CM, MIG_DEFAULTS), (SHARING_CM, SHARING_DEFAULTS)):
-        create_or_keep(
-            lambda cm=cm, data=data: world.core.create_namespaced_config_map(
-                OPERATOR_NS, {"metadata": {"name": cm}, "data": data}
-            )
-        )
-    seed_priority_classes(world, policy)
-    write_policy(workdir / "policy", policy)
-    t = time.monotonic()
-    done = 0
-
-    def add(n: NodeSpec) -> None:
-        nonlocal done
-        world.add_gpu_node(n.name, pool=POOL, model=MODEL, count=n.gpus)
-        done += 1
-        if done % 25 == 0 or done == len(wl.nodes):
-            say(f"  {done}/{len(wl.nodes)} GPU nodes ({time.monotonic() - t:.0f}s)")
-
-    with ThreadPoolExecutor(6) as pool:
-        list(pool.map(add, wl.nodes))
-    world.settle()
+    add_nodes(world, [(n.name, POOL, n.gpus) for n in wl.nodes], MODEL, say=say)
     return plane, kubelets, world
 
 
@@ -1182,8 +1040,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         sims.append(simulate(wl, policy, args.seed))
         say(f"simulator, {policy}: {time.monotonic() - t:.1f}s")
-    policy = POLICY_TEXT.format(
-        pool=POOL, model=MODEL, nodes=len(wl.nodes), cls=CLASS, value=PRIORITY_VALUE
+    policy = pool_doc(POOL, MODEL, len(wl.nodes)) + priority_doc(
+        "bench", CLASS, [(CLASS, PRIORITY_VALUE, "training", False)]
     )
     workdir = Path(tempfile.mkdtemp(prefix="gpupool-admission-bench-"))
     plane = kubelets = None

@@ -59,6 +59,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import cluster_setup  # noqa: E402
+from bench.cluster_setup import add_nodes, cached_binary, pool_doc, priority_doc  # noqa: E402
 from reconciler import conventions as C  # noqa: E402
 
 MODEL = "H100-SXM5-80GB"
@@ -71,16 +73,7 @@ SMOKE = {"sizes": "4", "trials": 2, "churn": 0.5, "cases": "free,preempt"}
 MIG = "3g.40gb"
 MOUNT_DELAY = 140.0  # s; the kubelet's worst case is 150 s (tests/nvidia/mounted.py)
 
-POOL_TEXT = """\
----
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: {pool}}}
-spec:
-  gpuModel: {model}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
-  capacity: {{nodes: {nodes}, gpusPerNode: 8}}
-  training: {{minGPUs: 0, topology: node}}
+INFERENCE_TEXT = """\
   inference:
     minGPUs: 0
     maxGPUs: {cards}
@@ -90,29 +83,25 @@ spec:
         - {{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}
 """
 
-POLICY = """\
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: bench}}
-spec:
-  defaultClass: training-low
-  classes:
-    - {{name: serving, value: 30000, workload: inference, preemptible: false}}
-    - {{name: training-low, value: 10000, workload: training}}
+POLICY = priority_doc(
+    "bench",
+    "training-low",
+    [("serving", 30000, "inference", False), ("training-low", 10000, "training", True)],
+    """\
   preemption:
     checkpointGracePeriod: 30s
     minRuntime: 1m
     budgetPerHour: 10000
     rules:
-      - {{preemptor: serving, victims: [training-low]}}
+      - {preemptor: serving, victims: [training-low]}
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: MaintenancePolicy
-metadata: {{name: default}}
+metadata: {name: default}
 spec:
-  defragmentation: {{enabled: false}}
-"""
+  defragmentation: {enabled: false}
+""",
+)
 
 SCALING = """\
 ---
@@ -181,44 +170,12 @@ def split(n: int, cases: list[str]) -> dict[str, list[str]]:
 
 
 def start_cluster(binary: Path, workdir: Path, nodes: dict[str, list[str]]) -> Any:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bench.admission_openb import make_world
-    from tests.cluster.controlplane import ControlPlane
-    from tests.cluster.kubelets import SimulatedKubelets
-    from tests.integration.scenario import seed_priority_classes
-    from tests.integration.world import (
-        MIG_CM,
-        MIG_DEFAULTS,
-        OPERATOR_NS,
-        SHARING_CM,
-        SHARING_DEFAULTS,
-        create_or_keep,
-        install,
+    plane, kubelets, world = cluster_setup.start_cluster(
+        binary, workdir, policy_text(nodes, []), say=say
     )
-
-    t = time.monotonic()
-    plane = ControlPlane(binary, workdir / "control-plane", node_monitor_grace_period="300s")
-    plane.start()
-    say(f"control plane up in {time.monotonic() - t:.1f}s")
-    kubelets = SimulatedKubelets(plane.api_client, heartbeat_interval=20, status_interval=600)
-    api = plane.api_client()
-    install(api)
-    world = make_world(plane, kubelets, api)
     world.clock = WallClock()
-    for cm, data in ((MIG_CM, MIG_DEFAULTS), (SHARING_CM, SHARING_DEFAULTS)):
-        create_or_keep(
-            lambda cm=cm, data=data: world.core.create_namespaced_config_map(
-                OPERATOR_NS, {"metadata": {"name": cm}, "data": data}
-            )
-        )
-    seed_priority_classes(world, policy_text(nodes, []))
-    t = time.monotonic()
-    todo = [(case, name) for case, names in nodes.items() for name in names]
-    with ThreadPoolExecutor(6) as pool:
-        list(pool.map(lambda cn: world.add_gpu_node(cn[1], pool=cn[0], model=MODEL), todo))
-    say(f"{len(todo)} GPU nodes in {time.monotonic() - t:.0f}s")
-    world.settle()
+    todo = [(name, case, 8) for case, names in nodes.items() for name in names]
+    add_nodes(world, todo, MODEL, say=say, every=max(len(todo), 1))
     return plane, kubelets, world
 
 
@@ -582,10 +539,10 @@ def policy_text(nodes: dict[str, list[str]], targets: list[tuple[str, str]]) -> 
     """A Pool per case (named after it, over its nodes), the priorities, and a ScalingPolicy
     per case's Deployment (`targets`: (name, namespace))."""
     text = "".join(
-        POOL_TEXT.format(pool=c, model=MODEL, nodes=len(names), cards=8 * len(names))
+        "---\n" + pool_doc(c, MODEL, len(names), INFERENCE_TEXT.format(cards=8 * len(names)))
         for c, names in nodes.items()
     )
-    text += POLICY.format()
+    text += POLICY
     for name, ns in targets:
         text += SCALING.format(name=name, ns=ns, pool=name)
     return text
@@ -662,8 +619,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.admission_openb import cached_binary
-
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.log:

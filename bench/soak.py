@@ -38,13 +38,17 @@ NotReady/unreachable for 5 s, so taint eviction follows a node's loss quickly.
 * actions done twice: a pod whose `gpupool.io/admitted` changed value (admitted twice, to two
   places), and evictions gpupool's ServiceAccount sent successfully more than once for one pod
   (the audit log). Actions lost: after the chaos stops and `--drain` seconds pass, pods gpupool
-  admitted that are still unbound, and gated pods that would fit on the Ready nodes' free cards
-  (gang: all members). Must be 0.
+  admitted that are still unbound, and gated pods that would fit on the free cards (gang: all
+  members, groups one after the other) of the Ready nodes gpupool may use by its own rules:
+  not a node back from a failure for less than the Pool's `nodeSettleTime` (30 s here); a
+  gang with fewer pods than its size (a creation refused during an API server restart) waits
+  for the rest and is listed apart. Must be 0. When something counts as lost, gpupool's own
+  view is printed too (a plan made from the cluster: fenced nodes and why each group waits).
 * cycles by result (/metrics of each replica, summed over its lifetimes) and why cycles failed
   (the replicas' logs: connection, HTTP status, other).
 * gangs stopped whole on every loss: for each gang with a member on a failed node, whether all
-  its other members were stopped (deleted or terminating) within 60 s of the failure. Counted,
-  not asserted: gang-aware recovery (issue 29 items 1-4) is another change.
+  its other members were stopped (deleted or terminating) within 60 s of the failure
+  (gang-aware recovery: reconciler/plan/stages/recovery.py). Counted, not asserted.
 * RSS of replica a over the run (first sample after 60 s, last, max, growth per hour);
   cycle-time p50/p95/p99 (histogram buckets of gpupool_reconcile_duration_seconds);
   GPU-seconds: useful (pods that ran to Succeeded, a gang's only when all its pods did), lost
@@ -78,16 +82,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from soak_checks import (  # noqa: E402
+    NOT_LOST,
     Observer,
     failure_reasons,
+    lost_groups,
     percentile,
     rss_mib,
     scrape,
+    stopped_whole,
 )
 
+from bench import cluster_setup  # noqa: E402
+from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
 from reconciler.conventions import (  # noqa: E402
-    ADMISSION_GATE,
-    ADMITTED_ANN,
     GANG_ANN,
     GANG_SIZE_ANN,
     GPU_RESOURCE,
@@ -99,26 +106,15 @@ LEASE = "gpupool-controller"
 PAUSE = 20.0  # SIGSTOP of the leader: longer than its 15 s Lease
 TOLERATION = 5  # s a pod tolerates a NotReady/unreachable node
 STOP_WINDOW = 60.0  # s after a failure by which a gang's other members must be stopped
+SETTLE = 30.0  # s: the Pool's nodeSettleTime (a returned node is no capacity before)
+AGENT_INTERVAL = 30.0  # s between a node agent's publications (its default --interval)
 SMOKE = {"nodes": 3, "minutes": 0.6, "drain": 15.0, "backlog": 4}
-POLICY = """\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: {pool}}}
-spec:
-  gpuModel: {model}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
-  capacity: {{nodes: {nodes}, gpusPerNode: 8}}
-  training: {{minGPUs: 0, topology: node}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: soak}}
-spec:
-  defaultClass: train
-  classes:
-    - {{name: serve, value: 30000, workload: inference, preemptible: false}}
-    - {{name: train, value: 10000, workload: training}}
-"""
+PRIORITY = priority_doc(
+    "soak",
+    "train",
+    [("serve", 30000, "inference", False), ("train", 10000, "training", True)],
+    "  preemption: {checkpointGracePeriod: 20s}\n",  # survivors stopped within STOP_WINDOW
+)
 
 
 def say(msg: str) -> None:
@@ -187,6 +183,7 @@ class Soak:
         self.obs = Observer(world.core, ns)
         self.replicas: dict[str, Replica] = {}
         self.dead: dict[str, float] = {}  # node -> when it failed
+        self.returned: dict[str, float] = {}  # node -> when it last came back
         self.losses: list[dict] = []  # one per node failure: gangs it hit
         self.events: Counter = Counter()
         self.failovers: list[str] = []
@@ -196,6 +193,7 @@ class Soak:
         self.settled_at = 0.0  # no failover before this (run seconds)
         self.settle = 10.0 if args.smoke else 30.0
         self.reaped: set[str] = set()
+        self.view: list[str] = []  # gpupool's view at the end, when something counts as lost
 
     # ---- load ----------------------------------------------------------------------------
     def pod_body(self, name: str, gpus: int, work: float, gang: tuple[str, int] | None) -> dict:
@@ -258,12 +256,19 @@ class Soak:
     def repair_node(self, node: str) -> None:
         failed_at = self.dead.pop(node)
         self.world.kubelets.set_ready(node)
+        self.returned[node] = self.obs.now()
+        self.__dict__.get("_published", {}).pop(node, None)  # its agent publishes on start
         for p in self.obs.on_node(node):  # rebooted: what ran there before is gone
             if p.created <= failed_at:
                 with contextlib.suppress(Exception):
                     self.world.core.delete_namespaced_pod(p.name, self.ns)
         self.events["node returns"] += 1
         say(f"  {self.obs.now():6.0f}s node {node} returns")
+
+    def settling(self) -> dict[str, float]:
+        """Nodes back from a failure for less than the Pool's nodeSettleTime: seconds left."""
+        now = self.obs.now()
+        return {n: SETTLE - (now - t) for n, t in self.returned.items() if now - t < SETTLE}
 
     def failover(self) -> None:
         """Kill b or pause a, whichever holds the Lease; skipped while the last one is still
@@ -343,19 +348,21 @@ class Soak:
     # ---- the node stand-ins ----------------------------------------------------------------
     def step_nodes(self) -> None:
         """What each live node's agent and NVIDIA stand-ins do: publish who holds which card
-        when that changed (a dead node's agent is down with its kubelet)."""
-        from admission_openb import held_cards
-
+        when that changed, and every AGENT_INTERVAL s as the real agent does (`gpupool agent
+        --interval`, 30 s: gpupool fences a node whose agent has not published since its Ready
+        transition); a dead node's agent is down with its kubelet."""
         self.world.clock.now = datetime.now(UTC)
         published = self.__dict__.setdefault("_published", {})
+        now = time.monotonic()
         for name, sim in list(self.world.nodes.items()):
             if name in self.dead:
                 continue
             held = held_cards(sim.gpus)
-            if published.get(name) != held:
+            last = published.get(name)
+            if last is None or last[0] != held or now - last[1] >= AGENT_INTERVAL:
                 try:
                     sim.publish()
-                    published[name] = held
+                    published[name] = (held, now)
                 except Exception:  # noqa: BLE001 - the API server may be restarting
                     self.events["agent publish failed"] += 1
 
@@ -421,32 +428,25 @@ class Soak:
             self.scale_inference(1)
 
     def check_gangs(self, final: bool = False) -> None:
-        """Each gang a failure hit with members running on other nodes ("split") is stopped
-        whole when each of those was stopped (deleted, terminating, or Failed: not Succeeded)
-        within the window after the failure; a gang wholly on the failed node is only counted."""
+        """Each gang a failure hit with members running on other nodes ("split") is judged by
+        `stopped_whole` once the window after the failure has passed; a gang wholly on the
+        failed node, or one whose other members finished (Succeeded) within the window, is
+        only counted."""
         now = self.obs.now()
         for loss in self.losses:
             if "whole" in loss or (now - loss["t"] < self.window and not final):
                 continue
-            whole, alone = [], 0
-            end = loss["t"] + self.window
+            whole, alone, finished = [], 0, 0
             for g in loss["gangs"]:
-                others = [
-                    p
-                    for p in self.obs.gang_members(g)
-                    if p.node != loss["node"] and (p.ended_at is None or p.ended_at > loss["t"])
-                ]
-                if not others:
+                others = [p for p in self.obs.gang_members(g) if p.node != loss["node"]]
+                verdict = stopped_whole(others, loss["t"], self.window)
+                if not [p for p in others if p.ended_at is None or p.ended_at > loss["t"]]:
                     alone += 1
-                    continue
-                whole.append(
-                    all(
-                        (p.stopping_at is not None and p.stopping_at <= end)
-                        or (p.ended_at is not None and p.ended_at <= end and p.end != "Succeeded")
-                        for p in others
-                    )
-                )
-            loss["whole"], loss["alone"] = whole, alone
+                elif verdict is None:
+                    finished += 1
+                else:
+                    whole.append(verdict)
+            loss["whole"], loss["alone"], loss["finished"] = whole, alone, finished
 
 
 def pod_spec(gpus: int, cls: str) -> dict:
@@ -483,47 +483,48 @@ def leader(world: Any) -> str | None:
 
 
 def lost_actions(soak: Soak) -> dict[str, list[str]]:
-    """After the drain: pods gpupool admitted that are still unbound, and gated pods (a gang:
-    all its members) that fit, greedily and one group after the other (by name), on the free
-    cards of the Ready nodes."""
+    """After the drain: pods gpupool admitted that are still unbound, and gated groups that
+    fit the free cards of the nodes gpupool may use by its own rules (`lost_groups`): Ready,
+    and not returned from a failure within the Pool's nodeSettleTime."""
     obs = soak.obs
     items = json.loads(soak.world.core.list_namespaced_pod(soak.ns, _preload_content=False).data)
-    free = {n: c for n, c in obs.allocatable.items() if obs.ready.get(n) and n in soak.world.nodes}
-    waiting: dict[str, list[dict]] = {}
-    unbound: list[str] = []
-    for p in items["items"]:
-        meta, spec = p["metadata"], p.get("spec") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        node = spec.get("nodeName")
-        if node:
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                free[node] = free.get(node, 0) - gpus(p)
-            continue
-        gates = [g["name"] for g in spec.get("schedulingGates") or []]
-        ann = meta.get("annotations") or {}
-        if ADMISSION_GATE in gates:
-            waiting.setdefault(ann.get(GANG_ANN) or meta["name"], []).append(p)
-        elif ADMITTED_ANN in ann:
-            unbound.append(f"{meta['name']} -> {ann[ADMITTED_ANN]}")
-    fits: list[str] = []
-    taken = dict(free)  # groups placed one after the other: two cannot share one free node
-    for group, pods in sorted(waiting.items()):
-        left = dict(taken)
-        ok = True
-        for p in sorted(pods, key=gpus, reverse=True):
-            node = next((n for n, c in sorted(left.items()) if c >= gpus(p)), None)
-            if node is None:
-                ok = False
-                break
-            left[node] -= gpus(p)
-        if ok:
-            taken = left
-            fits.append(
-                f"{group} ({len(pods)} pod(s), {sum(gpus(p) for p in pods)} cards; "
-                f"held: {held_reason(pods[0])}; free {dict(sorted(free.items()))})"
-            )
-    return {"admitted, unbound": unbound, "gated, fits the free cards": fits}
+    settling = soak.settling()
+    capacity = {
+        n: c
+        for n, c in obs.allocatable.items()
+        if obs.ready.get(n) and n in soak.world.nodes and n not in settling
+    }
+    out = lost_groups(items["items"], capacity, held_reason)
+    out["waiting, not lost: nodes settling"] = [
+        f"{n} back {SETTLE - left:.0f}s ago" for n, left in sorted(settling.items())
+    ]
+    return out
+
+
+def gpupool_view(soak: Soak) -> list[str]:
+    """What gpupool itself sees at the end (a plan made here from the cluster, as the leader
+    would): nodes it does not count as capacity and why, cards each node's agent says are held
+    by pods the API server no longer lists or that ended, and why each gated group waits."""
+    from reconciler.loop.sources import DirectorySource
+    from reconciler.observe.kube import observe_cluster
+    from reconciler.plan.planner import plan
+    from reconciler.policy.loader import load
+
+    snap = DirectorySource(soak.run / "policy").read()
+    observed = observe_cluster(soak.world.api_client)
+    p = plan(load(snap.files, revision=snap.revision), observed)
+    out = [
+        f"{f.code} {f.subject}: {f.message[:200]}"
+        for f in p.findings
+        if f.code in ("node-settling", "node-unavailable", "waits", "gang-member-lost")
+    ]
+    live = {f"{w.namespace}/{w.name}" for w in observed.workloads}
+    for name, sim in sorted(soak.world.nodes.items()):
+        held = {k for k, v in sim.gpus.pod_resources().items() if v}
+        stale = sorted(k for k in held if k.split("/")[-1] not in {x.split("/")[-1] for x in live})
+        if stale:
+            out.append(f"{name}: device manager holds cards for pods gpupool does not see: {stale}")
+    return out
 
 
 def held_reason(p: dict) -> str:
@@ -615,10 +616,11 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
     share = 100 * gs["useful"] / cap if cap else 0.0
     hit = [w for loss in soak.losses for w in loss.get("whole", [])]
     alone = sum(loss.get("alone", 0) for loss in soak.losses)
+    finished = sum(loss.get("finished", 0) for loss in soak.losses)
     rss, _ = rss_line(soak.replicas["a"].rss)
     rep_adm = obs.repeated_admissions()
     refused = obs.kubelet_refusals()
-    lost_n = sum(len(v) for v in lost.values())
+    lost_n = sum(len(v) for k, v in lost.items() if k not in NOT_LOST)
     pct = {q: percentile(buckets, q) for q in (0.5, 0.95, 0.99)}
     rows = [
         ("run", f"{seconds / 60:.1f} min of chaos, {len(soak.world.nodes)} nodes x 8 cards, "
@@ -635,6 +637,7 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
             "-" if v is None else f"{v:.2f}s" for v in pct.values())),
         ("gangs stopped whole on a loss", f"{sum(hit)} of {len(hit)}"),
         ("gangs hit wholly on the failed node", str(alone)),
+        ("gangs hit that finished meanwhile (not judged)", str(finished)),
         ("leader failovers", "; ".join(soak.failovers) or "-"),
         ("RSS, replica a", rss),
         ("GPU-seconds useful / lost / running", f"{gs['useful']:.0f} / {gs['lost']:.0f} / "
@@ -649,11 +652,13 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
         ("kubelet refusals", refused),
         ("repeated admissions", rep_adm),
         ("repeated evictions", twice),
-        *((f"lost: {k}", v) for k, v in lost.items()),
+        *((k if k in NOT_LOST else f"lost: {k}", v) for k, v in lost.items()),
         ("admitted to a NotReady node", obs.admitted_to_failed),
     ):
         if lines:
             say(f"{title}: " + "; ".join(lines[:10]) + (" ..." if len(lines) > 10 else ""))
+    for line in soak.view:
+        say(f"gpupool's view: {line}")
     bad = len(obs.overcommit) + len(refused) + len(rep_adm) + len(twice) + lost_n
     say(f"invariants: {'held' if bad == 0 else 'BROKEN'}")
     return 0 if bad == 0 or not soak.args.strict else 1
@@ -663,40 +668,14 @@ def report(soak: Soak, seconds: float, lost: dict[str, list[str]], twice: list[s
 
 
 def start(binary: Path, run: Path, args: argparse.Namespace) -> tuple:
-    from tests.cluster.controlplane import ControlPlane
-    from tests.cluster.kubelets import SimulatedKubelets
     from tests.faultproxy.proxy import FaultProxy
-    from tests.integration.harness import write_policy
-    from tests.integration.scenario import seed_priority_classes
-    from tests.integration.world import (
-        MIG_CM,
-        MIG_DEFAULTS,
-        OPERATOR_NS,
-        SHARING_CM,
-        SHARING_DEFAULTS,
-        World,
-        create_or_keep,
-        install,
-    )
 
     t = time.monotonic()
-    plane = ControlPlane(binary, run / "control-plane", node_monitor_grace_period="10s")
-    plane.start()
-    kubelets = SimulatedKubelets(plane.api_client)
-    api = plane.api_client()
-    install(api)
-    world = World(plane, kubelets, api)
-    for cm, data in ((MIG_CM, MIG_DEFAULTS), (SHARING_CM, SHARING_DEFAULTS)):
-        create_or_keep(
-            lambda cm=cm, data=data: world.core.create_namespaced_config_map(
-                OPERATOR_NS, {"metadata": {"name": cm}, "data": data}
-            )
-        )
-    text = POLICY.format(pool=POOL, model=MODEL, nodes=args.nodes)
-    seed_priority_classes(world, text)
-    write_policy(run / "policy", text)
-    for i in range(args.nodes):
-        world.add_gpu_node(f"soak-{i + 1}", pool=POOL, model=MODEL, count=8)
+    text = pool_doc(POOL, MODEL, args.nodes, f"  nodeSettleTime: {SETTLE:.0f}s\n") + PRIORITY
+    plane, kubelets, world = cluster_setup.start_cluster(
+        binary, run, text, grace="10s", kubelet_intervals=None, scaled=False, say=say
+    )
+    add_nodes(world, [(f"soak-{i + 1}", POOL, 8) for i in range(args.nodes)], MODEL, say=say)
     pki = plane.cert_dir
     proxy = FaultProxy(plane.server, pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
     proxy.start()
@@ -740,8 +719,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from admission_openb import cached_binary
-
     args = parse(argv)
     binary = cached_binary()
     if binary is None:
@@ -779,6 +756,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         soak.check_gangs(final=True)
         lost = lost_actions(soak)
+        if any(lost.values()):  # why gpupool holds what the check counts as fitting
+            try:
+                soak.view = gpupool_view(soak)
+            except Exception as exc:  # noqa: BLE001 - a diagnosis, never the run's end
+                soak.view = [f"could not plan here: {type(exc).__name__}: {exc}"]
         twice = repeated_evictions(plane)
         soak.obs.stop.set()
         return report(soak, seconds, lost, twice)

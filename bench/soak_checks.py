@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.conventions import ADMITTED_ANN, GANG_ANN, GPU_RESOURCE
+from reconciler.conventions import (
+    ADMISSION_GATE,
+    ADMITTED_ANN,
+    GANG_ANN,
+    GANG_SIZE_ANN,
+    GPU_RESOURCE,
+)
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -170,6 +176,87 @@ class Observer:
                 for p in self.pods.values()
                 if p.end == "Failed:UnexpectedAdmissionError"
             ]
+
+
+def lost_groups(
+    items: list[dict], capacity: dict[str, int], why: Any = lambda p: ""
+) -> dict[str, list[str]]:
+    """What counts as lost in the pods `items` (the API's JSON) once the chaos is over: pods
+    gpupool admitted that are still unbound, and gated groups (a gang: all its members, one
+    group after the other by name, so two cannot share one free node) that fit, each pod on one
+    node, the free cards of `capacity` (node -> cards, the nodes gpupool may place on) less what
+    the bound, unfinished pods there ask. Terminating pods are left out, as gpupool leaves them
+    out. A gang with fewer pods than its `gpupool.io/gang-size` is not complete: gpupool waits
+    for the rest, so it is listed apart, not as lost. `why(pod)`: gpupool's hold reason."""
+    free = dict(capacity)
+    waiting: dict[str, list[dict]] = {}
+    unbound: list[str] = []
+    for p in items:
+        meta, spec = p["metadata"], p.get("spec") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        node = spec.get("nodeName")
+        if node:
+            if node in free and (p.get("status") or {}).get("phase") not in TERMINAL:
+                free[node] -= gpus_of(p)
+            continue
+        gates = [g["name"] for g in spec.get("schedulingGates") or []]
+        ann = meta.get("annotations") or {}
+        if ADMISSION_GATE in gates:
+            waiting.setdefault(ann.get(GANG_ANN) or meta["name"], []).append(p)
+        elif ADMITTED_ANN in ann:
+            unbound.append(f"{meta['name']} -> {ann[ADMITTED_ANN]}")
+    fits, incomplete = [], []
+    taken = dict(free)
+    for group, pods in sorted(waiting.items()):
+        size = (pods[0]["metadata"].get("annotations") or {}).get(GANG_SIZE_ANN)
+        if size and size.isdigit() and len(pods) < int(size):
+            incomplete.append(f"{group} ({len(pods)} of {size} pods)")
+            continue
+        left = placed(pods, taken)
+        if left is not None:
+            taken = left
+            fits.append(
+                f"{group} ({len(pods)} pod(s), {sum(gpus_of(p) for p in pods)} cards; "
+                f"held: {why(pods[0])}; free {dict(sorted(free.items()))})"
+            )
+    return {
+        "admitted, unbound": unbound,
+        "gated, fits the free cards": fits,
+        "waiting, not lost: gang incomplete": incomplete,
+    }
+
+
+def placed(pods: list[dict], free: dict[str, int]) -> dict[str, int] | None:
+    """`free` after placing `pods` greedily (largest first, each on the first node by name
+    with room); None when one does not fit."""
+    left = dict(free)
+    for p in sorted(pods, key=gpus_of, reverse=True):
+        node = next((n for n, c in sorted(left.items()) if c >= gpus_of(p)), None)
+        if node is None:
+            return None
+        left[node] -= gpus_of(p)
+    return left
+
+
+NOT_LOST = ("waiting, not lost: gang incomplete", "waiting, not lost: nodes settling")
+"""Entries of `lost_groups`'s answer (and soak.py's) that are reported but not counted as lost."""
+
+
+def stopped_whole(others: list[PodLife], t: float, window: float) -> bool | None:
+    """Whether a gang whose member was lost with a node at `t` was stopped whole: each of its
+    `others` (its members on other nodes) that still ran at `t` was stopped (deletion begun, or
+    ended other than Succeeded) within `window` s. None: not judged: none of them still ran at
+    `t`, or one finished (Succeeded) within the window (its work was done; nothing to stop)."""
+    end = t + window
+    running = [p for p in others if p.ended_at is None or p.ended_at > t]
+    if not running or any(p.end == "Succeeded" and p.ended_at <= end for p in running):
+        return None
+    return all(
+        (p.stopping_at is not None and p.stopping_at <= end)
+        or (p.ended_at is not None and p.ended_at <= end and p.end != "Succeeded")
+        for p in running
+    )
 
 
 # ---------------------------------------------------------------- the controller's side

@@ -166,6 +166,9 @@ MIG_CONFIG_LABEL = NVIDIA + "mig.config"
 """mig-manager applies the named entry of its mounted config when this label changes."""
 MIG_STATE_LABEL = NVIDIA + "mig.config.state"
 """mig-manager's progress: pending | success | failed."""
+CONFIG_NAME_PREFIX = "gpupool-"
+"""How the mig-parted and device-plugin configs gpupool writes are named (`MIG_CONFIG_LABEL`
+names one while gpupool repartitions a node)."""
 DEVICE_PLUGIN_CONFIG_LABEL = NVIDIA + "device-plugin.config"
 """Selects the named config of the device plugin's ConfigMap for this node."""
 

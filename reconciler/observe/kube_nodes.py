@@ -74,6 +74,11 @@ def _node(n: Any, state: dict | None) -> Node:
         created_at=_when(
             getattr(n.metadata, "creation_timestamp", None), "metadata.creationTimestamp", who
         ),
+        agent_reported_at=(
+            _when(published.get("updatedAt"), "GpuNodeState status.updatedAt", who)
+            if "gpus" in published
+            else None
+        ),
         gpus=gpus,
     )
     return _without_broken_cards(node)

@@ -217,6 +217,50 @@ def _admission(p: Any) -> tuple[str, str | None]:
     return "scheduler", None
 
 
+def failed_members(raw_pods: Any, owners: Owners) -> list[Workload]:
+    """Bound GPU pods in phase Failed that belong to a gang (an explicit gang, a pod group, or
+    an owner that is no Deployment/ReplicaSet/StatefulSet/DaemonSet), not being deleted, as
+    `Workload`s that hold nothing, with when they failed (`Workload.failed_at`): a member lost
+    to its own failure (issue 29), which recovery weighs like one lost with its node."""
+
+    def member(p: Any) -> Workload | None:
+        # only a Failed pod is read further (any other was read, or reported, as a holding)
+        if getattr(getattr(p, "status", None), "phase", None) != "Failed":
+            return None
+        if not p.spec.node_name:
+            return None
+        if p.metadata.deletion_timestamp is not None:
+            return None
+        owner = (p.metadata.owner_references or [None])[0]
+        gang, _ = _gang(p, owners)
+        if not gang and (owner is None or owner.kind in SERVICE_OWNER_KINDS):
+            return None
+        req = pod_request(p)
+        if req.kind == "none":
+            return None
+        w = _workload(p, req, [], owners)
+        return w.model_copy(update={"failed_at": _failed_at(p)})
+
+    return [w for w in _each("Pod", list(raw_pods), member) if w is not None]
+
+
+SERVICE_OWNER_KINDS = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
+"""Owners whose pods are service replicas, each standing alone (the planner's `gang_key`)."""
+
+
+def _failed_at(p: Any) -> Any:
+    """When the Failed pod `p` ended: its containers' last `finishedAt`, else its conditions'
+    last transition, else its creation (a pod the kubelet refused has neither)."""
+    st = p.status
+    ends = [
+        c.state.terminated.finished_at
+        for c in (st.container_statuses or [])
+        if c.state and c.state.terminated and c.state.terminated.finished_at
+    ]
+    ends = ends or [c.last_transition_time for c in (st.conditions or []) if c.last_transition_time]
+    return _ts(max(ends)) if ends else _ts(p.metadata.creation_timestamp)
+
+
 def admission_event(kind: str, p: Any) -> bool:
     """A pod watch event (ADDED | MODIFIED | DELETED) that admission should act on now, not at
     the next interval: a GPU pod waiting behind gpupool's gate (new demand, or a gang that

@@ -244,6 +244,10 @@ class Node(Obs):
     created_at: Time | None = None
     """The Node object's creation time: a node Ready within `nodeSettleTime` of it is new,
     not back from a failure."""
+    agent_reported_at: Time | None = None
+    """When its node agent last published the node's `GpuNodeState` (`status.updatedAt`);
+    None: no agent publishes, or not known. Earlier than `ready_changed_at` on a Ready node:
+    the cards were not read since the node came back, and it is not capacity yet."""
     gpus: list[Gpu] = []
     """At most `conventions.MAX_GPUS_PER_NODE`."""
 
@@ -351,6 +355,9 @@ class Workload(Obs):
     minMember, `gpupool.io/gang-size`); None: the pods that exist are the gang."""
     held: str = ""
     """The message of the `gpupool.io/Admitted` False condition gpupool last set on it."""
+    failed_at: Time | None = None
+    """Only in `ObservedState.failed_members`: when the pod Failed (its containers' last
+    finish, else its last condition change, else its creation)."""
     queue_name: str = ""
     """Its Kueue queue: the `kueue.x-k8s.io/queue-name` label of the pod or of its Job."""
 
@@ -584,6 +591,10 @@ class ObservedState(Obs):
     """What Dynamic Resource Allocation says (resource.k8s.io/v1: ResourceSlices, DeviceClasses,
     ResourceClaims, which pod holds which device; observe/model_dra.py); None: not served (or
     the snapshot does not say)."""
+    failed_members: list[Workload] = []
+    """Bound pods of gangs (a Job's, a pod group's, an explicit `gpupool.io/gang`) in phase
+    Failed, with `failed_at`: they hold nothing and are no demand; a gang whose member failed
+    while the others run is stopped whole (`reconciler/plan/stages/recovery.py`)."""
     job_recoveries: dict[str, Annotated[int, Field(ge=0, le=C.MAX_RECOVERIES_READ)]] = {}
     """Job (namespace/name) -> how many times in a row gpupool stopped its gang soon after it
     started because a member was lost (the Job's `gpupool.io/recoveries`, believed only when

@@ -303,8 +303,10 @@ def stop_lost(
     class) and without spending the hourly budget; `checkpoint` False for a pod on a failed
     node (nobody there to see the request); `after`: actions it waits for (the survivors'
     stops, so a suspension for a lost pod does not cut their checkpoint short). A Reclaim,
-    its Job suspended (with the Job's new `recoveries` count) when it has one."""
-    aid = _evict_one(
+    its Job suspended (with the Job's new `recoveries` count) when it has one. The action is
+    made whole (its `after` among its dependencies) before it is added: the run keeps the first
+    action of an id, and one added earlier is never changed here."""
+    return _evict_one(
         run,
         w,
         "reclaim",
@@ -315,11 +317,8 @@ def stop_lost(
         checkpoint=checkpoint,
         spend=False,
         recoveries=recoveries,
+        after=after,
     )
-    if after:
-        a = run.actions[aid]
-        run.actions[aid] = a.model_copy(update={"depends_on": (*a.depends_on, *after)})
-    return aid
 
 
 def _evict_one(
@@ -335,6 +334,7 @@ def _evict_one(
     checkpoint: bool = True,
     spend: bool = True,
     recoveries: int | None = None,
+    after: tuple[str, ...] = (),
 ) -> str:
     cls = run.pclass(w.priority_class)
     deps: tuple[str, ...] = ()
@@ -355,6 +355,7 @@ def _evict_one(
             )
         )
         deps = (ck,)
+    deps = (*deps, *after)
     job = suspended_job(w)
     # stop the gang by suspending its Job: no replacement pod, no retry spent (not in kueue
     # mode: Kueue unsuspends a suspended Job whose Workload it admitted, kubernetes-sigs/kueue

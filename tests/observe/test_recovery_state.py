@@ -94,3 +94,68 @@ def test_a_jobs_recovery_count_is_believed_only_from_gpupool(value, manager, rea
         _UNREADABLE.reset(token)
     assert got == read
     assert [u.message.split(" ")[0].rstrip(":") for u in found] == ([report] if report else [])
+
+
+def pod(phase: str, *, owner: str | None = "Job", gang: str | None = None, node="n1", ended=None):
+    """A 4-GPU pod of phase `phase` bound to `node`, owned by `owner` (kind) or none."""
+    refs = (
+        [client.V1OwnerReference(api_version="v1", kind=owner, name="train", uid="u")]
+        if owner
+        else None
+    )
+    statuses = (
+        [
+            client.V1ContainerStatus(
+                name="main",
+                image="i",
+                image_id="i",
+                ready=False,
+                restart_count=0,
+                state=client.V1ContainerState(
+                    terminated=client.V1ContainerStateTerminated(exit_code=1, finished_at=ended)
+                ),
+            )
+        ]
+        if ended
+        else None
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="train-1",
+            namespace="team-a",
+            creation_timestamp=T0,
+            owner_references=refs,
+            annotations={C.GANG_ANN: gang} if gang else {},
+        ),
+        spec=client.V1PodSpec(
+            node_name=node,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    resources=client.V1ResourceRequirements(limits={C.GPU_RESOURCE: "4"}),
+                )
+            ],
+        ),
+        status=client.V1PodStatus(phase=phase, container_statuses=statuses),
+    )
+
+
+@pytest.mark.parametrize(
+    ("p", "read"),
+    [
+        (pod("Failed", ended=T0.replace(hour=9)), T0.replace(hour=9)),  # a Job's pod
+        (pod("Failed", owner=None, gang="g"), T0),  # an explicit gang, no end time: created
+        (pod("Succeeded", ended=T0.replace(hour=9)), None),  # finished: not lost
+        (pod("Running"), None),
+        (pod("Failed", owner="ReplicaSet", ended=T0), None),  # a replica stands alone
+        (pod("Failed", owner=None), None),  # a bare pod stands alone
+        (pod("Failed", node=None), None),  # never bound: held nothing
+    ],
+)
+def test_failed_gang_members_are_read_with_when_they_failed(p, read):
+    from reconciler.observe.kube_owners import Owners
+    from reconciler.observe.kube_pods import failed_members
+
+    found = failed_members([p], Owners())
+    assert [w.failed_at for w in found] == ([read] if read else [])
+    assert all(w.allocations == [] and w.node == "n1" for w in found)

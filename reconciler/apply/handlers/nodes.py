@@ -26,7 +26,7 @@ def uncordon(a: Uncordon, ctx: Context) -> Outcome:
     if C.CORDONED_FOR_ANN not in node.annotations:
         return Outcome(a.id, "done", "cordoned by someone else: left alone")
     mig = node.labels.get(C.MIG_CONFIG_LABEL, "")
-    if mig.startswith("gpupool-") and node.labels.get(C.MIG_STATE_LABEL) == "pending":
+    if mig.startswith(C.CONFIG_NAME_PREFIX) and node.labels.get(C.MIG_STATE_LABEL) == "pending":
         return Outcome(a.id, "waiting", f"mig-manager is still applying {mig}")
     ctx.ops.patch_node(a.target, unschedulable=None, annotations={C.CORDONED_FOR_ANN: None})
     return Outcome(a.id, "done", "uncordoned", changed=True)

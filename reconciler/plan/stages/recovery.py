@@ -5,7 +5,8 @@ taints it `node.kubernetes.io/unreachable`); the node is fenced in step 0. This 
 what becomes of the work that was there:
 
 * a gang (`gang_key`) with a member on a failed node, or a member terminating (evicted,
-  deleted) while others still run, cannot progress: it is stopped whole. Its survivors on
+  deleted) or Failed (`ObservedState.failed_members`: it failed during the gang's current run)
+  while others still run, cannot progress: it is stopped whole. Its survivors on
   healthy nodes are asked to checkpoint, then stopped (the Job suspended, else each pod
   evicted); the pods on the failed node get no checkpoint request (nothing there would see it)
   and their stop waits for the survivors'. A suspended Job is demand again next cycle and is
@@ -17,8 +18,9 @@ what becomes of the work that was there:
 * an inference replica (a ReplicaSet's pod) on a failed node is evicted at once, so its
   Deployment replaces it elsewhere now rather than after the pod's NoExecute toleration;
 * a node back Ready after a failure is not capacity until it has been Ready for its pool's
-  `nodeSettleTime`: a flapping node does not take a gang down twice, and its agent's state,
-  labels and allocatable are read afresh before anything lands there.
+  `nodeSettleTime`: a flapping node does not take a gang down twice; and a Ready node whose
+  agent has not published since it came back is not capacity either (`fence_unreported`): its
+  partition is read afresh before anything lands there.
 
 No action here needs a failed node's agent: checkpoints are asked of survivors only, and
 stops go through the API server (Eviction, Job suspension)."""
@@ -29,6 +31,7 @@ from datetime import datetime, timedelta
 
 from reconciler import conventions as C
 from reconciler.observe.model import Node, Workload
+from reconciler.plan.cluster import PoolView
 from reconciler.plan.evictions import stop_lost
 from reconciler.plan.run import Run, gang_key, kueue_mode, suspended_job
 
@@ -40,6 +43,7 @@ def recover(run: Run, workloads: list[Workload]) -> set[str]:
     """Step 0b. `workloads`: every pod of the snapshot, terminating ones included. Returns the
     pending pods of the gangs stopped now: not demand this cycle (their gang comes back whole)."""
     settle_returned_nodes(run)
+    fence_unreported(run)
     failed = failed_nodes(run)
     held: set[str] = set()
     gangs: dict[tuple[str, str, str], list[Workload]] = {}
@@ -49,6 +53,10 @@ def recover(run: Run, workloads: list[Workload]) -> set[str]:
             gangs.setdefault(key, []).append(w)
         elif w.placed and not w.terminating and w.node in failed:
             replace_replica(run, w, failed[w.node])
+    for w in sorted(run.observed.failed_members, key=lambda w: w.key):
+        key = gang_key(w)
+        if key is not None:
+            gangs.setdefault(key, []).append(w)
     for key, members in sorted(gangs.items()):
         held |= stop_gang(run, key, members, failed)
     return held
@@ -90,10 +98,7 @@ def settle_returned_nodes(run: Run) -> None:
                 continue
             back = until - settle
             why = f"back Ready since {back.isoformat()}, settling until {until.isoformat()}"
-            run.cluster.fenced_nodes[name] = why
-            for s in pv.gpus:
-                if s.node == name:
-                    s.fenced = s.fenced or why
+            fence(run, pv, name, why)
             run.find(
                 "info",
                 "node-settling",
@@ -101,6 +106,39 @@ def settle_returned_nodes(run: Run) -> None:
                 f"{why} (Pool {pool} nodeSettleTime): gpupool places nothing there until then, "
                 "and reads its partition afresh first",
             )
+
+
+def fence_unreported(run: Run) -> None:
+    """Fence a Ready node whose agent last published its cards before the node's Ready
+    transition (`Node.agent_reported_at` < `ready_changed_at`): it came back (or its kubelet
+    restarted) and what the plan knows of its partition, labels aside, is from before; a
+    repartition left under way there may have gone on or been undone. Nothing is placed,
+    repartitioned or uncordoned there until the agent reports again."""
+    for pool, pv in sorted(run.cluster.pools.items()):
+        for name, n in sorted(pv.nodes.items()):
+            back, seen = n.ready_changed_at, n.agent_reported_at
+            if not n.ready or back is None or seen is None or seen >= back:
+                continue
+            why = (
+                f"Ready since {back.isoformat()}, its node agent last reported at "
+                f"{seen.isoformat()}, before that"
+            )
+            fence(run, pv, name, why)
+            run.find(
+                "info",
+                "node-unreported",
+                name,
+                f"{why}: gpupool places, repartitions and uncordons nothing there until the "
+                f"agent has read its cards again (Pool {pool})",
+            )
+
+
+def fence(run: Run, pv: PoolView, name: str, why: str) -> None:
+    """Node `name` of `pv` is no capacity now, for `why` (a reason given before stays)."""
+    run.cluster.fenced_nodes.setdefault(name, why)
+    for s in pv.gpus:
+        if s.node == name:
+            s.fenced = s.fenced or why
 
 
 def settled_at(n: Node, settle: timedelta) -> datetime | None:
@@ -135,9 +173,12 @@ def stop_gang(
     run: Run, key: tuple[str, str, str], members: list[Workload], failed: dict[str, str]
 ) -> set[str]:
     """Stop the gang `key` whole when it lost a member; the pending pods it holds back."""
-    live = [m for m in members if m.placed and not m.terminating]
+    live = [m for m in members if m.placed and not m.terminating and m.failed_at is None]
     lost_on_node = [m for m in live if m.node in failed]
-    gone = [m for m in members if m.terminating and m.node not in failed]
+    # gone: evicted or deleted (on a failed node too: its NoExecute toleration ran out before
+    # the survivors' stop was done), or Failed during this run of the gang
+    gone = [m for m in members if m.terminating and m.placed]
+    gone += [m for m in members if m.failed_at is not None and failed_in_run(m, live)]
     if not lost_on_node and not (gone and live):
         return set()
     survivors = [m for m in live if m.node not in failed]
@@ -147,7 +188,9 @@ def stop_gang(
     first = (lost_on_node or gone)[0]
     how = (
         f"{first.key} on node {first.node} ({failed[first.node or '']})"
-        if first in lost_on_node
+        if first in lost_on_node or first.node in failed
+        else f"{first.key} failed on node {first.node}"
+        if first.failed_at is not None
         else f"{first.key} was evicted or deleted"
     )
     gpu_hours = lost_gpu_hours(run, live)
@@ -174,6 +217,15 @@ def stop_gang(
         f"{gpu_hours:.2f} GPU-hours since its last checkpoint are lost{held_note}",
     )
     return {m.key for m in members if m.phase == "Pending" and not m.placed}
+
+
+def failed_in_run(m: Workload, live: list[Workload]) -> bool:
+    """The Failed member `m` belongs to the gang's current run: it failed no earlier than the
+    first of the running members was created (a member that failed before the gang was
+    stopped and resumed is history: the resumed pods were all created after it). Times not
+    known: it counts."""
+    created = [w.created_at for w in live if w.created_at is not None]
+    return m.failed_at is None or not created or m.failed_at >= min(created)
 
 
 def lost_gpu_hours(run: Run, live: list[Workload]) -> float:

@@ -4,7 +4,12 @@ cordoned for a repartition that is complete go back into service."""
 
 from __future__ import annotations
 
-from reconciler.conventions import CORDONED_FOR_ANN
+from reconciler.conventions import (
+    CONFIG_NAME_PREFIX,
+    CORDONED_FOR_ANN,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+)
 from reconciler.plan.actions import Cordon, Uncordon
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import Run
@@ -45,15 +50,24 @@ def repartition_actions(run: Run) -> None:
 
 def finish_drains(run: Run) -> None:
     """Nodes gpupool cordoned for a repartition that is now complete go back into service. Not
-    a node unavailable (failed, or back and settling): whether its repartition completed is
-    known only once it reports again, and its cards are read afresh first."""
+    a node unavailable (failed, back and settling, or its agent silent since it came back):
+    whether its repartition completed is known only once it reports again, and its cards are
+    read afresh first; nor one where mig-manager still applies a config gpupool wrote
+    (`unresolved`: the repartition was abandoned, say by a node failure, and is not over)."""
     for pv in run.cluster.pools.values():
         for name, node in pv.nodes.items():
             if not (node.unschedulable and CORDONED_FOR_ANN in node.annotations):
                 continue
-            if name in run.cluster.fenced_nodes:
+            if name in run.cluster.fenced_nodes or f"cordon:{name}" in run.actions:
                 continue
-            if f"cordon:{name}" in run.actions:
+            if unresolved(node.labels):
+                run.find(
+                    "info",
+                    "repartition-unresolved",
+                    name,
+                    f"{name} stays cordoned: {unresolved(node.labels)}; it is uncordoned "
+                    "once mig-manager has applied it and the node agent shows the result",
+                )
                 continue
             run.add(
                 Uncordon(
@@ -66,3 +80,13 @@ def finish_drains(run: Run) -> None:
                     ),
                 )
             )
+
+
+def unresolved(labels: dict[str, str]) -> str:
+    """Why the node's last gpupool repartition is not resolved by its labels: mig-manager has
+    not finished a config gpupool named ('' when it has, or the config is not gpupool's)."""
+    config = labels.get(MIG_CONFIG_LABEL, "")
+    state = labels.get(MIG_STATE_LABEL, "")
+    if config.startswith(CONFIG_NAME_PREFIX) and state in ("", "pending"):
+        return f"mig-manager has not finished {config} ({MIG_STATE_LABEL}={state or 'unset'})"
+    return ""

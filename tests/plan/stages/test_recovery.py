@@ -21,12 +21,13 @@ import pytest
 from reconciler import conventions as C
 from reconciler.observe.builders import shared_pod, snapshot, training
 from reconciler.observe.model import Request, SuspendedJob, Taint, Workload
-from reconciler.plan.actions import EVICTION_KINDS
+from reconciler.plan.actions import EVICTION_KINDS, Reclaim
+from reconciler.plan.evictions import stop_lost
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.cycles_support import overcommits, simulate
 from tests.plan.scenarios import NOW, _objects
-from tests.plan.support import HIGH, LOW, ago, desired, run, two_nodes
+from tests.plan.support import HIGH, LOW, ago, desired, run, stage_run, two_nodes
 
 DOWN = "a100-2"
 
@@ -108,6 +109,17 @@ ROWS = [
         {"admit:team-b/g-2"},
         "gang-member-lost",
         id="member-evicted-while-sibling-runs-stops-gang-replacement-not-admitted",
+    ),
+    pytest.param(
+        failed(),
+        [GANG[0], GANG[1].model_copy(update={"terminating": True})],
+        {},
+        {"checkpoint:team-b/g-0", "reclaim:team-b/g-0"},
+        {"reclaim:team-b/g-1"},
+        "gang-member-lost",
+        # taint eviction (a short NoExecute toleration) deleted the lost pod before the
+        # survivor's stop was done: the survivor is still stopped (the soak found it going on)
+        id="member-on-failed-node-already-terminating-survivor-still-stopped",
     ),
     pytest.param(
         failed(),
@@ -261,6 +273,124 @@ def test_a_repartition_on_a_failed_node_is_not_continued_and_its_cordon_stays():
     p = run(desired(), nodes, [])
     on_node = {a.id for a in p.actions if a.target == DOWN}
     assert on_node == set(), on_node
+
+
+def test_stop_lost_adds_its_action_whole_with_what_it_waits_for():
+    """The run keeps the first action of an id: `stop_lost` builds its action with `after`
+    among its dependencies before adding it, and leaves an action of that id added earlier
+    as it was (it used to patch the stored action after `run.add`, whichever that was)."""
+    r = stage_run(desired(), failed(), GANG)
+    lost = next(w for w in r.observed.workloads if w.name == "g-1")
+    aid = stop_lost(r, lost, "lost", checkpoint=False, recoveries=1, after=("reclaim:x",))
+    a = r.actions[aid]
+    assert a.depends_on == ("reclaim:x",) and a.lost and a.recoveries == 1
+
+    r = stage_run(desired(), failed(), GANG)
+    first = Reclaim(
+        id="reclaim:team-b/g-1",
+        target="team-b/g-1",
+        pool="a100",
+        reason="first",
+        node=DOWN,
+        gpus=(),
+    )
+    r.add(first)
+    stop_lost(r, lost, "lost", checkpoint=False, recoveries=1, after=("reclaim:x",))
+    assert r.actions["reclaim:team-b/g-1"] == first
+
+
+def crashed(
+    name: str, node: str, failed_h: float, created_h: float = 5, job: str = "g"
+) -> Workload:
+    """A member of Job `job` that Failed `failed_h` hours ago (created `created_h` ago)."""
+    w = member(name, node, 4, job=job, created_at=ago(created_h))
+    return w.model_copy(update={"allocations": [], "failed_at": ago(failed_h)})
+
+
+def test_a_member_that_failed_while_the_others_run_stops_the_gang_whole():
+    """Issue 29 item 1, "it failed": g-1 Failed on a healthy node (its Job's backoffLimit made a
+    replacement, g-2, gated): g-0 is asked to checkpoint and stopped with its Job, the
+    replacement is not admitted alone."""
+    live = member("g-0", "a100-1", [0, 1, 2, 3], created_at=ago(5))
+    p = run(
+        desired(),
+        two_nodes(),
+        [live, REPLACEMENT],
+        failed_members=[crashed("g-1", DOWN, 0.1)],
+    )
+    assert {"checkpoint:team-b/g-0", "reclaim:team-b/g-0"} <= ids(p), sorted(ids(p))
+    assert "admit:team-b/g-2" not in ids(p)
+    (f,) = [f for f in p.findings if f.code == "gang-member-lost"]
+    assert "team-b/g-1 failed on node a100-2" in f.message
+    assert {a.id: a for a in p.actions}["reclaim:team-b/g-0"].suspend_job == "g"
+
+
+def test_a_member_that_failed_before_the_gang_was_resumed_is_history():
+    """g-1 Failed 2 h ago; the gang was stopped and resumed since (its pods now running were
+    all created 1 h ago): nothing is stopped."""
+    gang = [
+        member("g-2", "a100-1", [0, 1, 2, 3], created_at=ago(1), started=1),
+        member("g-3", DOWN, [0, 1, 2, 3], created_at=ago(1), started=1),
+    ]
+    p = run(desired(), two_nodes(), gang, failed_members=[crashed("g-1", DOWN, 2)])
+    assert not {a for a in ids(p) if a.startswith("reclaim:")}, sorted(ids(p))
+    assert "gang-member-lost" not in {f.code for f in p.findings}
+
+
+def test_a_failed_pod_of_a_finished_gang_or_a_service_stops_nothing():
+    replica = shared_pod("team-b", "chat-x1", "a100-1", started=ago(2))
+    p = run(
+        desired(),
+        two_nodes(),
+        [replica],
+        failed_members=[crashed("g-1", DOWN, 0.1)],  # its gang has no member running
+    )
+    assert not {a for a in ids(p) if a.startswith("reclaim:")}, sorted(ids(p))
+
+
+@pytest.mark.parametrize(("reported", "fenced"), [(0.3, True), (0.1, False), (None, False)])
+def test_a_node_back_is_capacity_only_once_its_agent_has_reported_since(reported, fenced):
+    """a100-2 came back Ready 12 min ago (settled); its agent last published `reported` hours
+    ago: before the Ready transition, its cards are not read since it came back."""
+    nodes = failed("back", 0.2)
+    nodes[0] = nodes[0].model_copy(update={"gpus": []})
+    nodes[1] = nodes[1].model_copy(
+        update={"agent_reported_at": ago(reported) if reported is not None else None}
+    )
+    pending = member("p-0", None, 4, job="p", admission="gpupool", created=ago(0.1))
+    p = run(desired(), nodes, [pending])
+    assert ("admit:team-b/p-0" not in ids(p)) == fenced
+    assert any(f.code == "node-unreported" for f in p.findings) == fenced
+
+
+@pytest.mark.parametrize(
+    ("config", "state", "uncordoned"),
+    [
+        ("gpupool-0123456789ab", "pending", False),
+        ("gpupool-0123456789ab", "", False),  # gpupool set the label; mig-manager not yet
+        ("gpupool-0123456789ab", "success", True),
+        ("all-disabled", "pending", True),  # not gpupool's config: not gpupool's to wait for
+    ],
+)
+def test_a_gpupool_cordon_is_undone_only_once_its_repartition_is_resolved(
+    config, state, uncordoned
+):
+    """a100-2 was cordoned by gpupool for a repartition (abandoned: nothing is planned there
+    now); mig-manager's state of the config gpupool named decides whether it is over."""
+    nodes = two_nodes()
+    labels = {**nodes[1].labels, C.MIG_CONFIG_LABEL: config}
+    if state:
+        labels[C.MIG_STATE_LABEL] = state
+    nodes[1] = nodes[1].model_copy(
+        update={
+            "unschedulable": True,
+            "annotations": {C.CORDONED_FOR_ANN: "repartition"},
+            "labels": labels,
+        }
+    )
+    p = run(desired(), nodes, [])
+    assert ("uncordon:a100-2" in ids(p)) == uncordoned, sorted(ids(p))
+    assert any(f.code == "repartition-unresolved" for f in p.findings) == (not uncordoned)
 
 
 # ----------------------------------------------------------------------------- several cycles
