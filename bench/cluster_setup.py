@@ -19,6 +19,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The benchmarks measure gpupool, hundreds of nodes at a time: the Python device-plugin stand-in
+# serves their nodes, not one NVIDIA plugin process pair per node (tests/nvidia/real_plugin.py;
+# the test suite runs the real one). GPUPOOL_DEVICE_PLUGIN=real asks for it here too.
+os.environ.setdefault("GPUPOOL_DEVICE_PLUGIN", "standin")
+
 POOL_HEAD = """\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
