@@ -153,6 +153,9 @@ class _Pod:
     owner_name: str = ""
     writers: dict[str, frozenset[str]] = field(default_factory=dict)
     """Annotation key -> the field managers that own it (`PodInfo.annotation_writers`)."""
+    claims: list[tuple[str, str]] = field(default_factory=list)
+    """(entry, ResourceClaim name or "") of its DRA claims (`PodInfo.claims`)."""
+    uid: str = ""
 
     def annotate(self, annotations: dict[str, str | None]) -> None:
         """A merge patch of its annotations by gpupool (`KubeOps` names its field manager):
@@ -211,7 +214,8 @@ class MemoryCluster:
         self.kueue: dict[tuple[str, str, str], dict] = {}
         """Kueue objects by (kind, namespace or "", name): whole objects as stored."""
         self.dra: dict[tuple[str, str, str], dict] = {}
-        """DeviceClasses and ResourceClaimTemplates by (kind, namespace or "", name)."""
+        """DeviceClasses, ResourceClaimTemplates and ResourceClaims by (kind, namespace or "",
+        name)."""
         self.events: list[tuple[str, dict]] = []
         self.evictions: list[str] = []
         self.applied: list[dict] = []
@@ -463,6 +467,8 @@ class MemoryCluster:
             conditions=tuple(p.conditions),
             owner_kind=p.owner_kind,
             owner_name=p.owner_name,
+            uid=p.uid,
+            claims=tuple(p.claims),
             annotation_writers=dict(p.writers),
         )
 
@@ -942,6 +948,15 @@ class MemoryCluster:
             return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
 
         return self._run("dra_manager", read, kind=kind, namespace=namespace, name=name)
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self._run(
+            "read_dra_object",
+            lambda: copy.deepcopy(self.dra.get((kind, namespace, name))),
+            kind=kind,
+            namespace=namespace,
+            name=name,
+        )
 
     def create_dra_object(self, body: dict) -> None:
         def create() -> None:
