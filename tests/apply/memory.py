@@ -310,12 +310,15 @@ class MemoryCluster:
         conditions: tuple[PodCondition, ...] = (),
         owner: tuple[str, str] | None = None,
         annotated_by: str | None = None,
+        claims: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
         required node affinity terms; `owner`: (kind, name) of its owner (the Job need not
         exist: a pod outlives its deleted Job until the garbage collector catches up);
-        `annotated_by`: the field manager that wrote its annotations (None: none on record)."""
+        `annotated_by`: the field manager that wrote its annotations (None: none on record);
+        `claims`: its DRA claims (entry, ResourceClaim name or ""), then its uid is
+        `uid-<name>`."""
         self._need_namespace(namespace)
         if node and gates:
             raise ApiError(
@@ -338,6 +341,8 @@ class MemoryCluster:
             writers={k: frozenset({annotated_by}) for k in annotations or {}}
             if annotated_by
             else {},
+            claims=list(claims),
+            uid=f"uid-{name}" if claims else "",
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:

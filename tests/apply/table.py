@@ -123,6 +123,9 @@ class Pod:
     annotated_by: str | None = None
     """The field manager that wrote its annotations: None, the test client's own (on a server
     `OpenAPI-Generator`; in memory none on record), which gpupool trusts for nothing."""
+    claims: tuple[tuple[str, str], ...] = ()
+    """Its DRA claims (entry, ResourceClaim name or "" while not made; MemoryCluster only):
+    then its uid is `uid-<name>`."""
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -177,14 +180,17 @@ class Kueue:
 
 @dataclass(frozen=True)
 class Dra:
-    """A DeviceClass or ResourceClaimTemplate (MemoryCluster rows only); `namespace` "" for a
-    DeviceClass."""
+    """A DeviceClass, ResourceClaimTemplate or ResourceClaim (MemoryCluster rows only);
+    `namespace` "" for a DeviceClass."""
 
     kind: str
     name: str
     namespace: str = ""
     spec: Mapping[str, Any] = field(default_factory=dict)
     managed_by: str = "gpupool"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """More metadata (a ResourceClaim's annotations, ownerReferences)."""
+    status: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +436,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 conditions=s.conditions,
                 owner=s.owner,
                 annotated_by=s.annotated_by,
+                claims=s.claims,
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")
@@ -491,8 +498,9 @@ def seed_memory(row: Row) -> MemoryCluster:
             c.dra[(s.kind, s.namespace, s.name)] = {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": s.kind,
-                "metadata": md,
+                "metadata": {**md, **s.meta},
                 "spec": dict(s.spec),
+                **({"status": dict(s.status)} if s.status is not None else {}),
             }
         else:  # pragma: no cover
             raise TypeError(s)

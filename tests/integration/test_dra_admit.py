@@ -142,6 +142,15 @@ def test_allocations_are_the_plan(kube, tmp_path):
     pods = ("solo", "gang-0", "gang-1", "ranker")
     for name in pods:  # the gate covers pods on gpupool's templates
         assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
+    # ... and not a pod on someone else's template
+    other = {
+        "metadata": {"name": "other"},
+        "spec": {
+            "resourceClaims": [{"name": "x", "resourceClaimTemplateName": "vendor-gpu"}],
+            "containers": [{"name": "main", "image": "registry.example.com/work:1"}],
+        },
+    }
+    assert gate_names(kube.core.create_namespaced_pod(ns, other, dry_run="All")) == []
     wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
 
     results = {}
