@@ -47,7 +47,8 @@ def planned_devices(
 ) -> tuple[str, ...] | None:
     """The uuids of what `holder` was placed on (`cards`, all on one node): its whole cards,
     or the MIG instances it holds on them. None when a planned device is not published (the
-    driver has not republished the node's slices yet): then the pod is not admitted."""
+    driver has not republished the node's slices yet): then the pod is not admitted (its gang
+    is held: `dra-devices-unpublished`)."""
     if dra is None or node is None or not cards:
         return None
     devices = dra.devices(node.name)

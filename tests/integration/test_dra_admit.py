@@ -4,14 +4,18 @@ Pods on a DRA pool reference gpupool's ResourceClaimTemplates in a gated namespa
 gate (deploy/admission-gate.yaml) gates them, the resourceclaim controller makes their claims
 from the templates, gpupool plans them, replaces each claim with one whose CEL selector names
 the planned devices by `uuid` (reconciler/apply/handlers/dra_admit.py) and releases the gate;
-kube-scheduler's DynamicResources plugin allocates. For whole cards, a 2-pod gang and a MIG pod,
-the allocated devices (claim status.allocation) are the planned ones, every time. The rights
-this takes are the controller's own (deploy/rbac.yaml) and nothing is refused.
+kube-scheduler's DynamicResources plugin allocates. In two rounds of whole cards, a 2-pod gang
+and a MIG pod, the allocated devices (claim status.allocation) are the planned ones, every time.
+The rights this takes are the controller's own (deploy/rbac.yaml), nothing is refused, and
+deploy/controller-admission.yaml refuses the controller any other claim write.
 """
 
 from __future__ import annotations
 
 import uuid
+
+import pytest
+from kubernetes import client
 
 from reconciler import conventions as C
 from tests.cluster.dra_kubelet import DraPlugin
@@ -61,7 +65,7 @@ spec:
 
 def claim_pod(kube, ns: str, name: str, template: str, cls: str, gang: str = "") -> None:
     meta: dict = {"name": name}
-    if gang:
+    if gang:  # an explicit gang of two
         meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: "2"}
     kube.core.create_namespaced_pod(
         ns,
@@ -110,6 +114,32 @@ def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | Non
     return node, got, named
 
 
+def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]]):
+    """Create the pods (name -> (template, gang)), check they are gated, cycle the controller
+    until every one is admitted; -> ({pod: (node, allocated, planned)}, outcomes by action)."""
+    for name, (template, gang) in spec.items():
+        cls = f"serve-{sfx}" if "-mig-" in template else f"low-{sfx}"
+        claim_pod(kube, ns, name, template, cls, gang=gang)
+        # the gate covers pods on gpupool's templates
+        assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    results: dict[str, list[tuple[str, str]]] = {}
+
+    def admitted() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        for o in r.applied.outcomes if r.applied else []:
+            results.setdefault(o.action, []).append((o.status, o.message))
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in spec)
+
+    wait_for("every pod admitted", admitted, timeout=120, interval=1)
+    got = {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in spec
+    }
+    return got, results
+
+
 def test_allocations_are_the_plan(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     pool = f"d{sfx}"
@@ -129,19 +159,11 @@ def test_allocations_are_the_plan(kube, tmp_path):
         plugin.publish()
         kube.cleanup(plugin.remove)
     write_policy(tmp_path, policy(sfx, ns))
-    clock = kube.clock
-    ctl = controller(kube, tmp_path, clock)
+    ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error
 
     whole, mig = f"gpupool-{pool}-gpu", f"gpupool-{pool}-mig-3g-40gb"
-    claim_pod(kube, ns, "solo", f"{whole}-1", f"low-{sfx}")
-    claim_pod(kube, ns, "gang-0", f"{whole}-2", f"low-{sfx}", gang="g")
-    claim_pod(kube, ns, "gang-1", f"{whole}-2", f"low-{sfx}", gang="g")
-    claim_pod(kube, ns, "ranker", mig, f"serve-{sfx}")
-    pods = ("solo", "gang-0", "gang-1", "ranker")
-    for name in pods:  # the gate covers pods on gpupool's templates
-        assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
     # ... and not a pod on someone else's template
     other = {
         "metadata": {"name": "other"},
@@ -151,32 +173,38 @@ def test_allocations_are_the_plan(kube, tmp_path):
         },
     }
     assert gate_names(kube.core.create_namespaced_pod(ns, other, dry_run="All")) == []
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
 
-    results = {}
-
-    def admitted() -> bool:
-        clock.advance(30)
-        r = ctl.cycle()
-        assert r.error is None, r.error
-        for o in r.applied.outcomes if r.applied else []:
-            results.setdefault(o.action, []).append((o.status, o.message))
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
-
-    wait_for("every pod admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
-    }
-    for p, (node, devices, planned) in got.items():
-        assert planned and devices == planned, (p, devices, planned, results)
-        admitted_to = kube.core.read_namespaced_pod(p, ns).metadata.annotations[C.ADMITTED_ANN]
-        assert node == admitted_to
-    assert len(got["solo"][1]) == 1 and len(got["gang-0"][1]) == 2
-    assert got["ranker"][0] == nb and got["ranker"][1][0].startswith("gpu-0-mig-3g40gb-")
-    # the gang is admitted whole: one Admit released both pods (their claims written first)
-    gang = [m for outs in results.values() for st, m in outs if "gang-0 ->" in m and st == "done"]
-    assert gang and "admitted 2 pod(s)" in gang[-1] and "gang-1 ->" in gang[-1], results
-    assert not set(got["gang-0"][1]) & set(got["gang-1"][1]) or got["gang-0"][0] != got["gang-1"][0]
+    # two rounds, each admitted and allocated, the second after the first's pods are gone
+    rounds = [
+        {"solo": (f"{whole}-1", ""), "gang-0": (f"{whole}-2", "g"), "gang-1": (f"{whole}-2", "g")},
+        {"big": (f"{whole}-4", ""), "pair-0": (f"{whole}-1", "h"), "pair-1": (f"{whole}-1", "h")},
+    ]
+    for i, spec in enumerate(rounds):
+        spec = {**spec, f"ranker-{i}": (mig, "")}
+        got, results = admit_round(kube, ctl, ns, sfx, spec)
+        for p, (node, devices, planned) in got.items():
+            assert planned and devices == planned, (p, devices, planned, results)
+            admitted_to = kube.core.read_namespaced_pod(p, ns).metadata.annotations[C.ADMITTED_ANN]
+            assert node == admitted_to
+        ranker = got[f"ranker-{i}"]
+        assert ranker[0] == nb and ranker[1][0].startswith("gpu-0-mig-3g40gb-")
+        # the gang is admitted whole: one Admit released both pods (their claims written first)
+        first, second = sorted(p for p, (_, g) in spec.items() if g)
+        gang = [m for outs in results.values() for st, m in outs if f"{first} ->" in m]
+        assert gang and "admitted 2 pod(s)" in gang[-1] and f"{second} ->" in gang[-1], results
+        counts = {p: len(d) for p, (_, d, _) in got.items()}
+        assert counts == {
+            p: int(t.rsplit("-", 1)[1]) if t != mig else 1 for p, (t, _) in spec.items()
+        }
+        for p in spec:
+            kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
+        wait_for(
+            "the round's claims gone",
+            lambda: (
+                not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+            ),
+            timeout=90,
+        )
 
     # the controller's own rights did it: no 403; the claim rules were each used
     events = audited(kube, CONTROLLER, mark)
@@ -189,3 +217,22 @@ def test_allocations_are_the_plan(kube, tmp_path):
     ]
     unused = [label for label, n, r in claim_rules if not any(allows(n, r, a) for a in seen)]
     assert len(claim_rules) == 3 and unused == [], unused
+
+    # gpupool-controller-claims narrows those rights: no claim but a pod's own from a template
+    loose = {
+        "apiVersion": f"{G}/{V}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "loose"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": whole}}]}},
+    }
+    kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", loose)
+    as_controller = client.CustomObjectsApi(kube.controller_client())
+    for write in (
+        lambda: as_controller.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "loose"),
+        lambda: as_controller.create_namespaced_custom_object(
+            G, V, ns, "resourceclaims", {**loose, "metadata": {"name": "mine"}}
+        ),
+    ):
+        with pytest.raises(client.ApiException) as refused:
+            write()
+        assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body

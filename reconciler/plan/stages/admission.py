@@ -277,8 +277,14 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
             cards = sorted(where[m], key=lambda g: g.index)
             node = cards[0].node
             admission = _pod_admission(run, p.pool, m, cards)
-            if admission is None:
-                break  # a DRA device not published yet: the gang waits, whole
+            if admission is None:  # a DRA device not published yet: the gang waits, whole
+                why = (
+                    f"the devices planned for it on {node} are not published by NVIDIA's DRA "
+                    f"driver yet (it republishes a node's slices after a repartition); admitted "
+                    f"once they are, on exactly those devices"
+                )
+                record_wait(run, p, "dra-devices-unpublished", why)
+                break
             pods.append(admission)
             deps.update(node_steps.get(node, ()))
             for g in cards:
