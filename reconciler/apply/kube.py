@@ -116,6 +116,11 @@ def _pod(p: Any) -> PodInfo:
         owner_name=owner_name,
         uid=p.metadata.uid or "",
         claims=_claims(p),
+        claim_templates={
+            c.name: c.resource_claim_template_name
+            for c in (getattr(p.spec, "resource_claims", None) or [])
+            if c.resource_claim_template_name
+        },
         annotation_writers=annotation_writers(
             p.metadata.managed_fields, (p.metadata.annotations or {}).keys()
         ),

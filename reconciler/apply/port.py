@@ -75,6 +75,9 @@ class PodInfo:
     """Its `spec.resourceClaims` (DRA) in order: (entry name, the ResourceClaim's name), the
     name it references or the one made from its template (`status.resourceClaimStatuses`), ""
     while the claim is not made yet."""
+    claim_templates: Mapping[str, str] = field(default_factory=dict)
+    """Entry -> the ResourceClaimTemplate it names (`spec.resourceClaims[].
+    resourceClaimTemplateName`), for the entries made from one."""
     annotation_writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Annotation key -> the field managers that own it in `metadata.managedFields` (who set it
     last, as the API server records it); a key not here has none on record. What

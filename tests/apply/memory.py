@@ -156,6 +156,7 @@ class _Pod:
     claims: list[tuple[str, str]] = field(default_factory=list)
     """(entry, ResourceClaim name or "") of its DRA claims (`PodInfo.claims`)."""
     uid: str = ""
+    templates: dict[str, str] = field(default_factory=dict)
 
     def annotate(self, annotations: dict[str, str | None]) -> None:
         """A merge patch of its annotations by gpupool (`KubeOps` names its field manager):
@@ -311,6 +312,7 @@ class MemoryCluster:
         owner: tuple[str, str] | None = None,
         annotated_by: str | None = None,
         claims: tuple[tuple[str, str], ...] = (),
+        templates: dict[str, str] | None = None,
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
@@ -318,7 +320,7 @@ class MemoryCluster:
         exist: a pod outlives its deleted Job until the garbage collector catches up);
         `annotated_by`: the field manager that wrote its annotations (None: none on record);
         `claims`: its DRA claims (entry, ResourceClaim name or ""), then its uid is
-        `uid-<name>`."""
+        `uid-<name>`; `templates`: entry -> the ResourceClaimTemplate it names."""
         self._need_namespace(namespace)
         if node and gates:
             raise ApiError(
@@ -343,6 +345,7 @@ class MemoryCluster:
             else {},
             claims=list(claims),
             uid=f"uid-{name}" if claims else "",
+            templates=dict(templates or {}),
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:
@@ -474,6 +477,7 @@ class MemoryCluster:
             owner_name=p.owner_name,
             uid=p.uid,
             claims=tuple(p.claims),
+            claim_templates=dict(p.templates),
             annotation_writers=dict(p.writers),
         )
 

@@ -167,7 +167,13 @@ def claim(meta=MADE, status=None, managed_by="") -> Dra:
 
 
 def gated_claimant(made: str = CLAIM) -> Pod:
-    return Pod("p-0", node=None, gates=(C.ADMISSION_GATE,), claims=(("gpus", made),))
+    return Pod(
+        "p-0",
+        node=None,
+        gates=(C.ADMISSION_GATE,),
+        claims=(("gpus", made),),
+        templates={"gpus": f"{CLASS}-2"},
+    )
 
 
 def pinned(p: Probe) -> None:
@@ -211,6 +217,41 @@ DRA_ROWS += [
         "done",
         "admitted 1 pod(s)",
         ("admit_pod",),
+    ),
+    Row(
+        # an earlier run deleted the template's claim and failed before creating the pinned one:
+        # the controller makes no other (the pod's status names it), so gpupool makes it
+        "dra-admit/claim-gone-made-from-the-template",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec=TEMPLATE_SPEC),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("create_dra_object", "admit_pod"),
+        check=pinned,
+    ),
+    Row(
+        "dra-admit/claim-gone-no-template",
+        DRA_ADMIT,
+        (OUR_CLASS, gated_claimant()),
+        "waiting",
+        f"claim {CLAIM} is not there (yet)",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # the delete went, the create failed: nothing admitted, the next run makes the claim
+        "dra-admit/create-fails-after-delete",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "403",
+        ("delete_dra_object",),
+        fail={"create_dra_object": ApiError(403, "Forbidden", "denied")},
+        check=not_admitted,
     ),
     Row(
         "dra-admit/claim-not-made-yet",

@@ -126,6 +126,8 @@ class Pod:
     claims: tuple[tuple[str, str], ...] = ()
     """Its DRA claims (entry, ResourceClaim name or "" while not made; MemoryCluster only):
     then its uid is `uid-<name>`."""
+    templates: Mapping[str, str] = field(default_factory=dict)
+    """Entry -> the ResourceClaimTemplate it names (MemoryCluster only)."""
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -437,6 +439,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 owner=s.owner,
                 annotated_by=s.annotated_by,
                 claims=s.claims,
+                templates=dict(s.templates),
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")

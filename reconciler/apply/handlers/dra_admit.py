@@ -11,7 +11,8 @@ requests on gpupool's classes carry one more CEL selector,
 `device.attributes['gpu.nvidia.com'].uuid in [...]`. The pod's
 `status.resourceClaimStatuses` already names the claim, so the controller makes no other, and
 kube-scheduler uses it as the pod's own (owner check). The claim is annotated
-`gpupool.io/planned-devices`, so it is written once.
+`gpupool.io/planned-devices`, so it is written once. A claim the pod's status names but that
+is gone (a run deleted it and failed before the create) is made again from the pod's template.
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
 rewritten: such a pod is not admitted (the allocation could not be the plan)."""
@@ -75,8 +76,11 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
     return spec
 
 
-def _replace(ctx: Context, ns: str, claim: dict, spec: dict, planned: str) -> None:
-    """Delete the template's claim and create the pinned one under its name and owner."""
+def _replace(
+    ctx: Context, ns: str, claim: dict, spec: dict, planned: str, *, gone: bool = False
+) -> None:
+    """Delete the template's claim (unless `gone`) and create the pinned one under its name
+    and owner."""
     md = claim["metadata"]
     meta: dict[str, Any] = {
         "name": md["name"],
@@ -87,12 +91,33 @@ def _replace(ctx: Context, ns: str, claim: dict, spec: dict, planned: str) -> No
     if md.get("labels"):
         meta["labels"] = md["labels"]
     try:
-        ctx.ops.delete_dra_object(KIND, ns, md["name"])
+        if not gone:
+            ctx.ops.delete_dra_object(KIND, ns, md["name"])
     except ApiError as exc:
         if exc.status != 404:
             raise
     body = {"apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}", "kind": KIND}
     ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+
+
+def _from_template(
+    ctx: Context, ns: str, pod: PodInfo, entry: str, name: str, template: str
+) -> dict | None:
+    """The claim as the resourceclaim controller makes it from `template` (its spec, the pod
+    as controlling owner, the pod-claim-name annotation), for a claim the pod's status names
+    but that is gone: an earlier run deleted it and did not get to create the pinned one."""
+    t = ctx.ops.read_dra_object("ResourceClaimTemplate", ns, template)
+    if t is None or not pod.uid:
+        return None
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+    return {
+        "metadata": {
+            "name": name,
+            "ownerReferences": [{**owner, "controller": True}],
+            "annotations": {C.DRA_POD_CLAIM_ANN: entry},
+        },
+        "spec": copy.deepcopy((t.get("spec") or {}).get("spec") or {}),
+    }
 
 
 def pin_claims(
@@ -109,6 +134,9 @@ def pin_claims(
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
         claim = ctx.ops.read_dra_object(KIND, ns, name)
+        gone = claim is None
+        if gone and entry in pod.claim_templates:
+            claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
         md = claim.get("metadata") or {}
@@ -127,6 +155,6 @@ def pin_claims(
                 f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
                 f"gpupool rewrites only those, so it cannot make the allocation the plan"
             )
-        _replace(ctx, ns, claim, spec, planned)
+        _replace(ctx, ns, claim, spec, planned, gone=gone)
         wrote.append(name)
     return "", ""
