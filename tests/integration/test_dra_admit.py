@@ -114,15 +114,20 @@ def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | Non
     return node, got, named
 
 
-def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]]):
-    """Create the pods (name -> (template, gang)), check they are gated, cycle the controller
-    until every one is admitted; -> ({pod: (node, allocated, planned)}, outcomes by action)."""
+def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]], lose: str = ""):
+    """Create the pods (name -> (template, gang)), check they are gated, (`lose`: delete that
+    pod's claim, as a run that failed between its delete and its create would leave it), cycle
+    the controller until every one is admitted;
+    -> ({pod: (node, allocated, planned)}, outcomes by action)."""
     for name, (template, gang) in spec.items():
         cls = f"serve-{sfx}" if "-mig-" in template else f"low-{sfx}"
         claim_pod(kube, ns, name, template, cls, gang=gang)
         # the gate covers pods on gpupool's templates
         assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
     wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    if lose:
+        name = claim_of(kube, ns, lose)["metadata"]["name"]
+        kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
     results: dict[str, list[tuple[str, str]]] = {}
 
     def admitted() -> bool:
@@ -131,6 +136,7 @@ def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]]):
         assert r.error is None, r.error
         for o in r.applied.outcomes if r.applied else []:
             results.setdefault(o.action, []).append((o.status, o.message))
+            print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
         return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in spec)
 
     wait_for("every pod admitted", admitted, timeout=120, interval=1)
@@ -174,14 +180,16 @@ def test_allocations_are_the_plan(kube, tmp_path):
     }
     assert gate_names(kube.core.create_namespaced_pod(ns, other, dry_run="All")) == []
 
-    # two rounds, each admitted and allocated, the second after the first's pods are gone
+    # two rounds, each admitted and allocated, the second after the first's pods are gone;
+    # in the second one pod's claim is lost before gpupool writes it (made again from the
+    # template: the resourceclaim controller makes no other once the pod's status names it)
     rounds = [
         {"solo": (f"{whole}-1", ""), "gang-0": (f"{whole}-2", "g"), "gang-1": (f"{whole}-2", "g")},
         {"big": (f"{whole}-4", ""), "pair-0": (f"{whole}-1", "h"), "pair-1": (f"{whole}-1", "h")},
     ]
     for i, spec in enumerate(rounds):
         spec = {**spec, f"ranker-{i}": (mig, "")}
-        got, results = admit_round(kube, ctl, ns, sfx, spec)
+        got, results = admit_round(kube, ctl, ns, sfx, spec, lose="big" if i else "")
         for p, (node, devices, planned) in got.items():
             assert planned and devices == planned, (p, devices, planned, results)
             admitted_to = kube.core.read_namespaced_pod(p, ns).metadata.annotations[C.ADMITTED_ANN]
@@ -196,6 +204,8 @@ def test_allocations_are_the_plan(kube, tmp_path):
         assert counts == {
             p: int(t.rsplit("-", 1)[1]) if t != mig else 1 for p, (t, _) in spec.items()
         }
+        claims = kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+        assert len(claims) == len(spec)  # one per pod: none made beside gpupool's
         for p in spec:
             kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
         wait_for(
