@@ -254,6 +254,46 @@ DRA_ROWS += [
         check=not_admitted,
     ),
     Row(
+        # pinned for an earlier plan while the pod stayed gated: its selector is replaced, not
+        # added to (both would allow no device)
+        "dra-admit/claim-pinned-for-another-plan",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            Dra(
+                "ResourceClaim",
+                CLAIM,
+                NS,
+                spec={
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": CLASS,
+                                    "count": 2,
+                                    "selectors": [
+                                        {"cel": {"expression": uuid_selector(("GPU-x", "GPU-y"))}}
+                                    ],
+                                },
+                            }
+                        ]
+                    }
+                },
+                managed_by="",
+                meta={
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-x,GPU-y"},
+                },
+            ),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        check=pinned,
+    ),
+    Row(
         "dra-admit/claim-not-made-yet",
         DRA_ADMIT,
         (OUR_CLASS, gated_claimant(made="")),

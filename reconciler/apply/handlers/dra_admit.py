@@ -30,13 +30,23 @@ from reconciler.plan.actions import PodAdmission
 KIND = "ResourceClaim"
 
 
+SELECTOR_PREFIX = (
+    f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].uuid in ["
+)
+
+
 def uuid_selector(devices: tuple[str, ...]) -> str:
     """The CEL selector that lets a request pick only these devices (by their `uuid`)."""
-    listed = ", ".join(f"'{d}'" for d in devices)
-    return (
-        f"device.driver == '{C.DRA_DRIVER}' && "
-        f"device.attributes['{C.DRA_DRIVER}'].uuid in [{listed}]"
-    )
+    return SELECTOR_PREFIX + ", ".join(f"'{d}'" for d in devices) + "]"
+
+
+def _not_gpupools(selectors: list) -> list:
+    """A request's selectors without one gpupool wrote for an earlier plan."""
+    return [
+        s
+        for s in selectors
+        if not str(((s or {}).get("cel") or {}).get("expression", "")).startswith(SELECTOR_PREFIX)
+    ]
 
 
 def _requests(spec: dict) -> list[dict]:
@@ -70,7 +80,7 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
         return None
     for r in mine:
         r["selectors"] = [
-            *(r.get("selectors") or []),
+            *_not_gpupools(r.get("selectors") or []),
             {"cel": {"expression": uuid_selector(devices)}},
         ]
     return spec
@@ -141,7 +151,7 @@ def pin_claims(
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
         md = claim.get("metadata") or {}
         if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
-            continue  # written by an earlier run of this step
+            continue  # written by an earlier run of this step (another plan's: written again)
         spec = _pinned(claim, classes, want.devices)
         if spec is None:
             continue
