@@ -36,6 +36,14 @@ class selects, `gpu` (whole cards) or `mig-<profile with '.' and '+' as '-'>`; t
 is in `DRA_PROFILE_ANN`. Read back, only on gpupool's classes, to know what a claim asks for."""
 DRA_PROFILE_ANN = PREFIX + "mig-profile"
 """On a MIG DeviceClass gpupool renders: the MIG profile it selects (e.g. `3g.40gb`)."""
+DRA_PLANNED_ANN = PREFIX + "planned-devices"
+"""On a ResourceClaim gpupool rewrote at admission (exact admission on DRA): the `uuid`s of the
+devices the plan chose for it, comma-separated, which its requests' CEL selectors list; read
+back so the claim is written once."""
+DRA_POD_CLAIM_ANN = "resource.kubernetes.io/pod-claim-name"
+"""Kubernetes' annotation on a claim made from a pod's template: which of the pod's
+`spec.resourceClaims` it is (pkg/controller/resourceclaim/controller.go); kept on the claim
+gpupool writes in its place."""
 DRA_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 cmd/gpu-kubelet-plugin/
 main.go `DriverName`)."""

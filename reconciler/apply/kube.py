@@ -115,9 +115,27 @@ def _pod(p: Any) -> PodInfo:
         owner_kind=owner_kind,
         owner_name=owner_name,
         uid=p.metadata.uid or "",
+        claims=_claims(p),
+        claim_templates={
+            c.name: c.resource_claim_template_name
+            for c in (getattr(p.spec, "resource_claims", None) or [])
+            if c.resource_claim_template_name
+        },
         annotation_writers=annotation_writers(
             p.metadata.managed_fields, (p.metadata.annotations or {}).keys()
         ),
+    )
+
+
+def _claims(p: Any) -> tuple[tuple[str, str], ...]:
+    """(entry, ResourceClaim name or "" while not made) of the pod's DRA claims."""
+    made = {
+        s.name: s.resource_claim_name or ""
+        for s in (getattr(p.status, "resource_claim_statuses", None) or [])
+    }
+    return tuple(
+        (c.name, c.resource_claim_name or made.get(c.name, ""))
+        for c in (getattr(p.spec, "resource_claims", None) or [])
     )
 
 
@@ -644,6 +662,18 @@ class KubeOps:
         if obj is None:
             return None
         return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        plural = C.DRA_PLURALS[kind]
+        if namespace:
+            return _or_none(
+                lambda: self.custom.get_namespaced_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
+                )
+            )
+        return _or_none(
+            lambda: self.custom.get_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural, name)
+        )
 
     def create_dra_object(self, body: dict) -> None:
         plural = C.DRA_PLURALS[body["kind"]]

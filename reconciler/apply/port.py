@@ -71,6 +71,13 @@ class PodInfo:
     none): `Job` for a batch/v1 Job's pod, `ReplicaSet` for a Deployment's."""
     uid: str = ""
     """`metadata.uid`: tells this pod from a later one of the same name."""
+    claims: tuple[tuple[str, str], ...] = ()
+    """Its `spec.resourceClaims` (DRA) in order: (entry name, the ResourceClaim's name), the
+    name it references or the one made from its template (`status.resourceClaimStatuses`), ""
+    while the claim is not made yet."""
+    claim_templates: Mapping[str, str] = field(default_factory=dict)
+    """Entry -> the ResourceClaimTemplate it names (`spec.resourceClaims[].
+    resourceClaimTemplateName`), for the entries made from one."""
     annotation_writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Annotation key -> the field managers that own it in `metadata.managedFields` (who set it
     last, as the API server records it); a key not here has none on record. What
@@ -299,6 +306,10 @@ class ClusterOps(Protocol):
     def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
         """A DeviceClass's or ResourceClaimTemplate's managed-by label ("" without one); None
         when there is no such object. `namespace` is "" for a DeviceClass."""
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """A DRA object as the API serves it (a ResourceClaim with its status); None when
+        there is no such object."""
 
     def create_dra_object(self, body: dict) -> None:
         """Create a DRA object (`body` a whole object: apiVersion, kind, metadata, spec)."""

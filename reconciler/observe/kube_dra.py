@@ -288,12 +288,14 @@ def _pod_claims(pod: Any) -> PodClaims | None:
         for s in (getattr(pod.status, "resource_claim_statuses", None) or [])
         if s.resource_claim_name
     }
-    names, templates = [], []
+    names, templates, made_from = [], [], {}
     for c in claims:
         if c.resource_claim_name:
             names.append(c.resource_claim_name)
         elif c.name in made:
             names.append(made[c.name])
+            if c.resource_claim_template_name:
+                made_from[made[c.name]] = c.resource_claim_template_name
         elif c.resource_claim_template_name:
             templates.append(c.resource_claim_template_name)
     return PodClaims(
@@ -301,6 +303,7 @@ def _pod_claims(pod: Any) -> PodClaims | None:
         pod=pod.metadata.name,
         claims=sorted(names),
         templates=sorted(templates),
+        made_from=made_from,
     )
 
 
@@ -320,7 +323,10 @@ def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
     for p in dra.pods:
         if (p.namespace, p.pod) != (namespace, pod):
             continue
-        asked = [claims.get(f"{namespace}/{n}") for n in p.claims]
+        asked = [
+            claims.get(f"{namespace}/{n}") or templates.get(f"{namespace}/{p.made_from.get(n)}")
+            for n in p.claims
+        ]
         asked += [templates.get(f"{namespace}/{n}") for n in p.templates]
         for obj in asked:
             for cls, n in (obj.devices if obj else {}).items():

@@ -158,6 +158,9 @@ class PodClaims(Obs):
     """The names of the ResourceClaims it uses (made from a template, or named)."""
     templates: list[str] = []
     """The ResourceClaimTemplates it names whose claim is not made yet."""
+    made_from: dict[str, str] = {}
+    """Claim name (of `claims`) -> the template it was made from: what the pod asks for while
+    that claim is gone (deleted before gpupool's exact admission wrote it again)."""
 
 
 class DraState(Obs):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
 
 class Frozen(BaseModel):
@@ -245,6 +245,18 @@ class PodAdmission(Frozen):
     name: str
     node: str
     gpus: tuple[int, ...] = ()
+    devices: tuple[str, ...] = ()
+    """DRA pools only: the `uuid` attributes of the devices the plan chose (whole cards and MIG
+    devices, as NVIDIA's driver publishes them); the executor writes the pod's claims so the
+    allocator can pick only these (exact admission)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_devices(self, handler: Any) -> Any:
+        """A device plugin pool's admission is written as before (no `devices`)."""
+        out = handler(self)
+        if isinstance(out, dict) and not out.get("devices"):
+            out.pop("devices", None)
+        return out
 
 
 class Admit(ActionBase):

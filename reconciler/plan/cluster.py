@@ -53,6 +53,7 @@ class GpuSlot:
     # who holds it
     holders: set[str] = field(default_factory=set)  # workload keys
     used_instances: set[tuple[str, int]] = field(default_factory=set)
+    instance_holders: dict[tuple[str, int], str] = field(default_factory=dict)  # placed now
     used_slices: int = 0
     # the plan's target
     target_mode: str = ""
@@ -230,6 +231,7 @@ class PoolView:
     def take_instance(self, g: GpuSlot, instance: tuple[str, int], holder: str) -> None:
         """`holder` is placed on MIG instance (profile, start) of `g`."""
         g.used_instances.add(instance)
+        g.instance_holders[instance] = holder
         g.holders.add(holder)
         self.mig_used(g, instance[0])
 

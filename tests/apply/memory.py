@@ -153,6 +153,10 @@ class _Pod:
     owner_name: str = ""
     writers: dict[str, frozenset[str]] = field(default_factory=dict)
     """Annotation key -> the field managers that own it (`PodInfo.annotation_writers`)."""
+    claims: list[tuple[str, str]] = field(default_factory=list)
+    """(entry, ResourceClaim name or "") of its DRA claims (`PodInfo.claims`)."""
+    uid: str = ""
+    templates: dict[str, str] = field(default_factory=dict)
 
     def annotate(self, annotations: dict[str, str | None]) -> None:
         """A merge patch of its annotations by gpupool (`KubeOps` names its field manager):
@@ -211,7 +215,8 @@ class MemoryCluster:
         self.kueue: dict[tuple[str, str, str], dict] = {}
         """Kueue objects by (kind, namespace or "", name): whole objects as stored."""
         self.dra: dict[tuple[str, str, str], dict] = {}
-        """DeviceClasses and ResourceClaimTemplates by (kind, namespace or "", name)."""
+        """DeviceClasses, ResourceClaimTemplates and ResourceClaims by (kind, namespace or "",
+        name)."""
         self.events: list[tuple[str, dict]] = []
         self.evictions: list[str] = []
         self.applied: list[dict] = []
@@ -306,12 +311,16 @@ class MemoryCluster:
         conditions: tuple[PodCondition, ...] = (),
         owner: tuple[str, str] | None = None,
         annotated_by: str | None = None,
+        claims: tuple[tuple[str, str], ...] = (),
+        templates: dict[str, str] | None = None,
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
         required node affinity terms; `owner`: (kind, name) of its owner (the Job need not
         exist: a pod outlives its deleted Job until the garbage collector catches up);
-        `annotated_by`: the field manager that wrote its annotations (None: none on record)."""
+        `annotated_by`: the field manager that wrote its annotations (None: none on record);
+        `claims`: its DRA claims (entry, ResourceClaim name or ""), then its uid is
+        `uid-<name>`; `templates`: entry -> the ResourceClaimTemplate it names."""
         self._need_namespace(namespace)
         if node and gates:
             raise ApiError(
@@ -334,6 +343,9 @@ class MemoryCluster:
             writers={k: frozenset({annotated_by}) for k in annotations or {}}
             if annotated_by
             else {},
+            claims=list(claims),
+            uid=f"uid-{name}" if claims else "",
+            templates=dict(templates or {}),
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:
@@ -463,6 +475,9 @@ class MemoryCluster:
             conditions=tuple(p.conditions),
             owner_kind=p.owner_kind,
             owner_name=p.owner_name,
+            uid=p.uid,
+            claims=tuple(p.claims),
+            claim_templates=dict(p.templates),
             annotation_writers=dict(p.writers),
         )
 
@@ -942,6 +957,15 @@ class MemoryCluster:
             return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
 
         return self._run("dra_manager", read, kind=kind, namespace=namespace, name=name)
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self._run(
+            "read_dra_object",
+            lambda: copy.deepcopy(self.dra.get((kind, namespace, name))),
+            kind=kind,
+            namespace=namespace,
+            name=name,
+        )
 
     def create_dra_object(self, body: dict) -> None:
         def create() -> None:

@@ -1,13 +1,15 @@
 """Rows for the DRA handlers (reconciler/apply/handlers/dra.py): DeviceClasses and
-ResourceClaimTemplates gpupool renders for DRA pools, applied and pruned (tests/apply/rows.py
-`TABLES["dra"]`)."""
+ResourceClaimTemplates gpupool renders for DRA pools, applied and pruned; and exact admission
+(handlers/dra_admit.py): a gated pod's claim replaced by one pinned to the planned devices
+before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 
 from __future__ import annotations
 
 from reconciler import conventions as C
+from reconciler.apply.handlers.dra_admit import uuid_selector
 from reconciler.apply.port import ApiError
-from reconciler.plan.actions import ApplyDraObject, PruneDraObject
-from tests.apply.table import NS, Dra, Probe, Row
+from reconciler.plan.actions import Admit, ApplyDraObject, PodAdmission, PruneDraObject
+from tests.apply.table import NS, Dra, Pod, Probe, Row
 
 CLASS = "gpupool-d100-gpu"
 SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
@@ -136,5 +138,196 @@ DRA_ROWS = [
         "skipped",
         "is not gpupool's (managed by helm)",
         (),
+    ),
+]
+
+
+# ------------------------------------------------------------------ exact admission
+UUIDS = ("GPU-a", "GPU-b")
+CLAIM = "p-0-gpus-x1"
+DRA_ADMIT = Admit(
+    id=f"admit:{NS}/p-0",
+    target=f"{NS}/p-0",
+    reason="p-0 on two planned cards",
+    namespace=NS,
+    pods=(PodAdmission(name="p-0", node="node-a", gpus=(0, 1), devices=UUIDS),),
+)
+OWNER = {"apiVersion": "v1", "kind": "Pod", "name": "p-0", "uid": "uid-p-0", "controller": True}
+MADE = {
+    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus"},
+    "ownerReferences": [OWNER],
+}
+CLAIM_SPEC = TEMPLATE_SPEC["spec"]
+
+
+def claim(meta=MADE, status=None, managed_by="") -> Dra:
+    return Dra(
+        "ResourceClaim", CLAIM, NS, spec=CLAIM_SPEC, managed_by=managed_by, meta=meta, status=status
+    )
+
+
+def gated_claimant(made: str = CLAIM) -> Pod:
+    return Pod(
+        "p-0",
+        node=None,
+        gates=(C.ADMISSION_GATE,),
+        claims=(("gpus", made),),
+        templates={"gpus": f"{CLASS}-2"},
+    )
+
+
+def pinned(p: Probe) -> None:
+    obj = p.cluster.dra.get(("ResourceClaim", NS, CLAIM))  # type: ignore[attr-defined]
+    assert obj is not None
+    exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
+    assert exactly["deviceClassName"] == CLASS and exactly["count"] == 2
+    md = obj["metadata"]
+    assert md["ownerReferences"] == [OWNER]
+    assert md["annotations"] == {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == ()
+
+
+def not_admitted(p: Probe) -> None:
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == (C.ADMISSION_GATE,)
+
+
+OUR_CLASS = Dra("DeviceClass", CLASS, spec=CLASS_SPEC)
+DRA_ROWS += [
+    Row(
+        "dra-admit/claim-replaced-then-admitted",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        check=pinned,
+    ),
+    Row(
+        # an earlier run wrote the claim and stopped before the gate went
+        "dra-admit/claim-pinned-already",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim({**MADE, "annotations": {C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}}),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("admit_pod",),
+    ),
+    Row(
+        # an earlier run deleted the template's claim and failed before creating the pinned one:
+        # the controller makes no other (the pod's status names it), so gpupool makes it
+        "dra-admit/claim-gone-made-from-the-template",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec=TEMPLATE_SPEC),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("create_dra_object", "admit_pod"),
+        check=pinned,
+    ),
+    Row(
+        "dra-admit/claim-gone-no-template",
+        DRA_ADMIT,
+        (OUR_CLASS, gated_claimant()),
+        "waiting",
+        f"claim {CLAIM} is not there (yet)",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # the delete went, the create failed: nothing admitted, the next run makes the claim
+        "dra-admit/create-fails-after-delete",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "403",
+        ("delete_dra_object",),
+        fail={"create_dra_object": ApiError(403, "Forbidden", "denied")},
+        check=not_admitted,
+    ),
+    Row(
+        # pinned for an earlier plan while the pod stayed gated: its selector is replaced, not
+        # added to (both would allow no device)
+        "dra-admit/claim-pinned-for-another-plan",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            Dra(
+                "ResourceClaim",
+                CLAIM,
+                NS,
+                spec={
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": CLASS,
+                                    "count": 2,
+                                    "selectors": [
+                                        {"cel": {"expression": uuid_selector(("GPU-x", "GPU-y"))}}
+                                    ],
+                                },
+                            }
+                        ]
+                    }
+                },
+                managed_by="",
+                meta={
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-x,GPU-y"},
+                },
+            ),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        check=pinned,
+    ),
+    Row(
+        "dra-admit/claim-not-made-yet",
+        DRA_ADMIT,
+        (OUR_CLASS, gated_claimant(made="")),
+        "waiting",
+        "claim gpus is not made yet",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        "dra-admit/claim-allocated",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(status={"allocation": {"devices": {"results": []}}}), gated_claimant()),
+        "failed",
+        "is allocated already",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # a claim the pod only references (shared, someone else's): never rewritten
+        "dra-admit/claim-not-the-pods-own",
+        DRA_ADMIT,
+        (OUR_CLASS, claim({"annotations": {}}), gated_claimant()),
+        "failed",
+        "is not pod p-0's own",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # a claim on someone else's class is not gpupool's to pin: the pod is admitted as is
+        "dra-admit/foreign-class",
+        DRA_ADMIT,
+        (Dra("DeviceClass", CLASS, spec=CLASS_SPEC, managed_by=""), claim(), gated_claimant()),
+        "done",
+        "admitted 1 pod(s)",
+        ("admit_pod",),
     ),
 ]

@@ -123,6 +123,11 @@ class Pod:
     annotated_by: str | None = None
     """The field manager that wrote its annotations: None, the test client's own (on a server
     `OpenAPI-Generator`; in memory none on record), which gpupool trusts for nothing."""
+    claims: tuple[tuple[str, str], ...] = ()
+    """Its DRA claims (entry, ResourceClaim name or "" while not made; MemoryCluster only):
+    then its uid is `uid-<name>`."""
+    templates: Mapping[str, str] = field(default_factory=dict)
+    """Entry -> the ResourceClaimTemplate it names (MemoryCluster only)."""
 
     @property
     def owner(self) -> tuple[str, str] | None:
@@ -177,14 +182,17 @@ class Kueue:
 
 @dataclass(frozen=True)
 class Dra:
-    """A DeviceClass or ResourceClaimTemplate (MemoryCluster rows only); `namespace` "" for a
-    DeviceClass."""
+    """A DeviceClass, ResourceClaimTemplate or ResourceClaim (MemoryCluster rows only);
+    `namespace` "" for a DeviceClass."""
 
     kind: str
     name: str
     namespace: str = ""
     spec: Mapping[str, Any] = field(default_factory=dict)
     managed_by: str = "gpupool"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """More metadata (a ResourceClaim's annotations, ownerReferences)."""
+    status: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +438,8 @@ def seed_memory(row: Row) -> MemoryCluster:
                 conditions=s.conditions,
                 owner=s.owner,
                 annotated_by=s.annotated_by,
+                claims=s.claims,
+                templates=dict(s.templates),
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")
@@ -491,8 +501,9 @@ def seed_memory(row: Row) -> MemoryCluster:
             c.dra[(s.kind, s.namespace, s.name)] = {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": s.kind,
-                "metadata": md,
+                "metadata": {**md, **s.meta},
                 "spec": dict(s.spec),
+                **({"status": dict(s.status)} if s.status is not None else {}),
             }
         else:  # pragma: no cover
             raise TypeError(s)

@@ -124,6 +124,7 @@ def test_memory_knows_which_operations_write():
         "quota_manager",
         "kueue_manager",
         "dra_manager",
+        "read_dra_object",
     }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers

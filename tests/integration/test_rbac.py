@@ -124,6 +124,15 @@ EXERCISED_ELSEWHERE.update(
         )
     }
 )
+# DRA exact admission: a gated pod's claim replaced with one pinned to the planned devices.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: {v} resource.k8s.io/resourceclaims": (
+            "test_dra_admit.py::test_allocations_are_the_plan"
+        )
+        for v in ("get", "create", "delete")
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.

@@ -218,6 +218,21 @@ def test_a_pod_that_claims_gpupools_classes_is_a_gpu_workload() -> None:
     assert not waiting.allocations
 
 
+def test_a_pod_whose_made_claim_is_gone_asks_for_its_templates_devices() -> None:
+    """Exact admission deletes a gated pod's claim and creates it again; between the two (or
+    when the create failed) the pod's status names a claim that is not there: it still asks
+    for what its template does (else it would drop out of the plan)."""
+    c = cluster()
+    waiting = c.pods[1]
+    waiting["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "waiting-0-gpus-y2"}],
+    }
+    o = observe(c)
+    by_name = {w.name: w for w in o.workloads}
+    assert by_name["waiting-0"].request.gpus == 2 and not by_name["waiting-0"].allocations
+
+
 def test_a_claim_on_someone_elses_class_is_no_gpu_request() -> None:
     c = cluster()
     del c.dra["deviceclasses"][0]["metadata"]["labels"]["app.kubernetes.io/managed-by"]

@@ -599,7 +599,8 @@ def dra_pool():
     DeviceClass for whole cards and one per MIG profile, the teams' ResourceClaimTemplates, and
     ResourceQuotas counted in devices of those classes; a class gpupool made for a pool that is
     gone is pruned (after its template, which no pod names), a foreign class is left alone; the
-    pending MIG inference repartitions through mig-manager as on the device plugin."""
+    pending MIG inference repartitions through mig-manager as on the device plugin, and is not
+    admitted yet: its instances are not published as DRA devices (exact admission names them)."""
     text = (
         desired_text()
         .replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")

@@ -39,9 +39,15 @@ def test_static_mig_on_dra_repartitions_through_mig_manager_as_the_device_plugin
     assert "set-sharing" not in kinds
 
     def partitions(p):
-        return [(a.kind, a.id) for a in p.actions if a.kind != "quota"]
+        return [(a.kind, a.id) for a in p.actions if a.kind not in ("quota", "admit", "hold")]
 
     assert partitions(dra) == partitions(plugin)
+    # the device plugin admits the rankers onto the instances being made; on DRA they wait
+    # until the driver publishes them (exact admission names devices: plan/dra_admit.py)
+    assert len([a for a in plugin.actions if a.kind == "admit"]) == 3
+    assert [a for a in dra.actions if a.kind == "admit"] == []
+    held = [a for a in dra.actions if a.kind == "hold"]
+    assert len(held) == 3 and {a.code for a in held} == {"dra-devices-unpublished"}
 
 
 def test_the_dra_backend_never_shares() -> None:

@@ -11,6 +11,7 @@ The handlers live in one module per concept, each registering its action types w
 * backends.py: `PartitionChange` of any other partition backend, by its registered handler;
 * workloads.py: checkpoint, eviction (preempt, reclaim, move), Job resume, scaling;
 * admission.py: admitting gated gangs and holding gated pods;
+* dra_admit.py: on DRA pools, the admitted pods' claims written for the plan's devices;
 * objects.py: ResourceQuotas, PriorityClasses and Kueue objects, applied and pruned;
 * dra.py: DRA pools' DeviceClasses and ResourceClaimTemplates, applied and pruned.
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context, Outcome, _ns_name, handles
+from reconciler.apply.handlers.dra_admit import pin_claims
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import Admit, Hold, PodAdmission
 
@@ -163,7 +164,16 @@ def admit(a: Admit, ctx: Context) -> Outcome:
                 f"next cycle",
                 changed=done.wrote,
             )
-        # 4. admit: affinity, the gate's removal and the annotations in one patch per pod
+        # 4. DRA pools: every pod's claims written for its planned devices (all of the gang's
+        # before any pod is released, so a claim that cannot be pinned admits none)
+        pinned: list[str] = []
+        for want in todo:
+            done.current = want.name
+            status, why = pin_claims(ctx, ns, want, pods[want.name], pinned)
+            done.wrote = done.wrote or bool(pinned)
+            if status:
+                return Outcome(a.id, status, why, changed=done.wrote)
+        # 5. admit: affinity, the gate's removal and the annotations in one patch per pod
         _admit_pods(a, ctx, pods, todo, done)
     except ApiError as exc:
         if exc.status == 404 and done.current:  # deleted since it was read

@@ -32,6 +32,7 @@ from reconciler.plan.demand import (
     record_wait,
     unreachable,
 )
+from reconciler.plan.dra_admit import planned_devices
 from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
@@ -223,6 +224,21 @@ def honour_reservations(run: Run, pending: list[Demand]) -> None:
             p.on_reservation = True
 
 
+def _pod_admission(run: Run, pool: str, member: str, cards: list[GpuSlot]) -> PodAdmission | None:
+    """One pod's node and cards; on a DRA pool also the devices its claims are pinned to (None
+    when one is not published: exact admission cannot name it)."""
+    name, node = member.split("/", 1)[1], cards[0].node
+    gpus = tuple(g.index for g in cards)
+    spec = run.desired.pools.get(pool)
+    if spec is None or spec.spec.backend != "dra":
+        return PodAdmission(name=name, node=node, gpus=gpus)
+    observed = next((n for n in run.observed.nodes if n.name == node), None)
+    devices = planned_devices(run.observed.dra, observed, cards, member)
+    if devices is None:
+        return None
+    return PodAdmission(name=name, node=node, gpus=gpus, devices=devices)
+
+
 def emit_admissions(run: Run, pending: list[Demand]) -> None:
     """An Admit for every gated gang the plan placed: each pod's node and cards, after the
     repartitions and uncordons of those nodes, and once the pods stopped to free the cards
@@ -260,15 +276,24 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
         for m in p.members:
             cards = sorted(where[m], key=lambda g: g.index)
             node = cards[0].node
-            pods.append(
-                PodAdmission(name=m.split("/", 1)[1], node=node, gpus=tuple(g.index for g in cards))
-            )
+            admission = _pod_admission(run, p.pool, m, cards)
+            if admission is None:  # a DRA device not published yet: the gang waits, whole
+                why = (
+                    f"the devices planned for it on {node} are not published by NVIDIA's DRA "
+                    f"driver yet (it republishes a node's slices after a repartition); admitted "
+                    f"once they are, on exactly those devices"
+                )
+                record_wait(run, p, "dra-devices-unpublished", why)
+                break
+            pods.append(admission)
             deps.update(node_steps.get(node, ()))
             for g in cards:
                 after.update(
                     run.actions[e].target for e in run.evictions_on.get((node, g.index), ())
                 )
                 after.update(run.stopping.get((node, g.index), ()))
+        if len(pods) != len(p.members):
+            continue
         nodes = sorted({a.node for a in pods})
         freed = f", once {len(after)} pod(s) stopped for it are gone" if after else ""
         run.add(

@@ -1,0 +1,67 @@
+"""Exact admission on DRA, the pure half: the devices the plan chose for a pod of a DRA pool,
+as the `uuid` attributes NVIDIA's driver publishes on them (a CEL selector cannot see a device's
+name, but it sees its attributes: docs/architecture.md, "DRA"). The Admit action carries them
+(`PodAdmission.devices`); apply/handlers/dra_admit.py writes the pod's claims with a selector on
+them before it releases the gate, so kube-scheduler's allocator can pick only these.
+
+A planned card is the driver's device whose `uuid` is the node agent's uuid of that card, else
+the device named `gpu-<index>` (the driver names a card by its minor); a planned MIG instance
+(profile, placement start) on a card is the `type: mig` device of that profile whose
+`parentUUID` is the card's (else whose name starts `gpu-<index>-`) and whose name ends with the
+placement start (cmd/gpu-kubelet-plugin/deviceinfo.go; tests/cluster/dra_slices.py)."""
+
+from __future__ import annotations
+
+from reconciler.observe.model import Node
+from reconciler.observe.model_dra import DraDevice, DraState
+from reconciler.plan.cluster import GpuSlot
+
+
+def _uuid(d: DraDevice | None) -> str:
+    v = d.attr("uuid") if d is not None else None
+    return v if isinstance(v, str) and v else ""
+
+
+def _card(devices: list[DraDevice], card_uuid: str, index: int) -> DraDevice | None:
+    cards = [d for d in devices if d.type == "gpu"]
+    by_uuid = [d for d in cards if card_uuid and _uuid(d) == card_uuid]
+    by_name = [d for d in cards if d.name == f"gpu-{index}"]
+    return (by_uuid or by_name or [None])[0]
+
+
+def _instance(
+    devices: list[DraDevice], card_uuid: str, index: int, profile: str, start: int
+) -> DraDevice | None:
+    for d in devices:
+        if d.type != "mig" or d.attr("profile") != profile:
+            continue
+        parent = d.attr("parentUUID")
+        on_card = (card_uuid and parent == card_uuid) or d.name.startswith(f"gpu-{index}-")
+        if on_card and d.name.rsplit("-", 1)[-1] == str(start):
+            return d
+    return None
+
+
+def planned_devices(
+    dra: DraState | None, node: Node | None, cards: list[GpuSlot], holder: str
+) -> tuple[str, ...] | None:
+    """The uuids of what `holder` was placed on (`cards`, all on one node): its whole cards,
+    or the MIG instances it holds on them. None when a planned device is not published (the
+    driver has not republished the node's slices yet): then the pod is not admitted (its gang
+    is held: `dra-devices-unpublished`)."""
+    if dra is None or node is None or not cards:
+        return None
+    devices = dra.devices(node.name)
+    uuids = {g.index: g.uuid for g in node.gpus}
+    out: list[str] = []
+    for g in cards:
+        mine = sorted(i for i, h in g.instance_holders.items() if h == holder)
+        found = (
+            [_instance(devices, uuids.get(g.index, ""), g.index, p, s) for p, s in mine]
+            if mine
+            else [_card(devices, uuids.get(g.index, ""), g.index)]
+        )
+        if any(_uuid(d) == "" for d in found):
+            return None
+        out += [_uuid(d) for d in found]
+    return tuple(out)

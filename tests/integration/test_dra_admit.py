@@ -1,0 +1,248 @@
+"""Exact admission on DRA, on the real API server and kube-scheduler (issue 32 item 3).
+
+Pods on a DRA pool reference gpupool's ResourceClaimTemplates in a gated namespace: the admission
+gate (deploy/admission-gate.yaml) gates them, the resourceclaim controller makes their claims
+from the templates, gpupool plans them, replaces each claim with one whose CEL selector names
+the planned devices by `uuid` (reconciler/apply/handlers/dra_admit.py) and releases the gate;
+kube-scheduler's DynamicResources plugin allocates. In two rounds of whole cards, a 2-pod gang
+and a MIG pod, the allocated devices (claim status.allocation) are the planned ones, every time.
+The rights this takes are the controller's own (deploy/rbac.yaml), nothing is refused, and
+deploy/controller-admission.yaml refuses the controller any other claim write.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes import client
+
+from reconciler import conventions as C
+from tests.cluster.dra_kubelet import DraPlugin
+from tests.support.wait import wait_for
+
+from .gating import gate_names, gated_namespace
+from .harness import A100, add_gpu_node, audit_mark, controller, write_policy
+from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
+from .world import CONTROLLER_SA
+
+G, V = C.DRA_GROUP, C.DRA_VERSION
+
+
+def policy(sfx: str, ns: str) -> str:
+    return f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: d{sfx}}}
+spec:
+  gpuModel: {A100}
+  backend: dra
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
+  capacity: {{nodes: 2, gpusPerNode: 4}}
+  training: {{minGPUs: 0}}
+  inference:
+    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityPolicy
+metadata: {{name: cluster}}
+spec:
+  classes:
+    - {{name: low-{sfx}, value: 10000, workload: training}}
+    - {{name: serve-{sfx}, value: 20000, workload: inference}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {{name: q{sfx}}}
+spec:
+  namespaces: [{ns}]
+  pools:
+    - pool: d{sfx}
+      whole: {{guaranteed: 6, borrowingLimit: 0}}
+      mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
+"""
+
+
+def claim_pod(kube, ns: str, name: str, template: str, cls: str, gang: str = "") -> None:
+    meta: dict = {"name": name}
+    if gang:  # an explicit gang of two
+        meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: "2"}
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": meta,
+            "spec": {
+                "priorityClassName": cls,
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+
+
+def claim_of(kube, ns: str, pod: str) -> dict | None:
+    p = kube.core.read_namespaced_pod(pod, ns)
+    made = {s.name: s.resource_claim_name for s in (p.status.resource_claim_statuses or [])}
+    if not made.get("gpus"):
+        return None
+    return kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", made["gpus"])
+
+
+def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | None:
+    """(node, allocated devices, planned devices by name) once the pod is bound and its claim
+    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice."""
+    p = kube.core.read_namespaced_pod(pod, ns)
+    claim = claim_of(kube, ns, pod)
+    alloc = ((claim or {}).get("status") or {}).get("allocation")
+    if not p.spec.node_name or not alloc:
+        return None
+    node = p.spec.node_name
+    got = sorted(r["device"] for r in alloc["devices"]["results"] if r["pool"] == node) + sorted(
+        f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"] if r["pool"] != node
+    )
+    planned = (claim["metadata"].get("annotations") or {}).get(C.DRA_PLANNED_ANN, "")
+    slc = kube.custom.get_cluster_custom_object(G, V, "resourceslices", f"{node}-{C.DRA_DRIVER}")
+    by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
+    named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
+    return node, got, named
+
+
+def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]], lose: str = ""):
+    """Create the pods (name -> (template, gang)), check they are gated, (`lose`: delete that
+    pod's claim, as a run that failed between its delete and its create would leave it), cycle
+    the controller until every one is admitted;
+    -> ({pod: (node, allocated, planned)}, outcomes by action)."""
+    for name, (template, gang) in spec.items():
+        cls = f"serve-{sfx}" if "-mig-" in template else f"low-{sfx}"
+        claim_pod(kube, ns, name, template, cls, gang=gang)
+        # the gate covers pods on gpupool's templates
+        assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    if lose:
+        name = claim_of(kube, ns, lose)["metadata"]["name"]
+        kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
+    results: dict[str, list[tuple[str, str]]] = {}
+
+    def admitted() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        for o in r.applied.outcomes if r.applied else []:
+            results.setdefault(o.action, []).append((o.status, o.message))
+            print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in spec)
+
+    wait_for("every pod admitted", admitted, timeout=120, interval=1)
+    got = {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in spec
+    }
+    return got, results
+
+
+def test_allocations_are_the_plan(kube, tmp_path):
+    sfx = uuid.uuid4().hex[:6]
+    pool = f"d{sfx}"
+    ns = gated_namespace(kube)
+    mark = audit_mark(kube)
+    na, nb = f"dra-x-{sfx}", f"dra-y-{sfx}"
+    for node, mig in ((na, {}), (nb, {0: [("3g.40gb", 0), ("3g.40gb", 4)]})):
+        add_gpu_node(
+            kube,
+            node,
+            pool=pool,
+            model=A100,
+            count=4,
+            mig={i: [p for p, _ in v] for i, v in mig.items()},
+        )
+        plugin = DraPlugin(kube.custom, node, cards=4, mig=mig)
+        plugin.publish()
+        kube.cleanup(plugin.remove)
+    write_policy(tmp_path, policy(sfx, ns))
+    ctl = controller(kube, tmp_path, kube.clock)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+
+    whole, mig = f"gpupool-{pool}-gpu", f"gpupool-{pool}-mig-3g-40gb"
+    # ... and not a pod on someone else's template
+    other = {
+        "metadata": {"name": "other"},
+        "spec": {
+            "resourceClaims": [{"name": "x", "resourceClaimTemplateName": "vendor-gpu"}],
+            "containers": [{"name": "main", "image": "registry.example.com/work:1"}],
+        },
+    }
+    assert gate_names(kube.core.create_namespaced_pod(ns, other, dry_run="All")) == []
+
+    # two rounds, each admitted and allocated, the second after the first's pods are gone;
+    # in the second one pod's claim is lost before gpupool writes it (made again from the
+    # template: the resourceclaim controller makes no other once the pod's status names it)
+    rounds = [
+        {"solo": (f"{whole}-1", ""), "gang-0": (f"{whole}-2", "g"), "gang-1": (f"{whole}-2", "g")},
+        {"big": (f"{whole}-4", ""), "pair-0": (f"{whole}-1", "h"), "pair-1": (f"{whole}-1", "h")},
+    ]
+    for i, spec in enumerate(rounds):
+        spec = {**spec, f"ranker-{i}": (mig, "")}
+        got, results = admit_round(kube, ctl, ns, sfx, spec, lose="big" if i else "")
+        for p, (node, devices, planned) in got.items():
+            assert planned and devices == planned, (p, devices, planned, results)
+            admitted_to = kube.core.read_namespaced_pod(p, ns).metadata.annotations[C.ADMITTED_ANN]
+            assert node == admitted_to
+        ranker = got[f"ranker-{i}"]
+        assert ranker[0] == nb and ranker[1][0].startswith("gpu-0-mig-3g40gb-")
+        # the gang is admitted whole: one Admit released both pods (their claims written first)
+        first, second = sorted(p for p, (_, g) in spec.items() if g)
+        gang = [m for outs in results.values() for st, m in outs if f"{first} ->" in m]
+        assert gang and "admitted 2 pod(s)" in gang[-1] and f"{second} ->" in gang[-1], results
+        counts = {p: len(d) for p, (_, d, _) in got.items()}
+        assert counts == {
+            p: int(t.rsplit("-", 1)[1]) if t != mig else 1 for p, (t, _) in spec.items()
+        }
+        claims = kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+        assert len(claims) == len(spec)  # one per pod: none made beside gpupool's
+        for p in spec:
+            kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
+        wait_for(
+            "the round's claims gone",
+            lambda: (
+                not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+            ),
+            timeout=90,
+        )
+
+    # the controller's own rights did it: no 403; the claim rules were each used
+    events = audited(kube, CONTROLLER, mark)
+    assert not [e.uri for e in events if e.code == 403]
+    seen = {a for e in events for a in access(e)}
+    claim_rules = [
+        (label, n, r)
+        for label, n, r in narrowed(rules(CONTROLLER_SA))
+        if "resource.k8s.io/resourceclaims" in label and "list" not in label
+    ]
+    unused = [label for label, n, r in claim_rules if not any(allows(n, r, a) for a in seen)]
+    assert len(claim_rules) == 3 and unused == [], unused
+
+    # gpupool-controller-claims narrows those rights: no claim but a pod's own from a template
+    loose = {
+        "apiVersion": f"{G}/{V}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "loose"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": whole}}]}},
+    }
+    kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", loose)
+    as_controller = client.CustomObjectsApi(kube.controller_client())
+    for write in (
+        lambda: as_controller.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "loose"),
+        lambda: as_controller.create_namespaced_custom_object(
+            G, V, ns, "resourceclaims", {**loose, "metadata": {"name": "mine"}}
+        ),
+    ):
+        with pytest.raises(client.ApiException) as refused:
+            write()
+        assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body

@@ -1,0 +1,125 @@
+"""Exact admission on DRA, the planner's half (reconciler/plan/dra_admit.py): an Admit on a DRA
+pool carries the `uuid`s of the devices the plan chose for each pod (NVIDIA's driver's devices
+as its slices publish them), matched by the node agent's card uuid, else by the driver's
+`gpu-<minor>` name; a MIG instance by its parent card, profile and placement start. A planned
+device the driver has not published yet (a repartition in flight) admits nothing: the pod waits
+whole, and is admitted once the slices show it."""
+
+from __future__ import annotations
+
+from reconciler.observe.model import Gpu, MigInstance, Node
+from reconciler.observe.model_dra import DraDevice, DraState, ResourceSlice
+from reconciler.plan.actions import Admit
+from reconciler.plan.cluster import GpuSlot
+from reconciler.plan.dra_admit import planned_devices
+from reconciler.plan.planner import plan_with_facts
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from tests.plan.scenarios import always_rule_preempts_before_giving_back
+
+NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
+DRA = ("  gpuModel: A100-SXM4-80GB\n", "  gpuModel: A100-SXM4-80GB\n  backend: dra\n")
+
+
+def card(minor: int, uuid: str) -> DraDevice:
+    return DraDevice(name=f"gpu-{minor}", attributes={"type": "gpu", "uuid": uuid})
+
+
+def mig(minor: int, parent: str, profile: str, start: int) -> DraDevice:
+    name = f"gpu-{minor}-mig-{profile.replace('.', '')}-9-{start}"
+    attributes = {"type": "mig", "uuid": f"MIG-{minor}-{start}", "parentUUID": parent}
+    return DraDevice(name=name, attributes={**attributes, "profile": profile})
+
+
+def published(nodes: list[Node]) -> DraState:
+    """Each node's cards as the driver publishes them (one slice, named after the node)."""
+    slices = []
+    for n in nodes:
+        devices = []
+        for g in n.gpus:
+            if g.mig_enabled:
+                devices += [mig(g.index, g.uuid, i.profile, i.start) for i in g.mig_instances]
+            else:
+                devices.append(card(g.index, g.uuid or f"GPU-{n.name}-{g.index}"))
+        slices.append(
+            ResourceSlice(
+                name=f"{n.name}-gpu.nvidia.com",
+                driver="gpu.nvidia.com",
+                pool=n.name,
+                node=n.name,
+                devices=devices,
+            )
+        )
+    return DraState(slices=slices)
+
+
+def test_cards_by_the_agents_uuid_else_by_minor_and_mig_by_parent_and_start() -> None:
+    node = Node(
+        name="n",
+        gpus=[
+            Gpu(index=0, uuid="GPU-zero"),
+            Gpu(index=1, uuid=""),
+            Gpu(
+                index=2,
+                uuid="GPU-two",
+                mig_enabled=True,
+                mig_instances=[MigInstance(profile="3g.40gb", start=s) for s in (0, 4)],
+            ),
+        ],
+    )
+    # the driver's minor 5 carries the uuid the agent reports for index 0
+    dra = DraState(
+        slices=[
+            ResourceSlice(
+                name="s",
+                driver="gpu.nvidia.com",
+                pool="n",
+                node="n",
+                devices=[
+                    card(5, "GPU-zero"),
+                    card(1, "GPU-one"),
+                    mig(2, "GPU-two", "3g.40gb", 0),
+                    mig(2, "GPU-two", "3g.40gb", 4),
+                ],
+            )
+        ]
+    )
+    whole = [GpuSlot(node="n", index=0, mode="whole"), GpuSlot(node="n", index=1, mode="whole")]
+    assert planned_devices(dra, node, whole, "ns/p") == ("GPU-zero", "GPU-one")
+    g = GpuSlot(node="n", index=2, mode="mig")
+    g.instance_holders[("3g.40gb", 4)] = "ns/p"
+    g.instance_holders[("3g.40gb", 0)] = "ns/other"
+    assert planned_devices(dra, node, [g], "ns/p") == ("MIG-2-4",)
+    # not published (yet): nothing to name, so no admission
+    g.instance_holders[("3g.40gb", 4)] = "ns/other"
+    g.instance_holders[("1g.10gb", 6)] = "ns/p"
+    assert planned_devices(dra, node, [g], "ns/p") is None
+    assert planned_devices(None, node, whole, "ns/p") is None
+
+
+def _plan(backend_dra: bool, slices: bool):
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED)
+    if backend_dra:
+        text = text.replace(*DRA, 1)
+    if slices:
+        observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
+    return observed, [a for a in plan.actions if isinstance(a, Admit)]
+
+
+def test_an_admit_on_a_dra_pool_names_the_planned_cards_by_uuid() -> None:
+    observed, admits = _plan(backend_dra=True, slices=True)
+    _, plugin = _plan(backend_dra=False, slices=True)
+    assert [a.id for a in admits] == [a.id for a in plugin]  # the same placement
+    (pod,) = admits[0].pods
+    node = next(n for n in observed.nodes if n.name == pod.node)
+    uuids = {g.index: g.uuid or f"GPU-{node.name}-{g.index}" for g in node.gpus}
+    assert pod.devices == tuple(uuids[i] for i in pod.gpus) and len(pod.devices) == 8
+    assert all(p.devices == () for a in plugin for p in a.pods)  # device plugin: a hint only
+    assert "devices" not in plugin[0].pods[0].model_dump()  # its plans are written as before
+
+
+def test_a_dra_pod_waits_while_its_devices_are_not_published() -> None:
+    _, admits = _plan(backend_dra=True, slices=False)
+    assert admits == []
