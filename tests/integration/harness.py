@@ -297,3 +297,24 @@ def converge(
         for r in results[-3:]
     ]
     raise AssertionError(f"did not converge in {max_cycles} cycles: " + "; ".join(last))
+
+
+def drop_device_classes(kube: World, pool: str) -> None:
+    """Delete the DeviceClasses gpupool rendered for DRA Pool `pool` (`gpupool-<pool>-...`).
+    They are cluster-scoped and owned by gpupool: left behind, the next test's controller
+    would prune them and count writes that test never caused."""
+    from kubernetes import client
+
+    from reconciler import conventions as C
+
+    listed = kube.custom.list_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, "deviceclasses")
+    for item in listed.get("items", []):
+        name = item["metadata"]["name"]
+        if name.startswith(f"gpupool-{pool}-"):
+            try:
+                kube.custom.delete_cluster_custom_object(
+                    C.DRA_GROUP, C.DRA_VERSION, "deviceclasses", name
+                )
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise

@@ -18,7 +18,14 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 
-from .harness import CONTROLLER_SA, audit_mark, controller, write_policy, writes
+from .harness import (
+    CONTROLLER_SA,
+    audit_mark,
+    controller,
+    drop_device_classes,
+    write_policy,
+    writes,
+)
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
@@ -236,6 +243,7 @@ def test_the_real_scheduler_allocates_from_the_drivers_slices(kube, tmp_path):
         .replace("{nodes: 1, gpusPerNode: 4}", "{nodes: 2, gpusPerNode: 4}")
     )
     write_policy(tmp_path, text)
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     outcomes(ctl.cycle())
 

@@ -22,7 +22,7 @@ from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
 from .gating import gate_names, gated_namespace
-from .harness import A100, add_gpu_node, audit_mark, controller, write_policy
+from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 from .world import CONTROLLER_SA
 
@@ -165,6 +165,7 @@ def test_allocations_are_the_plan(kube, tmp_path):
         plugin.publish()
         kube.cleanup(plugin.remove)
     write_policy(tmp_path, policy(sfx, ns))
+    kube.cleanup(lambda: drop_device_classes(kube, f"d{sfx}"))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error
