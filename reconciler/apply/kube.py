@@ -172,6 +172,8 @@ class KubeOps:
         self.batch = client.BatchV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._kueue = _ObjectGroup(self.custom, C.KUEUE_GROUP, C.KUEUE_VERSION, C.KUEUE_PLURALS)
+        self._dra = _ObjectGroup(self.custom, C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS)
         self._written_lock = threading.Lock()
         self.written: dict[str, int] = {}
         """"nodes" / "pods" -> the newest resourceVersion the server returned for a write of
@@ -573,138 +575,80 @@ class KubeOps:
         with _errors():
             self.core.create_namespaced_event(namespace, body, field_manager=C.FIELD_MANAGER)
 
-    # -- Kueue ------------------------------------------------------------------------
-    # CustomObjectsApi on kueue.x-k8s.io/v1beta2 (the version Kueue v0.17.0's CRDs store).
+    # -- Kueue and DRA: CustomObjectsApi on kueue.x-k8s.io/v1beta2 (the version Kueue v0.17.0's
+    # CRDs store) and resource.k8s.io/v1 (built-in, served as JSON like any group)
     def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
-        plural = C.KUEUE_PLURALS[kind]
-        if namespace:
-            obj = _or_none(
-                lambda: self.custom.get_namespaced_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, namespace, plural, name
-                )
-            )
-        else:
-            obj = _or_none(
-                lambda: self.custom.get_cluster_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, name
-                )
-            )
-        if obj is None:
-            return None
-        return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
+        return self._kueue.manager(kind, namespace, name)
 
     def create_kueue_object(self, body: dict) -> None:
-        plural = C.KUEUE_PLURALS[body["kind"]]
-        ns = body["metadata"].get("namespace")
-        with _errors():
-            if ns:
-                self.custom.create_namespaced_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, ns, plural, body, field_manager=C.FIELD_MANAGER
-                )
-            else:
-                self.custom.create_cluster_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, body, field_manager=C.FIELD_MANAGER
-                )
+        self._kueue.create(body)
 
     def patch_kueue_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        plural = C.KUEUE_PLURALS[kind]
-        with _errors():
-            if namespace:
-                self.custom.patch_namespaced_custom_object(
-                    C.KUEUE_GROUP,
-                    C.KUEUE_VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    patch,
-                    field_manager=C.FIELD_MANAGER,
-                    _content_type=MERGE,
-                )
-            else:
-                self.custom.patch_cluster_custom_object(
-                    C.KUEUE_GROUP,
-                    C.KUEUE_VERSION,
-                    plural,
-                    name,
-                    patch,
-                    field_manager=C.FIELD_MANAGER,
-                    _content_type=MERGE,
-                )
+        self._kueue.patch(kind, namespace, name, patch)
 
     def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
-        plural = C.KUEUE_PLURALS[kind]
-        with _errors():
-            if namespace:
-                self.custom.delete_namespaced_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, namespace, plural, name
-                )
-            else:
-                self.custom.delete_cluster_custom_object(
-                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural, name
-                )
+        self._kueue.delete(kind, namespace, name)
 
-    # -- DRA ---------------------------------------------------------------------------
-    # CustomObjectsApi on resource.k8s.io/v1 (built-in, served as JSON like any group).
     def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
-        plural = C.DRA_PLURALS[kind]
-        if namespace:
-            obj = _or_none(
-                lambda: self.custom.get_namespaced_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
-                )
-            )
-        else:
-            obj = _or_none(
-                lambda: self.custom.get_cluster_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, plural, name
-                )
-            )
+        return self._dra.manager(kind, namespace, name)
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self._dra.read(kind, namespace, name)
+
+    def create_dra_object(self, body: dict) -> None:
+        self._dra.create(body)
+
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        self._dra.patch(kind, namespace, name, patch)
+
+    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+        self._dra.delete(kind, namespace, name)
+
+
+class _ObjectGroup:
+    """Objects of one API group through CustomObjectsApi, by kind: namespaced when given a
+    namespace, cluster-scoped otherwise. Reads answer None for an object that is not there;
+    writes raise the port's errors (`_errors`)."""
+
+    def __init__(self, custom: Any, group: str, version: str, plurals: dict[str, str]):
+        self.custom, self.group, self.version, self.plurals = custom, group, version, plurals
+
+    def _at(self, kind: str, namespace: str, *name: str) -> tuple[str, ...]:
+        ns = [namespace] if namespace else []
+        return (self.group, self.version, *ns, self.plurals[kind], *name)
+
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        c = self.custom
+        get = c.get_namespaced_custom_object if namespace else c.get_cluster_custom_object
+        return _or_none(lambda: get(*self._at(kind, namespace, name)))
+
+    def manager(self, kind: str, namespace: str, name: str) -> str | None:
+        """Who manages the object (its `app.kubernetes.io/managed-by`); None: not there."""
+        obj = self.read(kind, namespace, name)
         if obj is None:
             return None
         return ((obj.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
 
-    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        plural = C.DRA_PLURALS[kind]
-        if namespace:
-            return _or_none(
-                lambda: self.custom.get_namespaced_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
-                )
+    def create(self, body: dict) -> None:
+        ns = body["metadata"].get("namespace") or ""
+        c = self.custom
+        create = c.create_namespaced_custom_object if ns else c.create_cluster_custom_object
+        with _errors():
+            create(*self._at(body["kind"], ns), body, field_manager=C.FIELD_MANAGER)
+
+    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        c = self.custom
+        merge = c.patch_namespaced_custom_object if namespace else c.patch_cluster_custom_object
+        with _errors():
+            merge(
+                *self._at(kind, namespace, name),
+                patch,
+                field_manager=C.FIELD_MANAGER,
+                _content_type=MERGE,
             )
-        return _or_none(
-            lambda: self.custom.get_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural, name)
-        )
 
-    def create_dra_object(self, body: dict) -> None:
-        plural = C.DRA_PLURALS[body["kind"]]
-        ns = body["metadata"].get("namespace")
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        c = self.custom
+        drop = c.delete_namespaced_custom_object if namespace else c.delete_cluster_custom_object
         with _errors():
-            if ns:
-                self.custom.create_namespaced_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, ns, plural, body, field_manager=C.FIELD_MANAGER
-                )
-            else:
-                self.custom.create_cluster_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, plural, body, field_manager=C.FIELD_MANAGER
-                )
-
-    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        plural = C.DRA_PLURALS[kind]
-        args = (C.DRA_GROUP, C.DRA_VERSION, *([namespace] if namespace else []), plural, name)
-        patcher = (
-            self.custom.patch_namespaced_custom_object
-            if namespace
-            else self.custom.patch_cluster_custom_object
-        )
-        with _errors():
-            patcher(*args, patch, field_manager=C.FIELD_MANAGER, _content_type=MERGE)
-
-    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
-        plural = C.DRA_PLURALS[kind]
-        with _errors():
-            if namespace:
-                self.custom.delete_namespaced_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, namespace, plural, name
-                )
-            else:
-                self.custom.delete_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural, name)
+            drop(*self._at(kind, namespace, name))
