@@ -897,103 +897,97 @@ class MemoryCluster:
 
         self._run("create_event", create, namespace=namespace, body=copy.deepcopy(body))
 
-    # ------------------------------------------------------------------ Kueue (issue 14)
+    # ------------------------------------------------------------------ Kueue (issue 14), DRA (32)
+    # Both are plain objects by (kind, namespace, name) in a store of their own: `_objects`.
     def kueue_manager(self, kind: str, namespace: str, name: str) -> str | None:
-        def read() -> str | None:
-            o = self.kueue.get((kind, namespace, name))
-            if o is None:
-                return None
-            return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
-
-        return self._run("kueue_manager", read, kind=kind, namespace=namespace, name=name)
+        return self._objects("kueue").manager(kind, namespace, name)
 
     def create_kueue_object(self, body: dict) -> None:
-        def create() -> None:
-            md = body["metadata"]
-            key = (body["kind"], md.get("namespace") or "", md["name"])
-            if key[1]:
-                self._need_namespace(key[1])
-            if key in self.kueue:
-                raise ApiError(409, "Conflict", f'{body["kind"]} "{md["name"]}" already exists')
-            self.kueue[key] = copy.deepcopy(body)
-
-        self._run("create_kueue_object", create, body=copy.deepcopy(body))
+        self._objects("kueue").create(body)
 
     def patch_kueue_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        def merge(into: Any, p: Any) -> Any:  # RFC 7386 JSON merge patch
-            if not isinstance(p, dict):
-                return copy.deepcopy(p)
-            out = dict(into) if isinstance(into, dict) else {}
-            for k, v in p.items():
-                if v is None:
-                    out.pop(k, None)
-                else:
-                    out[k] = merge(out.get(k), v)
-            return out
-
-        def apply() -> None:
-            key = (kind, namespace, name)
-            if key not in self.kueue:
-                raise not_found(kind.lower() + "s.kueue.x-k8s.io", name)
-            self.kueue[key] = merge(self.kueue[key], patch)
-
-        self._run(
-            "patch_kueue_object", apply, kind=kind, namespace=namespace, name=name, patch=patch
-        )
+        self._objects("kueue").patch(kind, namespace, name, patch)
 
     def delete_kueue_object(self, kind: str, namespace: str, name: str) -> None:
-        def delete() -> None:
-            if self.kueue.pop((kind, namespace, name), None) is None:
-                raise not_found(kind.lower() + "s.kueue.x-k8s.io", name)
+        self._objects("kueue").delete(kind, namespace, name)
 
-        self._run("delete_kueue_object", delete, kind=kind, namespace=namespace, name=name)
-
-    # ------------------------------------------------------------------ DRA (issue 32)
     def dra_manager(self, kind: str, namespace: str, name: str) -> str | None:
+        return self._objects("dra").manager(kind, namespace, name)
+
+    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self._objects("dra").read(kind, namespace, name)
+
+    def create_dra_object(self, body: dict) -> None:
+        self._objects("dra").create(body)
+
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+        self._objects("dra").patch(kind, namespace, name, patch)
+
+    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+        self._objects("dra").delete(kind, namespace, name)
+
+    def _objects(self, which: str) -> _ObjectStore:
+        return _ObjectStore(self, which, GROUP_OF[which])
+
+
+GROUP_OF = {"kueue": "kueue.x-k8s.io", "dra": "resource.k8s.io"}
+
+
+class _ObjectStore:
+    """The in-memory cluster's objects of one group (`cluster.kueue` or `cluster.dra`), with the
+    port's calls recorded and failed as the cluster's `_run` does (operation
+    `<verb>_<which>_object`, `<which>_manager`)."""
+
+    def __init__(self, cluster: Any, which: str, group: str):
+        self.cluster, self.which, self.group = cluster, which, group
+        self.store: dict = getattr(cluster, which)
+
+    def manager(self, kind: str, namespace: str, name: str) -> str | None:
         def read() -> str | None:
-            o = self.dra.get((kind, namespace, name))
+            o = self.store.get((kind, namespace, name))
             if o is None:
                 return None
             return ((o.get("metadata") or {}).get("labels") or {}).get(C.MANAGED_BY_LABEL, "")
 
-        return self._run("dra_manager", read, kind=kind, namespace=namespace, name=name)
+        op = f"{self.which}_manager"
+        return self.cluster._run(op, read, kind=kind, namespace=namespace, name=name)
 
-    def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        return self._run(
-            "read_dra_object",
-            lambda: copy.deepcopy(self.dra.get((kind, namespace, name))),
-            kind=kind,
-            namespace=namespace,
-            name=name,
-        )
+    def read(self, kind: str, namespace: str, name: str) -> dict | None:
+        def read() -> dict | None:
+            return copy.deepcopy(self.store.get((kind, namespace, name)))
 
-    def create_dra_object(self, body: dict) -> None:
+        op = f"read_{self.which}_object"
+        return self.cluster._run(op, read, kind=kind, namespace=namespace, name=name)
+
+    def create(self, body: dict) -> None:
         def create() -> None:
             md = body["metadata"]
             key = (body["kind"], md.get("namespace") or "", md["name"])
             if key[1]:
-                self._need_namespace(key[1])
-            if key in self.dra:
+                self.cluster._need_namespace(key[1])
+            if key in self.store:
                 raise ApiError(409, "Conflict", f'{body["kind"]} "{md["name"]}" already exists')
-            self.dra[key] = copy.deepcopy(body)
+            self.store[key] = copy.deepcopy(body)
 
-        self._run("create_dra_object", create, body=copy.deepcopy(body))
+        self.cluster._run(f"create_{self.which}_object", create, body=copy.deepcopy(body))
 
-    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> None:
         def apply() -> None:
             key = (kind, namespace, name)
-            if key not in self.dra:
-                raise not_found(kind.lower() + "s.resource.k8s.io", name)
-            self.dra[key] = merge_patch(self.dra[key], patch)
+            if key not in self.store:
+                raise not_found(f"{kind.lower()}s.{self.group}", name)
+            self.store[key] = merge_patch(self.store[key], patch)
 
-        self._run("patch_dra_object", apply, kind=kind, namespace=namespace, name=name, patch=patch)
+        op = f"patch_{self.which}_object"
+        self.cluster._run(op, apply, kind=kind, namespace=namespace, name=name, patch=patch)
 
-    def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str) -> None:
         def delete() -> None:
-            if self.dra.pop((kind, namespace, name), None) is None:
-                raise not_found(kind.lower() + "s.resource.k8s.io", name)
+            if self.store.pop((kind, namespace, name), None) is None:
+                raise not_found(f"{kind.lower()}s.{self.group}", name)
 
-        self._run("delete_dra_object", delete, kind=kind, namespace=namespace, name=name)
+        op = f"delete_{self.which}_object"
+        self.cluster._run(op, delete, kind=kind, namespace=namespace, name=name)
 
 
 def merge_patch(into: Any, p: Any) -> Any:
