@@ -1,12 +1,13 @@
 """gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7;
-the bin-packing baseline: issue 28, item 4).
+the bin-packing baseline: issue 28, item 4; the DRA runs: issue 32, item 7).
 
     .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~27 min
     .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~6 min
     .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
     .venv/bin/python bench/admission_openb.py --runs binpack,gpupool   # against bin packing only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~95 s
+    .venv/bin/python bench/admission_openb.py --runs dra-scheduler,dra-gpupool   # DRA only
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~150 s
 
 A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed three times
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
@@ -26,12 +27,25 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    controller (`reconciler.loop.controller.Controller` as tests/integration/harness.py builds
    it: its ServiceAccount, its informers as `Controller.run` starts them) cycling in this
    script's main thread: `ctl.cycle()`, then `world.settle()` and `world.step_nodes()`, its
-   injected clock set to the replay's trace time before each cycle; so gpupool admits every pod.
+   injected clock set to the replay's trace time before each cycle; so gpupool admits every pod;
+4. **dra-scheduler**: the pool turned to `spec.backend: dra` (`prepare_dra`: every node
+   publishes its cards as a ResourceSlice as NVIDIA's DRA driver does, bench/dra_setup.py; the
+   policy gains a Quota naming the DRA namespaces; one controller cycle renders the
+   DeviceClass `gpupool-bench-gpu` and the ResourceClaimTemplates `gpupool-bench-gpu-<n>`):
+   the same pods ask for their n cards through one claim from that template (no
+   `nvidia.com/gpu`), in a namespace without the admission label: kube-scheduler's DRA
+   allocator (DynamicResources) alone picks the devices;
+5. **dra-gpupool**: the same in a gated namespace with gpupool's controller cycling as in 3:
+   exact admission replaces each pod's claim with one whose CEL selector names the planned
+   cards before releasing the gate. Also measured: the share of admitted pods whose allocated
+   devices (`status.allocation.devices.results`) are the planned ones (the claim's
+   `gpupool.io/planned-devices`), read from the claims every 0.25 s while they live.
+   The DRA runs come after the others (the policy changes backend for them).
 
 Then the simulator places the same pods on the same nodes with the same arrivals and work
 times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
 the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
-and one table compares the five. The workload, the metrics, the simulator and the scheduler's
+and one table compares the seven. The workload, the metrics, the simulator and the scheduler's
 configuration are in bench/openb_baselines.py.
 
 **Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
@@ -51,7 +65,8 @@ its trace GPU count (1, 2, 4 or 8) but all as H100-SXM5-80GB (one Pool has one m
 whole-card pods of the trace name no model). The pods ask for `nvidia.com/gpu` only (no CPU or
 memory: gpupool's planner does not meter those, so the comparison stays on cards).
 
-**Measured** (the real runs from the kubelets' device managers: cards really handed out): the
+**Measured** (the real runs from the kubelets' device managers: cards really handed out; the
+DRA runs from the devices in their namespace's claims' allocations): the
 GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
 % of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
 from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
@@ -83,8 +98,8 @@ node-monitor grace 300 s) so that idle nodes do not load the API server.
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
-`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the three real runs and both
-simulations, the same code and table, in about 95 s (the control plane takes 10-12 s to start);
+`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the five real runs and both
+simulations, the same code and table, in about 150 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -998,7 +1013,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs",
         default=",".join(RUNS),
         help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
-        "(kube-scheduler, MostAllocated on GPUs), gpupool",
+        "(kube-scheduler, MostAllocated on GPUs), gpupool, dra-scheduler (kube-scheduler's "
+        "DRA allocator), dra-gpupool (gpupool's exact admission on DRA)",
     )
     ap.add_argument(
         "--sim",
@@ -1023,7 +1039,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--nodes 4 --pods 40 --window 20 --tail 5: ~80 s (the test suite runs it)",
+        help="--nodes 4 --pods 40 --window 20 --tail 5: ~150 s (the test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
