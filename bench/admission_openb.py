@@ -1,12 +1,13 @@
 """gpupool's admission against kube-scheduler alone, on the real control plane (issue 13, item 7;
-the bin-packing baseline: issue 28, item 4).
+the bin-packing baseline: issue 28, item 4; the DRA runs: issue 32, item 7).
 
     .venv/bin/python bench/admission_openb.py                       # 200 nodes, 3,000 pods, ~27 min
     .venv/bin/python bench/admission_openb.py --nodes 40 --pods 600 --window 90   # ~6 min
     .venv/bin/python bench/admission_openb.py --runs gpupool --dump /tmp/failed   # gpupool only
     .venv/bin/python bench/admission_openb.py --runs binpack,gpupool   # against bin packing only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~95 s
+    .venv/bin/python bench/admission_openb.py --runs dra-scheduler,dra-gpupool   # DRA only
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~150 s
 
 A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed three times
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
@@ -26,12 +27,25 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    controller (`reconciler.loop.controller.Controller` as tests/integration/harness.py builds
    it: its ServiceAccount, its informers as `Controller.run` starts them) cycling in this
    script's main thread: `ctl.cycle()`, then `world.settle()` and `world.step_nodes()`, its
-   injected clock set to the replay's trace time before each cycle; so gpupool admits every pod.
+   injected clock set to the replay's trace time before each cycle; so gpupool admits every pod;
+4. **dra-scheduler**: the pool turned to `spec.backend: dra` (`prepare_dra`: every node
+   publishes its cards as a ResourceSlice as NVIDIA's DRA driver does, bench/dra_setup.py; the
+   policy gains a Quota naming the DRA namespaces; one controller cycle renders the
+   DeviceClass `gpupool-bench-gpu` and the ResourceClaimTemplates `gpupool-bench-gpu-<n>`):
+   the same pods ask for their n cards through one claim from that template (no
+   `nvidia.com/gpu`), in a namespace without the admission label: kube-scheduler's DRA
+   allocator (DynamicResources) alone picks the devices;
+5. **dra-gpupool**: the same in a gated namespace with gpupool's controller cycling as in 3:
+   exact admission replaces each pod's claim with one whose CEL selector names the planned
+   cards before releasing the gate. Also measured: the share of admitted pods whose allocated
+   devices (`status.allocation.devices.results`) are the planned ones (the claim's
+   `gpupool.io/planned-devices`), read from the claims every 0.25 s while they live.
+   The DRA runs come after the others (the policy changes backend for them).
 
 Then the simulator places the same pods on the same nodes with the same arrivals and work
 times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
 the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
-and one table compares the five. The workload, the metrics, the simulator and the scheduler's
+and one table compares the seven. The workload, the metrics, the simulator and the scheduler's
 configuration are in bench/openb_baselines.py.
 
 **Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
@@ -51,7 +65,8 @@ its trace GPU count (1, 2, 4 or 8) but all as H100-SXM5-80GB (one Pool has one m
 whole-card pods of the trace name no model). The pods ask for `nvidia.com/gpu` only (no CPU or
 memory: gpupool's planner does not meter those, so the comparison stays on cards).
 
-**Measured** (the real runs from the kubelets' device managers: cards really handed out): the
+**Measured** (the real runs from the kubelets' device managers: cards really handed out; the
+DRA runs from the devices in their namespace's claims' allocations): the
 GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
 % of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
 from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
@@ -83,8 +98,8 @@ node-monitor grace 300 s) so that idle nodes do not load the API server.
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
-`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the three real runs and both
-simulations, the same code and table, in about 95 s (the control plane takes 10-12 s to start);
+`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the five real runs and both
+simulations, the same code and table, in about 150 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -114,6 +129,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import cluster_setup  # noqa: E402
 from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
+from bench.dra_setup import Claims, claim_pod_spec, publish_slices, quota_doc, template  # noqa: E402
 from bench.openb_baselines import (  # noqa: E402
     BINPACK_SCHEDULER,
     GRID,
@@ -145,7 +161,8 @@ MAX_NODES = 1024  # tests/cluster/kubelets.py: pod_cidr
 LATE = 2.0  # wall s: a pod created later than this after its arrival time marks a starved run
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
-RUNS = ("default", "binpack", "gpupool")  # the real runs, in the order they run
+DRA_RUNS = ("dra-scheduler", "dra-gpupool")  # on the DRA backend: after the others
+RUNS = ("default", "binpack", "gpupool", *DRA_RUNS)  # the real runs, in the order they run
 
 
 def say(msg: str) -> None:
@@ -437,6 +454,43 @@ class Replay:
         return res
 
 
+class DraReplay(Replay):
+    """The same replay on the DRA backend: each pod asks for its cards through one claim from
+    gpupool's ResourceClaimTemplate `gpupool-<pool>-gpu-<n>` (no `nvidia.com/gpu`), and the
+    cards in use are the devices in the namespace's claims' allocations (bench/dra_setup.py
+    `Claims`, which also checks each allocated claim against gpupool's plan)."""
+
+    def __init__(self, *a: Any, **kw: Any):
+        super().__init__(*a, **kw)
+        self.claims = Claims()
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def pod_body(self, job: Job) -> dict:
+        body = super().pod_body(job)
+        dra = claim_pod_spec(POOL, job.gpus)
+        body["spec"]["resourceClaims"] = dra["resourceClaims"]
+        body["spec"]["containers"][0]["resources"] = dra["resources"]
+        return body
+
+    def cards(self) -> list[tuple[str, int, int]]:
+        from reconciler.conventions import DRA_PLANNED_ANN
+
+        with contextlib.suppress(Exception):  # a slow list: the last one's figures stand
+            self.claims.read(self.custom, self.ns, DRA_PLANNED_ANN)
+        held = self.claims.held
+        return [(n.name, n.gpus, n.gpus - held.get(n.name, 0)) for n in self.wl.nodes]
+
+    def finish(self) -> Result:
+        res = super().finish()
+        c = self.claims
+        res.notes["dra_exact"] = (sum(c.checked.values()), len(c.checked))
+        res.notes["dra_mismatches"] = list(c.mismatches)
+        res.notes["dra_unplanned"] = sorted(c.unplanned)
+        return res
+
+
 def cleanup(world: Any, ns: str, timeout: float = 300.0) -> None:
     """Delete every pod of the run and wait until the kubelets have handed back every card.
     The delete is sent again while pods without a deletion timestamp are left: on a loaded
@@ -473,12 +527,14 @@ def cleanup(world: Any, ns: str, timeout: float = 300.0) -> None:
         say(f"    {n}: {h}")
 
 
-def run_kube_scheduler(world: Any, wl: Workload, name: str, scheduler: str = "") -> Result:
+def run_kube_scheduler(
+    world: Any, wl: Workload, name: str, scheduler: str = "", replay_cls: type = Replay
+) -> Result:
     """kube-scheduler alone places the pods (namespace without the admission label), with its
     default profile or the one named `scheduler`."""
     ns = f"openb-{name}"
     world.ensure_namespace(ns)
-    replay = Replay(world, ns, wl, name, gated=False, scheduler=scheduler)
+    replay = replay_cls(world, ns, wl, name, gated=False, scheduler=scheduler)
     watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
@@ -605,21 +661,24 @@ def run_gpupool(
     min_interval: float,
     dump: Path | None = None,
     process: bool = False,
+    name: str = "gpupool",
+    ns: str = "",
+    replay_cls: type = Replay,
 ) -> Result:
     """gpupool admits. In-process (the default): the controller cycles in this thread while the
     replay runs in another, `world.settle()` and `world.step_nodes()` after each cycle, its
     injected clock set to the replay's trace time before each. With `process`, the same loop
     runs in a child process (its own interpreter, as the controller has its own pod in a
     cluster) and this thread runs the node agents' `settle()`/`step_nodes()` every
-    `min_interval`."""
+    `min_interval`. `ns`: a gated namespace made already ("": one is made)."""
     from reconciler.loop.informer import ClusterCache
     from tests.integration.gating import gated_namespace
     from tests.integration.world import NS
 
-    ns = gated_namespace(world)
+    ns = ns or gated_namespace(world)
     stats = CycleStats(dump, policy_root)
     stop = threading.Event()
-    replay = Replay(world, ns, wl, "gpupool", gated=True)
+    replay = replay_cls(world, ns, wl, name, gated=True)
     child = run_dir = None
     base = world.clock.now
     if process:
@@ -651,13 +710,13 @@ def run_gpupool(
         ctl = make_controller(world.controller_client(), policy_root, world.clock)
         ctl.cache = ClusterCache(ctl.api).start(stop)
         ctl.cache.wait_synced(60)
-    watcher = threading.Thread(target=replay.watch, name="watch-gpupool", daemon=True)
+    watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
     replay.t0 = time.monotonic()
     if child is not None:  # the child counts trace time from this wall-clock instant
         (run_dir / "start").write_text(str(time.time()))
-    driver = threading.Thread(target=replay.drive, name="replay-gpupool", daemon=True)
+    driver = threading.Thread(target=replay.drive, name=f"replay-{name}", daemon=True)
     driver.start()
     try:
         while not replay.done.is_set():
@@ -692,6 +751,63 @@ def run_gpupool(
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
         cleanup(world, ns)
+
+
+def prepare_dra(world: Any, wl: Workload, policy_root: Path, priority: str) -> str:
+    """Turn the pool to the DRA backend for the DRA runs: every node publishes its cards as a
+    ResourceSlice, the policy says `backend: dra` with a Quota naming the runs' namespaces,
+    and one controller cycle renders the DeviceClass and the ResourceClaimTemplates there;
+    -> the gated namespace of dra-gpupool (dra-scheduler's is `openb-dra-scheduler`)."""
+    from tests.integration.gating import gated_namespace
+    from tests.integration.harness import write_policy
+    from tests.support.wait import wait_for
+
+    ungated = f"openb-{DRA_RUNS[0]}"
+    world.ensure_namespace(ungated)
+    gated = gated_namespace(world)
+    publish_slices(world.custom, [(n.name, n.gpus) for n in wl.nodes], MODEL)
+    policy = (
+        pool_doc(POOL, MODEL, len(wl.nodes), "  backend: dra\n")
+        + priority
+        + quota_doc("bench-dra", POOL, [ungated, gated], wl.capacity)
+    )
+    write_policy(policy_root, policy)
+    ctl = make_controller(world.controller_client(), policy_root, world.clock)
+    r = ctl.cycle()
+    if r.error:
+        raise RuntimeError(f"the DRA policy's first cycle failed: {r.error}")
+    from reconciler.conventions import DRA_GROUP, DRA_VERSION
+
+    sizes = sorted({j.gpus for j in wl.jobs})
+
+    def rendered() -> bool:
+        have = {
+            (ns, t["metadata"]["name"])
+            for ns in (ungated, gated)
+            for t in world.custom.list_namespaced_custom_object(
+                DRA_GROUP, DRA_VERSION, ns, "resourceclaimtemplates"
+            )["items"]
+        }
+        return all((ns, template(POOL, n)) in have for ns in (ungated, gated) for n in sizes)
+
+    wait_for("gpupool's ResourceClaimTemplates", rendered, timeout=60)
+    say(f"  DRA backend: {len(wl.nodes)} slices published, templates for {sizes} card(s)")
+    return gated
+
+
+def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
+    """Wait until the run's claims are gone (the resourceclaim controller deletes a pod's)."""
+    from reconciler.conventions import DRA_GROUP, DRA_VERSION
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = world.custom.list_namespaced_custom_object(
+            DRA_GROUP, DRA_VERSION, ns, "resourceclaims"
+        )["items"]
+        if not left:
+            return
+        time.sleep(0.5)
+    say(f"  cleanup: {len(left)} claim(s) left in {ns} after {timeout:.0f}s")
 
 
 def controller_child(config_path: Path) -> int:
@@ -788,6 +904,14 @@ def fmt_s(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
 
 
+def exact_share(r: Result) -> str:
+    """`k of n` for a gated DRA run: claims allocated (as seen) with devices == plan."""
+    if "dra_exact" not in r.notes or not r.notes.get("admission_to_binding"):
+        return "–"
+    same, seen = r.notes["dra_exact"]
+    return f"{same} of {seen}" + (f" ({same / seen:.0%})" if seen else "")
+
+
 def table(wl: Workload, results: list[Result]) -> str:
     rows: list[tuple[str, list[str]]] = []
     t_last = wl.t_last
@@ -824,6 +948,13 @@ def table(wl: Workload, results: list[Result]) -> str:
                     [str(r.never.get(n, 0)) for r in results],
                 )
             )
+    if any("dra_exact" in r.notes for r in results):
+        rows.append(
+            (
+                "admitted pods whose allocated devices are the planned ones",
+                [exact_share(r) for r in results],
+            )
+        )
     rows.append(
         (
             "cards of the pods never started",
@@ -882,7 +1013,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs",
         default=",".join(RUNS),
         help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
-        "(kube-scheduler, MostAllocated on GPUs), gpupool",
+        "(kube-scheduler, MostAllocated on GPUs), gpupool, dra-scheduler (kube-scheduler's "
+        "DRA allocator), dra-gpupool (gpupool's exact admission on DRA)",
     )
     ap.add_argument(
         "--sim",
@@ -907,7 +1039,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--nodes 4 --pods 40 --window 20 --tail 5: ~80 s (the test suite runs it)",
+        help="--nodes 4 --pods 40 --window 20 --tail 5: ~150 s (the test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
@@ -970,6 +1102,13 @@ def notes(results: list[Result]) -> str:
                 f"{r.name}: {len(n['on_terminating'])} time(s) a pod went to a node whose cards "
                 f"were free only once its terminating pods were gone: {n['on_terminating'][:2]}"
             )
+        if n.get("dra_mismatches"):
+            out.append(f"{r.name}: allocated devices NOT the planned ones: {n['dra_mismatches']}")
+        if n.get("dra_unplanned") and "cycles" in n:
+            out.append(
+                f"{r.name}: {len(n['dra_unplanned'])} claim(s) allocated without a plan: "
+                f"{', '.join(n['dra_unplanned'][:5])}"
+            )
         if n.get("unadmitted"):
             out.append(
                 f"{r.name}: {len(n['unadmitted'])} pod(s) bound WITHOUT gpupool's admission: "
@@ -1025,6 +1164,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [n for n in names if n not in RUNS]:
         say(f"error: --runs: unknown run(s) {', '.join(unknown)} ({', '.join(RUNS)})")
         return 2
+    names = sorted(set(names), key=RUNS.index)  # the DRA backend comes after the others
     binary = cached_binary() if names else None
     if names and binary is None:
         say(
@@ -1040,13 +1180,13 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         sims.append(simulate(wl, policy, args.seed))
         say(f"simulator, {policy}: {time.monotonic() - t:.1f}s")
-    policy = pool_doc(POOL, MODEL, len(wl.nodes)) + priority_doc(
-        "bench", CLASS, [(CLASS, PRIORITY_VALUE, "training", False)]
-    )
+    priority = priority_doc("bench", CLASS, [(CLASS, PRIORITY_VALUE, "training", False)])
+    policy = pool_doc(POOL, MODEL, len(wl.nodes)) + priority
     workdir = Path(tempfile.mkdtemp(prefix="gpupool-admission-bench-"))
     plane = kubelets = None
     real: list[Result] = []
     wall: dict[str, float] = {}
+    dra_ns: str | None = None
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         if names:
@@ -1054,10 +1194,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             say(f"run {name}:")
             t = time.monotonic()
+            if name in DRA_RUNS and dra_ns is None:
+                dra_ns = prepare_dra(world, wl, workdir / "policy", priority)
             if name == "default":
                 real.append(run_kube_scheduler(world, wl, name))
             elif name == "binpack":
                 real.append(run_kube_scheduler(world, wl, name, BINPACK_SCHEDULER))
+            elif name == "dra-scheduler":
+                real.append(run_kube_scheduler(world, wl, name, replay_cls=DraReplay))
+                claims_gone(world, f"openb-{name}")
             else:
                 real.append(
                     run_gpupool(
@@ -1067,8 +1212,13 @@ def main(argv: list[str] | None = None) -> int:
                         args.min_interval,
                         args.dump,
                         process=args.controller_process,
+                        name=name,
+                        ns=dra_ns or "",
+                        replay_cls=DraReplay if name in DRA_RUNS else Replay,
                     )
                 )
+                if dra_ns:
+                    claims_gone(world, dra_ns)
             wall[name] = time.monotonic() - t
             say(f"run {name}: {wall[name]:.0f}s wall")
         if kubelets is not None and kubelets.errors:

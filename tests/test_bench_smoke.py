@@ -150,7 +150,9 @@ def kcp_binary() -> Path:
 @pytest.mark.parametrize(
     ("args", "runs"),
     [
-        pytest.param((), ["default", "binpack", "gpupool"], id="in-process"),
+        pytest.param(
+            (), ["default", "binpack", "gpupool", "dra-scheduler", "dra-gpupool"], id="in-process"
+        ),
         # the controller in a process of its own, as in the 200-node target run; gpupool's run
         # alone (the default run is the same code as above)
         pytest.param(
@@ -166,6 +168,9 @@ def test_admission_openb_smoke(args, runs):
     rows = lines_after(out, head + "$")
     assert rows[1].startswith("| GPU allocation, time-weighted mean | "), rows[1]
     assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
+    if "dra-gpupool" in runs:  # exact admission: every allocated claim is the plan's
+        share = r"^\| admitted pods whose allocated devices are the planned ones \|.* (\d+) of \1 "
+        assert re.search(share, out, re.M), "DRA: allocations not the plan's"
 
 
 @pytest.mark.kube
