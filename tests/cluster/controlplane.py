@@ -318,6 +318,11 @@ class ControlPlane:
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
             "--audit-log-maxbackup=0",
+            # Never rotate: the tests and the soak read the log by position (`audit_events`),
+            # and the API server's default rotates it at 100 MB (lumberjack's default for a
+            # max size of 0), which the whole suite passes: a mark taken before a rotation
+            # then sees nothing after it.
+            "--audit-log-maxsize=100000",
             "--profiling=false",
             feature_gates_flag(),
             runtime_config_flag(),
