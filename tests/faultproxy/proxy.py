@@ -16,12 +16,14 @@ import re
 import select
 import socket
 import ssl
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 # Not passed on in either direction: they describe one hop, not the message.
@@ -117,6 +119,17 @@ class Rule:
         return f"<Rule {self.kind} {self.method or '*'} {pat!r} hits={self.hits} {self.params}>"
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that goes away mid-request (a controller killed by the soak, a watch cut) is
+    the proxy's everyday business, not an error to print a traceback for."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionResetError | BrokenPipeError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FaultProxy:
     """See the module docstring. `start()` (or `with`) binds a free port on 127.0.0.1; `url` is
     then the address to give the client."""
@@ -142,7 +155,7 @@ class FaultProxy:
 
     def start(self) -> FaultProxy:
         self._stopping.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server = _Server(("127.0.0.1", 0), _Handler)
         server.daemon_threads = True
         server.block_on_close = False
         server.proxy = self
