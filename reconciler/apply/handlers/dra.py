@@ -9,43 +9,26 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context, Outcome, handles
-from reconciler.apply.handlers.objects import _not_ours, _prune
-from reconciler.apply.port import ApiError
+from reconciler.apply.handlers.objects import _apply_object, _prune
 from reconciler.plan.actions import ApplyDraObject, PruneDraObject
 
 
 @handles(ApplyDraObject)
 def dra_object(a: ApplyDraObject, ctx: Context) -> Outcome:
-    """Create the object, or merge-patch its labels, annotations and `spec` (a JSON merge
-    patch replaces lists whole: a selector the policy dropped goes); only while gpupool's."""
-    kind, ns, name = a.object_kind, a.namespace, a.name
-    if ns and not ctx.ops.namespace_exists(ns):
-        return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
-    manager = ctx.ops.dra_manager(kind, ns, name)
-    if manager is not None and manager != C.MANAGED_BY:
-        return _not_ours(kind, a, manager)
+    """Create the object, or merge-patch its labels, annotations and `spec`; only while
+    gpupool's (`objects._apply_object`)."""
     meta: dict[str, Any] = {"labels": dict(a.labels)}
     if a.annotations:
         meta["annotations"] = dict(a.annotations)
-    if manager is None:
-        meta["name"] = name
-        if ns:
-            meta["namespace"] = ns
-        body = {
-            "apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}",
-            "kind": kind,
-            "metadata": meta,
-            "spec": a.spec,
-        }
-        try:
-            ctx.ops.create_dra_object(body)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return Outcome(a.id, "blocked", f"{kind} {a.target} exists already: {e.message}")
-        return Outcome(a.id, "done", "created", changed=True)
-    ctx.ops.patch_dra_object(kind, ns, name, {"metadata": meta, "spec": a.spec})
-    return Outcome(a.id, "done", "updated", changed=True)
+    return _apply_object(
+        a,
+        ctx,
+        api_version=f"{C.DRA_GROUP}/{C.DRA_VERSION}",
+        meta=meta,
+        manager_of=ctx.ops.dra_manager,
+        create=ctx.ops.create_dra_object,
+        patch=ctx.ops.patch_dra_object,
+    )
 
 
 @handles(PruneDraObject)

@@ -118,34 +118,52 @@ def prune_priority_class(a: PrunePriorityClass, ctx: Context) -> Outcome:
 # ------------------------------------------------------------------------------------------ Kueue
 
 
-@handles(ApplyKueueObject)
-def kueue_object(a: ApplyKueueObject, ctx: Context) -> Outcome:
-    """Create the object, or merge-patch its labels and `spec` (a JSON merge patch replaces
-    the lists in it whole, so what the policy dropped goes); only while it is gpupool's."""
+def _apply_object(
+    a: Any,
+    ctx: Context,
+    *,
+    api_version: str,
+    meta: dict[str, Any],
+    manager_of: Callable[[str, str, str], str | None],
+    create: Callable[[dict], None],
+    patch: Callable[[str, str, str, dict], None],
+) -> Outcome:
+    """Create `a`'s object (apiVersion, kind, name, namespace, `meta`'s labels/annotations and
+    `a.spec`), or merge-patch its `meta` and `spec` (a JSON merge patch replaces the lists in it
+    whole, so what the policy dropped goes); only while it is gpupool's. Kueue's and DRA's
+    objects go this way, each through its own calls of the port."""
     kind, ns, name = a.object_kind, a.namespace, a.name
     if ns and not ctx.ops.namespace_exists(ns):
         return Outcome(a.id, "blocked", f"namespace {ns} does not exist")
-    labels = {C.MANAGED_BY_LABEL: C.MANAGED_BY}
-    manager = ctx.ops.kueue_manager(kind, ns, name)
+    manager = manager_of(kind, ns, name)
     if manager is not None and manager != C.MANAGED_BY:
         return _not_ours(kind, a, manager)
     if manager is None:
-        meta: dict[str, Any] = {"name": name, "labels": labels}
-        if ns:
-            meta["namespace"] = ns
+        made = {"name": name, **meta, **({"namespace": ns} if ns else {})}
         try:
-            ctx.ops.create_kueue_object(
-                {"apiVersion": C.KUEUE_API_VERSION, "kind": kind, "metadata": meta, "spec": a.spec}
-            )
+            create({"apiVersion": api_version, "kind": kind, "metadata": made, "spec": a.spec})
         except ApiError as e:
             if e.status != 409:
                 raise
-            # made meanwhile, or still being deleted (Kueue's resource-in-use finalizer
-            # keeps a queue in use): the next cycle sees which
+            # made meanwhile, or still being deleted (Kueue's resource-in-use finalizer keeps
+            # a queue in use): the next cycle sees which
             return Outcome(a.id, "blocked", f"{kind} {a.target} exists already: {e.message}")
         return Outcome(a.id, "done", "created", changed=True)
-    ctx.ops.patch_kueue_object(kind, ns, name, {"metadata": {"labels": labels}, "spec": a.spec})
+    patch(kind, ns, name, {"metadata": meta, "spec": a.spec})
     return Outcome(a.id, "done", "updated", changed=True)
+
+
+@handles(ApplyKueueObject)
+def kueue_object(a: ApplyKueueObject, ctx: Context) -> Outcome:
+    return _apply_object(
+        a,
+        ctx,
+        api_version=C.KUEUE_API_VERSION,
+        meta={"labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+        manager_of=ctx.ops.kueue_manager,
+        create=ctx.ops.create_kueue_object,
+        patch=ctx.ops.patch_kueue_object,
+    )
 
 
 @handles(PruneKueueObject)
