@@ -67,6 +67,17 @@ class PartitionBackend(Protocol):
         """`node`'s sharing unit becomes shared x`slices` (0: whole), or nothing changes."""
         ...
 
+    def changes_on_node(self, pv: PoolView) -> bool:
+        """A new partition reaches a card through a node action (cordon -> `change_actions` ->
+        uncordon); False: it is made when claims on it are allocated (DRA's DynamicMIG), and
+        step 10 emits nothing for the pool."""
+        ...
+
+    def read_cards(self, run: Run, pv: PoolView) -> None:
+        """Step 0: correct `pv`'s cards where this backend's driver offers them otherwise than
+        the node agent reports them (DynamicMIG: a card's layout is what is allocated on it)."""
+        ...
+
     def change_actions(
         self,
         run: Run,

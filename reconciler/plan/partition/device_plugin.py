@@ -120,6 +120,12 @@ class DevicePluginBackend:
             [g] if g.converted else []
         )
 
+    def changes_on_node(self, pv: PoolView) -> bool:
+        return True  # mig-manager's label and the plugin's config, on a cordoned node
+
+    def read_cards(self, run: Run, pv: PoolView) -> None:
+        return None  # a card is what the node agent reports
+
     def change_actions(
         self,
         run: Run,

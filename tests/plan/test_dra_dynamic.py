@@ -1,0 +1,138 @@
+"""Dynamic MIG on DRA (issue 32, "a repartition under DynamicMIG";
+reconciler/plan/partition/dra_dynamic.py): a pool with `spec.dra.mig: dynamic` is served by
+`DynamicMigBackend`; a whole card becomes MIG with no node action at all (no MigReconfigure, no
+cordon: NVIDIA's driver makes the instance when the claim is prepared), and the Admit names the
+partition by its card and profile (it has no uuid before it exists). A card's layout is what is
+allocated on it, completed to an offered layout; a card with nothing allocated is whole."""
+
+from __future__ import annotations
+
+from reconciler.observe.builders import gpu, mig_pod, node, snapshot
+from reconciler.observe.model_dra import CounterConsumption, DraDevice, DraState, ResourceSlice
+from reconciler.plan.actions import Admit
+from reconciler.plan.partition import DEFAULT_BACKENDS, DynamicMigBackend
+from reconciler.plan.planner import plan_with_facts
+from reconciler.policy.catalog import default_catalog
+from reconciler.policy.files import SourceFile
+from reconciler.policy.loader import load
+from tests.plan.scenarios import NOW, _objects, desired_text
+
+H100 = "H100-SXM5-80GB"
+
+
+def _text() -> str:
+    return (
+        desired_text(train_min=0)
+        .replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
+        .replace(
+            "  gpuModel: A100-SXM4-80GB\n",
+            f"  gpuModel: {H100}\n  backend: dra\n  dra: {{mig: dynamic}}\n",
+            1,
+        )
+    )
+
+
+def _dynamic_devices(node_name: str, count: int) -> DraState:
+    """The node's cards as the driver publishes them under DynamicMIG (every partition)."""
+    model = default_catalog().model(H100)
+    devices = []
+    for minor in range(count):
+        uses = [CounterConsumption(counter_set=f"gpu-{minor}-counter-set")]
+        parent = f"GPU-{node_name}-{minor}"
+        devices.append(
+            DraDevice(
+                name=f"gpu-{minor}",
+                attributes={"type": "gpu", "uuid": parent},
+                consumes_counters=uses,
+            )
+        )
+        for prof, p in model.profiles.items():
+            for start in p.starts:
+                devices.append(
+                    DraDevice(
+                        name=f"gpu-{minor}-mig-{prof.replace('.', '')}-9-{start}",
+                        attributes={"type": "mig", "parentUUID": parent, "profile": prof},
+                        consumes_counters=uses,
+                    )
+                )
+    return DraState(
+        slices=[
+            ResourceSlice(
+                name=f"{node_name}-gpu{i}",
+                driver="gpu.nvidia.com",
+                pool=node_name,
+                node=node_name,
+                devices=devices,
+            )
+            for i in range(1)
+        ]
+    )
+
+
+def _plan(cards, workloads):
+    text = _text()
+    desired = load([SourceFile("desired.yaml", text)])
+    nodes = [node("h-1", "a100", H100, cards)]
+    observed = snapshot(NOW, nodes, workloads, **_objects(text))
+    gated = [
+        w.model_copy(update={"admission": "gpupool"}) if w.node is None else w
+        for w in observed.workloads
+    ]
+    observed = observed.model_copy(
+        update={"workloads": gated, "dra": _dynamic_devices("h-1", len(cards))}
+    )
+    plan, facts = plan_with_facts(desired, observed)
+    return plan, facts
+
+
+def test_a_dynamic_pool_is_served_by_the_dynamic_backend() -> None:
+    assert isinstance(DEFAULT_BACKENDS[0], DynamicMigBackend)
+    desired = load([SourceFile("desired.yaml", _text())])
+    assert desired.pools["a100"].spec.dra.mig == "dynamic"
+
+
+def test_a_whole_card_becomes_mig_with_no_node_action_and_the_admit_names_card_and_profile():
+    cards = [gpu(i, model=H100) for i in range(2)]
+    ranker = mig_pod("team-b", "ranker-0", None, "3g.40gb", pool="a100")
+    plan, _ = _plan(cards, [ranker])
+    kinds = sorted(a.kind for a in plan.actions)
+    assert not {"mig-reconfigure", "cordon", "uncordon", "partition-change"} & set(kinds), kinds
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    (pod,) = admit.pods
+    assert pod.node == "h-1" and pod.devices == (f"GPU-h-1-{pod.gpus[0]}/3g.40gb",)
+    assert admit.depends_on == ()
+
+
+def test_a_card_reads_as_its_allocations_completed_to_an_offered_layout() -> None:
+    # the agent shows one 3g.40gb made at start 0 (the driver made it for a running pod):
+    # the card is the offered two-3g layout with the second 3g.40gb free, and a second ranker
+    # goes there, not onto the other (empty, whole) card
+    cards = [gpu(0, mig=["3g.40gb"], model=H100), gpu(1, model=H100)]
+    running = mig_pod("team-b", "ranker-0", "h-1", "3g.40gb", gpu_index=0, start=0)
+    pending = mig_pod("team-b", "ranker-1", None, "3g.40gb", pool="a100")
+    plan, facts = _plan(cards, [running, pending])
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == ("GPU-h-1-0/3g.40gb",)
+    assert not [f for f in plan.findings if f.code == "partition-drift"], plan.findings
+
+
+def test_a_card_with_nothing_allocated_is_whole_whatever_the_agent_shows() -> None:
+    # MIG mode left on with no instance (the driver destroyed them at unprepare): a whole
+    # training gang of 2 may take it without any repartition action
+    cards = [gpu(0, mig=[], model=H100), gpu(1, model=H100)]
+    plan, _ = _plan(cards, [])
+    assert not [a for a in plan.actions if a.kind in ("mig-reconfigure", "cordon")]
+    assert not [f for f in plan.findings if f.code == "partition-drift"], plan.findings
+
+
+def test_never_both_on_one_node_a_mig_manager_label_on_a_dynamic_node_is_a_finding() -> None:
+    text = _text()
+    desired = load([SourceFile("desired.yaml", text)])
+    n = node("h-1", "a100", H100, [gpu(0, model=H100)], **{"nvidia.com/mig.config": "all-1g.10gb"})
+    observed = snapshot(NOW, [n], [], **_objects(text))
+    observed = observed.model_copy(update={"dra": _dynamic_devices("h-1", 1)})
+    plan, _ = plan_with_facts(desired, observed)
+    found = [f for f in plan.findings if f.code == "dra-dynamic-mig-manager"]
+    assert len(found) == 1 and "all-1g.10gb" in found[0].message, plan.findings
+    assert not [f for f in plan.findings if f.code == "dra-slices-stale"]
+    assert not [a for a in plan.actions if a.kind == "mig-reconfigure"]
