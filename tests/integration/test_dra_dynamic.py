@@ -9,11 +9,15 @@ one whole card: gpupool writes no mig-manager label and cordons nothing (its pla
 repartition action), pins each claim to the planned card and profile, and kube-scheduler's
 DRA allocator allocates exactly those partitions, the counters keeping them apart; once the
 kubelet prepared them the card reads as MIG and nothing changes. The team's cap counts MIG
-devices by the memory slices they consume (the driver's counters): a third pod is held."""
+devices by the memory slices they consume (the driver's counters): a third pod is held. When
+the first pod ends, the kubelet unprepares its claim (the driver destroys the instance), and
+the held pod is admitted to exactly the freed partition, still with no node action."""
 
 from __future__ import annotations
 
 import uuid
+
+from kubernetes import client
 
 from reconciler import conventions as C
 from reconciler.policy.catalog import default_catalog
@@ -136,3 +140,33 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
     assert holds and holds[0].code == "held-cap", [a.id for a in r.plan.actions]
     assert "would use 1.5 GPUs, over its cap of 1" in holds[0].reason, holds[0].reason
     assert kube.core.read_namespaced_pod("ranker-2", ns).spec.scheduling_gates
+
+    # ranker-0 ends: its claim goes, the kubelet unprepares it and the driver destroys its
+    # instance; the card reads as the two-3g layout with one partition free, and ranker-2,
+    # within the cap now, is admitted to exactly that partition (the same card, start 0)
+    kube.core.delete_namespaced_pod("ranker-0", ns, grace_period_seconds=0)
+    wait_for("ranker-0's claim gone", lambda: not _exists(kube, ns, got["ranker-0"][3]), timeout=90)
+    card, _ = next(iter(starts))
+    plugin.unprepare(got["ranker-0"][3]["metadata"]["uid"])
+    sim.gpus.set_instances(card, sorted(plugin.made.get(card, [])))
+    sim.publish()
+    pods = ["ranker-2"]
+    wait_for("ranker-2 admitted", admitted, timeout=120, interval=1)
+    where, devices, planned, _ = wait_for(
+        "ranker-2 allocated", lambda: allocation(kube, ns, "ranker-2"), timeout=60
+    )
+    assert planned == f"GPU-{node}-{card}/3g.40gb", planned
+    assert devices == [f"gpu-{card}-mig-3g40gb-9-0"], devices
+    assert not [a for a in actions if a.split(":")[0] in ("mig-reconfigure", "cordon")], actions
+
+
+def _exists(kube, ns: str, claim: dict) -> bool:
+    try:
+        kube.custom.get_namespaced_custom_object(
+            G, V, ns, "resourceclaims", claim["metadata"]["name"]
+        )
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
