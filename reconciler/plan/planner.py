@@ -52,7 +52,7 @@ from reconciler.plan.objects.kueue_objects import kueue_objects
 from reconciler.plan.objects.prune import prune_objects, prune_pool_labels
 from reconciler.plan.objects.wanted import desired_objects
 from reconciler.plan.ordering import ordered
-from reconciler.plan.partition import DEFAULT_BACKENDS, PartitionBackend, partition_for
+from reconciler.plan.partition import DEFAULT_BACKENDS, PartitionBackend
 from reconciler.plan.run import Demand, Run, init_usage
 from reconciler.plan.stages.admission import admit_demand, emit_admissions, honour_reservations
 from reconciler.plan.stages.caps import enforce_team_caps
@@ -136,6 +136,8 @@ def open_run(
             update={"workloads": [w for w in observed.workloads if not w.terminating]}
         )
     observed = consistency.canonical(observed)
+    for backend in backends:  # the cards as each backend's driver means them
+        observed = backend.read_observed(desired, observed)
     checked = consistency.check(desired, observed)
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     run = Run(
@@ -145,8 +147,6 @@ def open_run(
         build_cluster(desired, observed, checked.suspect_cards),
         backends=backends,
     )
-    for pv in run.cluster.pools.values():
-        partition_for(run, pv).read_cards(run, pv)
     run.findings.extend(checked.findings)
     for u in observed.unreadable:  # left out of the snapshot (or read in part) by the adapter
         run.find("warning", "unreadable-object", u.ref, u.message)

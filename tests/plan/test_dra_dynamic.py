@@ -136,3 +136,28 @@ def test_never_both_on_one_node_a_mig_manager_label_on_a_dynamic_node_is_a_findi
     assert len(found) == 1 and "all-1g.10gb" in found[0].message, plan.findings
     assert not [f for f in plan.findings if f.code == "dra-slices-stale"]
     assert not [a for a in plan.actions if a.kind == "mig-reconfigure"]
+
+
+def test_allocated_but_not_prepared_yet_is_no_inconsistency() -> None:
+    # the allocator gave ranker-0 the 3g.40gb at start 4; the kubelet has not prepared it, so
+    # the agent still shows the card whole: the card is MIG by its allocation (not fenced, no
+    # unknown-mig-instance), completed to the first offered layout with 3g.40gb at 4, the
+    # balanced one (2g.20gb at 0, 1g.10gb at 2 and 3), so ranker-1's 3g.40gb goes to card 0
+    cards = [gpu(0, model=H100), gpu(1, model=H100)]
+    running = mig_pod("team-b", "ranker-0", "h-1", "3g.40gb", gpu_index=1, start=4)
+    pending = mig_pod("team-b", "ranker-1", None, "3g.40gb", pool="a100")
+    text = _text()
+    observed = snapshot(NOW, [node("h-1", "a100", H100, cards)], [running], **_objects(text))
+    read = DynamicMigBackend().read_observed(load([SourceFile("d.yaml", text)]), observed)
+    card = read.nodes[0].gpus[1]
+    assert card.mig_enabled and [(i.profile, i.start) for i in card.mig_instances] == [
+        ("2g.20gb", 0),
+        ("1g.10gb", 2),
+        ("1g.10gb", 3),
+        ("3g.40gb", 4),
+    ]
+    assert not read.nodes[0].gpus[0].mig_enabled
+    plan, _ = _plan(cards, [running, pending])
+    assert not [f for f in plan.findings if f.code == "unknown-mig-instance"], plan.findings
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == ("GPU-h-1-0/3g.40gb",)

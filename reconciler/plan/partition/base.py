@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from reconciler.observe.model import ObservedState
 from reconciler.plan.cluster import GpuSlot, PoolView
 from reconciler.plan.run import Run
+from reconciler.policy.state import DesiredState
 
 
 class PartitionBackend(Protocol):
@@ -73,9 +75,10 @@ class PartitionBackend(Protocol):
         step 10 emits nothing for the pool."""
         ...
 
-    def read_cards(self, run: Run, pv: PoolView) -> None:
-        """Step 0: correct `pv`'s cards where this backend's driver offers them otherwise than
-        the node agent reports them (DynamicMIG: a card's layout is what is allocated on it)."""
+    def read_observed(self, desired: DesiredState, observed: ObservedState) -> ObservedState:
+        """Step 0, before the snapshot is checked: the cards of the pools this backend serves
+        as its driver means them where the node agent's report differs (DynamicMIG: a card's
+        layout is what is allocated on it); the snapshot itself when nothing differs."""
         ...
 
     def change_actions(
