@@ -7,7 +7,7 @@ allocated on it, completed to an offered layout; a card with nothing allocated i
 
 from __future__ import annotations
 
-from reconciler.observe.builders import gpu, mig_pod, node, snapshot
+from reconciler.observe.builders import gpu, mig_pod, node, snapshot, training
 from reconciler.observe.model_dra import CounterConsumption, DraDevice, DraState, ResourceSlice
 from reconciler.plan.actions import Admit
 from reconciler.plan.partition import DEFAULT_BACKENDS, DynamicMigBackend
@@ -15,7 +15,7 @@ from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.catalog import default_catalog
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
-from tests.plan.scenarios import NOW, _objects, desired_text
+from tests.plan.scenarios import NOW, _objects, ago, desired_text
 
 H100 = "H100-SXM5-80GB"
 
@@ -161,3 +161,19 @@ def test_allocated_but_not_prepared_yet_is_no_inconsistency() -> None:
     assert not [f for f in plan.findings if f.code == "unknown-mig-instance"], plan.findings
     (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
     assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == ("GPU-h-1-0/3g.40gb",)
+
+
+def test_a_busy_card_is_drained_first_and_the_admit_waits_for_it() -> None:
+    # both cards hold low-priority training; a serving MIG pod preempts it: the eviction is the
+    # only step before the Admit (which waits for the stopped pod), no cordon, no MIG action
+    cards = [gpu(i, model=H100) for i in range(2)]
+    trainer = training(
+        "team-b", "bert", "h-1", 2, cls="training-low", started=ago(6), checkpoint=ago(0.1)
+    )
+    ranker = mig_pod("team-b", "ranker-0", None, "3g.40gb", pool="a100")
+    plan, _ = _plan(cards, [trainer, ranker])
+    kinds = {a.kind for a in plan.actions}
+    assert not {"mig-reconfigure", "cordon", "uncordon"} & kinds, kinds
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    assert admit.after == ("team-b/bert",), admit
+    assert admit.pods[0].devices == (f"GPU-h-1-{admit.pods[0].gpus[0]}/3g.40gb",)
