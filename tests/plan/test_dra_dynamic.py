@@ -8,14 +8,12 @@ allocated on it, completed to an offered layout; a card with nothing allocated i
 from __future__ import annotations
 
 from reconciler.observe.builders import gpu, mig_pod, node, snapshot, training
-from reconciler.observe.model_dra import CounterConsumption, DraDevice, DraState, ResourceSlice
 from reconciler.plan.actions import Admit
 from reconciler.plan.partition import DEFAULT_BACKENDS, DynamicMigBackend
 from reconciler.plan.planner import plan_with_facts
-from reconciler.policy.catalog import default_catalog
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
-from tests.plan.scenarios import NOW, _objects, ago, desired_text
+from tests.plan.scenarios import NOW, _objects, ago, desired_text, dynamic_mig_devices
 
 H100 = "H100-SXM5-80GB"
 
@@ -32,43 +30,6 @@ def _text() -> str:
     )
 
 
-def _dynamic_devices(node_name: str, count: int) -> DraState:
-    """The node's cards as the driver publishes them under DynamicMIG (every partition)."""
-    model = default_catalog().model(H100)
-    devices = []
-    for minor in range(count):
-        uses = [CounterConsumption(counter_set=f"gpu-{minor}-counter-set")]
-        parent = f"GPU-{node_name}-{minor}"
-        devices.append(
-            DraDevice(
-                name=f"gpu-{minor}",
-                attributes={"type": "gpu", "uuid": parent},
-                consumes_counters=uses,
-            )
-        )
-        for prof, p in model.profiles.items():
-            for start in p.starts:
-                devices.append(
-                    DraDevice(
-                        name=f"gpu-{minor}-mig-{prof.replace('.', '')}-9-{start}",
-                        attributes={"type": "mig", "parentUUID": parent, "profile": prof},
-                        consumes_counters=uses,
-                    )
-                )
-    return DraState(
-        slices=[
-            ResourceSlice(
-                name=f"{node_name}-gpu{i}",
-                driver="gpu.nvidia.com",
-                pool=node_name,
-                node=node_name,
-                devices=devices,
-            )
-            for i in range(1)
-        ]
-    )
-
-
 def _plan(cards, workloads):
     text = _text()
     desired = load([SourceFile("desired.yaml", text)])
@@ -79,7 +40,7 @@ def _plan(cards, workloads):
         for w in observed.workloads
     ]
     observed = observed.model_copy(
-        update={"workloads": gated, "dra": _dynamic_devices("h-1", len(cards))}
+        update={"workloads": gated, "dra": dynamic_mig_devices("h-1", len(cards))}
     )
     plan, facts = plan_with_facts(desired, observed)
     return plan, facts
@@ -130,7 +91,7 @@ def test_never_both_on_one_node_a_mig_manager_label_on_a_dynamic_node_is_a_findi
     desired = load([SourceFile("desired.yaml", text)])
     n = node("h-1", "a100", H100, [gpu(0, model=H100)], **{"nvidia.com/mig.config": "all-1g.10gb"})
     observed = snapshot(NOW, [n], [], **_objects(text))
-    observed = observed.model_copy(update={"dra": _dynamic_devices("h-1", 1)})
+    observed = observed.model_copy(update={"dra": dynamic_mig_devices("h-1", 1)})
     plan, _ = plan_with_facts(desired, observed)
     found = [f for f in plan.findings if f.code == "dra-dynamic-mig-manager"]
     assert len(found) == 1 and "all-1g.10gb" in found[0].message, plan.findings
