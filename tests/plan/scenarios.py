@@ -677,10 +677,10 @@ def dynamic_mig_devices(node_name: str, count: int) -> DraState:
 def dra_dynamic_mig():
     """Issue 32: a Hopper pool on DRA with the driver's DynamicMIG (`spec.dra.mig: dynamic`;
     the golden pool's name `a100` kept, its model H100).
-    ranker-0's 3g.40gb at slice 4 of h100-1/gpu1 is allocated but not prepared yet (the agent
-    still shows the card whole): the card reads as the balanced layout around it, no
-    inconsistency. Three more rankers: one card goes from whole to two 3g.40gb and another
-    from whole to MIG with no node action at all (no MigReconfigure, no cordon: the driver
+    ranker-0's 3g.40gb at slice 0 of h100-1/gpu1 was made by the driver at its claim's
+    prepare: the card reads as the first offered layout around it (two 3g.40gb, one free).
+    Three more rankers: one takes the free partition, and a whole card becomes two 3g.40gb,
+    with no node action at all (no MigReconfigure, no cordon: the driver
     makes the partitions when their claims are prepared), each Admit naming the card and
     profile (`GPU-.../3g.40gb`)."""
     text = (
@@ -692,8 +692,9 @@ def dra_dynamic_mig():
             1,
         )
     )
-    nodes = [node("h100-1", "a100", H100, count=4)]
-    w = [mig_pod("team-b", "ranker-0", "h100-1", "3g.40gb", gpu_index=1, start=4)]
+    cards = [gpu(i, mig=["3g.40gb"] if i == 1 else None, model=H100) for i in range(4)]
+    nodes = [node("h100-1", "a100", H100, cards)]
+    w = [mig_pod("team-b", "ranker-0", "h100-1", "3g.40gb", gpu_index=1, start=0)]
     w += [
         mig_pod("team-b", f"ranker-{i}", None, "3g.40gb", pool="a100").model_copy(
             update={"admission": "gpupool"}
