@@ -101,6 +101,11 @@ EXPECT = {
     ),
     # issue 32: a DRA pool's classes, templates and device-counting quotas; static MIG still
     # through mig-manager; no sharing; a class of a pool that is gone pruned after its template
+    "dra-dynamic-mig": (
+        {"admit:team-b/ranker-1", "admit:team-b/ranker-2", "admit:team-b/ranker-3"},
+        {"mig-reconfigure", "cordon", "uncordon", "partition-change", "set-sharing"},
+        set(),
+    ),
     "dra-pool": (
         {
             "dra:DeviceClass:gpupool-a100-gpu",
