@@ -315,7 +315,8 @@ def _judge_unreleased(c: _Checker, observed: ObservedState, cards: dict[Card, Gp
         if not held:
             continue
         pods = (
-            f"reserved for {', '.join(u.reserved_for)}, which no longer run(s)"
+            f"reserved for {', '.join(u.reserved_for)}, none of them a pod gpupool counts as "
+            "running (ended, deleted, terminating, or asking through another DeviceClass)"
             if u.reserved_for
             else "reserved for no pod"
         )
