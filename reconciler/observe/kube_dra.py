@@ -313,11 +313,12 @@ def _pod_claims(pod: Any) -> PodClaims | None:
 
 
 def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
-    """What a pod asks for through its claims (`DraIndex.request`)."""
+    """What one pod asks for through its claims (`DraIndex.request`; it indexes the whole
+    state: for many pods, build one `DraIndex` and ask it, as `observe_cluster` does)."""
     return Request() if dra is None else DraIndex(dra).request(namespace, pod)
 
 
 def dra_allocations(dra: DraState | None, node: Node | None, namespace: str, pod: str):
-    """The cards a pod's allocated claims hold on `node` (`DraIndex.allocations`); None when
-    none of its claims is allocated."""
+    """The cards one pod's allocated claims hold on `node` (`DraIndex.allocations`, indexing
+    the whole state: for many pods, ask one `DraIndex`); None when none is allocated."""
     return None if dra is None else DraIndex(dra).allocations(node, namespace, pod)
