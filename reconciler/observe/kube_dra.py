@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.dra_holdings import DraIndex
 from reconciler.observe.kube_common import _each, _objects, _shape
-from reconciler.observe.model import Node, Request
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     CounterConsumption,
@@ -310,15 +308,3 @@ def _pod_claims(pod: Any) -> PodClaims | None:
 
 # ------------------------------------------------------------------ pods as the planner sees them
 # (the pure half is observe/dra_holdings.py: `observe_cluster` indexes the state once there)
-
-
-def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
-    """What one pod asks for through its claims (`DraIndex.request`; it indexes the whole
-    state: for many pods, build one `DraIndex` and ask it, as `observe_cluster` does)."""
-    return Request() if dra is None else DraIndex(dra).request(namespace, pod)
-
-
-def dra_allocations(dra: DraState | None, node: Node | None, namespace: str, pod: str):
-    """The cards one pod's allocated claims hold on `node` (`DraIndex.allocations`, indexing
-    the whole state: for many pods, ask one `DraIndex`); None when none is allocated."""
-    return None if dra is None else DraIndex(dra).allocations(node, namespace, pod)

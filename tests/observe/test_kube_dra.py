@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from reconciler.observe.dra_holdings import DraIndex, unreleased_claims
 from reconciler.observe.kube import observe_cluster
-from reconciler.observe.kube_dra import dra_allocations, dra_request
 from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 from tests.observe.fake_cluster import NOW, Cluster, node, pod, serving
@@ -301,14 +300,10 @@ def test_a_claim_its_running_pod_holds_or_not_allocated_is_not_unreleased() -> N
     assert unreleased_claims(None, o.nodes, ()) == []
 
 
-def test_the_index_reads_every_pod_as_the_per_pod_readers_do() -> None:
-    """`DraIndex` (built once per snapshot) answers what `dra_request` / `dra_allocations`
-    answered per pod."""
+def test_the_index_reads_every_pod_as_the_state_does() -> None:
+    """`DraIndex` (built once per snapshot) answers per pod what `DraState` answers by scanning."""
     o = observe(cluster())
     index = DraIndex(o.dra)
-    n1 = o.nodes[0]
     for ns, name in (("team-a", "trainer-0"), ("team-a", "waiting-0"), ("team-a", "nobody")):
-        assert index.request(ns, name) == dra_request(o.dra, ns, name)
-        assert index.allocations(n1, ns, name) == dra_allocations(o.dra, n1, ns, name)
         assert index.pod_devices(ns, name) == o.dra.pod_devices(ns, name)
     assert list(index.devices("n1").values()) == o.dra.devices("n1")
