@@ -109,6 +109,8 @@ def make_world(plane: Any, kubelets: Any, api: Any) -> Any:
     from tests.nvidia.mounted import SYNC_PERIOD_PLUS_CACHE_TTL
 
     class BenchWorld(World):
+        transient_pod_resources = True  # no idle gRPC server per node (World's note)
+
         def settle(self, timeout: float = 30.0) -> None:  # noqa: ARG002 - World's signature
             published = self.__dict__.setdefault("_published", {})
             dirty = []
@@ -207,7 +209,7 @@ def add_nodes(
     every: int = 25,
 ) -> None:
     """GPU nodes (name, pool, cards) of `model` with their NVIDIA stand-ins and node agent,
-    six at a time (sixteen from 100 nodes: each add mostly waits, about 2 s, for the
+    six at a time (eight from 100 nodes: each add mostly waits, about 2 s, for the
     node-lifecycle controller to lift the not-ready taint), with a progress line every `every`
     nodes and at the end; then the world settles."""
     t = time.monotonic()
@@ -220,7 +222,7 @@ def add_nodes(
         if done % every == 0 or done == len(nodes):
             say(f"  {done}/{len(nodes)} GPU nodes ({time.monotonic() - t:.0f}s)")
 
-    with ThreadPoolExecutor(6 if len(nodes) < 100 else 16) as pool:
+    with ThreadPoolExecutor(6 if len(nodes) < 100 else 8) as pool:
         list(pool.map(add, nodes))
     world.settle()
 
