@@ -209,8 +209,8 @@ def add_nodes(
     every: int = 25,
 ) -> None:
     """GPU nodes (name, pool, cards) of `model` with their NVIDIA stand-ins and node agent,
-    six at a time (eight from 100 nodes: each add mostly waits, about 2 s, for the
-    node-lifecycle controller to lift the not-ready taint), with a progress line every `every`
+    six at a time (eight from 100 nodes: each add mostly waits for the node-lifecycle
+    controller to lift the not-ready taint), with a progress line every `every`
     nodes and at the end; then the world settles."""
     t = time.monotonic()
     done = 0
