@@ -220,6 +220,21 @@ def test_hostile_object_smoke():
         ), row
 
 
+def test_observe_nodes_smoke():
+    out = smoke("observe_nodes.py")
+    rows = lines_after(out, r"^\| nodes \| step \| ms per cycle \|$")
+    steps = [
+        "list, decode",
+        "cache, read",
+        "convert, every node",
+        "convert, memo, none changed",
+        "convert, memo, 1% changed",
+    ]
+    for row, step in zip(rows[1 : 1 + len(steps)], steps, strict=True):
+        assert re.match(rf"^\| 16 \| {re.escape(step)} \| [\d.]+ \|$", row), row
+    assert re.search(r"^16 nodes: before [\d.]+ ms, after [\d.]+ ms per cycle$", out, re.M), out
+
+
 @pytest.mark.kube
 def test_soak_smoke():
     """bench/soak.py --smoke: two `gpupool reconcile` processes through the fault proxy under a

@@ -177,11 +177,17 @@ class KubeOps:
         self._written_lock = threading.Lock()
         self.written: dict[str, int] = {}
         """"nodes" / "pods" -> the newest resourceVersion the server returned for a write of
-        gpupool's: what the controller's watch cache must have seen before the next plan
-        (`reconciler/loop/informer.py`, read your own writes)."""
+        gpupool's ("nodestates": for a GpuNodeState it read): what the controller's watch cache
+        must have seen before the next plan (`reconciler/loop/informer.py`, read your own
+        writes)."""
 
     def _wrote(self, kind: str, obj: Any) -> None:
-        rv = C.resource_version(getattr(getattr(obj, "metadata", None), "resource_version", None))
+        if isinstance(obj, dict):  # a custom object
+            rv = C.resource_version((obj.get("metadata") or {}).get("resourceVersion"))
+        else:
+            rv = C.resource_version(
+                getattr(getattr(obj, "metadata", None), "resource_version", None)
+            )
         with self._written_lock:  # steps may run at once (ApplyConfig.parallel_steps)
             if rv is not None and rv > self.written.get(kind, 0):
                 self.written[kind] = rv
@@ -225,11 +231,16 @@ class KubeOps:
             )
 
     def read_node_state(self, node: str) -> dict | None:
-        return _or_none(
+        """The agent's GpuNodeState of `node`; its resourceVersion is kept (`written`,
+        "nodestates") so that the next plan waits for a watch cache that has seen it."""
+        state = _or_none(
             lambda: self.custom.get_cluster_custom_object(
                 C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, node
             )
         )
+        if isinstance(state, dict):
+            self._wrote("nodestates", state)
+        return state
 
     # pods
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:

@@ -32,7 +32,7 @@ from reconciler.loop.status import (
     condition,
     resolve_intents,
 )
-from reconciler.observe.kube import admission_event, bound_requests, observe_cluster
+from reconciler.observe.kube import CardMemo, admission_event, bound_requests, observe_cluster
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
@@ -154,6 +154,8 @@ class Controller:
         self._unreadable_reported: dict[str, datetime] = {}
         self._cycle_started: float | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
+        self.card_memo = CardMemo()
+        """Each node's published cards, converted once per version of its GpuNodeState."""
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of
@@ -250,7 +252,11 @@ class Controller:
         else:
             preempted += [i.at for i in view.preemption_intents]
         observed = observe_cluster(
-            self.api, now=now, recent_preemptions=preempted, cache=self._cache()
+            self.api,
+            now=now,
+            recent_preemptions=preempted,
+            cache=self._cache(),
+            cards=self.card_memo,
         )
         self.last_observed = self.clock()
         observed = with_signals(
@@ -295,7 +301,7 @@ class Controller:
         `full_plan_every` cycles, and whenever anything changed."""
         relists = sum(
             getattr(getattr(self.cache, i, None), "relists", 0)
-            for i in ("node_informer", "pod_informer")
+            for i in ("node_informer", "pod_informer", "node_state_informer")
         )
         doubt = ""
         if self._memo_leader is not None and self._memo_leader != leader:

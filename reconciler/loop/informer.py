@@ -1,6 +1,11 @@
-"""Watch-fed caches of nodes and pods (list, then watch from the list's resourceVersion).
+"""Watch-fed caches of nodes, pods and the node agents' GpuNodeStates (list, then watch from the
+list's resourceVersion).
 
-The controller reads its observed state from these instead of listing every pod each cycle.
+The controller reads its observed state from these instead of listing every pod (and every
+node's GpuNodeState) each cycle. An informer takes typed lists (the client's models) and custom
+objects' lists (`CustomObjectsApi`: dicts) alike. A list answered 404 (the CRD is not
+installed) leaves the informer `absent`, retried every `ABSENT_RETRY_SECONDS`: readers list
+for themselves meanwhile, as before the first list.
 A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410
 Gone (the server compacted past it) or any error relists, and so does a watch silent for
 longer than the server's own timeout plus a grace (`Informer.read_timeout`). `synced` is set
@@ -19,16 +24,20 @@ writes with the informer store's `LastStoreSyncResourceVersion` and wait).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from reconciler import conventions as C
 from reconciler.conventions import resource_version
 
 log = logging.getLogger("gpupool.informer")
 CONNECT_TIMEOUT = 5.0
+ABSENT_RETRY_SECONDS = 30.0
+"""How often an informer whose list is answered 404 (a CRD not installed) tries again."""
 
 
 def _event_rv(obj: Any) -> Any:
@@ -66,6 +75,8 @@ class Informer:
         self.relists = 0
         self.rv: int | None = None
         """The newest resourceVersion processed (list, event or bookmark)."""
+        self.absent = False
+        """The last list was answered 404 (a CRD not installed): nothing to wait for."""
         self._items: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._advanced = threading.Condition(self._lock)
@@ -73,6 +84,9 @@ class Informer:
 
     @staticmethod
     def _key(obj: Any) -> str:
+        if isinstance(obj, dict):  # a custom object (CustomObjectsApi answers JSON)
+            meta = obj.get("metadata") or {}
+            return f"{meta.get('namespace') or ''}/{meta.get('name')}"
         return f"{obj.metadata.namespace or ''}/{obj.metadata.name}"
 
     def items(self) -> list[Any] | None:
@@ -80,6 +94,16 @@ class Informer:
             return None
         with self._lock:
             return list(self._items.values())
+
+    def settled(self, timeout: float) -> bool:
+        """Wait until the first list is in, or was answered 404 (`absent`)."""
+        deadline = time.monotonic() + timeout
+        while not self.synced.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if self.absent:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+        return True
 
     def caught_up(self, rv: int, timeout: float) -> bool:
         """Wait until this cache has processed resourceVersion `rv` (or a later one)."""
@@ -103,12 +127,18 @@ class Informer:
 
     def _relist(self) -> str:
         result = self.list_fn(_request_timeout=(CONNECT_TIMEOUT, self.read_timeout))
+        if isinstance(result, dict):  # a custom objects' list: JSON
+            items = result.get("items") or []
+            rv = (result.get("metadata") or {}).get("resourceVersion")
+        else:
+            items, rv = result.items, result.metadata.resource_version
         with self._lock:
-            self._items = {self._key(o): o for o in result.items}
-            self._seen(result.metadata.resource_version)
+            self._items = {self._key(o): o for o in items}
+            self._seen(rv)
         self.relists += 1
+        self.absent = False
         self.synced.set()
-        return result.metadata.resource_version
+        return rv
 
     def _run(self, stop: threading.Event) -> None:
         from kubernetes import client, watch
@@ -141,6 +171,14 @@ class Informer:
                     if self.on_event is not None and kind != "BOOKMARK":
                         self.on_event(kind, obj)
             except client.ApiException as exc:
+                if exc.status == 404:  # the CRD is not (or no longer) installed
+                    if not self.absent:
+                        log.info("%s: not served (404); readers list meanwhile", self.name)
+                    self.synced.clear()  # nothing stale is served: readers list (404 there too)
+                    self.absent = True
+                    rv = None
+                    stop.wait(max(self.backoff_seconds, ABSENT_RETRY_SECONDS))
+                    continue
                 if exc.status == 410:
                     log.info("%s: resourceVersion %s is gone; relisting", self.name, rv)
                 else:
@@ -154,7 +192,10 @@ class Informer:
 
 
 class ClusterCache:
-    """The node and pod informers the controller observes through."""
+    """The node, pod and GpuNodeState informers the controller observes through. gpupool never
+    writes a GpuNodeState (the node agents do), so `caught_up` has no entry of its own for
+    them: it waits for the newest one gpupool *read* (`ops.written["nodestates"]`, the MIG
+    step's wait for an agent's new layout), so that the next plan does not see an older one."""
 
     def __init__(
         self,
@@ -170,10 +211,19 @@ class ClusterCache:
         self.pod_informer = Informer(
             core.list_pod_for_all_namespaces, name="pods", on_event=on_pod_event, **kw
         )
+        custom = client.CustomObjectsApi(api_client)
+        self.node_state_informer = Informer(
+            functools.partial(
+                custom.list_cluster_custom_object, C.GROUP, C.VERSION, C.NODE_STATE_PLURAL
+            ),
+            name="gpunodestates",
+            **kw,
+        )
+        self.informers = (self.node_informer, self.pod_informer, self.node_state_informer)
 
     def start(self, stop: threading.Event) -> ClusterCache:
-        self.node_informer.start(stop)
-        self.pod_informer.start(stop)
+        for informer in self.informers:
+            informer.start(stop)
         return self
 
     def nodes(self) -> list[Any] | None:
@@ -182,15 +232,29 @@ class ClusterCache:
     def pods(self) -> list[Any] | None:
         return self.pod_informer.items()
 
+    def node_states(self) -> list[dict] | None:
+        """The GpuNodeStates (dicts, as listed); None until synced, or while not served."""
+        return self.node_state_informer.items()
+
     def wait_synced(self, timeout: float) -> bool:
-        return self.node_informer.synced.wait(timeout) and self.pod_informer.synced.wait(timeout)
+        """The first lists are in (GpuNodeStates: or answered 404), waiting up to `timeout`
+        seconds for each."""
+        return (
+            self.node_informer.synced.wait(timeout)
+            and self.pod_informer.synced.wait(timeout)
+            and self.node_state_informer.settled(timeout)
+        )
 
     def caught_up(self, written: dict[str, int], timeout: float) -> bool:
         """Each cache has processed gpupool's own last write of its kind (`written`: "nodes" /
-        "pods" -> the resourceVersion the server returned for it), waiting up to `timeout`
-        seconds in all."""
+        "pods" -> the resourceVersion the server returned for it; "nodestates": the newest
+        GpuNodeState gpupool read), waiting up to `timeout` seconds in all."""
         deadline = time.monotonic() + timeout
-        for kind, informer in (("nodes", self.node_informer), ("pods", self.pod_informer)):
+        for kind, informer in (
+            ("nodes", self.node_informer),
+            ("pods", self.pod_informer),
+            ("nodestates", self.node_state_informer),
+        ):
             rv = written.get(kind)
             if rv is not None and not informer.caught_up(rv, max(0.0, deadline - time.monotonic())):
                 return False

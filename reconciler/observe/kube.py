@@ -60,7 +60,7 @@ from reconciler.observe.kube_common import (
     _unreadable,
 )
 from reconciler.observe.kube_dra import read_dra
-from reconciler.observe.kube_nodes import _node, published_gpus, read_node_states
+from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
 from reconciler.observe.kube_pods import (
@@ -91,6 +91,7 @@ __all__ = [
     "make_api_client",
     "observe_cluster",
     # the adapter's other public names, and the private ones tests use, kept importable here
+    "CardMemo",
     "JOB_CONTROLLER",
     "Owners",
     "TargetRef",
@@ -161,20 +162,34 @@ def observe_cluster(
     now: datetime | None = None,
     recent_preemptions: list[datetime] | None = None,
     cache: Any = None,
+    cards: CardMemo | None = None,
 ) -> ObservedState:
-    """The cluster as an ObservedState. Nodes and pods come from `cache` (the controller's
-    watch-fed informers: `cache.nodes()`, `cache.pods()`, or None until synced) when given,
-    else from lists; the rest is listed each time (few objects, rarely changing)."""
+    """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
+    `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
+    `cache.node_states()`, each None until synced) when given, else from lists; the rest is
+    listed each time (few objects, rarely changing). `cards`, kept across calls, converts a
+    node's published cards once per version of its GpuNodeState (`CardMemo`: the same
+    snapshot, less work)."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
+    if cards is not None:
+        cards.begin()
     try:
-        return _observe(api_client or make_api_client(kubeconfig), now, recent_preemptions, cache)
+        api = api_client or make_api_client(kubeconfig)
+        observed = _observe(api, now, recent_preemptions, cache, cards)
     finally:
         _UNREADABLE.reset(token)
+    if cards is not None:
+        cards.end()  # only after a whole observation: one that failed keeps the last
+    return observed
 
 
 def _observe(
-    api_client: Any, now: datetime | None, recent_preemptions: list[datetime] | None, cache: Any
+    api_client: Any,
+    now: datetime | None,
+    recent_preemptions: list[datetime] | None,
+    cache: Any,
+    cards: CardMemo | None,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
@@ -182,7 +197,11 @@ def _observe(
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    states = {name: _agent_state(name, s) for name, s in read_node_states(api_client).items()}
+    cached_states = cache.node_states() if cache is not None else None
+    states = {
+        name: _agent_state(name, s)
+        for name, s in read_node_states(api_client, cached_states).items()
+    }
     cached_nodes = cache.nodes() if cache is not None else None
     cached_pods = cache.pods() if cache is not None else None
     raw_nodes = cached_nodes if cached_nodes is not None else core.list_node().items
@@ -190,7 +209,7 @@ def _observe(
     # the readers key, sort and report objects by name: one without is left out here, reported
     raw_nodes = _identified("Node", raw_nodes, namespaced=False)
     raw_pods = _identified("Pod", raw_pods, namespaced=True)
-    nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name)))
+    nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name), cards))
     by_name = {n.name: n for n in nodes}
     held = dict(
         _each(

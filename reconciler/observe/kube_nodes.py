@@ -18,31 +18,86 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _stamp, _unreadable, log
-from reconciler.observe.model import Gpu, MigInstance, Node, Taint, count_problem, node_problems
+from reconciler.observe.kube_common import _UNREADABLE, _each, _stamp, _unreadable, log
+from reconciler.observe.model import (
+    Gpu,
+    MigInstance,
+    Node,
+    Taint,
+    UnreadableObject,
+    count_problem,
+    node_problems,
+)
 from reconciler.policy.quantity import parse_quantity
 
 
-def read_node_states(api_client: Any) -> dict[str, dict]:
-    """Node name -> its `GpuNodeState` (the node agent's object, as a dict); none when the
-    CRD is not installed (node capacity is read instead)."""
+def read_node_states(api_client: Any, cached: list[dict] | None = None) -> dict[str, dict]:
+    """Node name -> its `GpuNodeState` (the node agent's object, as a dict): from `cached` (a
+    watch cache's objects) when given, else listed; none when the CRD is not installed (node
+    capacity is read instead)."""
     from kubernetes import client
 
-    states: dict[str, dict] = {}
-    try:
-        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(
-            C.GROUP, C.VERSION, C.NODE_STATE_PLURAL
-        )
-        states = dict(
-            _each("GpuNodeState", objs.get("items", []), lambda o: (o["metadata"]["name"], o))
-        )
-    except client.ApiException as exc:
-        if exc.status != 404:  # no CRD installed: fall back to node capacity
-            raise
-    return states
+    if cached is None:
+        try:
+            cached = (
+                client.CustomObjectsApi(api_client)
+                .list_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL)
+                .get("items", [])
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:  # no CRD installed: fall back to node capacity
+                raise
+            cached = []
+    return dict(_each("GpuNodeState", cached, lambda o: (o["metadata"]["name"], o)))
 
 
-def _node(n: Any, state: dict | None) -> Node:
+class CardMemo:
+    """The cards each node's `GpuNodeState` publishes, converted once per version of it: node
+    name -> (its `metadata.resourceVersion`, the cards `published_gpus` made, what it reported
+    unreadable). Kept by the controller across cycles and passed to `observe_cluster`; a node
+    whose object has the same resourceVersion gets the same cards (a resourceVersion names one
+    state of one object) and the same reports again, so the snapshot equals one made without
+    the memo. An object without a resourceVersion is converted every time. Only the nodes of
+    the last observation are kept (`begin` / `end`)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
+        self._next: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def begin(self) -> None:
+        self._next = {}
+
+    def end(self) -> None:
+        self._kept, self._next = self._next, {}
+
+    def cards(self, node: str, state: dict, entries: Any) -> list[Gpu]:
+        rv = (state.get("metadata") or {}).get("resourceVersion")
+        kept = self._kept.get(node)
+        if rv and kept is not None and kept[0] == rv:
+            self.hits += 1
+            found = _UNREADABLE.get()
+            if found is not None:
+                found.extend(kept[2])
+        else:
+            self.misses += 1
+            reported: list[UnreadableObject] = []
+            token = _UNREADABLE.set(reported)
+            try:
+                gpus = published_gpus(node, entries)
+            finally:
+                _UNREADABLE.reset(token)
+                found = _UNREADABLE.get()
+                if found is not None:
+                    found.extend(reported)
+            kept = (rv, gpus, reported)
+        if rv:
+            self._next[node] = kept
+        return list(kept[1])
+
+
+def _node(n: Any, state: dict | None, memo: CardMemo | None = None) -> Node:
     labels = n.metadata.labels or {}
     cond = next((c for c in (n.status.conditions or []) if c.type == "Ready"), None)
     ready = cond is not None and cond.status == "True"
@@ -53,7 +108,11 @@ def _node(n: Any, state: dict | None) -> Node:
         entries = published.get("gpus")
         listed = len(entries) if isinstance(entries, list) else 0
         _check_card_count(listed, f"its GpuNodeState's status.gpus has {listed} entries")
-        gpus = published_gpus(n.metadata.name, entries)
+        gpus = (
+            memo.cards(n.metadata.name, state or {}, entries)
+            if memo is not None
+            else published_gpus(n.metadata.name, entries)
+        )
     else:
         value = (n.status.capacity or {}).get(C.GPU_RESOURCE, "0")
         count = int(value or 0)

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
+from reconciler import conventions as C
 from reconciler.loop import metrics
 from reconciler.loop.informer import ClusterCache
-from reconciler.observe.kube import observe_cluster
+from reconciler.observe.kube import CardMemo, observe_cluster
 from tests.faultproxy.proxy import FaultProxy
 from tests.support.wait import wait_for
 
@@ -200,9 +201,23 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
         timeout=10,
         interval=0.05,
     )
+    listed_states = kube.custom.list_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL)[
+        "items"
+    ]
+    wait_for(
+        "the GpuNodeStates in the cache",
+        lambda: (
+            {s["metadata"]["name"] for s in cache.node_states() or []}
+            >= {s["metadata"]["name"] for s in listed_states}
+        ),
+        timeout=10,
+        interval=0.05,
+    )
+    assert cache.node_state_informer.relists == 1
     listed = observe_cluster(api)
-    cached = observe_cluster(api, cache=cache, now=listed.observed_at)
+    cached = observe_cluster(api, cache=cache, now=listed.observed_at, cards=CardMemo())
     assert cached == listed
+    assert "informer-2" in {n.name for n in cached.nodes}
     work = {w.key: w for w in cached.workloads if w.namespace == ns}
     assert sorted(work) == [f"{ns}/job", f"{ns}/waiting"]
     assert work[f"{ns}/job"].phase == "Running" and sorted(

@@ -226,7 +226,8 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     create_pdb(kube, "team-b", "bert-new", {"app": "bert-new"}, min_available=1)
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, clock)
-    # observe through the watch-fed cache, as `Controller.run` does (list + watch nodes, pods)
+    # observe through the watch-fed cache, as `Controller.run` does (list + watch nodes, pods,
+    # GpuNodeStates)
     stop = threading.Event()
     kube.cleanup(stop.set)
     ctl.cache = ClusterCache(ctl.api, timeout_seconds=5).start(stop)
@@ -293,6 +294,7 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
         ("create", "pods/eviction"),
         ("watch", "pods"),
         ("watch", "nodes"),
+        ("watch", "gpunodestates"),
         ("delete", "priorityclasses"),
         ("patch", "statefulsets"),
         ("patch", "deployments"),
