@@ -193,9 +193,9 @@ class Informer:
 
 class ClusterCache:
     """The node, pod and GpuNodeState informers the controller observes through. gpupool never
-    writes a GpuNodeState (the node agents do), so `caught_up` has no entry of its own for
-    them: it waits for the newest one gpupool *read* (`ops.written["nodestates"]`, the MIG
-    step's wait for an agent's new layout), so that the next plan does not see an older one."""
+    writes a GpuNodeState (the node agents do); what `caught_up` waits for there is the newest
+    one gpupool read (`ops.written["nodestates"]`: the MIG step's wait for an agent's new
+    layout), so that the next plan does not see an older one."""
 
     def __init__(
         self,
