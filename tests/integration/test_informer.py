@@ -277,3 +277,35 @@ def test_the_controller_plans_from_the_cache_only_once_it_saw_its_own_writes(
     proxy.remove(hang)
     wait_for("the cache catching up", lambda: ctl._cache() is ctl.cache, timeout=20, interval=0.05)
     assert cached_annotations()["gpupool.io/test-written"] == "1"
+
+
+def test_the_controller_waits_for_the_newest_gpunodestate_it_read(kube, proxy, stop, tmp_path):
+    """gpupool writes no GpuNodeState, but the MIG step reads one (an agent's new layout): the
+    next plan must not see an older one from the cache, so the read counts as a write."""
+    add_gpu_node(kube, "informer-ns", pool="informer-ns")
+    api = proxy.api_client(kube.plane.service_account_token(NS, CONTROLLER_SA, create=False))
+    kube.cleanup(api.close)
+    ctl = controller(kube, tmp_path, Clock(), api_client=api, cache_wait_seconds=0.5)
+    ctl.cache = ClusterCache(api, timeout_seconds=2).start(stop)
+    assert ctl.cache.wait_synced(10)
+    informer = ctl.cache.node_state_informer
+    assert "informer-ns" in {s["metadata"]["name"] for s in ctl.cache.node_states()}
+
+    # the GpuNodeState watch stops delivering; the agent republishes; gpupool reads it
+    hang = proxy.hang_watch("GET", rf"^/apis/{C.GROUP}/{C.VERSION}/{C.NODE_STATE_PLURAL}$")
+    assert hang.wait(10)
+    state = kube.custom.get_cluster_custom_object(
+        C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, "informer-ns"
+    )
+    status = {**state["status"], "updatedAt": "2026-12-05T03:00:00Z"}
+    kube.custom.patch_cluster_custom_object_status(
+        C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, "informer-ns", {"status": status}
+    )
+    assert ctl.ops.read_node_state("informer-ns")["status"]["updatedAt"] == status["updatedAt"]
+    assert ctl.ops.written["nodestates"] > informer.rv
+    assert ctl._cache() is None  # list afresh: the cache holds the older state
+
+    proxy.remove(hang)
+    wait_for("the cache catching up", lambda: ctl._cache() is ctl.cache, timeout=20, interval=0.05)
+    [cached] = [s for s in ctl.cache.node_states() if s["metadata"]["name"] == "informer-ns"]
+    assert cached["status"]["updatedAt"] == status["updatedAt"]
