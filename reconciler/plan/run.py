@@ -254,9 +254,9 @@ def init_usage(run: Run) -> None:
         hour_ago = run.now - timedelta(hours=1)
         recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
         run.budget_left = max(0, run.terms.budget_per_hour - recent)
-    # each team's card equivalents, counted by value and summed once per team (Fractions are
-    # exact: the sum is the one a running total gives), each request shape priced once
-    counts: dict[str, dict[Fraction, int]] = {}
+    # each team's pods counted by (pool, request shape), each shape priced once and the
+    # team's sum made once (Fractions are exact: it is the sum a running total gives)
+    counts: dict[str, dict[tuple, int]] = {}
     price: dict[tuple, Fraction] = {}
     teams: dict[str, str | None] = {}
     for w in run.cluster.workloads.values():
@@ -270,18 +270,17 @@ def init_usage(run: Run) -> None:
         pool = run.cluster.pool_of(w)
         r = w.request
         shape = (pool, r.gpus, tuple(r.mig.items()), r.shared_slices)
-        ce = price.get(shape)
-        if ce is None:
-            ce = price[shape] = card_equivalents(w, run.pool_view(pool))
+        if shape not in price:
+            price[shape] = card_equivalents(w, run.pool_view(pool))
         per = counts.setdefault(team, {})
-        per[ce] = per.get(ce, 0) + 1
+        per[shape] = per.get(shape, 0) + 1
         if w.request.gpus and pool:
             for usage in (run.pool_whole_usage, run.running_whole):
                 usage[(team, pool)] = usage.get((team, pool), 0) + w.request.gpus
     for team, per in counts.items():
         total = run.team_usage.get(team, Fraction(0))
-        for ce, n in per.items():
-            total += ce * n
+        for shape, n in per.items():
+            total += price[shape] * n
         run.team_usage[team] = total
 
 
