@@ -23,6 +23,7 @@ from reconciler.apply.handlers import ApplyConfig
 from reconciler.apply.kube import KubeOps
 from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
+from reconciler.loop.collector import paused_collector
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.signals import with_signals
 from reconciler.loop.status import (
@@ -302,14 +303,15 @@ class Controller:
             doubt = "leadership changed"
         elif relists != self._memo_relists:
             doubt = "the watch cache relisted"
-        out = plan_incremental(
-            desired,
-            observed,
-            now,
-            self._plan_memo if self.full_plan_every > 1 else None,
-            full_every=self.full_plan_every,
-            doubt=doubt,
-        )
+        with paused_collector():  # the plan's allocations make it rescan the snapshot
+            out = plan_incremental(
+                desired,
+                observed,
+                now,
+                self._plan_memo if self.full_plan_every > 1 else None,
+                full_every=self.full_plan_every,
+                doubt=doubt,
+            )
         # the memo holds the last snapshot until the next plan: kept only when it may serve
         self._plan_memo = out.memo if self.full_plan_every > 1 else None
         self._memo_leader, self._memo_relists = leader, relists
