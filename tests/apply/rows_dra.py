@@ -8,7 +8,13 @@ from __future__ import annotations
 from reconciler import conventions as C
 from reconciler.apply.handlers.dra_admit import uuid_selector
 from reconciler.apply.port import ApiError
-from reconciler.plan.actions import Admit, ApplyDraObject, PodAdmission, PruneDraObject
+from reconciler.plan.actions import (
+    Admit,
+    ApplyDraObject,
+    PodAdmission,
+    PruneDraObject,
+    TaintDevice,
+)
 from tests.apply.table import NS, Dra, Pod, Probe, Row
 
 CLASS = "gpupool-d100-gpu"
@@ -138,6 +144,58 @@ DRA_ROWS = [
         "skipped",
         "is not gpupool's (managed by helm)",
         (),
+    ),
+]
+
+# ------------------------------------------------------------------ drains by device taint
+RULE = "gpupool-drain-node-a-gpu-1"
+RULE_SPEC = {
+    "deviceSelector": {"driver": C.DRA_DRIVER, "pool": "node-a", "device": "gpu-1"},
+    "taint": {"key": C.DRA_DRAIN_TAINT, "value": "repartition", "effect": "NoSchedule"},
+}
+TAINT = TaintDevice(
+    id="taint-device:node-a/gpu-1",
+    target="node-a/gpu-1",
+    reason="drain gpu-1 for its repartition",
+    pool="d100",
+    name=RULE,
+    verb="create",
+    labels={C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: "d100"},
+    spec=RULE_SPEC,
+)
+PRUNE_RULE = PruneDraObject(
+    id=f"prune-dra:DeviceTaintRule:{RULE}",
+    target=RULE,
+    reason="the repartition is over",
+    object_kind="DeviceTaintRule",
+    name=RULE,
+)
+DRA_ROWS += [
+    Row(
+        "taint-device/create",
+        TAINT,
+        (),
+        "done",
+        "created",
+        ("create_dra_object",),
+        check=dra_is("DeviceTaintRule", RULE, RULE_SPEC),
+    ),
+    Row(
+        "taint-device/foreign",
+        TAINT,
+        (Dra("DeviceTaintRule", RULE, spec=RULE_SPEC, managed_by="someone"),),
+        "skipped",
+        "is not gpupool's (managed by someone)",
+        (),
+    ),
+    Row(
+        "prune-dra/taint-rule",
+        PRUNE_RULE,
+        (Dra("DeviceTaintRule", RULE, spec=RULE_SPEC),),
+        "done",
+        "deleted",
+        ("delete_dra_object",),
+        check=dra_is("DeviceTaintRule", RULE, None),
     ),
 ]
 

@@ -101,6 +101,17 @@ EXPECT = {
     ),
     # issue 32: a DRA pool's classes, templates and device-counting quotas; static MIG still
     # through mig-manager; no sharing; a class of a pool that is gone pruned after its template
+    "dra-drain": (
+        {
+            "taint-device:a100-2/gpu-0",
+            "taint-device:a100-2/gpu-1",
+            "cordon:a100-2",
+            "mig-reconfigure:a100-2",
+            "prune-dra:DeviceTaintRule:gpupool-drain-a100-1-gpu-9",
+        },
+        {"taint-device:a100-1/gpu-0"},
+        set(),
+    ),
     "dra-pool": (
         {
             "dra:DeviceClass:gpupool-a100-gpu",
