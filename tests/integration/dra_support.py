@@ -96,6 +96,25 @@ def allocated_devices(claim: dict | None) -> list[tuple[str, str]] | None:
     return sorted((r["pool"], r["device"]) for r in alloc["devices"]["results"])
 
 
+def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | None:
+    """(node, allocated devices, planned devices by name) once the pod is bound and its claim
+    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice."""
+    p = kube.core.read_namespaced_pod(pod, ns)
+    claim = claim_of(kube, ns, pod)
+    alloc = ((claim or {}).get("status") or {}).get("allocation")
+    if not p.spec.node_name or not alloc:
+        return None
+    node = p.spec.node_name
+    got = sorted(r["device"] for r in alloc["devices"]["results"] if r["pool"] == node) + sorted(
+        f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"] if r["pool"] != node
+    )
+    planned = (claim["metadata"].get("annotations") or {}).get(C.DRA_PLANNED_ANN, "")
+    slc = kube.custom.get_cluster_custom_object(G, V, "resourceslices", f"{node}-{C.DRA_DRIVER}")
+    by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
+    named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
+    return node, got, named
+
+
 def drop_taint_rules(kube, node: str) -> None:
     """Delete the DeviceTaintRules gpupool made for `node`'s devices (cluster-scoped)."""
     listed = kube.custom.list_cluster_custom_object(G, V, "devicetaintrules")

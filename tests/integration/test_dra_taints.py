@@ -1,4 +1,5 @@
-"""DeviceTaintRules on the real API server and kube-scheduler (issue 32 items 4 and 6).
+"""Drains by device taint, a gang on one NVLink domain, and DRA read only when needed, on the
+real API server and kube-scheduler (issue 32 items 4 and 6).
 
 A drain by device taint: a DRA pool's card about to change layout (static MIG through
 mig-manager) gets a DeviceTaintRule (NoSchedule) per device before its node is cordoned; a pod
@@ -7,6 +8,11 @@ the tainted card while it drains, the rule is put back when edited, and it is re
 driver republished the new layout, after which the MIG pod gpupool planned gets its device.
 The rights this takes are the controller's own (deploy/rbac.yaml), each of the taint rules'
 rules used and nothing refused.
+
+A training gang of two 4-card pods on a DRA pool whose nodes carry GPU feature discovery's
+`nvidia.com/gpu.clique`: it lands on the two nodes of one NVLink domain, on exactly the devices
+gpupool planned (exact admission). A controller with no DRA pool lists nothing of
+resource.k8s.io after its first cycle (the audit log).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
 from .dra_support import (
+    allocated,
     allocated_devices,
     claim_of,
     claim_pod,
@@ -213,3 +220,59 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     mine = [(label, n, r) for label, n, r in narrowed(rules(CONTROLLER_SA)) if RULES in label]
     unused = [label for label, n, r in mine if not any(allows(n, r, a) for a in seen)]
     assert len(mine) == 5 and unused == [], unused
+
+
+def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns = f"d{sfx}", gated_namespace(kube)
+    na, nb, nc = (f"dra-{x}-{sfx}" for x in "abc")
+    clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
+    for node in (na, nb, nc):
+        add_gpu_node(
+            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
+        )
+        plugin = DraPlugin(kube.custom, node, cards=4)
+        plugin.publish()
+        kube.cleanup(plugin.remove)
+    write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycle(kube, ctl)
+    for i in range(2):
+        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"low-{sfx}", gang="t")
+    pods = ("trainer-0", "trainer-1")
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+    def admitted() -> bool:
+        cycle(kube, ctl)
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+
+    wait_for("the gang admitted", admitted, timeout=120, interval=1)
+    got = {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
+    }
+    nodes = {node for node, _, _ in got.values()}
+    assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
+    for _, devices, planned in got.values():
+        assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+
+
+def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
+    """After its first cycle (which finds no DRA object of gpupool's), a controller whose
+    policy has no DRA pool lists nothing of resource.k8s.io."""
+    from .dra_support import G as group
+
+    sfx = uuid.uuid4().hex[:6]
+    ns = kube.new_namespace()
+    text = dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin")
+    write_policy(tmp_path, text)
+    ctl = controller(kube, tmp_path, kube.clock)
+    mark = audit_mark(kube)
+    cycle(kube, ctl)
+    first = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
+    assert any("resourceslices" in u for u in first), first  # the first cycle looks
+    mark = audit_mark(kube)
+    for _ in range(2):
+        cycle(kube, ctl)
+    later = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
+    assert later == [], later
