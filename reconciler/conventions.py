@@ -52,6 +52,11 @@ DRA_DRAIN_TAINT = PREFIX + "drain"
 DeviceTaintRule with its managed-by label, on each device of a DRA card about to be repartitioned:
 kube-scheduler's allocator gives a tainted device to no claim that does not tolerate it
 (reconciler/plan/stages/drain_taints.py)."""
+DRA_RESERVED_TAINT = PREFIX + "reserved-for-gang"
+"""The key of the device taint (NoSchedule, value `gang`) gpupool puts, through a DeviceTaintRule,
+on each device of the cards it frees for a waiting gated gang on a DRA pool: a pod that bypasses
+gpupool's gate cannot be allocated them; the claims gpupool pins at exact admission tolerate it
+(reconciler/plan/stages/drain_taints.py, apply/handlers/dra_admit.py)."""
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 """GPU feature discovery's label of a node in a multi-node NVLink domain (GB200 NVL72 and the
 like): `<fabric cluster UUID>.<clique ID>` (NVIDIA/k8s-device-plugin internal/lm/fabric.go

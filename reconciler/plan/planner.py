@@ -115,8 +115,8 @@ def plan_with_facts(
     slices_agree(run)
     repartition_actions(run)  # 10
     finish_drains(run)
-    drain_taints(run)  # the DRA cards those repartitions change: tainted first, freed after
     emit_admissions(run, demand)  # 11
+    drain_taints(run)  # DRA cards repartitioned or freed for a gang: tainted (first in order)
     check_no_overcommit(run.cluster)  # 12
     report_unmatched(run)
     return finished_plan(run), PlanFacts(targets=run.cluster.targets(), team_usage=observed_usage)

@@ -6,7 +6,7 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import uuid_selector
+from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import (
     Admit,
@@ -239,6 +239,7 @@ def pinned(p: Probe) -> None:
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
+    assert exactly["tolerations"] == [RESERVED_TOLERATION]
     assert exactly["deviceClassName"] == CLASS and exactly["count"] == 2
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]

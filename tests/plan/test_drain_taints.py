@@ -6,17 +6,25 @@ repartition is not over and are pruned once the driver republished the node's ne
 from __future__ import annotations
 
 from reconciler import conventions as C
+from reconciler.observe.builders import training
 from reconciler.observe.model import ObservedState
 from reconciler.observe.model_dra import (
+    DeviceTaint,
     DeviceTaintRuleObject,
     DraState,
 )
-from reconciler.plan.actions import PruneDraObject, TaintDevice
+from reconciler.plan.actions import Admit, PruneDraObject, TaintDevice
 from reconciler.plan.planner import plan_with_facts
 from reconciler.plan.stages.drain_taints import rule_name
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
-from tests.plan.scenarios import drain_rule, inference_burst_mig, published_slices
+from tests.plan.scenarios import (
+    NOW,
+    always_rule_preempts_before_giving_back,
+    drain_rule,
+    inference_burst_mig,
+    published_slices,
+)
 
 NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
 DRA = ("  gpuModel: A100-SXM4-80GB\n", "  gpuModel: A100-SXM4-80GB\n  backend: dra\n")
@@ -112,3 +120,51 @@ def test_someone_elses_rule_of_that_name_is_left_alone() -> None:
     p = _plan(observed, [theirs])
     assert a.id not in {x.id for x in p.actions}
     assert any(f.code == "foreign-object" and theirs.name in f.subject for f in p.findings)
+
+
+def _reserve_plan(observed, rules=()):
+    text, _ = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    dra = DraState(slices=published_slices(observed.nodes), taint_rules=list(rules))
+    plan, _ = plan_with_facts(
+        load([SourceFile("desired.yaml", text)]), observed.model_copy(update={"dra": dra})
+    )
+    return plan
+
+
+def test_cards_freed_for_a_waiting_gang_are_kept_by_taint_until_it_is_admitted() -> None:
+    _, observed = always_rule_preempts_before_giving_back()
+    plan = _reserve_plan(observed)
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    assert admit.after == ("team-b/spot-sweep",)
+    reserve = [a for a in plan.actions if a.id.startswith("taint-device:reserve:")]
+    cards = {f"{pa.node}/gpu-{i}" for pa in admit.pods for i in pa.gpus}
+    assert {a.target for a in reserve} == cards and len(cards) == 8
+    for a in reserve:
+        assert a.spec["taint"] == {
+            "key": C.DRA_RESERVED_TAINT,
+            "value": "gang",
+            "effect": "NoSchedule",
+        }
+    kinds = [a.kind for a in plan.actions]
+    assert max(i for i, k in enumerate(kinds) if k == "taint-device") < kinds.index("preempt")
+    live = [
+        drain_rule(*a.target.split("/")).model_copy(
+            update={
+                "name": a.name,
+                "taint": DeviceTaint(key=C.DRA_RESERVED_TAINT, value="gang", effect="NoSchedule"),
+            }
+        )
+        for a in reserve
+    ]
+    # while the gang waits, its rules stay as they are
+    again = _reserve_plan(observed, live)
+    assert not [a for a in again.actions if a.kind in ("taint-device", "prune-dra-object")]
+    # the gang admitted and running there: the rules go
+    node = admit.pods[0].node
+    running = [
+        w for w in observed.workloads if w.key not in ("team-b/spot-sweep", "team-a/llm-ft")
+    ] + [training("team-a", "llm-ft", node, 8, cls="training-high", started=NOW)]
+    done = _reserve_plan(observed.model_copy(update={"workloads": running}), live)
+    pruned = {a.name for a in done.actions if isinstance(a, PruneDraObject)}
+    assert pruned == {r.name for r in live}
