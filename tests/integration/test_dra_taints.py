@@ -12,7 +12,8 @@ rules used and nothing refused.
 A training gang of two 4-card pods on a DRA pool whose nodes carry GPU feature discovery's
 `nvidia.com/gpu.clique`: it lands on the two nodes of one NVLink domain, on exactly the devices
 gpupool planned (exact admission). A controller with no DRA pool lists nothing of
-resource.k8s.io after its first cycle (the audit log).
+resource.k8s.io after its first cycle (the audit log). A reserved card (a waiting gang's) is
+kept from a claim that bypasses gpupool and allocated to one pinned as exact admission writes it.
 """
 
 from __future__ import annotations
@@ -276,3 +277,113 @@ def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
         cycle(kube, ctl)
     later = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
     assert later == [], later
+
+
+def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube):
+    """The shapes gpupool writes for a waiting gang's cards, on the real scheduler: a device
+    under a `gpupool.io/reserved-for-gang` rule is not allocated to a claim that bypasses
+    gpupool, and is allocated to a claim pinned as exact admission writes it (its uuid
+    selector and the reservation's toleration)."""
+    from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
+    from reconciler.plan.stages.drain_taints import RESERVED_VALUE, rule_name
+    from tests.cluster.dra_slices import uuid as card_uuid
+
+    sfx = uuid.uuid4().hex[:6]
+    pool, node = f"d{sfx}", f"dra-r-{sfx}"
+    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
+    plugin = DraPlugin(kube.custom, node, cards=2)
+    plugin.publish()
+    kube.cleanup(plugin.remove)
+    name = rule_name(node, "gpu-0", C.DRA_RESERVED_TAINT)
+    kube.custom.create_cluster_custom_object(
+        G,
+        V,
+        RULES,
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+            "spec": {
+                "deviceSelector": {"driver": C.DRA_DRIVER, "pool": node, "device": "gpu-0"},
+                "taint": {
+                    "key": C.DRA_RESERVED_TAINT,
+                    "value": RESERVED_VALUE,
+                    "effect": "NoSchedule",
+                },
+            },
+        },
+    )
+    kube.cleanup(lambda: drop_taint_rules(kube, node))
+    ns = kube.new_namespace()
+    cls = f"any-gpu-{sfx}"
+    own_class(kube, cls)
+    bypass(kube, ns, "first", cls, 1, pool)
+    got = wait_for(
+        "the bypassing claim allocated",
+        lambda: allocated_devices(
+            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "first")
+        ),
+        timeout=60,
+    )
+    assert got == [(node, "gpu-1")]
+    bypass(kube, ns, "second", cls, 1, pool)
+    time.sleep(6)  # the only free card is reserved
+    second = kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
+    assert allocated_devices(second) is None
+    kube.core.delete_namespaced_pod("second", ns, grace_period_seconds=0)
+    kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
+    # the claim gpupool pins for the gang: its uuid selector and the reservation's toleration
+    kube.custom.create_namespaced_custom_object(
+        G,
+        V,
+        ns,
+        "resourceclaims",
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "pinned"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": cls,
+                                "count": 1,
+                                "selectors": [
+                                    {"cel": {"expression": uuid_selector((card_uuid(node, 0),))}}
+                                ],
+                                "tolerations": [RESERVED_TOLERATION],
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "pinned"},
+            "spec": {
+                "nodeSelector": {C.POOL_LABEL: pool},
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": "pinned"}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+    got = wait_for(
+        "the pinned claim allocated",
+        lambda: allocated_devices(
+            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "pinned")
+        ),
+        timeout=60,
+    )
+    assert got == [(node, "gpu-0")]
