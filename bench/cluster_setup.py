@@ -109,6 +109,8 @@ def make_world(plane: Any, kubelets: Any, api: Any) -> Any:
     from tests.nvidia.mounted import SYNC_PERIOD_PLUS_CACHE_TTL
 
     class BenchWorld(World):
+        transient_pod_resources = True  # no idle gRPC server per node (World's note)
+
         def settle(self, timeout: float = 30.0) -> None:  # noqa: ARG002 - World's signature
             published = self.__dict__.setdefault("_published", {})
             dirty = []
@@ -207,8 +209,9 @@ def add_nodes(
     every: int = 25,
 ) -> None:
     """GPU nodes (name, pool, cards) of `model` with their NVIDIA stand-ins and node agent,
-    six at a time, with a progress line every `every` nodes and at the end; then the world
-    settles."""
+    six at a time (eight from 100 nodes: each add mostly waits for the node-lifecycle
+    controller to lift the not-ready taint), with a progress line every `every`
+    nodes and at the end; then the world settles."""
     t = time.monotonic()
     done = 0
 
@@ -219,6 +222,33 @@ def add_nodes(
         if done % every == 0 or done == len(nodes):
             say(f"  {done}/{len(nodes)} GPU nodes ({time.monotonic() - t:.0f}s)")
 
-    with ThreadPoolExecutor(6) as pool:
+    with ThreadPoolExecutor(6 if len(nodes) < 100 else 8) as pool:
         list(pool.map(add, nodes))
     world.settle()
+
+
+def cpu_seconds(plane: Any) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process (simulated kubelets, NVIDIA
+    stand-ins, node agents, and whatever else the benchmark runs in it) and by each
+    control-plane component, read from /proc (empty for those it cannot read)."""
+    out = {"python": sum(os.times()[:2])}
+    tick = os.sysconf("SC_CLK_TCK")
+    for name, proc in getattr(plane, "_procs", {}).items():
+        pid = getattr(getattr(proc, "proc", None), "pid", None)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, TypeError):
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def cpu_line(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    """CPU used between two `cpu_seconds` readings `seconds` apart: per process, CPU seconds
+    and the share of one core; with the load average."""
+    parts = []
+    for name in after:
+        used = after[name] - before.get(name, 0.0)
+        parts.append(f"{name} {used:.0f} s ({100 * used / max(seconds, 1e-9):.0f}%)")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{', '.join(parts)} over {seconds:.0f} s; load average {load}"

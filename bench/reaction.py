@@ -60,14 +60,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import cluster_setup  # noqa: E402
-from bench.cluster_setup import add_nodes, cached_binary, pool_doc, priority_doc  # noqa: E402
+from bench.cluster_setup import (  # noqa: E402
+    add_nodes,
+    cached_binary,
+    cpu_line,
+    cpu_seconds,
+    pool_doc,
+    priority_doc,
+)
 from reconciler import conventions as C  # noqa: E402
 
 MODEL = "H100-SXM5-80GB"
 INTERVAL = 300.0
 CALM, SPIKE = 5, 1000
 CASES = ("free", "repartition", "preempt")
-SMOKE = {"sizes": "4", "trials": 2, "churn": 0.5, "cases": "free,preempt"}
+SMOKE = {"sizes": "4", "trials": 2, "churn": 0.5, "cases": "free,preempt", "idle": 0.0}
 """--smoke leaves out repartition: its every trial waits the kubelet's ConfigMap propagation
 (150 s), not seconds."""
 MIG = "3g.40gb"
@@ -169,13 +176,29 @@ def split(n: int, cases: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def start_cluster(binary: Path, workdir: Path, nodes: dict[str, list[str]]) -> Any:
+def start_cluster(
+    binary: Path, workdir: Path, nodes: dict[str, list[str]], idle: float = 0.0
+) -> Any:
+    """The cluster with `nodes`, saying what the setup cost (wall time, CPU of this process
+    and of each control-plane component) and, for `idle` s after it, what the idle cluster
+    costs (the simulated kubelets' heartbeats and watch, the stand-ins)."""
+    t = time.monotonic()
     plane, kubelets, world = cluster_setup.start_cluster(
         binary, workdir, policy_text(nodes, []), say=say
     )
+    cpu = cpu_seconds(plane)
     world.clock = WallClock()
     todo = [(name, case, 8) for case, names in nodes.items() for name in names]
-    add_nodes(world, todo, MODEL, say=say, every=max(len(todo), 1))
+    t_nodes = time.monotonic()
+    add_nodes(world, todo, MODEL, say=say, every=max(len(todo) // 4, 1))
+    done = cpu_seconds(plane)
+    say(
+        f"setup: {len(todo)} nodes in {time.monotonic() - t_nodes:.0f}s (cluster up in "
+        f"{t_nodes - t:.0f}s); CPU: {cpu_line(cpu, done, time.monotonic() - t_nodes)}"
+    )
+    if idle > 0:
+        time.sleep(idle)
+        say(f"idle {len(todo)} nodes, CPU: {cpu_line(done, cpu_seconds(plane), idle)}")
     return plane, kubelets, world
 
 
@@ -441,7 +464,7 @@ def run_size(binary: Path, n: int, args: argparse.Namespace) -> list[Case]:
     with tempfile.TemporaryDirectory(prefix="gpupool-reaction-") as tmp:
         workdir = Path(tmp)
         try:
-            plane, kubelets, world = start_cluster(binary, workdir, nodes)
+            plane, kubelets, world = start_cluster(binary, workdir, nodes, args.idle)
             serve_ns, churn_ns = (gated_namespace(world) for _ in range(2))
             train_ns, fill_ns = "training", "fillers"  # pods bound where they run: not gated
             for ns in (train_ns, fill_ns):
@@ -603,6 +626,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--limit", type=float, default=60.0, help="a trial's limit, s (default 60)")
     p.add_argument("--pause", type=float, default=1.0, help="between trials, s (default 1)")
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=30.0,
+        help="after the setup, s the idle cluster's CPU is measured (default 30; smoke 0)",
+    )
     p.add_argument("--log", metavar="FILE", help="the controller's log (INFO) goes here")
     p.add_argument("--smoke", action="store_true", help="4 nodes, 2 trials a case")
     args = p.parse_args(argv)

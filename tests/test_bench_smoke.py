@@ -95,6 +95,20 @@ def test_plan_scale_smoke():
     ), events[1]
 
 
+def test_dra_cycle_smoke():
+    out = smoke("dra_cycle.py")
+    rows = lines_after(
+        out,
+        r"^\| nodes \| claims \| pods \| observe s \| consistency s \| plan s \| cycle s "
+        r"\| unreleased claims \| actions \|$",
+    )
+    assert rows[0].startswith("|---:|")
+    # 3 nodes of 5 running claims and 6 queued: one pod gone, its claim still allocated
+    assert re.match(
+        r"^\| 3 \| 21 \| 20 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 1 \|", rows[1]
+    ), rows[1]
+
+
 def test_cycles_smoke():
     out = smoke("cycles.py")
     rows = lines_after(

@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler import conventions as C
+from reconciler.observe.dra_holdings import DraIndex
 from reconciler.observe.kube_common import (
     _UNREADABLE,
     _each,
@@ -58,7 +59,7 @@ from reconciler.observe.kube_common import (
     _ts,
     _unreadable,
 )
-from reconciler.observe.kube_dra import dra_allocations, dra_request, read_dra
+from reconciler.observe.kube_dra import read_dra
 from reconciler.observe.kube_nodes import _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
@@ -211,12 +212,14 @@ def _observe(
     )
     dra = read_dra(api_client, raw_pods) if with_dra else None
 
+    index = DraIndex(dra) if dra is not None else None  # once, not per pod
+
     def claimed(p: Any) -> tuple[Any, Any]:
         ns, name = p.metadata.namespace, p.metadata.name
         node = by_name.get(p.spec.node_name or "")
-        return dra_request(dra, ns, name), dra_allocations(dra, node, ns, name)
+        return index.request(ns, name), index.allocations(node, ns, name)
 
-    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if dra is not None else None)
+    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None)
     owners = read_owners(api_client)
     workloads = pod_workloads(gpu_pods, by_name, taken, owners)
     services = read_services(api_client)

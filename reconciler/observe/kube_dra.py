@@ -14,7 +14,6 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import _each, _objects, _shape
-from reconciler.observe.model import Allocation, Node, Request
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     CounterConsumption,
@@ -327,60 +326,4 @@ def _pod_claims(pod: Any) -> PodClaims | None:
 
 
 # ------------------------------------------------------------------ pods as the planner sees them
-
-
-def dra_request(dra: DraState | None, namespace: str, pod: str) -> Request:
-    """What a pod asks for through its claims, in the planner's terms: whole cards and MIG
-    instances by profile, counted on gpupool's DeviceClasses only (a claim on anyone else's
-    class is not a GPU request gpupool plans)."""
-    if dra is None:
-        return Request()
-    mine = {c.name: c for c in dra.device_classes if c.pool}
-    claims = {c.key: c for c in dra.claims}
-    templates = {f"{t.namespace}/{t.name}": t for t in dra.claim_templates}
-    gpus, mig = 0, {}
-    for p in dra.pods:
-        if (p.namespace, p.pod) != (namespace, pod):
-            continue
-        asked = [
-            claims.get(f"{namespace}/{n}") or templates.get(f"{namespace}/{p.made_from.get(n)}")
-            for n in p.claims
-        ]
-        asked += [templates.get(f"{namespace}/{n}") for n in p.templates]
-        for obj in asked:
-            for cls, n in (obj.devices if obj else {}).items():
-                c = mine.get(cls)
-                if c is None:
-                    continue
-                if c.profile:
-                    mig[c.profile] = mig.get(c.profile, 0) + n
-                else:
-                    gpus += n
-    return Request(gpus=gpus, mig=mig)
-
-
-def dra_allocations(dra: DraState | None, node: Node | None, namespace: str, pod: str):
-    """The cards a pod's allocated claims hold on `node` (NVIDIA's devices only: a card by its
-    `uuid` attribute matched to the agent's card, else by the minor in `gpu-<minor>`; a MIG
-    device on its parent card at the placement start its name ends with); None when none of
-    its claims is allocated."""
-    if dra is None or node is None:
-        return None
-    results = [r for r in dra.pod_devices(namespace, pod) if r.driver == C.DRA_DRIVER]
-    if not results:
-        return None
-    devices = {d.name: d for d in dra.devices(node.name)}
-    by_uuid = {g.uuid: g.index for g in node.gpus if g.uuid}
-    out: list[Allocation] = []
-    for r in results:
-        d = devices.get(r.device)
-        parts = r.device.split("-")
-        if d is None or len(parts) < 2 or not parts[1].isdigit():
-            continue  # not published any more, or not NVIDIA's naming: held, but where is unknown
-        if d.type == "mig":
-            parent = by_uuid.get(str(d.attr("parentUUID")), int(parts[1]))
-            start = int(parts[-1]) if parts[-1].isdigit() else None
-            out.append(Allocation(gpu=parent, mig_start=start, mig_profile=str(d.attr("profile"))))
-        else:
-            out.append(Allocation(gpu=by_uuid.get(str(d.attr("uuid")), int(parts[1]))))
-    return out
+# (the pure half is observe/dra_holdings.py: `observe_cluster` indexes the state once there)

@@ -138,7 +138,7 @@ def pod_holdings(
     """The pods that hold or want cards, oldest first, each with what it is known to hold
     (`held`: node -> the pods its agent publishes, `published_pods`); and node -> the cards
     pods are known to hold there. `claimed(pod)`: what a pod that asks for no GPU resource asks
-    and holds through DRA claims (kube_dra.py `dra_request`, `dra_allocations`)."""
+    and holds through DRA claims (observe/dra_holdings.py `DraIndex`)."""
     pods = sorted(
         _each("Pod", raw_pods, lambda p: (str(p.metadata.creation_timestamp), p)),
         key=lambda x: (x[0], x[1].metadata.namespace, x[1].metadata.name),

@@ -17,7 +17,10 @@ gpupool does about it:
 - a running workload whose cards are not (all) known (`allocation-unknown`: its node's agent
   publishes no allocation for it, or fewer than it asks for) may hold any card of its node
   with room for what is missing: every such card is suspect, and the working view counts the
-  workload as holding them (`reconciler.plan.cluster.unknown_holdings`).
+  workload as holding them (`reconciler.plan.cluster.unknown_holdings`);
+- a card a DRA ResourceClaim is still allocated on after its pods are gone
+  (`dra-claim-unreleased`: the pod ended or was deleted, and Kubernetes has not deallocated
+  the claim yet) is suspect: Kubernetes' allocator counts the device as taken until then.
 
 A service or ResourceQuota listed twice (`duplicate-object`: the API server has one object per
 name, so a snapshot with two is a broken file or a forged one) is reported too, and
@@ -39,6 +42,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from reconciler.conventions import PRODUCT_LABEL
+from reconciler.observe.dra_holdings import unreleased_claims
 from reconciler.observe.model import (
     Allocation,
     Gpu,
@@ -72,6 +76,7 @@ CODES = (
     "shared-overfull",
     "wrong-card-mode",
     "allocation-unknown",
+    "dra-claim-unreleased",
     "duplicate-object",
 )
 """Every finding code `check` can emit."""
@@ -134,6 +139,7 @@ def check(desired: DesiredState, observed: ObservedState) -> Consistency:
     holders = _holdings(c, running, cards, nodes)
     _judge_cards(c, cards, holders)
     _judge_unknown(c, observed)
+    _judge_unreleased(c, observed, cards)
     _judge_duplicates(c, observed)
     # an allocation on a card found suspect is not counted either
     for card, held in holders.items():
@@ -295,6 +301,35 @@ def _judge_unknown(c: _Checker, observed: ObservedState) -> None:
         )
         for card in u.cards:
             c.fence(card, UNKNOWN_HOLDER)
+
+
+CLAIM_HOLDER = "a DRA claim no running pod uses still holds a device of it"
+
+
+def _judge_unreleased(c: _Checker, observed: ObservedState, cards: dict[Card, Gpu]) -> None:
+    """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved): the
+    allocator counts their devices as taken until Kubernetes deallocates the claim, so the
+    cards they are on are fenced (not free, not drift to repartition) until then."""
+    for u in unreleased_claims(observed.dra, observed.nodes, (w.key for w in observed.workloads)):
+        held = sorted({(u.node, a.gpu) for a in u.cards} & cards.keys())
+        if not held:
+            continue
+        pods = (
+            f"reserved for {', '.join(u.reserved_for)}, none of them a pod gpupool counts as "
+            "running (ended, deleted, terminating, or asking through another DeviceClass)"
+            if u.reserved_for
+            else "reserved for no pod"
+        )
+        c.warn(
+            "dra-claim-unreleased",
+            f"ResourceClaim {u.claim}",
+            f"is still allocated devices on {', '.join(card_key(k) for k in held)} but is "
+            f"{pods}: Kubernetes has not deallocated it yet, and its allocator counts them as "
+            "taken until it does. gpupool counts the cards as held: places nothing there and "
+            "repartitions none of them until the claim is released",
+        )
+        for card in held:
+            c.fence(card, CLAIM_HOLDER)
 
 
 def _service_id(s: InferenceService) -> tuple[str, str]:

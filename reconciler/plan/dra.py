@@ -13,7 +13,10 @@ In each namespace of a Quota that names the pool: ResourceClaimTemplates teams r
 `pod.spec.resourceClaims` — `gpupool-<pool>-gpu-<n>` asking for n whole cards (1, 2, 4, ...
 up to the pool's GPUs per node) and `gpupool-<pool>-mig-<profile>` for one MIG device. A
 ResourceQuota counts them by class: `<class>.deviceclass.resource.k8s.io/devices`
-(Kubernetes' DRA quota, KEP-4381)."""
+(Kubernetes' DRA quota, KEP-4381). It has no key for counters or capacity, so under the
+driver's DynamicMIG a partition's GPU memory (its `memory-slice-<i>` counters) is counted by
+gpupool itself: a team's cap counts a MIG device as the memory slices it takes
+(`cluster.card_equivalents`), enforced by gpupool's admission."""
 
 from __future__ import annotations
 

@@ -8,7 +8,15 @@ A planned card is the driver's device whose `uuid` is the node agent's uuid of t
 the device named `gpu-<index>` (the driver names a card by its minor); a planned MIG instance
 (profile, placement start) on a card is the `type: mig` device of that profile whose
 `parentUUID` is the card's (else whose name starts `gpu-<index>-`) and whose name ends with the
-placement start (cmd/gpu-kubelet-plugin/deviceinfo.go; tests/cluster/dra_slices.py)."""
+placement start (cmd/gpu-kubelet-plugin/deviceinfo.go; tests/cluster/dra_slices.py).
+
+Under the driver's `DynamicMIG` a MIG partition has no `uuid` until it is prepared (an abstract
+partition: cmd/gpu-kubelet-plugin/mig.go v0.4.1 `CommonAttributesMig` has `parentUUID` and
+`profile`, and neither attributes nor capacities say its placement), so a planned partition
+(recognised by the counters it consumes) is named `<parent card uuid>/<profile>`: the claim
+may take that profile on that card only, and the allocator picks the placement (the first free
+one in the driver's device order, which is the catalog's first free start;
+tests/integration/test_dra_dynamic.py checks it)."""
 
 from __future__ import annotations
 
@@ -61,7 +69,17 @@ def planned_devices(
             if mine
             else [_card(devices, uuids.get(g.index, ""), g.index)]
         )
-        if any(_uuid(d) == "" for d in found):
+        names = [_name(d) for d in found]
+        if "" in names:
             return None
-        out += [_uuid(d) for d in found]
+        out += names
     return tuple(out)
+
+
+def _name(d: DraDevice | None) -> str:
+    """How a claim names `d`: its uuid, or a dynamic partition's parent and profile."""
+    if d is not None and not _uuid(d) and d.type == "mig" and d.consumes_counters:
+        parent, profile = d.attr("parentUUID"), d.attr("profile")
+        if isinstance(parent, str) and parent and isinstance(profile, str) and profile:
+            return f"{parent}/{profile}"
+    return _uuid(d)

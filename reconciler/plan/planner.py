@@ -138,6 +138,8 @@ def open_run(
             update={"workloads": [w for w in observed.workloads if not w.terminating]}
         )
     observed = consistency.canonical(observed)
+    for backend in backends:  # the cards as each backend's driver means them
+        observed = backend.read_observed(desired, observed)
     checked = consistency.check(desired, observed)
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     run = Run(

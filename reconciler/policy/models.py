@@ -217,6 +217,18 @@ class DevicePluginSetup(Model):
     (k8s-device-plugin cmd/nvidia-device-plugin/main.go `validateFlags`): MPS is refused here."""
 
 
+class DraSetup(Model):
+    """How NVIDIA's DRA driver partitions a DRA pool's cards."""
+
+    mig: Literal["static", "dynamic"] = "static"
+    """`static`: the driver publishes the MIG devices that exist and mig-manager changes the
+    layouts gpupool chooses. `dynamic`: the driver's alpha `DynamicMIG` gate
+    (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1) publishes every possible MIG partition of a
+    card, counted by the card's shared counters, and creates an instance when a claim on it is
+    prepared: gpupool writes no mig-manager label on the pool's nodes and shapes what may be
+    allocated instead (Hopper and later: the driver turns MIG mode on and off without a reset)."""
+
+
 class PoolSpec(Model):
     gpu_model: str
     """A model from the MIG catalog, e.g. A100-SXM4-80GB, H100-SXM5-80GB, L40S-48GB."""
@@ -236,6 +248,8 @@ class PoolSpec(Model):
     v0.4.1): whole cards and static MIG devices as ResourceSlice devices, claimed through the
     DeviceClasses and ResourceClaimTemplates gpupool renders per pool; MIG layouts still change
     through mig-manager. A DRA pool offers no shared slices and takes no `devicePlugin`."""
+    dra: DraSetup = DraSetup()
+    """DRA pools only: static MIG (mig-manager) or the driver's dynamic MIG."""
     node_settle_time: Duration = Field("5m", validate_default=True)
     """How long a node that failed (NotReady) and came back stays Ready before gpupool places
     work on it again: a flapping node does not take a gang down twice, and its agent has

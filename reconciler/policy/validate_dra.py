@@ -8,6 +8,12 @@
   place `slicesPerGPU` slices on a DRA card.
 - `devicePlugin`: the device plugin does not run on a DRA pool's nodes.
 - Kueue mode: gpupool renders Kueue quotas in `nvidia.com/gpu` and MIG resources only.
+- `dra.mig: dynamic` (the driver's alpha `DynamicMIG`) on a device plugin pool, on a model
+  without MIG, or on one whose MIG mode change needs a reset (Ampere): the driver offers a card
+  both whole and as partitions only where it can turn MIG mode on and off without a reset,
+  Hopper and later (cmd/gpu-kubelet-plugin/nvlib.go v0.4.1 `supportsMIGModeToggle`; on an
+  Ampere card in MIG mode it offers the partitions only, out of MIG mode the card only), and a
+  dynamic pool with no MIG layout would offer nothing the driver makes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ def dra_problems(state: DesiredState, docs, problem) -> Iterator[Problem]:
     """`docs(state, kind)` and `problem(doc, path, message)` are validate.py's helpers."""
     for d in docs(state, "Pool"):
         spec = d.model.spec
+        if spec.dra.mig == "dynamic":
+            yield from _dynamic_problems(state, d, problem)
         if spec.backend != "dra":
             continue
         if spec.inference.shared is not None:
@@ -49,3 +57,33 @@ def dra_problems(state: DesiredState, docs, problem) -> Iterator[Problem]:
                 "nvidia.com/mig-*) only, which a DRA pool's pods do not request; use "
                 "admission.controller: gpupool, or backend: devicePlugin",
             )
+
+
+def _dynamic_problems(state: DesiredState, d, problem) -> Iterator[Problem]:
+    spec, at = d.model.spec, ("spec", "dra", "mig")
+    model = state.catalog.model(spec.gpu_model)
+    if spec.backend != "dra":
+        yield problem(
+            d,
+            at,
+            "dynamic MIG is the DRA driver's (DynamicMIG); a device plugin pool's MIG layouts "
+            "change through mig-manager; use backend: dra, or remove dra.mig",
+        )
+    elif model is None or not model.mig_capable:
+        yield problem(d, at, f"{spec.gpu_model} has no MIG: dynamic MIG has nothing to partition")
+    elif model.mig_mode_change == "node":
+        yield problem(
+            d,
+            at,
+            f"{spec.gpu_model} changes MIG mode only with a GPU reset: NVIDIA's DRA driver "
+            f"({DRA_DRIVER}) offers such a card either whole or as MIG partitions, never both, "
+            "and does not reset it (nvlib.go supportsMIGModeToggle: Hopper and later); use "
+            "dra.mig: static (mig-manager), or a Hopper pool",
+        )
+    elif spec.inference.mig is None:
+        yield problem(
+            d,
+            at,
+            "dynamic MIG with no inference.mig layouts offers no partition; add the layouts "
+            "the pool offers, or use dra.mig: static",
+        )

@@ -3,43 +3,41 @@ controlplane.py: nodes that exist only as API objects, whose pods "run" by statu
 
 What each simulated kubelet does, through the API only:
   * registers a Node with capacity/allocatable (cpu, memory, pods and the NVIDIA extended
-    resources) and the labels NVIDIA's GPU operator puts on GPU nodes; reports Ready, and
-    heartbeats a Lease in kube-node-lease as the kubelet does (node-lifecycle controller reads
-    the lease to decide a node is alive);
-  * list+watches the pods with fieldSelector spec.nodeName=<node> and marks each newly bound pod
-    Running (podIP, hostIP, conditions, containerStatuses);
+    resources) and the labels NVIDIA's GPU operator puts on GPU nodes (kubelet_objects.py, with
+    the labels' upstream sources); reports Ready, and heartbeats a Lease in kube-node-lease as
+    the kubelet does (node-lifecycle controller reads the lease to decide a node is alive);
+  * sees the pods bound to it and marks each newly bound pod Running (podIP, hostIP,
+    conditions, containerStatuses);
   * honours deletion like the kubelet: a pod with a deletionTimestamp is "stopped" for its
     grace period (times `grace_scale`, so tests can be fast) and then deleted with
     gracePeriodSeconds=0 and a UID precondition, which is the kubelet's final delete;
   * optionally completes pods: the annotation SUCCEED_AFTER_ANNOTATION (seconds, scaled like the
     grace period) makes the containers exit 0 and the pod Succeeded (for Jobs).
 
+Cost: a thousand nodes in one Python process. Each real kubelet has its own pod watch
+(fieldSelector spec.nodeName=<node>) and its own heartbeat; here ONE list+watch of every bound
+pod (fieldSelector `spec.nodeName!=`) serves all nodes, dispatching each event to a few pod
+workers by node (a node's events stay in order, one node's slow request does not hold up the
+others), and a few heartbeat threads share one schedule of every node's next Lease renewal
+(each node's beat offset within the period, so they spread) and status post. A node added
+lists its own pods once, as a kubelet's first sync does. The threads start with the first node.
+
 Node identity: a real kubelet authenticates as system:node:<name> (group system:nodes) and the
 Node authorizer plus NodeRestriction admission confine it to its own Node, Lease and bound pods.
 These simulated kubelets use the ADMIN client instead, which is simpler (one credential, no CSR
 flow) and permits the same writes; tests that are about the reconciler's own RBAC use
 ControlPlane.service_account_client, never these clients.
-
-Labels (who sets them, upstream):
-  * nvidia.com/gpu.product, .count, .replicas, .memory (MiB), .family, .compute.major/.minor:
-    gpu-feature-discovery, NVIDIA/k8s-device-plugin internal/lm/resource.go (product has spaces
-    turned into '-', and gets '-SHARED' appended under time-slicing unless the resource is
-    renamed, e.g. to nvidia.com/gpu.shared).
-  * nvidia.com/mig.strategy and, under strategy mixed, nvidia.com/mig-<profile>.count etc.:
-    internal/lm/mig-strategy.go (resource name "nvidia.com/mig-" + profile).
-  * nvidia.com/mig.capable: gpu-feature-discovery (internal/lm/nvml.go).
-  * nvidia.com/gpu.sharing-strategy (none | time-slicing | mps): gpu-feature-discovery.
-  * nvidia.com/gpu.present=true: NVIDIA/gpu-operator (commonGPULabelKey), which deploys its
-    operands only onto nodes carrying it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
+import heapq
 import ipaddress
+import itertools
 import json
 import logging
+import queue
 import socket
 import threading
 import time
@@ -51,64 +49,40 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from tests.cluster.kubelet_objects import (
+    KUBELET_VERSION,
+    NodeSpec,
+    extended_requests,
+    node_conditions,
+    node_status,
+    now,
+    now_micro,
+    pod_cidr,
+    running_status,
+    succeeded_status,
+)
+
+__all__ = [
+    "KUBELET_VERSION",
+    "LEASE_DURATION_SECONDS",
+    "SUCCEED_AFTER_ANNOTATION",
+    "NodeSpec",
+    "SimulatedKubelets",
+    "now",
+    "now_micro",
+    "pod_cidr",
+]
+
 log = logging.getLogger(__name__)
 
 SUCCEED_AFTER_ANNOTATION = "kubelets.gpupool.test/succeed-after-seconds"
-KUBELET_VERSION = "v1.37.2"
 MERGE = "application/merge-patch+json"
 LEASE_DURATION_SECONDS = 40  # the kubelet's default nodeLeaseDurationSeconds
-
-# (product prefix, (family, compute major, compute minor)) for the nvidia.com/gpu.family and
-# .compute.* labels. The family follows GFD's getArchFamily (internal/lm/resource.go), which names
-# families by compute major only: 8.x, Ada included, is "ampere"; 9 is "hopper". (The GFD version
-# read maps 10 to "undefined"; "blackwell" here is an assumption.)
-_FAMILY_BY_PRODUCT_PREFIX = (
-    ("NVIDIA-B", ("blackwell", 10, 0)),
-    ("NVIDIA-GB", ("blackwell", 10, 0)),
-    ("NVIDIA-H", ("hopper", 9, 0)),
-    ("NVIDIA-GH", ("hopper", 9, 0)),
-    ("NVIDIA-A", ("ampere", 8, 0)),
-    ("NVIDIA-L", ("ampere", 8, 9)),
-    ("Tesla-T4", ("turing", 7, 5)),
-    ("Tesla-V100", ("volta", 7, 0)),
-)
-# Data-centre parts with MIG support (A100, A30, H100, H200, GH200, B100/B200, GB200); the
-# others (A10, A40, L4, L40, T4, V100) report nvidia.com/mig.capable=false.
-_MIG_CAPABLE_PREFIXES = (
-    "NVIDIA-A100",
-    "NVIDIA-A30",
-    "NVIDIA-H",
-    "NVIDIA-GH",
-    "NVIDIA-B",
-    "NVIDIA-GB",
-)
-
-
-def _extended_requests(pod: dict) -> dict[str, int]:
-    """Extended resources the pod's containers ask for (limits, as for device plugins), summed."""
-    out: dict[str, int] = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        for k, v in {**(res.get("requests") or {}), **(res.get("limits") or {})}.items():
-            if "/" in k and not k.startswith(("kubernetes.io/", "requests.")):
-                out[k] = out.get(k, 0) + int(v)
-    return out
-
-
-def pod_cidr(index: int) -> str:
-    """Node `index`'s pod range: a /24 of 10.244.0.0/14 (1,024 nodes, as many as a /14 split
-    into /24s holds; a 10.244.<index>.0/24 scheme stopped at 256)."""
-    if not 0 <= index < 1024:
-        raise ValueError(f"node index {index}: the simulated kubelets give pod ranges to 1024")
-    return f"10.{244 + index // 256}.{index % 256}.0/24"
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+BOUND = "spec.nodeName!="  # every pod bound to some node
+POD_WORKERS = 4
+BEAT_WORKERS = 3
+TIMEOUT = (5, 15)  # (connect, read) s for the heartbeats' requests: a hung one delays the rest
+GOLDEN = 0.6180339887  # spreads the nodes' beats over the period, whatever their number
 
 
 def _abort(resp) -> None:
@@ -122,82 +96,6 @@ def _abort(resp) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(Exception):
         resp.close()
-
-
-@dataclass
-class NodeSpec:
-    """One simulated node. `gpus` whole GPUs of `gpu_product` give nvidia.com/gpu; with
-    `shared_replicas` > 1 they are advertised time-sliced and renamed, as nvidia.com/gpu.shared
-    (gpus * replicas) instead; `mig` maps a MIG profile ("1g.10gb") to a device count and gives
-    nvidia.com/mig-<profile> (the "mixed" strategy)."""
-
-    name: str
-    cpu: str = "64"
-    memory: str = "512Gi"
-    pods: int = 110
-    gpus: int = 0
-    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
-    gpu_memory_mib: int = 81559
-    shared_replicas: int = 0
-    mig: Mapping[str, int] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: list[dict] = field(default_factory=list)
-    extra_resources: Mapping[str, str] = field(default_factory=dict)
-    mig_capable: bool | None = None  # None: from the product name
-
-    def resources(self) -> dict[str, str]:
-        r = {
-            "cpu": self.cpu,
-            "memory": self.memory,
-            "pods": str(self.pods),
-            "ephemeral-storage": "1Ti",
-        }
-        if self.gpus and self.shared_replicas > 1:
-            r["nvidia.com/gpu.shared"] = str(self.gpus * self.shared_replicas)
-        elif self.gpus and not self.mig:
-            r["nvidia.com/gpu"] = str(self.gpus)
-        for profile, count in self.mig.items():
-            r[f"nvidia.com/mig-{profile}"] = str(count)
-        r.update(self.extra_resources)
-        return r
-
-    def node_labels(self) -> dict[str, str]:
-        lab = {
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-        }
-        if self.gpus:
-            product = self.gpu_product.replace(" ", "-")
-            family, major, minor = "undefined", 0, 0
-            for prefix, fam in _FAMILY_BY_PRODUCT_PREFIX:
-                if product.startswith(prefix):
-                    family, major, minor = fam
-                    break
-            shared = self.shared_replicas > 1
-            mig_capable = self.mig_capable
-            if mig_capable is None:
-                mig_capable = product.startswith(_MIG_CAPABLE_PREFIXES)
-            lab.update(
-                {
-                    "nvidia.com/gpu.present": "true",
-                    "nvidia.com/gpu.product": product,
-                    "nvidia.com/gpu.count": str(self.gpus),
-                    "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
-                    "nvidia.com/gpu.replicas": str(self.shared_replicas if shared else 1),
-                    "nvidia.com/gpu.sharing-strategy": "time-slicing" if shared else "none",
-                    "nvidia.com/gpu.family": family,
-                    "nvidia.com/gpu.compute.major": str(major),
-                    "nvidia.com/gpu.compute.minor": str(minor),
-                    "nvidia.com/mig.capable": str(mig_capable).lower(),
-                    "nvidia.com/mig.strategy": "mixed" if self.mig else "none",
-                }
-            )
-            for profile, count in self.mig.items():
-                lab[f"nvidia.com/mig-{profile}.count"] = str(count)
-                lab[f"nvidia.com/mig-{profile}.product"] = f"{product}-MIG-{profile}"
-        lab.update(self.labels)
-        return lab
 
 
 @dataclass
@@ -215,11 +113,10 @@ class _NodeState:
     since: str = ""  # the other conditions' lastTransitionTime (since registration)
     uid: str = ""
     next_ip: int = 2
+    last_status: float = 0.0  # time.monotonic() of the last status post
     pod_ips: dict[str, str] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     terminating: set[str] = field(default_factory=set)
-    threads: list[threading.Thread] = field(default_factory=list)
-    watch: Any = None  # the open watch response, closed by stop()
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -249,6 +146,12 @@ class SimulatedKubelets:
         self._lock = threading.RLock()
         self._timers: set[threading.Timer] = set()
         self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(POD_WORKERS)]
+        self._beats: list[tuple[float, int, _NodeState]] = []  # (due, seq, node): a heap
+        self._seq = itertools.count()
+        self._beat_cv = threading.Condition()
+        self._watch: Any = None  # the open watch response, closed by stop()
         self.errors: list[str] = []
         self.device_managers: dict[str, Any] = {}
         """Node -> its device manager (tests/nvidia/gpunode.py): `allocate(pod_key, requests)`
@@ -263,6 +166,7 @@ class SimulatedKubelets:
         if isinstance(spec, str):
             spec = NodeSpec(name=spec, **kw)
         with self._lock:
+            self._start()
             index = len(self._nodes) + 1
             res = spec.resources()
             st = _NodeState(
@@ -285,12 +189,9 @@ class SimulatedKubelets:
         st.uid = created.metadata.uid
         self._post_status(st)
         self._renew_lease(st, self._api)
-        for target in (self._heartbeat_loop, self._pod_loop):
-            t = threading.Thread(
-                target=target, args=(st,), name=f"kubelet-{spec.name}", daemon=True
-            )
-            st.threads.append(t)
-            t.start()
+        first = self.heartbeat_interval * (0.5 + 0.5 * ((index * GOLDEN) % 1.0))
+        self._schedule(st, time.monotonic() + first)
+        self._sync_node(st)
         if wait:
             self.wait_schedulable(spec.name)
         return spec.name
@@ -365,14 +266,17 @@ class SimulatedKubelets:
         self._stopped.set()
         for st in self._nodes.values():
             st.stop.set()
-            _abort(st.watch)
+        _abort(self._watch)
         with self._lock:
             for t in list(self._timers):
                 t.cancel()
+        for q in self._queues:
+            q.put(None)
+        with self._beat_cv:
+            self._beat_cv.notify_all()
         deadline = time.monotonic() + 5
-        for st in self._nodes.values():
-            for t in st.threads:  # daemon threads: one still in a request exits after it
-                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for t in self._threads:  # daemon threads: one still in a request exits after it
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def remove_node(self, name: str, timeout: float = 30) -> None:
         """Stop this node's kubelet and delete its Node (waiting until it is gone), so a later
@@ -382,9 +286,7 @@ class SimulatedKubelets:
         self.device_managers.pop(name, None)
         if st is not None:
             st.stop.set()
-            _abort(st.watch)
-            for t in st.threads:
-                t.join(timeout=5)
+            self._drain(st)
         with contextlib.suppress(ApiException):
             self._core.delete_node(name)
         deadline = time.monotonic() + timeout
@@ -404,93 +306,164 @@ class SimulatedKubelets:
             with contextlib.suppress(ApiException):
                 self._core.delete_node(name)
 
+    # ---- the shared threads ----------------------------------------------------------------
+
+    def _start(self) -> None:
+        """The pod watch, the pod workers and the heartbeat threads (once, under the lock)."""
+        if self._threads or self._stopped.is_set():
+            return
+        targets: list[tuple[Callable, tuple, str]] = [(self._watch_loop, (), "kubelets-watch")]
+        for i, q in enumerate(self._queues):
+            targets.append((self._pod_worker, (q,), f"kubelets-pods-{i}"))
+        targets += [(self._beat_loop, (), f"kubelets-beat-{i}") for i in range(BEAT_WORKERS)]
+        for target, args, name in targets:
+            t = threading.Thread(target=target, args=args, name=name, daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _queue(self, st: _NodeState) -> queue.SimpleQueue:
+        return self._queues[st.index % len(self._queues)]
+
+    def _dispatch(self, kind: str, pod: dict) -> None:
+        """Hand a pod event to its node's worker; pods of nodes not (or no longer) simulated
+        here are none of these kubelets' business."""
+        st = self._nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        if st is not None:
+            self._queue(st).put((st, kind, pod))
+
+    def _drain(self, st: _NodeState, timeout: float = 5) -> None:
+        """Wait until `st`'s worker has handled what was queued for it before now."""
+        done = threading.Event()
+        self._queue(st).put((st, "FLUSH", done))
+        done.wait(timeout)
+
+    def _pod_worker(self, q: queue.SimpleQueue) -> None:
+        core = client.CoreV1Api(self._factory())
+        while (item := q.get()) is not None:
+            st, kind, pod = item
+            if kind == "FLUSH":
+                pod.set()
+            elif st.stop.is_set():
+                continue
+            elif kind == "DELETED":
+                self._forget(st, pod)
+            else:
+                self._on_pod(st, core, pod)
+
+    def _sync_node(self, st: _NodeState) -> None:
+        """A node's first sync: the pods already bound to it (the shared watch saw them before
+        the node was ours)."""
+        resp = self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={st.spec.name}", _preload_content=False
+        )
+        for pod in json.loads(resp.data).get("items") or []:
+            self._queue(st).put((st, "SYNC", pod))
+
+    def _watch_loop(self) -> None:
+        core = client.CoreV1Api(self._factory())
+        rv = None
+        while not self._stopped.is_set():
+            try:
+                if rv is None:
+                    resp = core.list_pod_for_all_namespaces(
+                        field_selector=BOUND, _preload_content=False, _request_timeout=(5, 60)
+                    )
+                    data = json.loads(resp.data)
+                    for pod in data.get("items") or []:
+                        self._dispatch("SYNC", pod)
+                    rv = data["metadata"]["resourceVersion"]
+                rv = self._watch_once(core, rv)
+            except Exception as e:  # apiserver restart, timeouts: relist after a pause
+                log.debug("pod watch: %r", e)
+                rv = None
+                self._stopped.wait(0.5)
+
+    def _watch_once(self, core: client.CoreV1Api, rv: str) -> str | None:
+        """One watch request from `rv`; the resourceVersion to go on from (None: relist)."""
+        resp = core.list_pod_for_all_namespaces(
+            field_selector=BOUND,
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=5,
+            _preload_content=False,
+            _request_timeout=(5, 15),
+        )
+        self._watch = resp
+        try:
+            for line in iter_resp_lines(resp):
+                if self._stopped.is_set():
+                    break
+                ev = json.loads(line)
+                obj = ev.get("object") or {}
+                if ev.get("type") == "ERROR":
+                    return None  # 410 Gone or similar: relist
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    self._dispatch(ev["type"], obj)
+        finally:
+            self._watch = None
+            resp.release_conn()
+        return rv
+
     # ---- node status and lease -------------------------------------------------------------
 
-    def _conditions(self, st: _NodeState) -> list[dict]:
-        """The node's conditions, each heartbeat now; like the kubelet, a condition's
-        lastTransitionTime moves only when its status changes (gpupool's settle time reads
-        Ready's)."""
-        t = now()
-        st.since = st.since or t
-        st.ready_since = st.ready_since or t
+    def _schedule(self, st: _NodeState, due: float) -> None:
+        with self._beat_cv:
+            heapq.heappush(self._beats, (due, next(self._seq), st))
+            self._beat_cv.notify()
 
-        def cond(type_, status, reason, message):
-            return {
-                "type": type_,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": t,
-                "lastTransitionTime": st.ready_since if type_ == "Ready" else st.since,
-            }
-
-        return [
-            cond(
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-            ),
-            cond(
-                "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"
-            ),
-            cond(
-                "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-            ),
-            cond("Ready", "True" if st.ready else "False", st.ready_reason, st.ready_message),
-        ]
+    def _beat_loop(self) -> None:
+        """Take the next node due, renew its Lease (and post its status when that is due),
+        schedule its next beat; a few of these share the one schedule."""
+        api = self._factory()
+        while not self._stopped.is_set():
+            with self._beat_cv:
+                wait = self._beats[0][0] - time.monotonic() if self._beats else 1.0
+                if wait > 0:
+                    self._beat_cv.wait(min(wait, 1.0))
+                    continue
+                due, _, st = heapq.heappop(self._beats)
+            if st.stop.is_set() or self._nodes.get(st.spec.name) is not st:
+                continue  # removed: its beats end
+            if st.alive:
+                try:
+                    self._renew_lease(st, api)
+                    if time.monotonic() - st.last_status >= self.status_interval:
+                        self._post_status(st, api=api)
+                except Exception as e:  # the apiserver may be restarting; try again next beat
+                    log.debug("heartbeat %s: %r", st.spec.name, e)
+            self._schedule(st, max(due + self.heartbeat_interval, time.monotonic()))
 
     def _post_status(self, st: _NodeState, removed: list[str] = (), api=None) -> None:
         core = client.CoreV1Api(api or self._api)
         # Keep lastTransitionTime where the status did not change, as the kubelet does.
         try:
-            current = core.read_node_status(st.spec.name)
+            current = core.read_node_status(st.spec.name, _request_timeout=TIMEOUT)
             old = {c.type: c for c in (current.status.conditions or [])}
         except ApiException:
             old = {}
-        conds = self._conditions(st)
+        conds = node_conditions(st)
         for c in conds:
             o = old.get(c["type"])
             if o is not None and o.status == c["status"] and o.last_transition_time is not None:
                 c["lastTransitionTime"] = o.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ")
-        capacity: dict[str, str | None] = dict(st.capacity)
-        allocatable: dict[str, str | None] = dict(st.allocatable)
-        for k in removed:
-            capacity.setdefault(k, None)
-            allocatable.setdefault(k, None)
-        status = {
-            "capacity": capacity,
-            "allocatable": allocatable,
-            "conditions": conds,
-            "addresses": [
-                {"type": "InternalIP", "address": st.ip},
-                {"type": "Hostname", "address": st.spec.name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": f"sim-{st.index}",
-                "systemUUID": f"sim-{st.index}",
-                "bootID": f"sim-{st.index}",
-                "kernelVersion": "6.1.0-sim",
-                "osImage": "Simulated kubelet (gpupool tests)",
-                "containerRuntimeVersion": "sim://1.0",
-                "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-        core.patch_node_status(st.spec.name, {"status": status}, _content_type=MERGE)
+        status = node_status(st, conds, removed)
+        core.patch_node_status(
+            st.spec.name, {"status": status}, _content_type=MERGE, _request_timeout=TIMEOUT
+        )
+        st.last_status = time.monotonic()
 
     def _renew_lease(self, st: _NodeState, api) -> None:
         coord = client.CoordinationV1Api(api)
         name = st.spec.name
         try:
             coord.patch_namespaced_lease(
-                name, "kube-node-lease", {"spec": {"renewTime": now_micro()}}, _content_type=MERGE
+                name,
+                "kube-node-lease",
+                {"spec": {"renewTime": now_micro()}},
+                _content_type=MERGE,
+                _request_timeout=TIMEOUT,
             )
         except ApiException as e:
             if e.status != 404:
@@ -513,72 +486,10 @@ class SimulatedKubelets:
                         "renewTime": now_micro(),
                     },
                 },
+                _request_timeout=TIMEOUT,
             )
 
-    def _heartbeat_loop(self, st: _NodeState) -> None:
-        api = self._factory()
-        last_status = time.monotonic()
-        while not st.stop.wait(self.heartbeat_interval):
-            if not st.alive:
-                continue
-            try:
-                self._renew_lease(st, api)
-                if time.monotonic() - last_status >= self.status_interval:
-                    self._post_status(st, api=api)
-                    last_status = time.monotonic()
-            except Exception as e:  # the apiserver may be restarting; try again next beat
-                log.debug("heartbeat %s: %r", st.spec.name, e)
-
     # ---- pods ------------------------------------------------------------------------------
-
-    def _pod_loop(self, st: _NodeState) -> None:
-        api = self._factory()
-        core = client.CoreV1Api(api)
-        selector = f"spec.nodeName={st.spec.name}"
-        rv = None
-        while not st.stop.is_set():
-            try:
-                if rv is None:
-                    resp = core.list_pod_for_all_namespaces(
-                        field_selector=selector, _preload_content=False
-                    )
-                    data = json.loads(resp.data)
-                    for pod in data.get("items") or []:
-                        self._on_pod(st, core, pod)
-                    rv = data["metadata"]["resourceVersion"]
-                resp = core.list_pod_for_all_namespaces(
-                    field_selector=selector,
-                    watch=True,
-                    resource_version=rv,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=5,
-                    _preload_content=False,
-                    _request_timeout=(5, 15),
-                )
-                st.watch = resp
-                try:
-                    for line in iter_resp_lines(resp):
-                        if st.stop.is_set():
-                            break
-                        ev = json.loads(line)
-                        obj = ev.get("object") or {}
-                        if ev.get("type") == "ERROR":
-                            rv = None  # 410 Gone or similar: relist
-                            break
-                        new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                        if new_rv:
-                            rv = new_rv
-                        if ev.get("type") in ("ADDED", "MODIFIED"):
-                            self._on_pod(st, core, obj)
-                        elif ev.get("type") == "DELETED":
-                            self._forget(st, obj)
-                finally:
-                    st.watch = None
-                    resp.release_conn()
-            except Exception as e:  # apiserver restart, timeouts: relist after a pause
-                log.debug("pod watch %s: %r", st.spec.name, e)
-                rv = None
-                st.stop.wait(0.5)
 
     def _forget(self, st: _NodeState, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
@@ -610,13 +521,14 @@ class SimulatedKubelets:
             devices = self.device_managers.get(st.spec.name)
             if devices is not None:
                 try:
-                    devices.allocate(f"{meta['namespace']}/{meta['name']}", _extended_requests(pod))
+                    devices.allocate(f"{meta['namespace']}/{meta['name']}", extended_requests(pod))
                 except Exception as exc:  # noqa: BLE001 - the kubelet's admission refuses the pod
                     self._mark_failed(
                         core, pod, "UnexpectedAdmissionError", f"Allocate failed: {exc}"
                     )
                     return
-            self._mark_running(st, core, pod)
+            ip = self._pod_ip(st, uid, bool(pod["spec"].get("hostNetwork")))
+            self._patch_status(core, meta, running_status(pod, st.ip, ip))
             after = (meta.get("annotations") or {}).get(SUCCEED_AFTER_ANNOTATION)
             if after is not None:
                 self._after(float(after) * self.grace_scale, self._mark_succeeded, st, pod)
@@ -653,93 +565,12 @@ class SimulatedKubelets:
                 st.next_ip = st.next_ip + 1 if st.next_ip < 254 else 2
             return st.pod_ips[uid]
 
-    def _mark_running(self, st: _NodeState, core: client.CoreV1Api, pod: dict) -> None:
-        meta, spec = pod["metadata"], pod["spec"]
-        t = now()
-        ip = self._pod_ip(st, meta["uid"], bool(spec.get("hostNetwork")))
-
-        def cond(type_):
-            return {"type": type_, "status": "True", "lastProbeTime": None, "lastTransitionTime": t}
-
-        status = {
-            "phase": "Running",
-            "hostIP": st.ip,
-            "hostIPs": [{"ip": st.ip}],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "startTime": t,
-            "conditions": [
-                cond("PodReadyToStartContainers"),
-                cond("Initialized"),
-                cond("Ready"),
-                cond("ContainersReady"),
-                cond("PodScheduled"),
-            ],
-            "initContainerStatuses": [
-                self._container_status(meta["uid"], c, terminated=True, t=t)
-                for c in spec.get("initContainers") or []
-            ]
-            or None,
-            "containerStatuses": [
-                self._container_status(meta["uid"], c, terminated=False, t=t)
-                for c in spec.get("containers") or []
-            ],
-        }
-        self._patch_status(core, meta, status)
-
     def _mark_succeeded(self, st: _NodeState, pod: dict) -> None:
-        core = client.CoreV1Api(self._api)
-        meta, spec = pod["metadata"], pod["spec"]
+        meta = pod["metadata"]
         devices = self.device_managers.get(st.spec.name)
         if devices is not None:  # exited containers hold no devices
             devices.release(f"{meta['namespace']}/{meta['name']}")
-        t = now()
-
-        def cond(type_, s):
-            return {"type": type_, "status": s, "lastProbeTime": None, "lastTransitionTime": t}
-
-        status = {
-            "phase": "Succeeded",
-            "conditions": [
-                cond("PodReadyToStartContainers", "False"),
-                cond("Initialized", "True"),
-                cond("Ready", "False"),
-                cond("ContainersReady", "False"),
-                cond("PodScheduled", "True"),
-            ],
-            "containerStatuses": [
-                self._container_status(meta["uid"], c, terminated=True, t=t)
-                for c in spec.get("containers") or []
-            ],
-        }
-        self._patch_status(core, meta, status)
-
-    @staticmethod
-    def _container_status(uid: str, c: dict, *, terminated: bool, t: str) -> dict:
-        cid = f"sim://{uid}/{c['name']}"
-        state = (
-            {
-                "terminated": {
-                    "exitCode": 0,
-                    "reason": "Completed",
-                    "startedAt": t,
-                    "finishedAt": t,
-                    "containerID": cid,
-                }
-            }
-            if terminated
-            else {"running": {"startedAt": t}}
-        )
-        return {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "imageID": f"sim://{c.get('image', '')}",
-            "containerID": cid,
-            "ready": not terminated,
-            "started": not terminated,
-            "restartCount": 0,
-            "state": state,
-        }
+        self._patch_status(client.CoreV1Api(self._api), meta, succeeded_status(pod))
 
     def _patch_status(self, core: client.CoreV1Api, meta: dict, status: dict) -> None:
         status = {k: v for k, v in status.items() if v is not None}

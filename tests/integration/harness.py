@@ -318,3 +318,25 @@ def drop_device_classes(kube: World, pool: str) -> None:
             except client.ApiException as exc:
                 if exc.status != 404:
                     raise
+
+
+def custom_object(kube: World, group: str, version: str, plural: str, name: str, ns: str = ""):
+    """The custom object (namespaced when `ns` is given, else cluster-scoped), or None when the
+    API server has none of that name."""
+    from kubernetes import client
+
+    try:
+        if ns:
+            return kube.custom.get_namespaced_custom_object(group, version, ns, plural, name)
+        return kube.custom.get_cluster_custom_object(group, version, plural, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def outcome_texts(result) -> dict[str, str]:
+    """A cycle's apply outcomes as {action: "status: message"}; the cycle must not have failed."""
+    assert result.error is None, result.error
+    applied = result.applied.outcomes if result.applied else []
+    return {o.action: f"{o.status}: {o.message}" for o in applied}

@@ -13,8 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 
-from kubernetes import client
-
 from reconciler import conventions as C
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 
@@ -22,10 +20,12 @@ from .harness import (
     CONTROLLER_SA,
     audit_mark,
     controller,
+    custom_object,
     drop_device_classes,
     write_policy,
     writes,
 )
+from .harness import outcome_texts as outcomes
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
@@ -65,19 +65,7 @@ spec:
 
 
 def get(kube, plural: str, name: str, ns: str = "") -> dict | None:
-    try:
-        if ns:
-            return kube.custom.get_namespaced_custom_object(G, V, ns, plural, name)
-        return kube.custom.get_cluster_custom_object(G, V, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def outcomes(r) -> dict[str, str]:
-    assert r.error is None, r.error
-    return {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
+    return custom_object(kube, G, V, plural, name, ns)
 
 
 def test_dra_objects_on_the_real_api_server(kube, tmp_path):

@@ -163,3 +163,69 @@ def test_allocations_are_the_plan(kube, tmp_path):
         with pytest.raises(client.ApiException) as refused:
             write()
         assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body
+
+
+HOLD = "example.com/hold"  # a finalizer of the test's: keeps a deleted pod terminating
+
+
+def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_path):
+    """Issue 32: a pod is deleted while its claim is still allocated (here a finalizer keeps it
+    terminating on its node, so the resourceclaim controller keeps the reservation: the window
+    between a pod's end and its claim's release, held open). gpupool does not count the card as
+    free: it fences it (`dra-claim-unreleased`), and the next pod is planned on the other card
+    and bound at once. Before, it was planned on the held card and its admission waited for the
+    terminating pod to be gone though the other card was free (checked: this test times out
+    then); with the pod already deleted, it was admitted onto a device the allocator still
+    counted taken ("cannot allocate all claims", bench/admission_openb.py's DRA run)."""
+    sfx = uuid.uuid4().hex[:6]
+    pool = f"d{sfx}"
+    ns = gated_namespace(kube)
+    node = f"dra-h-{sfx}"
+    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
+    plugin = DraPlugin(kube.custom, node, cards=2)
+    plugin.publish()
+    kube.cleanup(plugin.remove)
+    write_policy(tmp_path, dra_policy(sfx, ns))
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    ctl = controller(kube, tmp_path, kube.clock)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    whole = f"gpupool-{pool}-gpu-1"
+
+    got, _ = admit_round(kube, ctl, ns, sfx, {"first": (whole, "")})
+    _, held, _ = got["first"]
+
+    def release() -> None:
+        try:
+            kube.core.patch_namespaced_pod("first", ns, {"metadata": {"finalizers": None}})
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    kube.core.patch_namespaced_pod("first", ns, {"metadata": {"finalizers": [HOLD]}})
+    kube.cleanup(release)
+    kube.core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
+    wait_for(
+        "first terminating",
+        lambda: kube.core.read_namespaced_pod("first", ns).metadata.deletion_timestamp,
+        timeout=30,
+    )
+
+    got, results = admit_round(kube, ctl, ns, sfx, {"second": (whole, "")})
+    _, devices, planned = got["second"]
+    assert devices == planned and devices != held, (devices, held, results)
+    first_claim = claim_of(kube, ns, "first")
+    assert first_claim and first_claim["status"].get("allocation"), first_claim  # still held
+    r = ctl.cycle()
+    assert r.error is None and r.plan is not None, r.error
+    unreleased = [f for f in r.plan.findings if f.code == "dra-claim-unreleased"]
+    assert unreleased and f"{node}/gpu{held[0].split('-')[1]}" in unreleased[0].message, unreleased
+
+    release()
+    for p in ("second",):
+        kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
+    wait_for(
+        "the claims gone",
+        lambda: not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"],
+        timeout=90,
+    )

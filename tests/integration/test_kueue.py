@@ -13,12 +13,12 @@ import time
 import uuid
 
 import pytest
-from kubernetes import client
 
 from reconciler import conventions as C
 
 from .crds import install_crd, kueue_crd_paths, remove_crd
-from .harness import CONTROLLER_SA, audit_mark, controller, write_policy, writes
+from .harness import CONTROLLER_SA, audit_mark, controller, custom_object, write_policy, writes
+from .harness import outcome_texts as outcomes
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 
 G, V = C.KUEUE_GROUP, C.KUEUE_VERSION
@@ -69,19 +69,7 @@ def quota(name: str, namespaces: list[str], pools: str) -> str:
 
 
 def cluster(kube, plural: str, name: str, ns: str = "") -> dict | None:
-    try:
-        if ns:
-            return kube.custom.get_namespaced_custom_object(G, V, ns, plural, name)
-        return kube.custom.get_cluster_custom_object(G, V, plural, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def outcomes(r) -> dict[str, str]:
-    assert r.error is None, r.error
-    return {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
+    return custom_object(kube, G, V, plural, name, ns)
 
 
 def test_kueue_mode_on_the_real_api_server(kube, kueue_crds, tmp_path):

@@ -22,6 +22,7 @@ from reconciler import conventions as C
 from .crds import install_crd, remove_crds
 from .gating import gated_namespace
 from .harness import A100, add_gpu_node, audit_mark, controller, write_policy, writes
+from .harness import outcome_texts as outcomes
 from .kueue_manager import KueueManager, crd_paths, strip_kueue_objects
 
 G, V = C.KUEUE_GROUP, C.KUEUE_VERSION
@@ -178,11 +179,6 @@ def drive(ctl, kube, done: Callable[[], bool], what: str, cycles: int = 12) -> l
 def running(kube, ns: str, app: str, n: int = 1) -> bool:
     pods = pods_of(kube, ns, app)
     return len(pods) == n and all(p.status.phase == "Running" for p in pods)
-
-
-def outcomes(r) -> dict[str, str]:
-    assert r.error is None, r.error
-    return {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
 
 
 # ------------------------------------------------------------------------------------- tests

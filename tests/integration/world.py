@@ -178,7 +178,8 @@ class GpuNodeSim:
         device manager (gpunode.pod_resources), started on first use, stopped at teardown."""
         if self._kubelet is None:
             self._kubelet = PodResourcesServer(self.gpus.pod_resources, self._resource_of)
-            self.world.cleanup(self._kubelet.stop)
+            if not self.world.transient_pod_resources:  # else publish() stops it
+                self.world.cleanup(self._kubelet.stop)
         return self._kubelet.socket
 
     def _resource_of(self, dev_id: str) -> str:
@@ -189,12 +190,22 @@ class GpuNodeSim:
         """gpupool's real node agent over this node's NVML and its kubelet's PodResources
         socket, as `gpupool-agent`: it publishes the GPUs and which pod holds which of them."""
         self.agent_running = True
-        run_once(
-            self.agent_client(),
-            self.name,
-            nvml=self.gpus.nvml,
-            pod_resources_socket=self.pod_resources_socket(),
-        )
+        try:
+            run_once(
+                self.agent_client(),
+                self.name,
+                nvml=self.gpus.nvml,
+                pod_resources_socket=self.pod_resources_socket(),
+            )
+        finally:
+            if self.world.transient_pod_resources:
+                self.close_pod_resources()
+
+    def close_pod_resources(self) -> None:
+        """Stop this node's PodResources server (the next use starts another)."""
+        server, self._kubelet = self._kubelet, None
+        if server is not None:
+            server.stop()
 
     def annotate_pods(self) -> None:
         """After the kubelet admitted or removed pods: the node agent, where this node runs
@@ -226,6 +237,11 @@ class World:
     namespaces: list[str] = field(default_factory=list)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     _cleanups: list[Callable[[], object]] = field(default_factory=list)
+    transient_pod_resources = False
+    """True: a node's PodResources server runs only while its agent publishes. A gRPC server's
+    threads wake five times a second each (to look for signals): a thousand idle ones, one a
+    node, made thousands of threads and a load average over 100 on 2 cores (the benchmarks'
+    worlds, bench/cluster_setup.py, set it)."""
 
     # -- API objects ---------------------------------------------------------------------
     @property

@@ -249,6 +249,16 @@ class SimulatedGpuNode:
         for prof, start in placed:
             n._create(dev, dev.model.profiles[prof], start, True)
 
+    def set_instances(self, index: int, instances: list[tuple[str, int]]) -> None:
+        """Card `index` with exactly these MIG instances (profile, start), MIG mode on while
+        it has any: what NVIDIA's DRA driver leaves under DynamicMIG after preparing (or
+        unpreparing) claims on the card's partitions."""
+        self.clear_mig(index)
+        self.set_mig_mode(index, bool(instances))
+        dev = self._devices()[index]
+        for prof, start in instances:
+            self.nvml._create(dev, dev.model.profiles[prof], start, True)
+
     def set_mig(self, index: int, enabled: bool, profiles: list[str]) -> None:
         """Make card `index` MIG-enabled with `profiles` or a whole card, as mig-parted does on
         one card: tear down the old instances, switch the mode through NVML, create the new

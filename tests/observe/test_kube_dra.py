@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.observe.dra_holdings import DraIndex, unreleased_claims
 from reconciler.observe.kube import observe_cluster
 from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
@@ -263,3 +264,46 @@ def test_fuzzed_dra_objects_are_read_or_reported(data) -> None:
     ):
         if not got and c.dra[plural]:
             assert o.unreadable or c.refused, plural
+
+
+@pytest.mark.parametrize("phase", ["deleted", "Succeeded", "reserved for none"])
+def test_a_claim_still_allocated_after_its_pod_ended_holds_its_cards(phase) -> None:
+    """Issue 32: the pod ended (or was deleted, or its reservation is already gone) and the
+    resourceclaim controller has not deallocated its claim yet: the pod is no workload, its
+    cards would read as free, but the allocator still counts them taken. `unreleased_claims`
+    names the claim and the cards (the planner fences them: `dra-claim-unreleased`)."""
+    c = cluster()
+    trainer = c.pods[0]
+    if phase == "deleted":
+        c.pods.remove(trainer)
+    elif phase == "Succeeded":
+        trainer["status"]["phase"] = "Succeeded"
+    else:  # the controller took the gone pod's reservation off, and has not deallocated yet
+        c.pods.remove(trainer)
+        c.dra["resourceclaims"][0]["status"]["reservedFor"] = []
+    o = observe(c)
+    assert "trainer-0" not in {w.name for w in o.workloads}
+    (u,) = unreleased_claims(o.dra, o.nodes, (w.key for w in o.workloads))
+    assert (u.claim, u.node) == ("team-a/trainer-0-gpus-x1", "n1")
+    assert sorted(a.gpu for a in u.cards) == [1, 2]
+    assert u.reserved_for == (() if phase == "reserved for none" else ("trainer-0",))
+
+
+def test_a_claim_its_running_pod_holds_or_not_allocated_is_not_unreleased() -> None:
+    o = observe(cluster())
+    assert unreleased_claims(o.dra, o.nodes, (w.key for w in o.workloads)) == []
+    c = cluster()
+    del c.dra["resourceclaims"][0]["status"]["allocation"]
+    c.pods.pop(0)
+    o = observe(c)
+    assert unreleased_claims(o.dra, o.nodes, (w.key for w in o.workloads)) == []
+    assert unreleased_claims(None, o.nodes, ()) == []
+
+
+def test_the_index_reads_every_pod_as_the_state_does() -> None:
+    """`DraIndex` (built once per snapshot) answers per pod what `DraState` answers by scanning."""
+    o = observe(cluster())
+    index = DraIndex(o.dra)
+    for ns, name in (("team-a", "trainer-0"), ("team-a", "waiting-0"), ("team-a", "nobody")):
+        assert index.pod_devices(ns, name) == o.dra.pod_devices(ns, name)
+    assert list(index.devices("n1").values()) == o.dra.devices("n1")

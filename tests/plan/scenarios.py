@@ -24,6 +24,7 @@ from reconciler.observe.model import (
 )
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
+    CounterConsumption,
     DeviceClassObject,
     DeviceTaint,
     DeviceTaintRuleObject,
@@ -32,6 +33,7 @@ from reconciler.observe.model_dra import (
     ResourceSlice,
 )
 from reconciler.plan.quotas import desired_priority_classes, desired_resource_quotas
+from reconciler.policy.catalog import default_catalog
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 
@@ -689,6 +691,77 @@ def dra_drain():
     return text, observed.model_copy(update={"dra": dra})
 
 
+H100 = "H100-SXM5-80GB"
+
+
+def dynamic_mig_devices(node_name: str, count: int) -> DraState:
+    """The node's cards as the driver publishes them under DynamicMIG (every partition)."""
+    model = default_catalog().model(H100)
+    devices = []
+    for minor in range(count):
+        uses = [CounterConsumption(counter_set=f"gpu-{minor}-counter-set")]
+        parent = f"GPU-{node_name}-{minor}"
+        devices.append(
+            DraDevice(
+                name=f"gpu-{minor}",
+                attributes={"type": "gpu", "uuid": parent},
+                consumes_counters=uses,
+            )
+        )
+        for prof, p in model.profiles.items():
+            for start in p.starts:
+                devices.append(
+                    DraDevice(
+                        name=f"gpu-{minor}-mig-{prof.replace('.', '')}-9-{start}",
+                        attributes={"type": "mig", "parentUUID": parent, "profile": prof},
+                        consumes_counters=uses,
+                    )
+                )
+    return DraState(
+        slices=[
+            ResourceSlice(
+                name=f"{node_name}-gpu{i}",
+                driver="gpu.nvidia.com",
+                pool=node_name,
+                node=node_name,
+                devices=devices,
+            )
+            for i in range(1)
+        ]
+    )
+
+
+def dra_dynamic_mig():
+    """Issue 32: a Hopper pool on DRA with the driver's DynamicMIG (`spec.dra.mig: dynamic`;
+    the golden pool's name `a100` kept, its model H100).
+    ranker-0's 3g.40gb at slice 0 of h100-1/gpu1 was made by the driver at its claim's
+    prepare: the card reads as the first offered layout around it (two 3g.40gb, one free).
+    Three more rankers: one takes the free partition, and a whole card becomes two 3g.40gb,
+    with no node action at all (no MigReconfigure, no cordon: the driver
+    makes the partitions when their claims are prepared), each Admit naming the card and
+    profile (`GPU-.../3g.40gb`)."""
+    text = (
+        desired_text(train_min=0)
+        .replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
+        .replace(
+            "  gpuModel: A100-SXM4-80GB\n",
+            f"  gpuModel: {H100}\n  backend: dra\n  dra: {{mig: dynamic}}\n",
+            1,
+        )
+    )
+    cards = [gpu(i, mig=["3g.40gb"] if i == 1 else None, model=H100) for i in range(4)]
+    nodes = [node("h100-1", "a100", H100, cards)]
+    w = [mig_pod("team-b", "ranker-0", "h100-1", "3g.40gb", gpu_index=1, start=0)]
+    w += [
+        mig_pod("team-b", f"ranker-{i}", None, "3g.40gb", pool="a100").model_copy(
+            update={"admission": "gpupool"}
+        )
+        for i in (1, 2, 3)
+    ]
+    observed = snapshot(NOW, nodes, w, **_objects(text))
+    return text, observed.model_copy(update={"dra": dynamic_mig_devices("h100-1", 4)})
+
+
 SCENARIOS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -712,6 +785,7 @@ SCENARIOS = {
         kueue_mode,
         dra_pool,
         dra_drain,
+        dra_dynamic_mig,
     )
 }
 

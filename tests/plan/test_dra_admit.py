@@ -7,8 +7,16 @@ whole, and is admitted once the slices show it."""
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.observe.model import Gpu, MigInstance, Node
-from reconciler.observe.model_dra import DraDevice, DraState, ResourceSlice
+from reconciler.observe.model_dra import (
+    DeviceResult,
+    DraDevice,
+    DraState,
+    ResourceClaimObject,
+    ResourceSlice,
+)
 from reconciler.plan.actions import Admit
 from reconciler.plan.cluster import GpuSlot
 from reconciler.plan.dra_admit import planned_devices
@@ -18,6 +26,7 @@ from reconciler.policy.loader import load
 from tests.plan.scenarios import always_rule_preempts_before_giving_back
 
 NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
+DRIVER = "gpu.nvidia.com"
 DRA = ("  gpuModel: A100-SXM4-80GB\n", "  gpuModel: A100-SXM4-80GB\n  backend: dra\n")
 
 
@@ -123,3 +132,50 @@ def test_an_admit_on_a_dra_pool_names_the_planned_cards_by_uuid() -> None:
 def test_a_dra_pod_waits_while_its_devices_are_not_published() -> None:
     _, admits = _plan(backend_dra=True, slices=False)
     assert admits == []
+
+
+def _unreleased(observed, node: str, minor: int, reserved_for: list[str]):
+    """`observed` with a claim still allocated `gpu-<minor>` of `node` for `reserved_for`."""
+    claim = ResourceClaimObject(
+        namespace="team-b",
+        name="gone-0-gpu",
+        allocated=[DeviceResult(request="gpu", driver=DRIVER, pool=node, device=f"gpu-{minor}")],
+        node=node,
+        reserved_for=reserved_for,
+    )
+    dra = observed.dra or DraState()
+    return observed.model_copy(update={"dra": dra.model_copy(update={"claims": [claim]})})
+
+
+@pytest.mark.parametrize("reserved_for", [["spot-sweep-old"], []])
+def test_a_card_a_claim_still_holds_after_its_pod_is_gone_is_not_planned_on(reserved_for) -> None:
+    """Issue 32: a pod deleted (or ended) while its claim is still allocated: until Kubernetes
+    deallocates the claim, its allocator counts the device as taken. The planner places nothing
+    on that card (the pod waits or goes elsewhere), and does not repartition it."""
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    desired = load([SourceFile("desired.yaml", text)])
+    before, _ = plan_with_facts(desired, observed)
+    (admit,) = [a for a in before.actions if isinstance(a, Admit)]
+    (pod,) = admit.pods
+    held = _unreleased(observed, pod.node, pod.gpus[0], reserved_for)
+    after, _ = plan_with_facts(desired, held)
+    for a in after.actions:
+        if isinstance(a, Admit):
+            assert all((pod.node, pod.gpus[0]) not in {(p.node, g) for g in p.gpus} for p in a.pods)
+    assert not any(pod.node in a.id for a in after.actions if a.kind == "mig-reconfigure")
+    (f,) = [f for f in after.findings if f.code == "dra-claim-unreleased"]
+    assert f.subject == "ResourceClaim team-b/gone-0-gpu"
+    assert f"{pod.node}/gpu{pod.gpus[0]}" in f.message
+
+
+def test_a_claim_its_running_pod_holds_is_no_finding() -> None:
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    spot = next(w for w in observed.workloads if w.name == "spot-sweep")
+    held = _unreleased(observed, spot.node, 0, [spot.name])
+    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), held)
+    assert spot.namespace == "team-b"
+    assert not [f for f in plan.findings if f.code == "dra-claim-unreleased"]

@@ -112,6 +112,18 @@ EXPECT = {
         {"taint-device:a100-1/gpu-0"},
         set(),
     ),
+    "dra-dynamic-mig": (
+        {"admit:team-b/ranker-1", "admit:team-b/ranker-2", "admit:team-b/ranker-3"},
+        {
+            "mig-reconfigure",
+            "cordon",
+            "uncordon",
+            "partition-change",
+            "set-sharing",
+            "taint-device",
+        },
+        set(),
+    ),
     "dra-pool": (
         {
             "dra:DeviceClass:gpupool-a100-gpu",

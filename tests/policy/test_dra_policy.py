@@ -94,3 +94,46 @@ def test_a_dra_pool_refuses_what_the_driver_cannot_provide(extra, more, where, w
 def test_an_unknown_backend_is_a_located_error() -> None:
     found = problems("cdi")
     assert len(found) == 1 and found[0].startswith("pools/d100.yaml:7:"), found
+
+
+DYNAMIC = """\
+  dra:
+    mig: dynamic
+"""
+
+
+def test_dynamic_mig_loads_on_a_hopper_dra_pool() -> None:
+    text = POOL.format(backend="dra", extra=DYNAMIC).replace("A100-SXM4-80GB", "H100-SXM5-80GB")
+    text = text.replace("[3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb]", "[3g.40gb, 3g.40gb]")
+    state = load([SourceFile("pools/d100.yaml", text)])
+    assert state.pools["d100"].spec.dra.mig == "dynamic"
+    assert (
+        load([SourceFile("pools/d100.yaml", POOL.format(backend="dra", extra=""))])
+        .pools["d100"]
+        .spec.dra.mig
+        == "static"
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "model", "cut", "words"),
+    [
+        ("devicePlugin", "H100-SXM5-80GB", "", "use backend: dra"),
+        ("dra", "A100-SXM4-80GB", "", "only with a GPU reset"),
+        ("dra", "L40S-48GB", "", "has no MIG"),
+        ("dra", "H100-SXM5-80GB", "mig", "no inference.mig layouts"),
+    ],
+    ids=["device-plugin-pool", "ampere", "no-mig", "no-layouts"],
+)
+def test_dynamic_mig_refuses_what_cannot_work(backend, model, cut, words) -> None:
+    text = POOL.format(backend=backend, extra=DYNAMIC).replace("A100-SXM4-80GB", model)
+    if cut:
+        text = text.split("    mig:\n")[0] + DYNAMIC
+    try:
+        load([SourceFile("pools/d100.yaml", text)])
+        found = []
+    except InvalidDesiredState as exc:
+        found = [str(p) for p in exc.problems]
+    mine = [p for p in found if "spec.dra.mig" in p]
+    assert len(mine) == 1 and words in mine[0], found
+    assert mine[0].startswith("pools/d100.yaml:"), mine

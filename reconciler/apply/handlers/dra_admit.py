@@ -41,8 +41,20 @@ RESERVED_TOLERATION = {"key": C.DRA_RESERVED_TAINT, "operator": "Exists", "effec
 of that key (plan/stages/drain_taints.py); the pins choose which gang gets which card."""
 
 
+PARENT_PREFIX = (
+    f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].type == 'mig' "
+    f"&& device.attributes['{C.DRA_DRIVER}'].parentUUID in ["
+)
+"""A dynamic MIG partition (`<parent uuid>/<profile>` in `PodAdmission.devices`) has no uuid
+before it is prepared: the request may take its class's profile on those cards only."""
+
+
 def uuid_selector(devices: tuple[str, ...]) -> str:
-    """The CEL selector that lets a request pick only these devices (by their `uuid`)."""
+    """The CEL selector that lets a request pick only these devices (by their `uuid`; dynamic
+    MIG partitions by their parent card's)."""
+    parents = sorted({d.split("/", 1)[0] for d in devices if "/" in d})
+    if parents:
+        return PARENT_PREFIX + ", ".join(f"'{d}'" for d in parents) + "]"
     return SELECTOR_PREFIX + ", ".join(f"'{d}'" for d in devices) + "]"
 
 
@@ -51,7 +63,9 @@ def _not_gpupools(selectors: list) -> list:
     return [
         s
         for s in selectors
-        if not str(((s or {}).get("cel") or {}).get("expression", "")).startswith(SELECTOR_PREFIX)
+        if not str(((s or {}).get("cel") or {}).get("expression", "")).startswith(
+            (SELECTOR_PREFIX, PARENT_PREFIX)
+        )
     ]
 
 

@@ -159,6 +159,9 @@ def slices_agree(run: Run) -> None:
                     f"describes {node}: its cards cannot be claimed (is the driver running?)",
                 )
                 continue
+            if pv.pool.spec.dra.mig == "dynamic":
+                _mig_manager_beside(run, pv.name, n)
+                continue  # every partition is published; the agent shows those made
             published = sorted(_published(devices))
             agent = sorted(_reported(n))
             if published != agent:
@@ -170,6 +173,25 @@ def slices_agree(run: Run) -> None:
                     f"reports {_say(agent)}: claims there may be allocated from an old layout "
                     "until the driver republishes its slices",
                 )
+
+
+def _mig_manager_beside(run: Run, pool: str, node) -> None:
+    """Never both on one node: a node of a dynamic MIG pool that mig-manager is told to
+    configure (its `nvidia.com/mig.config` label; gpupool never writes it there) has two
+    owners of its MIG instances; NVIDIA's driver docs warn not to run mig-parted beside
+    DynamicMIG."""
+    config = node.labels.get(C.MIG_CONFIG_LABEL, "")
+    if config:
+        run.find(
+            "warning",
+            "dra-dynamic-mig-manager",
+            f"Node {node.name}",
+            f"Pool/{pool} runs NVIDIA's DRA driver with dynamic MIG, which creates and destroys "
+            f"{node.name}'s MIG instances itself, and the node carries {C.MIG_CONFIG_LABEL}="
+            f"{config}: mig-manager may change the same cards under the driver. gpupool "
+            "writes no mig-manager label on such a node; remove it (and keep mig-manager off "
+            "the node)",
+        )
 
 
 def _published(devices) -> set[tuple[int, str, int]]:

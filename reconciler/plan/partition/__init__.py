@@ -6,15 +6,22 @@ from __future__ import annotations
 from reconciler.plan.partition.base import PartitionBackend, convert, partition_for
 from reconciler.plan.partition.device_plugin import DevicePluginBackend
 from reconciler.plan.partition.dra import DraBackend
+from reconciler.plan.partition.dra_dynamic import DynamicMigBackend
 
-DEFAULT_BACKENDS: tuple[PartitionBackend, ...] = (DraBackend(), DevicePluginBackend())
-"""The DRA backend for pools with `spec.backend: dra`, then the device plugin + mig-manager
+DEFAULT_BACKENDS: tuple[PartitionBackend, ...] = (
+    DynamicMigBackend(),
+    DraBackend(),
+    DevicePluginBackend(),
+)
+"""The DRA driver's dynamic MIG for DRA pools with `spec.dra.mig: dynamic`, the DRA backend
+(static MIG) for other pools with `spec.backend: dra`, then the device plugin + mig-manager
 backend, which serves every other pool."""
 
 __all__ = [
     "DEFAULT_BACKENDS",
     "DevicePluginBackend",
     "DraBackend",
+    "DynamicMigBackend",
     "PartitionBackend",
     "convert",
     "partition_for",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from reconciler.observe.model import ObservedState
 from reconciler.plan.cluster import GpuSlot, PoolView
 from reconciler.plan.run import Run
+from reconciler.policy.state import DesiredState
 
 
 class PartitionBackend(Protocol):
@@ -65,6 +67,18 @@ class PartitionBackend(Protocol):
 
     def share(self, run: Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
         """`node`'s sharing unit becomes shared x`slices` (0: whole), or nothing changes."""
+        ...
+
+    def changes_on_node(self, pv: PoolView) -> bool:
+        """A new partition reaches a card through a node action (cordon -> `change_actions` ->
+        uncordon); False: it is made when claims on it are allocated (DRA's DynamicMIG), and
+        step 10 emits nothing for the pool."""
+        ...
+
+    def read_observed(self, desired: DesiredState, observed: ObservedState) -> ObservedState:
+        """Step 0, before the snapshot is checked: the cards of the pools this backend serves
+        as its driver means them where the node agent's report differs (DynamicMIG: a card's
+        layout is what is allocated on it); the snapshot itself when nothing differs."""
         ...
 
     def change_actions(

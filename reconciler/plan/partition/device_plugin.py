@@ -12,11 +12,13 @@ and in every plan; MIG cards are separate resources and change one by one. Its c
 
 from __future__ import annotations
 
+from reconciler.observe.model import ObservedState
 from reconciler.plan.actions import CardChange, CardLayout, CardSlices, MigReconfigure, SetSharing
 from reconciler.plan.cluster import GpuSlot, PoolView
 from reconciler.plan.partition.base import convert
 from reconciler.plan.partition.policy import policy_slices, policy_strategy
 from reconciler.plan.run import Run
+from reconciler.policy.state import DesiredState
 
 
 class DevicePluginBackend:
@@ -119,6 +121,12 @@ class DevicePluginBackend:
         return [c for c in pv.by_node()[node] if c.converted and c not in before] or (
             [g] if g.converted else []
         )
+
+    def changes_on_node(self, pv: PoolView) -> bool:
+        return True  # mig-manager's label and the plugin's config, on a cordoned node
+
+    def read_observed(self, desired: DesiredState, observed: ObservedState) -> ObservedState:
+        return observed  # a card is what the node agent reports
 
     def change_actions(
         self,

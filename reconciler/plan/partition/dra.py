@@ -13,9 +13,11 @@ What the driver offers without its alpha `DynamicMIG` gate, and so what this bac
 - no shared slices: the driver shares a card only by several pods referencing one
   ResourceClaim, with no per-slice capacity (refused at validation: policy/validate_dra.py), so
   `share` never makes a card shared and nothing shared sits beside MIG.
-- dynamic MIG is not planned: with `DynamicMIG` the driver creates instances itself and must
-  not run beside mig-parted, and gpupool would shape counters instead of calling mig-manager.
-  One node is never driven both ways because this backend only ever drives mig-manager.
+- dynamic MIG is not this backend's: with `DynamicMIG` the driver creates instances itself
+  and must not run beside mig-parted; pools with `spec.dra.mig: dynamic` are served by
+  `DynamicMigBackend` (dra_dynamic.py, ahead of this one), which never drives mig-manager.
+  One node is never driven both ways: a pool is one or the other, and a dynamic pool's node
+  carrying mig-manager's label is a finding (`dra-dynamic-mig-manager`).
 
 No stage changed for this backend: the stages ask `partition_for(run, pv)` only.
 """
@@ -33,7 +35,7 @@ class DraBackend(DevicePluginBackend):
     name = "dra"
 
     def serves(self, pv: PoolView) -> bool:
-        return pv.pool.spec.backend == "dra"
+        return pv.pool.spec.backend == "dra"  # dynamic MIG pools are served before
 
     def shares_beside_mig(self, pv: PoolView) -> bool:
         return False  # nothing is shared on a DRA pool

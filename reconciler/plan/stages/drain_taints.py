@@ -32,6 +32,7 @@ from reconciler.observe.model_dra import DeviceTaintRuleObject, DraDevice, DraSt
 from reconciler.plan.actions import Admit, PruneDraObject, TaintDevice
 from reconciler.plan.objects.dra_objects import _published, _reported
 from reconciler.plan.objects.wanted import foreign
+from reconciler.plan.partition import partition_for
 from reconciler.plan.run import Run
 from reconciler.plan.stages.repartitions import unresolved
 
@@ -142,8 +143,8 @@ def drain_taints(run: Run) -> None:
 def _drains(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wanted]:
     out = []
     for pv in run.cluster.pools.values():
-        if pv.pool.spec.backend != "dra":
-            continue
+        if pv.pool.spec.backend != "dra" or not partition_for(run, pv).changes_on_node(pv):
+            continue  # DynamicMIG: a partition is made at allocation, nothing drains
         for node, slots in sorted(pv.by_node().items()):
             for g in sorted((g for g in slots if g.changes), key=lambda g: g.index):
                 for d in card_devices(dra.devices(node), nodes.get(node), g.index):

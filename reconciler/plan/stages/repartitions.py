@@ -18,6 +18,8 @@ from reconciler.plan.run import Run
 def repartition_actions(run: Run) -> None:
     for pv in run.cluster.pools.values():
         backend = partition_for(run, pv)
+        if not backend.changes_on_node(pv):
+            continue  # the driver makes the partitions when the claims are allocated
         for node, slots in pv.by_node().items():
             changed = [g for g in slots if g.changes]
             if not changed:

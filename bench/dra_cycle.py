@@ -1,0 +1,229 @@
+"""One controller cycle's observe and plan on a DRA cluster, in process (issue 32).
+
+    .venv/bin/python bench/dra_cycle.py                       # 40 nodes, ~500 claims
+    .venv/bin/python bench/dra_cycle.py --nodes 100 --pending 800 --profile
+    .venv/bin/python bench/dra_cycle.py --smoke               # 3 nodes, seconds (the test suite)
+
+The cluster is the one bench/admission_openb.py's dra-gpupool run makes, built as API objects
+and served by the in-process fake API server (tests/observe/fake_cluster.py `serving`), so no
+control plane is started: `--nodes` nodes of 8 A100s, each publishing its cards as a
+ResourceSlice as NVIDIA's DRA driver does (tests/cluster/dra_slices.py); gpupool's DeviceClass
+and ResourceClaimTemplates for its `backend: dra` pool; running pods filling all but one card of
+every node with 1- and 2-card claims made from the templates, allocated and reserved for them;
+and `--pending` gated pods whose claims are made but not allocated (the queue); `--gone` running
+pods deleted while their claims are still allocated. No node agent publishes: DRA says which
+cards a pod holds.
+
+It times `observe_cluster` (listing through the fake server, reading the DRA objects, each pod's
+request and holdings), the planner's consistency check and the whole plan (`plan_with_facts`),
+the best of `--repeat`, and prints one table; `--profile` prints cProfile's top functions of
+one observe and one plan. Apply is not timed here (its DRA work is writing the admitted pods'
+claims: API calls, the same with or without this cycle's reading). Exit 0 always: figures are
+for reading, not a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.cluster_setup import pool_doc  # noqa: E402
+from bench.dra_setup import claim_pod_spec, quota_doc, template  # noqa: E402
+
+POOL, MODEL, DRIVER = "a100", "A100-SXM4-80GB", "gpu.nvidia.com"
+NS = "openb-dra"
+SMOKE = {"nodes": 3, "pending": 6, "repeat": 1, "gone": 1}
+
+
+def _claim(ns: str, name: str, cards: int, alloc: tuple[str, list[int]] | None, pod: str) -> dict:
+    from reconciler.plan.dra import class_name
+
+    status: dict = {}
+    if alloc is not None:
+        node, minors = alloc
+        status = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": node, "device": f"gpu-{m}"}
+                        for m in minors
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{ns}-{pod}"}],
+        }
+    req = {"name": "gpu", "exactly": {"deviceClassName": class_name(POOL), "count": cards}}
+    return {
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"devices": {"requests": [req]}},
+        "status": status,
+    }
+
+
+def _pod(name: str, cards: int, node: str | None, claim: str) -> dict:
+    from tests.observe.fake_cluster import pod
+
+    p = pod(NS, name, node_name=node, limits={}, gated=node is None)
+    spec = claim_pod_spec(POOL, cards)
+    p["spec"]["resourceClaims"] = spec["resourceClaims"]
+    p["spec"]["containers"][0]["resources"] = spec["resources"]
+    p["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
+    return p
+
+
+def build(nodes: int, pending: int, gone: int = 0) -> tuple[Any, str]:
+    """The fake cluster and the policy text; the first pod of the first `gone` nodes is
+    deleted with its claim still allocated (the resourceclaim controller has not released it
+    yet: the planner's `dra-claim-unreleased`)."""
+    from reconciler import conventions as C
+    from reconciler.plan.dra import class_name
+    from tests.cluster.dra_slices import gpu_device, node_slice
+    from tests.observe.fake_cluster import Cluster, node
+
+    names = [f"gpu-node-{i:03d}" for i in range(nodes)]
+    pods, claims = [], []
+    for i, n in enumerate(names):
+        minor = 0
+        for k, cards in enumerate([2, 1, 2, 1, 1] if i % 2 else [1, 1, 2, 2, 1]):
+            pname, cname = f"run-{i}-{k}", f"run-{i}-{k}-gpus-x"
+            claims.append(_claim(NS, cname, cards, (n, list(range(minor, minor + cards))), pname))
+            if not (k == 0 and i < gone):
+                pods.append(_pod(pname, cards, n, cname))
+            minor += cards
+    for j in range(pending):
+        cards = (1, 1, 2, 4)[j % 4]
+        pname, cname = f"queued-{j}", f"queued-{j}-gpus-y"
+        claims.append(_claim(NS, cname, cards, None, pname))
+        pods.append(_pod(pname, cards, None, cname))
+    sizes = (1, 2, 4, 8)
+    dra = {
+        "resourceslices": [node_slice(n, [gpu_device(n, m) for m in range(8)]) for n in names],
+        "deviceclasses": [
+            {
+                "metadata": {
+                    "name": class_name(POOL),
+                    "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: POOL},
+                },
+                "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+            }
+        ],
+        "resourceclaims": claims,
+        "resourceclaimtemplates": [
+            {
+                "metadata": {
+                    "namespace": NS,
+                    "name": template(POOL, k),
+                    "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY},
+                },
+                "spec": {"spec": _claim(NS, "", k, None, "")["spec"]},
+            }
+            for k in sizes
+        ],
+    }
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": NS,
+            "labels": {C.ADMISSION_NAMESPACE_LABEL: C.ADMISSION_NAMESPACE_VALUE},
+        },
+    }
+    cluster = Cluster(
+        nodes=[node(n) for n in names],
+        pods=pods,
+        node_states=[],
+        namespaces=[namespace],
+        dra=dra,
+    )
+    policy = pool_doc(POOL, MODEL, nodes, "  backend: dra\n") + quota_doc(
+        "bench-dra", POOL, [NS], nodes * 8
+    )
+    return cluster, policy
+
+
+def best(fn: Any, repeat: int) -> tuple[float, Any]:
+    out, times = None, []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def profiled(fn: Any, title: str, top: int = 18) -> None:
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    print(f"\n## {title}: cProfile, top {top} by cumulative time")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=40)
+    ap.add_argument("--pending", type=int, default=300, help="gated pods with claims (queue)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+    ap.add_argument(
+        "--gone", type=int, default=0, help="pods deleted while their claims are still allocated"
+    )
+    ap.add_argument("--profile", action="store_true", help="cProfile one observe and one plan")
+    ap.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        for k, v in SMOKE.items():
+            setattr(args, k, v)
+
+    from reconciler.observe.kube import observe_cluster
+    from reconciler.plan import consistency
+    from reconciler.plan.planner import plan_with_facts
+    from reconciler.policy.files import SourceFile
+    from reconciler.policy.loader import load
+    from tests.observe.fake_cluster import NOW, serving
+
+    cluster, policy = build(args.nodes, args.pending, args.gone)
+    desired = load([SourceFile("policy.yaml", policy)])
+    with serving(cluster):
+        t_obs, observed = best(lambda: observe_cluster(object(), now=NOW), args.repeat)
+        if args.profile:
+            profiled(lambda: observe_cluster(object(), now=NOW), "observe_cluster")
+    canon = consistency.canonical(observed)
+    t_check, _ = best(lambda: consistency.check(desired, canon), args.repeat)
+    t_plan, (plan, _) = best(lambda: plan_with_facts(desired, observed), args.repeat)
+    if args.profile:
+        profiled(lambda: plan_with_facts(desired, observed), "plan_with_facts")
+    dra = observed.dra
+    claims = len(dra.claims) if dra else 0
+    kinds: dict[str, int] = {}
+    for a in plan.actions:
+        kinds[a.kind] = kinds.get(a.kind, 0) + 1
+    unreleased = sum(1 for f in plan.findings if f.code == "dra-claim-unreleased")
+    print(
+        "| nodes | claims | pods | observe s | consistency s | plan s | cycle s "
+        "| unreleased claims | actions |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    acts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"
+    print(
+        f"| {args.nodes} | {claims} | {len(observed.workloads)} | {t_obs:.3f} | {t_check:.3f} "
+        f"| {t_plan:.3f} | {t_obs + t_plan:.3f} | {unreleased} | {acts} |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
