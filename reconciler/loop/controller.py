@@ -155,6 +155,9 @@ class Controller:
         self._unreadable_reported: dict[str, datetime] = {}
         self._cycle_started: float | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
+        self._dra_left = True
+        """Whether the last observation of resource.k8s.io found objects gpupool made (or none
+        was made yet): read DRA again, even with no pool on it, until they are pruned."""
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of
@@ -251,8 +254,13 @@ class Controller:
         else:
             preempted += [i.at for i in view.preemption_intents]
         observed = observe_cluster(
-            self.api, now=now, recent_preemptions=preempted, cache=self._cache()
+            self.api,
+            now=now,
+            recent_preemptions=preempted,
+            cache=self._cache(),
+            dra=self._reads_dra(desired),
         )
+        self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
         self.last_observed = self.clock()
         observed = with_signals(
             desired,
@@ -435,6 +443,13 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - reporting must not fail the loop either
             return f"the status could not be written either: {type(exc).__name__}: {exc}"
         return "reported on the status"
+
+    def _reads_dra(self, desired: DesiredState) -> bool:
+        """Whether this cycle reads resource.k8s.io (ResourceSlices, DeviceClasses, claims,
+        templates, taint rules: four or five lists over the cluster): while a pool of the
+        desired state is on DRA, or objects gpupool made there are still to be pruned (the
+        first cycle reads to know). A cluster with no DRA pool lists none of it after that."""
+        return self._dra_left or any(p.spec.backend == "dra" for p in desired.pools.values())
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):

@@ -161,20 +161,30 @@ def observe_cluster(
     now: datetime | None = None,
     recent_preemptions: list[datetime] | None = None,
     cache: Any = None,
+    dra: bool = True,
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes and pods come from `cache` (the controller's
     watch-fed informers: `cache.nodes()`, `cache.pods()`, or None until synced) when given,
-    else from lists; the rest is listed each time (few objects, rarely changing)."""
+    else from lists; the rest is listed each time (few objects, rarely changing). `dra`: read
+    resource.k8s.io (`read_dra`); False skips its four lists and `ObservedState.dra` is None,
+    as where it is not served (the caller knows whether any pool is on DRA; observation does
+    not)."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
     try:
-        return _observe(api_client or make_api_client(kubeconfig), now, recent_preemptions, cache)
+        return _observe(
+            api_client or make_api_client(kubeconfig), now, recent_preemptions, cache, dra
+        )
     finally:
         _UNREADABLE.reset(token)
 
 
 def _observe(
-    api_client: Any, now: datetime | None, recent_preemptions: list[datetime] | None, cache: Any
+    api_client: Any,
+    now: datetime | None,
+    recent_preemptions: list[datetime] | None,
+    cache: Any,
+    with_dra: bool = True,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
@@ -200,7 +210,7 @@ def _observe(
             named=lambda item: item[1],
         )
     )
-    dra = read_dra(api_client, raw_pods)
+    dra = read_dra(api_client, raw_pods) if with_dra else None
 
     index = DraIndex(dra) if dra is not None else None  # once, not per pod
 
