@@ -132,7 +132,7 @@ FORECAST = """
     lookahead: {lookahead}
     statistic: {statistic}
     aggregate: {aggregate}
-    headroom: {headroom}"""
+    headroom: {headroom}{down}"""
 
 
 def desired_state(args, *, forecast: bool):
@@ -148,6 +148,9 @@ def desired_state(args, *, forecast: bool):
             statistic=args.forecast_statistic,
             aggregate=args.forecast_aggregate,
             headroom=args.forecast_headroom,
+            down=f"\n    scaleDownLookahead: {args.forecast_down_lookahead}"
+            if args.forecast_down_lookahead
+            else "",
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "desired.yaml"
@@ -255,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--forecast-days", type=int, default=3, help="previous days read (3)")
     ap.add_argument("--forecast-lookahead", default="10m", help="window ahead (10m)")
+    ap.add_argument(
+        "--forecast-down-lookahead",
+        help="scale-down window (forecast.scaleDownLookahead; default none: the lookahead)",
+    )
     ap.add_argument(
         "--forecast-statistic", choices=("max", "avg"), default="max", help="of a day's window"
     )
