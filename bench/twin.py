@@ -8,6 +8,7 @@
     .venv/bin/python bench/twin.py --up 6 --down 4 --sizes 40,48,56  # more serving headroom
     .venv/bin/python bench/twin.py --period 60           # a slower cycle (default 30 s)
     .venv/bin/python bench/twin.py --smoke               # 72 minutes, 2 static splits: seconds
+    .venv/bin/python bench/twin.py --frontier            # burst-cover frontier of the load, no twin
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -150,7 +151,7 @@ def desired_state(args, *, forecast: bool):
             aggregate=args.forecast_aggregate,
             headroom=args.forecast_headroom,
             down=f"\n    scaleDownLookahead: {args.forecast_down_lookahead}"
-            if args.forecast_down_lookahead
+            if args.forecast_down_lookahead not in (None, "none")
             else "",
         )
     with tempfile.TemporaryDirectory() as tmp:
@@ -335,15 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forecast-lookahead", default="10m", help="window ahead (10m)")
     ap.add_argument(
         "--forecast-down-lookahead",
-        help="scale-down window (forecast.scaleDownLookahead; default none: the lookahead)",
+        default="30m",
+        help="scale-down window (forecast.scaleDownLookahead, 30m; none: the lookahead)",
     )
     ap.add_argument(
         "--forecast-statistic", choices=("max", "avg"), default="max", help="of a day's window"
     )
     ap.add_argument(
-        "--forecast-aggregate", choices=("max", "median"), default="max", help="across days"
+        "--forecast-aggregate", choices=("max", "median"), default="median", help="across days"
     )
-    ap.add_argument("--forecast-headroom", type=float, default=1.0, help="multiplier (1.0)")
+    ap.add_argument("--forecast-headroom", type=float, default=0.5, help="multiplier (0.5)")
     ap.add_argument(
         "--forecast-up", type=int, help="scale-up queue per replica with forecast (--up)"
     )
