@@ -158,8 +158,10 @@ def _desired_replicas(
     ahead = _forecast(run, pol, svc, lo, hi)
     if want < n and fc.scale_down_lookahead is not None:  # a scale-down: the longer window
         held = _forecast(run, pol, svc, lo, hi, sig.FORECAST_DOWN)
-        if held is not None and (ahead is None or held[0] > ahead[0]):
-            ahead = held
+        if held is not None:  # it holds replicas, never adds any (the pre-warm reads lookahead)
+            held = (min(held[0], n), held[1])
+            if ahead is None or held[0] > ahead[0]:
+                ahead = held
     if ahead is None or ahead[0] <= want:
         return want, why
     floor, text = ahead

@@ -129,6 +129,7 @@ def test_the_reason_says_what_was_forecast():
 # replicas (None: no intent), the reason's tail)
 DOWN_ROWS = [
     pytest.param(10, 40, svc(4, queue=0), None, "", id="held-by-the-scale-down-window"),
+    pytest.param(10, 60, svc(4, queue=0), None, "", id="held-never-raised-by-the-window"),
     pytest.param(10, 30, svc(4, queue=0), 3, "stops at 3", id="stops-at-the-scale-down-window"),
     pytest.param(30, 10, svc(4, queue=0), 3, "stops at 3", id="the-lookahead-still-holds"),
     pytest.param(5, 5, svc(4, queue=0), 1, "scale team-b/chat 4 -> 1", id="both-below-reactive"),
