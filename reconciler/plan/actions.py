@@ -195,7 +195,8 @@ class SignalValue(Frozen):
     """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
 
     name: str
-    """queueLength, waitTime, or forecast/<d>d (a forecast day's reading)."""
+    """queueLength, waitTime, forecast/<d>d (a forecast day's reading) or forecast-down/<d>d
+    (one of the scale-down window, forecast.scaleDownLookahead)."""
     query: str
     value: float
 
