@@ -566,7 +566,8 @@ def _worker(args: argparse.Namespace) -> None:
         try:
             t0 = time.perf_counter()
             prof.enable()
-            result = plan(desired, observed)
+            with _collector(args):
+                result = plan(desired, observed)
             prof.disable()
             out["plan_s"] = time.perf_counter() - t0
             out["actions"] = len(result.actions)
@@ -582,16 +583,20 @@ def _worker(args: argparse.Namespace) -> None:
         signal.alarm(int(args.plan_timeout))
         try:
             for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                result = plan(desired, observed)
+                gc.collect()
+                t0, c0 = time.perf_counter(), time.process_time()
+                with _collector(args):
+                    result = plan(desired, observed)
                 best_plan = min(best_plan, time.perf_counter() - t0)
+                out["plan_cpu_s"] = min(out.get("plan_cpu_s", math.inf), time.process_time() - c0)
                 out["actions"] = len(result.actions)
                 out["findings"] = len(result.findings)
+                out["plan_sha256"] = _digest(result)
                 del result
             out["plan_s"] = best_plan
             signal.alarm(int(args.plan_timeout * 4))  # a first plan, then three cycles
             out["events"] = "stopped"
-            out.update(_event_cycles(desired, observed), events="done")
+            out.update(_event_cycles(desired, observed, args), events="done")
         except _Timeout:
             out.setdefault("plan_s", None)
         signal.alarm(0)
@@ -599,7 +604,24 @@ def _worker(args: argparse.Namespace) -> None:
     print(json.dumps({"result": out}), flush=True)
 
 
-def _event_cycles(desired: DesiredState, observed: ObservedState) -> dict:
+def _digest(result) -> str:
+    """The plan's JSON, hashed: a speed-up that changes a decision changes it."""
+    import hashlib
+
+    return hashlib.sha256(result.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _collector(args: argparse.Namespace):
+    """How the controller runs a plan: with the cyclic collector paused
+    (reconciler/loop/collector.py); `--gc` leaves it running."""
+    from contextlib import nullcontext
+
+    from reconciler.loop.collector import paused_collector
+
+    return nullcontext() if args.gc else paused_collector()
+
+
+def _event_cycles(desired: DesiredState, observed: ObservedState, args: argparse.Namespace) -> dict:
     """Planner-only cycles woken by one event, through `plan_incremental` with the memo of a
     first plan of `observed`: one pending pod added (a100), one service's queue signal raised,
     and nothing changed (a wake whose cycle reads the same snapshot at the same time). Seconds
@@ -607,7 +629,8 @@ def _event_cycles(desired: DesiredState, observed: ObservedState) -> dict:
     from reconciler.plan.incremental import plan_incremental
 
     at = observed.observed_at
-    first = plan_incremental(desired, observed, at, None)
+    with _collector(args):
+        first = plan_incremental(desired, observed, at, None)
     pod = Workload(
         namespace="llm-research",
         name="bench-event-pod",
@@ -631,9 +654,11 @@ def _event_cycles(desired: DesiredState, observed: ObservedState) -> dict:
     out: dict = {}
     for name, snap in events.items():
         gc.collect()
-        t0 = time.perf_counter()
-        res = plan_incremental(desired, snap, at, first.memo)
+        t0, c0 = time.perf_counter(), time.process_time()
+        with _collector(args):
+            res = plan_incremental(desired, snap, at, first.memo)
         out[f"event_{name}_s"] = time.perf_counter() - t0
+        out[f"event_{name}_cpu_s"] = time.process_time() - c0
         out[f"event_{name}_mode"] = res.mode
     return out
 
@@ -652,6 +677,7 @@ def _run_worker(nodes: int, path: Path, args: argparse.Namespace, profile: bool 
         str(args.plan_timeout),
         "--profile-sort",
         args.profile_sort,
+        *(["--gc"] if args.gc else []),
     ]
     if profile:
         cmd.append("--profile-run")
@@ -710,6 +736,12 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke",
         action="store_true",
         help="tiny and quick: --sizes 16, seconds (the test suite runs it)",
+    )
+    ap.add_argument(
+        "--gc",
+        action="store_true",
+        help="leave the cyclic garbage collector running during plans (the controller pauses "
+        "it: reconciler/loop/collector.py)",
     )
     # internal: the measured subprocess
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -788,6 +820,21 @@ def main(argv: list[str] | None = None) -> int:
                 + " | ".join(cells)
                 + " |"
             )
+        print()
+        print(
+            "Plan digests (sha256 of the plan's JSON, first 16; equal digests: the same plan): "
+            + ", ".join(f"{info['nodes']:,}: {res.get('plan_sha256', '—')}" for info, res in rows)
+        )
+        print(
+            "CPU seconds of the measuring process (what other load on the machine inflates "
+            "least): "
+            + "; ".join(
+                f"{info['nodes']:,}: plan {_fmt(res.get('plan_cpu_s'), '.3f')}, "
+                f"pod {_fmt(res.get('event_pod_cpu_s'), '.3f')}, "
+                f"signal {_fmt(res.get('event_signal_cpu_s'), '.3f')}"
+                for info, res in rows
+            )
+        )
         failed = [info["nodes"] for info, res in rows if "error" in res]
         print()
         print(

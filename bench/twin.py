@@ -8,6 +8,7 @@
     .venv/bin/python bench/twin.py --up 6 --down 4 --sizes 40,48,56  # more serving headroom
     .venv/bin/python bench/twin.py --period 60           # a slower cycle (default 30 s)
     .venv/bin/python bench/twin.py --smoke               # 72 minutes, 2 static splits: seconds
+    .venv/bin/python bench/twin.py --frontier            # burst-cover frontier of the load, no twin
 
 A 64-card pool (8 nodes x 8 A100) under a generated desired state (written to a temporary
 directory: one Pool, a PriorityPolicy where serving may preempt training-low, a
@@ -31,6 +32,7 @@ tests/test_bench_smoke.py runs it so that the benchmark cannot rot.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -132,7 +134,7 @@ FORECAST = """
     lookahead: {lookahead}
     statistic: {statistic}
     aggregate: {aggregate}
-    headroom: {headroom}"""
+    headroom: {headroom}{down}"""
 
 
 def desired_state(args, *, forecast: bool):
@@ -148,6 +150,9 @@ def desired_state(args, *, forecast: bool):
             statistic=args.forecast_statistic,
             aggregate=args.forecast_aggregate,
             headroom=args.forecast_headroom,
+            down=f"\n    scaleDownLookahead: {args.forecast_down_lookahead}"
+            if args.forecast_down_lookahead not in (None, "none")
+            else "",
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "desired.yaml"
@@ -221,9 +226,83 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
     return [summary]
 
 
+FRONTIER_HEADROOMS = (1.3, 1.4, 1.5, 1.6, 1.7)
+FRONTIER_DELAY = 255.0
+"""Seconds from a scale-up decision to a serving replica in the twin's cell: the victim's
+checkpoint grace (2m), the model load (2m) and half a 30 s cycle."""
+
+
+def frontier_row(curve, rate: float, args, model: str, headroom: float) -> dict:
+    """One provisioner outside the planner over the cell's load (64 cards, one card a
+    replica, at least 2): every cycle it wants ceil(headroom x level / rate) replicas, the
+    level being the mean request rate of the coming 10 minutes known exactly (`oracle`, ready
+    at once: what no forecast beats) or of the last 5 minutes (`trailing`, a scale-up serving
+    FRONTIER_DELAY later). SLO and over-provisioning counted as the twin counts them."""
+    P, b, counts = args.period, curve.bin_seconds, curve.counts
+    sums = [0.0]
+    for c in counts:
+        sums.append(sums[-1] + c)
+
+    def level(t0: float, t1: float) -> float:
+        i0, i1 = max(0, int(t0 // b)), min(len(counts), max(int(t0 // b) + 1, int(t1 // b)))
+        return (sums[i1] - sums[i0]) / ((i1 - i0) * b) if i1 > i0 else 0.0
+
+    horizon, warmup = min(args.days * 86400, curve.seconds), args.warmup * 86400
+    backlog, ready, coming, cur = 0.0, 2, [], 2
+    bins = met = ups = 0
+    over = 0.0
+    for k in range(math.ceil(horizon / P)):
+        t = k * P
+        lvl = level(t, t + 600) if model == "oracle" else level(t - 300, t)
+        want = max(2, math.ceil(round(headroom * lvl / rate, 9)))
+        if want > cur:
+            ups += t >= warmup
+            coming.append([t + (0.0 if model == "oracle" else FRONTIER_DELAY), want - cur])
+        for c in reversed(coming):  # a scale-down drops the replicas not serving yet first
+            cut = min(c[1], max(0, cur - want))
+            c[1], cur = c[1] - cut, cur - cut
+        ready, cur = min(ready, want), want
+        for lo, width, req in curve.window(t, min(t + P, horizon)):
+            ready += sum(c[1] for c in coming if c[0] <= lo)
+            coming = [c for c in coming if c[0] > lo and c[1] > 0]
+            served = min(backlog + req, ready * rate * width)
+            backlog += req - served
+            if lo >= warmup:
+                bins += 1
+                met += backlog <= 1e-9
+                over += (cur - served / (rate * width)) * width
+    window = max(1.0, horizon - warmup)
+    return {
+        "model": model,
+        "headroom": headroom,
+        "SLO": f"{met / max(1, bins):.2%}",
+        "held beyond need": f"{over / (window * NODES * GPUS_PER_NODE):.1%}",
+        "scale-ups/h": round(ups / (window / 3600), 1),
+    }
+
+
+def frontier(curve, args) -> None:
+    """How much of the pool any provisioner must hold beyond need for a given SLO on this
+    load (the burst cover), with the level known exactly and with the reactive delay."""
+    rate = curve.peak_rate(600) / (args.f * NODES * GPUS_PER_NODE)
+    rows = [
+        frontier_row(curve, rate, args, model, h)
+        for model in ("oracle", "trailing")
+        for h in FRONTIER_HEADROOMS
+    ]
+    print(f"\n## frontier: f={args.f:g}, service rate {rate:.3f} req/s, {args.period:g} s cycle")
+    print(text_table(rows, [(k, k, "") for k in rows[0]]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", action="store_true", help="f x training load table")
+    ap.add_argument(
+        "--frontier",
+        action="store_true",
+        help="only the burst-cover frontier of the load (no twin run): SLO against inference "
+        "held beyond need, for a provisioner knowing the coming 10 minutes and a trailing one",
+    )
     ap.add_argument("--rates", action="store_true", help="service rate x0.5, x1, x2")
     ap.add_argument("--f", type=float, default=0.5)
     ap.add_argument("--load", type=float, default=1.2)
@@ -256,12 +335,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forecast-days", type=int, default=3, help="previous days read (3)")
     ap.add_argument("--forecast-lookahead", default="10m", help="window ahead (10m)")
     ap.add_argument(
+        "--forecast-down-lookahead",
+        default="30m",
+        help="scale-down window (forecast.scaleDownLookahead, 30m; none: the lookahead)",
+    )
+    ap.add_argument(
         "--forecast-statistic", choices=("max", "avg"), default="max", help="of a day's window"
     )
     ap.add_argument(
-        "--forecast-aggregate", choices=("max", "median"), default="max", help="across days"
+        "--forecast-aggregate", choices=("max", "median"), default="median", help="across days"
     )
-    ap.add_argument("--forecast-headroom", type=float, default=1.0, help="multiplier (1.0)")
+    ap.add_argument("--forecast-headroom", type=float, default=0.5, help="multiplier (0.5)")
     ap.add_argument(
         "--forecast-up", type=int, help="scale-up queue per replica with forecast (--up)"
     )
@@ -297,8 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     if not LOAD.exists() or not (OPENB / DEFAULT_PODS).exists():
         print(f"skipped: {LOAD} or {OPENB / DEFAULT_PODS} is absent (../shared/data)")
         return 0
-    desired = desired_state(args, forecast=False)
     curve = read_load(LOAD)
+    if args.frontier:
+        frontier(curve, args)
+        return 0
+    desired = desired_state(args, forecast=False)
     base_jobs = openb_jobs(read_pods(OPENB / DEFAULT_PODS))
     cells = [(args.f, args.load, args.rate)]
     if args.grid:

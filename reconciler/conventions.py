@@ -47,6 +47,22 @@ gpupool writes in its place."""
 DRA_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 cmd/gpu-kubelet-plugin/
 main.go `DriverName`)."""
+DRA_DRAIN_TAINT = PREFIX + "drain"
+"""The key of the device taint (NoSchedule, value `repartition`) gpupool puts, through a
+DeviceTaintRule with its managed-by label, on each device of a DRA card about to be repartitioned:
+kube-scheduler's allocator gives a tainted device to no claim that does not tolerate it
+(reconciler/plan/stages/drain_taints.py)."""
+DRA_RESERVED_TAINT = PREFIX + "reserved-for-gang"
+"""The key of the device taint (NoSchedule, value `gang`) gpupool puts, through a DeviceTaintRule,
+on each device of the cards it frees for a waiting gated gang on a DRA pool: a pod that bypasses
+gpupool's gate cannot be allocated them; the claims gpupool pins at exact admission tolerate it
+(reconciler/plan/stages/drain_taints.py, apply/handlers/dra_admit.py)."""
+GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+"""GPU feature discovery's label of a node in a multi-node NVLink domain (GB200 NVL72 and the
+like): `<fabric cluster UUID>.<clique ID>` (NVIDIA/k8s-device-plugin internal/lm/fabric.go
+`newImexLabeler`). Nodes with the same value share one NVLink domain; a gang's pods are placed
+within one where it fits (plan/stages/whole_cards.py). NVIDIA's DRA driver v0.4.1 publishes no
+such device attribute, so DRA pools read it here too."""
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
 DRA_PLURALS = {
@@ -54,6 +70,7 @@ DRA_PLURALS = {
     "DeviceClass": "deviceclasses",
     "ResourceClaim": "resourceclaims",
     "ResourceClaimTemplate": "resourceclaimtemplates",
+    "DeviceTaintRule": "devicetaintrules",
 }
 INFERENCE_LABEL = PREFIX + "inference"
 """`true` on a Deployment/StatefulSet that is an inference service."""

@@ -150,6 +150,14 @@ def test_twin_smoke():
     assert summary[0].split()[:3] == ["f", "load", "rate_x"], summary[0]
 
 
+@pytest.mark.trace
+def test_twin_frontier_smoke():
+    need(SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv")
+    out = smoke("twin.py", "--frontier")
+    rows = lines_after(out, r"^model\s+headroom\s+SLO\s+held beyond need")
+    assert [r.split()[0] for r in rows[1:11]] == ["oracle"] * 5 + ["trailing"] * 5, rows
+
+
 def kcp_binary() -> Path:
     from tests.cluster.controlplane import BuildUnavailable, build_binary
 

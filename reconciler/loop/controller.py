@@ -23,6 +23,7 @@ from reconciler.apply.handlers import ApplyConfig
 from reconciler.apply.kube import KubeOps
 from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
+from reconciler.loop.collector import paused_collector
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.signals import with_signals
 from reconciler.loop.status import (
@@ -156,6 +157,9 @@ class Controller:
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.card_memo = CardMemo()
         """Each node's published cards, converted once per version of its GpuNodeState."""
+        self._dra_left = True
+        """Whether the last observation of resource.k8s.io found objects gpupool made (or none
+        was made yet): read DRA again, even with no pool on it, until they are pruned."""
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of
@@ -257,7 +261,9 @@ class Controller:
             recent_preemptions=preempted,
             cache=self._cache(),
             cards=self.card_memo,
+            dra=self._reads_dra(desired),
         )
+        self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
         self.last_observed = self.clock()
         observed = with_signals(
             desired,
@@ -308,14 +314,15 @@ class Controller:
             doubt = "leadership changed"
         elif relists != self._memo_relists:
             doubt = "the watch cache relisted"
-        out = plan_incremental(
-            desired,
-            observed,
-            now,
-            self._plan_memo if self.full_plan_every > 1 else None,
-            full_every=self.full_plan_every,
-            doubt=doubt,
-        )
+        with paused_collector():  # the plan's allocations make it rescan the snapshot
+            out = plan_incremental(
+                desired,
+                observed,
+                now,
+                self._plan_memo if self.full_plan_every > 1 else None,
+                full_every=self.full_plan_every,
+                doubt=doubt,
+            )
         # the memo holds the last snapshot until the next plan: kept only when it may serve
         self._plan_memo = out.memo if self.full_plan_every > 1 else None
         self._memo_leader, self._memo_relists = leader, relists
@@ -439,6 +446,13 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - reporting must not fail the loop either
             return f"the status could not be written either: {type(exc).__name__}: {exc}"
         return "reported on the status"
+
+    def _reads_dra(self, desired: DesiredState) -> bool:
+        """Whether this cycle reads resource.k8s.io (ResourceSlices, DeviceClasses, claims,
+        templates, taint rules: four or five lists over the cluster): while a pool of the
+        desired state is on DRA, or objects gpupool made there are still to be pruned (the
+        first cycle reads to know). A cluster with no DRA pool lists none of it after that."""
+        return self._dra_left or any(p.spec.backend == "dra" for p in desired.pools.values())
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):

@@ -162,21 +162,24 @@ def observe_cluster(
     now: datetime | None = None,
     recent_preemptions: list[datetime] | None = None,
     cache: Any = None,
+    dra: bool = True,
     cards: CardMemo | None = None,
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
     `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
     `cache.node_states()`, each None until synced) when given, else from lists; the rest is
-    listed each time (few objects, rarely changing). `cards`, kept across calls, converts a
-    node's published cards once per version of its GpuNodeState (`CardMemo`: the same
-    snapshot, less work)."""
+    listed each time (few objects, rarely changing). `dra`: read resource.k8s.io (`read_dra`);
+    False skips its four lists and `ObservedState.dra` is None, as where it is not served (the
+    caller knows whether any pool is on DRA; observation does not). `cards`, kept across
+    calls, converts a node's published cards once per version of its GpuNodeState
+    (`CardMemo`: the same snapshot, less work)."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
     if cards is not None:
         cards.begin()
     try:
         api = api_client or make_api_client(kubeconfig)
-        observed = _observe(api, now, recent_preemptions, cache, cards)
+        observed = _observe(api, now, recent_preemptions, cache, cards, dra)
     finally:
         _UNREADABLE.reset(token)
     if cards is not None:
@@ -190,6 +193,7 @@ def _observe(
     recent_preemptions: list[datetime] | None,
     cache: Any,
     cards: CardMemo | None,
+    with_dra: bool = True,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
@@ -219,7 +223,7 @@ def _observe(
             named=lambda item: item[1],
         )
     )
-    dra = read_dra(api_client, raw_pods)
+    dra = read_dra(api_client, raw_pods) if with_dra else None
 
     index = DraIndex(dra) if dra is not None else None  # once, not per pod
 

@@ -21,6 +21,7 @@ from reconciler.observe.model_dra import (
     DeviceClassObject,
     DeviceResult,
     DeviceTaint,
+    DeviceTaintRuleObject,
     DraDevice,
     DraState,
     PodClaims,
@@ -43,15 +44,19 @@ def read_dra(api_client: Any, raw_pods: list[Any]) -> DraState | None:
         try:
             items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
         except client.ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and kind == "DeviceTaintRule":
+                items = []  # resource.k8s.io/v1 without device taint rules (before 1.37)
+            elif exc.status == 404:
                 return None
-            raise
+            else:
+                raise
         listed[kind] = _objects(kind, items, "metadata", "spec", "status")
     return DraState(
         slices=_each("ResourceSlice", listed["ResourceSlice"], _slice),
         device_classes=_each("DeviceClass", listed["DeviceClass"], _device_class),
         claims=_each("ResourceClaim", listed["ResourceClaim"], _claim),
         claim_templates=_each("ResourceClaimTemplate", listed["ResourceClaimTemplate"], _template),
+        taint_rules=_each("DeviceTaintRule", listed["DeviceTaintRule"], _taint_rule),
         pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
     )
 
@@ -119,17 +124,31 @@ def _device(d: Any, i: int) -> DraDevice:
                 for c in _list(d, "consumesCounters", f"{at}.consumesCounters")
             )
         ],
-        taints=[
-            DeviceTaint(
-                key=_shape(t.get("key"), str, f"{at}.taints.key", required=True),
-                value=_shape(t.get("value"), str, f"{at}.taints.value") or "",
-                effect=_shape(t.get("effect"), str, f"{at}.taints.effect") or "NoSchedule",
-            )
-            for t in (
-                _shape(t, dict, f"{at}.taints[]", required=True)
-                for t in _list(d, "taints", f"{at}.taints")
-            )
-        ],
+        taints=[_taint(t, f"{at}.taints[]") for t in _list(d, "taints", f"{at}.taints")],
+    )
+
+
+def _taint(t: Any, at: str) -> DeviceTaint:
+    t = _shape(t, dict, at, required=True)
+    return DeviceTaint(
+        key=_shape(t.get("key"), str, f"{at}.key", required=True),
+        value=_shape(t.get("value"), str, f"{at}.value") or "",
+        effect=_shape(t.get("effect"), str, f"{at}.effect") or "NoSchedule",
+    )
+
+
+def _taint_rule(o: dict) -> DeviceTaintRuleObject:
+    """A DeviceTaintRule: its selector (driver, pool, device; resource.k8s.io/v1 has no other
+    field there) and its one taint."""
+    spec = o.get("spec") or {}
+    sel = _map(spec, "deviceSelector", "spec.deviceSelector")
+    return DeviceTaintRuleObject(
+        name=o["metadata"]["name"],
+        driver=_shape(sel.get("driver"), str, "spec.deviceSelector.driver") or "",
+        pool=_shape(sel.get("pool"), str, "spec.deviceSelector.pool") or "",
+        device=_shape(sel.get("device"), str, "spec.deviceSelector.device") or "",
+        taint=_taint(spec.get("taint"), "spec.taint"),
+        managed_by=_managed_by(o),
     )
 
 

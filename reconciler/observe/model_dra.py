@@ -163,6 +163,18 @@ class PodClaims(Obs):
     that claim is gone (deleted before gpupool's exact admission wrote it again)."""
 
 
+class DeviceTaintRuleObject(Obs):
+    """A DeviceTaintRule (resource.k8s.io/v1): one taint on the devices its selector names
+    (`spec.deviceSelector`: driver, pool, device; each '' when not set: any)."""
+
+    name: str
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+    taint: DeviceTaint
+    managed_by: str = ""
+
+
 class DraState(Obs):
     """Everything DRA says (resource.k8s.io/v1). `ObservedState.dra` is None where the API
     server does not serve it (or a snapshot does not say)."""
@@ -171,7 +183,14 @@ class DraState(Obs):
     device_classes: list[DeviceClassObject] = []
     claims: list[ResourceClaimObject] = []
     claim_templates: list[ClaimTemplateObject] = []
+    taint_rules: list[DeviceTaintRuleObject] = []
     pods: list[PodClaims] = []
+
+    def gpupool_objects(self) -> bool:
+        """Whether any DeviceClass, ResourceClaimTemplate or DeviceTaintRule here is gpupool's
+        (its managed-by label)."""
+        mine = [*self.device_classes, *self.claim_templates, *self.taint_rules]
+        return any(o.managed_by == C.MANAGED_BY for o in mine)
 
     def devices(self, node: str, driver: str = NVIDIA_DRIVER) -> list[DraDevice]:
         """The current devices `driver` publishes for `node` (its pool's newest generation)."""

@@ -195,7 +195,8 @@ class SignalValue(Frozen):
     """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
 
     name: str
-    """queueLength, waitTime, or forecast/<d>d (a forecast day's reading)."""
+    """queueLength, waitTime, forecast/<d>d (a forecast day's reading) or forecast-down/<d>d
+    (one of the scale-down window, forecast.scaleDownLookahead)."""
     query: str
     value: float
 
@@ -371,13 +372,31 @@ class ApplyDraObject(ActionBase):
     """The object's whole `spec`, in resource.k8s.io/v1 JSON."""
 
 
+class TaintDevice(ActionBase):
+    """Create a DeviceTaintRule (resource.k8s.io/v1; NoSchedule, key `gpupool.io/drain`) on one
+    device of a DRA pool's card about to be repartitioned (target: node/device), so that
+    kube-scheduler's allocator gives it to no new claim while the card drains; ordered before
+    the node's cordon (reconciler/plan/stages/drain_taints.py). Removed by a PruneDraObject once
+    the driver republished the node's new layout; created only while no one else owns the
+    name."""
+
+    kind: Literal["taint-device"] = "taint-device"
+    object_kind: Literal["DeviceTaintRule"] = "DeviceTaintRule"
+    namespace: Literal[""] = ""
+    name: str
+    verb: Literal["create", "update"]
+    labels: dict[str, str] = {}
+    spec: dict[str, Any]
+    """The rule's whole `spec`: `deviceSelector` (driver, pool, device) and `taint`."""
+
+
 class PruneDraObject(ActionBase):
-    """Delete a DeviceClass or ResourceClaimTemplate gpupool made that the desired state no
-    longer has (never a template a pod still names); deleted only while it carries gpupool's
-    label."""
+    """Delete a DeviceClass, ResourceClaimTemplate or DeviceTaintRule gpupool made that the
+    desired state no longer has (never a template a pod still names; a drain's taint rule once
+    the repartition it guarded is over); deleted only while it carries gpupool's label."""
 
     kind: Literal["prune-dra-object"] = "prune-dra-object"
-    object_kind: Literal["DeviceClass", "ResourceClaimTemplate"]
+    object_kind: Literal["DeviceClass", "ResourceClaimTemplate", "DeviceTaintRule"]
     namespace: str = ""
     name: str
 
@@ -405,7 +424,8 @@ Action = Annotated[
     | ApplyKueueObject
     | PruneKueueObject
     | ApplyDraObject
-    | PruneDraObject,
+    | PruneDraObject
+    | TaintDevice,
     Field(discriminator="kind"),
 ]
 
@@ -413,6 +433,7 @@ EVICTION_KINDS = frozenset({"preempt", "reclaim", "move"})
 
 # Order of kinds in a plan when dependencies leave a choice: disruptive first, as they would run.
 KIND_ORDER: tuple[str, ...] = (
+    "taint-device",  # the allocator stops placing on a card before its node is drained
     "cordon",
     "admit",  # its reservation is written before the evictions that free its cards
     "checkpoint",

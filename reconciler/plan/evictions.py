@@ -81,18 +81,37 @@ def stop_refusal(
     return ""
 
 
-def as_candidate(run: Run, w: Workload, pool: str | None) -> Candidate:
+def refused(run: Run, w: Workload, preemptor_priority: int | None = None) -> bool:
+    """`stop_refusal(run, w, preemptor_priority, budget=False)` is not '': the same answer
+    without the words. What does not change during a run (classes, start times, `now`) is
+    judged once per workload and priority; only whether a member is already stopped is
+    looked at each time."""
     members = run.gang(w)
-    cls = run.pclass(w.priority_class)
-    lost = 0.0
-    gpus = 0.0
-    for m in members:
-        n = float(len(m.allocations) or m.request.gpus or 1)
-        gpus += n
-        lost += n * (run.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0)
+    if any(m.key in run.evicted for m in members):
+        return True
+    key = (id(w), preemptor_priority)
+    known = run.memo.get(("refused", key))
+    if known is None or known[0] is not w:
+        no = bool(stop_refusal(run, w, preemptor_priority, budget=False))
+        known = run.memo[("refused", key)] = (w, no)
+    return known[1]
+
+
+def as_candidate(run: Run, w: Workload, pool: str | None) -> Candidate:
+    known = run.memo.get(("candidate", id(w)))
+    if known is None or known[0] is not w:
+        cls = run.pclass(w.priority_class)
+        lost = 0.0
+        gpus = 0.0
+        for m in run.gang(w):
+            n = float(len(m.allocations) or m.request.gpus or 1)
+            gpus += n
+            lost += n * (run.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0)
+        known = run.memo[("candidate", id(w))] = (w, cls.value if cls else 0, gpus, lost)
+    _, priority, gpus, lost = known
     return Candidate(
         key=w.key,
-        priority=cls.value if cls else 0,
+        priority=priority,
         preemptible=True,  # the gate decided
         over_quota=borrowing(run, w, pool),
         running_seconds=math.inf,
@@ -156,11 +175,11 @@ def reclaim_victim(run: Run, w: Workload, p: Demand, pool: str, team: str) -> bo
     team keeps at least its guarantee (`borrowed`)."""
     if run.team(w.namespace) in (None, team) or not borrowing(run, w, pool):
         return False
-    if not stop_refusal(run, w, run.demand_priority(p), budget=False):
+    if not refused(run, w, run.demand_priority(p)):
         return True
     return (
         reclaim_within_cohort(run, p.namespace) == "Any"
-        and not stop_refusal(run, w, budget=False)
+        and not refused(run, w)
         and held_back(run, w)
         and (p.priority_class or default_class(run)) not in victim_classes(run, w.priority_class)
         and borrowed(run, w, pool) >= whole_cards(run, w)
@@ -240,9 +259,7 @@ def victims_for(
         if any(m.key in seen for m in head):
             continue
         seen.update(m.key for m in head)
-        in_rules = (w.priority_class or default) in classes and not stop_refusal(
-            run, w, prio, budget=False
-        )
+        in_rules = (w.priority_class or default) in classes and not refused(run, w, prio)
         reclaim = (
             team is not None
             and preemptor is not None

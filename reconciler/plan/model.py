@@ -57,6 +57,7 @@ SUMMARY_KINDS = (
     "prune-kueue-object",
     "dra-object",
     "prune-dra-object",
+    "taint-device",
     "label-node",
 )
 SUMMARY_WORDS = {
@@ -78,6 +79,7 @@ SUMMARY_WORDS = {
     "prune-kueue-object": ("Kueue object pruned", "Kueue objects pruned"),
     "dra-object": ("DRA object change", "DRA object changes"),
     "prune-dra-object": ("DRA object pruned", "DRA objects pruned"),
+    "taint-device": ("device drained by taint", "devices drained by taint"),
 }
 COMPUTED = ("summary", "counts")
 WAITING_CODES = frozenset(

@@ -56,6 +56,7 @@ from reconciler.plan.partition import DEFAULT_BACKENDS, PartitionBackend
 from reconciler.plan.run import Demand, Run, init_usage
 from reconciler.plan.stages.admission import admit_demand, emit_admissions, honour_reservations
 from reconciler.plan.stages.caps import enforce_team_caps
+from reconciler.plan.stages.drain_taints import drain_taints
 from reconciler.plan.stages.drift import repartition_drift, report_fences
 from reconciler.plan.stages.idle import reclaim_idle
 from reconciler.plan.stages.inference import keep_warm_minimum, serve_inference
@@ -115,6 +116,7 @@ def plan_with_facts(
     repartition_actions(run)  # 10
     finish_drains(run)
     emit_admissions(run, demand)  # 11
+    drain_taints(run)  # DRA cards repartitioned or freed for a gang: tainted (first in order)
     check_no_overcommit(run.cluster)  # 12
     report_unmatched(run)
     return finished_plan(run), PlanFacts(targets=run.cluster.targets(), team_usage=observed_usage)

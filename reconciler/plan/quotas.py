@@ -7,9 +7,11 @@ the planner enforces the team-wide cap across namespaces itself (admission holds
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 
 from reconciler.conventions import GPU_RESOURCE, MANAGED_BY, SHARED_RESOURCE, mig_resource
-from reconciler.observe.model import PriorityClassObject, Request
+from reconciler.observe.model import PriorityClassObject, Request, Workload
 from reconciler.plan.dra import quota_key
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
@@ -45,6 +47,24 @@ def quota_use(r: Request) -> dict[str, int]:
     if r.shared_slices:
         use["requests." + SHARED_RESOURCE] = r.shared_slices
     return use
+
+
+def quota_use_by_namespace(workloads: Iterable[Workload]) -> dict[str, Counter]:
+    """Namespace -> what its pods count against its ResourceQuota: the sum of `quota_use`,
+    each request shape priced once (namespaces in the order their first pod comes)."""
+    shapes: dict[str, Counter] = {}
+    requests: dict[tuple, Request] = {}
+    for w in workloads:
+        r = w.request
+        shape = (r.gpus, tuple(r.mig.items()), r.shared_slices)
+        requests.setdefault(shape, r)
+        shapes.setdefault(w.namespace, Counter())[shape] += 1
+    out: dict[str, Counter] = {}
+    for ns, counted in shapes.items():
+        use = out[ns] = Counter()
+        for shape, n in counted.items():
+            use.update({res: k * n for res, k in quota_use(requests[shape]).items()})
+    return out
 
 
 def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict[str, str]]:

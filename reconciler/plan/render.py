@@ -37,6 +37,7 @@ SYMBOL = {
     "prune-kueue-object": "-",
     "dra-object": "+",
     "prune-dra-object": "-",
+    "taint-device": "~",
 }
 
 

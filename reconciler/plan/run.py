@@ -147,6 +147,11 @@ class Run:
     free to the plan), but an admission onto those cards waits until they are gone."""
     _hosts: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     _gang_index: dict[tuple[str, str, str], list[Workload]] | None = None
+    memo: dict[tuple, tuple] = field(default_factory=dict)
+    """Answers that hold for the whole run, by (what, id(workload), ...) -> (workload, ...):
+    the workload is kept beside its answer so an id is never taken for another's."""
+    _gang_of: dict[int, tuple[Workload, tuple[Workload, ...]]] = field(default_factory=dict)
+    """id(w) -> (w, its gang): `gang` answers each workload once per run (the index is fixed)."""
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
 
     def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
@@ -214,11 +219,17 @@ class Run:
     def gang(self, w: Workload) -> list[Workload]:
         """The running pods that live and die together with `w` (pods of one job: stopping
         one stops the job), `w` first; a pod of a service stands alone."""
+        known = self._gang_of.get(id(w))
+        if known is not None and known[0] is w:
+            return list(known[1])
         key = gang_key(w)
         if key is None:
-            return [w]
-        members = self._gangs().get(key, [w])
-        return [w] + [m for m in members if m.key != w.key]
+            gang = [w]
+        else:
+            wk = w.key
+            gang = [w] + [m for m in self._gangs().get(key, ()) if m is not w and m.key != wk]
+        self._gang_of[id(w)] = (w, tuple(gang))
+        return gang
 
     def _gangs(self) -> dict[tuple[str, str, str], list[Workload]]:
         if self._gang_index is None:
@@ -243,19 +254,34 @@ def init_usage(run: Run) -> None:
         hour_ago = run.now - timedelta(hours=1)
         recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
         run.budget_left = max(0, run.terms.budget_per_hour - recent)
+    # each team's pods counted by (pool, request shape), each shape priced once and the
+    # team's sum made once (Fractions are exact: it is the sum a running total gives)
+    counts: dict[str, dict[tuple, int]] = {}
+    price: dict[tuple, Fraction] = {}
+    teams: dict[str, str | None] = {}
     for w in run.cluster.workloads.values():
         if not w.placed:
             continue
-        team = run.team(w.namespace)
+        if w.namespace not in teams:
+            teams[w.namespace] = run.team(w.namespace)
+        team = teams[w.namespace]
         if team is None:
             continue
         pool = run.cluster.pool_of(w)
-        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + card_equivalents(
-            w, run.pool_view(pool)
-        )
+        r = w.request
+        shape = (pool, r.gpus, tuple(r.mig.items()), r.shared_slices)
+        if shape not in price:
+            price[shape] = card_equivalents(w, run.pool_view(pool))
+        per = counts.setdefault(team, {})
+        per[shape] = per.get(shape, 0) + 1
         if w.request.gpus and pool:
             for usage in (run.pool_whole_usage, run.running_whole):
                 usage[(team, pool)] = usage.get((team, pool), 0) + w.request.gpus
+    for team, per in counts.items():
+        total = run.team_usage.get(team, Fraction(0))
+        for shape, n in per.items():
+            total += price[shape] * n
+        run.team_usage[team] = total
 
 
 def gang_key(w: Workload) -> tuple[str, str, str] | None:

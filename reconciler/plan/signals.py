@@ -68,13 +68,15 @@ def scaling_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[Sig
 
 
 FORECAST = "forecast"
+FORECAST_DOWN = "forecast-down"
+"""The signal of the scale-down window's readings (forecast.scaleDownLookahead)."""
 DAY_SECONDS = 86400
 FORECAST_RESOLUTION = "30s"
 """The subquery step of the default forecast query (a usual scrape interval)."""
 
 
-def forecast_query_id(policy: str, t: ScaleTarget, day: int) -> str:
-    return f"{scaling_query_id(policy, t, FORECAST)}/{day}d"
+def forecast_query_id(policy: str, t: ScaleTarget, day: int, signal: str = FORECAST) -> str:
+    return f"{scaling_query_id(policy, t, signal)}/{day}d"
 
 
 def forecast_template(pol: ScalingPolicy) -> str:
@@ -90,31 +92,52 @@ def forecast_template(pol: ScalingPolicy) -> str:
     )
 
 
-def forecast_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[SignalQuery]:
+@dataclass(frozen=True)
+class ForecastQuery:
+    """One forecast query and what it reads: `signal` (FORECAST: the pre-warm's window,
+    FORECAST_DOWN: the scale-down's), the day `day` days back, a window of `window` seconds."""
+
+    query: SignalQuery
+    signal: str
+    day: int
+    window: int
+
+
+def forecast_plan(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[ForecastQuery]:
     """One query per previous day d (1..forecast.days): the signal over [now - d days,
-    now - d days + lookahead], the window that is coming up, as it was that day. `$window` is
-    the lookahead, `$offset` d days minus it (PromQL's `[w] offset o` covers [now - o - w,
-    now - o]). Read whatever signals.source is: annotations have no history."""
+    now - d days + lookahead], the window that is coming up, as it was that day; with
+    scaleDownLookahead, as many again over that longer window. `$window` is the window, `$offset`
+    d days minus it (PromQL's `[w] offset o` covers [now - o - w, now - o]). Read whatever
+    signals.source is: annotations have no history."""
     fc = pol.spec.forecast
     if fc is None:
         return []
-    window = max(1, int(fc.lookahead.total_seconds()))
+    windows = [(FORECAST, fc.lookahead)]
+    if fc.scale_down_lookahead is not None:
+        windows.append((FORECAST_DOWN, fc.scale_down_lookahead))
     template = forecast_template(pol)
-    return [
-        SignalQuery(
-            forecast_query_id(policy, t, day),
-            render_query(
-                template,
-                {
-                    "namespace": t.namespace,
-                    "name": t.name,
-                    "window": f"{window}s",
-                    "offset": f"{day * DAY_SECONDS - window}s",
-                },
-            ),
-        )
-        for day in range(1, fc.days + 1)
-    ]
+    out = []
+    for signal, length in windows:
+        window = max(1, int(length.total_seconds()))
+        for day in range(1, fc.days + 1):
+            values = {
+                "namespace": t.namespace,
+                "name": t.name,
+                "window": f"{window}s",
+                "offset": f"{day * DAY_SECONDS - window}s",
+            }
+            q = SignalQuery(
+                forecast_query_id(policy, t, day, signal), render_query(template, values)
+            )
+            out.append(ForecastQuery(q, signal, day, window))
+    return out
+
+
+def forecast_queries(
+    policy: str, pol: ScalingPolicy, t: ScaleTarget, signal: str | None = None
+) -> list[SignalQuery]:
+    """The queries of `forecast_plan` (only those of `signal` when given), in its order."""
+    return [f.query for f in forecast_plan(policy, pol, t) if signal in (None, f.signal)]
 
 
 @dataclass
@@ -128,13 +151,14 @@ class ForecastReadings:
 
 
 def forecast_readings(
-    observed: ObservedState, policy: str, pol: ScalingPolicy, t: ScaleTarget
+    observed: ObservedState, policy: str, pol: ScalingPolicy, t: ScaleTarget, signal: str = FORECAST
 ) -> ForecastReadings:
-    """Each day's reading of the target's forecast queries: the sum of its samples (as the
-    queue); an empty result is a day without history, an error or a negative value a problem."""
+    """Each day's reading of the target's forecast queries of `signal` (the pre-warm's window or
+    the scale-down's): the sum of its samples (as the queue); an empty result is a day without
+    history, an error or a negative value a problem."""
     out = ForecastReadings()
     evidence: list[SignalValue] = []
-    for q in forecast_queries(policy, pol, t):
+    for q in forecast_queries(policy, pol, t, signal):
         name = q.id.rsplit("/", 2)[1] + "/" + q.id.rsplit("/", 1)[1]
         r = reading(observed, q)
         why = unavailable(observed, q)

@@ -541,6 +541,11 @@ class Forecast(Model):
     """Previous days read, one query each (a day without history is left out)."""
     lookahead: Duration = Field("10m", validate_default=True)
     """How far ahead replicas are warmed: at least the model load plus a cycle."""
+    scale_down_lookahead: Duration | None = None
+    """How long the forecast must say a card stays free before a scale-down lends it back to
+    training: a scale-down stops at the forecast over this window (absent: `lookahead`). A
+    lend shorter than a training job's checkpoint interval plus its restart is work lost, so
+    this is at least `lookahead`, typically that interval."""
     statistic: Literal["max", "avg"] = "max"
     """How the default query sums up one day's window: its highest queue (`max_over_time`:
     covers the bursts) or its mean (`avg_over_time`: the level, bursts left to the reactive
@@ -560,9 +565,22 @@ class Forecast(Model):
             raise ValueError("statistic shapes the default query only: give one or the other")
         return self
 
-    @field_validator("lookahead")
+    @model_validator(mode="after")
+    def _scale_down_lookahead_covers_the_lookahead(self) -> Forecast:
+        down = self.scale_down_lookahead
+        if down is not None and down < self.lookahead:
+            raise ValueError(
+                f"scaleDownLookahead ({format_duration(down.total_seconds())}) is shorter than "
+                f"lookahead ({format_duration(self.lookahead.total_seconds())}): a scale-down "
+                "would drop replicas the pre-warm asks for again"
+            )
+        return self
+
+    @field_validator("lookahead", "scale_down_lookahead")
     @classmethod
-    def _lookahead(cls, v: timedelta) -> timedelta:
+    def _lookahead(cls, v: timedelta | None) -> timedelta | None:
+        if v is None:
+            return v
         if not timedelta(0) < v <= MAX_LOOKAHEAD:
             raise ValueError(
                 f"must be more than 0s and at most {format_duration(MAX_LOOKAHEAD.total_seconds())}"

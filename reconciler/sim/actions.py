@@ -56,8 +56,8 @@ re-reads and skips):
   second globalDefault class is refused, as the API server does).
 * PruneQuota / PrunePriorityClass: the object is gone, if it still carries gpupool's label
 * ApplyKueueObject / PruneKueueObject: the Kueue object is stored as sent / gone (ours only)
-* ApplyDraObject / PruneDraObject: the DeviceClass or ResourceClaimTemplate is stored as sent /
-  gone (ours only)
+* ApplyDraObject / PruneDraObject / TaintDevice: the DeviceClass, ResourceClaimTemplate or
+  DeviceTaintRule is stored as sent / gone (ours only)
   (the handlers delete nothing else).
 """
 
@@ -80,7 +80,12 @@ from reconciler.observe.model import (
     Workload,
     scale_down_order,
 )
-from reconciler.observe.model_dra import ClaimTemplateObject, DeviceClassObject
+from reconciler.observe.model_dra import (
+    ClaimTemplateObject,
+    DeviceClassObject,
+    DeviceTaint,
+    DeviceTaintRuleObject,
+)
 from reconciler.plan.actions import (
     Admit,
     ApplyDraObject,
@@ -101,6 +106,7 @@ from reconciler.plan.actions import (
     Resume,
     Scale,
     SetScaleEnvelope,
+    TaintDevice,
     Uncordon,
 )
 from reconciler.plan.cluster import node_pool_name as node_pool
@@ -490,11 +496,32 @@ def _prune_dra_object(world: World, a: PruneDraObject, now: datetime) -> None:
         kept = [c for c in dra.device_classes if c.name != a.name or c.managed_by != MANAGED_BY]
         world.dra = dra.model_copy(update={"device_classes": kept})
         return
+    if a.object_kind == "DeviceTaintRule":
+        rules = [r for r in dra.taint_rules if r.name != a.name or r.managed_by != MANAGED_BY]
+        world.dra = dra.model_copy(update={"taint_rules": rules})
+        return
     key = (a.namespace, a.name)
     kept_t = [
         t for t in dra.claim_templates if (t.namespace, t.name) != key or t.managed_by != MANAGED_BY
     ]
     world.dra = dra.model_copy(update={"claim_templates": kept_t})
+
+
+def _taint_device(world: World, a: TaintDevice, now: datetime) -> None:
+    dra = world.dra
+    if dra is None or any(r.name == a.name and r.managed_by != MANAGED_BY for r in dra.taint_rules):
+        return
+    sel, taint = a.spec["deviceSelector"], a.spec["taint"]
+    rule = DeviceTaintRuleObject(
+        name=a.name,
+        driver=sel.get("driver", ""),
+        pool=sel.get("pool", ""),
+        device=sel.get("device", ""),
+        taint=DeviceTaint(**taint),
+        managed_by=MANAGED_BY,
+    )
+    kept = [r for r in dra.taint_rules if r.name != a.name]
+    world.dra = dra.model_copy(update={"taint_rules": [*kept, rule]})
 
 
 def _other_backend(world: World, a: PartitionChange, now: datetime) -> None:
@@ -530,6 +557,7 @@ EFFECTS: dict[str, Callable] = {
     "prune-kueue-object": _prune_kueue_object,
     "dra-object": _dra_object,
     "prune-dra-object": _prune_dra_object,
+    "taint-device": _taint_device,
 }
 
 

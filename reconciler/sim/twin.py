@@ -56,7 +56,7 @@ from reconciler.observe.model import (
 from reconciler.plan.actions import MigReconfigure, SetSharing
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
-from reconciler.plan.signals import forecast_queries
+from reconciler.plan.signals import forecast_plan
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
 from reconciler.sim.failures import FailureClock
@@ -202,16 +202,8 @@ class Twin:
         self.cfg = cfg
         self.label = label
         pol, target = service_target(desired, cfg.service)
-        self.forecast = (
-            [
-                (q, int(q.id.rsplit("/", 1)[1][:-1]))
-                for q in forecast_queries(pol.metadata.name, pol, target)
-            ]
-            if pol.spec.forecast is not None
-            else []
-        )
+        self.forecast = forecast_plan(pol.metadata.name, pol, target)
         fc = pol.spec.forecast
-        self.lookahead = fc.lookahead.total_seconds() if fc is not None else 0.0
         if fc is not None and fc.query is not None:
             raise ValueError(
                 f"ScalingPolicy/{pol.metadata.name}: the twin answers the default forecast "
@@ -348,13 +340,13 @@ class Twin:
         cfg = self.cfg
         per = cfg.concurrency / cfg.service_rate
         out = []
-        for q, day in self.forecast:
-            lo = t - day * DAY
-            bins = self.load.window(lo, lo + self.lookahead) if lo >= 0 else []
+        for f in self.forecast:
+            lo = t - f.day * DAY
+            bins = self.load.window(lo, lo + f.window) if lo >= 0 else []
             samples = []
             if bins:
                 samples = [SignalSample(value=self._statistic(bins) * per)]
-            out.append(SignalReading(id=q.id, query=q.query, samples=samples))
+            out.append(SignalReading(id=f.query.id, query=f.query.query, samples=samples))
         return out
 
     def _statistic(self, bins: list[tuple[float, float, float]]) -> float:

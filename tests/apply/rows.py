@@ -51,6 +51,7 @@ from reconciler.plan.actions import (
     Scale,
     SetScaleEnvelope,
     SetSharing,
+    TaintDevice,
     Uncordon,
 )
 from tests.apply.rows_dra import DRA_ROWS
@@ -2918,4 +2919,5 @@ SERVER_SIDE_APPLY = (
     ApplyPriorityClass,
     ApplyKueueObject,  # a merge patch every time: the planner emits it only on a difference
     ApplyDraObject,  # the same
+    TaintDevice,  # the same
 )  # an apply every time, by design (idempotent on the server)

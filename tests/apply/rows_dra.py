@@ -6,9 +6,15 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import uuid_selector
+from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
 from reconciler.apply.port import ApiError
-from reconciler.plan.actions import Admit, ApplyDraObject, PodAdmission, PruneDraObject
+from reconciler.plan.actions import (
+    Admit,
+    ApplyDraObject,
+    PodAdmission,
+    PruneDraObject,
+    TaintDevice,
+)
 from tests.apply.table import NS, Dra, Pod, Probe, Row
 
 CLASS = "gpupool-d100-gpu"
@@ -141,6 +147,58 @@ DRA_ROWS = [
     ),
 ]
 
+# ------------------------------------------------------------------ drains by device taint
+RULE = "gpupool-drain-node-a-gpu-1"
+RULE_SPEC = {
+    "deviceSelector": {"driver": C.DRA_DRIVER, "pool": "node-a", "device": "gpu-1"},
+    "taint": {"key": C.DRA_DRAIN_TAINT, "value": "repartition", "effect": "NoSchedule"},
+}
+TAINT = TaintDevice(
+    id="taint-device:node-a/gpu-1",
+    target="node-a/gpu-1",
+    reason="drain gpu-1 for its repartition",
+    pool="d100",
+    name=RULE,
+    verb="create",
+    labels={C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: "d100"},
+    spec=RULE_SPEC,
+)
+PRUNE_RULE = PruneDraObject(
+    id=f"prune-dra:DeviceTaintRule:{RULE}",
+    target=RULE,
+    reason="the repartition is over",
+    object_kind="DeviceTaintRule",
+    name=RULE,
+)
+DRA_ROWS += [
+    Row(
+        "taint-device/create",
+        TAINT,
+        (),
+        "done",
+        "created",
+        ("create_dra_object",),
+        check=dra_is("DeviceTaintRule", RULE, RULE_SPEC),
+    ),
+    Row(
+        "taint-device/foreign",
+        TAINT,
+        (Dra("DeviceTaintRule", RULE, spec=RULE_SPEC, managed_by="someone"),),
+        "skipped",
+        "is not gpupool's (managed by someone)",
+        (),
+    ),
+    Row(
+        "prune-dra/taint-rule",
+        PRUNE_RULE,
+        (Dra("DeviceTaintRule", RULE, spec=RULE_SPEC),),
+        "done",
+        "deleted",
+        ("delete_dra_object",),
+        check=dra_is("DeviceTaintRule", RULE, None),
+    ),
+]
+
 
 # ------------------------------------------------------------------ exact admission
 UUIDS = ("GPU-a", "GPU-b")
@@ -181,6 +239,7 @@ def pinned(p: Probe) -> None:
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
+    assert exactly["tolerations"] == [RESERVED_TOLERATION]
     assert exactly["deviceClassName"] == CLASS and exactly["count"] == 2
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]

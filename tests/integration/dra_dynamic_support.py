@@ -6,38 +6,9 @@ from __future__ import annotations
 
 from reconciler import conventions as C
 
+from .dra_support import claim_of, claim_pod  # noqa: F401 - shared with the other DRA tests
+
 G, V = C.DRA_GROUP, C.DRA_VERSION
-
-
-def claim_pod(kube, ns: str, name: str, template: str, cls: str) -> None:
-    """A pod whose one claim is made from `template` (in a gated namespace: gated)."""
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "priorityClassName": cls,
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
-    )
-
-
-def claim_of(kube, ns: str, pod: str) -> dict | None:
-    """The claim the resourceclaim controller made for the pod (None: not yet)."""
-    p = kube.core.read_namespaced_pod(pod, ns)
-    made = {s.name: s.resource_claim_name for s in (p.status.resource_claim_statuses or [])}
-    if not made.get("gpus"):
-        return None
-    return kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", made["gpus"])
 
 
 def allocation(kube, ns: str, pod: str) -> tuple[str, list[str], str, dict] | None:

@@ -21,97 +21,13 @@ from reconciler import conventions as C
 from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
+from .dra_support import allocated, claim_of, claim_pod, dra_policy
 from .gating import gate_names, gated_namespace
 from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 from .world import CONTROLLER_SA
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
-
-
-def policy(sfx: str, ns: str) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: d{sfx}}}
-spec:
-  gpuModel: {A100}
-  backend: dra
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
-  capacity: {{nodes: 2, gpusPerNode: 4}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: low-{sfx}, value: 10000, workload: training}}
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{ns}]
-  pools:
-    - pool: d{sfx}
-      whole: {{guaranteed: 6, borrowingLimit: 0}}
-      mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
-"""
-
-
-def claim_pod(kube, ns: str, name: str, template: str, cls: str, gang: str = "") -> None:
-    meta: dict = {"name": name}
-    if gang:  # an explicit gang of two
-        meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: "2"}
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": meta,
-            "spec": {
-                "priorityClassName": cls,
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
-    )
-
-
-def claim_of(kube, ns: str, pod: str) -> dict | None:
-    p = kube.core.read_namespaced_pod(pod, ns)
-    made = {s.name: s.resource_claim_name for s in (p.status.resource_claim_statuses or [])}
-    if not made.get("gpus"):
-        return None
-    return kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", made["gpus"])
-
-
-def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | None:
-    """(node, allocated devices, planned devices by name) once the pod is bound and its claim
-    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice."""
-    p = kube.core.read_namespaced_pod(pod, ns)
-    claim = claim_of(kube, ns, pod)
-    alloc = ((claim or {}).get("status") or {}).get("allocation")
-    if not p.spec.node_name or not alloc:
-        return None
-    node = p.spec.node_name
-    got = sorted(r["device"] for r in alloc["devices"]["results"] if r["pool"] == node) + sorted(
-        f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"] if r["pool"] != node
-    )
-    planned = (claim["metadata"].get("annotations") or {}).get(C.DRA_PLANNED_ANN, "")
-    slc = kube.custom.get_cluster_custom_object(G, V, "resourceslices", f"{node}-{C.DRA_DRIVER}")
-    by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
-    named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
-    return node, got, named
 
 
 def admit_round(kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]], lose: str = ""):
@@ -164,7 +80,7 @@ def test_allocations_are_the_plan(kube, tmp_path):
         plugin = DraPlugin(kube.custom, node, cards=4, mig=mig)
         plugin.publish()
         kube.cleanup(plugin.remove)
-    write_policy(tmp_path, policy(sfx, ns))
+    write_policy(tmp_path, dra_policy(sfx, ns))
     kube.cleanup(lambda: drop_device_classes(kube, f"d{sfx}"))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
@@ -269,7 +185,7 @@ def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_pat
     plugin = DraPlugin(kube.custom, node, cards=2)
     plugin.publish()
     kube.cleanup(plugin.remove)
-    write_policy(tmp_path, policy(sfx, ns))
+    write_policy(tmp_path, dra_policy(sfx, ns))
     kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()

@@ -124,6 +124,16 @@ EXERCISED_ELSEWHERE.update(
         )
     }
 )
+# DRA drains: a DeviceTaintRule per device of a card being repartitioned, read before the write,
+# put back when edited, deleted once the driver republished the layout.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: {v} resource.k8s.io/devicetaintrules": (
+            "test_dra_taints.py::test_a_drain_by_device_taint_on_the_real_scheduler"
+        )
+        for v in ("get", "create", "patch", "delete")
+    }
+)
 # DRA exact admission: a gated pod's claim replaced with one pinned to the planned devices.
 EXERCISED_ELSEWHERE.update(
     {

@@ -16,6 +16,7 @@ from reconciler.observe.model import (
     Autoscaler,
     InferenceService,
     KueueObject,
+    Node,
     PriorityClassObject,
     QuotaObject,
     Request,
@@ -25,6 +26,8 @@ from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     CounterConsumption,
     DeviceClassObject,
+    DeviceTaint,
+    DeviceTaintRuleObject,
     DraDevice,
     DraState,
     ResourceSlice,
@@ -634,6 +637,60 @@ def dra_pool():
     return text, observed.model_copy(update={"dra": dra})
 
 
+def published_slices(nodes: list[Node]) -> list[ResourceSlice]:
+    """Each node's cards as NVIDIA's DRA driver publishes them (one slice, its pool named after
+    the node; names as observe/model_dra.py cites): whole cards, or a MIG card's instances."""
+    out = []
+    for n in nodes:
+        devices = []
+        for g in n.gpus:
+            uuid = g.uuid or f"GPU-{n.name}-{g.index}"
+            if not g.mig_enabled:
+                devices.append(
+                    DraDevice(name=f"gpu-{g.index}", attributes={"type": "gpu", "uuid": uuid})
+                )
+                continue
+            devices += [
+                DraDevice(
+                    name=f"gpu-{g.index}-mig-{i.profile.replace('.', '')}-9-{i.start}",
+                    attributes={"type": "mig", "parentUUID": uuid, "profile": i.profile},
+                )
+                for i in g.mig_instances
+            ]
+        out.append(
+            ResourceSlice(
+                name=n.name, driver="gpu.nvidia.com", pool=n.name, node=n.name, devices=devices
+            )
+        )
+    return out
+
+
+def drain_rule(node: str, device: str, managed_by: str = "gpupool") -> DeviceTaintRuleObject:
+    """A DeviceTaintRule of gpupool's drain on one device (plan/stages/drain_taints.py)."""
+    return DeviceTaintRuleObject(
+        name=f"gpupool-drain-{node}-{device}",
+        driver="gpu.nvidia.com",
+        pool=node,
+        device=device,
+        taint=DeviceTaint(key="gpupool.io/drain", value="repartition", effect="NoSchedule"),
+        managed_by=managed_by,
+    )
+
+
+def dra_drain():
+    """Issue 32 item 4: the DRA pool's MIG inference repartitions a100-2's cards 0 and 1, whose
+    devices the driver publishes: each gets a DeviceTaintRule (NoSchedule) before the node is
+    cordoned, so the allocator gives them to no new claim while they drain; a drain rule left
+    on a100-1, whose repartition is over (not cordoned, the driver publishes what the agent
+    reports), is pruned."""
+    text, observed = dra_pool()
+    dra = DraState(
+        slices=published_slices(observed.nodes),
+        taint_rules=[drain_rule("a100-1", "gpu-9")],
+    )
+    return text, observed.model_copy(update={"dra": dra})
+
+
 H100 = "H100-SXM5-80GB"
 
 
@@ -727,6 +784,7 @@ SCENARIOS = {
         scale_envelope,
         kueue_mode,
         dra_pool,
+        dra_drain,
         dra_dynamic_mig,
     )
 }

@@ -69,6 +69,23 @@ def test_one_query_per_day_reads_the_coming_window_on_that_day():
     assert qs[1].query.endswith("[600s:30s] offset 172200s)")
 
 
+def test_a_scale_down_window_adds_one_query_per_day_over_it():
+    pol, t = policy("{days: 2, lookahead: 10m, scaleDownLookahead: 1h}")
+    plan = sig.forecast_plan("chat", pol, t)
+    assert [(f.signal, f.day, f.window) for f in plan] == [
+        ("forecast", 1, 600),
+        ("forecast", 2, 600),
+        ("forecast-down", 1, 3600),
+        ("forecast-down", 2, 3600),
+    ]
+    assert plan[2].query.id == "scaling/chat/Deployment/team-b/chat/forecast-down/1d"
+    # [3600s] offset 82800s covers [now - 86400s, now - 82800s]: the next hour, a day ago
+    assert plan[2].query.query.endswith("[3600s:30s] offset 82800s)")
+    assert sig.forecast_queries("chat", pol, t, sig.FORECAST) == [f.query for f in plan[:2]]
+    assert sig.forecast_queries("chat", pol, t, sig.FORECAST_DOWN) == [f.query for f in plan[2:]]
+    assert sig.forecast_queries("chat", pol, t) == [f.query for f in plan]
+
+
 def test_a_query_of_its_own_gets_the_placeholders():
     pol, t = policy(
         "{days: 1, query: 'avg_over_time(q{n=\"$namespace/$name\"}[$window] offset $offset)'}"

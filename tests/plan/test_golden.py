@@ -101,9 +101,27 @@ EXPECT = {
     ),
     # issue 32: a DRA pool's classes, templates and device-counting quotas; static MIG still
     # through mig-manager; no sharing; a class of a pool that is gone pruned after its template
+    "dra-drain": (
+        {
+            "taint-device:a100-2/gpu-0",
+            "taint-device:a100-2/gpu-1",
+            "cordon:a100-2",
+            "mig-reconfigure:a100-2",
+            "prune-dra:DeviceTaintRule:gpupool-drain-a100-1-gpu-9",
+        },
+        {"taint-device:a100-1/gpu-0"},
+        set(),
+    ),
     "dra-dynamic-mig": (
         {"admit:team-b/ranker-1", "admit:team-b/ranker-2", "admit:team-b/ranker-3"},
-        {"mig-reconfigure", "cordon", "uncordon", "partition-change", "set-sharing"},
+        {
+            "mig-reconfigure",
+            "cordon",
+            "uncordon",
+            "partition-change",
+            "set-sharing",
+            "taint-device",
+        },
         set(),
     ),
     "dra-pool": (

@@ -48,20 +48,23 @@ def test_a_forecast_loads_with_its_defaults_and_its_own_values():
         1.0,
         None,
     )
+    assert fc.scale_down_lookahead is None  # a scale-down stops at the lookahead's forecast
     given = text(
         "days: 7",
         "lookahead: 15m",
         "aggregate: median",
         "headroom: 1.2",
+        "scaleDownLookahead: 1h",
         "query: 'max_over_time(q{ns=\"$namespace\"}[$window] offset $offset)'",
     )
     fc = load([SourceFile("f.yaml", given)]).scaling["llm"].spec.forecast
-    assert (fc.days, fc.lookahead.total_seconds(), fc.aggregate, fc.headroom) == (
-        7,
-        900,
-        "median",
-        1.2,
-    )
+    assert (
+        fc.days,
+        fc.lookahead.total_seconds(),
+        fc.aggregate,
+        fc.headroom,
+        fc.scale_down_lookahead.total_seconds(),
+    ) == (7, 900, "median", 1.2, 3600)
 
 
 def test_no_forecast_is_reactive_only():
@@ -75,6 +78,24 @@ BAD = [
     ("too many days", ["days: 29"], UP, 0, 5, "spec.forecast.days", "less than or equal to 28"),
     ("no lookahead", ["lookahead: 0s"], UP, 0, 5, "spec.forecast.lookahead", "more than 0s"),
     ("lookahead a day", ["lookahead: 24h"], UP, 0, 5, "spec.forecast.lookahead", "at most 12h"),
+    (
+        "scale-down window a day",
+        ["scaleDownLookahead: 24h"],
+        UP,
+        0,
+        5,
+        "spec.forecast.scaleDownLookahead",
+        "at most 12h",
+    ),
+    (
+        "scale-down window shorter than the lookahead",
+        ["lookahead: 15m", "scaleDownLookahead: 10m"],
+        UP,
+        -1,
+        3,
+        "spec.forecast",
+        "scaleDownLookahead (10m) is shorter than lookahead (15m)",
+    ),
     ("mean", ["aggregate: mean"], UP, 0, 5, "spec.forecast.aggregate", "'max' or 'median'"),
     ("headroom", ["headroom: 0.1"], UP, 0, 5, "spec.forecast.headroom", "greater than or equal"),
     ("bool days", ["days: true"], UP, 0, 5, "spec.forecast.days", "valid integer"),

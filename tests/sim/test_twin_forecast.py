@@ -71,3 +71,20 @@ def test_prewarm_raises_replicas_before_the_daily_rise(tmp_path, monkeypatch):
     # and the rise is met: no shortfall on day 2 with pre-warming, some without
     assert with_fc["shortfall_gpu_s"] == 0 < without["shortfall_gpu_s"]
     assert with_fc["slo_attainment"] > without["slo_attainment"]
+
+
+def test_the_twin_answers_the_scale_down_window_over_its_own_length(tmp_path):
+    """With scaleDownLookahead the twin answers both queries per day, each over its window:
+    50 minutes before day 2's rise, yesterday's next 10 minutes were calm (1 req/s), its next
+    hour held the rise (6 req/s); x 10 concurrency / 1 req/s per replica."""
+    curve = two_days(tmp_path / "load.csv")
+    d = desired("{days: 1, lookahead: 10m, scaleDownLookahead: 1h}")
+    cfg = TwinConfig(service_rate=1.0, period=120.0, warmup=DAY, concurrency=10.0)
+    twin = twin_mod.Twin(d, curve, [], cfg)
+    got = {
+        r.id.split("/", 5)[-1]: [s.value for s in r.samples]
+        for r in twin._history(DAY + RISE - 3000)
+    }
+    assert got == {"forecast/1d": [10.0], "forecast-down/1d": [60.0]}
+    # the first day has no history for either window
+    assert all(not r.samples for r in twin._history(RISE))

@@ -1,5 +1,6 @@
 """DRA handlers: the DeviceClasses and ResourceClaimTemplates gpupool renders for pools with
-`spec.backend: dra` (reconciler/plan/dra.py), applied and pruned through the port's
+`spec.backend: dra` (reconciler/plan/dra.py), and the DeviceTaintRules of drains
+(reconciler/plan/stages/drain_taints.py), applied and pruned through the port's
 `dra_manager` / `create_dra_object` / `patch_dra_object` / `delete_dra_object`. Only objects
 with gpupool's managed-by label are changed or deleted."""
 
@@ -10,15 +11,15 @@ from typing import Any
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context, Outcome, handles
 from reconciler.apply.handlers.objects import _apply_object, _prune
-from reconciler.plan.actions import ApplyDraObject, PruneDraObject
+from reconciler.plan.actions import ApplyDraObject, PruneDraObject, TaintDevice
 
 
-@handles(ApplyDraObject)
-def dra_object(a: ApplyDraObject, ctx: Context) -> Outcome:
+@handles(ApplyDraObject, TaintDevice)
+def dra_object(a: ApplyDraObject | TaintDevice, ctx: Context) -> Outcome:
     """Create the object, or merge-patch its labels, annotations and `spec`; only while
     gpupool's (`objects._apply_object`)."""
     meta: dict[str, Any] = {"labels": dict(a.labels)}
-    if a.annotations:
+    if getattr(a, "annotations", None):
         meta["annotations"] = dict(a.annotations)
     return _apply_object(
         a,

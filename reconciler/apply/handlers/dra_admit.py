@@ -8,7 +8,8 @@ exists. What works on the real API server (tests/integration/test_dra_admit.py):
 is gated and the claim unallocated, delete the claim made from the template and create one
 under the same name, with the same owner (the pod, as controller) and annotations, whose
 requests on gpupool's classes carry one more CEL selector,
-`device.attributes['gpu.nvidia.com'].uuid in [...]`. The pod's
+`device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate the taint gpupool puts on
+cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`). The pod's
 `status.resourceClaimStatuses` already names the claim, so the controller makes no other, and
 kube-scheduler uses it as the pod's own (owner check). The claim is annotated
 `gpupool.io/planned-devices`, so it is written once. A claim the pod's status names but that
@@ -33,6 +34,11 @@ KIND = "ResourceClaim"
 SELECTOR_PREFIX = (
     f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].uuid in ["
 )
+
+
+RESERVED_TOLERATION = {"key": C.DRA_RESERVED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+"""On every request gpupool pins: the cards gpupool keeps for a waiting gang carry a device taint
+of that key (plan/stages/drain_taints.py); the pins choose which gang gets which card."""
 
 
 PARENT_PREFIX = (
@@ -96,6 +102,10 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
         r["selectors"] = [
             *_not_gpupools(r.get("selectors") or []),
             {"cel": {"expression": uuid_selector(devices)}},
+        ]
+        r["tolerations"] = [
+            *(t for t in r.get("tolerations") or [] if t != RESERVED_TOLERATION),
+            RESERVED_TOLERATION,
         ]
     return spec
 

@@ -37,6 +37,7 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
+    quota_use_by_namespace,
 )
 from reconciler.plan.run import Demand, Run, kueue_mode
 
@@ -57,9 +58,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
         ),
     )
     quotas = resource_quotas(run)
-    ns_use: dict[str, Counter] = {}
-    for w in run.cluster.workloads.values():
-        ns_use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
+    ns_use = quota_use_by_namespace(run.cluster.workloads.values())
     training_whole: Counter = Counter()
     for (_, pool), n in run.running_whole.items():
         training_whole[pool] += n

@@ -15,6 +15,7 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
+    quota_use_by_namespace,
 )
 from reconciler.plan.run import BUDGET, Run, suspended_job
 from reconciler.plan.victims import order_victims
@@ -29,8 +30,7 @@ def enforce_team_caps(run: Run) -> None:
     which `maxGPUs` does not cap in a ResourceQuota; a team spread over namespaces) is left
     running: stopping it would only restart it. New demand of the team is held meanwhile."""
     comeback = _Comeback(resource_quotas(run), set(run.observed.gated_namespaces or ()))
-    for w in run.cluster.workloads.values():
-        comeback.use.setdefault(w.namespace, Counter()).update(quota_use(w.request))
+    comeback.use.update(quota_use_by_namespace(run.cluster.workloads.values()))
     for q in sorted(run.desired.quotas.values(), key=lambda q: q.team):
         cap = q.spec.max_gpus
         if cap is None or run.team_usage.get(q.team, 0) <= cap:

@@ -16,13 +16,16 @@ from reconciler.policy.quantity import format_duration
 
 
 def reclaim_idle(run: Run) -> None:
+    policies = {p: run.desired.maintenance_for(p) for p in run.cluster.pools}
     for w in run.cluster.workloads.values():
         if w.phase != "Running" or w.key in run.evicted or not w.allocations:
             continue
         pool = run.cluster.pool_of(w)
         if pool is None:
             continue
-        for m in run.desired.maintenance_for(pool):
+        if pool not in policies:
+            policies[pool] = run.desired.maintenance_for(pool)
+        for m in policies[pool]:
             rule = m.spec.idle_reclaim
             if rule is None or not rule.enabled:
                 continue

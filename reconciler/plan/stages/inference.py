@@ -300,11 +300,18 @@ def _closed_by_memory(run: Run, pv: PoolView, p: Demand) -> str:
     if not r.shared_slices:
         return ""
     fits = _memory_rule(run, pv, p)
-    closed = {
-        g.node: g.target_slices
-        for g in pv.inference_slots()
-        if g.free_slices >= r.shared_slices and not fits(g.target_slices)
-    }
+    # the cards with enough free slices are those `shared_buckets` files at that count or more
+    # (the index `_choose_shared` places by); in card order, so a node's last card decides
+    cards = sorted(
+        (
+            g
+            for bucket in pv.shared_buckets()[r.shared_slices :]
+            for g in bucket
+            if g.free_slices >= r.shared_slices and not fits(g.target_slices)
+        ),
+        key=lambda g: (g.node, g.index),
+    )
+    closed = {g.node: g.target_slices for g in cards}
     if not closed:
         return ""
     where = ", ".join(

@@ -146,13 +146,22 @@ def _desired_replicas(
     """max(reactive, forecast): the reactive decision (`_reactive_replicas`), raised to the
     forecast's replicas (`_forecast`) when the policy has a forecast. A forecast above the
     replicas now is a pre-warm, subject to the scale-up cooldown, its reason `forecast: ...`;
-    one at or above a reactive scale-down's target holds the replicas there. Bounds first: a
-    service outside its target's bounds is brought inside them, forecast or not."""
+    a reactive scale-down stops at the forecast over the scale-down window
+    (forecast.scaleDownLookahead, else the lookahead), or is held when that is at or above
+    the replicas now. Bounds first: a service outside its target's bounds is brought inside
+    them, forecast or not."""
     want, why = _reactive_replicas(run, pol, svc, lo, hi)
     n = svc.replicas
-    if pol.spec.forecast is None or n < lo or n > hi:
+    fc = pol.spec.forecast
+    if fc is None or n < lo or n > hi:
         return want, why
     ahead = _forecast(run, pol, svc, lo, hi)
+    if want < n and fc.scale_down_lookahead is not None:  # a scale-down: the longer window
+        held = _forecast(run, pol, svc, lo, hi, sig.FORECAST_DOWN)
+        if held is not None:  # it holds replicas, never adds any (the pre-warm reads lookahead)
+            held = (min(held[0], n), held[1])
+            if ahead is None or held[0] > ahead[0]:
+                ahead = held
     if ahead is None or ahead[0] <= want:
         return want, why
     floor, text = ahead
@@ -168,24 +177,30 @@ def _desired_replicas(
 
 
 def _forecast(
-    run: Run, pol: ScalingPolicy, svc: InferenceService, lo: int, hi: int
+    run: Run,
+    pol: ScalingPolicy,
+    svc: InferenceService,
+    lo: int,
+    hi: int,
+    signal: str = sig.FORECAST,
 ) -> tuple[int, str] | None:
-    """The forecast's replicas within the target's bounds, and the reason's text
-    (`forecast: ...`); None without a forecast or without history. A day whose reading failed
-    is a finding (the forecast uses the days that were read)."""
+    """The forecast's replicas within the target's bounds over the pre-warm's window (signal
+    FORECAST) or the scale-down's (FORECAST_DOWN), and the reason's text (`forecast: ...`);
+    None without a forecast or without history. A day whose reading failed is a finding (the
+    forecast uses the days that were read)."""
     fc = pol.spec.forecast
     per = pol.spec.scale_up.queue_length_per_replica
     if fc is None or per is None:
         return None
     name = pol.metadata.name
     target = _target(pol, svc)
-    read = sig.forecast_readings(run.observed, name, pol, target)
-    for signal, query, why in read.problems:
+    read = sig.forecast_readings(run.observed, name, pol, target, signal)
+    for what, query, why in read.problems:
         run.find(
             "warning",
             "forecast-unavailable",
             svc.key,
-            f"ScalingPolicy/{name} cannot read {signal} ({query}): {why}; "
+            f"ScalingPolicy/{name} cannot read {what} ({query}): {why}; "
             "the forecast uses the other days",
         )
     got = fc_replicas(read.days, per, aggregate=fc.aggregate, headroom=fc.headroom)
@@ -195,7 +210,8 @@ def _forecast(
     if read.evidence:
         run.scale_signals[svc.key] = (*run.scale_signals.get(svc.key, ()), *read.evidence)
     seen = sum(1 for v in read.days if v is not None)
-    window = format_duration(fc.lookahead.total_seconds())
+    length = fc.scale_down_lookahead if signal == sig.FORECAST_DOWN else fc.lookahead
+    window = format_duration((length or fc.lookahead).total_seconds())
     clamp = min(hi, max(lo, want))
     bound = f" (the target's {'maximum' if clamp < want else 'minimum'})" if clamp != want else ""
     head = f" x {fc.headroom:g}" if fc.headroom != 1 else ""

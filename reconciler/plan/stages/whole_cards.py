@@ -1,11 +1,14 @@
 """Whole-card placement shared by training and defragmentation: a gang's pods each on one
 node, through the shared placement policy over a best-fit shortlist, cards by NVLink island /
-NUMA preference."""
+NUMA preference; a gang of several pods within one multi-node NVLink domain (the nodes' GPU
+feature discovery label `nvidia.com/gpu.clique`) where one has room for it, the fullest such
+domain first, else anywhere (said as a finding)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from reconciler.conventions import GPU_CLIQUE_LABEL
 from reconciler.plan import placement
 from reconciler.plan.cluster import (
     GpuSlot,
@@ -36,20 +39,25 @@ def _fits_group(slots: list[GpuSlot], n: int, topology: str) -> bool:
     return any(c >= n for c in groups.values())
 
 
-def _place_one(run: Run, pv: PoolView, n: int, holder: str) -> list[GpuSlot] | None:
+def _place_one(
+    run: Run, pv: PoolView, n: int, holder: str, within: set[str] | None = None
+) -> list[GpuSlot] | None:
     """The node comes from the shared placement policy (the simulator's code) over a shortlist
     of nodes that can take the pod, best-fit first; the cards within it from the pool's
     topology preference. With an NVLink/NUMA preference, nodes where one island/NUMA node
-    holds the whole pod are shortlisted first, across the pool."""
+    holds the whole pod are shortlisted first, across the pool. `within`: only those nodes."""
     topology = pv.pool.spec.training.topology
-    shortlist = pv.nodes_fitting(n, SHORTLIST)
+    if within is None:
+        shortlist = pv.nodes_fitting(n, SHORTLIST)
+    else:
+        shortlist = [x for x in pv.nodes_fitting(n, len(pv.nodes)) if x in within][:SHORTLIST]
     if not shortlist:
         return None
     if n > 1 and topology in ("nvlink", "numa"):
         grouped = [
             node
             for node in pv.nodes_fitting(n, len(pv.nodes))
-            if _fits_group(pv.by_node()[node], n, topology)
+            if _fits_group(pv.by_node()[node], n, topology) and (within is None or node in within)
         ][:SHORTLIST]
         shortlist = grouped or shortlist
     states = [whole_state(pv, node) for node in shortlist]
@@ -67,16 +75,60 @@ def _place_one(run: Run, pv: PoolView, n: int, holder: str) -> list[GpuSlot] | N
 
 
 def place_gang(run: Run, pv: PoolView, p: Demand) -> bool:
-    """Every pod of the gang gets its cards, or none does."""
+    """Every pod of the gang gets its cards, or none does; within one NVLink domain where one
+    has room for all of it (`nvlink_domains`), else anywhere."""
+    domains = nvlink_domains(pv, p.request.gpus, len(p.members))
+    for within in [*domains.values(), None] if domains else [None]:
+        if _place_all(run, pv, p, within):
+            if within is None and _cliques(pv):
+                run.find(
+                    "info",
+                    "gang-spans-nvlink-domains",
+                    p.key,
+                    f"{p.key} ({len(p.members)} pods) is placed across NVLink domains: no "
+                    f"{GPU_CLIQUE_LABEL} domain of {pv.name} has room for all of it",
+                )
+            return True
+    return False
+
+
+def _place_all(run: Run, pv: PoolView, p: Demand, within: set[str] | None) -> bool:
     placed: list[list[GpuSlot]] = []
     for key in p.members:
-        got = _place_one(run, pv, p.request.gpus, key)
+        got = _place_one(run, pv, p.request.gpus, key, within)
         if got is None:
             for cards in placed:
                 pv.unreserve(cards)
             return False
         placed.append(got)
     return True
+
+
+def _cliques(pv: PoolView) -> dict[str, set[str]]:
+    """Multi-node NVLink domain (GPU feature discovery's label) -> the pool's nodes in it."""
+    out: dict[str, set[str]] = {}
+    for name, node in pv.nodes.items():
+        clique = node.labels.get(GPU_CLIQUE_LABEL, "")
+        if clique:
+            out.setdefault(clique, set()).add(name)
+    return out
+
+
+def nvlink_domains(pv: PoolView, n: int, pods: int) -> dict[str, set[str]]:
+    """The NVLink domains where a gang of `pods` pods of `n` cards each could go now, fullest
+    first (fewest free cards: best fit), then by name; none for a lone pod, a pool whose
+    topology is `none`, or nodes without the label."""
+    if pods < 2 or n < 1 or pv.pool.spec.training.topology == "none":
+        return {}
+    room = {
+        c: (sum(pv.free_whole_on(x) // n for x in nodes), sum(pv.free_whole_on(x) for x in nodes))
+        for c, nodes in _cliques(pv).items()
+    }
+    fitting = sorted(
+        (c for c, (fit, _) in room.items() if fit >= pods), key=lambda c: (room[c][1], c)
+    )
+    cliques = _cliques(pv)
+    return {c: cliques[c] for c in fitting}
 
 
 def whole_state(pv: PoolView, node: str) -> placement.NodeState:

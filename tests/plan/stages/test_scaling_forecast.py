@@ -121,3 +121,45 @@ def test_the_reason_says_what_was_forecast():
         "forecast: queue over the next 15m was max 50 on the last 2 days -> 5 replicas at "
         f"10/replica: pre-warm {CHAT} 2 -> 5"
     )
+
+
+# forecast.scaleDownLookahead: a scale-down stops at the forecast over the longer window (the
+# cards are lent to training only when it says they stay free that long); the pre-warm still
+# reads the lookahead. (pre-warm window's reading, scale-down window's, service, wanted
+# replicas (None: no intent), the reason's tail)
+DOWN_ROWS = [
+    pytest.param(10, 40, svc(4, queue=0), None, "", id="held-by-the-scale-down-window"),
+    pytest.param(10, 60, svc(4, queue=0), None, "", id="held-never-raised-by-the-window"),
+    pytest.param(10, 30, svc(4, queue=0), 3, "stops at 3", id="stops-at-the-scale-down-window"),
+    pytest.param(30, 10, svc(4, queue=0), 3, "stops at 3", id="the-lookahead-still-holds"),
+    pytest.param(5, 5, svc(4, queue=0), 1, "scale team-b/chat 4 -> 1", id="both-below-reactive"),
+    pytest.param(10, 60, svc(2, queue=15), None, "", id="no-pre-warm-from-the-longer-window"),
+    pytest.param(40, 60, svc(2, queue=15), 4, "pre-warm team-b/chat 2 -> 4", id="pre-warm"),
+    pytest.param(10, None, svc(4, queue=0), 1, "4 -> 1", id="no-history-over-the-longer-window"),
+]
+
+
+@pytest.mark.parametrize(("ahead", "down", "service", "want", "tail"), DOWN_ROWS)
+def test_a_scale_down_reads_the_scale_down_window(ahead, down, service, want, tail):
+    text = desired(
+        extra=scaling(lo=1, hi=6, down_step=3)
+        + "  forecast: {days: 1, lookahead: 10m, scaleDownLookahead: 1h}\n"
+    )
+    pol = load([SourceFile("desired.yaml", text)]).scaling["chat"]
+    queries = sig.forecast_queries("chat", pol, pol.spec.targets[0])
+    signals = [
+        SignalReading(id=q.id, query=q.query, samples=[] if v is None else [SignalSample(value=v)])
+        for q, v in zip(queries, [ahead, down], strict=True)
+    ]
+    run = stage_run(text, two_nodes(SHARED_CARD), [], services=[service], signals=signals)
+    intents, new, _ = plan_scaling(run)
+    assert [(i.svc.key, i.want) for i in intents] == ([(CHAT, want)] if want else [])
+    emit_scales(run, intents, new)
+    (scale,) = [a for a in run.actions.values() if isinstance(a, Scale)] or [None]
+    assert (scale is None) == (want is None)
+    if scale is not None:
+        assert tail in scale.reason, scale.reason
+        if "stops at" in tail:
+            window = "1h" if down >= ahead else "10m"
+            assert f"forecast: queue over the next {window} was max" in scale.reason
+    assert findings_of(run) == set()

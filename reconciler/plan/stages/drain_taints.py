@@ -1,0 +1,224 @@
+"""Device taints on DRA (issue 32 item 4): DeviceTaintRules (resource.k8s.io/v1) gpupool writes,
+with its managed-by label, on devices NVIDIA's driver publishes, so that kube-scheduler's DRA
+allocator gives them to no claim that does not tolerate the taint:
+
+- drains: before a card of a DRA pool changes layout (static MIG: mig-manager through the
+  backend's MigReconfigure), a NoSchedule `gpupool.io/drain=repartition` on each of the card's
+  devices, so nothing new is allocated there while it drains, whatever a pod tolerates of the
+  node's cordon. The rules run first in the plan (`taint-device` before `cordon`) and stay while
+  the repartition is not over on the node (gpupool's cordon is on, mig-manager has not
+  finished, or the driver has not republished the node's slices as the node agent reports its
+  cards); then they are pruned.
+- reservations: the cards the plan frees for a waiting gated gang (an Admit that waits for its
+  victims, then the pods' `gpupool.io/reserved`) get a NoSchedule
+  `gpupool.io/reserved-for-gang=gang`, so a pod that bypasses gpupool's gate cannot take them
+  while the victims terminate; the claims gpupool pins at exact admission tolerate it
+  (apply/handlers/dra_admit.py), and the pins keep one gang off another's cards. Pruned once
+  the gang is admitted (no pod gated on that reservation any more).
+
+A rule gpupool made that is wanted by neither is stale and pruned. resource.k8s.io/v1
+DeviceTaintRule (Kubernetes v1.37.2 serves it in v1 only; v1beta2 and v1alpha3 answer 404):
+`spec.deviceSelector` has `driver`, `pool` and `device` (a `deviceClassName` or CEL `selectors`
+there is dropped by the server), `spec.taint` a key, value and effect (`NoSchedule` |
+`NoExecute`; the server stamps `timeAdded`): one rule per device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler import conventions as C
+from reconciler.observe.model import Node
+from reconciler.observe.model_dra import DeviceTaintRuleObject, DraDevice, DraState
+from reconciler.plan.actions import Admit, PruneDraObject, TaintDevice
+from reconciler.plan.objects.dra_objects import _published, _reported
+from reconciler.plan.objects.wanted import foreign
+from reconciler.plan.partition import partition_for
+from reconciler.plan.run import Run
+from reconciler.plan.stages.repartitions import unresolved
+
+KIND = "DeviceTaintRule"
+DRAIN_VALUE = "repartition"
+RESERVED_VALUE = "gang"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One rule the plan wants: on `device` of `node` (card `index`), for Pool `pool`."""
+
+    key: str
+    value: str
+    node: str
+    device: str
+    index: int
+    pool: str
+    why: str
+
+    @property
+    def name(self) -> str:
+        return rule_name(self.node, self.device, self.key)
+
+
+def rule_name(node: str, device: str, key: str = C.DRA_DRAIN_TAINT) -> str:
+    what = "drain" if key == C.DRA_DRAIN_TAINT else "reserve"
+    return f"gpupool-{what}-{node}-{device}"
+
+
+def card_devices(devices: list[DraDevice], node: Node | None, index: int) -> list[DraDevice]:
+    """The devices NVIDIA's driver publishes for card `index`: the card itself (`gpu-<minor>`,
+    or its `uuid`) and its MIG devices (`parentUUID`, or a name under `gpu-<minor>-`)."""
+    uuid = next((g.uuid for g in (node.gpus if node else []) if g.index == index and g.uuid), "")
+    out = []
+    for d in devices:
+        by_uuid = bool(uuid) and uuid in (d.attr("uuid"), d.attr("parentUUID"))
+        if by_uuid or d.name == f"gpu-{index}" or d.name.startswith(f"gpu-{index}-"):
+            out.append(d)
+    return out
+
+
+def _spec(w: Wanted, pool: str) -> dict:
+    return {
+        "deviceSelector": {"driver": C.DRA_DRIVER, "pool": pool, "device": w.device},
+        "taint": {"key": w.key, "value": w.value, "effect": "NoSchedule"},
+    }
+
+
+def _same(r: DeviceTaintRuleObject, w: Wanted, pool: str) -> bool:
+    t = r.taint
+    return (r.driver, r.pool, r.device, t.key, t.value, t.effect) == (
+        C.DRA_DRIVER,
+        pool,
+        w.device,
+        w.key,
+        w.value,
+        "NoSchedule",
+    )
+
+
+def _driver_pool(dra: DraState, node: str) -> str:
+    """The driver's pool for `node` (NVIDIA's driver names it after the node)."""
+    return next(
+        (s.pool for s in dra.slices if s.driver == C.DRA_DRIVER and (s.node or s.pool) == node),
+        node,
+    )
+
+
+def drain_taints(run: Run) -> None:
+    """After the repartitions and admissions (steps 10-11): the rules of drains and
+    reservations, created where missing or different; gpupool's rules no longer wanted pruned
+    (a drain's only once its node's repartition is over)."""
+    dra = run.observed.dra
+    if dra is None:
+        return
+    nodes = {n.name: n for n in run.observed.nodes}
+    live = {r.name: r for r in dra.taint_rules}
+    want = {w.name: w for w in [*_drains(run, dra, nodes), *_reservations(run, dra, nodes)]}
+    for name, w in sorted(want.items()):
+        _want(run, live.get(name), w, _driver_pool(dra, w.node))
+    for name, r in sorted(live.items()):
+        mine = r.managed_by == C.MANAGED_BY and r.taint.key in (
+            C.DRA_DRAIN_TAINT,
+            C.DRA_RESERVED_TAINT,
+        )
+        if name in want or not mine:
+            continue
+        if r.taint.key == C.DRA_DRAIN_TAINT and _draining(run, dra, nodes.get(r.pool)):
+            continue
+        what = (
+            f"the repartition it drained {r.device} on {r.pool} for is over"
+            if r.taint.key == C.DRA_DRAIN_TAINT
+            else f"no gated gang waits for {r.device} on {r.pool} any more"
+        )
+        run.add(
+            PruneDraObject(
+                id=f"prune-dra:{KIND}:{name}",
+                target=name,
+                reason=f"prune {KIND} {name}: {what} "
+                f"(gpupool made it: {C.MANAGED_BY_LABEL}={C.MANAGED_BY})",
+                object_kind=KIND,
+                name=name,
+            )
+        )
+
+
+def _drains(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wanted]:
+    out = []
+    for pv in run.cluster.pools.values():
+        if pv.pool.spec.backend != "dra" or not partition_for(run, pv).changes_on_node(pv):
+            continue  # DynamicMIG: a partition is made at allocation, nothing drains
+        for node, slots in sorted(pv.by_node().items()):
+            for g in sorted((g for g in slots if g.changes), key=lambda g: g.index):
+                for d in card_devices(dra.devices(node), nodes.get(node), g.index):
+                    why = "while the card drains for its repartition"
+                    out.append(
+                        Wanted(C.DRA_DRAIN_TAINT, DRAIN_VALUE, node, d.name, g.index, pv.name, why)
+                    )
+    return out
+
+
+def _reservations(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wanted]:
+    """The cards of gated gangs' reservations on DRA pools: those an Admit of this plan waits
+    for its victims to free, and those observed gated pods' `gpupool.io/reserved` name."""
+    pool_of = {
+        n: pv.name
+        for pv in run.cluster.pools.values()
+        if pv.pool.spec.backend == "dra"
+        for n in pv.nodes
+    }
+    held: dict[tuple[str, int], str] = {}
+    for a in run.actions.values():
+        if isinstance(a, Admit) and a.after:
+            for pa in a.pods:
+                held.update({(pa.node, i): f"{a.namespace}/{pa.name}" for i in pa.gpus})
+    for w in run.observed.workloads:
+        if w.admission == "gpupool" and w.reserved_node:
+            held.update({(w.reserved_node, i): w.key for i in w.reserved_gpus})
+    out = []
+    for (node, index), pod in sorted(held.items()):
+        if node not in pool_of:
+            continue
+        for d in card_devices(dra.devices(node), nodes.get(node), index):
+            why = f"while its victims free it for {pod}'s gang"
+            out.append(
+                Wanted(
+                    C.DRA_RESERVED_TAINT, RESERVED_VALUE, node, d.name, index, pool_of[node], why
+                )
+            )
+    return out
+
+
+def _want(run: Run, cur: DeviceTaintRuleObject | None, w: Wanted, pool: str) -> None:
+    if cur is not None and cur.managed_by != C.MANAGED_BY:
+        foreign(run, KIND, w.name, cur.managed_by, "gpupool's device taint")
+        return
+    if cur is not None and _same(cur, w, pool):
+        return
+    prefix = "" if w.key == C.DRA_DRAIN_TAINT else "reserve:"
+    run.add(
+        TaintDevice(
+            id=f"taint-device:{prefix}{w.node}/{w.device}",
+            target=f"{w.node}/{w.device}",
+            pool=w.pool,
+            reason=f"{'taint' if cur is None else 'fix the taint of'} {w.device} (GPU {w.index} "
+            f"of {w.node}) {w.key}={w.value}:NoSchedule: the DRA allocator gives it to no new "
+            f"claim {w.why}",
+            name=w.name,
+            verb="create" if cur is None else "update",
+            labels={C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: w.pool},
+            spec=_spec(w, pool),
+        )
+    )
+
+
+def _draining(run: Run, dra: DraState, node: Node | None) -> bool:
+    """Whether `node`'s repartition is not over: gpupool's cordon stays this cycle, mig-manager
+    has not finished gpupool's config, or the driver publishes another layout than the node
+    agent reports (it has not republished yet)."""
+    if node is None:
+        return False
+    cordoned = node.unschedulable and C.CORDONED_FOR_ANN in node.annotations
+    if cordoned and f"uncordon:{node.name}" not in run.actions:
+        return True
+    if f"cordon:{node.name}" in run.actions or unresolved(node.labels):
+        return True
+    devices = dra.devices(node.name)
+    return bool(devices) and _published(devices) != _reported(node)

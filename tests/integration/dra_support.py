@@ -1,0 +1,125 @@
+"""Set-up shared by the DRA integration tests on the real scheduler (test_dra_admit.py,
+test_dra_taints.py): a DRA pool's policy, a pod on one of gpupool's ResourceClaimTemplates, its
+claim and what the allocator gave it, and the cleanup of the cluster-scoped objects gpupool
+makes (left behind, the next test's controller would prune them and count writes that test
+never caused)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from reconciler import conventions as C
+
+from .harness import A100
+
+G, V = C.DRA_GROUP, C.DRA_VERSION
+
+
+def dra_policy(sfx: str, ns: str, *, nodes: int = 2, whole: int = 6, gpus_per_node: int = 4) -> str:
+    """Pool d<sfx> on DRA (A100, `two-3g` MIG layout), training and inference classes, and a
+    Quota for `ns` of `whole` cards and two 3g.40gb instances."""
+    return f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: d{sfx}}}
+spec:
+  gpuModel: {A100}
+  backend: dra
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
+  capacity: {{nodes: {nodes}, gpusPerNode: {gpus_per_node}}}
+  training: {{minGPUs: 0}}
+  inference:
+    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityPolicy
+metadata: {{name: cluster}}
+spec:
+  classes:
+    - {{name: low-{sfx}, value: 10000, workload: training}}
+    - {{name: serve-{sfx}, value: 20000, workload: inference}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {{name: q{sfx}}}
+spec:
+  namespaces: [{ns}]
+  pools:
+    - pool: d{sfx}
+      whole: {{guaranteed: {whole}, borrowingLimit: 0}}
+      mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
+"""
+
+
+def claim_pod(
+    kube, ns: str, name: str, template: str, cls: str, gang: str = "", size: int = 2
+) -> None:
+    """A pod whose one claim (`gpus`) is made from `template`; `gang`: an explicit gang of
+    `size`."""
+    meta: dict = {"name": name}
+    if gang:
+        meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: str(size)}
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": meta,
+            "spec": {
+                "priorityClassName": cls,
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+
+
+def claim_of(kube, ns: str, pod: str, entry: str = "gpus") -> dict | None:
+    """The ResourceClaim made for the pod's claim `entry`, None while not made."""
+    p = kube.core.read_namespaced_pod(pod, ns)
+    made = {s.name: s.resource_claim_name for s in (p.status.resource_claim_statuses or [])}
+    if not made.get(entry):
+        return None
+    return kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", made[entry])
+
+
+def allocated_devices(claim: dict | None) -> list[tuple[str, str]] | None:
+    """(pool, device) of a claim's allocation, None while not allocated."""
+    alloc = ((claim or {}).get("status") or {}).get("allocation")
+    if not alloc:
+        return None
+    return sorted((r["pool"], r["device"]) for r in alloc["devices"]["results"])
+
+
+def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | None:
+    """(node, allocated devices, planned devices by name) once the pod is bound and its claim
+    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice."""
+    p = kube.core.read_namespaced_pod(pod, ns)
+    claim = claim_of(kube, ns, pod)
+    alloc = ((claim or {}).get("status") or {}).get("allocation")
+    if not p.spec.node_name or not alloc:
+        return None
+    node = p.spec.node_name
+    got = sorted(r["device"] for r in alloc["devices"]["results"] if r["pool"] == node) + sorted(
+        f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"] if r["pool"] != node
+    )
+    planned = (claim["metadata"].get("annotations") or {}).get(C.DRA_PLANNED_ANN, "")
+    slc = kube.custom.get_cluster_custom_object(G, V, "resourceslices", f"{node}-{C.DRA_DRIVER}")
+    by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
+    named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
+    return node, got, named
+
+
+def drop_taint_rules(kube, node: str) -> None:
+    """Delete the DeviceTaintRules gpupool made for `node`'s devices (cluster-scoped)."""
+    listed = kube.custom.list_cluster_custom_object(G, V, "devicetaintrules")
+    for item in listed.get("items", []):
+        name = item["metadata"]["name"]
+        if name.startswith(f"gpupool-drain-{node}-"):
+            with contextlib.suppress(Exception):  # gone already
+                kube.custom.delete_cluster_custom_object(G, V, "devicetaintrules", name)

@@ -1,0 +1,389 @@
+"""Drains by device taint, a gang on one NVLink domain, and DRA read only when needed, on the
+real API server and kube-scheduler (issue 32 items 4 and 6).
+
+A drain by device taint: a DRA pool's card about to change layout (static MIG through
+mig-manager) gets a DeviceTaintRule (NoSchedule) per device before its node is cordoned; a pod
+that bypasses gpupool (its own claim and DeviceClass, tolerating the cordon) is not allocated
+the tainted card while it drains, the rule is put back when edited, and it is removed once the
+driver republished the new layout, after which the MIG pod gpupool planned gets its device.
+The rights this takes are the controller's own (deploy/rbac.yaml), each of the taint rules'
+rules used and nothing refused.
+
+A training gang of two 4-card pods on a DRA pool whose nodes carry GPU feature discovery's
+`nvidia.com/gpu.clique`: it lands on the two nodes of one NVLink domain, on exactly the devices
+gpupool planned (exact admission). A controller with no DRA pool lists nothing of
+resource.k8s.io after its first cycle (the audit log). A reserved card (a waiting gang's) is
+kept from a claim that bypasses gpupool and allocated to one pinned as exact admission writes it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from kubernetes import client
+
+from reconciler import conventions as C
+from tests.cluster.dra_kubelet import DraPlugin
+from tests.support.wait import wait_for
+
+from .dra_support import (
+    allocated,
+    allocated_devices,
+    claim_of,
+    claim_pod,
+    dra_policy,
+    drop_taint_rules,
+)
+from .gating import gated_namespace
+from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
+from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
+from .world import CONTROLLER_SA
+
+G, V = C.DRA_GROUP, C.DRA_VERSION
+RULES = "devicetaintrules"
+
+
+def cycle(kube, ctl) -> dict[str, str]:
+    kube.clock.advance(30)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    out = {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
+    print("OUTCOMES", out)  # shown when a wait times out
+    return out
+
+
+def rule(kube, name: str) -> dict | None:
+    try:
+        return kube.custom.get_cluster_custom_object(G, V, RULES, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
+    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
+    tolerating the node's cordon (as a DaemonSet's pods do)."""
+    kube.custom.create_namespaced_custom_object(
+        G,
+        V,
+        ns,
+        "resourceclaims",
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": cls, "count": count}}
+                    ]
+                }
+            },
+        },
+    )
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {C.POOL_LABEL: pool},
+                "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+
+
+def own_class(kube, name: str) -> None:
+    """A DeviceClass of the test's: any whole card NVIDIA's driver publishes."""
+    expr = f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].type == 'gpu'"
+    kube.custom.create_cluster_custom_object(
+        G,
+        V,
+        "deviceclasses",
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expr}}]},
+        },
+    )
+    kube.cleanup(lambda: kube.custom.delete_cluster_custom_object(G, V, "deviceclasses", name))
+
+
+def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns, node = f"d{sfx}", gated_namespace(kube), f"dra-t-{sfx}"
+    sim = add_gpu_node(kube, node, pool=pool, model=A100, count=4)
+    plugin = DraPlugin(kube.custom, node, cards=4)
+    plugin.publish()
+    kube.cleanup(plugin.remove)
+    kube.cleanup(lambda: drop_taint_rules(kube, node))
+    write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2))
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    mark = audit_mark(kube)
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycle(kube, ctl)
+
+    # a MIG pod on gpupool's template: the plan turns one whole card into two 3g.40gb
+    claim_pod(kube, ns, "ranker", f"gpupool-{pool}-mig-3g-40gb", f"serve-{sfx}")
+    wait_for("the ranker's claim made", lambda: claim_of(kube, ns, "ranker"), timeout=60)
+    out = cycle(kube, ctl)
+    taints = {k: v for k, v in out.items() if k.startswith("taint-device:")}
+    assert len(taints) == 1 and all(v == "done: created" for v in taints.values()), out
+    device = next(iter(taints)).rsplit("/", 1)[1]
+    card = int(device.split("-")[1])
+    name = f"gpupool-drain-{node}-{device}"
+    got = rule(kube, name)
+    assert got["metadata"]["labels"][C.MANAGED_BY_LABEL] == C.MANAGED_BY
+    assert got["spec"]["deviceSelector"] == {"driver": C.DRA_DRIVER, "pool": node, "device": device}
+    taint = got["spec"]["taint"]
+    assert (taint["key"], taint["value"], taint["effect"]) == (
+        C.DRA_DRAIN_TAINT,
+        "repartition",
+        "NoSchedule",
+    )
+    assert out[f"cordon:{node}"].startswith("done")
+    assert kube.core.read_node(node).spec.unschedulable
+
+    # during the drain, pods that bypass gpupool: three cards go to the untainted ones, a
+    # fourth card is not given (the tainted one is the only one left)
+    other = kube.new_namespace()
+    own_class(kube, f"any-gpu-{sfx}")
+    bypass(kube, other, "three", f"any-gpu-{sfx}", 3, pool)
+    got3 = wait_for(
+        "three cards allocated",
+        lambda: allocated_devices(
+            kube.custom.get_namespaced_custom_object(G, V, other, "resourceclaims", "three")
+        ),
+        timeout=60,
+    )
+    assert got3 == sorted((node, f"gpu-{i}") for i in range(4) if i != card)
+    bypass(kube, other, "fourth", f"any-gpu-{sfx}", 1, pool)
+    time.sleep(6)  # the scheduler tries; the only free card is tainted
+    fourth = kube.custom.get_namespaced_custom_object(G, V, other, "resourceclaims", "fourth")
+    assert allocated_devices(fourth) is None
+    for p in ("three", "fourth"):
+        kube.core.delete_namespaced_pod(p, other, grace_period_seconds=0)
+        kube.custom.delete_namespaced_custom_object(G, V, other, "resourceclaims", p)
+
+    # someone edits the rule: gpupool puts its taint back (a merge patch)
+    kube.custom.patch_cluster_custom_object(
+        G, V, RULES, name, {"spec": {"taint": {"value": "edited"}}}
+    )
+    out = cycle(kube, ctl)
+    assert out.get(f"taint-device:{node}/{device}") == "done: updated", out
+    assert rule(kube, name)["spec"]["taint"]["value"] == "repartition"
+
+    # mig-manager applies gpupool's config and the agent shows it; until the driver
+    # republishes the node's slices the rule stays
+    def relaid() -> bool:
+        cycle(kube, ctl)
+        sim.step()
+        kube.clock.advance(120)
+        state = kube.custom.get_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, node)
+        gpus = {g["index"]: g for g in state["status"]["gpus"]}
+        return bool(gpus[card].get("migEnabled") or gpus[card].get("migInstances"))
+
+    wait_for("mig-manager applied the new layout", relaid, timeout=120, interval=0.5)
+    cycle(kube, ctl)
+    assert rule(kube, name) is not None
+    plugin.relayout({card: [("3g.40gb", 0), ("3g.40gb", 4)]})
+
+    def freed() -> bool:
+        out = cycle(kube, ctl)
+        return rule(kube, name) is None and not [k for k in out if k.startswith("taint-device")]
+
+    wait_for("the rule removed once the driver republished", freed, timeout=120, interval=1)
+    assert not kube.core.read_node(node).spec.unschedulable
+
+    def ranker() -> list | None:
+        cycle(kube, ctl)
+        return allocated_devices(claim_of(kube, ns, "ranker"))
+
+    got = wait_for("the ranker allocated", ranker, timeout=120, interval=1)
+    assert len(got) == 1 and got[0][1].startswith(f"gpu-{card}-mig-3g40gb-"), got
+
+    # the controller's own rights did it: every taint rule verb was used, nothing refused
+    events = audited(kube, CONTROLLER, mark)
+    assert not [e.uri for e in events if e.code == 403]
+    seen = {a for e in events for a in access(e)}
+    mine = [(label, n, r) for label, n, r in narrowed(rules(CONTROLLER_SA)) if RULES in label]
+    unused = [label for label, n, r in mine if not any(allows(n, r, a) for a in seen)]
+    assert len(mine) == 5 and unused == [], unused
+
+
+def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns = f"d{sfx}", gated_namespace(kube)
+    na, nb, nc = (f"dra-{x}-{sfx}" for x in "abc")
+    clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
+    for node in (na, nb, nc):
+        add_gpu_node(
+            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
+        )
+        plugin = DraPlugin(kube.custom, node, cards=4)
+        plugin.publish()
+        kube.cleanup(plugin.remove)
+    write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycle(kube, ctl)
+    for i in range(2):
+        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"low-{sfx}", gang="t")
+    pods = ("trainer-0", "trainer-1")
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+    def admitted() -> bool:
+        cycle(kube, ctl)
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+
+    wait_for("the gang admitted", admitted, timeout=120, interval=1)
+    got = {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
+    }
+    nodes = {node for node, _, _ in got.values()}
+    assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
+    for _, devices, planned in got.values():
+        assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+
+
+def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
+    """After its first cycle (which finds no DRA object of gpupool's), a controller whose
+    policy has no DRA pool lists nothing of resource.k8s.io."""
+    from .dra_support import G as group
+
+    sfx = uuid.uuid4().hex[:6]
+    ns = kube.new_namespace()
+    text = dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin")
+    write_policy(tmp_path, text)
+    ctl = controller(kube, tmp_path, kube.clock)
+    mark = audit_mark(kube)
+    cycle(kube, ctl)
+    first = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
+    assert any("resourceslices" in u for u in first), first  # the first cycle looks
+    mark = audit_mark(kube)
+    for _ in range(2):
+        cycle(kube, ctl)
+    later = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
+    assert later == [], later
+
+
+def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube):
+    """The shapes gpupool writes for a waiting gang's cards, on the real scheduler: a device
+    under a `gpupool.io/reserved-for-gang` rule is not allocated to a claim that bypasses
+    gpupool, and is allocated to a claim pinned as exact admission writes it (its uuid
+    selector and the reservation's toleration)."""
+    from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
+    from reconciler.plan.stages.drain_taints import RESERVED_VALUE, rule_name
+    from tests.cluster.dra_slices import uuid as card_uuid
+
+    sfx = uuid.uuid4().hex[:6]
+    pool, node = f"d{sfx}", f"dra-r-{sfx}"
+    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
+    plugin = DraPlugin(kube.custom, node, cards=2)
+    plugin.publish()
+    kube.cleanup(plugin.remove)
+    name = rule_name(node, "gpu-0", C.DRA_RESERVED_TAINT)
+    kube.custom.create_cluster_custom_object(
+        G,
+        V,
+        RULES,
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": {C.MANAGED_BY_LABEL: C.MANAGED_BY}},
+            "spec": {
+                "deviceSelector": {"driver": C.DRA_DRIVER, "pool": node, "device": "gpu-0"},
+                "taint": {
+                    "key": C.DRA_RESERVED_TAINT,
+                    "value": RESERVED_VALUE,
+                    "effect": "NoSchedule",
+                },
+            },
+        },
+    )
+    kube.cleanup(lambda: drop_taint_rules(kube, node))
+    ns = kube.new_namespace()
+    cls = f"any-gpu-{sfx}"
+    own_class(kube, cls)
+    bypass(kube, ns, "first", cls, 1, pool)
+    got = wait_for(
+        "the bypassing claim allocated",
+        lambda: allocated_devices(
+            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "first")
+        ),
+        timeout=60,
+    )
+    assert got == [(node, "gpu-1")]
+    bypass(kube, ns, "second", cls, 1, pool)
+    time.sleep(6)  # the only free card is reserved
+    second = kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
+    assert allocated_devices(second) is None
+    kube.core.delete_namespaced_pod("second", ns, grace_period_seconds=0)
+    kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
+    # the claim gpupool pins for the gang: its uuid selector and the reservation's toleration
+    kube.custom.create_namespaced_custom_object(
+        G,
+        V,
+        ns,
+        "resourceclaims",
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "pinned"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": cls,
+                                "count": 1,
+                                "selectors": [
+                                    {"cel": {"expression": uuid_selector((card_uuid(node, 0),))}}
+                                ],
+                                "tolerations": [RESERVED_TOLERATION],
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "pinned"},
+            "spec": {
+                "nodeSelector": {C.POOL_LABEL: pool},
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": "pinned"}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+    got = wait_for(
+        "the pinned claim allocated",
+        lambda: allocated_devices(
+            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "pinned")
+        ),
+        timeout=60,
+    )
+    assert got == [(node, "gpu-0")]
