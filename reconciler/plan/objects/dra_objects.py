@@ -162,8 +162,8 @@ def slices_agree(run: Run) -> None:
             if pv.pool.spec.dra.mig == "dynamic":
                 _mig_manager_beside(run, pv.name, n)
                 continue  # every partition is published; the agent shows those made
-            published = sorted(_published(devices))
-            agent = sorted(_reported(n))
+            published = sorted(published_layout(devices))
+            agent = sorted(reported_layout(n))
             if published != agent:
                 run.find(
                     "warning",
@@ -194,7 +194,7 @@ def _mig_manager_beside(run: Run, pool: str, node) -> None:
         )
 
 
-def _published(devices) -> set[tuple[int, str, int]]:
+def published_layout(devices) -> set[tuple[int, str, int]]:
     """(card minor, profile or 'gpu', placement start) of NVIDIA's devices by their names
     (observe/model_dra.py: `gpu-<minor>`, `gpu-<minor>-mig-<profile>-<id>-<start>`)."""
     out = set()
@@ -209,7 +209,9 @@ def _published(devices) -> set[tuple[int, str, int]]:
     return out
 
 
-def _reported(node) -> set[tuple[int, str, int]]:
+def reported_layout(node) -> set[tuple[int, str, int]]:
+    """The same triples for the cards the node agent reports (`published_layout` compared with
+    this says whether the driver has republished the node's layout yet)."""
     out = set()
     for g in node.gpus:
         if g.mig_enabled:

@@ -30,7 +30,7 @@ from reconciler import conventions as C
 from reconciler.observe.model import Node
 from reconciler.observe.model_dra import DeviceTaintRuleObject, DraDevice, DraState
 from reconciler.plan.actions import Admit, PruneDraObject, TaintDevice
-from reconciler.plan.objects.dra_objects import _published, _reported
+from reconciler.plan.objects.dra_objects import published_layout, reported_layout
 from reconciler.plan.objects.wanted import foreign
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import Run
@@ -221,4 +221,4 @@ def _draining(run: Run, dra: DraState, node: Node | None) -> bool:
     if f"cordon:{node.name}" in run.actions or unresolved(node.labels):
         return True
     devices = dra.devices(node.name)
-    return bool(devices) and _published(devices) != _reported(node)
+    return bool(devices) and published_layout(devices) != reported_layout(node)
