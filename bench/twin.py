@@ -108,12 +108,12 @@ spec:
   scaleUp:
     queueLengthPerReplica: {up}
     pendingTime: 20s
-    step: {step}
+    {up_step}
     cooldown: 1m
   scaleDown:
     queueLengthPerReplica: {down}
-    step: 2
-    cooldown: 10m
+    {down_step}
+    cooldown: {down_cooldown}
   borrowFrom: [training-low]{forecast}
 ---
 apiVersion: gpupool.io/v1alpha1
@@ -163,12 +163,21 @@ def desired_state(args, *, forecast: bool):
                 max=NODES * GPUS_PER_NODE,
                 up=up,
                 down=down,
-                step=args.step,
+                up_step=_step_lines(args.up_mode, args.step, args.max_step),
+                down_step=_step_lines(args.down_mode, 2, args.down_max_step),
+                down_cooldown=args.down_cooldown,
                 forecast=block,
             ),
             encoding="utf-8",
         )
         return load_desired(files_from_paths([tmp]))
+
+
+def _step_lines(mode: str, step: int, max_step: int | None) -> str:
+    """A scale section's `step: n`, or `mode: proportional` and its `maxStep`."""
+    if mode == "step":
+        return f"step: {step}"
+    return "mode: proportional" + (f"\n    maxStep: {max_step}" if max_step else "")
 
 
 def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) -> list[dict]:
@@ -325,6 +334,23 @@ def main(argv: list[str] | None = None) -> int:
         "--down", type=int, default=6, help="scale down below this queue per replica (default 6)"
     )
     ap.add_argument("--step", type=int, default=4, help="replicas added per scale-up (default 4)")
+    ap.add_argument(
+        "--up-mode",
+        choices=("step", "proportional"),
+        default="step",
+        help="scaleUp.mode (default step: --step replicas; proportional: ceil(queue / --up))",
+    )
+    ap.add_argument("--max-step", type=int, help="scaleUp.maxStep with --up-mode proportional")
+    ap.add_argument(
+        "--down-mode",
+        choices=("step", "proportional"),
+        default="step",
+        help="scaleDown.mode (default step: 2 replicas; proportional: ceil(queue / --down))",
+    )
+    ap.add_argument(
+        "--down-max-step", type=int, help="scaleDown.maxStep with --down-mode proportional"
+    )
+    ap.add_argument("--down-cooldown", default="10m", help="scaleDown.cooldown (default 10m)")
     ap.add_argument(
         "--forecast",
         choices=("on", "off", "only"),

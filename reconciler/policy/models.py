@@ -418,6 +418,13 @@ class ScaleUp(Model):
     pending_time: Duration | None = None
     """...or when requests wait longer than this (p99)."""
     step: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    """Replicas added per scale-up (mode `step`)."""
+    mode: Literal["step", "proportional"] = "step"
+    """`step`: add `step` replicas. `proportional`: grow to ceil(queue / queueLengthPerReplica)
+    replicas at once (as a HorizontalPodAutoscaler does), at least one more, at most
+    `maxStep` more; needs queueLengthPerReplica."""
+    max_step: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    """The most replicas one proportional scale-up adds (absent: up to the target's maximum)."""
     cooldown: Duration = Field("2m", validate_default=True)
 
     @field_validator("pending_time")
@@ -434,13 +441,41 @@ class ScaleUp(Model):
             )
         return v
 
+    @model_validator(mode="after")
+    def _mode(self) -> ScaleUp:
+        _check_mode(self)
+        return self
+
+
+def _check_mode(section: ScaleUp | ScaleDown) -> None:
+    """`step` belongs to mode step, `maxStep` to mode proportional."""
+    given = section.model_fields_set
+    if section.mode == "step" and "max_step" in given:
+        raise ValueError("maxStep is read only with mode: proportional (mode step adds `step`)")
+    if section.mode == "proportional" and "step" in given:
+        raise ValueError(
+            "step is read only with mode: step; a proportional scale is bounded by maxStep"
+        )
+
 
 class ScaleDown(Model):
     queue_length_per_replica: float = Field(ge=0, allow_inf_nan=False)
     """Shrink when the queue per replica stays below this..."""
     step: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    """Replicas removed per scale-down (mode `step`)."""
+    mode: Literal["step", "proportional"] = "step"
+    """`step`: remove `step` replicas. `proportional`: shrink to ceil(queue /
+    queueLengthPerReplica) replicas (this section's threshold: the fewest that keep the queue
+    per replica at or under it), at least one fewer, at most `maxStep` fewer."""
+    max_step: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    """The most replicas one proportional scale-down removes (absent: down to the minimum)."""
     cooldown: Duration = Field("10m", validate_default=True)
     """...and the last scale change is at least this old."""
+
+    @model_validator(mode="after")
+    def _mode(self) -> ScaleDown:
+        _check_mode(self)
+        return self
 
 
 # ------------------------------------------------ signals from Prometheus (ScalingPolicy)

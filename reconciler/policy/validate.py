@@ -577,6 +577,19 @@ def _scaling(state: DesiredState, invalid: _Invalid = _Invalid()) -> Iterator[Pr
                 "a forecast turns the queue it expects into replicas by "
                 "scaleUp.queueLengthPerReplica: give one",
             )
+        if up is None and spec.scale_up.mode == "proportional":
+            yield _problem(
+                d,
+                ("spec", "scaleUp", "mode"),
+                "a proportional scale-up sizes the replicas by queueLengthPerReplica: give one",
+            )
+        if spec.scale_down.mode == "proportional" and spec.scale_down.queue_length_per_replica == 0:
+            yield _problem(
+                d,
+                ("spec", "scaleDown", "mode"),
+                "a proportional scale-down sizes the replicas by queueLengthPerReplica, which is "
+                "0 here (never calm): give one above 0, or use mode: step",
+            )
         if up is not None and spec.scale_down.queue_length_per_replica >= up:
             yield _problem(
                 d,

@@ -7,6 +7,7 @@ instead."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from reconciler.observe.model import (
@@ -247,7 +248,7 @@ def _reactive_replicas(
             return n, ""
         if since is not None and since < up.cooldown.total_seconds():
             return n, ""
-        want = min(hi, n + up.step)
+        want = min(hi, _grown(pol, n, read.queue_length))
         return want, f"{'; '.join(hot)}: scale {svc.key} {n} -> {want}{shown}"
     # a signal that could not be read is not calm: never a scale-down on a missing reading
     if (
@@ -255,7 +256,7 @@ def _reactive_replicas(
         and n > lo
         and (since is None or since >= down.cooldown.total_seconds())
     ):
-        want = max(lo, n - down.step)
+        want = max(lo, _shrunk(pol, n, read.queue_length))
         return (
             want,
             f"queue {per:g}/replica < {down.queue_length_per_replica:g} "
@@ -263,6 +264,30 @@ def _reactive_replicas(
             f"scale {svc.key} {n} -> {want}{shown}",
         )
     return n, ""
+
+
+def _grown(pol: ScalingPolicy, n: int, queue: float | None) -> int:
+    """The replicas a scale-up asks from `n` (bounds aside): `n + step`, or in mode
+    proportional ceil(queue / queueLengthPerReplica), at least n + 1 (a scale-up the p99 wait
+    asks, or one with the queue unread, adds one), at most n + maxStep."""
+    up = pol.spec.scale_up
+    if up.mode == "step":
+        return n + up.step
+    per = up.queue_length_per_replica
+    want = n + 1 if queue is None or per is None else max(n + 1, math.ceil(queue / per))
+    return want if up.max_step is None else min(want, n + up.max_step)
+
+
+def _shrunk(pol: ScalingPolicy, n: int, queue: float | None) -> int:
+    """The replicas a scale-down leaves of `n` (bounds aside): `n - step`, or in mode
+    proportional ceil(queue / scaleDown.queueLengthPerReplica), at most n - 1, at least
+    n - maxStep. A scale-down comes only with the queue read (`signals.calm`)."""
+    down = pol.spec.scale_down
+    if down.mode == "step":
+        return n - down.step
+    per = down.queue_length_per_replica
+    want = n - 1 if queue is None or per <= 0 else min(n - 1, math.ceil(queue / per))
+    return want if down.max_step is None else max(want, n - down.max_step)
 
 
 _CONFLICT = object()  # two autoscalers target one workload: gpupool changes nothing
