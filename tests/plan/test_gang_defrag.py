@@ -122,7 +122,15 @@ def test_the_twin_benchmark_configures_it() -> None:
     from bench import twin
 
     text = twin.DESIRED.format(
-        nodes=twin.NODES, gpn=twin.GPUS_PER_NODE, max=64, up=8, down=6, step=4, forecast=""
+        nodes=twin.NODES,
+        gpn=twin.GPUS_PER_NODE,
+        max=64,
+        up=8,
+        down=6,
+        up_step="step: 4",
+        down_step="step: 2",
+        down_cooldown="10m",
+        forecast="",
     )
     desired = load([SourceFile("desired.yaml", text)])
     (rule,) = [m.spec.defragmentation for m in desired.maintenance_for("gpu")]
