@@ -151,6 +151,31 @@ def test_twin_smoke():
 
 
 @pytest.mark.trace
+def test_twin_proportional_smoke():
+    """The proportional scale modes' flags reach the ScalingPolicy (a bad one would not load)."""
+    need(
+        SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv", SHARED / "openb" / DEFAULT_PODS
+    )
+    out = smoke(
+        "twin.py",
+        "--sizes",
+        "none",
+        "--forecast",
+        "off",
+        "--up-mode",
+        "proportional",
+        "--max-step",
+        "8",
+        "--down-mode",
+        "proportional",
+        "--down-max-step",
+        "4",
+    )
+    rows = lines_after(out, r"^run\s+infer cards\s+useful\s+alloc")
+    assert rows[1].split()[0] == "unified", rows[:3]
+
+
+@pytest.mark.trace
 def test_twin_frontier_smoke():
     need(SHARED / "inference-load" / "azure_llm_2024_coding_10s.csv")
     out = smoke("twin.py", "--frontier")
