@@ -116,10 +116,12 @@ def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | Non
 
 
 def drop_taint_rules(kube, node: str) -> None:
-    """Delete the DeviceTaintRules gpupool made for `node`'s devices (cluster-scoped)."""
+    """Delete the DeviceTaintRules gpupool made for `node`'s devices, drains and reservations
+    (cluster-scoped: left behind, the next test's controller prunes them and counts a write
+    that test never caused)."""
     listed = kube.custom.list_cluster_custom_object(G, V, "devicetaintrules")
     for item in listed.get("items", []):
         name = item["metadata"]["name"]
-        if name.startswith(f"gpupool-drain-{node}-"):
+        if name.startswith((f"gpupool-drain-{node}-", f"gpupool-reserve-{node}-")):
             with contextlib.suppress(Exception):  # gone already
                 kube.custom.delete_cluster_custom_object(G, V, "devicetaintrules", name)
