@@ -64,7 +64,7 @@ class DraIndex:
         return Request(gpus=gpus, mig=mig)
 
     def pod_devices(self, namespace: str, pod: str) -> list[DeviceResult]:
-        """The devices allocated to `pod`'s claims (`DraState.pod_devices`)."""
+        """The devices allocated to `pod`'s claims."""
         out: list[DeviceResult] = []
         for p in self.pods.get((namespace, pod), ()):
             for name in p.claims:

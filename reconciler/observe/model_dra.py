@@ -206,14 +206,3 @@ class DraState(Obs):
             for r in c.allocated or []:
                 out.setdefault(r.ref, []).extend(f"{c.namespace}/{p}" for p in c.reserved_for)
         return {k: sorted(set(v)) for k, v in sorted(out.items())}
-
-    def pod_devices(self, namespace: str, pod: str) -> list[DeviceResult]:
-        """The devices allocated to `pod`'s claims."""
-        claims = {c.key: c for c in self.claims}
-        out: list[DeviceResult] = []
-        for p in self.pods:
-            if (p.namespace, p.pod) == (namespace, pod):
-                for name in p.claims:
-                    c = claims.get(f"{namespace}/{name}")
-                    out.extend(c.allocated or [] if c else [])
-        return out

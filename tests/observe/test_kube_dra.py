@@ -144,7 +144,10 @@ def test_slices_classes_claims_and_holders_are_read() -> None:
         "gpu.nvidia.com/n1/gpu-1": ["team-a/trainer-0"],
         "gpu.nvidia.com/n1/gpu-2": ["team-a/trainer-0"],
     }
-    assert [r.device for r in dra.pod_devices("team-a", "trainer-0")] == ["gpu-1", "gpu-2"]
+    assert [r.device for r in DraIndex(dra).pod_devices("team-a", "trainer-0")] == [
+        "gpu-1",
+        "gpu-2",
+    ]
     assert dra.claims[0].node == "n1"
     waiting = {p.pod: p for p in dra.pods}["waiting-0"]
     assert (waiting.claims, waiting.templates) == ([], ["whole-2"])
@@ -301,9 +304,15 @@ def test_a_claim_its_running_pod_holds_or_not_allocated_is_not_unreleased() -> N
 
 
 def test_the_index_reads_every_pod_as_the_state_does() -> None:
-    """`DraIndex` (built once per snapshot) answers per pod what `DraState` answers by scanning."""
+    """`DraIndex` (built once per snapshot) answers per pod: the devices of its allocated
+    claims, none for a pod waiting on a template or one it does not know; and a node's devices
+    as `DraState` lists them."""
     o = observe(cluster())
     index = DraIndex(o.dra)
-    for ns, name in (("team-a", "trainer-0"), ("team-a", "waiting-0"), ("team-a", "nobody")):
-        assert index.pod_devices(ns, name) == o.dra.pod_devices(ns, name)
+    assert [r.ref for r in index.pod_devices("team-a", "trainer-0")] == [
+        "gpu.nvidia.com/n1/gpu-1",
+        "gpu.nvidia.com/n1/gpu-2",
+    ]
+    assert index.pod_devices("team-a", "waiting-0") == []
+    assert index.pod_devices("team-a", "nobody") == []
     assert list(index.devices("n1").values()) == o.dra.devices("n1")
