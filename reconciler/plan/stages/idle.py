@@ -16,7 +16,7 @@ from reconciler.policy.quantity import format_duration
 
 
 def reclaim_idle(run: Run) -> None:
-    policies = {p: run.desired.maintenance_for(p) for p in run.cluster.pools}
+    policies: dict[str, list[MaintenancePolicy]] = {}  # pool -> its policies, read once
     for w in run.cluster.workloads.values():
         if w.phase != "Running" or w.key in run.evicted or not w.allocations:
             continue
