@@ -120,14 +120,14 @@ def nvlink_domains(pv: PoolView, n: int, pods: int) -> dict[str, set[str]]:
     topology is `none`, or nodes without the label."""
     if pods < 2 or n < 1 or pv.pool.spec.training.topology == "none":
         return {}
+    cliques = _cliques(pv)
     room = {
         c: (sum(pv.free_whole_on(x) // n for x in nodes), sum(pv.free_whole_on(x) for x in nodes))
-        for c, nodes in _cliques(pv).items()
+        for c, nodes in cliques.items()
     }
     fitting = sorted(
         (c for c, (fit, _) in room.items() if fit >= pods), key=lambda c: (room[c][1], c)
     )
-    cliques = _cliques(pv)
     return {c: cliques[c] for c in fitting}
 
 
