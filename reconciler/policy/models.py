@@ -255,6 +255,11 @@ class PoolSpec(Model):
     work on it again: a flapping node does not take a gang down twice, and its agent has
     republished the real partition by then. 0s: at once."""
 
+    @property
+    def dynamic_mig(self) -> bool:
+        """On DRA with the driver's dynamic MIG: partitions made when claims are prepared."""
+        return self.backend == "dra" and self.dra.mig == "dynamic"
+
 
 class Pool(Model):
     api_version: Literal[API_VERSION]

@@ -159,7 +159,7 @@ def slices_agree(run: Run) -> None:
                     f"describes {node}: its cards cannot be claimed (is the driver running?)",
                 )
                 continue
-            if pv.pool.spec.dra.mig == "dynamic":
+            if pv.pool.spec.dynamic_mig:
                 _mig_manager_beside(run, pv.name, n)
                 continue  # every partition is published; the agent shows those made
             published = sorted(published_layout(devices))

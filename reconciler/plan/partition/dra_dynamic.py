@@ -51,8 +51,7 @@ class DynamicMigBackend(DraBackend):
     name = "dra-dynamic-mig"
 
     def serves(self, pv: PoolView) -> bool:
-        spec = pv.pool.spec
-        return spec.backend == "dra" and spec.dra.mig == "dynamic"
+        return pv.pool.spec.dynamic_mig
 
     def resets_node(self, pv: PoolView) -> bool:
         return False  # Hopper and later: MIG mode changes per card, without a reset
@@ -82,11 +81,10 @@ class DynamicMigBackend(DraBackend):
         nodes = []
         for n in observed.nodes:
             pool = desired.pools.get(node_pool_name(desired, n) or "")
-            spec = pool.spec if pool is not None else None
-            if spec is None or spec.backend != "dra" or spec.dra.mig != "dynamic":
+            if pool is None or not pool.spec.dynamic_mig:
                 nodes.append(n)
                 continue
-            model = desired.catalog.model(spec.gpu_model)
+            model = desired.catalog.model(pool.spec.gpu_model)
             gpus = [
                 _as_allocated(desired, pool, model, g, held.get((n.name, g.index))) for g in n.gpus
             ]
