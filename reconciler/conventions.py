@@ -213,6 +213,15 @@ def resource_version(value: object) -> int | None:
     return int(text) if text.isdigit() and not text.startswith("0") else None
 
 
+def raw_resource_version(obj: object) -> object:
+    """An object's `metadata.resourceVersion` as the client gives it: from a model object, or
+    from a dict (custom objects, and the watch's BOOKMARK events, which it does not
+    deserialize); None when it has none. `resource_version` reads it."""
+    if isinstance(obj, dict):
+        return (obj.get("metadata") or {}).get("resourceVersion")
+    return getattr(getattr(obj, "metadata", None), "resource_version", None)
+
+
 # ---------------------------------------------------------------- autoscalers (HPA, KEDA)
 HPA_KIND = "HorizontalPodAutoscaler"
 SCALED_OBJECT_KIND = "ScaledObject"

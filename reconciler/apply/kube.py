@@ -182,12 +182,7 @@ class KubeOps:
         writes)."""
 
     def _wrote(self, kind: str, obj: Any) -> None:
-        if isinstance(obj, dict):  # a custom object
-            rv = C.resource_version((obj.get("metadata") or {}).get("resourceVersion"))
-        else:
-            rv = C.resource_version(
-                getattr(getattr(obj, "metadata", None), "resource_version", None)
-            )
+        rv = C.resource_version(C.raw_resource_version(obj))  # a model object or a custom one
         with self._written_lock:  # steps may run at once (ApplyConfig.parallel_steps)
             if rv is not None and rv > self.written.get(kind, 0):
                 self.written[kind] = rv

@@ -32,21 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.conventions import resource_version
+from reconciler.conventions import raw_resource_version, resource_version
 
 log = logging.getLogger("gpupool.informer")
 CONNECT_TIMEOUT = 5.0
 ABSENT_RETRY_SECONDS = 30.0
 """How often an informer whose list is answered 404 (a CRD not installed) tries again."""
-
-
-def _event_rv(obj: Any) -> Any:
-    """The resourceVersion of a watch event's object: a model object, or a dict for a BOOKMARK
-    (the client does not deserialize bookmarks: they carry only metadata)."""
-    if isinstance(obj, dict):
-        return (obj.get("metadata") or {}).get("resourceVersion")
-    meta = getattr(obj, "metadata", None)
-    return getattr(meta, "resource_version", None)
 
 
 class Informer:
@@ -161,7 +152,7 @@ class Informer:
                         break
                     obj = event["object"]
                     kind = event["type"]
-                    rv = _event_rv(obj) or rv
+                    rv = raw_resource_version(obj) or rv
                     with self._lock:
                         if kind == "DELETED":
                             self._items.pop(self._key(obj), None)
