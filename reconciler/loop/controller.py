@@ -44,6 +44,10 @@ from reconciler.policy.problems import InvalidDesiredState
 from reconciler.policy.state import DesiredState
 
 log = logging.getLogger("gpupool.controller")
+WAKE_GAP_SECONDS = 0.25
+"""Least time between two cycle starts when an event wakes the loop (`--wake-gap`): long
+enough to batch a burst of pods into one cycle, short enough that a freed card waits for
+the cycle, not for the gap."""
 LEASE_NAME = "gpupool-controller"
 
 
@@ -105,7 +109,7 @@ class Controller:
         clock: Callable[[], datetime] = _now,
         lease_seconds: int = 15,
         cache_wait_seconds: float = 10.0,
-        wake_gap_seconds: float = 1.0,
+        wake_gap_seconds: float = WAKE_GAP_SECONDS,
         ready_max_age_seconds: float = 300.0,
         stuck_after_seconds: float = 900.0,
         trigger_poll_seconds: float = 5.0,
