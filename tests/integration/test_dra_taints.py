@@ -24,19 +24,11 @@ import uuid
 from kubernetes import client
 
 from reconciler import conventions as C
-from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
-from .dra_support import (
-    allocated,
-    allocated_devices,
-    claim_of,
-    claim_pod,
-    dra_policy,
-    drop_taint_rules,
-)
+from .dra_support import allocated, allocated_devices, claim_of, claim_pod, dra_nodes, dra_policy
 from .gating import gated_namespace
-from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
+from .harness import audit_mark, controller, write_policy
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 from .world import CONTROLLER_SA
 
@@ -124,13 +116,8 @@ def own_class(kube, name: str) -> None:
 def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     pool, ns, node = f"d{sfx}", gated_namespace(kube), f"dra-t-{sfx}"
-    sim = add_gpu_node(kube, node, pool=pool, model=A100, count=4)
-    plugin = DraPlugin(kube.custom, node, cards=4)
-    plugin.publish()
-    kube.cleanup(plugin.remove)
-    kube.cleanup(lambda: drop_taint_rules(kube, node))
+    sim, plugin = dra_nodes(kube, pool, node)[node]
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
@@ -228,15 +215,9 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
     pool, ns = f"d{sfx}", gated_namespace(kube)
     na, nb, nc = (f"dra-{x}-{sfx}" for x in "abc")
     clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
-    for node in (na, nb, nc):
-        add_gpu_node(
-            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
-        )
-        plugin = DraPlugin(kube.custom, node, cards=4)
-        plugin.publish()
-        kube.cleanup(plugin.remove)
+    labels = {n: {C.GPU_CLIQUE_LABEL: c} for n, c in clique.items()}
+    dra_nodes(kube, pool, na, nb, nc, labels=labels)
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
     for i in range(2):
@@ -290,10 +271,7 @@ def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube)
 
     sfx = uuid.uuid4().hex[:6]
     pool, node = f"d{sfx}", f"dra-r-{sfx}"
-    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
-    plugin = DraPlugin(kube.custom, node, cards=2)
-    plugin.publish()
-    kube.cleanup(plugin.remove)
+    dra_nodes(kube, pool, node, cards=2)
     name = rule_name(node, "gpu-0", C.DRA_RESERVED_TAINT)
     kube.custom.create_cluster_custom_object(
         G,
@@ -313,7 +291,6 @@ def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube)
             },
         },
     )
-    kube.cleanup(lambda: drop_taint_rules(kube, node))
     ns = kube.new_namespace()
     cls = f"any-gpu-{sfx}"
     own_class(kube, cls)
