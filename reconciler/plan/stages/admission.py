@@ -5,6 +5,7 @@ what the plan placed."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -40,7 +41,8 @@ from reconciler.plan.quotas import (
     quota_use_by_namespace,
 )
 from reconciler.plan.run import Demand, Run, kueue_mode
-from reconciler.policy.models import Allotment
+from reconciler.policy.models import Allotment, PoolQuota
+from reconciler.policy.quantity import quantity_bytes
 
 
 def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
@@ -61,7 +63,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     tally = _Tally(
         quotas=resource_quotas(run),
         ns_use=quota_use_by_namespace(run.cluster.workloads.values()),
-        mig=_dra_mig_held(run),
+        partitions=_partitions_held(run),
     )
     for (_, pool), n in run.running_whole.items():
         tally.training_whole[pool] += n
@@ -104,12 +106,12 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
 class _Tally:
     """What admission counts as it admits demand, besides the team ledger on `Run`: each
     pool's whole cards held by training, each namespace's ResourceQuota use (against
-    `quotas`, the quotas gpupool keeps), and on DRA pools each team's MIG devices per
-    profile ((team, pool, profile) -> devices; `_dra_mig_held`)."""
+    `quotas`, the quotas gpupool keeps), and each team's MIG devices per profile and shared
+    slices where a borrowing limit counts them (`_partitions_held`)."""
 
     quotas: dict[tuple[str, str], dict[str, str]]
     ns_use: dict[str, Counter]
-    mig: Counter
+    partitions: Counter
     training_whole: Counter = field(default_factory=Counter)
 
 
@@ -124,44 +126,59 @@ def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
             run.pool_whole_usage[(team, pool)] = (
                 run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
             )
-        if r.mig and _on_dra(run, pool):
-            for prof, n in r.mig.items():
-                tally.mig[(team, pool, prof)] += pods * n
+        for prof, n in r.mig.items():
+            tally.partitions[(team, pool, prof)] += pods * n
+        if r.shared_slices:
+            tally.partitions[(team, pool, SHARED)] += pods * r.shared_slices
     if r.gpus:
         tally.training_whole[pool] += pods * r.gpus
     if p.origin != "pending pod":
         tally.ns_use.setdefault(p.namespace, Counter()).update(quota_use(r))
 
 
-def _on_dra(run: Run, pool: str) -> bool:
-    spec = run.desired.pools.get(pool)
-    return spec is not None and spec.spec.backend == "dra"
+SHARED = "shared slices"
+"""The key of a team's shared slices in `_Tally.partitions` (beside its MIG profiles)."""
 
 
-def _dra_mig_held(run: Run) -> Counter:
-    """(team, pool, profile) -> the MIG devices the team's placed pods hold in each DRA pool
-    where its Quota limits that profile's borrowing (the pods stopped this cycle left out).
-    On the device plugin the namespace's ResourceQuota counts `nvidia.com/mig-<profile>`;
-    Kubernetes' DRA quota counts a class's devices per namespace only, and gpupool keeps no
-    quota in the namespaces it gates, so there admission holds the team to its
-    `guaranteed + borrowingLimit` per profile itself (`_borrowing`)."""
+def _partitions_held(run: Run) -> Counter:
+    """(team, pool, profile or `SHARED`) -> the MIG devices of each profile, and the shared
+    slices, the team's placed pods hold in each pool where its Quota limits their borrowing
+    (the pods stopped this cycle left out). gpupool keeps no ResourceQuota in the namespaces
+    it gates, and on DRA Kubernetes' quota counts a class's devices per namespace only, so
+    admission holds the team to `guaranteed + borrowingLimit` itself (`_borrowing`)."""
     limited = {
         (q.team, pq.pool)
         for q in run.desired.quotas.values()
         for pq in q.spec.pools
-        if _on_dra(run, pq.pool) and any(a.borrowing_limit is not None for a in pq.mig.values())
+        if any(a.borrowing_limit is not None for a in pq.mig.values())
+        or (pq.shared_memory is not None and pq.shared_memory.borrowing_limit is not None)
     }
     held: Counter = Counter()
     if not limited:
         return held
     for w in run.cluster.workloads.values():
-        if not w.request.mig or not w.placed or w.key in run.evicted:
+        r = w.request
+        if not (r.mig or r.shared_slices) or not w.placed or w.key in run.evicted:
             continue
         team, pool = run.team(w.namespace), run.cluster.pool_of(w)
         if (team, pool) in limited:
-            for prof, n in w.request.mig.items():
+            for prof, n in r.mig.items():
                 held[(team, pool, prof)] += n
+            held[(team, pool, SHARED)] += r.shared_slices
     return held
+
+
+def _shared_allotment(pv: PoolView, pq: PoolQuota) -> Allotment | None:
+    """A team's shared-memory allotment in the pool's slices, rounded up as the rendered
+    ResourceQuota counts it (`plan/quotas.py`); None without a borrowing limit."""
+    sh, m = pv.pool.spec.inference.shared, pq.shared_memory
+    if sh is None or m is None or m.borrowing_limit is None:
+        return None
+    per = quantity_bytes(sh.memory_per_slice)
+    return Allotment(
+        guaranteed=math.ceil(quantity_bytes(m.guaranteed) / per),
+        borrowing_limit=math.ceil(quantity_bytes(m.borrowing_limit) / per),
+    )
 
 
 def _held(
@@ -200,12 +217,17 @@ def _held(
             f"over its cap of {q.spec.max_gpus}"
         )
     pq = next((x for x in q.spec.pools if x.pool == pool), None)
-    if r.mig and pq is not None and _on_dra(run, pool):
+    if r.mig and pq is not None:
         for prof, n in sorted(r.mig.items()):
-            holds = tally.mig[(team, pool, prof)] + pods * n
+            holds = tally.partitions[(team, pool, prof)] + pods * n
             over = _borrowing(team, pool, holds, f"{prof} MIG devices", pq.mig.get(prof))
             if over:
                 return over
+    if r.shared_slices and pq is not None:
+        holds = tally.partitions[(team, pool, SHARED)] + pods * r.shared_slices
+        over = _borrowing(team, pool, holds, SHARED, _shared_allotment(pv, pq))
+        if over:
+            return over
     if not r.gpus:
         return None
     whole = run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus

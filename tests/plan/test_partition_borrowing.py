@@ -1,15 +1,16 @@
-"""Per-profile borrowing limits for MIG pods on a DRA pool (issue 32; plan/stages/admission.py,
-`_dra_mig_held` and `_borrowing`). On the device plugin a namespace's ResourceQuota counts
-`nvidia.com/mig-<profile>`; Kubernetes' DRA quota counts a class's devices per namespace only,
-and gpupool keeps no quota in the namespaces it gates, so on a DRA pool admission holds a team
-to its `guaranteed + borrowingLimit` per MIG profile itself, with the same `held-borrowing`
-finding as for whole cards, naming the team, the profile and the limit."""
+"""Per-profile MIG and shared-slice borrowing limits enforced by gpupool's admission, on a DRA
+pool and on the device plugin (plan/stages/admission.py, `_partitions_held` and `_borrowing`).
+gpupool keeps no ResourceQuota in the namespaces it gates, and on DRA Kubernetes' quota counts
+a class's devices per namespace only, so admission holds a team to its `guaranteed +
+borrowingLimit` per MIG profile (and for shared memory, in the pool's slices, rounded up as
+the rendered quota counts it) itself, with the same `held-borrowing` finding as for whole
+cards, naming the team, what it would hold and the limit."""
 
 from __future__ import annotations
 
 import pytest
 
-from reconciler.observe.builders import gpu, mig_pod, node, snapshot
+from reconciler.observe.builders import gpu, mig_pod, node, shared_pod, snapshot
 from reconciler.observe.model_dra import DraState
 from reconciler.plan.actions import Admit, Hold
 from reconciler.plan.planner import plan_with_facts
@@ -29,8 +30,8 @@ NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
 TEAM_B_MIG = "mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}"
 
 
-def _text(dynamic: bool, allotments: str) -> str:
-    backend = "  backend: dra\n" + ("  dra: {mig: dynamic}\n" if dynamic else "")
+def _text(dynamic: bool, allotments: str, dra: bool = True) -> str:
+    backend = ("  backend: dra\n" if dra else "") + ("  dra: {mig: dynamic}\n" if dynamic else "")
     model = H100 if dynamic else A100
     text = desired_text(train_min=0).replace(*NO_SHARED)
     text = text.replace("  gpuModel: A100-SXM4-80GB\n", f"  gpuModel: {model}\n{backend}", 1)
@@ -38,9 +39,17 @@ def _text(dynamic: bool, allotments: str) -> str:
     return text.replace(TEAM_B_MIG, f"mig: {{{allotments}}}")
 
 
-def _plan(dynamic: bool, allotments: str, running: int, pending: int, profile: str = "3g.40gb"):
-    """team-b with `running` MIG pods of `profile` on one node and `pending` more, gated."""
-    text = _text(dynamic, allotments)
+def _plan(
+    dynamic: bool,
+    allotments: str,
+    running: int,
+    pending: int,
+    profile: str = "3g.40gb",
+    dra: bool = True,
+):
+    """team-b with `running` MIG pods of `profile` on one node and `pending` more, gated; on
+    the device plugin with `dra=False`."""
+    text = _text(dynamic, allotments, dra)
     model = H100 if dynamic else A100
     if dynamic:
         cards = [gpu(i, model=model) for i in range(4)]
@@ -58,8 +67,8 @@ def _plan(dynamic: bool, allotments: str, running: int, pending: int, profile: s
     nodes = [node("n-1", "a100", model, cards)]
     observed = snapshot(NOW, nodes, pods, **_objects(text))
     gated = [w.model_copy(update={"admission": "gpupool"}) if w.node is None else w for w in pods]
-    dra = dynamic_mig_devices("n-1", 4) if dynamic else _static(nodes)
-    observed = observed.model_copy(update={"workloads": gated, "dra": dra})
+    state = (dynamic_mig_devices("n-1", 4) if dynamic else _static(nodes)) if dra else None
+    observed = observed.model_copy(update={"workloads": gated, "dra": state})
     plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
     return plan
 
@@ -123,6 +132,47 @@ def test_a_profile_without_a_borrowing_limit_is_not_held(allotments: str) -> Non
     assert len(_admitted(plan)) == 3 and not _held(plan), plan.findings
 
 
+def test_on_the_device_plugin_a_gated_team_is_held_the_same_way() -> None:
+    # gpupool renders no ResourceQuota in the namespaces it gates, so there too its admission
+    # is what holds a team to the profile's guarantee + borrowing
+    plan = _plan(False, "3g.40gb: {guaranteed: 2, borrowingLimit: 1}", 1, 3, dra=False)
+    assert _admitted(plan) == ["team-b/ranker-1", "team-b/ranker-2"], plan.actions
+    assert list(_held(plan)) == ["team-b/ranker-3"]
+
+
 def test_a_borrowing_limit_of_zero_holds_at_the_guarantee() -> None:
     plan = _plan(True, "3g.40gb: {guaranteed: 2, borrowingLimit: 0}", running=2, pending=1)
     assert _admitted(plan) == [] and "over guarantee + borrowing (2)" in str(_held(plan))
+
+
+def _shared_plan(allotment: str, running: int, pending: int):
+    """team-b on the device plugin with `running` 1-slice shared pods on a shared card and
+    `pending` more, gated; `allotment` its sharedMemory (the pool's slices are 20Gi)."""
+    text = desired_text(train_min=0).replace(TEAM_B_MIG, f"{TEAM_B_MIG}, sharedMemory: {allotment}")
+    cards = [gpu(i, shared=4, model=A100) for i in range(4)]
+    pods = [shared_pod("team-b", f"embed-{i}", "n-1", 1) for i in range(running)]
+    pods += [
+        shared_pod("team-b", f"embed-{running + i}", None, 1, pool="a100").model_copy(
+            update={"admission": "gpupool"}
+        )
+        for i in range(pending)
+    ]
+    observed = snapshot(NOW, [node("n-1", "a100", A100, cards)], pods, **_objects(text))
+    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
+    return plan
+
+
+def test_shared_slices_are_held_to_guarantee_plus_borrowing() -> None:
+    # 20Gi guaranteed + 20Gi borrowing = 2 slices of 20Gi; one runs, so one more is admitted
+    plan = _shared_plan("{guaranteed: 20Gi, borrowingLimit: 20Gi}", running=1, pending=2)
+    assert _admitted(plan) == ["team-b/embed-1"], plan.actions
+    assert _held(plan) == {
+        "team-b/embed-2": (
+            "held: team team-b would hold 3 shared slices in a100, over guarantee + borrowing (2)"
+        )
+    }
+
+
+def test_shared_slices_without_a_borrowing_limit_are_not_held() -> None:
+    plan = _shared_plan("{guaranteed: 20Gi}", running=1, pending=2)
+    assert len(_admitted(plan)) == 2 and not _held(plan), plan.findings
