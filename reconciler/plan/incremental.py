@@ -32,8 +32,9 @@ from typing import Literal
 
 from reconciler.observe.model import ObservedState
 from reconciler.plan.cluster import node_pool_name
+from reconciler.plan.kept import ViewMemo
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import PlanFacts, plan_with_facts
+from reconciler.plan.planner import PlanFacts, plan_with_view
 from reconciler.policy.state import DesiredState
 
 FULL_PLAN_EVERY = 10
@@ -182,6 +183,10 @@ class PlanMemo:
     facts: PlanFacts
     since_full: int = 0
     """Cycles since the last plan made afresh (0: this one)."""
+    view: ViewMemo | None = None
+    """The per-object answers of the working view of the last plan made afresh, for `desired`
+    (`reconciler.plan.kept`): the next plan made afresh of this desired state builds its view
+    from them, redoing the work only for objects that are not the ones they were asked of."""
 
 
 @dataclass(frozen=True)
@@ -219,9 +224,21 @@ def plan_incremental(
         groups = coupled_pools(desired, observed)
         why = _describe(d, groups)
         touched = reached(d, groups, desired.pools)
-    p, facts = plan_with_facts(desired, observed, at)
-    memo = PlanMemo(desired, at, observed, p, facts, 0)
+    p, facts, view = plan_with_view(desired, observed, at, _view_for(desired, previous))
+    memo = PlanMemo(desired, at, observed, p, facts, 0, view)
     return Incremental(p, facts, memo, "full", why, touched)
+
+
+def _view_for(desired: DesiredState, previous: PlanMemo | None) -> ViewMemo | None:
+    """The kept view a plan of `desired` may build from: the previous one when it was made
+    for this desired state (or an equal one), whatever else made this plan afresh (a doubt,
+    the cycle count, time, a change): a kept answer is only ever read for the very object it
+    was asked of, so none of those can make it wrong."""
+    if previous is None or previous.view is None:
+        return None
+    if previous.desired is not desired and previous.desired != desired:
+        return None
+    return previous.view
 
 
 def _full_reason(
