@@ -64,11 +64,15 @@ class Dirty:
         return not self.pools and not self.reasons and not self.time
 
 
-def _changed(before: Iterable, after: Iterable, key: Callable) -> set:
+def _changed(before: list, after: list, key: Callable) -> set | None:
     """Keys of the objects added, removed or changed; an object that is the same object (the
-    adapter hands back what did not change) is not compared field by field."""
+    adapter hands back what did not change) is not compared field by field. None when either
+    side lists a key twice (a snapshot built without validation): by key, a change there
+    cannot be told."""
     old = {key(x): x for x in before}
     new = {key(x): x for x in after}
+    if len(old) != len(before) or len(new) != len(after):
+        return None
     out = {k for k in old.keys() ^ new.keys()}
     out.update(k for k, x in new.items() if k in old and old[k] is not x and old[k] != x)
     return out
@@ -92,14 +96,20 @@ def dirty(
             if n.name in node_pool and node_pool[n.name] != p:
                 reasons.append(f"node {n.name} moved from pool {node_pool[n.name]} to {p}")
             node_pool.setdefault(n.name, p)
-    for name in sorted(_changed(before.nodes, after.nodes, lambda n: n.name)):
+    changed = _changed(before.nodes, after.nodes, lambda n: n.name)
+    if changed is None:
+        reasons.append("a node is listed twice")
+    for name in sorted(changed or ()):
         p = node_pool.get(name)
         if p is None:
             reasons.append(f"node {name} (in no pool) changed")
         else:
             pools.add(p)
     workloads = {w.key: w for w in [*before.workloads, *after.workloads]}
-    for key in sorted(_changed(before.workloads, after.workloads, lambda w: w.key)):
+    changed = _changed(before.workloads, after.workloads, lambda w: w.key)
+    if changed is None:
+        reasons.append("a workload is listed twice")
+    for key in sorted(changed or ()):
         w = workloads[key]
         p = node_pool.get(w.node) if w.node else w.pool
         if p is None:
@@ -107,7 +117,10 @@ def dirty(
         else:
             pools.add(p)
     services = {(s.kind, s.key): s for s in [*before.services, *after.services]}
-    for key in sorted(_changed(before.services, after.services, lambda s: (s.kind, s.key))):
+    changed = _changed(before.services, after.services, lambda s: (s.kind, s.key))
+    if changed is None:
+        reasons.append("a service is listed twice")
+    for key in sorted(changed or ()):
         p = services[key].pool
         if p is None:
             reasons.append(f"service {key[1]} (in no pool) changed")

@@ -37,6 +37,10 @@ class ViewMemo:
 
     desired: object = None
     steps: Kept = field(default_factory=dict)
+    hits: int = 0
+    """Answers the plan that made it read from the memo before it (for tests, benchmarks)."""
+    misses: int = 0
+    """Answers it computed."""
 
     def size(self) -> int:
         """How many answers it keeps (for tests and the benchmark)."""
@@ -107,7 +111,7 @@ class Keeper:
         return answer
 
     def memo(self) -> ViewMemo:
-        return ViewMemo(self.desired, self._new)
+        return ViewMemo(self.desired, self._new, self.hits, self.misses)
 
 
 def fresh() -> Keeper:
