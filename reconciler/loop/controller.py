@@ -304,7 +304,10 @@ class Controller:
         """This cycle's plan, through the memo of the last one: reused when nothing it was made
         from changed; made afresh on a doubt (a relist of the watch cache, a change of
         leadership, an apply error last cycle: the memo is dropped then), every
-        `full_plan_every` cycles, and whenever anything changed."""
+        `full_plan_every` cycles, and whenever anything changed. The memo is kept whatever
+        `full_plan_every` says: a plan made afresh builds its working view from the view memo
+        in it (`reconciler.plan.kept`), which is what makes a live cycle (whose clock moved)
+        cheaper."""
         relists = sum(
             getattr(getattr(self.cache, i, None), "relists", 0)
             for i in ("node_informer", "pod_informer", "node_state_informer")
@@ -319,12 +322,12 @@ class Controller:
                 desired,
                 observed,
                 now,
-                self._plan_memo if self.full_plan_every > 1 else None,
+                self._plan_memo,
                 full_every=self.full_plan_every,
                 doubt=doubt,
             )
-        # the memo holds the last snapshot until the next plan: kept only when it may serve
-        self._plan_memo = out.memo if self.full_plan_every > 1 else None
+        # the memo holds the last snapshot (and its working view's answers) until the next plan
+        self._plan_memo = out.memo
         self._memo_leader, self._memo_relists = leader, relists
         metrics.PLANS.labels(out.mode).inc()
         log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
