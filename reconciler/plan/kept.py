@@ -41,6 +41,9 @@ class ViewMemo:
     """Answers the plan that made it read from the memo before it (for tests, benchmarks)."""
     misses: int = 0
     """Answers it computed."""
+    read_kept: bool = False
+    """The plan that made it was given a memo to read (hits 0 then: none of its objects
+    was in the snapshot again)."""
 
     def size(self) -> int:
         """How many answers it keeps (for tests and the benchmark)."""
@@ -59,6 +62,7 @@ class Keeper:
         self.desired = desired
         self.record = record
         self._old: Kept = previous.steps if previous is not None else {}
+        self.read_kept = previous is not None
         self._new: dict[str, dict[int, tuple[Any, Any]]] = {}
         self.hits = 0
         self.misses = 0
@@ -111,7 +115,7 @@ class Keeper:
         return answer
 
     def memo(self) -> ViewMemo:
-        return ViewMemo(self.desired, self._new, self.hits, self.misses)
+        return ViewMemo(self.desired, self._new, self.hits, self.misses, self.read_kept)
 
 
 def fresh() -> Keeper:

@@ -78,3 +78,16 @@ def test_every_cycle_afresh_still_keeps_the_view_memo(ctl):
     assert first is not None and first.view is not None and first.view.hits == 0
     ctl._plan(d, obs, NOW + timedelta(seconds=1), True)
     assert ctl._plan_memo.view.hits > 0 and ctl._plan_memo.view.misses == 0
+
+
+def test_a_view_memo_that_finds_no_object_again_is_dropped(ctl):
+    """With `--full-plan-every 1`, a snapshot whose every object is new each cycle (read no
+    answer of the kept view) stops the controller keeping the memo: it would only cost memory."""
+    d, obs = _state()
+    ctl.full_plan_every = 1
+    ctl._plan(d, obs, NOW, True)
+    assert ctl._plan_memo is not None
+    ctl._plan(d, obs.model_copy(deep=True), NOW + timedelta(seconds=1), True)
+    assert ctl._plan_memo is None and ctl._view_serves is False
+    ctl._plan(d, obs, NOW + timedelta(seconds=2), True)
+    assert ctl._plan_memo is None
