@@ -87,12 +87,14 @@ def test_plan_scale_smoke():
     events = lines_after(
         out,
         r"^\| nodes \| full plan s \| one pod added s \| one signal changed s "
-        r"\| nothing changed s \|$",
+        r"\| nothing changed s \| pod added, clock moved s \|$",
     )
     assert re.match(
-        r"^\| 16 \| [\d.]+ \| [\d.]+ \(full\) \| [\d.]+ \(full\) \| [\d.]+ \(reused\) \|$",
+        r"^\| 16 \| [\d.]+ \| [\d.]+ \(full\) \| [\d.]+ \(full\) \| [\d.]+ \(reused\) "
+        r"\| [\d.]+ \(full\) \|$",
         events[1],
     ), events[1]
+    assert re.search(r"16: pod \d+/\d+, clock moved \d+/\d+, equal True", out), out
 
 
 def test_dra_cycle_smoke():

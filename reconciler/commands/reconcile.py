@@ -353,9 +353,11 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="plan afresh at least every N cycles; between them a cycle whose inputs did not "
-        "change reuses the last plan, at the cost of holding the last snapshot (1: always "
-        "afresh, no memo; the default, since a live clock moves every cycle and time alone "
-        f"makes a plan afresh; {FULL_PLAN_EVERY} is the planner's own default)",
+        "change reuses the last plan (1: always afresh; the default, since a live clock moves "
+        "every cycle and time alone makes a plan afresh; "
+        f"{FULL_PLAN_EVERY} is the planner's own default). Either way the last cycle's memo is "
+        "kept (the last snapshot and its working view's per-object answers), from which a "
+        "plan made afresh builds its view",
     )
 
 

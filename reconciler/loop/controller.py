@@ -154,6 +154,10 @@ class Controller:
         self._plan_memo: PlanMemo | None = None
         self._memo_leader: bool | None = None
         self._memo_relists = 0
+        self._view_serves: bool | None = None
+        """Whether a view memo kept between cycles was read (None: not tried yet): with
+        `--full-plan-every 1` the memo is kept only for that, so it is dropped for good
+        when a cycle found none of its objects again (the snapshot rebuilt every object)."""
         self.ready_max_age_seconds = ready_max_age_seconds
         self.stuck_after_seconds = stuck_after_seconds
         self._unreadable_reported: dict[str, datetime] = {}
@@ -308,7 +312,10 @@ class Controller:
         """This cycle's plan, through the memo of the last one: reused when nothing it was made
         from changed; made afresh on a doubt (a relist of the watch cache, a change of
         leadership, an apply error last cycle: the memo is dropped then), every
-        `full_plan_every` cycles, and whenever anything changed."""
+        `full_plan_every` cycles, and whenever anything changed. The memo is kept whatever
+        `full_plan_every` says: a plan made afresh builds its working view from the view memo
+        in it (`reconciler.plan.kept`), which is what makes a live cycle (whose clock moved)
+        cheaper."""
         relists = sum(
             getattr(getattr(self.cache, i, None), "relists", 0)
             for i in ("node_informer", "pod_informer", "node_state_informer")
@@ -323,16 +330,28 @@ class Controller:
                 desired,
                 observed,
                 now,
-                self._plan_memo if self.full_plan_every > 1 else None,
+                self._plan_memo,
                 full_every=self.full_plan_every,
                 doubt=doubt,
             )
-        # the memo holds the last snapshot until the next plan: kept only when it may serve
-        self._plan_memo = out.memo if self.full_plan_every > 1 else None
+        # the memo holds the last snapshot (and its working view's answers) until the next plan
+        self._plan_memo = out.memo if self._keep_memo(out) else None
         self._memo_leader, self._memo_relists = leader, relists
         metrics.PLANS.labels(out.mode).inc()
         log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
         return out.plan, out.facts
+
+    def _keep_memo(self, out: Any) -> bool:
+        """Keep this cycle's memo for the next? Always when plans may be reused
+        (`full_plan_every` > 1); else for its view memo, as long as it serves: a plan that
+        built its view from a kept one and read no answer of it (every object of the snapshot
+        a new one) ends the trial, since holding the last snapshot then only costs memory."""
+        if self.full_plan_every > 1:
+            return True
+        view = out.memo.view
+        if out.mode == "full" and view is not None and view.read_kept and view.misses > 0:
+            self._view_serves = view.hits > 0
+        return self._view_serves is not False
 
     def _invalid_desired_state(
         self,
