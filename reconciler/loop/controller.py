@@ -33,7 +33,13 @@ from reconciler.loop.status import (
     condition,
     resolve_intents,
 )
-from reconciler.observe.kube import CardMemo, admission_event, bound_requests, observe_cluster
+from reconciler.observe.kube import (
+    CardMemo,
+    WorkloadMemo,
+    admission_event,
+    bound_requests,
+    observe_cluster,
+)
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
@@ -157,6 +163,9 @@ class Controller:
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.card_memo = CardMemo()
         """Each node's published cards, converted once per version of its GpuNodeState."""
+        self.workload_memo = WorkloadMemo()
+        """Each GPU pod's `Workload`, made once per version of the pod and of what it is read
+        with: an unchanged pod is the same object cycle after cycle."""
         self._dra_left = True
         """Whether the last observation of resource.k8s.io found objects gpupool made (or none
         was made yet): read DRA again, even with no pool on it, until they are pruned."""
@@ -261,6 +270,7 @@ class Controller:
             recent_preemptions=preempted,
             cache=self._cache(),
             cards=self.card_memo,
+            workloads=self.workload_memo,
             dra=self._reads_dra(desired),
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
