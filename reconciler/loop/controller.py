@@ -3,7 +3,9 @@
 Each cycle works on one fresh snapshot and one plan; nothing is remembered between cycles
 except what the cluster itself holds (annotations, labels, the status object), so a restart at
 any point picks up where the cluster is (the one thing carried over, the resourceVersions of
-gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from).
+gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from;
+the memos of observation and planning only save work: each cycle's snapshot and plan equal
+those made without them).
 Only the Lease holder applies; the others observe and report. Dry-run observes and reports
 drift; `spec.suspend` on the status object stops applying.
 """

@@ -194,7 +194,7 @@ def pod_workloads(
     """Each GPU pod as a `Workload` with the cards it holds: those known, else for a pod
     admitted to a node the cards meant for it, else a guess; `taken` (node -> cards held)
     grows with each. gpupool's state on each pod is read only where gpupool wrote it
-    (`believed`). Each pod reads only its own part of `owners` (`owners_of`). `memo`: the same
+    (`believed`). Each pod reads only its own part of `owners` (`owner_facts`). `memo`: the same
     `Workload` as the last observation's for a pod whose version and inputs are unchanged
     (`WorkloadMemo`)."""
     memo = memo if memo is not None else _NO_MEMO
@@ -218,12 +218,12 @@ def pod_workloads(
             allocs = _guess_allocations(
                 req, by_name.get(node_name), taken.setdefault(node_name, set())
             )
-        mine, seen = owners_of(p, owners), p
+        facts, seen = owner_facts(p, owners), p
         return memo.kept(
             "workload",
             raw,
-            (node_known, req, allocs, mine),
-            lambda: _workload(seen, req, allocs, mine),
+            (node_known, req, allocs, facts),
+            lambda: _workload(seen, req, allocs, _owners_from(facts)),
         )
 
     # bound pods first: an admitted pod yields to what the kubelet has handed out or will
@@ -235,36 +235,46 @@ def pod_workloads(
     )
 
 
-def owners_of(p: Any, owners: Owners) -> Owners:
-    """The part of `owners` that `_workload` reads for the pod `p`: its owner's and its pod
-    group's gang sizes, the next-pod reservation, Kueue queue and manager of its owner (a
-    Job), its Workload-API PodGroup (whether the API is served, and the group's policy if it
-    exists). `_workload` gives the same `Workload` from it as from the whole, and
-    `WorkloadMemo` compares it between cycles: an owner's change that leaves the pod's own
-    version as it was still reaches the pod."""
+def owner_facts(p: Any, owners: Owners) -> tuple:
+    """What `owners` says about the pod `p`, all `_workload` reads of it: (its owner's key
+    (namespace, name), the gang sizes of its owner and of its coscheduling pod group, its
+    owner's next-pod reservation, Kueue queue and whether another controller manages it (a
+    Job), its Workload-API PodGroup: None where the API is not served, () where the pod names
+    no group that exists, else (key, policy)). Compared by `WorkloadMemo` between cycles: an
+    owner's change that leaves the pod's own version as it was still reaches the pod."""
     ns = p.metadata.namespace
     owner = (p.metadata.owner_references or [None])[0]
-    mine = Owners()
     keys = []
+    job = moved = queue = None
+    foreign = False
     if owner is not None:
         job = (ns, owner.name)
         keys.append((ns, owner.kind, owner.name))
-        if job in owners.next_pod:
-            mine.next_pod[job] = owners.next_pod[job]
-        if job in owners.queues:
-            mine.queues[job] = owners.queues[job]
-        if job in owners.foreign_jobs:
-            mine.foreign_jobs.add(job)
+        moved, queue = owners.next_pod.get(job), owners.queues.get(job)
+        foreign = job in owners.foreign_jobs
     group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
     if group:
         keys.append((ns, "PodGroup", group))
-    mine.sizes.update((k, owners.sizes[k]) for k in keys if k in owners.sizes)
+    sizes = tuple((k, owners.sizes[k]) for k in keys if k in owners.sizes)
+    groups = None
     if owners.pod_groups is not None:
         sg = getattr(p.spec, "scheduling_group", None)
         name = getattr(sg, "pod_group_name", None) if sg is not None else None
         policy = owners.pod_groups.groups.get((ns, name)) if isinstance(name, str) else None
-        mine.pod_groups = PodGroups({(ns, name): policy} if policy is not None else {})
-    return mine
+        groups = ((ns, name), policy) if policy is not None else ()
+    return job, sizes, moved, queue, foreign, groups
+
+
+def _owners_from(facts: tuple) -> Owners:
+    """`Owners` holding only `facts` (`owner_facts`)."""
+    job, sizes, moved, queue, foreign, groups = facts
+    return Owners(
+        sizes=dict(sizes),
+        next_pod={job: moved} if moved is not None else {},
+        queues={job: queue} if queue is not None else {},
+        foreign_jobs={job} if foreign else set(),
+        pod_groups=None if groups is None else PodGroups(dict([groups]) if groups else {}),
+    )
 
 
 def _admission(p: Any) -> tuple[str, str | None]:
@@ -594,7 +604,7 @@ class WorkloadMemo:
     - `workload` (`_workload`): that, its request (from the pod, or its DRA claims), the cards
       it holds (the agent's publication, the annotation, an admission's or a guess: made
       every cycle, since they depend on the other pods), and its part of the owners
-      (`owners_of`: gang sizes, its Job's queue, next-pod reservation and manager, its
+      (`owner_facts`: gang sizes, its Job's queue, next-pod reservation and manager, its
       PodGroup).
 
     Nothing else is read there: no clock (a next-pod reservation's age is counted from the

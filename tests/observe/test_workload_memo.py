@@ -13,7 +13,8 @@ import itertools
 
 from reconciler import conventions as C
 from reconciler.observe.kube import WorkloadMemo, observe_cluster
-from tests.observe.fake_cluster import NOW, base, node_state, pod, serving
+from tests.cluster.dra_slices import gpu_device, node_slice
+from tests.observe.fake_cluster import NOW, Cluster, base, node, node_state, pod, serving
 
 _RV = itertools.count(500)
 
@@ -164,6 +165,63 @@ def test_reports_are_made_again_and_pods_without_a_version_are_read_every_time()
     for _ in range(2):
         plain = run.step({"team-a/plain"})  # no resourceVersion: a new Workload every cycle
         assert any(u.name == "odd" and C.GPU_MEMORY_ANN in u.message for u in plain.unreadable)
+
+
+def _claim(name: str, devices: list[str], holder: str) -> dict:
+    """A claim of team-a for whole cards of n1, allocated `devices`, reserved for `holder`."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": "d100-whole", "count": 2}}
+    return {
+        "metadata": {"namespace": "team-a", "name": name},
+        "spec": {"devices": {"requests": [request]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": d}
+                        for d in devices
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": holder, "uid": f"uid-team-a-{holder}"}],
+        },
+    }
+
+
+def test_a_pod_whose_dra_claim_changes_is_read_again():
+    """What a pod asks and holds through DRA claims changes with the claim, not the pod."""
+    trainer = bump(pod("team-a", "trainer-0", node_name="n1", limits={}))
+    trainer["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "c1"}]
+    trainer["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "c1"}]
+    other = bump(pod("team-a", "other", node_name="n1", limits={C.GPU_RESOURCE: "1"}))
+    c = Cluster(
+        nodes=[node("n1", gpus=4)],
+        pods=[trainer, other],
+        dra={
+            "resourceslices": [node_slice("n1", [gpu_device("n1", i) for i in range(4)])],
+            "deviceclasses": [
+                {
+                    "metadata": {
+                        "name": "d100-whole",
+                        "labels": {C.MANAGED_BY_LABEL: "gpupool", C.POOL_LABEL: "d100"},
+                    },
+                    "spec": {
+                        "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]
+                    },
+                }
+            ],
+            "resourceclaims": [_claim("c1", ["gpu-1", "gpu-2"], "trainer-0")],
+            "resourceclaimtemplates": [],
+        },
+    )
+    run = Cycles(c)
+    plain = run.step({"team-a/trainer-0", "team-a/other"})
+    held = next(w for w in plain.workloads if w.name == "trainer-0").allocations
+    assert sorted(a.gpu for a in held) == [1, 2]
+    run.step(set())
+    c.dra["resourceclaims"] = [_claim("c1", ["gpu-2", "gpu-3"], "trainer-0")]
+    plain = run.step({"team-a/trainer-0"})
+    held = next(w for w in plain.workloads if w.name == "trainer-0").allocations
+    assert sorted(a.gpu for a in held) == [2, 3]
 
 
 def observe_once(c):
