@@ -293,7 +293,6 @@ def test_observe_pods_smoke():
     out = smoke("observe_pods.py")
     rows = lines_after(out, r"^\| nodes \| pods \| step \| CPU ms per cycle \|$")
     steps = [
-        "agents' status.pods",
         "convert, every pod",
         "convert, memo, none changed",
         "convert, memo, 1 pod changed",

@@ -225,7 +225,10 @@ def _observe(
         _each(
             C.NODE_STATE_KIND,
             states.items(),
-            lambda item: (item[0], published_pods(item[1])),
+            lambda item: (
+                item[0],
+                published_pods(item[1]) if memo is None else memo.published(*item),
+            ),
             named=lambda item: item[1],
         )
     )

@@ -586,16 +586,17 @@ def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list
     return [Allocation(gpu=i) for i in chosen]
 
 
-MEMO_STEPS = ("request", "annotated", "believed", "workload")
-"""The steps of reading a pod that `WorkloadMemo` keeps, in the order a pod goes through."""
+MEMO_STEPS = ("published", "request", "annotated", "believed", "workload")
+"""The steps of reading pods that `WorkloadMemo` keeps, in the order a pod goes through."""
 
 
 class WorkloadMemo:
     """Pods read into `Workload`s once per version: kept by the controller across cycles and
-    passed to `observe_cluster` (as `CardMemo` is for nodes' cards). Each step of reading a pod
-    that costs is kept per pod (namespace, name) under a key: the pod's `metadata.uid` and
-    `metadata.resourceVersion` (one state of one object) and every input of the step that is
-    not the pod itself:
+    passed to `observe_cluster` (as `CardMemo` is for nodes' cards). What each node's agent
+    publishes its pods hold (`published`: `published_pods`) is kept per node under its
+    GpuNodeState's resourceVersion. Each step of reading a pod that costs is kept per pod
+    (namespace, name) under a key: the pod's `metadata.uid` and `metadata.resourceVersion` (one
+    state of one object) and every input of the step that is not the pod itself:
 
     - `request` (`pod_request`) and `annotated` (the cards its `gpupool.io/gpus` annotation
       says it holds, where its node's agent publishes none): the pod alone;
@@ -612,9 +613,10 @@ class WorkloadMemo:
     With the key equal, the step's value is the one kept (the same object: the planner's memo
     recognises an unchanged pod's `Workload` by identity) and what the step reported
     unreadable is reported again, so the snapshot equals one made without the memo. A pod
-    without a uid or a resourceVersion is read every time. Only the pods of the last
-    observation are kept (`begin` / `end`): memory follows the live pods. Failed gang members
-    (`failed_members`: few) are read every time."""
+    without a uid or a resourceVersion (a GpuNodeState without a resourceVersion) is read
+    every time. Only the pods and nodes of the last observation are kept (`begin` / `end`):
+    memory follows the live pods. Failed gang members (`failed_members`: few) are read every
+    time."""
 
     def __init__(self) -> None:
         self._kept: dict[str, dict[tuple, tuple]] = {s: {} for s in MEMO_STEPS}
@@ -636,11 +638,21 @@ class WorkloadMemo:
         """`make()`, or the value it gave for the same version of `p` and the same `inputs`."""
         meta = p.metadata
         uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
-        if not uid or not rv:
+        return self._kept_as(
+            step, (meta.namespace, meta.name), uid and rv and (uid, rv, inputs), make
+        )
+
+    def published(self, node: str, state: dict) -> dict[str, list[Allocation]] | None:
+        """`published_pods(state)` of the node's GpuNodeState (`_agent_state`'s reading of
+        it), or what it gave for the same resourceVersion of that object."""
+        rv = (state.get("metadata") or {}).get("resourceVersion")
+        return self._kept_as("published", ("", node), rv, lambda: published_pods(state))
+
+    def _kept_as(self, step: str, name: tuple, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()`, or the value kept for `name` under the same `key` (none: made every time)."""
+        if not key:
             self.misses[step] += 1
             return make()
-        name = (meta.namespace, meta.name)
-        key = (uid, rv, inputs)
         kept = self._kept[step].get(name)
         if kept is not None and kept[0] == key:
             self.hits[step] += 1

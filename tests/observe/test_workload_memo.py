@@ -27,8 +27,8 @@ def bump(o: dict) -> dict:
 
 def cluster():
     c = base()
-    for p in c.pods:
-        bump(p)
+    for o in c.pods + c.node_states:
+        bump(o)  # a GpuNodeState's publication is kept per version too
     c.workload_pod_groups = []  # the Workload API served, no group yet
     return c
 
@@ -77,7 +77,7 @@ def test_the_memo_gives_the_snapshot_made_without_it_through_changes():
     waiting["spec"]["nodeName"] = "a100-1"
     waiting["status"] = {"phase": "Running", "startTime": waiting["metadata"]["creationTimestamp"]}
     bump(waiting)
-    c.find("node_states", "a100-1")["status"]["pods"].append(
+    bump(c.find("node_states", "a100-1"))["status"]["pods"].append(
         {"namespace": "team-a", "name": "waiting", "allocations": [{"gpu": 4}, {"gpu": 5}]}
     )
     plain = run.step({"team-a/waiting"})
@@ -92,8 +92,13 @@ def test_the_memo_gives_the_snapshot_made_without_it_through_changes():
     assert run.memo.kept_pods() == len(run.last)  # the gone pods are not kept
 
     # the agent republishes what train-0 holds (its pod unchanged)
-    c.find("node_states", "a100-1")["status"]["pods"][0]["allocations"] = [{"gpu": 6}, {"gpu": 7}]
+    state = bump(c.find("node_states", "a100-1"))
+    state["status"]["pods"][0]["allocations"] = [{"gpu": 6}, {"gpu": 7}]
+    hits = run.memo.hits["published"]
     run.step({"team-a/train-0"})
+    assert run.memo.hits["published"] == hits  # the one GpuNodeState was read again
+    run.step(set())
+    assert run.memo.hits["published"] == hits + 1
 
     # owners change, the pods do not: the Job's parallelism, its next-pod reservation, the
     # coscheduling PodGroup's minMember
