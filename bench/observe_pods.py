@@ -25,7 +25,9 @@ The workloads made through the memo are checked equal to the ones made without i
 unchanged ones identical (`is`) to the last cycle's. Also printed: the CPU seconds of this
 process over the whole run and the load average (the machine may be shared). No API server:
 the cluster's own cost of a cycle is bench/reaction.py's. `--smoke` is `--sizes 16 --rounds 2`:
-tests/test_bench_smoke.py runs it so that the benchmark cannot rot.
+tests/test_bench_smoke.py runs it so that the benchmark cannot rot. `--paused-collector`
+times each cycle with the cyclic garbage collector paused (reconciler/loop/collector.py, as
+the controller runs its plan), to tell its share apart.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,7 @@ from kubernetes import client  # noqa: E402
 from plan_scale import generate, scaled_desired  # noqa: E402
 
 from reconciler import conventions as C  # noqa: E402
+from reconciler.loop.collector import paused_collector  # noqa: E402
 from reconciler.observe.kube_common import _UNREADABLE  # noqa: E402
 from reconciler.observe.kube_owners import Owners  # noqa: E402
 from reconciler.observe.kube_pods import (  # noqa: E402
@@ -61,6 +65,8 @@ from reconciler.observe.kube_pods import (  # noqa: E402
 from reconciler.observe.model import Workload  # noqa: E402
 
 SMOKE = {"sizes": "16", "rounds": 2}
+PAUSED = {"collector": False}
+"""`--paused-collector`: each timed cycle runs with the cyclic garbage collector paused."""
 CREATED = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 
 
@@ -162,9 +168,10 @@ def median_ms(fn: Callable[[], Any], rounds: int, before: Callable[[], Any] = la
     times = []
     for _ in range(rounds):
         before()
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
+        with paused_collector() if PAUSED["collector"] else nullcontext():
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
     return statistics.median(times) * 1000
 
 
@@ -228,10 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000", help="comma-separated node counts (default 1000)")
     ap.add_argument("--rounds", type=int, default=5, help="median of N cycles (default 5)")
     ap.add_argument("--smoke", action="store_true", help="--sizes 16 --rounds 2, seconds")
+    ap.add_argument(
+        "--paused-collector",
+        action="store_true",
+        help="time each cycle with the cyclic garbage collector paused (as the controller plans)",
+    )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
         ap.set_defaults(**SMOKE)
         args = ap.parse_args(argv)
+    PAUSED["collector"] = args.paused_collector
     cpu0 = time.process_time()
     print("| nodes | pods | step | CPU ms per cycle |")
     print("|---:|---:|---|---:|")
