@@ -289,3 +289,17 @@ def test_soak_smoke():
     for row in ("actions lost", "cycles", "cycle time p50 / p95 / p99", "RSS, replica a"):
         assert row in rows, (row, out[-3000:])
     assert re.search(r"^\| gangs stopped whole on a loss \| \d+ of \d+ \|$", out, re.M), out
+
+
+def test_observe_pods_smoke():
+    out = smoke("observe_pods.py")
+    rows = lines_after(out, r"^\| nodes \| pods \| step \| CPU ms per cycle \|$")
+    steps = [
+        "convert, every pod",
+        "convert, memo, none changed",
+        "convert, memo, 1 pod changed",
+    ]
+    for row, step in zip(rows[1 : 1 + len(steps)], steps, strict=True):
+        assert re.match(rf"^\| 16 \| \d+ \| {re.escape(step)} \| [\d.]+ \|$", row), row
+    assert re.search(r"16 nodes: .* (\d+) workloads the same objects", out), out
+    assert re.search(r"^CPU [\d.]+ s .*load average", out, re.M), out

@@ -3,7 +3,9 @@
 Each cycle works on one fresh snapshot and one plan; nothing is remembered between cycles
 except what the cluster itself holds (annotations, labels, the status object), so a restart at
 any point picks up where the cluster is (the one thing carried over, the resourceVersions of
-gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from).
+gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from;
+the memos of observation and planning only save work: each cycle's snapshot and plan equal
+those made without them).
 Only the Lease holder applies; the others observe and report. Dry-run observes and reports
 drift; `spec.suspend` on the status object stops applying.
 """
@@ -33,7 +35,13 @@ from reconciler.loop.status import (
     condition,
     resolve_intents,
 )
-from reconciler.observe.kube import CardMemo, admission_event, bound_requests, observe_cluster
+from reconciler.observe.kube import (
+    CardMemo,
+    WorkloadMemo,
+    admission_event,
+    bound_requests,
+    observe_cluster,
+)
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
@@ -165,6 +173,9 @@ class Controller:
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.card_memo = CardMemo()
         """Each node's published cards, converted once per version of its GpuNodeState."""
+        self.workload_memo = WorkloadMemo()
+        """Each GPU pod's `Workload`, made once per version of the pod and of what it is read
+        with: an unchanged pod is the same object cycle after cycle."""
         self._dra_left = True
         """Whether the last observation of resource.k8s.io found objects gpupool made (or none
         was made yet): read DRA again, even with no pool on it, until they are pruned."""
@@ -269,6 +280,7 @@ class Controller:
             recent_preemptions=preempted,
             cache=self._cache(),
             cards=self.card_memo,
+            workloads=self.workload_memo,
             dra=self._reads_dra(desired),
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()

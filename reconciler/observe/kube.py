@@ -64,6 +64,7 @@ from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
 from reconciler.observe.kube_pods import (
+    WorkloadMemo,
     _known_allocations,
     _workload,
     admission_event,
@@ -95,6 +96,7 @@ __all__ = [
     "JOB_CONTROLLER",
     "Owners",
     "TargetRef",
+    "WorkloadMemo",
     "_UNREADABLE",
     "_float",
     "_hpa",
@@ -164,6 +166,7 @@ def observe_cluster(
     cache: Any = None,
     dra: bool = True,
     cards: CardMemo | None = None,
+    workloads: WorkloadMemo | None = None,
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
     `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
@@ -172,18 +175,20 @@ def observe_cluster(
     False skips its four lists and `ObservedState.dra` is None, as where it is not served (the
     caller knows whether any pool is on DRA; observation does not). `cards`, kept across
     calls, converts a node's published cards once per version of its GpuNodeState
-    (`CardMemo`: the same snapshot, less work)."""
+    (`CardMemo`: the same snapshot, less work); `workloads`, likewise, reads a pod into the
+    same `Workload` while neither it nor what else it is read with changed (`WorkloadMemo`)."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
-    if cards is not None:
-        cards.begin()
+    memos = [m for m in (cards, workloads) if m is not None]
+    for memo in memos:
+        memo.begin()
     try:
         api = api_client or make_api_client(kubeconfig)
-        observed = _observe(api, now, recent_preemptions, cache, cards, dra)
+        observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads)
     finally:
         _UNREADABLE.reset(token)
-    if cards is not None:
-        cards.end()  # only after a whole observation: one that failed keeps the last
+    for memo in memos:
+        memo.end()  # only after a whole observation: one that failed keeps the last
     return observed
 
 
@@ -194,6 +199,7 @@ def _observe(
     cache: Any,
     cards: CardMemo | None,
     with_dra: bool = True,
+    memo: WorkloadMemo | None = None,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
@@ -219,7 +225,10 @@ def _observe(
         _each(
             C.NODE_STATE_KIND,
             states.items(),
-            lambda item: (item[0], published_pods(item[1])),
+            lambda item: (
+                item[0],
+                published_pods(item[1]) if memo is None else memo.published(*item),
+            ),
             named=lambda item: item[1],
         )
     )
@@ -232,9 +241,9 @@ def _observe(
         node = by_name.get(p.spec.node_name or "")
         return index.request(ns, name), index.allocations(node, ns, name)
 
-    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None)
+    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None, memo)
     owners = read_owners(api_client)
-    workloads = pod_workloads(gpu_pods, by_name, taken, owners)
+    workloads = pod_workloads(gpu_pods, by_name, taken, owners, memo)
     services = read_services(api_client)
     services = with_autoscalers(services, read_autoscalers(api_client))
     quotas = read_quotas(core)

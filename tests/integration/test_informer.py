@@ -19,7 +19,7 @@ import pytest
 from reconciler import conventions as C
 from reconciler.loop import metrics
 from reconciler.loop.informer import ClusterCache
-from reconciler.observe.kube import CardMemo, observe_cluster
+from reconciler.observe.kube import CardMemo, WorkloadMemo, observe_cluster
 from tests.faultproxy.proxy import FaultProxy
 from tests.support.wait import wait_for
 
@@ -221,8 +221,27 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
     )
     assert cache.node_state_informer.relists == 1
     listed = observe_cluster(api)
-    cached = observe_cluster(api, cache=cache, now=listed.observed_at, cards=CardMemo())
+    memo = WorkloadMemo()
+    cached = observe_cluster(
+        api, cache=cache, now=listed.observed_at, cards=CardMemo(), workloads=memo
+    )
     assert cached == listed
+    # observed again through the memo: a pod of this test whose version is the same in the
+    # cache is the same Workload object (nothing it is read with changed here)
+    versions = {
+        f"{o.metadata.namespace}/{o.metadata.name}": o.metadata.resource_version
+        for o in cache.pods() or []
+    }
+    again = observe_cluster(api, cache=cache, now=listed.observed_at, workloads=memo)
+    now = {
+        f"{o.metadata.namespace}/{o.metadata.name}": o.metadata.resource_version
+        for o in cache.pods() or []
+    }
+    before = {w.key: w for w in cached.workloads}
+    for w in again.workloads:
+        if w.namespace == ns and versions.get(w.key) == now.get(w.key):
+            assert w is before[w.key], w.key
+    assert memo.hits["workload"] >= 1
     assert "informer-2" in {n.name for n in cached.nodes}
     work = {w.key: w for w in cached.workloads if w.namespace == ns}
     assert sorted(work) == [f"{ns}/job", f"{ns}/waiting"]
