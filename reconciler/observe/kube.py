@@ -83,7 +83,7 @@ from reconciler.observe.kube_services import (
     read_services,
     with_autoscalers,
 )
-from reconciler.observe.model import ObservedState, UnreadableObject
+from reconciler.observe.model import Node, ObservedState, UnreadableObject
 
 __all__ = [
     # this module's own
@@ -219,7 +219,7 @@ def _observe(
     # the readers key, sort and report objects by name: one without is left out here, reported
     raw_nodes = _identified("Node", raw_nodes, namespaced=False)
     raw_pods = _identified("Pod", raw_pods, namespaced=True)
-    nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name), cards))
+    nodes = _each("Node", raw_nodes, lambda n: _read_node(n, states.get(n.metadata.name), cards))
     by_name = {n.name: n for n in nodes}
     held = dict(
         _each(
@@ -305,3 +305,10 @@ def _agent_state(node: str, state: dict) -> dict:
         report("status.pods", pods, "a list; read as publishing no pod")
         del fixed["pods"]
     return {**state, "status": fixed}
+
+
+def _read_node(n: Any, state: dict | None, cards: CardMemo | None) -> Node:
+    """One Node with its GpuNodeState; through the memo when the controller keeps one."""
+    if cards is None:
+        return _node(n, state)
+    return cards.node(n, state, lambda: _node(n, state, cards))

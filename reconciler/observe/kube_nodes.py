@@ -13,6 +13,7 @@ from a failure."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -63,14 +64,53 @@ class CardMemo:
     def __init__(self) -> None:
         self._kept: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
         self._next: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
+        self._nodes: dict[str, tuple[tuple[str, str], Node, list[UnreadableObject]]] = {}
+        self._next_nodes: dict[str, tuple[tuple[str, str], Node, list[UnreadableObject]]] = {}
         self.hits = 0
         self.misses = 0
+        self.node_hits = 0
+        """Nodes handed back whole (`node`): their Node and their GpuNodeState unchanged."""
 
     def begin(self) -> None:
-        self._next = {}
+        self._next, self._next_nodes = {}, {}
 
     def end(self) -> None:
         self._kept, self._next = self._next, {}
+        self._nodes, self._next_nodes = self._next_nodes, {}
+
+    def node(self, n: Any, state: dict | None, build: Callable[[], Node]) -> Node:
+        """The `Node` read from `n` and its GpuNodeState `state`: the same object as last
+        observation when both have the resourceVersions they had then (the reports made
+        reading it are made again), else `build()`. So an unchanged node keeps its identity,
+        which the planner's view memo (`plan/kept.py`) recognises. A Node or state without a
+        resourceVersion is read every time."""
+        name = n.metadata.name
+        key = (
+            getattr(n.metadata, "resource_version", None) or "",
+            ((state.get("metadata") or {}).get("resourceVersion") or "") if state else "-",
+        )
+        kept = self._nodes.get(name)
+        if all(key) and kept is not None and kept[0] == key:
+            self.node_hits += 1
+            found = _UNREADABLE.get()
+            if found is not None:
+                found.extend(kept[2])
+            if name in self._kept:  # its cards stay kept for the day the Node changes
+                self._next[name] = self._kept[name]
+        else:
+            reported: list[UnreadableObject] = []
+            token = _UNREADABLE.set(reported)
+            try:
+                built = build()
+            finally:
+                _UNREADABLE.reset(token)
+                found = _UNREADABLE.get()
+                if found is not None:
+                    found.extend(reported)
+            kept = (key, built, reported)
+        if all(key):
+            self._next_nodes[name] = kept
+        return kept[1]
 
     def cards(self, node: str, state: dict, entries: Any) -> list[Gpu]:
         rv = (state.get("metadata") or {}).get("resourceVersion")
