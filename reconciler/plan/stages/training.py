@@ -4,6 +4,7 @@ allow are preempted, then single-card work is moved (defragment.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from reconciler.plan.cluster import (
@@ -22,7 +23,7 @@ from reconciler.plan.evictions import (
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
-from reconciler.plan.stages.whole_cards import place_gang
+from reconciler.plan.stages.whole_cards import cliques, place_gang
 from reconciler.plan.victims import Candidate
 
 
@@ -146,37 +147,97 @@ def _give_back_inference(run: Run, pv: PoolView, p: Demand) -> bool:
     return True
 
 
+Option = tuple[tuple, str, list[Candidate]]
+"""What freeing one pod's cards on a node costs, the node, and the victims there."""
+
+
 def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     """Free one node's worth of cards per pod of the gang, choosing nodes by what their
-    victims cost; all of it within the budget, or nothing at all."""
+    victims cost; all of it within the budget, or nothing at all. A gang of several pods in
+    a pool with NVLink domains frees them within one domain (`_choices`)."""
     classes = victim_classes(run, p.priority_class)
     reclaim = reclaims(run, p, pv.name)
     if not classes and reclaim is None:
         return False
-    n = p.request.gpus
-    options: list[tuple[tuple, str, list[Candidate]]] = []
     reserved_nodes = {node for node, _ in p.reserved.values()}
     nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
+    options: list[Option] = []
     for node in nodes:
         option = _node_option(run, pv, p, node, classes, node in reserved_nodes)
         if option is not None:
             options.append(option)
     options.sort(key=lambda o: o[0])
-    pods = len(p.members)
+    refusal = ""
+    for chosen in _choices(pv, p, options):
+        why = _refusal(run, p, pv, chosen)
+        if not why:
+            _preempt(run, pv, p, chosen, classes, reclaim)
+            return place_gang(run, pv, p)
+        refusal = refusal or why
+    if refusal:
+        run.blocked[p.key] = refusal
+    return False
+
+
+def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option]]:
+    """The sets of nodes to free for `p`, the one to try first first. A gang of several pods,
+    in a pool whose nodes carry NVLink domains (`nvlink_domains`' conditions): per domain
+    that can hold it, its cheapest nodes that with the domain's free room fit every pod,
+    the domain whose victims cost least first (`_total`; then the fewest free cards, then
+    the name); only when no domain can, the cheapest nodes of the pool (and `place_gang`
+    says the gang spans domains)."""
+    n, pods = p.request.gpus, len(p.members)
+    if pods >= 2 and n >= 1 and pv.pool.spec.training.topology != "none":
+        ranked = []
+        for name, members in sorted(cliques(pv).items()):
+            ready = sum(pv.free_whole_on(x) // n for x in members)
+            mine = [o for o in options if o[1] in members]
+            take = mine[: max(0, pods - ready)]
+            if len(take) >= pods - ready:
+                free = sum(pv.free_whole_on(x) for x in members)
+                ranked.append((_total(take), free, name, take))
+        if ranked:
+            return [take for *_, take in sorted(ranked, key=lambda r: r[:3])]
     ready = sum(pv.free_whole_on(node) // n for node in pv.by_node())
     chosen = options[: max(0, pods - ready)]
-    if len(chosen) < pods - ready:
-        return False
+    return [chosen] if len(chosen) >= pods - ready else []
+
+
+def _total(take: list[Option]) -> tuple:
+    """What freeing all of `take`'s nodes costs, summed from each node's cost
+    (`_node_option`): nodes not already being freed for the gang, the highest victim
+    priority, cards freed beyond the need, evictions, work lost."""
+    costs = [o[0] for o in take]
+    return (
+        sum(c[0] for c in costs),
+        max((c[1] for c in costs), default=-math.inf),
+        sum(c[2] for c in costs),
+        sum(c[3] for c in costs),
+        sum(c[4] for c in costs),
+    )
+
+
+def _refusal(run: Run, p: Demand, pv: PoolView, chosen: list[Option]) -> str:
+    """Why stopping the victims of `chosen` for `p` is not allowed now ('' when it is): a
+    team would go below its guarantee, or the hourly budget has too little left."""
     overdraw = overdrawn(run, p, pv.name, [c for _, _, t in chosen for c in t])
     if overdraw:
-        run.blocked[p.key] = overdraw
-        return False
+        return overdraw
     evictions = sum(len(run.gang(run.cluster.workloads[c.key])) for _, _, t in chosen for c in t)
     if evictions > run.budget_left:
-        run.blocked[p.key] = (
-            f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
-        )
-        return False
+        return f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
+    return ""
+
+
+def _preempt(
+    run: Run,
+    pv: PoolView,
+    p: Demand,
+    chosen: list[Option],
+    classes: set[str],
+    reclaim: str | None,
+) -> None:
+    n = p.request.gpus
     for _, _, take in chosen:
         for c in take:
             w = run.cluster.workloads[c.key]
@@ -200,12 +261,11 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
                 pv.name,
                 preemptor=p.key,
             )
-    return place_gang(run, pv, p)
 
 
 def _node_option(
     run: Run, pv: PoolView, p: Demand, node: str, classes: set[str], reserved: bool
-) -> tuple[tuple, str, list[Candidate]] | None:
+) -> Option | None:
     """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
     when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
     n = p.request.gpus
