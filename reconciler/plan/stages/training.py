@@ -15,10 +15,12 @@ from reconciler.plan.evictions import (
     default_class,
     evict,
     nodes_hosting,
+    ordered_victims,
     overdrawn,
+    reclaim_within_cohort,
     reclaims,
+    victim_candidates,
     victim_classes,
-    victims_for,
 )
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
@@ -159,14 +161,7 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     reclaim = reclaims(run, p, pv.name)
     if not classes and reclaim is None:
         return False
-    reserved_nodes = {node for node, _ in p.reserved.values()}
-    nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
-    options: list[Option] = []
-    for node in nodes:
-        option = _node_option(run, pv, p, node, classes, node in reserved_nodes)
-        if option is not None:
-            options.append(option)
-    options.sort(key=lambda o: o[0])
+    options = _options(run, pv, p, classes, reclaim)
     refusal = ""
     for chosen in _choices(pv, p, options):
         why = _refusal(run, p, pv, chosen)
@@ -179,6 +174,33 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     return False
 
 
+def _options(
+    run: Run, pv: PoolView, p: Demand, classes: set[str], reclaim: str | None
+) -> list[Option]:
+    """The nodes that can be freed for one pod of `p`, cheapest first (`_node_option`)."""
+    reserved = {node for node, _ in p.reserved.values()}
+    nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
+    who = _victims_key(run, p, classes, reclaim)
+    options: list[Option] = []
+    for node in nodes:
+        option = _node_option(run, pv, p, node, classes, node in reserved, who)
+        if option is not None:
+            options.append(option)
+    options.sort(key=lambda o: o[0])
+    return options
+
+
+def _by_domain(pv: PoolView, p: Demand) -> bool:
+    """`p` is a gang of several pods whose victims are chosen within one NVLink domain: the
+    pool's topology is not `none` and its nodes carry domains (`nvlink_domains`)."""
+    return (
+        len(p.members) >= 2
+        and p.request.gpus >= 1
+        and pv.pool.spec.training.topology != "none"
+        and bool(cliques(pv))
+    )
+
+
 def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option]]:
     """The sets of nodes to free for `p`, the one to try first first. A gang of several pods,
     in a pool whose nodes carry NVLink domains (`nvlink_domains`' conditions): per domain
@@ -187,7 +209,7 @@ def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option
     the name); only when no domain can, the cheapest nodes of the pool (and `place_gang`
     says the gang spans domains)."""
     n, pods = p.request.gpus, len(p.members)
-    if pods >= 2 and n >= 1 and pv.pool.spec.training.topology != "none":
+    if _by_domain(pv, p):
         ranked = []
         for name, members in sorted(cliques(pv).items()):
             ready = sum(pv.free_whole_on(x) // n for x in members)
@@ -263,29 +285,76 @@ def _preempt(
             )
 
 
-def _node_option(
-    run: Run, pv: PoolView, p: Demand, node: str, classes: set[str], reserved: bool
-) -> Option | None:
-    """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
-    when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
-    n = p.request.gpus
+def _victims_key(run: Run, p: Demand, classes: set[str], reclaim: str | None) -> tuple:
+    """What of `p` decides which running work may be stopped for it (`victim_candidates`):
+    the classes the rules let it displace, its priority, and, when it takes its team's
+    guarantee back, the team, its Quota's `reclaimWithinCohort` and `p`'s class."""
+    return (
+        frozenset(classes),
+        run.demand_priority(p),
+        reclaim,
+        reclaim_within_cohort(run, p.namespace) if reclaim is not None else None,
+        (p.priority_class or default_class(run)) if reclaim is not None else None,
+    )
+
+
+def _candidates(
+    run: Run, pv: PoolView, p: Demand, node: str, ws: tuple[str, ...], classes: set[str], who: tuple
+) -> list[Candidate]:
+    """`victim_candidates` among the work `ws` on `node` for `p`, computed once per node,
+    `who` (`_victims_key`) and generation of the run: what decides it changes only when
+    work is stopped, which starts a new generation (`Run.freed`), or when other work runs
+    on the node (`ws`). Waiting gangs of several shapes ask it of the same nodes."""
+    key = ("gang-victims", pv.name, node, who)
+    known = run.memo.get(key)
+    if known is not None and known[0] == run.generation and known[1] == ws:
+        return known[2]
+    found = victim_candidates(run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes)
+    run.memo[key] = (run.generation, ws, found)
+    return found
+
+
+def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
+    """The running workloads on `node`'s whole cards, by key; None when freeing `n` cards
+    there is no option: the node is fenced or not the pool's, or it fits already (another
+    pod of the gang took it, or none), or nothing runs there."""
     slots = pv.by_node().get(node)
     if not slots or any(g.fenced for g in slots):
         return None  # no card of the pool there (its victims run on cards the agent lost)
-    free = pv.free_whole_on(node)
-    if free >= n:
-        return None  # it already fits there (another pod of the gang took it, or none)
-    ws = sorted(
-        {
-            h
-            for g in slots
-            if g.target_mode == "whole"
-            for h in g.holders
-            if h in run.cluster.workloads
-        }
+    if pv.free_whole_on(node) >= n:
+        return None
+    ws = tuple(
+        sorted(
+            {
+                h
+                for g in slots
+                if g.target_mode == "whole"
+                for h in g.holders
+                if h in run.cluster.workloads
+            }
+        )
     )
-    victims = victims_for(
-        run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free
+    return ws or None
+
+
+def _node_option(
+    run: Run,
+    pv: PoolView,
+    p: Demand,
+    node: str,
+    classes: set[str],
+    reserved: bool,
+    who: tuple,
+) -> Option | None:
+    """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
+    when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
+    ws = _held(run, pv, node, p.request.gpus)
+    if ws is None:
+        return None
+    n = p.request.gpus
+    free = pv.free_whole_on(node)
+    victims = ordered_victims(
+        run, _candidates(run, pv, p, node, ws, classes, who), p, pv.name, n - free, who[2]
     )
     take, freed, evictions = [], free, 0
     for c in victims:
