@@ -319,7 +319,7 @@ def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
     there is no option: the node is fenced or not the pool's, or it fits already (another
     pod of the gang took it, or none), or nothing runs there."""
     slots = pv.by_node().get(node)
-    if not slots or any(g.fenced for g in slots):
+    if not slots or node in _fenced(run, pv):
         return None  # no card of the pool there (its victims run on cards the agent lost)
     if pv.free_whole_on(node) >= n:
         return None
@@ -335,6 +335,16 @@ def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
         )
     )
     return ws or None
+
+
+def _fenced(run: Run, pv: PoolView) -> frozenset[str]:
+    """The pool's nodes with a fenced card: fences are set before step 8 (the view is built,
+    recovery fences nodes it no longer trusts) and never during it."""
+    known = run.memo.get(("fenced-nodes", pv.name))
+    if known is None:
+        nodes = frozenset(g.node for g in pv.gpus if g.fenced)
+        known = run.memo[("fenced-nodes", pv.name)] = (nodes,)
+    return known[0]
 
 
 def _node_option(
