@@ -297,6 +297,9 @@ def ordered_victims(
     ordered = order_victims(cands, need)
     if team is None or preemptor is None:
         return ordered
+    prio = run.demand_priority(preemptor)
+    if all(c.priority < prio for c in ordered):
+        return ordered  # `overdrawn` judges only work `preemptor` does not outrank
     # work `preemptor` does not outrank: at most what each team borrows, all victims together
     out: list[Candidate] = []
     for c in ordered:
