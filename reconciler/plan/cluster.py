@@ -158,6 +158,20 @@ class PoolView:
     _empty_inference: dict[str, list[GpuSlot]] | None = None
 
     _empty_nodes: list[str] = field(default_factory=list)
+    _cliques: dict[str, set[str]] | None = None
+
+    def cliques(self) -> dict[str, set[str]]:
+        """Multi-node NVLink domain (GPU feature discovery's label `nvidia.com/gpu.clique`)
+        -> the pool's nodes in it; read once per run (a pool's nodes and their labels do not
+        change during one). Read-only to callers."""
+        if self._cliques is None:
+            out: dict[str, set[str]] = {}
+            for name, node in self.nodes.items():
+                clique = node.labels.get(GPU_CLIQUE_LABEL, "")
+                if clique:
+                    out.setdefault(clique, set()).add(name)
+            self._cliques = out
+        return self._cliques
 
     def empty_inference_by_node(self) -> dict[str, list[GpuSlot]]:
         """Node -> inference cards nobody held when last counted (callers re-check `holders`);

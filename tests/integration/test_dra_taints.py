@@ -1,5 +1,5 @@
-"""Drains by device taint, a gang on one NVLink domain, and DRA read only when needed, on the
-real API server and kube-scheduler (issue 32 items 4 and 6).
+"""Drains by device taint, a gang on one NVLink domain (placed, and freed by preemption), and
+DRA read only when needed, on the real API server and kube-scheduler (issue 32 items 4 and 6).
 
 A drain by device taint: a DRA pool's card about to change layout (static MIG through
 mig-manager) gets a DeviceTaintRule (NoSchedule) per device before its node is cordoned; a pod
@@ -11,7 +11,9 @@ rules used and nothing refused.
 
 A training gang of two 4-card pods on a DRA pool whose nodes carry GPU feature discovery's
 `nvidia.com/gpu.clique`: it lands on the two nodes of one NVLink domain, on exactly the devices
-gpupool planned (exact admission). A controller with no DRA pool lists nothing of
+gpupool planned (exact admission); and when no node is free for its second pod, the job
+preempted for it is the one in the free node's domain, not the pool's cheapest victim in
+another. A controller with no DRA pool lists nothing of
 resource.k8s.io after its first cycle (the audit log). A reserved card (a waiting gang's) is
 kept from a claim that bypasses gpupool and allocated to one pinned as exact admission writes it.
 """
@@ -237,6 +239,121 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
     assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
     for _, devices, planned in got.values():
         assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+
+
+def pinned_claim_pod(kube, ns: str, name: str, cls: str, count: int, node: str, dc: str) -> None:
+    """A running job gpupool did not place: its own claim of `count` cards (DeviceClass `dc`),
+    on `node` (node affinity), in a namespace gpupool does not gate."""
+    kube.custom.create_namespaced_custom_object(
+        G,
+        V,
+        ns,
+        "resourceclaims",
+        {
+            "apiVersion": f"{G}/{V}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": dc, "count": count}}
+                    ]
+                }
+            },
+        },
+    )
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "priorityClassName": cls,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchFields": [field]}]
+                        }
+                    }
+                },
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example.com/work:1",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+
+
+def pinned_on(kube, ns: str, name: str) -> str | None:
+    """The node of `pinned_claim_pod`'s pod once its claim is allocated."""
+    claim = kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", name)
+    if not (claim.get("status") or {}).get("allocation"):
+        return None
+    return kube.core.read_namespaced_pod(name, ns).spec.node_name
+
+
+def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
+    """No node is free for the gang's second pod: the cheapest victim of the pool (the younger
+    job, on nb) is in another NVLink domain than the free node; the plan preempts the job on
+    nc instead, in na's domain, and the gang lands on na and nc (plan/stages/training.py)."""
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns, other = f"d{sfx}", gated_namespace(kube), kube.new_namespace()
+    na, nb, nc = (f"dra-p{x}-{sfx}" for x in "abc")
+    clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
+    for node in (na, nb, nc):
+        add_gpu_node(
+            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
+        )
+        plugin = DraPlugin(kube.custom, node, cards=4)
+        plugin.publish()
+        kube.cleanup(plugin.remove)
+    text = dra_policy(sfx, ns, nodes=3, whole=8).replace(
+        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n",
+        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n"
+        f"    - {{name: high-{sfx}, value: 50000, workload: training}}\n"
+        "  preemption:\n"
+        "    {checkpointGracePeriod: 30s, minRuntime: 1m, budgetPerHour: 4, rules: "
+        f"[{{preemptor: high-{sfx}, victims: [low-{sfx}]}}]}}\n",
+    )
+    assert f"preemptor: high-{sfx}" in text
+    write_policy(tmp_path, text)
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycle(kube, ctl)
+    pinned_claim_pod(kube, other, "old-job", f"low-{sfx}", 4, nc, dc)
+    wait_for(
+        "old-job on nc", lambda: pinned_on(kube, other, "old-job"), 60, until=lambda v: v == nc
+    )
+    kube.clock.advance(600)
+    pinned_claim_pod(kube, other, "young-job", f"low-{sfx}", 4, nb, dc)
+    wait_for(
+        "young-job on nb", lambda: pinned_on(kube, other, "young-job"), 60, until=lambda v: v == nb
+    )
+    kube.clock.advance(120)  # both past minRuntime; young-job loses less work if stopped
+    for i in range(2):
+        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"high-{sfx}", gang="t")
+    pods = ("trainer-0", "trainer-1")
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+    def admitted() -> bool:
+        cycle(kube, ctl)
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+
+    wait_for("the gang admitted", admitted, timeout=180, interval=1)
+    got = {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
+    }
+    assert {node for node, _, _ in got.values()} == {na, nc}, got  # one NVLink domain
+    for _, devices, planned in got.values():
+        assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+    assert kube.core.read_namespaced_pod("young-job", other).status.phase == "Running"
 
 
 def test_no_dra_list_without_a_dra_pool(kube, tmp_path):

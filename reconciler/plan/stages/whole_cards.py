@@ -80,7 +80,7 @@ def place_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     domains = nvlink_domains(pv, p.request.gpus, len(p.members))
     for within in [*domains.values(), None] if domains else [None]:
         if _place_all(run, pv, p, within):
-            if within is None and _cliques(pv):
+            if within is None and cliques(pv):
                 run.find(
                     "info",
                     "gang-spans-nvlink-domains",
@@ -104,14 +104,10 @@ def _place_all(run: Run, pv: PoolView, p: Demand, within: set[str] | None) -> bo
     return True
 
 
-def _cliques(pv: PoolView) -> dict[str, set[str]]:
-    """Multi-node NVLink domain (GPU feature discovery's label) -> the pool's nodes in it."""
-    out: dict[str, set[str]] = {}
-    for name, node in pv.nodes.items():
-        clique = node.labels.get(GPU_CLIQUE_LABEL, "")
-        if clique:
-            out.setdefault(clique, set()).add(name)
-    return out
+def cliques(pv: PoolView) -> dict[str, set[str]]:
+    """Multi-node NVLink domain (GPU feature discovery's label) -> the pool's nodes in it
+    (`PoolView.cliques`, read once per run)."""
+    return pv.cliques()
 
 
 def nvlink_domains(pv: PoolView, n: int, pods: int) -> dict[str, set[str]]:
@@ -120,15 +116,15 @@ def nvlink_domains(pv: PoolView, n: int, pods: int) -> dict[str, set[str]]:
     topology is `none`, or nodes without the label."""
     if pods < 2 or n < 1 or pv.pool.spec.training.topology == "none":
         return {}
-    cliques = _cliques(pv)
+    domains = cliques(pv)
     room = {
         c: (sum(pv.free_whole_on(x) // n for x in nodes), sum(pv.free_whole_on(x) for x in nodes))
-        for c, nodes in cliques.items()
+        for c, nodes in domains.items()
     }
     fitting = sorted(
         (c for c, (fit, _) in room.items() if fit >= pods), key=lambda c: (room[c][1], c)
     )
-    return {c: cliques[c] for c in fitting}
+    return {c: domains[c] for c in fitting}
 
 
 def whole_state(pv: PoolView, node: str) -> placement.NodeState:
