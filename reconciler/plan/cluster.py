@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 
-from reconciler.conventions import CORDONED_FOR_ANN, NVIDIA, PRODUCT_LABEL
+from reconciler.conventions import CORDONED_FOR_ANN, GPU_CLIQUE_LABEL, NVIDIA, PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
 from reconciler.plan.kept import Keeper, fresh
 from reconciler.policy.catalog import GpuModel

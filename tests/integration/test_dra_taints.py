@@ -306,13 +306,8 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     pool, ns, other = f"d{sfx}", gated_namespace(kube), kube.new_namespace()
     na, nb, nc = (f"dra-p{x}-{sfx}" for x in "abc")
     clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
-    for node in (na, nb, nc):
-        add_gpu_node(
-            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
-        )
-        plugin = DraPlugin(kube.custom, node, cards=4)
-        plugin.publish()
-        kube.cleanup(plugin.remove)
+    labels = {node: {C.GPU_CLIQUE_LABEL: c} for node, c in clique.items()}
+    dra_nodes(kube, pool, na, nb, nc, labels=labels)
     text = dra_policy(sfx, ns, nodes=3, whole=8).replace(
         f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n",
         f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n"
@@ -323,7 +318,6 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     )
     assert f"preemptor: high-{sfx}" in text
     write_policy(tmp_path, text)
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
