@@ -21,7 +21,7 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -38,6 +38,8 @@ _UNREADABLE: contextvars.ContextVar[list[UnreadableObject] | None] = contextvars
 """The list `observe_cluster` collects unreadable objects into (per call and thread); outside
 it (the agent, admission events) `_unreadable` only logs."""
 
+T = TypeVar("T")
+
 _BAD_OBJECT = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
 """What converting one malformed object may raise (pydantic's ValidationError is a
 ValueError): that object is left out, the rest of the cycle goes on."""
@@ -51,6 +53,26 @@ _READING: contextvars.ContextVar[tuple[str, Any, Callable[[Any], Any]] | None] =
 )
 """The object `_each` is converting now: (kind, the item, how to find the Kubernetes object in
 it), so that a reader deep in the conversion can report a field against it (`_report`)."""
+
+
+def reported_again(reported: list[UnreadableObject]) -> None:
+    """Report again what reading an object reported before (a memo hands back its result)."""
+    found = _UNREADABLE.get()
+    if found is not None:
+        found.extend(reported)
+
+
+def read_reporting(make: Callable[[], T]) -> tuple[T, list[UnreadableObject]]:
+    """`make()`, and what it reported unreadable (reported as usual too), for a memo to keep
+    beside the result and `reported_again` on a hit."""
+    reported: list[UnreadableObject] = []
+    token = _UNREADABLE.set(reported)
+    try:
+        value = make()
+    finally:
+        _UNREADABLE.reset(token)
+        reported_again(reported)
+    return value, reported
 
 
 def _unreadable(kind: str, namespace: str | None, name: str | None, message: str) -> None:

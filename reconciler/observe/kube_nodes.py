@@ -19,7 +19,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _UNREADABLE, _each, _stamp, _unreadable, log
+from reconciler.observe.kube_common import (
+    _each,
+    _stamp,
+    _unreadable,
+    log,
+    read_reporting,
+    reported_again,
+)
 from reconciler.observe.model import (
     Gpu,
     MigInstance,
@@ -92,22 +99,11 @@ class CardMemo:
         kept = self._nodes.get(name)
         if all(key) and kept is not None and kept[0] == key:
             self.node_hits += 1
-            found = _UNREADABLE.get()
-            if found is not None:
-                found.extend(kept[2])
+            reported_again(kept[2])
             if name in self._kept:  # its cards stay kept for the day the Node changes
                 self._next[name] = self._kept[name]
         else:
-            reported: list[UnreadableObject] = []
-            token = _UNREADABLE.set(reported)
-            try:
-                built = build()
-            finally:
-                _UNREADABLE.reset(token)
-                found = _UNREADABLE.get()
-                if found is not None:
-                    found.extend(reported)
-            kept = (key, built, reported)
+            kept = (key, *read_reporting(build))
         if all(key):
             self._next_nodes[name] = kept
         return kept[1]
@@ -117,21 +113,10 @@ class CardMemo:
         kept = self._kept.get(node)
         if rv and kept is not None and kept[0] == rv:
             self.hits += 1
-            found = _UNREADABLE.get()
-            if found is not None:
-                found.extend(kept[2])
+            reported_again(kept[2])
         else:
             self.misses += 1
-            reported: list[UnreadableObject] = []
-            token = _UNREADABLE.set(reported)
-            try:
-                gpus = published_gpus(node, entries)
-            finally:
-                _UNREADABLE.reset(token)
-                found = _UNREADABLE.get()
-                if found is not None:
-                    found.extend(reported)
-            kept = (rv, gpus, reported)
+            kept = (rv, *read_reporting(lambda: published_gpus(node, entries)))
         if rv:
             self._next[node] = kept
         return list(kept[1])

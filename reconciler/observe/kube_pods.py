@@ -29,7 +29,6 @@ from pydantic import ValidationError
 
 from reconciler import conventions as C
 from reconciler.observe.kube_common import (
-    _UNREADABLE,
     Shape,
     _each,
     _gpus,
@@ -41,6 +40,8 @@ from reconciler.observe.kube_common import (
     _unreadable,
     _who,
     _why,
+    read_reporting,
+    reported_again,
 )
 from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
 from reconciler.observe.kube_podgroups import PodGroups, gang_of, held_for_group
@@ -50,7 +51,6 @@ from reconciler.observe.model import (
     Node,
     PodGpus,
     Request,
-    UnreadableObject,
     Workload,
     parse_allocation,
 )
@@ -656,21 +656,10 @@ class WorkloadMemo:
         kept = self._kept[step].get(name)
         if kept is not None and kept[0] == key:
             self.hits[step] += 1
-            found = _UNREADABLE.get()
-            if found is not None:
-                found.extend(kept[2])
+            reported_again(kept[2])
         else:
             self.misses[step] += 1
-            reported: list[UnreadableObject] = []
-            token = _UNREADABLE.set(reported)
-            try:
-                value = make()
-            finally:
-                _UNREADABLE.reset(token)
-                found = _UNREADABLE.get()
-                if found is not None:
-                    found.extend(reported)
-            kept = (key, value, reported)
+            kept = (key, *read_reporting(make))
         self._next[step][name] = kept
         return kept[1]
 
