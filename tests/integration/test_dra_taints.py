@@ -56,9 +56,8 @@ def rule(kube, name: str) -> dict | None:
         raise
 
 
-def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
-    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
-    tolerating the node's cordon (as a DaemonSet's pods do)."""
+def own_claim(kube, ns: str, name: str, cls: str, count: int) -> None:
+    """A ResourceClaim of `count` devices of DeviceClass `cls`, made by hand (no template)."""
     kube.custom.create_namespaced_custom_object(
         G,
         V,
@@ -77,6 +76,12 @@ def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
             },
         },
     )
+
+
+def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
+    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
+    tolerating the node's cordon (as a DaemonSet's pods do)."""
+    own_claim(kube, ns, name, cls, count)
     kube.core.create_namespaced_pod(
         ns,
         {
@@ -244,24 +249,7 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
 def pinned_claim_pod(kube, ns: str, name: str, cls: str, count: int, node: str, dc: str) -> None:
     """A running job gpupool did not place: its own claim of `count` cards (DeviceClass `dc`),
     on `node` (node affinity), in a namespace gpupool does not gate."""
-    kube.custom.create_namespaced_custom_object(
-        G,
-        V,
-        ns,
-        "resourceclaims",
-        {
-            "apiVersion": f"{G}/{V}",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": "gpu", "exactly": {"deviceClassName": dc, "count": count}}
-                    ]
-                }
-            },
-        },
-    )
+    own_claim(kube, ns, name, dc, count)
     field = {"key": "metadata.name", "operator": "In", "values": [node]}
     kube.core.create_namespaced_pod(
         ns,
