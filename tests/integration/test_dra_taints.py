@@ -227,19 +227,7 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
-    for i in range(2):
-        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"low-{sfx}", gang="t")
-    pods = ("trainer-0", "trainer-1")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
-
-    def admitted() -> bool:
-        cycle(kube, ctl)
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
-
-    wait_for("the gang admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
-    }
+    got = gang_admitted(kube, ctl, ns, pool, f"low-{sfx}", timeout=120)
     nodes = {node for node, _, _ in got.values()}
     assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
     for _, devices, planned in got.values():
@@ -286,6 +274,24 @@ def pinned_on(kube, ns: str, name: str) -> str | None:
     return kube.core.read_namespaced_pod(name, ns).spec.node_name
 
 
+def gang_admitted(kube, ctl, ns: str, pool: str, cls: str, timeout: float) -> dict:
+    """A gang of two 4-card trainers of class `cls` on gpupool's 4-card template of `pool`,
+    cycled until gpupool admits both: pod -> (node, allocated devices, planned devices)."""
+    pods = ("trainer-0", "trainer-1")
+    for p in pods:
+        claim_pod(kube, ns, p, f"gpupool-{pool}-gpu-4", cls, gang="t")
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+    def admitted() -> bool:
+        cycle(kube, ctl)
+        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+
+    wait_for("the gang admitted", admitted, timeout=timeout, interval=1)
+    return {
+        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
+    }
+
+
 def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     """No node is free for the gang's second pod: the cheapest victim of the pool (the younger
     job, on nb) is in another NVLink domain than the free node; the plan preempts the job on
@@ -319,19 +325,7 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
         "young-job on nb", lambda: pinned_on(kube, other, "young-job"), 60, until=lambda v: v == nb
     )
     kube.clock.advance(120)  # both past minRuntime; young-job loses less work if stopped
-    for i in range(2):
-        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"high-{sfx}", gang="t")
-    pods = ("trainer-0", "trainer-1")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
-
-    def admitted() -> bool:
-        cycle(kube, ctl)
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
-
-    wait_for("the gang admitted", admitted, timeout=180, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
-    }
+    got = gang_admitted(kube, ctl, ns, pool, f"high-{sfx}", timeout=180)
     assert {node for node, _, _ in got.values()} == {na, nc}, got  # one NVLink domain
     for _, devices, planned in got.values():
         assert devices == planned == [f"gpu-{i}" for i in range(4)], got
