@@ -227,7 +227,8 @@ def plan_incremental(
     """The plan of (desired, observed, now), byte-identical to `plan_with_facts`'s, and the
     memo for the next cycle. `doubt`: a reason the shell has to plan afresh ('' none)."""
     at = now or observed.observed_at
-    why = _full_reason(desired, previous, full_every, doubt, at)
+    same = previous is not None and (previous.desired is desired or previous.desired == desired)
+    why = _full_reason(desired, previous, same, full_every, doubt, at)
     touched = frozenset(desired.pools)
     if previous is not None and not why:
         d = dirty(desired, previous.observed, observed, previous.now, at)
@@ -237,32 +238,30 @@ def plan_incremental(
         groups = coupled_pools(desired, observed)
         why = _describe(d, groups)
         touched = reached(d, groups, desired.pools)
-    p, facts, view = plan_with_view(desired, observed, at, _view_for(desired, previous))
+    # a plan of the same (or an equal) desired state builds its view from the last one's,
+    # whatever else made it plan afresh (a doubt, the cycle count, time, a change): a kept
+    # answer is only ever read for the very object it was asked of
+    kept = previous.view if same and previous is not None else None
+    p, facts, view = plan_with_view(desired, observed, at, kept)
     memo = PlanMemo(desired, at, observed, p, facts, 0, view)
     return Incremental(p, facts, memo, "full", why, touched)
 
 
-def _view_for(desired: DesiredState, previous: PlanMemo | None) -> ViewMemo | None:
-    """The kept view a plan of `desired` may build from: the previous one when it was made
-    for this desired state (or an equal one), whatever else made this plan afresh (a doubt,
-    the cycle count, time, a change): a kept answer is only ever read for the very object it
-    was asked of, so none of those can make it wrong."""
-    if previous is None or previous.view is None:
-        return None
-    if previous.desired is not desired and previous.desired != desired:
-        return None
-    return previous.view
-
-
 def _full_reason(
-    desired: DesiredState, previous: PlanMemo | None, full_every: int, doubt: str, at: datetime
+    desired: DesiredState,
+    previous: PlanMemo | None,
+    same: bool,
+    full_every: int,
+    doubt: str,
+    at: datetime,
 ) -> str:
-    """Why the memo cannot serve, before any object is compared ('' when it may)."""
+    """Why the memo cannot serve, before any object is compared ('' when it may). `same`:
+    `previous` was made for `desired` or an equal desired state."""
     if previous is None:
         return "no previous plan"
     if doubt:
         return doubt
-    if previous.desired is not desired and previous.desired != desired:
+    if not same:
         was, new = previous.desired.revision, desired.revision
         return "desired state changed" + (f" (revision {was} -> {new})" if was != new else "")
     if full_every <= 1 or previous.since_full + 1 >= full_every:

@@ -15,7 +15,6 @@ from reconciler.observe.builders import PRODUCT, gpu, node, training
 from reconciler.observe.model import Allocation, ObservedState, Workload
 from reconciler.plan.incremental import (
     Dirty,
-    _view_for,
     coupled_pools,
     dirty,
     plan_incremental,
@@ -264,8 +263,10 @@ def test_another_desired_state_reads_no_view_memo():
     obs = _snapshot(training("team-a", "a", "a100-1", 1, pool="a100", created=NOW))
     out = plan_incremental(desired, obs, NOW, None)
     other = _desired(TWO_POOLS + _quota("team-a", "a100"), revision="r2")
-    assert _view_for(other, out.memo) is None
-    assert _view_for(_desired(TWO_POOLS), out.memo) is out.memo.view  # equal: served
+    assert not plan_incremental(other, obs, NOW, out.memo).memo.view.read_kept
+    # an equal desired state is served (a doubt makes it plan afresh rather than reuse)
+    equal = plan_incremental(_desired(TWO_POOLS), obs, NOW, out.memo, doubt="a relist")
+    assert equal.mode == "full" and equal.memo.view.read_kept and equal.memo.view.hits > 0
 
 
 def _answers(memo) -> list:
