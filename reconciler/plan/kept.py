@@ -27,15 +27,15 @@ X = TypeVar("X")
 R = TypeVar("R")
 
 Kept = Mapping[str, Mapping[int, tuple[Any, Any]]]
-"""Step -> id(input) -> (input, answer)."""
+"""Step -> id(input) -> ((input, the objects asked with it), answer)."""
 
 
 @dataclass(frozen=True)
 class ViewMemo:
     """What one plan's working view leaves for the next: the answers of its per-object steps,
-    for `desired` (a plan of another desired state reads none of it: `plan_incremental`)."""
+    for the plan's desired state (a plan of another reads none of it: `plan_incremental`
+    compares the desired states its `PlanMemo` keeps)."""
 
-    desired: object = None
     steps: Kept = field(default_factory=dict)
     hits: int = 0
     """Answers the plan that made it read from the memo before it (for tests, benchmarks)."""
@@ -52,14 +52,14 @@ class ViewMemo:
 
 class Keeper:
     """One plan's reader of the previous `ViewMemo` and writer of the next one. `once(step, fn,
-    x)` is `fn(x)`, answered from the previous memo when `x` is the object it was asked of.
+    x)` is `fn(x)`, answered from the previous memo when `x` is the object it was asked of
+    (`group` with no other objects).
     Local to one plan (the planner keeps nothing between plans: the memo is returned)."""
 
-    def __init__(self, previous: ViewMemo | None, desired: object, record: bool = True) -> None:
+    def __init__(self, previous: ViewMemo | None, record: bool = True) -> None:
         """`previous`: the memo of a plan of this desired state (or one equal to it: the
         caller decides), None for none. `record` False: keep nothing (every answer computed,
         as a plan without a memo does)."""
-        self.desired = desired
         self.record = record
         self._old: Kept = previous.steps if previous is not None else {}
         self.read_kept = previous is not None
@@ -68,44 +68,24 @@ class Keeper:
         self.misses = 0
 
     def once(self, step: str, fn: Callable[[X], R], x: X) -> R:
-        if not self.record:
-            return fn(x)
-        new = self._new.get(step)
-        if new is None:
-            new = self._new[step] = {}
-        k = id(x)
-        seen = new.get(k)
-        if seen is not None and seen[0] is x:  # asked twice in this plan
-            return seen[1]
-        old = self._old.get(step)
-        hit = old.get(k) if old else None
-        if hit is not None and hit[0] is x:
-            self.hits += 1
-            new[k] = hit
-            return hit[1]
-        self.misses += 1
-        answer = fn(x)
-        new[k] = (x, answer)
-        return answer
+        return self.group(step, lambda: fn(x), x, ())
 
     def group(self, step: str, fn: Callable[[], R], head: Any, members: tuple) -> R:
-        """`fn()`, an answer about `head` and `members` (a node and the workloads on it),
-        answered from the previous memo when it was asked of `head` and of `members`, each the
-        very object it was (in order)."""
+        """`fn()`, an answer about `head` and `members` (a node and the workloads on it; none
+        for `once`), answered from the previous memo, or from this plan when it asked the same
+        already, when it was asked of `head` and of `members`, each the very object it was
+        (in order)."""
         if not self.record:
             return fn()
         new = self._new.get(step)
         if new is None:
             new = self._new[step] = {}
         k = id(head)
+        if _asked_of(new.get(k), head, members):  # asked twice in this plan
+            return new[k][1]
         old = self._old.get(step)
         hit = old.get(k) if old else None
-        if (
-            hit is not None
-            and hit[0][0] is head
-            and len(hit[0][1]) == len(members)
-            and all(a is b for a, b in zip(hit[0][1], members, strict=True))
-        ):
+        if _asked_of(hit, head, members):
             self.hits += 1
             new[k] = hit
             return hit[1]
@@ -115,9 +95,19 @@ class Keeper:
         return answer
 
     def memo(self) -> ViewMemo:
-        return ViewMemo(self.desired, self._new, self.hits, self.misses, self.read_kept)
+        return ViewMemo(self._new, self.hits, self.misses, self.read_kept)
 
 
 def fresh() -> Keeper:
     """A keeper that keeps nothing: every answer computed (a plan without a view memo)."""
-    return Keeper(None, None, record=False)
+    return Keeper(None, record=False)
+
+
+def _asked_of(entry: tuple | None, head: Any, members: tuple) -> bool:
+    """`entry` ((head, members), answer) was asked of these very objects."""
+    if entry is None:
+        return False
+    (h, ms), _ = entry
+    if h is not head or len(ms) != len(members):
+        return False
+    return all(a is b for a, b in zip(ms, members, strict=True))

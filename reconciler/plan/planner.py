@@ -105,7 +105,7 @@ def plan_with_view(
     """`plan_with_facts`, its working view built with the per-object answers `view` kept
     from a plan of this desired state (`reconciler.plan.kept`; None: none), and the view
     memo for the next plan. The plan is byte-identical to `plan_with_facts`'s."""
-    keeper = Keeper(view, desired)
+    keeper = Keeper(view)
     p, facts = _plan(desired, observed, now, backends, keeper)
     return p, facts, keeper.memo()
 
