@@ -25,7 +25,7 @@ from reconciler.plan.evictions import (
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
-from reconciler.plan.stages.whole_cards import cliques, place_gang
+from reconciler.plan.stages.whole_cards import by_domain, place_gang
 from reconciler.plan.victims import Candidate
 
 
@@ -190,28 +190,17 @@ def _options(
     return options
 
 
-def _by_domain(pv: PoolView, p: Demand) -> bool:
-    """`p` is a gang of several pods whose victims are chosen within one NVLink domain: the
-    pool's topology is not `none` and its nodes carry domains (`nvlink_domains`)."""
-    return (
-        len(p.members) >= 2
-        and p.request.gpus >= 1
-        and pv.pool.spec.training.topology != "none"
-        and bool(cliques(pv))
-    )
-
-
 def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option]]:
     """The sets of nodes to free for `p`, the one to try first first. A gang of several pods,
-    in a pool whose nodes carry NVLink domains (`nvlink_domains`' conditions): per domain
+    in a pool whose nodes carry NVLink domains (`by_domain`): per domain
     that can hold it, its cheapest nodes that with the domain's free room fit every pod,
     the domain whose victims cost least first (`_total`; then the fewest free cards, then
     the name); only when no domain can, the cheapest nodes of the pool (and `place_gang`
     says the gang spans domains)."""
     n, pods = p.request.gpus, len(p.members)
-    if _by_domain(pv, p):
+    if by_domain(pv, n, pods):
         ranked = []
-        for name, members in sorted(cliques(pv).items()):
+        for name, members in sorted(pv.cliques().items()):
             ready = sum(pv.free_whole_on(x) // n for x in members)
             mine = [o for o in options if o[1] in members]
             take = mine[: max(0, pods - ready)]
@@ -340,11 +329,11 @@ def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
 def _fenced(run: Run, pv: PoolView) -> frozenset[str]:
     """The pool's nodes with a fenced card: fences are set before step 8 (the view is built,
     recovery fences nodes it no longer trusts) and never during it."""
-    known = run.memo.get(("fenced-nodes", pv.name))
+    key = ("fenced-nodes", pv.name)
+    known = run.memo.get(key)
     if known is None:
-        nodes = frozenset(g.node for g in pv.gpus if g.fenced)
-        known = run.memo[("fenced-nodes", pv.name)] = (nodes,)
-    return known[0]
+        known = run.memo[key] = frozenset(g.node for g in pv.gpus if g.fenced)
+    return known
 
 
 def _node_option(
