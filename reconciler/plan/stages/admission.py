@@ -5,7 +5,6 @@ what the plan placed."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -39,10 +38,10 @@ from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
     quota_use_by_namespace,
+    shared_slices,
 )
 from reconciler.plan.run import Demand, Run, kueue_mode
 from reconciler.policy.models import Allotment, PoolQuota
-from reconciler.policy.quantity import quantity_bytes
 
 
 def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
@@ -170,15 +169,12 @@ def _partitions_held(run: Run) -> Counter:
 
 def _shared_allotment(pv: PoolView, pq: PoolQuota) -> Allotment | None:
     """A team's shared-memory allotment in the pool's slices, rounded up as the rendered
-    ResourceQuota counts it (`plan/quotas.py`); None without a borrowing limit."""
+    ResourceQuota counts it (`quotas.shared_slices`); None without a borrowing limit."""
     sh, m = pv.pool.spec.inference.shared, pq.shared_memory
     if sh is None or m is None or m.borrowing_limit is None:
         return None
-    per = quantity_bytes(sh.memory_per_slice)
-    return Allotment(
-        guaranteed=math.ceil(quantity_bytes(m.guaranteed) / per),
-        borrowing_limit=math.ceil(quantity_bytes(m.borrowing_limit) / per),
-    )
+    guaranteed, borrowing = shared_slices(m, sh)
+    return Allotment(guaranteed=guaranteed, borrowing_limit=borrowing)
 
 
 def _held(
@@ -249,9 +245,9 @@ def _held(
 def _borrowing(
     team: str, pool: str, holds: int, what: str, allotment: Allotment | None
 ) -> tuple[str, str] | None:
-    """`held-borrowing` when `team` would hold `holds` of `what` (whole GPUs, or one MIG
-    profile's devices) in `pool`, over its allotment's guarantee + borrowingLimit (none: no
-    limit)."""
+    """`held-borrowing` when `team` would hold `holds` of `what` (whole GPUs, one MIG
+    profile's devices, or shared slices) in `pool`, over its allotment's guarantee +
+    borrowingLimit (none: no limit)."""
     if allotment is None or allotment.borrowing_limit is None:
         return None
     limit = allotment.guaranteed + allotment.borrowing_limit
