@@ -187,7 +187,7 @@ def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] |
         if k in keys:
             return None
         keys.add(k)
-        if (w.phase == "Running" or w.admission == "admitted") and w.allocations:
+        if _holds(w):
             out.setdefault(w.node or "", []).append(w)
     return {n: tuple(ws) for n, ws in out.items()}
 
@@ -326,11 +326,12 @@ def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:
                 "the workload is listed twice; gpupool counts one listing only",
             )
         last[w.key] = w
-    return [
-        w
-        for w in last.values()
-        if (w.phase == "Running" or w.admission == "admitted") and w.allocations
-    ]
+    return [w for w in last.values() if _holds(w)]
+
+
+def _holds(w: Workload) -> bool:
+    """`w` holds something: running, or admitted and not bound yet, with allocations."""
+    return (w.phase == "Running" or w.admission == "admitted") and bool(w.allocations)
 
 
 def _holdings(
