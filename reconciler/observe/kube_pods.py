@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from reconciler import conventions as C
 from reconciler.observe.kube_common import (
     Shape,
+    VersionMemo,
     _each,
     _gpus,
     _int,
@@ -40,8 +41,6 @@ from reconciler.observe.kube_common import (
     _unreadable,
     _who,
     _why,
-    read_reporting,
-    reported_again,
 )
 from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
 from reconciler.observe.kube_podgroups import PodGroups, gang_of, held_for_group
@@ -590,7 +589,7 @@ MEMO_STEPS = ("published", "request", "annotated", "believed", "workload")
 """The steps of reading pods that `WorkloadMemo` keeps, in the order a pod goes through."""
 
 
-class WorkloadMemo:
+class WorkloadMemo(VersionMemo):
     """Pods read into `Workload`s once per version: kept by the controller across cycles and
     passed to `observe_cluster` (as `CardMemo` is for nodes' cards). What each node's agent
     publishes its pods hold (`published`: `published_pods`) is kept per node under its
@@ -619,49 +618,23 @@ class WorkloadMemo:
     time."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, dict[tuple, tuple]] = {s: {} for s in MEMO_STEPS}
-        self._next: dict[str, dict[tuple, tuple]] = {s: {} for s in MEMO_STEPS}
-        self.hits = dict.fromkeys(MEMO_STEPS, 0)
-        self.misses = dict.fromkeys(MEMO_STEPS, 0)
-
-    def begin(self) -> None:
-        self._next = {s: {} for s in MEMO_STEPS}
-
-    def end(self) -> None:
-        self._kept, self._next = self._next, {s: {} for s in MEMO_STEPS}
+        super().__init__(MEMO_STEPS)
 
     def kept_pods(self) -> int:
         """How many pods' `Workload`s are kept (those of the last observation)."""
-        return len(self._kept["workload"])
+        return self.size("workload")
 
     def kept(self, step: str, p: Any, inputs: tuple, make: Callable[[], Any]) -> Any:
         """`make()`, or the value it gave for the same version of `p` and the same `inputs`."""
         meta = p.metadata
         uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
-        return self._kept_as(
-            step, (meta.namespace, meta.name), uid and rv and (uid, rv, inputs), make
-        )
+        return self.get(step, (meta.namespace, meta.name), uid and rv and (uid, rv, inputs), make)
 
     def published(self, node: str, state: dict) -> dict[str, list[Allocation]] | None:
         """`published_pods(state)` of the node's GpuNodeState (`_agent_state`'s reading of
         it), or what it gave for the same resourceVersion of that object."""
         rv = (state.get("metadata") or {}).get("resourceVersion")
-        return self._kept_as("published", ("", node), rv, lambda: published_pods(state))
-
-    def _kept_as(self, step: str, name: tuple, key: Any, make: Callable[[], Any]) -> Any:
-        """`make()`, or the value kept for `name` under the same `key` (none: made every time)."""
-        if not key:
-            self.misses[step] += 1
-            return make()
-        kept = self._kept[step].get(name)
-        if kept is not None and kept[0] == key:
-            self.hits[step] += 1
-            reported_again(kept[2])
-        else:
-            self.misses[step] += 1
-            kept = (key, *read_reporting(make))
-        self._next[step][name] = kept
-        return kept[1]
+        return self.get("published", ("", node), rv, lambda: published_pods(state))
 
 
 class _Unkept:
