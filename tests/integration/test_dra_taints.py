@@ -56,8 +56,9 @@ def rule(kube, name: str) -> dict | None:
         raise
 
 
-def own_claim(kube, ns: str, name: str, cls: str, count: int) -> None:
-    """A ResourceClaim of `count` devices of DeviceClass `cls`, made by hand (no template)."""
+def own_claim_pod(kube, ns: str, name: str, cls: str, count: int, spec: dict) -> None:
+    """A pod `name` with a ResourceClaim of its own, made by hand (no template), of `count`
+    devices of DeviceClass `cls`; `spec`: the rest of the pod's spec."""
     kube.custom.create_namespaced_custom_object(
         G,
         V,
@@ -76,19 +77,12 @@ def own_claim(kube, ns: str, name: str, cls: str, count: int) -> None:
             },
         },
     )
-
-
-def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
-    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
-    tolerating the node's cordon (as a DaemonSet's pods do)."""
-    own_claim(kube, ns, name, cls, count)
     kube.core.create_namespaced_pod(
         ns,
         {
             "metadata": {"name": name},
             "spec": {
-                "nodeSelector": {C.POOL_LABEL: pool},
-                "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+                **spec,
                 "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
                 "containers": [
                     {
@@ -99,6 +93,22 @@ def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
                 ],
                 "terminationGracePeriodSeconds": 0,
             },
+        },
+    )
+
+
+def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
+    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
+    tolerating the node's cordon (as a DaemonSet's pods do)."""
+    own_claim_pod(
+        kube,
+        ns,
+        name,
+        cls,
+        count,
+        {
+            "nodeSelector": {C.POOL_LABEL: pool},
+            "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
         },
     )
 
@@ -237,30 +247,21 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
 def pinned_claim_pod(kube, ns: str, name: str, cls: str, count: int, node: str, dc: str) -> None:
     """A running job gpupool did not place: its own claim of `count` cards (DeviceClass `dc`),
     on `node` (node affinity), in a namespace gpupool does not gate."""
-    own_claim(kube, ns, name, dc, count)
     field = {"key": "metadata.name", "operator": "In", "values": [node]}
-    kube.core.create_namespaced_pod(
+    own_claim_pod(
+        kube,
         ns,
+        name,
+        dc,
+        count,
         {
-            "metadata": {"name": name},
-            "spec": {
-                "priorityClassName": cls,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchFields": [field]}]
-                        }
+            "priorityClassName": cls,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": [field]}]
                     }
-                },
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
+                }
             },
         },
     )
