@@ -250,7 +250,7 @@ def victims_for(
     work of teams borrowing beyond their guarantee when `preemptor` reclaims its own
     (`reclaim_victim`; of equal or higher priority, at most what each team borrows)."""
     team = reclaims(run, preemptor, pool) if preemptor else None
-    cands = victim_candidates(run, workloads, preemptor, pool, classes)
+    cands = victim_candidates(run, workloads, preemptor, pool, classes, team)
     return ordered_victims(run, cands, preemptor, pool, need, team)
 
 
@@ -260,11 +260,12 @@ def victim_candidates(
     preemptor: Demand | None,
     pool: str,
     classes: set[str],
+    team: str | None,
 ) -> list[Candidate]:
     """The workloads of `victims_for` that may be stopped for `preemptor`, unordered, each
-    gang once (its first member among `workloads`)."""
+    gang once (its first member among `workloads`); `team`: the team whose guarantee
+    `preemptor` takes back (`reclaims`), None for none."""
     prio = run.demand_priority(preemptor) if preemptor else INF_PRIORITY
-    team = reclaims(run, preemptor, pool) if preemptor else None
     default = default_class(run)
     seen: set[str] = set()
     cands = []

@@ -298,7 +298,8 @@ def _candidates(
     known = run.memo.get(key)
     if known is not None and known[0] == run.generation and known[1] == ws:
         return known[2]
-    found = victim_candidates(run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes)
+    work = [run.cluster.workloads[h] for h in ws]
+    found = victim_candidates(run, work, p, pv.name, classes, who[2])
     run.memo[key] = (run.generation, ws, found)
     return found
 
