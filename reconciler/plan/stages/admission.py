@@ -263,14 +263,11 @@ def _over_limits(
     for kind, n in asks:
         if kind == WHOLE:
             holds = run.pool_whole_usage.get((team, pool), 0) + n
-            total = sum(u for (_, pl), u in run.pool_whole_usage.items() if pl == pool)
-            room = whole_cards - total - n
         else:
             holds = tally.partitions[(team, pool, kind)] + n
-            room = _room(run, pv, tally, kind) - tally.admitted[(pool, kind)] - n
         allotment = _allotment(pv, pq, kind)
         over = _borrowing(team, pool, holds, WHAT.get(kind, f"{kind} MIG devices"), allotment)
-        over = over or _lending(run, pv, tally, team, kind, holds, allotment, room)
+        over = over or _lending(run, pv, tally, team, kind, (n, holds), allotment, whole_cards)
         if over:
             return over
     return None
@@ -299,18 +296,27 @@ def _lending(
     tally: _Tally,
     team: str,
     kind: str,
-    holds: int,
+    asked: tuple[int, int],
     allotment: Allotment | None,
-    room: int,
+    whole_cards: int,
 ) -> tuple[str, str] | None:
-    """`held-lending` when `team`, holding `holds` of `kind` in the pool with this demand,
-    would borrow beyond its guarantee and `room` (what the pool has free of `kind` once this
-    demand has it) is less than the other teams' unused guarantees of `kind` they do not lend
-    (`_unlent`). The one rule for whole cards, each MIG profile and shared slices."""
+    """`held-lending` when `team`, asking `asked` = (n, holds): n of `kind` that makes it hold
+    `holds` in the pool, would borrow beyond its guarantee and the room the pool has free of
+    `kind` once it has the n is less than the other teams' unused guarantees of `kind` they do
+    not lend (`_unlent`). The one rule for whole cards, each MIG profile and shared slices.
+    The room: of whole cards, the pool's `whole_cards` less what the teams hold; of the
+    others, `_room` less what admission let in this cycle."""
+    n, holds = asked
     if holds <= (allotment.guaranteed if allotment is not None else 0):
         return None
     locked = _unlent(run, pv, tally, team, kind)
-    if not locked or room >= locked:
+    if not locked:
+        return None
+    if kind == WHOLE:
+        room = whole_cards - sum(u for (_, pl), u in run.pool_whole_usage.items() if pl == pv.name)
+    else:
+        room = _room(run, pv, tally, kind) - tally.admitted[(pv.name, kind)]
+    if room - n >= locked:
         return None
     return "held-lending", (
         f"held: team {team} would borrow beyond its guarantee in {pv.name}, and the free "
