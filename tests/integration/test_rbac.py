@@ -143,6 +143,16 @@ EXERCISED_ELSEWHERE.update(
         for v in ("get", "create", "delete")
     }
 )
+# DRA exact admission on DynamicMIG: the planned partition written as the claim's allocation.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: update resource.k8s.io/resourceclaims/{sub}": (
+            "test_dra_dynamic_placement.py::"
+            "test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated"
+        )
+        for sub in ("status", "binding")
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.

@@ -16,7 +16,21 @@ kube-scheduler uses it as the pod's own (owner check). The claim is annotated
 is gone (a run deleted it and failed before the create) is made again from the pod's template.
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
-rewritten: such a pod is not admitted (the allocation could not be the plan)."""
+rewritten: such a pod is not admitted (the allocation could not be the plan).
+
+A DynamicMIG partition (`<driver>/<pool>/<device>` in `PodAdmission.devices`: plan/dra_admit.py)
+cannot be picked by a selector: NVIDIA's driver publishes every placement of a profile with the
+same attributes and capacities, and CEL cannot see a device's name. So, once the pinned claim is
+made (its selector on the card's `parentUUID` and the profile's class), gpupool writes its
+`status.allocation` itself, naming the planned devices, with the node selector and
+`allocationTimestamp` kube-scheduler would write (v1.37.2 adds a timestamp to an allocation that
+lacks one when it reserves the claim, and an allocation is immutable once set: without it the
+scheduler's reservation fails). kube-scheduler then only reserves the claim for the pod and
+binds it where the allocation says (checked on the real scheduler:
+tests/integration/test_dra_dynamic_placement.py), and its allocator counts the written devices'
+counters as taken for every other claim. An allocation written for another plan while the pod
+stayed gated (a run failed before the gate went) is removed first (nobody holds it: no
+`reservedFor`), and the claim is written again."""
 
 from __future__ import annotations
 
@@ -25,6 +39,13 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context
+from reconciler.apply.handlers.dra_allocate import (
+    allocate,
+    deallocate,
+    refs_of,
+    results_for,
+    stale_allocation,
+)
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import PodAdmission
 
@@ -49,10 +70,25 @@ PARENT_PREFIX = (
 before it is prepared: the request may take its class's profile on those cards only."""
 
 
+def is_ref(device: str) -> bool:
+    """A planned DynamicMIG partition, named `<driver>/<pool>/<device>` (not a uuid)."""
+    return device.count("/") == 2
+
+
+REF_SELECTOR = (
+    f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].type == 'mig'"
+)
+"""The selector on a request whose DynamicMIG partitions gpupool allocates itself (by name, in
+the claim's status): the allocation, not the selector, picks the placement."""
+
+
 def uuid_selector(devices: tuple[str, ...]) -> str:
     """The CEL selector that lets a request pick only these devices (by their `uuid`; dynamic
-    MIG partitions by their parent card's)."""
-    parents = sorted({d.split("/", 1)[0] for d in devices if "/" in d})
+    MIG partitions named by their parent card and profile by their parent's; those named by
+    device, `is_ref`, are allocated by name: `REF_SELECTOR`)."""
+    if devices and all(is_ref(d) for d in devices):
+        return REF_SELECTOR
+    parents = sorted({d.split("/", 1)[0] for d in devices if d.count("/") == 1})
     if parents:
         return PARENT_PREFIX + ", ".join(f"'{d}'" for d in parents) + "]"
     return SELECTOR_PREFIX + ", ".join(f"'{d}'" for d in devices) + "]"
@@ -63,10 +99,12 @@ def _not_gpupools(selectors: list) -> list:
     return [
         s
         for s in selectors
-        if not str(((s or {}).get("cel") or {}).get("expression", "")).startswith(
-            (SELECTOR_PREFIX, PARENT_PREFIX)
-        )
+        if not _gpupools(str(((s or {}).get("cel") or {}).get("expression", "")))
     ]
+
+
+def _gpupools(expression: str) -> bool:
+    return expression == REF_SELECTOR or expression.startswith((SELECTOR_PREFIX, PARENT_PREFIX))
 
 
 def _requests(spec: dict) -> list[dict]:
@@ -80,15 +118,30 @@ def _requests(spec: dict) -> list[dict]:
 
 
 class _Classes:
-    """Whether a DeviceClass is gpupool's (read once per admission)."""
+    """Whether a DeviceClass is gpupool's, and its MIG profile (read once per admission)."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx, self.seen = ctx, {}
+        self.ctx, self.seen, self.profiles = ctx, {}, {}
 
     def ours(self, name: str) -> bool:
         if name not in self.seen:
             self.seen[name] = self.ctx.ops.dra_manager("DeviceClass", "", name) == C.MANAGED_BY
         return self.seen[name]
+
+    def profile_of(self, spec: dict) -> dict[str, str]:
+        """gpupool's MIG classes the claim's requests name -> their profile."""
+        out = {}
+        for r in _requests(spec):
+            name = str(r.get("deviceClassName", ""))
+            if name not in self.profiles:
+                obj = self.ctx.ops.read_dra_object("DeviceClass", "", name) or {}
+                md = obj.get("metadata") or {}
+                mine = (md.get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
+                prof = (md.get("annotations") or {}).get(C.DRA_PROFILE_ANN, "")
+                self.profiles[name] = prof if mine else ""
+            if self.profiles[name]:
+                out[name] = self.profiles[name]
+        return out
 
 
 def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | None:
@@ -160,10 +213,12 @@ def pin_claims(
     """Write the pod's claims for its planned devices (their names appended to `wrote`):
     ("", "") when done (or nothing to do), else (status, why) for the Admit's outcome:
     "waiting" while a claim is not made yet, "failed" when a claim cannot be made exact
-    (allocated already, or not the pod's own)."""
+    (allocated already, or not the pod's own). Planned DynamicMIG partitions are then written
+    as the claims' allocation (`dra_allocate`)."""
     if not want.devices:
         return "", ""
-    planned, classes = ",".join(want.devices), _Classes(ctx)
+    classes = _Classes(ctx)
+    left = refs_of(want.devices)
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
@@ -173,22 +228,59 @@ def pin_claims(
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
-        md = claim.get("metadata") or {}
-        if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
-            continue  # written by an earlier run of this step (another plan's: written again)
-        spec = _pinned(claim, classes, want.devices)
-        if spec is None:
-            continue
-        if ((claim.get("status") or {}).get("allocation")) is not None:
-            return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
-        owned = any(
-            o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+        status, why = _pin_claim(ctx, ns, want, pod, claim, gone, classes, left, wrote)
+        if status:
+            return status, why
+    return "", ""
+
+
+def _pin_claim(
+    ctx: Context,
+    ns: str,
+    want: PodAdmission,
+    pod: PodInfo,
+    claim: dict,
+    gone: bool,
+    classes: _Classes,
+    left: list[tuple[str, str, str]],
+    wrote: list[str],
+) -> tuple[str, str]:
+    """`pin_claims` for one claim; `left`: the planned partitions no claim took yet."""
+    md, name, planned = (
+        claim.get("metadata") or {},
+        claim["metadata"]["name"],
+        ",".join(want.devices),
+    )
+    allocated = bool((claim.get("status") or {}).get("allocation"))
+    results = (
+        results_for(claim.get("spec") or {}, classes.profile_of(claim.get("spec") or {}), left)
+        if left
+        else []
+    )
+    if results is None:
+        return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
+    if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
+        if results and not allocated:  # made by an earlier run, which stopped before this
+            allocate(ctx, ns, name, want.node, results)
+            wrote.append(name)
+        return "", ""  # written by an earlier run of this step (another plan's: written again)
+    spec = _pinned(claim, classes, want.devices)
+    if spec is None:
+        return "", ""
+    if allocated and not stale_allocation(claim):
+        return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
+    owned = any(
+        o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+    )
+    if not owned:
+        return "failed", (
+            f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
+            f"gpupool rewrites only those, so it cannot make the allocation the plan"
         )
-        if not owned:
-            return "failed", (
-                f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
-                f"gpupool rewrites only those, so it cannot make the allocation the plan"
-            )
-        _replace(ctx, ns, claim, spec, planned, gone=gone)
-        wrote.append(name)
+    if allocated:  # gpupool's, for another plan, and nobody holds it
+        deallocate(ctx, ns, claim)
+    _replace(ctx, ns, claim, spec, planned, gone=gone)
+    wrote.append(name)
+    if results:
+        allocate(ctx, ns, name, want.node, results)
     return "", ""
