@@ -6,7 +6,7 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
+from reconciler.apply.handlers.dra_admit import REF_SELECTOR, RESERVED_TOLERATION, uuid_selector
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import (
     Admit,
@@ -388,5 +388,142 @@ DRA_ROWS += [
         "done",
         "admitted 1 pod(s)",
         ("admit_pod",),
+    ),
+]
+
+
+# ------------------------------------------------------------------ exact admission, DynamicMIG
+# A planned partition is named by its device (placement included): no selector can pick it, so
+# the claim made again is given its allocation (handlers/dra_allocate.py).
+MIG_CLASS = "gpupool-pool-a-mig-4g-40gb"
+PART = "gpu-0-mig-4g40gb-5-0"
+REF = f"gpu.nvidia.com/node-a/{PART}"
+DYN_ADMIT = DRA_ADMIT.model_copy(
+    update={"pods": (PodAdmission(name="p-0", node="node-a", gpus=(0,), devices=(REF,)),)}
+)
+MIG_CLASS_OBJ = Dra("DeviceClass", MIG_CLASS, meta={"annotations": {C.DRA_PROFILE_ANN: "4g.40gb"}})
+MIG_SPEC = {
+    "devices": {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": MIG_CLASS, "count": 1}}]
+    }
+}
+
+
+def mig_claim(planned: str = "", status=None) -> Dra:
+    ann = {C.DRA_POD_CLAIM_ANN: "gpus", **({C.DRA_PLANNED_ANN: planned} if planned else {})}
+    return Dra(
+        "ResourceClaim",
+        CLAIM,
+        NS,
+        spec=MIG_SPEC,
+        managed_by="",
+        meta={**MADE, "annotations": ann},
+        status=status,
+    )
+
+
+ALLOCATED = {
+    "allocation": {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": PART}
+            ]
+        }
+    }
+}
+
+
+def allocated_by_name(p: Probe) -> None:
+    obj = p.cluster.dra.get(("ResourceClaim", NS, CLAIM))  # type: ignore[attr-defined]
+    assert obj is not None
+    exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["selectors"] == [{"cel": {"expression": REF_SELECTOR}}]
+    assert obj["metadata"]["annotations"][C.DRA_PLANNED_ANN] == REF
+    alloc = obj["status"]["allocation"]
+    assert alloc["devices"]["results"] == ALLOCATED["allocation"]["devices"]["results"]
+    (term,) = alloc["nodeSelector"]["nodeSelectorTerms"]
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
+    assert alloc["allocationTimestamp"].endswith("Z")
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == ()
+
+
+DRA_ROWS += [
+    Row(
+        "dra-admit/dynamic-partition-allocated-by-name",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("delete_dra_object", "create_dra_object", "replace_dra_status", "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # an earlier run made the claim and stopped before its allocation
+        "dra-admit/dynamic-made-not-allocated",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(REF), gated_claimant()),
+        "done",
+        "admitted 1 pod(s)",
+        ("replace_dra_status", "admit_pod"),
+    ),
+    Row(
+        # allocated for another plan by a run that stopped before the gate went, held by nobody:
+        # taken back, the claim written and allocated again
+        "dra-admit/dynamic-stale-allocation-taken-back",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            mig_claim("gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0", status=ALLOCATED),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        (
+            "replace_dra_status",
+            "delete_dra_object",
+            "create_dra_object",
+            "replace_dra_status",
+            "admit_pod",
+        ),
+        check=allocated_by_name,
+    ),
+    Row(
+        # allocated and held by a pod: not gpupool's to take back
+        "dra-admit/dynamic-allocation-held",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            mig_claim(
+                "gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0",
+                status={**ALLOCATED, "reservedFor": [{"resource": "pods", "name": "x"}]},
+            ),
+            gated_claimant(),
+        ),
+        "failed",
+        "is allocated already",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # the claim asks a profile the plan gave it no partition of
+        "dra-admit/dynamic-partition-of-another-profile",
+        DYN_ADMIT.model_copy(
+            update={
+                "pods": (
+                    PodAdmission(
+                        name="p-0",
+                        node="node-a",
+                        gpus=(0,),
+                        devices=("gpu.nvidia.com/node-a/gpu-0-mig-2g20gb-14-4",),
+                    ),
+                )
+            }
+        ),
+        (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
+        "failed",
+        "the planned partitions are not what it asks",
+        (),
+        check=not_admitted,
     ),
 ]
