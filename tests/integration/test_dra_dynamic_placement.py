@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+from kubernetes import client
+
+from reconciler import conventions as C
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation, claim_of, claim_pod
 from .dra_support import dra_nodes
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
+
+G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
 def policy(sfx: str, ns: str) -> str:
@@ -70,10 +76,45 @@ def test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated(kube
     admits = [a.id for a in r.plan.actions if a.kind == "admit"]
     assert len(admits) == 2, admits  # both planned on the one card, in this cycle
     got = {}
+    node = f"place-{sfx}"
     for p in pods:
-        node, devices, planned, _ = wait_for(
+        _, devices, planned, _ = wait_for(
             f"{p} allocated", lambda p=p: allocation(kube, ns, p), timeout=30
         )
         assert [f"gpu.nvidia.com/{node}/{d}" for d in devices] == planned.split(","), (p, planned)
         got[p] = devices
     assert got == {"a-small": ["gpu-0-mig-2g20gb-14-4"], "z-big": ["gpu-0-mig-4g40gb-5-0"]}
+
+    # gpupool-controller-claims lets the controller allocate only what the claim's plan names,
+    # and only on a claim no pod holds
+    loose = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "loose",
+            "annotations": {C.DRA_PLANNED_ANN: f"gpu.nvidia.com/{node}/gpu-0-mig-1g10gb-19-6"},
+        },
+        "spec": claim_of(kube, ns, "a-small")["spec"],
+    }
+    made = kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", loose)
+    as_controller = client.CustomObjectsApi(kube.controller_client())
+    made["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "pool": node,
+                        "device": "gpu-0-mig-1g10gb-19-7",
+                    }
+                ]
+            },
+            "allocationTimestamp": "2026-12-05T10:00:00Z",
+        }
+    }
+    with pytest.raises(client.ApiException) as refused:
+        as_controller.replace_namespaced_custom_object_status(
+            G, V, ns, "resourceclaims", "loose", made
+        )
+    assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body
