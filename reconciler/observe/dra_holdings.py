@@ -105,6 +105,17 @@ class DraIndex:
                 out.append(Allocation(gpu=by_uuid.get(str(d.attr("uuid")), int(parts[1]))))
         return out
 
+    def claim_node(self, namespace: str, pod: str) -> str:
+        """The node `pod`'s allocated claims are for ('' when none is allocated): where a pod
+        not bound yet holds its devices (gpupool wrote a DynamicMIG partition's allocation at
+        admission, or kube-scheduler allocated and has not bound it yet)."""
+        for p in self.pods.get((namespace, pod), ()):
+            for name in p.claims:
+                c = self.claims.get(f"{namespace}/{name}")
+                if c is not None and c.allocated:
+                    return c.node or c.allocated[0].pool
+        return ""
+
     def allocations(self, node: Node | None, namespace: str, pod: str) -> list[Allocation] | None:
         """The cards a pod's allocated claims hold on `node`; None when none of its claims is
         allocated a device of NVIDIA's driver."""
