@@ -343,3 +343,19 @@ def test_a_released_pod_not_bound_yet_holds_what_its_allocated_claim_names(gated
     w = {w.name: w for w in o.workloads}["waiting-0"]
     # admitted: the allocated card 3, not the intended card 0 (a guess before the allocation)
     assert [a.gpu for a in w.allocations] == ([] if gated else [3])
+
+
+def test_a_claim_allocated_for_a_released_pod_not_bound_yet_is_not_unreleased() -> None:
+    """gpupool's DynamicMIG allocation write comes before kube-scheduler reserves the claim:
+    reserved for nobody, but the pod using it is admitted (placed), so it is that pod's."""
+    c = cluster()
+    c.dra["resourceclaims"].append(claim("team-a", "waiting-0-gpus-y2", ["gpu-3"], "n1", []))
+    c.pods[1]["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "waiting-0-gpus-y2"}],
+    }
+    o = observe(c)
+    keys = [w.key for w in o.workloads]
+    (u,) = unreleased_claims(o.dra, o.nodes, keys)
+    assert u.claim == "team-a/waiting-0-gpus-y2"
+    assert unreleased_claims(o.dra, o.nodes, keys, ["team-a/waiting-0"]) == []
