@@ -264,6 +264,8 @@ class Controller:
             dra=self._reads_dra(desired),
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
+        if self.cache is not None:  # the next cycle's DRA reads come from watches, or none
+            self.cache.watch_dra(self._reads_dra(desired))
         self.last_observed = self.clock()
         observed = with_signals(
             desired,
@@ -451,14 +453,19 @@ class Controller:
         """Whether this cycle reads resource.k8s.io (ResourceSlices, DeviceClasses, claims,
         templates, taint rules: four or five lists over the cluster): while a pool of the
         desired state is on DRA, or objects gpupool made there are still to be pruned (the
-        first cycle reads to know). A cluster with no DRA pool lists none of it after that."""
+        first cycle reads to know). A cluster with no DRA pool lists none of it after that.
+        Under `run`, the cycle after one that read DRA and will read it again reads through
+        the watch cache's DRA informers (`ClusterCache.watch_dra`: started then, stopped when
+        DRA is no longer read)."""
         return self._dra_left or any(p.spec.backend == "dra" for p in desired.pools.values())
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):
         planning from a cache that has not seen a pod's admission would take the pod for
         gated and its cards for free, and admit another pod onto them."""
-        if self.cache is None or self.cache.caught_up(self.ops.written, self.cache_wait_seconds):
+        if self.cache is None or self.cache.caught_up(
+            self.ops.written, self.cache_wait_seconds, getattr(self.ops, "deleted", None)
+        ):
             return self.cache
         metrics.CACHE_BEHIND.inc()
         log.warning(

@@ -34,15 +34,23 @@ MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
 
 
-def read_dra(api_client: Any, raw_pods: list[Any]) -> DraState | None:
-    """DRA's objects, and the claims of `raw_pods` (the official client's V1Pods)."""
+def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
+    """DRA's objects, and the claims of `raw_pods` (the official client's V1Pods). `cache`:
+    the controller's watch cache (`ClusterCache.dra_objects(plural)`: a resource's objects
+    when its informer is synced and has seen gpupool's own last writes there, else None);
+    each resource it does not answer for is listed, as without one."""
     from kubernetes import client
 
     api = client.CustomObjectsApi(api_client)
+    from_cache = getattr(cache, "dra_objects", None)  # a cache of nodes and pods only: lists
     listed: dict[str, list[dict]] = {}
     for kind, plural in PLURALS.items():
+        cached = from_cache(plural) if from_cache is not None else None
         try:
-            items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
+            if cached is not None:
+                items = cached
+            else:
+                items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
         except client.ApiException as exc:
             if exc.status == 404 and kind == "DeviceTaintRule":
                 items = []  # resource.k8s.io/v1 without device taint rules (before 1.37)
