@@ -194,13 +194,15 @@ class KubeOps:
             if rv is not None and rv > self.written.get(kind, 0):
                 self.written[kind] = rv
 
-    def _wrote_dra(self, plural: str, key: str, answer: Any) -> None:
+    def _wrote_dra(self, plural: str, key: str, answer: Any, delete: bool = False) -> None:
         """A DRA write's answer: the object (created, patched, or deleted but held by a
-        finalizer: its resourceVersion), or a delete's Status (the uid it deleted)."""
+        finalizer: its resourceVersion), or what a delete removed (a Status with its uid, or
+        the object without a deletionTimestamp, as some resources answer)."""
         if not isinstance(answer, dict):
             return
-        if answer.get("kind") == "Status":
-            uid = str((answer.get("details") or {}).get("uid") or "")
+        meta = answer.get("metadata") or {}
+        if answer.get("kind") == "Status" or (delete and not meta.get("deletionTimestamp")):
+            uid = str((answer.get("details") or meta).get("uid") or "")
             if uid:
                 with self._written_lock:
                     self.deleted.setdefault(plural, {})[key] = uid
@@ -644,15 +646,18 @@ class _ObjectGroup:
         group: str,
         version: str,
         plurals: dict[str, str],
-        on_write: Callable[[str, str, Any], None] | None = None,
+        on_write: Callable[..., None] | None = None,
     ):
         self.custom, self.group, self.version, self.plurals = custom, group, version, plurals
         self.on_write = on_write
-        """Called with (plural, "namespace/name", the server's answer) after each write."""
+        """Called with (plural, "namespace/name", the server's answer, whether a delete)
+        after each write."""
 
-    def _answered(self, kind: str, namespace: str, name: str, answer: Any) -> None:
+    def _answered(
+        self, kind: str, namespace: str, name: str, answer: Any, delete: bool = False
+    ) -> None:
         if self.on_write is not None:
-            self.on_write(self.plurals[kind], f"{namespace or ''}/{name}", answer)
+            self.on_write(self.plurals[kind], f"{namespace or ''}/{name}", answer, delete)
 
     def _at(self, kind: str, namespace: str, *name: str) -> tuple[str, ...]:
         ns = [namespace] if namespace else []
@@ -695,4 +700,4 @@ class _ObjectGroup:
         drop = c.delete_namespaced_custom_object if namespace else c.delete_cluster_custom_object
         with _errors():
             answer = drop(*self._at(kind, namespace, name))
-        self._answered(kind, namespace, name, answer)
+        self._answered(kind, namespace, name, answer, delete=True)

@@ -33,6 +33,7 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.conventions import raw_resource_version, resource_version
+from reconciler.observe.kube_dra import DraMemo
 
 log = logging.getLogger("gpupool.informer")
 CONNECT_TIMEOUT = 5.0
@@ -257,6 +258,8 @@ class ClusterCache:
         """resource.k8s.io/v1 plural -> its informer, while DRA is watched (`watch_dra`)."""
         self._dra_stop = threading.Event()
         self._dra_floor: dict[str, tuple[int | None, dict[str, str]]] = {}
+        self.dra_memo = DraMemo()
+        """The DRA objects converted once per version (`read_dra` reads it here)."""
 
     def start(self, stop: threading.Event) -> ClusterCache:
         self._stop = stop

@@ -10,6 +10,7 @@ bad claim only that claim. None when resource.k8s.io/v1 is not served (404)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reconciler import conventions as C
@@ -32,6 +33,45 @@ from reconciler.observe.model_dra import (
 GROUP, VERSION, PLURALS = C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS
 MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
+
+
+class DraMemo:
+    """Each DRA object converted once per version of it: (kind, uid, resourceVersion) -> the
+    model `read_dra` made of it. Kept by the controller's watch cache (`ClusterCache.dra_memo`)
+    across cycles; a uid and resourceVersion name one state of one object, so the state equals
+    one made without the memo. An object without either, or one that does not convert (left
+    out and reported each time), is converted every time. Only the objects of the last read
+    are kept (`begin` / `end`)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str, str], Any] = {}
+        self._next: dict[tuple[str, str, str], Any] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def begin(self) -> None:
+        self._next = {}
+
+    def end(self) -> None:
+        self._kept, self._next = self._next, {}
+
+    def through(self, kind: str, convert: Callable[[dict], Any]) -> Callable[[dict], Any]:
+        def memoised(o: dict) -> Any:
+            meta = o.get("metadata") or {}
+            uid, rv = meta.get("uid"), meta.get("resourceVersion")
+            if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
+                return convert(o)
+            key = (kind, uid, rv)
+            got = self._kept.get(key)
+            if got is None:
+                self.misses += 1
+                got = convert(o)
+            else:
+                self.hits += 1
+            self._next[key] = got
+            return got
+
+        return memoised
 
 
 def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
@@ -59,14 +99,24 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
             else:
                 raise
         listed[kind] = _objects(kind, items, "metadata", "spec", "status")
-    return DraState(
-        slices=_each("ResourceSlice", listed["ResourceSlice"], _slice),
-        device_classes=_each("DeviceClass", listed["DeviceClass"], _device_class),
-        claims=_each("ResourceClaim", listed["ResourceClaim"], _claim),
-        claim_templates=_each("ResourceClaimTemplate", listed["ResourceClaimTemplate"], _template),
-        taint_rules=_each("DeviceTaintRule", listed["DeviceTaintRule"], _taint_rule),
+    memo = getattr(cache, "dra_memo", None)
+    if memo is None:
+        memo = DraMemo()  # used once: converts everything
+    memo.begin()
+
+    def each(kind: str, convert: Callable[[dict], Any]) -> list[Any]:
+        return _each(kind, listed[kind], memo.through(kind, convert))
+
+    state = DraState(
+        slices=each("ResourceSlice", _slice),
+        device_classes=each("DeviceClass", _device_class),
+        claims=each("ResourceClaim", _claim),
+        claim_templates=each("ResourceClaimTemplate", _template),
+        taint_rules=each("DeviceTaintRule", _taint_rule),
         pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
     )
+    memo.end()
+    return state
 
 
 def _managed_by(o: dict) -> str:

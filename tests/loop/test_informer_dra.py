@@ -16,7 +16,7 @@ from kubernetes import client
 from reconciler import conventions as C
 from reconciler.apply.kube import KubeOps
 from reconciler.loop.informer import ClusterCache
-from reconciler.observe.kube_dra import read_dra
+from reconciler.observe.kube_dra import DraMemo, read_dra
 
 PLURALS = list(C.DRA_PLURALS.values())
 
@@ -177,5 +177,49 @@ def test_gpupools_dra_writes_are_recorded_for_the_cache():
     assert ops.written["resourceclaims"] == 41 and ops.deleted["resourceclaims"] == {}
     ops._wrote_dra("resourceclaims", "ns/q", obj("q", "40", ns="ns"))
     assert ops.written["resourceclaims"] == 41  # the newest stays
+    # a delete answered with the object: gone unless a finalizer holds it (then its version)
+    ops._wrote_dra("devicetaintrules", "/t", obj("t", "50", uid="u3"), delete=True)
+    assert ops.deleted["devicetaintrules"] == {"/t": "u3"}
+    held = obj("h", "52")
+    held["metadata"]["deletionTimestamp"] = "2026-12-05T06:00:00Z"
+    ops._wrote_dra("devicetaintrules", "/h", held, delete=True)
+    assert ops.written["devicetaintrules"] == 52 and "/h" not in ops.deleted["devicetaintrules"]
     ops._wrote_dra("deviceclasses", "/d", None)  # no answer: nothing to wait for
     assert ops.written.get("deviceclasses") is None
+
+
+def test_dra_objects_are_converted_once_per_version(monkeypatch):
+    objects = {
+        "deviceclasses": [obj("gpupool-a100-gpu", "3"), obj("vendor", "4")],
+        "resourceclaimtemplates": [obj("t", "5", ns="team-a")],
+    }
+    objects["resourceclaimtemplates"][0]["spec"] = {"spec": "not an object"}  # left out
+
+    class Custom:
+        def __init__(self, _api=None):
+            pass
+
+        def list_cluster_custom_object(self, group, version, plural, **_):
+            return {"items": objects.get(plural, [])}
+
+    class Cache:
+        dra_memo = DraMemo()
+
+        def dra_objects(self, plural):
+            return None
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    cache = Cache()
+    first = read_dra(object(), [], cache)
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (3, 0)
+    again = read_dra(object(), [], cache)  # the bad template is tried again
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (4, 2)
+    assert again == first == read_dra(object(), [], None)  # the same state as without the memo
+    assert again.device_classes[0] is first.device_classes[0]
+    assert again.claim_templates == []  # converted (and reported) each time, never kept
+    objects["deviceclasses"][1] = obj("vendor", "9")  # a new version: converted again
+    read_dra(object(), [], cache)
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (6, 3)
+    objects["deviceclasses"] = []
+    read_dra(object(), [], cache)
+    assert cache.dra_memo._kept == {}  # only the last read's objects are kept
