@@ -1,5 +1,6 @@
 """Watch-fed caches of nodes, pods and the node agents' GpuNodeStates (list, then watch from the
-list's resourceVersion).
+list's resourceVersion), and, while the controller reads DRA, of the five resource.k8s.io/v1
+resources (`ClusterCache.watch_dra`).
 
 The controller reads its observed state from these instead of listing every pod (and every
 node's GpuNodeState) each cycle. An informer takes typed lists (the client's models) and custom
@@ -20,6 +21,11 @@ in time. Resource versions of one resource are comparable as integers since Kube
 (KEP-5504, Comparable Resource Version, stable in v1.35); kube-controller-manager's own
 controllers do the same since v1.36 (KEP-5647, Stale Controller Handling: they compare their
 writes with the informer store's `LastStoreSyncResourceVersion` and wait).
+DRA writes are gpupool's claims (exact admission deletes a pod's claim and makes it again),
+DeviceClasses, ResourceClaimTemplates and DeviceTaintRules: their resourceVersions count the
+same way, and a delete (answered with a Status, no resourceVersion) by the uid it removed,
+which the cache must no longer hold. A DRA informer behind at the deadline does not drop the
+whole cache: that resource alone is listed (`dra_objects` answers None).
 """
 
 from __future__ import annotations
