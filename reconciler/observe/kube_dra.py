@@ -86,6 +86,8 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
     listed: dict[str, list[dict]] = {}
     for kind, plural in PLURALS.items():
         cached = from_cache(plural) if from_cache is not None else None
+        if cached is not None and kind == "ResourceClaim" and _claims_behind(cached, raw_pods):
+            cached = None  # older than the pods: listed, as without a cache
         try:
             if cached is not None:
                 items = cached
@@ -117,6 +119,31 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
     )
     memo.end()
     return state
+
+
+def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> bool:
+    """Whether cached claims are older than the (cached) pods: a pod bound to a node whose
+    claim is not there allocated. kube-scheduler allocates a pod's claims before it binds the
+    pod, so a consistent read never shows that; a claims watch behind the pods watch does, and
+    a plan from it would take the pod's cards for free. Listing the claims after the pods (as
+    without a cache) cannot. Finished pods are left aside (their claims are deallocated)."""
+    allocated = set()
+    for c in claims:
+        if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
+            meta = c.get("metadata") or {}
+            allocated.add(f"{meta.get('namespace')}/{meta.get('name')}")
+    for p in raw_pods:
+        spec, status = getattr(p, "spec", None), getattr(p, "status", None)
+        if not getattr(spec, "node_name", None) or getattr(status, "phase", "") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        for st in getattr(status, "resource_claim_statuses", None) or []:
+            name = getattr(st, "resource_claim_name", None)
+            if name and f"{p.metadata.namespace}/{name}" not in allocated:
+                return True
+    return False
 
 
 def _managed_by(o: dict) -> str:

@@ -223,3 +223,45 @@ def test_dra_objects_are_converted_once_per_version(monkeypatch):
     objects["deviceclasses"] = []
     read_dra(object(), [], cache)
     assert cache.dra_memo._kept == {}  # only the last read's objects are kept
+
+
+def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
+    """kube-scheduler allocates a pod's claim before it binds the pod: cached claims that show
+    a bound pod's claim unallocated are behind the pods, and are listed instead."""
+    from types import SimpleNamespace as NS
+
+    listed: list[str] = []
+    allocated = obj("p-gpus", "20", ns="team-a")
+    allocated["status"] = {"allocation": {"devices": {"results": []}}}
+
+    class Custom:
+        def __init__(self, _api=None):
+            pass
+
+        def list_cluster_custom_object(self, group, version, plural, **_):
+            listed.append(plural)
+            return {"items": [allocated] if plural == "resourceclaims" else []}
+
+    stale = obj("p-gpus", "19", ns="team-a")  # the claim before the scheduler allocated it
+
+    class Cache:
+        def dra_objects(self, plural):
+            return [stale] if plural == "resourceclaims" else []
+
+    def pod(node: str, phase: str = "Running") -> NS:
+        return NS(
+            metadata=NS(namespace="team-a", name="p"),
+            spec=NS(node_name=node, resource_claims=[]),
+            status=NS(
+                phase=phase,
+                resource_claim_statuses=[NS(name="gpus", resource_claim_name="p-gpus")],
+            ),
+        )
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    state = read_dra(object(), [pod("node-a")], Cache())
+    assert listed == ["resourceclaims"] and state.claims[0].allocated == []
+    listed.clear()
+    read_dra(object(), [pod("")], Cache())  # not bound yet: the cache is consistent
+    read_dra(object(), [pod("node-a", "Succeeded")], Cache())  # finished: deallocated
+    assert listed == []
