@@ -264,8 +264,9 @@ class ClusterCache:
         """resource.k8s.io/v1 plural -> its informer, while DRA is watched (`watch_dra`)."""
         self._dra_stop = threading.Event()
         self._dra_floor: dict[str, tuple[int | None, dict[str, str]]] = {}
-        self.dra_memo = DraMemo()
-        """The DRA objects converted once per version (`read_dra` reads it here)."""
+        self.dra_memo: DraMemo | None = None
+        """The DRA objects converted once per version (`read_dra` reads it here), while DRA is
+        watched: without it a cycle reads DRA exactly as without a cache."""
 
     def start(self, stop: threading.Event) -> ClusterCache:
         self._stop = stop
@@ -282,6 +283,7 @@ class ClusterCache:
         informer's thread ends at its watch's next event or timeout; a new start is a new
         informer (a fresh list)."""
         if on and not self.dra_informers:
+            self.dra_memo = DraMemo()
             self._dra_stop = threading.Event()
             stop = _Either(self._stop, self._dra_stop)
             for plural in C.DRA_PLURALS.values():
@@ -294,6 +296,7 @@ class ClusterCache:
             self._dra_stop.set()
             self.dra_informers = {}
             self._dra_floor = {}
+            self.dra_memo = None
 
     def dra_objects(self, plural: str) -> list[dict] | None:
         """The cached objects of one DRA resource (dicts, as listed), if its informer is synced

@@ -69,6 +69,7 @@ def test_dra_informers_run_only_while_asked(stop):
     custom = FakeCustom({"deviceclasses": [obj("gpupool-a100-gpu", "7")]})
     cache = cache_of(custom, stop)
     assert cache.dra_informers == {} and cache.dra_objects("deviceclasses") is None
+    assert cache.dra_memo is None  # DRA read as without a cache
     cache.watch_dra(False)
     assert custom.lists == []  # no DRA pool: nothing listed, nothing watched
     cache.watch_dra(True)
@@ -83,7 +84,7 @@ def test_dra_informers_run_only_while_asked(stop):
     assert cache.dra_informers == first
     stopped = cache._dra_stop
     cache.watch_dra(False)
-    assert stopped.is_set() and cache.dra_informers == {}
+    assert stopped.is_set() and cache.dra_informers == {} and cache.dra_memo is None
     assert cache.dra_objects("deviceclasses") is None
 
 
