@@ -812,12 +812,15 @@ def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
 
 def controller_child(config_path: Path) -> int:
     """The controller's loop in its own process (--controller-process): the same cycle, clock
-    and statistics; trace time counted from the instant the parent writes to `start`."""
+    and statistics; trace time counted from the instant the parent writes to `start`. Like
+    `Controller.run`, a pod event admission acts on (`admission_event`) starts the next cycle
+    at once, at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
     from datetime import datetime
 
     from kubernetes import client
 
     from reconciler.loop.informer import ClusterCache
+    from reconciler.observe.kube_pods import admission_event
     from tests.integration.world import Clock
 
     cfg = json.loads(config_path.read_text())
@@ -830,8 +833,13 @@ def controller_child(config_path: Path) -> int:
     clock = Clock(now=base)
     policy_root = Path(cfg["policy_root"])
     ctl = make_controller(client.ApiClient(conf), policy_root, clock)
-    stop = threading.Event()
-    ctl.cache = ClusterCache(ctl.api).start(stop)
+    stop, wake = threading.Event(), threading.Event()
+
+    def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
+        if admission_event(kind, pod):
+            wake.set()
+
+    ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event).start(stop)
     ctl.cache.wait_synced(60)
     stats = CycleStats(Path(cfg["dump"]) if cfg["dump"] else None, policy_root)
     (run_dir / "ready").touch()
@@ -843,9 +851,11 @@ def controller_child(config_path: Path) -> int:
         t = time.monotonic()
         wall = t - mono0
         clock.now = base + timedelta(seconds=wall * cfg["speed"])
+        wake.clear()  # what woke the loop so far is seen by this cycle
         stats.cycle(ctl, wall)
         (run_dir / "progress").write_text(stats.progress)
-        sleep_rest(t, cfg["min_interval"])
+        sleep_rest(t, ctl.wake_gap_seconds)
+        wake.wait(max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
     return 0

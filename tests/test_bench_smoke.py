@@ -87,12 +87,14 @@ def test_plan_scale_smoke():
     events = lines_after(
         out,
         r"^\| nodes \| full plan s \| one pod added s \| one signal changed s "
-        r"\| nothing changed s \|$",
+        r"\| nothing changed s \| pod added, clock moved s \|$",
     )
     assert re.match(
-        r"^\| 16 \| [\d.]+ \| [\d.]+ \(full\) \| [\d.]+ \(full\) \| [\d.]+ \(reused\) \|$",
+        r"^\| 16 \| [\d.]+ \| [\d.]+ \(full\) \| [\d.]+ \(full\) \| [\d.]+ \(reused\) "
+        r"\| [\d.]+ \(full\) \|$",
         events[1],
     ), events[1]
+    assert re.search(r"16: pod \d+/\d+, clock moved \d+/\d+, equal True", out), out
 
 
 def test_dra_cycle_smoke():
@@ -287,3 +289,17 @@ def test_soak_smoke():
     for row in ("actions lost", "cycles", "cycle time p50 / p95 / p99", "RSS, replica a"):
         assert row in rows, (row, out[-3000:])
     assert re.search(r"^\| gangs stopped whole on a loss \| \d+ of \d+ \|$", out, re.M), out
+
+
+def test_observe_pods_smoke():
+    out = smoke("observe_pods.py")
+    rows = lines_after(out, r"^\| nodes \| pods \| step \| CPU ms per cycle \|$")
+    steps = [
+        "convert, every pod",
+        "convert, memo, none changed",
+        "convert, memo, 1 pod changed",
+    ]
+    for row, step in zip(rows[1 : 1 + len(steps)], steps, strict=True):
+        assert re.match(rf"^\| 16 \| \d+ \| {re.escape(step)} \| [\d.]+ \|$", row), row
+    assert re.search(r"16 nodes: .* (\d+) workloads the same objects", out), out
+    assert re.search(r"^CPU [\d.]+ s .*load average", out, re.M), out

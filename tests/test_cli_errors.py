@@ -199,6 +199,18 @@ def test_an_empty_kubeconfig_is_a_usage_error(capsys):
     assert "argument --kubeconfig: empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("2m", "must be a duration from 0 to 1m"), ("soon", "is not a duration like 30s")],
+)
+def test_a_wake_gap_out_of_range_is_a_usage_error(text, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["reconcile", "--path", ".", "--wake-gap", text])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "argument --wake-gap" in err and says in err
+
+
 # --------------------------------------------------------------------------- files, and bugs
 
 

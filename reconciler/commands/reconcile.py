@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from reconciler.commands.errors import CommandError, api_client, kubeconfig_arg, talking_to
@@ -101,6 +102,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         prometheus_timeout=args.prometheus_timeout,
         signal_poll_seconds=args.signal_poll_interval,
         full_plan_every=args.full_plan_every,
+        wake_gap_seconds=args.wake_gap,
     )
     if args.once:
         return _once(ctl)
@@ -257,19 +259,37 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
         help="how often the ScalingPolicies' Prometheus queries are read between cycles, to "
         "wake the loop when one crosses a threshold; 0 for off (default 5s)",
     )
+    p.add_argument(
+        "--wake-gap",
+        metavar="DURATION",
+        default="250ms",
+        type=_wake_gap,
+        help="least time between two cycle starts when a pod event, a signal or a source "
+        "change wakes the loop: a burst is admitted in one cycle (default 250ms)",
+    )
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
 
 
-def _poll_interval(text: str) -> float:
-    """argparse type of `--signal-poll-interval`: a duration from 0 (off) to 10m."""
-    try:
-        seconds = 0.0 if text.strip() == "0" else parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if not 0 <= seconds <= 600:
-        raise argparse.ArgumentTypeError("must be 0 (off) or a duration up to 10m")
-    return seconds
+def _duration_up_to(most: float, words: str) -> Callable[[str], float]:
+    """An argparse type: a duration from 0 ("0" allowed) to `most` seconds (`words` says it)."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = 0.0 if text.strip() == "0" else parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not 0 <= seconds <= most:
+            raise argparse.ArgumentTypeError(f"must be {words}")
+        return seconds
+
+    return parse
+
+
+_poll_interval = _duration_up_to(600, "0 (off) or a duration up to 10m")
+"""argparse type of `--signal-poll-interval`."""
+_wake_gap = _duration_up_to(60, "a duration from 0 to 1m")
+"""argparse type of `--wake-gap`."""
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -333,9 +353,11 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="plan afresh at least every N cycles; between them a cycle whose inputs did not "
-        "change reuses the last plan, at the cost of holding the last snapshot (1: always "
-        "afresh, no memo; the default, since a live clock moves every cycle and time alone "
-        f"makes a plan afresh; {FULL_PLAN_EVERY} is the planner's own default)",
+        "change reuses the last plan (1: always afresh; the default, since a live clock moves "
+        "every cycle and time alone makes a plan afresh; "
+        f"{FULL_PLAN_EVERY} is the planner's own default). Either way the last cycle's memo is "
+        "kept (the last snapshot and its working view's per-object answers), from which a "
+        "plan made afresh builds its view",
     )
 
 

@@ -3,7 +3,9 @@
 Each cycle works on one fresh snapshot and one plan; nothing is remembered between cycles
 except what the cluster itself holds (annotations, labels, the status object), so a restart at
 any point picks up where the cluster is (the one thing carried over, the resourceVersions of
-gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from).
+gpupool's own last writes, only decides whether the watch cache is fresh enough to plan from;
+the memos of observation and planning only save work: each cycle's snapshot and plan equal
+those made without them).
 Only the Lease holder applies; the others observe and report. Dry-run observes and reports
 drift; `spec.suspend` on the status object stops applying.
 """
@@ -33,7 +35,13 @@ from reconciler.loop.status import (
     condition,
     resolve_intents,
 )
-from reconciler.observe.kube import CardMemo, admission_event, bound_requests, observe_cluster
+from reconciler.observe.kube import (
+    CardMemo,
+    WorkloadMemo,
+    admission_event,
+    bound_requests,
+    observe_cluster,
+)
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
@@ -44,6 +52,10 @@ from reconciler.policy.problems import InvalidDesiredState
 from reconciler.policy.state import DesiredState
 
 log = logging.getLogger("gpupool.controller")
+WAKE_GAP_SECONDS = 0.25
+"""Least time between two cycle starts when an event wakes the loop (`--wake-gap`): long
+enough to batch a burst of pods into one cycle, short enough that a freed card waits for
+the cycle, not for the gap."""
 LEASE_NAME = "gpupool-controller"
 
 
@@ -105,7 +117,7 @@ class Controller:
         clock: Callable[[], datetime] = _now,
         lease_seconds: int = 15,
         cache_wait_seconds: float = 10.0,
-        wake_gap_seconds: float = 1.0,
+        wake_gap_seconds: float = WAKE_GAP_SECONDS,
         ready_max_age_seconds: float = 300.0,
         stuck_after_seconds: float = 900.0,
         trigger_poll_seconds: float = 5.0,
@@ -150,6 +162,10 @@ class Controller:
         self._plan_memo: PlanMemo | None = None
         self._memo_leader: bool | None = None
         self._memo_relists = 0
+        self._view_serves: bool | None = None
+        """Whether a view memo kept between cycles was read (None: not tried yet): with
+        `--full-plan-every 1` the memo is kept only for that, so it is dropped for good
+        when a cycle found none of its objects again (the snapshot rebuilt every object)."""
         self.ready_max_age_seconds = ready_max_age_seconds
         self.stuck_after_seconds = stuck_after_seconds
         self._unreadable_reported: dict[str, datetime] = {}
@@ -157,6 +173,9 @@ class Controller:
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
         self.card_memo = CardMemo()
         """Each node's published cards, converted once per version of its GpuNodeState."""
+        self.workload_memo = WorkloadMemo()
+        """Each GPU pod's `Workload`, made once per version of the pod and of what it is read
+        with: an unchanged pod is the same object cycle after cycle."""
         self._dra_left = True
         """Whether the last observation of resource.k8s.io found objects gpupool made (or none
         was made yet): read DRA again, even with no pool on it, until they are pruned."""
@@ -266,6 +285,7 @@ class Controller:
             recent_preemptions=preempted,
             cache=self._cache(),
             cards=self.card_memo,
+            workloads=self.workload_memo,
             dra=self._reads_dra(desired),
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
@@ -311,7 +331,10 @@ class Controller:
         """This cycle's plan, through the memo of the last one: reused when nothing it was made
         from changed; made afresh on a doubt (a relist of the watch cache, a change of
         leadership, an apply error last cycle: the memo is dropped then), every
-        `full_plan_every` cycles, and whenever anything changed."""
+        `full_plan_every` cycles, and whenever anything changed. The memo is kept whatever
+        `full_plan_every` says: a plan made afresh builds its working view from the view memo
+        in it (`reconciler.plan.kept`), which is what makes a live cycle (whose clock moved)
+        cheaper."""
         relists = sum(
             getattr(getattr(self.cache, i, None), "relists", 0)
             for i in ("node_informer", "pod_informer", "node_state_informer")
@@ -326,16 +349,28 @@ class Controller:
                 desired,
                 observed,
                 now,
-                self._plan_memo if self.full_plan_every > 1 else None,
+                self._plan_memo,
                 full_every=self.full_plan_every,
                 doubt=doubt,
             )
-        # the memo holds the last snapshot until the next plan: kept only when it may serve
-        self._plan_memo = out.memo if self.full_plan_every > 1 else None
+        # the memo holds the last snapshot (and its working view's answers) until the next plan
+        self._plan_memo = out.memo if self._keep_memo(out) else None
         self._memo_leader, self._memo_relists = leader, relists
         metrics.PLANS.labels(out.mode).inc()
         log.debug("plan: %s (%s; pools reached: %s)", out.mode, out.why, sorted(out.reached))
         return out.plan, out.facts
+
+    def _keep_memo(self, out: Any) -> bool:
+        """Keep this cycle's memo for the next? Always when plans may be reused
+        (`full_plan_every` > 1); else for its view memo, as long as it serves: a plan that
+        built its view from a kept one and read no answer of it (every object of the snapshot
+        a new one) ends the trial, since holding the last snapshot then only costs memory."""
+        if self.full_plan_every > 1:
+            return True
+        view = out.memo.view
+        if out.mode == "full" and view is not None and view.read_kept and view.misses > 0:
+            self._view_serves = view.hits > 0
+        return self._view_serves is not False
 
     def _invalid_desired_state(
         self,

@@ -64,6 +64,7 @@ from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
 from reconciler.observe.kube_pods import (
+    WorkloadMemo,
     _known_allocations,
     _workload,
     admission_event,
@@ -82,7 +83,7 @@ from reconciler.observe.kube_services import (
     read_services,
     with_autoscalers,
 )
-from reconciler.observe.model import ObservedState, UnreadableObject
+from reconciler.observe.model import Node, ObservedState, UnreadableObject
 
 __all__ = [
     # this module's own
@@ -95,6 +96,7 @@ __all__ = [
     "JOB_CONTROLLER",
     "Owners",
     "TargetRef",
+    "WorkloadMemo",
     "_UNREADABLE",
     "_float",
     "_hpa",
@@ -164,6 +166,7 @@ def observe_cluster(
     cache: Any = None,
     dra: bool = True,
     cards: CardMemo | None = None,
+    workloads: WorkloadMemo | None = None,
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
     `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
@@ -173,18 +176,20 @@ def observe_cluster(
     five lists and `ObservedState.dra` is None, as where it is not served (the
     caller knows whether any pool is on DRA; observation does not). `cards`, kept across
     calls, converts a node's published cards once per version of its GpuNodeState
-    (`CardMemo`: the same snapshot, less work)."""
+    (`CardMemo`: the same snapshot, less work); `workloads`, likewise, reads a pod into the
+    same `Workload` while neither it nor what else it is read with changed (`WorkloadMemo`)."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
-    if cards is not None:
-        cards.begin()
+    memos = [m for m in (cards, workloads) if m is not None]
+    for memo in memos:
+        memo.begin()
     try:
         api = api_client or make_api_client(kubeconfig)
-        observed = _observe(api, now, recent_preemptions, cache, cards, dra)
+        observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads)
     finally:
         _UNREADABLE.reset(token)
-    if cards is not None:
-        cards.end()  # only after a whole observation: one that failed keeps the last
+    for memo in memos:
+        memo.end()  # only after a whole observation: one that failed keeps the last
     return observed
 
 
@@ -195,6 +200,7 @@ def _observe(
     cache: Any,
     cards: CardMemo | None,
     with_dra: bool = True,
+    memo: WorkloadMemo | None = None,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
@@ -214,13 +220,16 @@ def _observe(
     # the readers key, sort and report objects by name: one without is left out here, reported
     raw_nodes = _identified("Node", raw_nodes, namespaced=False)
     raw_pods = _identified("Pod", raw_pods, namespaced=True)
-    nodes = _each("Node", raw_nodes, lambda n: _node(n, states.get(n.metadata.name), cards))
+    nodes = _each("Node", raw_nodes, lambda n: _read_node(n, states.get(n.metadata.name), cards))
     by_name = {n.name: n for n in nodes}
     held = dict(
         _each(
             C.NODE_STATE_KIND,
             states.items(),
-            lambda item: (item[0], published_pods(item[1])),
+            lambda item: (
+                item[0],
+                published_pods(item[1]) if memo is None else memo.published(*item),
+            ),
             named=lambda item: item[1],
         )
     )
@@ -233,9 +242,9 @@ def _observe(
         node = by_name.get(p.spec.node_name or "")
         return index.request(ns, name), index.allocations(node, ns, name)
 
-    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None)
+    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None, memo)
     owners = read_owners(api_client)
-    workloads = pod_workloads(gpu_pods, by_name, taken, owners)
+    workloads = pod_workloads(gpu_pods, by_name, taken, owners, memo)
     services = read_services(api_client)
     services = with_autoscalers(services, read_autoscalers(api_client))
     quotas = read_quotas(core)
@@ -297,3 +306,10 @@ def _agent_state(node: str, state: dict) -> dict:
         report("status.pods", pods, "a list; read as publishing no pod")
         del fixed["pods"]
     return {**state, "status": fixed}
+
+
+def _read_node(n: Any, state: dict | None, cards: CardMemo | None) -> Node:
+    """One Node with its GpuNodeState; through the memo when the controller keeps one."""
+    if cards is None:
+        return _node(n, state)
+    return cards.node(n, state, lambda: _node(n, state, cards))

@@ -21,7 +21,7 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -38,6 +38,8 @@ _UNREADABLE: contextvars.ContextVar[list[UnreadableObject] | None] = contextvars
 """The list `observe_cluster` collects unreadable objects into (per call and thread); outside
 it (the agent, admission events) `_unreadable` only logs."""
 
+T = TypeVar("T")
+
 _BAD_OBJECT = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
 """What converting one malformed object may raise (pydantic's ValidationError is a
 ValueError): that object is left out, the rest of the cycle goes on."""
@@ -51,6 +53,76 @@ _READING: contextvars.ContextVar[tuple[str, Any, Callable[[Any], Any]] | None] =
 )
 """The object `_each` is converting now: (kind, the item, how to find the Kubernetes object in
 it), so that a reader deep in the conversion can report a field against it (`_report`)."""
+
+
+def reported_again(reported: list[UnreadableObject]) -> None:
+    """Report again what reading an object reported before (a memo hands back its result)."""
+    found = _UNREADABLE.get()
+    if found is not None:
+        found.extend(reported)
+
+
+def read_reporting(make: Callable[[], T]) -> tuple[T, list[UnreadableObject]]:
+    """`make()`, and what it reported unreadable (reported as usual too), for a memo to keep
+    beside the result and `reported_again` on a hit."""
+    reported: list[UnreadableObject] = []
+    token = _UNREADABLE.set(reported)
+    try:
+        value = make()
+    finally:
+        _UNREADABLE.reset(token)
+        reported_again(reported)
+    return value, reported
+
+
+class VersionMemo:
+    """Values read from cluster objects, kept from one observation to the next: per step, an
+    object's name -> (the version key it was read under, the value, what reading it reported
+    unreadable). `get` hands back the kept value while the key is equal (a resourceVersion
+    names one state of one object) and reports again what it reported, so an observation
+    equals one made without the memo. Only what the last observation asked is kept (`begin`
+    / `end`): memory follows the live objects. The controller keeps one across cycles
+    (`CardMemo`, `WorkloadMemo`)."""
+
+    def __init__(self, steps: tuple[str, ...]) -> None:
+        self._steps = steps
+        self._kept: dict[str, dict[Any, tuple]] = {s: {} for s in steps}
+        self._next: dict[str, dict[Any, tuple]] = {s: {} for s in steps}
+        self.hits = dict.fromkeys(steps, 0)
+        self.misses = dict.fromkeys(steps, 0)
+
+    def begin(self) -> None:
+        self._next = {s: {} for s in self._steps}
+
+    def end(self) -> None:
+        self._kept, self._next = self._next, {s: {} for s in self._steps}
+
+    def size(self, step: str) -> int:
+        """How many objects' values of `step` are kept (those of the last observation)."""
+        return len(self._kept[step])
+
+    def get(self, step: str, name: Any, key: Any, make: Callable[[], T]) -> T:
+        """`make()`, or the value kept for `name` under the same `key` (none: made every
+        time, not kept)."""
+        if not key:
+            self.misses[step] += 1
+            return make()
+        kept = self._kept[step].get(name)
+        if kept is not None and kept[0] == key:
+            self.hits[step] += 1
+            reported_again(kept[2])
+        else:
+            self.misses[step] += 1
+            kept = (key, *read_reporting(make))
+        self._next[step][name] = kept
+        return kept[1]
+
+    def carry(self, step: str, name: Any) -> None:
+        """Keep `name`'s value of `step` for the next observation although this one did not
+        ask it (a value asked only when another changes)."""
+        kept = self._kept[step].get(name)
+        if kept is not None:
+            self._next[step][name] = kept
 
 
 def _unreadable(kind: str, namespace: str | None, name: str | None, message: str) -> None:

@@ -13,18 +13,24 @@ from a failure."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _UNREADABLE, _each, _stamp, _unreadable, log
+from reconciler.observe.kube_common import (
+    VersionMemo,
+    _each,
+    _stamp,
+    _unreadable,
+    log,
+)
 from reconciler.observe.model import (
     Gpu,
     MigInstance,
     Node,
     Taint,
-    UnreadableObject,
     count_problem,
     node_problems,
 )
@@ -52,49 +58,57 @@ def read_node_states(api_client: Any, cached: list[dict] | None = None) -> dict[
 
 
 class CardMemo:
-    """The cards each node's `GpuNodeState` publishes, converted once per version of it: node
-    name -> (its `metadata.resourceVersion`, the cards `published_gpus` made, what it reported
-    unreadable). Kept by the controller across cycles and passed to `observe_cluster`; a node
-    whose object has the same resourceVersion gets the same cards (a resourceVersion names one
-    state of one object) and the same reports again, so the snapshot equals one made without
-    the memo. An object without a resourceVersion is converted every time. Only the nodes of
-    the last observation are kept (`begin` / `end`)."""
+    """The cards each node's `GpuNodeState` publishes, converted once per version of it
+    (`cards`), and each whole `Node`, the same object while its Node and GpuNodeState keep
+    their resourceVersions (`node`): a `VersionMemo` kept by the controller across cycles and
+    passed to `observe_cluster`, the snapshot the same as one made without it. An object
+    without a resourceVersion is converted every time. Only the nodes of the last
+    observation are kept (`begin` / `end`)."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
-        self._next: dict[str, tuple[str, list[Gpu], list[UnreadableObject]]] = {}
-        self.hits = 0
-        self.misses = 0
+        self._memo = VersionMemo(("cards", "node"))
 
     def begin(self) -> None:
-        self._next = {}
+        self._memo.begin()
 
     def end(self) -> None:
-        self._kept, self._next = self._next, {}
+        self._memo.end()
+
+    @property
+    def hits(self) -> int:
+        """Nodes' cards read from the memo."""
+        return self._memo.hits["cards"]
+
+    @property
+    def misses(self) -> int:
+        """Nodes' cards converted."""
+        return self._memo.misses["cards"]
+
+    @property
+    def node_hits(self) -> int:
+        """Nodes handed back whole (`node`): their Node and their GpuNodeState unchanged."""
+        return self._memo.hits["node"]
+
+    def node(self, n: Any, state: dict | None, build: Callable[[], Node]) -> Node:
+        """The `Node` read from `n` and its GpuNodeState `state`: the same object as last
+        observation when both have the resourceVersions they had then (the reports made
+        reading it are made again), else `build()`. So an unchanged node keeps its identity,
+        which the planner's view memo (`plan/kept.py`) recognises. A Node or state without a
+        resourceVersion is read every time."""
+        name = n.metadata.name
+        key = (
+            getattr(n.metadata, "resource_version", None) or "",
+            ((state.get("metadata") or {}).get("resourceVersion") or "") if state else "-",
+        )
+        before = self.node_hits
+        node = self._memo.get("node", name, key if all(key) else None, build)
+        if self.node_hits > before:  # its cards stay kept for the day the Node changes
+            self._memo.carry("cards", name)
+        return node
 
     def cards(self, node: str, state: dict, entries: Any) -> list[Gpu]:
         rv = (state.get("metadata") or {}).get("resourceVersion")
-        kept = self._kept.get(node)
-        if rv and kept is not None and kept[0] == rv:
-            self.hits += 1
-            found = _UNREADABLE.get()
-            if found is not None:
-                found.extend(kept[2])
-        else:
-            self.misses += 1
-            reported: list[UnreadableObject] = []
-            token = _UNREADABLE.set(reported)
-            try:
-                gpus = published_gpus(node, entries)
-            finally:
-                _UNREADABLE.reset(token)
-                found = _UNREADABLE.get()
-                if found is not None:
-                    found.extend(reported)
-            kept = (rv, gpus, reported)
-        if rv:
-            self._next[node] = kept
-        return list(kept[1])
+        return list(self._memo.get("cards", node, rv, lambda: published_gpus(node, entries)))
 
 
 def _node(n: Any, state: dict | None, memo: CardMemo | None = None) -> Node:

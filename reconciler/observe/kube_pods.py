@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from reconciler import conventions as C
 from reconciler.observe.kube_common import (
     Shape,
+    VersionMemo,
     _each,
     _gpus,
     _int,
@@ -42,7 +43,7 @@ from reconciler.observe.kube_common import (
     _why,
 )
 from reconciler.observe.kube_owners import Owners, field_managers, gpupool_wrote, not_written
-from reconciler.observe.kube_podgroups import gang_of, held_for_group
+from reconciler.observe.kube_podgroups import PodGroups, gang_of, held_for_group
 from reconciler.observe.kube_requests import pod_request
 from reconciler.observe.model import (
     Allocation,
@@ -101,6 +102,12 @@ def believed(p: Any, nodes: dict[str, Node]) -> Any:
     return out
 
 
+def _believed_copy(p: Any, nodes: dict[str, Node]) -> Any:
+    """`believed(p, nodes)` where it is a copy of `p`; None where it is `p` itself."""
+    out = believed(p, nodes)
+    return None if out is p else out
+
+
 def _in_force(p: Any, node: str) -> bool:
     """The API server already enforces an admission of the unbound pod `p` to `node`, whoever
     wrote the annotation: it has no scheduling gate and its required node affinity allows only
@@ -134,11 +141,14 @@ def pod_holdings(
     raw_pods: Any,
     held: dict[str, dict[str, list[Allocation] | None]],
     claimed: Callable[[Any], tuple[Request, list[Allocation] | None]] | None = None,
+    memo: WorkloadMemo | None = None,
 ) -> tuple[list[Holding], dict[str, set[int]]]:
     """The pods that hold or want cards, oldest first, each with what it is known to hold
     (`held`: node -> the pods its agent publishes, `published_pods`); and node -> the cards
     pods are known to hold there. `claimed(pod)`: what a pod that asks for no GPU resource asks
-    and holds through DRA claims (observe/dra_holdings.py `DraIndex`)."""
+    and holds through DRA claims (observe/dra_holdings.py `DraIndex`). `memo`: a pod's request,
+    and what its annotation says it holds, read once per version of the pod (`WorkloadMemo`)."""
+    memo = memo if memo is not None else _NO_MEMO
     pods = sorted(
         _each("Pod", raw_pods, lambda p: (str(p.metadata.creation_timestamp), p)),
         key=lambda x: (x[0], x[1].metadata.namespace, x[1].metadata.name),
@@ -152,14 +162,19 @@ def pod_holdings(
             return None
         if p.metadata.deletion_timestamp and not p.spec.node_name:
             return None  # an unbound pod being deleted holds nothing and is nobody's demand
-        req, known = pod_request(p), None
+        req, known = memo.kept("request", p, (), lambda: pod_request(p)), None
         if req.kind == "none" and claimed is not None:
             req, known = claimed(p)
         if req.kind == "none":
             return None
         node_name = p.spec.node_name or ""
         if known is None:
-            known = _known_allocations(p, held.get(node_name))
+            node_pods = held.get(node_name)
+            known = (
+                _known_allocations(p, node_pods)
+                if node_pods is not None  # a lookup: nothing to keep
+                else memo.kept("annotated", p, (), lambda: _known_allocations(p, None))
+            )
         if known is not None:
             taken.setdefault(node_name, set()).update(a.gpu for a in known)
         return p, req, known
@@ -169,16 +184,27 @@ def pod_holdings(
 
 
 def pod_workloads(
-    gpu_pods: list[Holding], by_name: dict[str, Node], taken: dict[str, set[int]], owners: Owners
+    gpu_pods: list[Holding],
+    by_name: dict[str, Node],
+    taken: dict[str, set[int]],
+    owners: Owners,
+    memo: WorkloadMemo | None = None,
 ) -> list[Workload]:
     """Each GPU pod as a `Workload` with the cards it holds: those known, else for a pod
     admitted to a node the cards meant for it, else a guess; `taken` (node -> cards held)
     grows with each. gpupool's state on each pod is read only where gpupool wrote it
-    (`believed`)."""
+    (`believed`). Each pod reads only its own part of `owners` (`owner_facts`). `memo`: the same
+    `Workload` as the last observation's for a pod whose version and inputs are unchanged
+    (`WorkloadMemo`)."""
+    memo = memo if memo is not None else _NO_MEMO
 
     def workload(x: tuple[Any, Request, list[Allocation] | None]) -> Workload:
         p, req, known = x
-        p = believed(p, by_name)
+        admitted = (p.metadata.annotations or {}).get(C.ADMITTED_ANN)
+        node_known = isinstance(admitted, str) and admitted in by_name  # all `believed` asks
+        raw = p
+        # the believed copy is kept, not the pod itself (that is this cycle's object)
+        p = memo.kept("believed", raw, (node_known,), lambda: _believed_copy(raw, by_name)) or raw
         node_name = p.spec.node_name or ""
         admitted_to = None if node_name else _admission(p)[1]
         if admitted_to:
@@ -191,7 +217,13 @@ def pod_workloads(
             allocs = _guess_allocations(
                 req, by_name.get(node_name), taken.setdefault(node_name, set())
             )
-        return _workload(p, req, allocs, owners)
+        facts, seen = owner_facts(p, owners), p
+        return memo.kept(
+            "workload",
+            raw,
+            (node_known, req, allocs, facts),
+            lambda: _workload(seen, req, allocs, _owners_from(facts)),
+        )
 
     # bound pods first: an admitted pod yields to what the kubelet has handed out or will
     return _each(
@@ -199,6 +231,48 @@ def pod_workloads(
         sorted(gpu_pods, key=lambda x: not x[0].spec.node_name),
         workload,
         named=lambda x: x[0],
+    )
+
+
+def owner_facts(p: Any, owners: Owners) -> tuple:
+    """What `owners` says about the pod `p`, all `_workload` reads of it: (its owner's key
+    (namespace, name), the gang sizes of its owner and of its coscheduling pod group, its
+    owner's next-pod reservation, Kueue queue and whether another controller manages it (a
+    Job), its Workload-API PodGroup: None where the API is not served, () where the pod names
+    no group that exists, else (key, policy)). Compared by `WorkloadMemo` between cycles: an
+    owner's change that leaves the pod's own version as it was still reaches the pod."""
+    ns = p.metadata.namespace
+    owner = (p.metadata.owner_references or [None])[0]
+    keys = []
+    job = moved = queue = None
+    foreign = False
+    if owner is not None:
+        job = (ns, owner.name)
+        keys.append((ns, owner.kind, owner.name))
+        moved, queue = owners.next_pod.get(job), owners.queues.get(job)
+        foreign = job in owners.foreign_jobs
+    group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
+    if group:
+        keys.append((ns, "PodGroup", group))
+    sizes = tuple((k, owners.sizes[k]) for k in keys if k in owners.sizes)
+    groups = None
+    if owners.pod_groups is not None:
+        sg = getattr(p.spec, "scheduling_group", None)
+        name = getattr(sg, "pod_group_name", None) if sg is not None else None
+        policy = owners.pod_groups.groups.get((ns, name)) if isinstance(name, str) else None
+        groups = ((ns, name), policy) if policy is not None else ()
+    return job, sizes, moved, queue, foreign, groups
+
+
+def _owners_from(facts: tuple) -> Owners:
+    """`Owners` holding only `facts` (`owner_facts`)."""
+    job, sizes, moved, queue, foreign, groups = facts
+    return Owners(
+        sizes=dict(sizes),
+        next_pod={job: moved} if moved is not None else {},
+        queues={job: queue} if queue is not None else {},
+        foreign_jobs={job} if foreign else set(),
+        pod_groups=None if groups is None else PodGroups(dict([groups]) if groups else {}),
     )
 
 
@@ -509,3 +583,65 @@ def _guess_allocations(req: Request, node: Node | None, taken: set[int]) -> list
     chosen = free[: req.gpus]
     taken.update(chosen)
     return [Allocation(gpu=i) for i in chosen]
+
+
+MEMO_STEPS = ("published", "request", "annotated", "believed", "workload")
+"""The steps of reading pods that `WorkloadMemo` keeps, in the order a pod goes through."""
+
+
+class WorkloadMemo(VersionMemo):
+    """Pods read into `Workload`s once per version: kept by the controller across cycles and
+    passed to `observe_cluster` (as `CardMemo` is for nodes' cards). What each node's agent
+    publishes its pods hold (`published`: `published_pods`) is kept per node under its
+    GpuNodeState's resourceVersion. Each step of reading a pod that costs is kept per pod
+    (namespace, name) under a key: the pod's `metadata.uid` and `metadata.resourceVersion` (one
+    state of one object) and every input of the step that is not the pod itself:
+
+    - `request` (`pod_request`) and `annotated` (the cards its `gpupool.io/gpus` annotation
+      says it holds, where its node's agent publishes none): the pod alone;
+    - `believed` (gpupool's state on it, `believed`): whether the node its `admitted`
+      annotation names exists;
+    - `workload` (`_workload`): that, its request (from the pod, or its DRA claims), the cards
+      it holds (the agent's publication, the annotation, an admission's or a guess: made
+      every cycle, since they depend on the other pods), and its part of the owners
+      (`owner_facts`: gang sizes, its Job's queue, next-pod reservation and manager, its
+      PodGroup).
+
+    Nothing else is read there: no clock (a next-pod reservation's age is counted from the
+    pod's creation), and namespaces' gating is read apart (`ObservedState.gated_namespaces`).
+    With the key equal, the step's value is the one kept (the same object: the planner's memo
+    recognises an unchanged pod's `Workload` by identity) and what the step reported
+    unreadable is reported again, so the snapshot equals one made without the memo. A pod
+    without a uid or a resourceVersion (a GpuNodeState without a resourceVersion) is read
+    every time. Only the pods and nodes of the last observation are kept (`begin` / `end`):
+    memory follows the live pods. Failed gang members (`failed_members`: few) are read every
+    time."""
+
+    def __init__(self) -> None:
+        super().__init__(MEMO_STEPS)
+
+    def kept_pods(self) -> int:
+        """How many pods' `Workload`s are kept (those of the last observation)."""
+        return self.size("workload")
+
+    def kept(self, step: str, p: Any, inputs: tuple, make: Callable[[], Any]) -> Any:
+        """`make()`, or the value it gave for the same version of `p` and the same `inputs`."""
+        meta = p.metadata
+        uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
+        return self.get(step, (meta.namespace, meta.name), uid and rv and (uid, rv, inputs), make)
+
+    def published(self, node: str, state: dict) -> dict[str, list[Allocation]] | None:
+        """`published_pods(state)` of the node's GpuNodeState (`_agent_state`'s reading of
+        it), or what it gave for the same resourceVersion of that object."""
+        rv = (state.get("metadata") or {}).get("resourceVersion")
+        return self.get("published", ("", node), rv, lambda: published_pods(state))
+
+
+class _Unkept:
+    """No memo: every step is made."""
+
+    def kept(self, step: str, p: Any, inputs: tuple, make: Callable[[], Any]) -> Any:
+        return make()
+
+
+_NO_MEMO: Any = _Unkept()

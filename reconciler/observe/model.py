@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from functools import cached_property
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -100,9 +101,38 @@ GangSize = Annotated[
 
 
 class Obs(BaseModel):
+    """An observed object: frozen, so what is derived from its fields alone (a workload's
+    `key`) is computed once, on first read (`functools.cached_property`, kept in the instance's
+    `__dict__` beside the fields). Pydantic's `==`, hash, `model_dump` and JSON read the fields
+    only; `model_copy(update=...)` drops the cached values, which the changed fields may no
+    longer give (tests/observe/test_cached_keys.py)."""
+
     model_config = ConfigDict(
         extra="forbid", frozen=True, alias_generator=yaml_name, populate_by_name=True
     )
+    cached_names: ClassVar[tuple[str, ...]] = ()
+    """The class's cached properties, which `model_copy` with an update drops."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.cached_names = tuple(
+            sorted(
+                {
+                    n
+                    for c in cls.__mro__
+                    for n, v in vars(c).items()
+                    if isinstance(v, cached_property)
+                }
+            )
+        )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in self.cached_names:
+                copied.__dict__.pop(name, None)
+        return copied
 
 
 class GpuProcess(Obs):
@@ -283,7 +313,7 @@ class PodGpus(Obs):
     name: str
     allocations: list[Allocation] = []
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -361,11 +391,11 @@ class Workload(Obs):
     queue_name: str = ""
     """Its Kueue queue: the `kueue.x-k8s.io/queue-name` label of the pod or of its Job."""
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @cached_property
     def placed(self) -> bool:
         """It holds cards on `node`: running, or admitted and about to be bound there."""
         return bool(self.node) and (self.phase == "Running" or self.admission == "admitted")
@@ -398,7 +428,7 @@ class Autoscaler(Obs):
     """When gpupool last changed this envelope (its `gpupool.io/last-scale` annotation): the
     ScalingPolicy's cooldowns count from here."""
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -427,7 +457,7 @@ class InferenceService(Obs):
     KEDA made for a ScaledObject, marked by its `owner`). With one, gpupool sets that
     autoscaler's min/max instead of `replicas`; with two that are not KEDA's pair, neither."""
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -473,7 +503,7 @@ class SuspendedJob(Obs):
     pool: str | None = None
     suspended_at: Time | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 

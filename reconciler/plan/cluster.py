@@ -7,12 +7,14 @@ placement and conversions can be tried on it. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 
-from reconciler.conventions import CORDONED_FOR_ANN, NVIDIA, PRODUCT_LABEL
+from reconciler.conventions import CORDONED_FOR_ANN, GPU_CLIQUE_LABEL, NVIDIA, PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
+from reconciler.plan.kept import Keeper, fresh
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
 from reconciler.policy.state import DesiredState
@@ -156,6 +158,20 @@ class PoolView:
     _empty_inference: dict[str, list[GpuSlot]] | None = None
 
     _empty_nodes: list[str] = field(default_factory=list)
+    _cliques: dict[str, set[str]] | None = None
+
+    def cliques(self) -> dict[str, set[str]]:
+        """Multi-node NVLink domain (GPU feature discovery's label `nvidia.com/gpu.clique`)
+        -> the pool's nodes in it; read once per run (a pool's nodes and their labels do not
+        change during one). Read-only to callers."""
+        if self._cliques is None:
+            out: dict[str, set[str]] = {}
+            for name, node in self.nodes.items():
+                clique = node.labels.get(GPU_CLIQUE_LABEL, "")
+                if clique:
+                    out.setdefault(clique, set()).add(name)
+            self._cliques = out
+        return self._cliques
 
     def empty_inference_by_node(self) -> dict[str, list[GpuSlot]]:
         """Node -> inference cards nobody held when last counted (callers re-check `holders`);
@@ -612,11 +628,21 @@ def build_cluster(
     desired: DesiredState,
     observed: ObservedState,
     suspect: dict[tuple[str, int], str] | None = None,
+    keep: Keeper | None = None,
+    unknown: list[UnknownHolding] | None = None,
+    groups: Mapping[str, tuple[Workload, ...]] | None = None,
 ) -> ClusterView:
     """The working view. `suspect` cards (their holders disagree with the card: drift the
     cluster produced) are fenced like the cards of an unavailable node. A running workload
     whose cards are not all known holds every card of its node it may hold
-    (`unknown_holdings`), and those are fenced too."""
+    (`unknown_holdings`; `unknown` when the caller has it), and those are fenced too.
+
+    Each node's pool, fence and card slots with what the workloads on it hold (`node_part`)
+    are asked of `keep` per node and the workloads holding cards there (`groups`, node ->
+    workloads: `consistency.holding_groups`, given when the snapshot lists no node and no
+    workload twice), which may answer from a kept view (`reconciler.plan.kept`): the view's
+    slots are copies of the answer's."""
+    keep = keep or fresh()
     suspect = suspect or {}
     pools: dict[str, PoolView] = {}
     for name in sorted(desired.pools):
@@ -626,42 +652,88 @@ def build_cluster(
     slot: dict[tuple[str, int], GpuSlot] = {}
     unmatched = []
     fenced: dict[str, str] = {}
+    workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
     for node in sorted(observed.nodes, key=lambda n: n.name):
-        match = pools.get(node_pool_name(desired, node) or "")
+        ws = groups.get(node.name, ()) if groups is not None else ()
+        part = keep.group(
+            "cluster-node", lambda node=node, ws=ws: node_part(desired, node, ws), node, ws
+        )
+        match = pools.get(part.pool or "")
         if match is None:
             if node.gpus:
                 unmatched.append(node.name)
             continue
         node_pool[node.name] = match.name
         match.nodes[node.name] = node
-        why = node_fence(node)
+        why = part.fence
         if why and node.gpus:
             fenced[node.name] = why
-        for g in sorted(node.gpus, key=lambda g: g.index):
-            s = _slot(node, g)
-            s.fenced = why or suspect.get((node.name, g.index), "")
+        for t in part.slots:
+            s = clone_slot(t)
+            s.fenced = why or suspect.get((node.name, t.index), "")
             match.gpus.append(s)
-            slot[(node.name, g.index)] = s
-    workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
-    for w in workloads.values():
-        if not w.placed:
-            continue
-        for a in w.allocations:
-            s = slot.get((w.node, a.gpu))
-            if s is None:
-                continue
-            s.holders.add(w.key)
-            if a.mig_start is not None:
-                prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
-                s.used_instances.add((prof, a.mig_start))
-            s.used_slices += a.slices
-    for u in unknown_holdings(observed):
+            slot[(node.name, t.index)] = s
+    if groups is None:
+        for w in workloads.values():
+            _hold(slot, w)
+    for u in unknown_holdings(observed) if unknown is None else unknown:
         for card in u.cards:
             s = slot.get(card)
             if s is not None:
                 s.holders.add(u.workload)
                 s.fenced = s.fenced or UNKNOWN_HOLDER
     return ClusterView(pools, node_pool, slot, workloads, unmatched, fenced)
+
+
+def _hold(slot: Mapping[tuple[str, int], GpuSlot], w: Workload) -> None:
+    """`w`'s allocations held on the slots (when it is placed)."""
+    if not w.placed:
+        return
+    for a in w.allocations:
+        s = slot.get((w.node or "", a.gpu))
+        if s is None:
+            continue
+        s.holders.add(w.key)
+        if a.mig_start is not None:
+            prof = a.mig_profile or next((p for p, st in s.instances if st == a.mig_start), "")
+            s.used_instances.add((prof, a.mig_start))
+        s.used_slices += a.slices
+
+
+@dataclass(frozen=True)
+class NodePart:
+    """What the working view takes from one node and the workloads on it: its pool (None:
+    none matches), why it is no capacity ('' it is), and its cards as slots holding what
+    those workloads hold, by index. The slots are templates: never placed in a view
+    (`clone_slot` copies them), never changed."""
+
+    pool: str | None
+    fence: str
+    slots: tuple[GpuSlot, ...]
+
+
+def node_part(desired: DesiredState, node: Node, ws: tuple[Workload, ...] = ()) -> NodePart:
+    slots = tuple(_slot(node, g) for g in sorted(node.gpus, key=lambda g: g.index))
+    by_index = {(node.name, s.index): s for s in slots}
+    for w in ws:
+        _hold(by_index, w)
+    return NodePart(node_pool_name(desired, node), node_fence(node), slots)
+
+
+def clone_slot(t: GpuSlot) -> GpuSlot:
+    """A slot of its own with `t`'s state: its containers are copies, so the plan that changes
+    it leaves `t` as it was (`t` may be a template kept from one plan to the next)."""
+    s = GpuSlot.__new__(GpuSlot)
+    s.__dict__ = {
+        **t.__dict__,
+        "instances": list(t.instances),
+        "below_since": dict(t.below_since),
+        "holders": set(t.holders),
+        "used_instances": set(t.used_instances),
+        "instance_holders": dict(t.instance_holders),
+        "target_instances": list(t.target_instances),
+    }
+    return s
 
 
 def card_equivalents(w: Workload, pool: PoolView | None, memory_slices: int = 8) -> Fraction:

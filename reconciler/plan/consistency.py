@@ -55,7 +55,8 @@ from reconciler.observe.model import (
     card_model,
     card_problems,
 )
-from reconciler.plan.cluster import UNKNOWN_HOLDER, unknown_holdings
+from reconciler.plan.cluster import UNKNOWN_HOLDER, UnknownHolding, unknown_holdings
+from reconciler.plan.kept import Keeper, fresh
 from reconciler.plan.model import Finding
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.state import DesiredState
@@ -131,24 +132,114 @@ class _Checker:
         self.suspect.setdefault(card, why)
 
 
-def check(desired: DesiredState, observed: ObservedState) -> Consistency:
-    """Every contradiction between the snapshot's cards and what its workloads hold."""
+def check(
+    desired: DesiredState,
+    observed: ObservedState,
+    keep: Keeper | None = None,
+    unknown: list[UnknownHolding] | None = None,
+    groups: Mapping[str, tuple[Workload, ...]] | None = None,
+) -> Consistency:
+    """Every contradiction between the snapshot's cards and what its workloads hold.
+
+    What one node's cards and the workloads that hold them say (`_judge_node`) is asked of
+    `keep` per node, which may answer from a kept view (`reconciler.plan.kept`); `groups` is
+    `holding_groups(observed)`, `unknown` is `unknown_holdings(observed)` (given when the
+    caller has them). A snapshot that lists a node or a workload twice (no validated one
+    does) is judged as a whole, without `keep`."""
+    keep = keep or fresh()
     c = _Checker(desired)
-    cards, nodes = _cards(c, observed.nodes)
-    running = _workloads(c, observed.workloads)
-    holders = _holdings(c, running, cards, nodes)
-    _judge_cards(c, cards, holders)
-    _judge_unknown(c, observed)
+    if groups is None:
+        groups = holding_groups(observed)
+    if groups is None:  # a node or workload listed twice
+        cards, nodes = _cards(c, observed.nodes)
+        running = _workloads(c, observed.workloads)
+        holders = _holdings(c, running, cards, nodes)
+        _judge_cards(c, cards, holders)
+        held_on = {card: tuple((w.key, i) for w, i, _ in held) for card, held in holders.items()}
+    else:
+        cards, held_on = _judge_nodes(c, observed, keep, groups)
+    _judge_unknown(c, unknown_holdings(observed) if unknown is None else unknown)
     _judge_unreleased(c, observed, cards)
     _judge_duplicates(c, observed)
     # an allocation on a card found suspect is not counted either
-    for card, held in holders.items():
-        if card in c.suspect:
-            c.ignored.update((w.key, i) for w, i, _ in held)
+    for card in c.suspect:
+        c.ignored.update(held_on.get(card, ()))
     return Consistency(
         findings=tuple(sorted(c.findings, key=lambda f: (f.subject, f.code, f.message))),
         suspect_cards=dict(sorted(c.suspect.items())),
         ignored_allocations=frozenset(c.ignored),
+    )
+
+
+def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] | None:
+    """Node name -> the workloads that hold something on it (running, or admitted and not
+    bound yet, with allocations), in the snapshot's order; '' for those with no node. None
+    when a node or a workload is listed twice: what is judged then is not one node's alone."""
+    names: set[str] = set()
+    for n in observed.nodes:
+        if n.name in names:
+            return None
+        names.add(n.name)
+    keys: set[str] = set()
+    out: dict[str, list[Workload]] = {}
+    for w in observed.workloads:
+        k = w.key
+        if k in keys:
+            return None
+        keys.add(k)
+        if _holds(w):
+            out.setdefault(w.node or "", []).append(w)
+    return {n: tuple(ws) for n, ws in out.items()}
+
+
+def _judge_nodes(
+    c: _Checker, observed: ObservedState, keep: Keeper, groups: Mapping[str, tuple[Workload, ...]]
+) -> tuple[dict[Card, Gpu], dict[Card, tuple[tuple[str, int], ...]]]:
+    """`_judge_node` per node (each node once: `holding_groups` said so), then the workloads
+    on no node of the snapshot; the cards, and what holds each card (key, position)."""
+    cards: dict[Card, Gpu] = {}
+    held_on: dict[Card, tuple[tuple[str, int], ...]] = {}
+    names: set[str] = set()
+    for n in observed.nodes:
+        names.add(n.name)
+        ws = groups.get(n.name, ())
+        part = keep.group("check-node", lambda n=n, ws=ws: _judge_node(c.desired, n, ws), n, ws)
+        cards.update(part.cards)
+        held_on.update(part.held_on)
+        c.findings.extend(part.findings)
+        c.ignored.update(part.ignored)
+        for card, why in part.fences:
+            c.fence(card, why)
+    strays = [w for node, ws in groups.items() if node not in names for w in ws]
+    _holdings(c, strays, {}, names)
+    return cards, held_on
+
+
+@dataclass(frozen=True)
+class _NodeJudged:
+    """What one node's cards and the workloads holding them say: its cards, findings,
+    fences (in the order found: a card keeps the first reason it was fenced for), the
+    allocations not counted, and what holds each card (workload key, position)."""
+
+    cards: tuple[tuple[Card, Gpu], ...]
+    findings: tuple[Finding, ...]
+    fences: tuple[tuple[Card, str], ...]
+    ignored: tuple[tuple[str, int], ...]
+    held_on: tuple[tuple[Card, tuple[tuple[str, int], ...]], ...]
+
+
+def _judge_node(desired: DesiredState, n: Node, ws: tuple[Workload, ...]) -> _NodeJudged:
+    """`n` judged with the workloads on it, as `check` judges a snapshot of that node alone."""
+    c = _Checker(desired)
+    cards, names = _cards(c, (n,))
+    holders = _holdings(c, list(ws), cards, names)
+    _judge_cards(c, cards, holders)
+    return _NodeJudged(
+        tuple(cards.items()),
+        tuple(c.findings),
+        tuple(c.suspect.items()),
+        tuple(sorted(c.ignored)),
+        tuple((card, tuple((w.key, i) for w, i, _ in held)) for card, held in holders.items()),
     )
 
 
@@ -235,11 +326,12 @@ def _workloads(c: _Checker, workloads: Iterable[Workload]) -> list[Workload]:
                 "the workload is listed twice; gpupool counts one listing only",
             )
         last[w.key] = w
-    return [
-        w
-        for w in last.values()
-        if (w.phase == "Running" or w.admission == "admitted") and w.allocations
-    ]
+    return [w for w in last.values() if _holds(w)]
+
+
+def _holds(w: Workload) -> bool:
+    """`w` holds something: running, or admitted and not bound yet, with allocations."""
+    return (w.phase == "Running" or w.admission == "admitted") and bool(w.allocations)
 
 
 def _holdings(
@@ -281,9 +373,9 @@ def _holdings(
     return held
 
 
-def _judge_unknown(c: _Checker, observed: ObservedState) -> None:
+def _judge_unknown(c: _Checker, unknown: list[UnknownHolding]) -> None:
     """Running workloads whose cards are not all known: every card they may hold is fenced."""
-    for u in unknown_holdings(observed):
+    for u in unknown:
         listing = ", ".join(card_key(card) for card in u.cards)
         where = (
             f"fences the cards of {u.node} it may hold ({listing}): places nothing there and "
@@ -602,22 +694,40 @@ def _same(x: M) -> M:
     return x
 
 
-def canonical(observed: ObservedState) -> ObservedState:
+def canonical(observed: ObservedState, keep: Keeper | None = None) -> ObservedState:
     """The same snapshot with every list sorted by a total key (nodes by name, cards by index,
     MIG instances by start, taints, workloads by key, allocations by (gpu, MIG start, slices),
     services, quotas, priority classes, preemption times, processes) and every mapping by
     key, so that a plan cannot depend on the order the cluster or a file listed things in.
-    What is in that order already is shared with `observed`, not copied."""
+    What is in that order already is shared with `observed`, not copied. `keep`: each node's,
+    workload's and service's canonical form, answered from a kept view (`reconciler.plan.kept`)."""
+    once = (keep or fresh()).once
     times = observed.recent_preemptions
     ordered_times = sorted(times, key=_utc)
     return _with(
         observed,
-        nodes=_each(observed.nodes, _node, lambda n: (n.name,)),
-        workloads=_each(observed.workloads, _workload, lambda w: (w.key,)),
-        services=_each(observed.services, _service, lambda s: (s.key, s.kind)),
+        nodes=_each(observed.nodes, lambda n: once("canonical-node", _node, n), _node_order),
+        workloads=_each(
+            observed.workloads, lambda w: once("canonical-workload", _workload, w), _workload_order
+        ),
+        services=_each(
+            observed.services, lambda s: once("canonical-service", _service, s), _service_order
+        ),
         quotas=_each(observed.quotas, _quota, lambda q: (q.namespace, q.name)),
         priority_classes=_each(
             observed.priority_classes, _same, lambda p: (p.name, p.value, p.preemption_policy)
         ),
         recent_preemptions=times if ordered_times == times else ordered_times,
     )
+
+
+def _node_order(n: Node) -> tuple:
+    return (n.name,)
+
+
+def _workload_order(w: Workload) -> tuple:
+    return (w.key,)
+
+
+def _service_order(s: InferenceService) -> tuple:
+    return (s.key, s.kind)

@@ -249,8 +249,23 @@ def victims_for(
     the priority rules let `preemptor` displace (class in `classes`, lower priority), and
     work of teams borrowing beyond their guarantee when `preemptor` reclaims its own
     (`reclaim_victim`; of equal or higher priority, at most what each team borrows)."""
-    prio = run.demand_priority(preemptor) if preemptor else INF_PRIORITY
     team = reclaims(run, preemptor, pool) if preemptor else None
+    cands = victim_candidates(run, workloads, preemptor, pool, classes, team)
+    return ordered_victims(run, cands, preemptor, pool, need, team)
+
+
+def victim_candidates(
+    run: Run,
+    workloads: list[Workload],
+    preemptor: Demand | None,
+    pool: str,
+    classes: set[str],
+    team: str | None,
+) -> list[Candidate]:
+    """The workloads of `victims_for` that may be stopped for `preemptor`, unordered, each
+    gang once (its first member among `workloads`); `team`: the team whose guarantee
+    `preemptor` takes back (`reclaims`), None for none."""
+    prio = run.demand_priority(preemptor) if preemptor else INF_PRIORITY
     default = default_class(run)
     seen: set[str] = set()
     cands = []
@@ -267,9 +282,25 @@ def victims_for(
         )
         if in_rules or reclaim:
             cands.append(as_candidate(run, w, pool))
+    return cands
+
+
+def ordered_victims(
+    run: Run,
+    cands: list[Candidate],
+    preemptor: Demand | None,
+    pool: str,
+    need: int,
+    team: str | None,
+) -> list[Candidate]:
+    """`victim_candidates` cheapest first for `need` cards (victims.py); when `preemptor`
+    reclaims `team`'s guarantee, work it does not outrank at most what each team borrows."""
     ordered = order_victims(cands, need)
     if team is None or preemptor is None:
         return ordered
+    prio = run.demand_priority(preemptor)
+    if all(c.priority < prio for c in ordered):
+        return ordered  # `overdrawn` judges only work `preemptor` does not outrank
     # work `preemptor` does not outrank: at most what each team borrows, all victims together
     out: list[Candidate] = []
     for c in ordered:
@@ -454,17 +485,16 @@ def _eviction(
 
 def nodes_hosting(run: Run, pv: PoolView, classes: set[str]) -> list[str]:
     """Nodes of the pool where a running whole-card workload of one of `classes` is placed
-    (from the snapshot; evictions only ever shrink this, so it never misses one)."""
+    (from the snapshot; evictions only ever shrink this, so it never misses one). The index
+    is made for every pool in one pass over the workloads, the first time a pool asks."""
     if pv.name not in run._hosts:
-        hosts: dict[str, set[str]] = {}
-        default = default_class(run)
+        default = default_class(run) or ""
+        for name in [*run.cluster.pools, pv.name]:
+            run._hosts.setdefault(name, {})
         for w in run.cluster.workloads.values():
-            if (
-                w.phase == "Running"
-                and w.request.gpus
-                and run.cluster.node_pool.get(w.node or "") == pv.name
-            ):
-                hosts.setdefault(w.priority_class or default or "", set()).add(w.node)
-        run._hosts[pv.name] = hosts
+            if w.phase == "Running" and w.request.gpus:
+                hosts = run._hosts.get(run.cluster.node_pool.get(w.node or "", ""))
+                if hosts is not None:
+                    hosts.setdefault(w.priority_class or default, set()).add(w.node)
     hosts = run._hosts[pv.name]
     return sorted(set().union(*(hosts.get(c, set()) for c in classes)))

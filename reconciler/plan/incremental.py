@@ -32,8 +32,9 @@ from typing import Literal
 
 from reconciler.observe.model import ObservedState
 from reconciler.plan.cluster import node_pool_name
+from reconciler.plan.kept import ViewMemo
 from reconciler.plan.model import Plan
-from reconciler.plan.planner import PlanFacts, plan_with_facts
+from reconciler.plan.planner import PlanFacts, plan_with_view
 from reconciler.policy.state import DesiredState
 
 FULL_PLAN_EVERY = 10
@@ -63,11 +64,15 @@ class Dirty:
         return not self.pools and not self.reasons and not self.time
 
 
-def _changed(before: Iterable, after: Iterable, key: Callable) -> set:
+def _changed(before: list, after: list, key: Callable) -> set | None:
     """Keys of the objects added, removed or changed; an object that is the same object (the
-    adapter hands back what did not change) is not compared field by field."""
+    adapter hands back what did not change) is not compared field by field. None when either
+    side lists a key twice (a snapshot built without validation): by key, a change there
+    cannot be told."""
     old = {key(x): x for x in before}
     new = {key(x): x for x in after}
+    if len(old) != len(before) or len(new) != len(after):
+        return None
     out = {k for k in old.keys() ^ new.keys()}
     out.update(k for k, x in new.items() if k in old and old[k] is not x and old[k] != x)
     return out
@@ -91,14 +96,20 @@ def dirty(
             if n.name in node_pool and node_pool[n.name] != p:
                 reasons.append(f"node {n.name} moved from pool {node_pool[n.name]} to {p}")
             node_pool.setdefault(n.name, p)
-    for name in sorted(_changed(before.nodes, after.nodes, lambda n: n.name)):
+    changed = _changed(before.nodes, after.nodes, lambda n: n.name)
+    if changed is None:
+        reasons.append("a node is listed twice")
+    for name in sorted(changed or ()):
         p = node_pool.get(name)
         if p is None:
             reasons.append(f"node {name} (in no pool) changed")
         else:
             pools.add(p)
     workloads = {w.key: w for w in [*before.workloads, *after.workloads]}
-    for key in sorted(_changed(before.workloads, after.workloads, lambda w: w.key)):
+    changed = _changed(before.workloads, after.workloads, lambda w: w.key)
+    if changed is None:
+        reasons.append("a workload is listed twice")
+    for key in sorted(changed or ()):
         w = workloads[key]
         p = node_pool.get(w.node) if w.node else w.pool
         if p is None:
@@ -106,7 +117,10 @@ def dirty(
         else:
             pools.add(p)
     services = {(s.kind, s.key): s for s in [*before.services, *after.services]}
-    for key in sorted(_changed(before.services, after.services, lambda s: (s.kind, s.key))):
+    changed = _changed(before.services, after.services, lambda s: (s.kind, s.key))
+    if changed is None:
+        reasons.append("a service is listed twice")
+    for key in sorted(changed or ()):
         p = services[key].pool
         if p is None:
             reasons.append(f"service {key[1]} (in no pool) changed")
@@ -182,6 +196,10 @@ class PlanMemo:
     facts: PlanFacts
     since_full: int = 0
     """Cycles since the last plan made afresh (0: this one)."""
+    view: ViewMemo | None = None
+    """The per-object answers of the working view of the last plan made afresh, for `desired`
+    (`reconciler.plan.kept`): the next plan made afresh of this desired state builds its view
+    from them, redoing the work only for objects that are not the ones they were asked of."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +227,8 @@ def plan_incremental(
     """The plan of (desired, observed, now), byte-identical to `plan_with_facts`'s, and the
     memo for the next cycle. `doubt`: a reason the shell has to plan afresh ('' none)."""
     at = now or observed.observed_at
-    why = _full_reason(desired, previous, full_every, doubt, at)
+    same = previous is not None and (previous.desired is desired or previous.desired == desired)
+    why = _full_reason(desired, previous, same, full_every, doubt, at)
     touched = frozenset(desired.pools)
     if previous is not None and not why:
         d = dirty(desired, previous.observed, observed, previous.now, at)
@@ -219,20 +238,30 @@ def plan_incremental(
         groups = coupled_pools(desired, observed)
         why = _describe(d, groups)
         touched = reached(d, groups, desired.pools)
-    p, facts = plan_with_facts(desired, observed, at)
-    memo = PlanMemo(desired, at, observed, p, facts, 0)
+    # a plan of the same (or an equal) desired state builds its view from the last one's,
+    # whatever else made it plan afresh (a doubt, the cycle count, time, a change): a kept
+    # answer is only ever read for the very object it was asked of
+    kept = previous.view if same and previous is not None else None
+    p, facts, view = plan_with_view(desired, observed, at, kept)
+    memo = PlanMemo(desired, at, observed, p, facts, 0, view)
     return Incremental(p, facts, memo, "full", why, touched)
 
 
 def _full_reason(
-    desired: DesiredState, previous: PlanMemo | None, full_every: int, doubt: str, at: datetime
+    desired: DesiredState,
+    previous: PlanMemo | None,
+    same: bool,
+    full_every: int,
+    doubt: str,
+    at: datetime,
 ) -> str:
-    """Why the memo cannot serve, before any object is compared ('' when it may)."""
+    """Why the memo cannot serve, before any object is compared ('' when it may). `same`:
+    `previous` was made for `desired` or an equal desired state."""
     if previous is None:
         return "no previous plan"
     if doubt:
         return doubt
-    if previous.desired is not desired and previous.desired != desired:
+    if not same:
         was, new = previous.desired.revision, desired.revision
         return "desired state changed" + (f" (revision {was} -> {new})" if was != new else "")
     if full_every <= 1 or previous.since_full + 1 >= full_every:

@@ -44,8 +44,10 @@ from reconciler.plan.cluster import (
     ClusterView,
     PoolView,
     build_cluster,
+    unknown_holdings,
 )
 from reconciler.plan.demand import kueue_findings, pending_demand, suspended_demand
+from reconciler.plan.kept import Keeper, ViewMemo, fresh
 from reconciler.plan.model import Plan
 from reconciler.plan.objects.dra_objects import dra_objects, slices_agree
 from reconciler.plan.objects.kueue_objects import kueue_objects
@@ -90,7 +92,32 @@ def plan_with_facts(
 ) -> tuple[Plan, PlanFacts]:
     """The plan, and the facts the controller's gauges and the change report read.
     `backends`: the partition backends, the first that serves a pool partitions it."""
-    run = open_run(desired, observed, now, backends)  # 0
+    return _plan(desired, observed, now, backends, fresh())
+
+
+def plan_with_view(
+    desired: DesiredState,
+    observed: ObservedState,
+    now: datetime | None,
+    view: ViewMemo | None,
+    backends: tuple[PartitionBackend, ...] = DEFAULT_BACKENDS,
+) -> tuple[Plan, PlanFacts, ViewMemo]:
+    """`plan_with_facts`, its working view built with the per-object answers `view` kept
+    from a plan of this desired state (`reconciler.plan.kept`; None: none), and the view
+    memo for the next plan. The plan is byte-identical to `plan_with_facts`'s."""
+    keeper = Keeper(view)
+    p, facts = _plan(desired, observed, now, backends, keeper)
+    return p, facts, keeper.memo()
+
+
+def _plan(
+    desired: DesiredState,
+    observed: ObservedState,
+    now: datetime | None,
+    backends: tuple[PartitionBackend, ...],
+    keep: Keeper,
+) -> tuple[Plan, PlanFacts]:
+    run = open_run(desired, observed, now, backends, keep)  # 0
     observed_usage = dict(run.team_usage)
     held_back = recover(run, observed.workloads)  # 0b
     repartition_drift(run)  # 1
@@ -127,9 +154,11 @@ def open_run(
     observed: ObservedState,
     now: datetime | None,
     backends: tuple[PartitionBackend, ...],
+    keep: Keeper | None = None,
 ) -> Run:
     """Step 0: the canonical snapshot, checked; pods terminating are left out of the view
-    (their cards are as good as free) but remembered; the usage ledger and the budget."""
+    (their cards are as good as free) but remembered; the usage ledger and the budget.
+    `keep`: the per-object steps, perhaps answered from a kept view (`reconciler.plan.kept`)."""
     if now is not None and now.tzinfo is None:
         raise ValueError(f"plan time {now.isoformat()} has no timezone; give it in UTC")
     stopping = [w for w in observed.workloads if w.terminating]
@@ -137,18 +166,16 @@ def open_run(
         observed = observed.model_copy(
             update={"workloads": [w for w in observed.workloads if not w.terminating]}
         )
-    observed = consistency.canonical(observed)
+    keep = keep or fresh()
+    observed = consistency.canonical(observed, keep)
     for backend in backends:  # the cards as each backend's driver means them
         observed = backend.read_observed(desired, observed)
-    checked = consistency.check(desired, observed)
+    unknown = unknown_holdings(observed)
+    groups = consistency.holding_groups(observed)  # None: a node or workload listed twice
+    checked = consistency.check(desired, observed, keep, unknown, groups)
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
-    run = Run(
-        desired,
-        observed,
-        now or observed.observed_at,
-        build_cluster(desired, observed, checked.suspect_cards),
-        backends=backends,
-    )
+    cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups)
+    run = Run(desired, observed, now or observed.observed_at, cluster, backends=backends)
     run.findings.extend(checked.findings)
     for u in observed.unreadable:  # left out of the snapshot (or read in part) by the adapter
         run.find("warning", "unreadable-object", u.ref, u.message)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from reconciler.conventions import GPU_RESOURCE, MANAGED_BY, SHARED_RESOURCE, mig_resource
 from reconciler.observe.model import PriorityClassObject, Request, Workload
 from reconciler.plan.dra import quota_key
+from reconciler.policy.models import MemoryAllotment, SharedInference
 from reconciler.policy.quantity import quantity_bytes
 from reconciler.policy.state import DesiredState
 
@@ -90,19 +91,25 @@ def desired_resource_quotas(desired: DesiredState) -> dict[tuple[str, str], dict
                 add(f"requests.{mig_resource(prof)}", _limit(a.guaranteed, a.borrowing_limit, None))
             sh = pool.spec.inference.shared if pool else None
             if pq.shared_memory is not None and sh is not None:
-                per = quantity_bytes(sh.memory_per_slice)
-                g = math.ceil(quantity_bytes(pq.shared_memory.guaranteed) / per)
-                b = pq.shared_memory.borrowing_limit
-                add(
-                    f"requests.{SHARED_RESOURCE}",
-                    _limit(g, math.ceil(quantity_bytes(b) / per) if b else None, None),
-                )
+                g, b = shared_slices(pq.shared_memory, sh)
+                add(f"requests.{SHARED_RESOURCE}", _limit(g, b, None))
         if cap is not None and "requests." + GPU_RESOURCE not in hard:
             hard["requests." + GPU_RESOURCE] = cap
         final = {k: str(v) for k, v in sorted(hard.items()) if k not in unlimited}
         for ns in q.spec.namespaces:
             out[(ns, QUOTA_PREFIX + q.team)] = final
     return out
+
+
+def shared_slices(memory: MemoryAllotment, shared: SharedInference) -> tuple[int, int | None]:
+    """A shared-memory allotment (guarantee, borrowing limit: None for none) in the pool's
+    slices, each rounded up: what the rendered ResourceQuota counts, and gpupool's admission
+    holds a team to."""
+    per = quantity_bytes(shared.memory_per_slice)
+    b = memory.borrowing_limit
+    return math.ceil(quantity_bytes(memory.guaranteed) / per), (
+        math.ceil(quantity_bytes(b) / per) if b else None
+    )
 
 
 def _dra_quota(pq, add, cap: int | None) -> None:

@@ -1,18 +1,72 @@
-"""Set-up shared by the DRA integration tests on the real scheduler (test_dra_admit.py,
-test_dra_taints.py): a DRA pool's policy, a pod on one of gpupool's ResourceClaimTemplates, its
-claim and what the allocator gave it, and the cleanup of the cluster-scoped objects gpupool
-makes (left behind, the next test's controller would prune them and count writes that test
-never caused)."""
+"""Set-up shared by the DRA integration tests on the real API server and scheduler (test_dra.py,
+test_dra_admit.py, test_dra_dynamic.py, test_dra_taints.py): DRA nodes with NVIDIA's simulated
+kubelet plugin publishing their slices, and the cleanup of the cluster-scoped objects gpupool
+makes for them (`dra_nodes`); a DRA pool's policy, a pod on one of gpupool's
+ResourceClaimTemplates, its claim and what the allocator gave it. Left behind, a DeviceClass
+or DeviceTaintRule of gpupool's would be pruned by the next test's controller, which would
+count writes that test never caused (test_faults.py counts them)."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 from reconciler import conventions as C
+from reconciler.policy.catalog import default_catalog
+from tests.cluster.dra_kubelet import DraPlugin
+from tests.cluster.kubelets import NodeSpec
 
-from .harness import A100
+from .harness import A100, add_gpu_node, drop_device_classes
+from .world import GpuNodeSim
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
+
+
+class DraNode(NamedTuple):
+    sim: GpuNodeSim | None
+    """The node's NVIDIA stand-ins and node agent; None with `agent=False`."""
+    plugin: DraPlugin
+
+
+def dra_nodes(
+    kube,
+    pool: str,
+    *names: str,
+    model: str = A100,
+    cards: int = 4,
+    mig: dict[str, dict[int, list[tuple[str, int]]]] | None = None,
+    labels: dict[str, dict[str, str]] | None = None,
+    dynamic: bool = False,
+    agent: bool = True,
+) -> dict[str, DraNode]:
+    """Nodes `names` of DRA pool `pool`, each with `cards` GPUs of `model` and NVIDIA's DRA
+    kubelet plugin (tests/cluster/dra_kubelet.py) publishing its slices: `mig` node -> card ->
+    [(profile, placement start)] in static MIG mode, `dynamic` under the driver's DynamicMIG,
+    `labels` node -> extra node labels; `agent=False`: a bare kubelet node, no GPU stand-ins
+    or node agent. Registers the cleanup: the slices and bare nodes go, and so do gpupool's
+    DeviceClasses of `pool` and its DeviceTaintRules on these nodes (cluster-scoped)."""
+    out: dict[str, DraNode] = {}
+    model_of = default_catalog().model(model) if dynamic else None
+    for name in names:
+        layout = (mig or {}).get(name, {})
+        sim = None
+        if agent:
+            profiles = {i: [p for p, _ in v] for i, v in layout.items()}
+            extra = (labels or {}).get(name)
+            sim = add_gpu_node(
+                kube, name, pool=pool, model=model, count=cards, mig=profiles, labels=extra
+            )
+        else:
+            extra = {C.POOL_LABEL: pool, **(labels or {}).get(name, {})}
+            kube.kubelets.add_node(NodeSpec(name=name, labels=extra))
+            kube.cleanup(lambda name=name: kube.kubelets.remove_node(name))
+        plugin = DraPlugin(kube.custom, name, cards=cards, mig=layout, dynamic=model_of)
+        plugin.publish()
+        kube.cleanup(plugin.remove)
+        kube.cleanup(lambda name=name: drop_taint_rules(kube, name))
+        out[name] = DraNode(sim, plugin)
+    kube.cleanup(lambda: drop_device_classes(kube, pool))
+    return out
 
 
 def dra_policy(sfx: str, ns: str, *, nodes: int = 2, whole: int = 6, gpus_per_node: int = 4) -> str:

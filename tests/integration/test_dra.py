@@ -21,7 +21,6 @@ from .harness import (
     audit_mark,
     controller,
     custom_object,
-    drop_device_classes,
     write_policy,
     writes,
 )
@@ -215,27 +214,20 @@ def test_the_real_scheduler_allocates_from_the_drivers_slices(kube, tmp_path):
     stopped, whose devices are then allocated again. gpupool reads every pod's request and held
     cards from the claims, equal to what the allocator chose."""
     from reconciler.observe.kube import observe_cluster
-    from tests.cluster.dra_kubelet import DraPlugin
-    from tests.cluster.kubelets import NodeSpec
     from tests.support.wait import wait_for
+
+    from .dra_support import dra_nodes
 
     sfx = uuid.uuid4().hex[:6]
     pool, ns = f"d{sfx}", kube.new_namespace()
     na, nb = f"dra-a-{sfx}", f"dra-b-{sfx}"
-    plugins = {}
-    for node, mig in ((na, {}), (nb, {0: [("3g.40gb", 0), ("3g.40gb", 4)]})):
-        kube.kubelets.add_node(NodeSpec(name=node, labels={C.POOL_LABEL: pool}))
-        kube.cleanup(lambda node=node: kube.kubelets.remove_node(node))
-        plugins[node] = DraPlugin(kube.custom, node, cards=4, mig=mig)
-        plugins[node].publish()
-        kube.cleanup(plugins[node].remove)
+    dra_nodes(kube, pool, na, nb, mig={nb: {0: [("3g.40gb", 0), ("3g.40gb", 4)]}}, agent=False)
     text = (
         policy(sfx, "dra", [ns])
         .replace("guaranteed: 2, borrowingLimit: 0", "guaranteed: 4, borrowingLimit: 0")
         .replace("{nodes: 1, gpusPerNode: 4}", "{nodes: 2, gpusPerNode: 4}")
     )
     write_policy(tmp_path, text)
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     outcomes(ctl.cycle())
 

@@ -18,12 +18,11 @@ import pytest
 from kubernetes import client
 
 from reconciler import conventions as C
-from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
-from .dra_support import allocated, claim_of, claim_pod, dra_policy
+from .dra_support import allocated, claim_of, claim_pod, dra_nodes, dra_policy
 from .gating import gate_names, gated_namespace
-from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
+from .harness import audit_mark, controller, write_policy
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 from .world import CONTROLLER_SA
 
@@ -68,20 +67,8 @@ def test_allocations_are_the_plan(kube, tmp_path):
     ns = gated_namespace(kube)
     mark = audit_mark(kube)
     na, nb = f"dra-x-{sfx}", f"dra-y-{sfx}"
-    for node, mig in ((na, {}), (nb, {0: [("3g.40gb", 0), ("3g.40gb", 4)]})):
-        add_gpu_node(
-            kube,
-            node,
-            pool=pool,
-            model=A100,
-            count=4,
-            mig={i: [p for p, _ in v] for i, v in mig.items()},
-        )
-        plugin = DraPlugin(kube.custom, node, cards=4, mig=mig)
-        plugin.publish()
-        kube.cleanup(plugin.remove)
+    dra_nodes(kube, pool, na, nb, mig={nb: {0: [("3g.40gb", 0), ("3g.40gb", 4)]}})
     write_policy(tmp_path, dra_policy(sfx, ns))
-    kube.cleanup(lambda: drop_device_classes(kube, f"d{sfx}"))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error
@@ -183,12 +170,8 @@ def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_pat
     pool = f"d{sfx}"
     ns = gated_namespace(kube)
     node = f"dra-h-{sfx}"
-    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
-    plugin = DraPlugin(kube.custom, node, cards=2)
-    plugin.publish()
-    kube.cleanup(plugin.remove)
+    dra_nodes(kube, pool, node, cards=2)
     write_policy(tmp_path, dra_policy(sfx, ns))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error

@@ -20,13 +20,12 @@ import uuid
 from kubernetes import client
 
 from reconciler import conventions as C
-from reconciler.policy.catalog import default_catalog
-from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation, claim_of, claim_pod, prepare
+from .dra_support import dra_nodes
 from .gating import gated_namespace
-from .harness import H100, add_gpu_node, controller, drop_device_classes, write_policy
+from .harness import H100, controller, write_policy
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
@@ -70,12 +69,8 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
     sfx = uuid.uuid4().hex[:6]
     pool, ns = f"y{sfx}", gated_namespace(kube)
     node = f"dyn-{sfx}"
-    sim = add_gpu_node(kube, node, pool=pool, model=H100, count=2)
-    plugin = DraPlugin(kube.custom, node, cards=2, dynamic=default_catalog().model(H100))
-    plugin.publish()
-    kube.cleanup(plugin.remove)
+    sim, plugin = dra_nodes(kube, pool, node, model=H100, cards=2, dynamic=True)[node]
     write_policy(tmp_path, policy(sfx, ns))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error

@@ -1,5 +1,5 @@
-"""Drains by device taint, a gang on one NVLink domain, and DRA read only when needed, on the
-real API server and kube-scheduler (issue 32 items 4 and 6).
+"""Drains by device taint, a gang on one NVLink domain (placed, and freed by preemption), and
+DRA read only when needed, on the real API server and kube-scheduler (issue 32 items 4 and 6).
 
 A drain by device taint: a DRA pool's card about to change layout (static MIG through
 mig-manager) gets a DeviceTaintRule (NoSchedule) per device before its node is cordoned; a pod
@@ -11,7 +11,9 @@ rules used and nothing refused.
 
 A training gang of two 4-card pods on a DRA pool whose nodes carry GPU feature discovery's
 `nvidia.com/gpu.clique`: it lands on the two nodes of one NVLink domain, on exactly the devices
-gpupool planned (exact admission). A controller with no DRA pool lists nothing of
+gpupool planned (exact admission); and when no node is free for its second pod, the job
+preempted for it is the one in the free node's domain, not the pool's cheapest victim in
+another. A controller with no DRA pool lists nothing of
 resource.k8s.io after its first cycle (the audit log). A reserved card (a waiting gang's) is
 kept from a claim that bypasses gpupool and allocated to one pinned as exact admission writes it.
 """
@@ -24,19 +26,11 @@ import uuid
 from kubernetes import client
 
 from reconciler import conventions as C
-from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
-from .dra_support import (
-    allocated,
-    allocated_devices,
-    claim_of,
-    claim_pod,
-    dra_policy,
-    drop_taint_rules,
-)
+from .dra_support import allocated, allocated_devices, claim_of, claim_pod, dra_nodes, dra_policy
 from .gating import gated_namespace
-from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
+from .harness import audit_mark, controller, write_policy
 from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 from .world import CONTROLLER_SA
 
@@ -62,9 +56,9 @@ def rule(kube, name: str) -> dict | None:
         raise
 
 
-def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
-    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
-    tolerating the node's cordon (as a DaemonSet's pods do)."""
+def own_claim_pod(kube, ns: str, name: str, cls: str, count: int, spec: dict) -> None:
+    """A pod `name` with a ResourceClaim of its own, made by hand (no template), of `count`
+    devices of DeviceClass `cls`; `spec`: the rest of the pod's spec."""
     kube.custom.create_namespaced_custom_object(
         G,
         V,
@@ -88,8 +82,7 @@ def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
         {
             "metadata": {"name": name},
             "spec": {
-                "nodeSelector": {C.POOL_LABEL: pool},
-                "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+                **spec,
                 "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
                 "containers": [
                     {
@@ -100,6 +93,22 @@ def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
                 ],
                 "terminationGracePeriodSeconds": 0,
             },
+        },
+    )
+
+
+def bypass(kube, ns: str, name: str, cls: str, count: int, pool: str) -> None:
+    """A pod gpupool does not admit: its own ResourceClaim on a DeviceClass of its own,
+    tolerating the node's cordon (as a DaemonSet's pods do)."""
+    own_claim_pod(
+        kube,
+        ns,
+        name,
+        cls,
+        count,
+        {
+            "nodeSelector": {C.POOL_LABEL: pool},
+            "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
         },
     )
 
@@ -124,13 +133,8 @@ def own_class(kube, name: str) -> None:
 def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     pool, ns, node = f"d{sfx}", gated_namespace(kube), f"dra-t-{sfx}"
-    sim = add_gpu_node(kube, node, pool=pool, model=A100, count=4)
-    plugin = DraPlugin(kube.custom, node, cards=4)
-    plugin.publish()
-    kube.cleanup(plugin.remove)
-    kube.cleanup(lambda: drop_taint_rules(kube, node))
+    sim, plugin = dra_nodes(kube, pool, node)[node]
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
@@ -228,34 +232,105 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
     pool, ns = f"d{sfx}", gated_namespace(kube)
     na, nb, nc = (f"dra-{x}-{sfx}" for x in "abc")
     clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
-    for node in (na, nb, nc):
-        add_gpu_node(
-            kube, node, pool=pool, model=A100, count=4, labels={C.GPU_CLIQUE_LABEL: clique[node]}
-        )
-        plugin = DraPlugin(kube.custom, node, cards=4)
-        plugin.publish()
-        kube.cleanup(plugin.remove)
+    labels = {n: {C.GPU_CLIQUE_LABEL: c} for n, c in clique.items()}
+    dra_nodes(kube, pool, na, nb, nc, labels=labels)
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
-    for i in range(2):
-        claim_pod(kube, ns, f"trainer-{i}", f"gpupool-{pool}-gpu-4", f"low-{sfx}", gang="t")
+    got = gang_admitted(kube, ctl, ns, pool, f"low-{sfx}", timeout=120)
+    nodes = {node for node, _, _ in got.values()}
+    assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
+    for _, devices, planned in got.values():
+        assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+
+
+def pinned_claim_pod(kube, ns: str, name: str, cls: str, count: int, node: str, dc: str) -> None:
+    """A running job gpupool did not place: its own claim of `count` cards (DeviceClass `dc`),
+    on `node` (node affinity), in a namespace gpupool does not gate."""
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    own_claim_pod(
+        kube,
+        ns,
+        name,
+        dc,
+        count,
+        {
+            "priorityClassName": cls,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": [field]}]
+                    }
+                }
+            },
+        },
+    )
+
+
+def pinned_on(kube, ns: str, name: str) -> str | None:
+    """The node of `pinned_claim_pod`'s pod once its claim is allocated."""
+    claim = kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", name)
+    if not (claim.get("status") or {}).get("allocation"):
+        return None
+    return kube.core.read_namespaced_pod(name, ns).spec.node_name
+
+
+def gang_admitted(kube, ctl, ns: str, pool: str, cls: str, timeout: float) -> dict:
+    """A gang of two 4-card trainers of class `cls` on gpupool's 4-card template of `pool`,
+    cycled until gpupool admits both: pod -> (node, allocated devices, planned devices)."""
     pods = ("trainer-0", "trainer-1")
+    for p in pods:
+        claim_pod(kube, ns, p, f"gpupool-{pool}-gpu-4", cls, gang="t")
     wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
 
     def admitted() -> bool:
         cycle(kube, ctl)
         return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
 
-    wait_for("the gang admitted", admitted, timeout=120, interval=1)
-    got = {
+    wait_for("the gang admitted", admitted, timeout=timeout, interval=1)
+    return {
         p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
     }
-    nodes = {node for node, _, _ in got.values()}
-    assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
+
+
+def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
+    """No node is free for the gang's second pod: the cheapest victim of the pool (the younger
+    job, on nb) is in another NVLink domain than the free node; the plan preempts the job on
+    nc instead, in na's domain, and the gang lands on na and nc (plan/stages/training.py)."""
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns, other = f"d{sfx}", gated_namespace(kube), kube.new_namespace()
+    na, nb, nc = (f"dra-p{x}-{sfx}" for x in "abc")
+    clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
+    labels = {node: {C.GPU_CLIQUE_LABEL: c} for node, c in clique.items()}
+    dra_nodes(kube, pool, na, nb, nc, labels=labels)
+    text = dra_policy(sfx, ns, nodes=3, whole=8).replace(
+        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n",
+        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n"
+        f"    - {{name: high-{sfx}, value: 50000, workload: training}}\n"
+        "  preemption:\n"
+        "    {checkpointGracePeriod: 30s, minRuntime: 1m, budgetPerHour: 4, rules: "
+        f"[{{preemptor: high-{sfx}, victims: [low-{sfx}]}}]}}\n",
+    )
+    assert f"preemptor: high-{sfx}" in text
+    write_policy(tmp_path, text)
+    dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
+    ctl = controller(kube, tmp_path, kube.clock)
+    cycle(kube, ctl)
+    pinned_claim_pod(kube, other, "old-job", f"low-{sfx}", 4, nc, dc)
+    wait_for(
+        "old-job on nc", lambda: pinned_on(kube, other, "old-job"), 60, until=lambda v: v == nc
+    )
+    kube.clock.advance(600)
+    pinned_claim_pod(kube, other, "young-job", f"low-{sfx}", 4, nb, dc)
+    wait_for(
+        "young-job on nb", lambda: pinned_on(kube, other, "young-job"), 60, until=lambda v: v == nb
+    )
+    kube.clock.advance(120)  # both past minRuntime; young-job loses less work if stopped
+    got = gang_admitted(kube, ctl, ns, pool, f"high-{sfx}", timeout=180)
+    assert {node for node, _, _ in got.values()} == {na, nc}, got  # one NVLink domain
     for _, devices, planned in got.values():
         assert devices == planned == [f"gpu-{i}" for i in range(4)], got
+    assert kube.core.read_namespaced_pod("young-job", other).status.phase == "Running"
 
 
 def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
@@ -290,10 +365,7 @@ def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube)
 
     sfx = uuid.uuid4().hex[:6]
     pool, node = f"d{sfx}", f"dra-r-{sfx}"
-    add_gpu_node(kube, node, pool=pool, model=A100, count=2)
-    plugin = DraPlugin(kube.custom, node, cards=2)
-    plugin.publish()
-    kube.cleanup(plugin.remove)
+    dra_nodes(kube, pool, node, cards=2)
     name = rule_name(node, "gpu-0", C.DRA_RESERVED_TAINT)
     kube.custom.create_cluster_custom_object(
         G,
@@ -313,7 +385,6 @@ def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube)
             },
         },
     )
-    kube.cleanup(lambda: drop_taint_rules(kube, node))
     ns = kube.new_namespace()
     cls = f"any-gpu-{sfx}"
     own_class(kube, cls)

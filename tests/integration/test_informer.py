@@ -19,7 +19,7 @@ import pytest
 from reconciler import conventions as C
 from reconciler.loop import metrics
 from reconciler.loop.informer import ClusterCache
-from reconciler.observe.kube import CardMemo, observe_cluster
+from reconciler.observe.kube import CardMemo, WorkloadMemo, observe_cluster
 from tests.faultproxy.proxy import FaultProxy
 from tests.support.wait import wait_for
 
@@ -221,8 +221,33 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
     )
     assert cache.node_state_informer.relists == 1
     listed = observe_cluster(api)
-    cached = observe_cluster(api, cache=cache, now=listed.observed_at, cards=CardMemo())
+    memo, cards = WorkloadMemo(), CardMemo()
+    cached = observe_cluster(api, cache=cache, now=listed.observed_at, cards=cards, workloads=memo)
     assert cached == listed
+    # observed again through the memos: a pod of this test whose version is the same in the
+    # cache is the same Workload object (nothing it is read with changed here), and so is a
+    # node whose Node and GpuNodeState kept theirs
+    versions = {
+        f"{o.metadata.namespace}/{o.metadata.name}": o.metadata.resource_version
+        for o in cache.pods() or []
+    }
+    node_versions = _node_versions(cache)
+    again = observe_cluster(api, cache=cache, now=listed.observed_at, cards=cards, workloads=memo)
+    same_nodes = node_versions.items() & _node_versions(cache).items()
+    assert same_nodes and cards.node_hits >= 1
+    first_nodes = {n.name: n for n in cached.nodes}
+    for n in again.nodes:
+        if (n.name, node_versions.get(n.name)) in same_nodes:
+            assert n is first_nodes[n.name], n.name
+    now = {
+        f"{o.metadata.namespace}/{o.metadata.name}": o.metadata.resource_version
+        for o in cache.pods() or []
+    }
+    before = {w.key: w for w in cached.workloads}
+    for w in again.workloads:
+        if w.namespace == ns and versions.get(w.key) == now.get(w.key):
+            assert w is before[w.key], w.key
+    assert memo.hits["workload"] >= 1
     assert "informer-2" in {n.name for n in cached.nodes}
     work = {w.key: w for w in cached.workloads if w.namespace == ns}
     assert sorted(work) == [f"{ns}/job", f"{ns}/waiting"]
@@ -230,6 +255,18 @@ def test_observed_state_from_the_cache_equals_the_listed_one(kube, stop):
         a.gpu for a in work[f"{ns}/job"].allocations
     ) == [0, 1]
     assert work[f"{ns}/waiting"].phase == "Pending"
+
+
+def _node_versions(cache: ClusterCache) -> dict[str, tuple[str, str]]:
+    """Node name -> the resourceVersions of its Node and its GpuNodeState in the cache."""
+    states = {
+        s["metadata"]["name"]: s["metadata"].get("resourceVersion", "")
+        for s in cache.node_states() or []
+    }
+    return {
+        n.metadata.name: (n.metadata.resource_version, states.get(n.metadata.name, "-"))
+        for n in cache.nodes() or []
+    }
 
 
 def test_bookmarks_advance_the_cache_without_a_relist(kube, stop):

@@ -32,7 +32,7 @@ def ctl(tmp_path):
         client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
         namespace="gpupool-system",
         identity="t",
-        full_plan_every=10,  # the default, 1, keeps no memo
+        full_plan_every=10,  # the default, 1, reuses no plan (its view memo is kept)
     )
     return c
 
@@ -66,3 +66,28 @@ def test_same_inputs_reuse_the_plan_and_doubts_plan_afresh(ctl):
     ctl.full_plan_every = 1
     ctl._plan(d, obs, NOW + timedelta(seconds=1), False)
     assert _count("full") == full + 5 and _count("reused") == reused + 1
+
+
+def test_every_cycle_afresh_still_keeps_the_view_memo(ctl):
+    """`--full-plan-every 1` (the default) plans every cycle afresh, and each builds its
+    working view from the view memo of the cycle before."""
+    d, obs = _state()
+    ctl.full_plan_every = 1
+    ctl._plan(d, obs, NOW, True)
+    first = ctl._plan_memo
+    assert first is not None and first.view is not None and first.view.hits == 0
+    ctl._plan(d, obs, NOW + timedelta(seconds=1), True)
+    assert ctl._plan_memo.view.hits > 0 and ctl._plan_memo.view.misses == 0
+
+
+def test_a_view_memo_that_finds_no_object_again_is_dropped(ctl):
+    """With `--full-plan-every 1`, a snapshot whose every object is new each cycle (read no
+    answer of the kept view) stops the controller keeping the memo: it would only cost memory."""
+    d, obs = _state()
+    ctl.full_plan_every = 1
+    ctl._plan(d, obs, NOW, True)
+    assert ctl._plan_memo is not None
+    ctl._plan(d, obs.model_copy(deep=True), NOW + timedelta(seconds=1), True)
+    assert ctl._plan_memo is None and ctl._view_serves is False
+    ctl._plan(d, obs, NOW + timedelta(seconds=2), True)
+    assert ctl._plan_memo is None

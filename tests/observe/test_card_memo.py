@@ -88,3 +88,27 @@ def test_node_states_from_the_cache_give_the_listed_snapshot():
     unsynced = SimpleNamespace(nodes=lambda: None, pods=lambda: None, node_states=lambda: None)
     plain, cached = both(c, CardMemo(), unsynced)
     assert cached == plain
+
+
+def test_an_unchanged_node_is_handed_back_as_the_same_object():
+    """With resourceVersions on the Nodes too, a node whose Node and GpuNodeState are both
+    unchanged is the same `Node` object as last observation (the planner's view memo keys on
+    identity), with its reports made again; a change of either reads it afresh."""
+    c = cluster()
+    for i, n in enumerate(c.nodes):
+        n["metadata"]["resourceVersion"] = str(500 + i)
+    memo = CardMemo()
+    _, first = both(c, memo)
+    plain, again = both(c, memo)
+    assert again == plain and memo.node_hits == len(c.nodes)
+    assert all(a is b for a, b in zip(first.nodes, again.nodes, strict=True))
+    assert any(u.name == "a100-3" and "status.gpus[1]" in u.message for u in again.unreadable)
+
+    # a100-1's Node changes (a label), a100-3's agent republishes: those two are read afresh
+    c.find("nodes", "a100-1")["metadata"]["labels"]["team"] = "x"
+    c.find("nodes", "a100-1")["metadata"]["resourceVersion"] = "900"
+    c.find("node_states", "a100-3")["metadata"]["resourceVersion"] = "901"
+    plain, third = both(c, memo)
+    assert third == plain
+    fresh = {n.name for n, o in zip(third.nodes, again.nodes, strict=True) if n is not o}
+    assert fresh == {"a100-1", "a100-3"}

@@ -20,7 +20,7 @@ from reconciler.plan.incremental import (
     plan_incremental,
     reached,
 )
-from reconciler.plan.planner import plan_with_facts
+from reconciler.plan.planner import plan_with_facts, plan_with_view
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.policy.state import DesiredState
@@ -46,6 +46,10 @@ KINDS = (
     "node-notready",
     "signal",
     "node-state",
+    "node-cards",  # a node's cards change (a card's sharing): a new node object
+    "alloc-moved",  # a workload's allocation changes in place: same key, a new object
+    "equal-copies",  # some nodes, workloads and services become equal objects, not the same
+    "readd",  # an object removed by an earlier step comes back, the very same object
 )
 EVENTS = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 10**6)), min_size=2, max_size=12)
 
@@ -74,9 +78,90 @@ def _bind(obs: ObservedState, i: int, now) -> ObservedState:
     return obs
 
 
-def apply_event(obs: ObservedState, now, kind: str, k: int):
-    """The snapshot and time after one event; objects that did not change are shared."""
+def _node_cards(obs: ObservedState, k: int) -> ObservedState:
+    """One node's plain cards shared (or made whole again), as the device plugin shares a
+    node: every card not in MIG mode, one count. Its pods stay (the planner judges them)."""
+    nodes = obs.nodes
+    if not nodes:
+        return obs
+    n = nodes[k % len(nodes)]
+    shared = any(g.shared_slices for g in n.gpus)
+    gpus = [
+        g if g.mig_enabled else g.model_copy(update={"shared_slices": None if shared else 4})
+        for g in n.gpus
+    ]
+    n2 = n.model_copy(update={"gpus": gpus})
+    return obs.model_copy(update={"nodes": [n2 if x is n else x for x in nodes]})
+
+
+def _alloc_moved(obs: ObservedState, k: int) -> ObservedState:
+    """A running whole-card workload's allocation moved to another index of its node (free or
+    not: a drifted record is what the planner must judge), as a new object with its key."""
+    running = [w for w in obs.workloads if w.node and w.allocations and w.request.gpus]
+    if not running:
+        return obs
+    w = running[k % len(running)]
+    node = next((n for n in obs.nodes if n.name == w.node), None)
+    if node is None or not node.gpus:
+        return obs
+    first = w.allocations[0]
+    other = node.gpus[k % len(node.gpus)].index
+    moved = w.model_copy(update={"allocations": [Allocation(gpu=other), *w.allocations[1:]]})
+    if first.gpu == other:
+        moved = w.model_copy(update={"allocations": list(w.allocations)})
+    return obs.model_copy(update={"workloads": [moved if x is w else x for x in obs.workloads]})
+
+
+def _equal_copies(obs: ObservedState, k: int) -> ObservedState:
+    """Every other node, workload and service (by `k`'s parity) an equal copy, not itself."""
+
+    def copies(items: list) -> list:
+        return [x.model_copy(deep=True) if (i + k) % 2 else x for i, x in enumerate(items)]
+
+    return obs.model_copy(
+        update={
+            "nodes": copies(obs.nodes),
+            "workloads": copies(obs.workloads),
+            "services": copies(obs.services),
+        }
+    )
+
+
+def _readd(obs: ObservedState, gone: list, k: int) -> ObservedState:
+    """An object an earlier step removed comes back as itself (a node with its pods, or a
+    pod), when no object of its name is there now."""
+    if not gone:
+        return obs
+    x = gone.pop(k % len(gone))
+    if isinstance(x, tuple):  # a node and the workloads it had
+        node, pods = x
+        if any(n.name == node.name for n in obs.nodes):
+            return obs
+        keys = {w.key for w in obs.workloads}
+        back = [w for w in pods if w.key not in keys]
+        return obs.model_copy(
+            update={"nodes": [*obs.nodes, node], "workloads": [*obs.workloads, *back]}
+        )
+    if any(w.key == x.key for w in obs.workloads) or (
+        x.node and not any(n.name == x.node for n in obs.nodes)
+    ):
+        return obs
+    return obs.model_copy(update={"workloads": [*obs.workloads, x]})
+
+
+def apply_event(obs: ObservedState, now, kind: str, k: int, gone: list | None = None):
+    """The snapshot and time after one event; objects that did not change are shared.
+    `gone`: what was removed (a pod; a node and its pods), for `readd` to bring back."""
     nodes, work, svcs = obs.nodes, obs.workloads, obs.services
+    gone = [] if gone is None else gone
+    if kind == "node-cards":
+        return _node_cards(obs, k), now
+    if kind == "alloc-moved":
+        return _alloc_moved(obs, k), now
+    if kind == "equal-copies":
+        return _equal_copies(obs, k), now
+    if kind == "readd":
+        return _readd(obs, gone, k), now
     if kind == "again":
         return obs, now
     if kind == "copy":
@@ -91,17 +176,19 @@ def apply_event(obs: ObservedState, now, kind: str, k: int):
     if kind == "pod-bound":
         return _bind(obs, k, now), now
     if kind == "pod-deleted" and work:
-        gone = work[k % len(work)]
-        return obs.model_copy(update={"workloads": [w for w in work if w is not gone]}), now
+        pod = work[k % len(work)]
+        gone.append(pod)
+        return obs.model_copy(update={"workloads": [w for w in work if w is not pod]}), now
     if kind == "node-added" and nodes:
         new = nodes[k % len(nodes)].model_copy(update={"name": f"extra-{k}"})
         return obs.model_copy(update={"nodes": [*nodes, new]}), now
     if kind == "node-removed" and nodes:
-        gone = nodes[k % len(nodes)].name
+        out = nodes[k % len(nodes)]
+        gone.append((out, [w for w in work if w.node == out.name]))
         return obs.model_copy(
             update={
-                "nodes": [n for n in nodes if n.name != gone],
-                "workloads": [w for w in work if w.node != gone],
+                "nodes": [n for n in nodes if n.name != out.name],
+                "workloads": [w for w in work if w.node != out.name],
             }
         ), now
     if kind == "node-notready" and nodes:
@@ -126,12 +213,17 @@ def apply_event(obs: ObservedState, now, kind: str, k: int):
 @SEQUENCES
 @given(case=cases(), events=EVENTS, every=st.sampled_from([10, 3, 1]))
 def test_incremental_plan_is_the_full_plan(case, events, every):
+    """Every step plans through the memo of the step before (its plan, and the view memo its
+    working view was built with: `reconciler.plan.kept`), and its plan's JSON and facts are
+    those of a plan made without any memo."""
     desired, obs, now = case.desired, case.observed, NOW
     out = plan_incremental(desired, obs, now, None, full_every=every)
     assert out.mode == "full" and out.why == "no previous plan"
+    assert out.memo.view is not None and out.memo.view.size() > 0
     memo = out.memo
+    gone: list = []
     for kind, k in events:
-        obs, now = apply_event(obs, now, kind, k)
+        obs, now = apply_event(obs, now, kind, k, gone)
         out = plan_incremental(desired, obs, now, memo, full_every=every)
         full, facts = plan_with_facts(desired, obs, now)
         assert out.plan.model_dump_json() == full.model_dump_json(), (kind, out.mode, out.why)
@@ -140,7 +232,45 @@ def test_incremental_plan_is_the_full_plan(case, events, every):
             assert out.mode == "reused", out.why
         if kind == "time" and k % 120 + 1 > 0 and every > 1 and memo.since_full + 1 < every:
             assert out.mode == "full" and out.why == "time moved"
+        assert out.memo.view is not None  # kept whatever made the plan afresh
         memo = out.memo
+
+
+def test_the_view_memo_serves_only_its_own_objects():
+    """A plan through a view memo reads the answers of objects it holds (hits), computes the
+    others, and leaves a memo of this snapshot's objects only."""
+    desired = _desired(TWO_POOLS)
+    a = training("team-a", "a", "a-1", 1, pool="a100", created=NOW)
+    obs = _snapshot(a)
+    first = plan_with_view(desired, obs, NOW, None)[2]
+    assert first.size() > 0 and first.hits == 0
+    p, _, again = plan_with_view(desired, obs, NOW, first)
+    assert again.hits == first.misses and again.misses == 0
+    assert p.model_dump_json() == plan_with_facts(desired, obs, NOW)[0].model_dump_json()
+    b = training("team-a", "b", None, 1, pool="a100", created=NOW)
+    moved = obs.model_copy(
+        update={"nodes": [obs.nodes[0].model_copy(deep=True), obs.nodes[1]], "workloads": [a, b]}
+    )
+    p, _, kept = plan_with_view(desired, moved, NOW, first)
+    assert kept.misses > 0 and kept.hits > 0  # the equal copy of a node is not what was asked
+    assert p.model_dump_json() == plan_with_facts(desired, moved, NOW)[0].model_dump_json()
+    held = {id(x[0][0] if isinstance(x[0], tuple) else x[0]) for x in _answers(kept)}
+    assert id(obs.nodes[0]) not in held and id(moved.nodes[0]) in held
+
+
+def test_another_desired_state_reads_no_view_memo():
+    desired = _desired(TWO_POOLS)
+    obs = _snapshot(training("team-a", "a", "a100-1", 1, pool="a100", created=NOW))
+    out = plan_incremental(desired, obs, NOW, None)
+    other = _desired(TWO_POOLS + _quota("team-a", "a100"), revision="r2")
+    assert not plan_incremental(other, obs, NOW, out.memo).memo.view.read_kept
+    # an equal desired state is served (a doubt makes it plan afresh rather than reuse)
+    equal = plan_incremental(_desired(TWO_POOLS), obs, NOW, out.memo, doubt="a relist")
+    assert equal.mode == "full" and equal.memo.view.read_kept and equal.memo.view.hits > 0
+
+
+def _answers(memo) -> list:
+    return [entry for step in memo.steps.values() for entry in step.values()]
 
 
 # --------------------------------------------------------------------------- units
@@ -298,3 +428,16 @@ def test_why_a_plan_is_made_afresh(change, why):
     assert (out.mode, out.why) == ("full", why)
     again = plan_incremental(d, obs, now, out.memo)
     assert again.mode == "reused" and again.plan is out.plan
+
+
+def test_a_node_listed_twice_is_a_change_dirty_cannot_place():
+    """A snapshot built without validation may list a name twice; by name, the second listing
+    would hide, so it reaches every pool (found by the property test: a node added twice)."""
+    desired = _desired(TWO_POOLS)
+    obs = _snapshot()
+    twice = obs.model_copy(update={"nodes": [*obs.nodes, obs.nodes[0].model_copy(deep=True)]})
+    d = dirty(desired, obs, twice)
+    assert "a node is listed twice" in d.reasons
+    out = plan_incremental(desired, twice, NOW, plan_incremental(desired, obs, NOW, None).memo)
+    assert out.mode == "full"
+    assert out.plan.model_dump_json() == plan_with_facts(desired, twice, NOW)[0].model_dump_json()

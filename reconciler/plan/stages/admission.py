@@ -6,7 +6,7 @@ what the plan placed."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from reconciler.observe.model import (
@@ -38,13 +38,15 @@ from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
     quota_use_by_namespace,
+    shared_slices,
 )
 from reconciler.plan.run import Demand, Run, kueue_mode
+from reconciler.policy.models import Allotment, PoolQuota
 
 
 def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     """Demand that may be worked for: reachable in its pool, within the team's cap,
-    borrowing limit, the other teams' unlent guarantees, the pool's training maximum and,
+    borrowing limits, the other teams' unlent guarantees, the pool's training maximum and,
     for replicas not created yet, the namespace's ResourceQuota. Highest priority first."""
     out = []
     pending = sorted(
@@ -57,11 +59,13 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
             p.key,
         ),
     )
-    quotas = resource_quotas(run)
-    ns_use = quota_use_by_namespace(run.cluster.workloads.values())
-    training_whole: Counter = Counter()
+    tally = _Tally(
+        quotas=resource_quotas(run),
+        ns_use=quota_use_by_namespace(run.cluster.workloads.values()),
+        partitions=_partitions_held(run),
+    )
     for (_, pool), n in run.running_whole.items():
-        training_whole[pool] += n
+        tally.training_whole[pool] += n
     # what every unit is judged against and nothing in this step changes: each pool's largest
     # node and its whole cards (once per pool, not once per unit: linear in the demand)
     shapes = {
@@ -88,46 +92,102 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
             )
             continue
         memory_beyond_share(run, pv, p)
-        pods = len(p.members)
-        held = _held(run, p, pv, pods, training_whole, quotas, ns_use, shapes[pool].whole_cards)
+        held = _held(run, p, pv, tally, shapes[pool].whole_cards)
         if held:
             record_wait(run, p, held[0], held[1])
             continue
-        team = run.team(p.namespace)
-        if team is not None:
-            need = pods * card_equivalents(
-                Workload(namespace=p.namespace, name="x", request=p.request), pv
-            )
-            run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + need
-            if p.request.gpus:
-                run.pool_whole_usage[(team, pool)] = (
-                    run.pool_whole_usage.get((team, pool), 0) + pods * p.request.gpus
-                )
-        if p.request.gpus:
-            training_whole[pool] += pods * p.request.gpus
-        if p.origin != "pending pod":
-            ns_use.setdefault(p.namespace, Counter()).update(quota_use(p.request))
+        _count_admitted(run, p, pv, tally)
         out.append(p)
     return out
 
 
+@dataclass
+class _Tally:
+    """What admission counts as it admits demand, besides the team ledger on `Run`: each
+    pool's whole cards held by training, each namespace's ResourceQuota use (against
+    `quotas`, the quotas gpupool keeps), and each team's MIG devices per profile and shared
+    slices where a borrowing limit counts them (`_partitions_held`)."""
+
+    quotas: dict[tuple[str, str], dict[str, str]]
+    ns_use: dict[str, Counter]
+    partitions: Counter
+    training_whole: Counter = field(default_factory=Counter)
+
+
+def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
+    """`p` is admitted: what it will hold counts against its team, pool and namespace."""
+    pods, pool, r = len(p.members), pv.name, p.request
+    team = run.team(p.namespace)
+    if team is not None:
+        need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + need
+        if r.gpus:
+            run.pool_whole_usage[(team, pool)] = (
+                run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
+            )
+        for prof, n in r.mig.items():
+            tally.partitions[(team, pool, prof)] += pods * n
+        if r.shared_slices:
+            tally.partitions[(team, pool, SHARED)] += pods * r.shared_slices
+    if r.gpus:
+        tally.training_whole[pool] += pods * r.gpus
+    if p.origin != "pending pod":
+        tally.ns_use.setdefault(p.namespace, Counter()).update(quota_use(r))
+
+
+SHARED = "shared slices"
+"""The key of a team's shared slices in `_Tally.partitions` (beside its MIG profiles)."""
+
+
+def _partitions_held(run: Run) -> Counter:
+    """(team, pool, profile or `SHARED`) -> the MIG devices of each profile, and the shared
+    slices, the team's placed pods hold in each pool where its Quota limits their borrowing
+    (the pods stopped this cycle left out). gpupool keeps no ResourceQuota in the namespaces
+    it gates, and on DRA Kubernetes' quota counts a class's devices per namespace only, so
+    admission holds the team to `guaranteed + borrowingLimit` itself (`_borrowing`)."""
+    limited = {
+        (q.team, pq.pool)
+        for q in run.desired.quotas.values()
+        for pq in q.spec.pools
+        if any(a.borrowing_limit is not None for a in pq.mig.values())
+        or (pq.shared_memory is not None and pq.shared_memory.borrowing_limit is not None)
+    }
+    held: Counter = Counter()
+    if not limited:
+        return held
+    for w in run.cluster.workloads.values():
+        r = w.request
+        if not (r.mig or r.shared_slices) or not w.placed or w.key in run.evicted:
+            continue
+        team, pool = run.team(w.namespace), run.cluster.pool_of(w)
+        if (team, pool) in limited:
+            for prof, n in r.mig.items():
+                held[(team, pool, prof)] += n
+            held[(team, pool, SHARED)] += r.shared_slices
+    return held
+
+
+def _shared_allotment(pv: PoolView, pq: PoolQuota) -> Allotment | None:
+    """A team's shared-memory allotment in the pool's slices, rounded up as the rendered
+    ResourceQuota counts it (`quotas.shared_slices`); None without a borrowing limit."""
+    sh, m = pv.pool.spec.inference.shared, pq.shared_memory
+    if sh is None or m is None or m.borrowing_limit is None:
+        return None
+    guaranteed, borrowing = shared_slices(m, sh)
+    return Allotment(guaranteed=guaranteed, borrowing_limit=borrowing)
+
+
 def _held(
-    run: Run,
-    p: Demand,
-    pv: PoolView,
-    pods: int,
-    training_whole: Counter,
-    quotas: dict[tuple[str, str], dict[str, str]],
-    ns_use: dict[str, Counter],
-    whole_cards: int,
+    run: Run, p: Demand, pv: PoolView, tally: _Tally, whole_cards: int
 ) -> tuple[str, str] | None:
     """(code, why) when admission holds `p`; None when it may go ahead. `whole_cards`: the
     pool's whole cards (`PoolView.count("whole")`, unchanged while demand is admitted)."""
-    r, pool = p.request, pv.name
+    r, pool, pods = p.request, pv.name, len(p.members)
     tmax = pv.pool.spec.training.max_gpus
-    if r.gpus and tmax is not None and training_whole[pool] + pods * r.gpus > tmax:
+    training = tally.training_whole[pool]
+    if r.gpus and tmax is not None and training + pods * r.gpus > tmax:
         return "held-training-max", (
-            f"held: training in {pool} would hold {training_whole[pool] + pods * r.gpus} "
+            f"held: training in {pool} would hold {training + pods * r.gpus} "
             f"whole GPUs, over training.maxGPUs {tmax}"
         )
     q = run.desired.quota_for_namespace(p.namespace)
@@ -137,12 +197,13 @@ def _held(
         return None  # Kueue admitted it within its ClusterQueue: the Quota is Kueue's to keep
     team = q.team
     if p.origin != "pending pod":  # a replica not created yet: the API server would refuse it
-        hard = quotas.get((p.namespace, QUOTA_PREFIX + team), {})
+        hard = tally.quotas.get((p.namespace, QUOTA_PREFIX + team), {})
+        use = tally.ns_use.get(p.namespace, Counter())
         for res, n in sorted(quota_use(r).items()):
-            if res in hard and ns_use.get(p.namespace, Counter())[res] + n > int(hard[res]):
+            if res in hard and use[res] + n > int(hard[res]):
                 return "held-quota", (
                     f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "
-                    f"{ns_use.get(p.namespace, Counter())[res]} in use"
+                    f"{use[res]} in use"
                 )
     need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
     used = run.team_usage.get(team, Fraction(0))
@@ -151,18 +212,25 @@ def _held(
             f"held: team {team} would use {float(used + need):g} GPUs, "
             f"over its cap of {q.spec.max_gpus}"
         )
+    pq = next((x for x in q.spec.pools if x.pool == pool), None)
+    if r.mig and pq is not None:
+        for prof, n in sorted(r.mig.items()):
+            holds = tally.partitions[(team, pool, prof)] + pods * n
+            over = _borrowing(team, pool, holds, f"{prof} MIG devices", pq.mig.get(prof))
+            if over:
+                return over
+    if r.shared_slices and pq is not None:
+        holds = tally.partitions[(team, pool, SHARED)] + pods * r.shared_slices
+        over = _borrowing(team, pool, holds, SHARED, _shared_allotment(pv, pq))
+        if over:
+            return over
     if not r.gpus:
         return None
-    pq = next((x for x in q.spec.pools if x.pool == pool), None)
     whole = run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
+    over = _borrowing(team, pool, whole, "whole GPUs", pq.whole if pq else None)
+    if over:
+        return over
     guaranteed = pq.whole.guaranteed if pq else 0
-    if pq is not None and pq.whole.borrowing_limit is not None:
-        limit = guaranteed + pq.whole.borrowing_limit
-        if whole > limit:
-            return "held-borrowing", (
-                f"held: team {team} would hold {whole} whole GPUs in {pool}, "
-                f"over guarantee + borrowing ({limit})"
-            )
     if whole > guaranteed:
         locked = _unlent(run, pool, team)
         total = sum(n for (_, pl), n in run.pool_whole_usage.items() if pl == pool)
@@ -172,6 +240,23 @@ def _held(
                 f"free cards are other teams' guarantees they do not lend ({locked})"
             )
     return None
+
+
+def _borrowing(
+    team: str, pool: str, holds: int, what: str, allotment: Allotment | None
+) -> tuple[str, str] | None:
+    """`held-borrowing` when `team` would hold `holds` of `what` (whole GPUs, one MIG
+    profile's devices, or shared slices) in `pool`, over its allotment's guarantee +
+    borrowingLimit (none: no limit)."""
+    if allotment is None or allotment.borrowing_limit is None:
+        return None
+    limit = allotment.guaranteed + allotment.borrowing_limit
+    if holds <= limit:
+        return None
+    return "held-borrowing", (
+        f"held: team {team} would hold {holds} {what} in {pool}, "
+        f"over guarantee + borrowing ({limit})"
+    )
 
 
 @dataclass(frozen=True)

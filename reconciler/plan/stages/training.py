@@ -4,6 +4,7 @@ allow are preempted, then single-card work is moved (defragment.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from reconciler.plan.cluster import (
@@ -14,15 +15,17 @@ from reconciler.plan.evictions import (
     default_class,
     evict,
     nodes_hosting,
+    ordered_victims,
     overdrawn,
+    reclaim_within_cohort,
     reclaims,
+    victim_candidates,
     victim_classes,
-    victims_for,
 )
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
-from reconciler.plan.stages.whole_cards import place_gang
+from reconciler.plan.stages.whole_cards import by_domain, place_gang
 from reconciler.plan.victims import Candidate
 
 
@@ -146,37 +149,106 @@ def _give_back_inference(run: Run, pv: PoolView, p: Demand) -> bool:
     return True
 
 
+Option = tuple[tuple, str, list[Candidate]]
+"""What freeing one pod's cards on a node costs, the node, and the victims there."""
+
+
 def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     """Free one node's worth of cards per pod of the gang, choosing nodes by what their
-    victims cost; all of it within the budget, or nothing at all."""
+    victims cost; all of it within the budget, or nothing at all. A gang of several pods in
+    a pool with NVLink domains frees them within one domain (`_choices`)."""
     classes = victim_classes(run, p.priority_class)
     reclaim = reclaims(run, p, pv.name)
     if not classes and reclaim is None:
         return False
-    n = p.request.gpus
-    options: list[tuple[tuple, str, list[Candidate]]] = []
-    reserved_nodes = {node for node, _ in p.reserved.values()}
+    options = _options(run, pv, p, classes, reclaim)
+    refusal = ""
+    for chosen in _choices(pv, p, options):
+        why = _refusal(run, p, pv, chosen)
+        if not why:
+            _preempt(run, pv, p, chosen, classes, reclaim)
+            return place_gang(run, pv, p)
+        refusal = refusal or why
+    if refusal:
+        run.blocked[p.key] = refusal
+    return False
+
+
+def _options(
+    run: Run, pv: PoolView, p: Demand, classes: set[str], reclaim: str | None
+) -> list[Option]:
+    """The nodes that can be freed for one pod of `p`, cheapest first (`_node_option`)."""
+    reserved = {node for node, _ in p.reserved.values()}
     nodes = sorted(pv.by_node()) if reclaim is not None else nodes_hosting(run, pv, classes)
+    who = _victims_key(run, p, classes, reclaim)
+    options: list[Option] = []
     for node in nodes:
-        option = _node_option(run, pv, p, node, classes, node in reserved_nodes)
+        option = _node_option(run, pv, p, node, classes, node in reserved, who)
         if option is not None:
             options.append(option)
     options.sort(key=lambda o: o[0])
-    pods = len(p.members)
+    return options
+
+
+def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option]]:
+    """The sets of nodes to free for `p`, the one to try first first. A gang of several pods,
+    in a pool whose nodes carry NVLink domains (`by_domain`): per domain
+    that can hold it, its cheapest nodes that with the domain's free room fit every pod,
+    the domain whose victims cost least first (`_total`; then the fewest free cards, then
+    the name); only when no domain can, the cheapest nodes of the pool (and `place_gang`
+    says the gang spans domains)."""
+    n, pods = p.request.gpus, len(p.members)
+    if by_domain(pv, n, pods):
+        ranked = []
+        for name, members in sorted(pv.cliques().items()):
+            ready = sum(pv.free_whole_on(x) // n for x in members)
+            mine = [o for o in options if o[1] in members]
+            take = mine[: max(0, pods - ready)]
+            if len(take) >= pods - ready:
+                free = sum(pv.free_whole_on(x) for x in members)
+                ranked.append((_total(take), free, name, take))
+        if ranked:
+            return [take for *_, take in sorted(ranked, key=lambda r: r[:3])]
     ready = sum(pv.free_whole_on(node) // n for node in pv.by_node())
     chosen = options[: max(0, pods - ready)]
-    if len(chosen) < pods - ready:
-        return False
+    return [chosen] if len(chosen) >= pods - ready else []
+
+
+def _total(take: list[Option]) -> tuple:
+    """What freeing all of `take`'s nodes costs, summed from each node's cost
+    (`_node_option`): nodes not already being freed for the gang, the highest victim
+    priority, cards freed beyond the need, evictions, work lost."""
+    costs = [o[0] for o in take]
+    return (
+        sum(c[0] for c in costs),
+        max((c[1] for c in costs), default=-math.inf),
+        sum(c[2] for c in costs),
+        sum(c[3] for c in costs),
+        sum(c[4] for c in costs),
+    )
+
+
+def _refusal(run: Run, p: Demand, pv: PoolView, chosen: list[Option]) -> str:
+    """Why stopping the victims of `chosen` for `p` is not allowed now ('' when it is): a
+    team would go below its guarantee, or the hourly budget has too little left."""
     overdraw = overdrawn(run, p, pv.name, [c for _, _, t in chosen for c in t])
     if overdraw:
-        run.blocked[p.key] = overdraw
-        return False
+        return overdraw
     evictions = sum(len(run.gang(run.cluster.workloads[c.key])) for _, _, t in chosen for c in t)
     if evictions > run.budget_left:
-        run.blocked[p.key] = (
-            f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
-        )
-        return False
+        return f"it needs {evictions} preemption(s) and the {BUDGET} has {run.budget_left} left"
+    return ""
+
+
+def _preempt(
+    run: Run,
+    pv: PoolView,
+    p: Demand,
+    chosen: list[Option],
+    classes: set[str],
+    reclaim: str | None,
+) -> None:
+    n = p.request.gpus
     for _, _, take in chosen:
         for c in take:
             w = run.cluster.workloads[c.key]
@@ -200,32 +272,89 @@ def _preempt_for_gang(run: Run, pv: PoolView, p: Demand) -> bool:
                 pv.name,
                 preemptor=p.key,
             )
-    return place_gang(run, pv, p)
+
+
+def _victims_key(run: Run, p: Demand, classes: set[str], reclaim: str | None) -> tuple:
+    """What of `p` decides which running work may be stopped for it (`victim_candidates`):
+    the classes the rules let it displace, its priority, and, when it takes its team's
+    guarantee back, the team, its Quota's `reclaimWithinCohort` and `p`'s class."""
+    return (
+        frozenset(classes),
+        run.demand_priority(p),
+        reclaim,
+        reclaim_within_cohort(run, p.namespace) if reclaim is not None else None,
+        (p.priority_class or default_class(run)) if reclaim is not None else None,
+    )
+
+
+def _candidates(
+    run: Run, pv: PoolView, p: Demand, node: str, ws: tuple[str, ...], classes: set[str], who: tuple
+) -> list[Candidate]:
+    """`victim_candidates` among the work `ws` on `node` for `p`, computed once per node,
+    `who` (`_victims_key`) and generation of the run: what decides it changes only when
+    work is stopped, which starts a new generation (`Run.freed`), or when other work runs
+    on the node (`ws`). Waiting gangs of several shapes ask it of the same nodes."""
+    key = ("gang-victims", pv.name, node, who)
+    known = run.memo.get(key)
+    if known is not None and known[0] == run.generation and known[1] == ws:
+        return known[2]
+    work = [run.cluster.workloads[h] for h in ws]
+    found = victim_candidates(run, work, p, pv.name, classes, who[2])
+    run.memo[key] = (run.generation, ws, found)
+    return found
+
+
+def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
+    """The running workloads on `node`'s whole cards, by key; None when freeing `n` cards
+    there is no option: the node is fenced or not the pool's, or it fits already (another
+    pod of the gang took it, or none), or nothing runs there."""
+    slots = pv.by_node().get(node)
+    if not slots or node in _fenced(run, pv):
+        return None  # no card of the pool there (its victims run on cards the agent lost)
+    if pv.free_whole_on(node) >= n:
+        return None
+    ws = tuple(
+        sorted(
+            {
+                h
+                for g in slots
+                if g.target_mode == "whole"
+                for h in g.holders
+                if h in run.cluster.workloads
+            }
+        )
+    )
+    return ws or None
+
+
+def _fenced(run: Run, pv: PoolView) -> frozenset[str]:
+    """The pool's nodes with a fenced card: fences are set before step 8 (the view is built,
+    recovery fences nodes it no longer trusts) and never during it."""
+    key = ("fenced-nodes", pv.name)
+    known = run.memo.get(key)
+    if known is None:
+        known = run.memo[key] = frozenset(g.node for g in pv.gpus if g.fenced)
+    return known
 
 
 def _node_option(
-    run: Run, pv: PoolView, p: Demand, node: str, classes: set[str], reserved: bool
-) -> tuple[tuple, str, list[Candidate]] | None:
+    run: Run,
+    pv: PoolView,
+    p: Demand,
+    node: str,
+    classes: set[str],
+    reserved: bool,
+    who: tuple,
+) -> Option | None:
     """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
     when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
+    ws = _held(run, pv, node, p.request.gpus)
+    if ws is None:
+        return None
     n = p.request.gpus
-    slots = pv.by_node().get(node)
-    if not slots or any(g.fenced for g in slots):
-        return None  # no card of the pool there (its victims run on cards the agent lost)
     free = pv.free_whole_on(node)
-    if free >= n:
-        return None  # it already fits there (another pod of the gang took it, or none)
-    ws = sorted(
-        {
-            h
-            for g in slots
-            if g.target_mode == "whole"
-            for h in g.holders
-            if h in run.cluster.workloads
-        }
-    )
-    victims = victims_for(
-        run, [run.cluster.workloads[h] for h in ws], p, pv.name, classes, n - free
+    victims = ordered_victims(
+        run, _candidates(run, pv, p, node, ws, classes, who), p, pv.name, n - free, who[2]
     )
     take, freed, evictions = [], free, 0
     for c in victims:

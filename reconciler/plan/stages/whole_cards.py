@@ -80,7 +80,7 @@ def place_gang(run: Run, pv: PoolView, p: Demand) -> bool:
     domains = nvlink_domains(pv, p.request.gpus, len(p.members))
     for within in [*domains.values(), None] if domains else [None]:
         if _place_all(run, pv, p, within):
-            if within is None and _cliques(pv):
+            if within is None and pv.cliques():
                 run.find(
                     "info",
                     "gang-spans-nvlink-domains",
@@ -104,31 +104,28 @@ def _place_all(run: Run, pv: PoolView, p: Demand, within: set[str] | None) -> bo
     return True
 
 
-def _cliques(pv: PoolView) -> dict[str, set[str]]:
-    """Multi-node NVLink domain (GPU feature discovery's label) -> the pool's nodes in it."""
-    out: dict[str, set[str]] = {}
-    for name, node in pv.nodes.items():
-        clique = node.labels.get(GPU_CLIQUE_LABEL, "")
-        if clique:
-            out.setdefault(clique, set()).add(name)
-    return out
+def by_domain(pv: PoolView, n: int, pods: int) -> bool:
+    """A gang of `pods` pods of `n` cards each goes within one NVLink domain where it can: it
+    has several pods, the pool's topology is not `none` and its nodes carry domains
+    (`PoolView.cliques`)."""
+    return pods >= 2 and n >= 1 and pv.pool.spec.training.topology != "none" and bool(pv.cliques())
 
 
 def nvlink_domains(pv: PoolView, n: int, pods: int) -> dict[str, set[str]]:
     """The NVLink domains where a gang of `pods` pods of `n` cards each could go now, fullest
-    first (fewest free cards: best fit), then by name; none for a lone pod, a pool whose
-    topology is `none`, or nodes without the label."""
-    if pods < 2 or n < 1 or pv.pool.spec.training.topology == "none":
+    first (fewest free cards: best fit), then by name; none when it is not placed by domain
+    (`by_domain`: a lone pod, a pool whose topology is `none`, nodes without the label)."""
+    if not by_domain(pv, n, pods):
         return {}
-    cliques = _cliques(pv)
+    domains = pv.cliques()
     room = {
         c: (sum(pv.free_whole_on(x) // n for x in nodes), sum(pv.free_whole_on(x) for x in nodes))
-        for c, nodes in cliques.items()
+        for c, nodes in domains.items()
     }
     fitting = sorted(
         (c for c, (fit, _) in room.items() if fit >= pods), key=lambda c: (room[c][1], c)
     )
-    return {c: cliques[c] for c in fitting}
+    return {c: domains[c] for c in fitting}
 
 
 def whole_state(pv: PoolView, node: str) -> placement.NodeState:
