@@ -351,6 +351,20 @@ class KubeOps:
                 ),
             )
 
+    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+        patch = {"status": {"resourceClaimStatuses": [{"name": entry, "resourceClaimName": claim}]}}
+        with _errors():
+            self._wrote(
+                "pods",
+                self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=STRATEGIC,
+                    field_manager=C.FIELD_MANAGER,
+                ),
+            )
+
     def evict_pod(self, namespace: str, name: str) -> None:
         body = {
             "apiVersion": "policy/v1",
