@@ -179,11 +179,12 @@ class Controller:
         self._dra_left = True
         """Whether the last observation of resource.k8s.io found objects gpupool made (or none
         was made yet): read DRA again, even with no pool on it, until they are pruned."""
-        self.dra_watch = False
+        self.dra_watch = True
         """Read DRA through the watch cache's informers (`ClusterCache.watch_dra`) while it is
-        read. Off by default: in admission_openb.py's dra-gpupool runs with it on, 1-2 of ~225
-        admitted pods ended with an allocated claim without gpupool's plan annotation (never
-        on main); not resolved (bench/README.md, dra_cycle.py's section)."""
+        read (False: list the five resource.k8s.io resources every cycle, as before the
+        cache). It was off while admission_openb.py's DRA runs showed claims allocated without
+        gpupool's plan; the cause was exact admission's delete-then-create of a claim, not the
+        cache (handlers/dra_admit.py `_replace`; bench/README.md, dra_cycle.py's section)."""
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of

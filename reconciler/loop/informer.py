@@ -21,7 +21,7 @@ in time. Resource versions of one resource are comparable as integers since Kube
 (KEP-5504, Comparable Resource Version, stable in v1.35); kube-controller-manager's own
 controllers do the same since v1.36 (KEP-5647, Stale Controller Handling: they compare their
 writes with the informer store's `LastStoreSyncResourceVersion` and wait).
-DRA writes are gpupool's claims (exact admission deletes a pod's claim and makes it again),
+DRA writes are gpupool's claims (exact admission makes a pinned claim and deletes the old one),
 DeviceClasses, ResourceClaimTemplates and DeviceTaintRules: their resourceVersions count the
 same way, and a delete (answered with a Status, no resourceVersion) by the uid it removed,
 which the cache must no longer hold. A DRA informer behind at the deadline does not drop the

@@ -44,7 +44,6 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     write_policy(tmp_path, dra_policy(sfx, ns))
     kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
-    ctl.dra_watch = True  # off by default (Controller.dra_watch)
     stop = threading.Event()
     kube.cleanup(stop.set)
     ctl.cache = ClusterCache(ctl.api, timeout_seconds=5).start(stop)
