@@ -773,7 +773,7 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
     """Writes the controller's RBAC grants but gpupool never makes are refused by
     deploy/controller-admission.yaml: other labels, annotations, taints of nodes, any change to a
     control-plane node, foreign PriorityClasses and quotas, anything in kube-system, a pod's
-    image or labels, a workload's template."""
+    image or labels, an ungated pod's claims in its status, a workload's template."""
     api = _install_standin(kube)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     sched = client.SchedulingV1Api(api)
@@ -898,6 +898,27 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
             **kw,
         ),
         "own pod condition",
+    )
+    # a pod's claims in its status: only while gpupool's gate holds it (exact admission on DRA)
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "claimant"},
+            "spec": {
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "theirs"}],
+                "containers": [{"name": "main", "image": "registry.example.com/work:1"}],
+            },
+        },
+    )
+    _refused(
+        lambda **kw: core.patch_namespaced_pod_status(
+            "claimant",
+            ns,
+            {"status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "x"}]}},
+            _content_type="application/strategic-merge-patch+json",
+            **kw,
+        ),
+        "resourceClaimStatuses only while its gate holds",
     )
     # autoscalers: only their envelope; never what they scale, nor on which triggers
     _autoscalers(kube, ns)
