@@ -7,7 +7,8 @@ the bin-packing baseline: issue 28, item 4; the DRA runs: issue 32, item 7).
     .venv/bin/python bench/admission_openb.py --runs binpack,gpupool   # against bin packing only
     .venv/bin/python bench/admission_openb.py --runs ""             # the simulator alone
     .venv/bin/python bench/admission_openb.py --runs dra-scheduler,dra-gpupool   # DRA only
-    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~150 s
+    .venv/bin/python bench/admission_openb.py --runs dra-dynmig-scheduler,dra-dynmig-gpupool
+    .venv/bin/python bench/admission_openb.py --smoke               # 4 nodes, 40 pods, ~220 s
 
 A slice of the openb trace (../shared/data/openb, or $GPUPOOL_OPENB_DIR) is replayed three times
 through the same control plane (tests/cluster: kube-apiserver, kube-scheduler and
@@ -40,13 +41,31 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    cards before releasing the gate. Also measured: the share of admitted pods whose allocated
    devices (`status.allocation.devices.results`) are the planned ones (the claim's
    `gpupool.io/planned-devices`), read from the claims every 0.25 s while they live.
-   The DRA runs come after the others (the policy changes backend for them).
+   The DRA runs come after the others (the policy changes backend for them);
+6. **dra-dynmig-scheduler** and 7. **dra-dynmig-gpupool**: 4 and 5 on a pool under the DRA
+   driver's alpha `DynamicMIG` gate (`spec.dra: {mig: dynamic}`; the nodes republish their
+   cards as the driver does then: every possible MIG partition of each card beside the whole
+   card, all consuming the card's shared counters, kubernetes-sigs/dra-driver-nvidia-gpu
+   v0.4.1 cmd/gpu-kubelet-plugin/partitions.go, simulated by tests/cluster/dra_slices.py
+   `dynamic_slices`), with a workload of their own: the slice's whole-card pods and the
+   trace's fractional pods created in the same trace window, each asking for one MIG
+   partition through gpupool's template `gpupool-<pool>-mig-<profile>` (the smallest H100
+   profile whose compute slices cover its `gpu_milli`: bench/dra_setup.py `profile_for`),
+   the arrivals packed again to `--load` (a partition counted as its memory slices of 8, as
+   gpupool's cap and the driver's counters count it) over `--window`. kube-scheduler's
+   allocator picks a partition the counters allow, or gpupool's exact admission pins each
+   claim to the planned card and profile (`parentUUID` and the profile's class: the
+   allocator picks the placement on that card). The simulated kubelets do not prepare claims
+   (no MIG instance is made on the node's fake NVML): gpupool reads a card's layout from what
+   is allocated on it, as it does between allocation and prepare. Allocation counts each
+   partition as its share of the card; FGD's rate is over the cards nothing is allocated on.
+   Printed in a second table (their workload is not the others').
 
 Then the simulator places the same pods on the same nodes with the same arrivals and work
 times through the planner's placement code (`reconciler.plan.placement.choose`; policy `ours`,
 the planner's, and `random` as a rough stand-in for a scheduler that does not look at cards),
-and one table compares the seven. The workload, the metrics, the simulator and the scheduler's
-configuration are in bench/openb_baselines.py.
+and one table compares the seven (the dynamic-MIG runs: a second table). The workload, the
+metrics, the simulator and the scheduler's configuration are in bench/openb_baselines.py.
 
 **Workload.** Whole-card pods of the trace (num_gpu >= 1, gpu_milli 1000) from its busy period
 (creation >= 10,000,000 s, as `reconciler.sim.timeline` uses), `--pods` consecutive ones from a
@@ -98,8 +117,8 @@ node-monitor grace 300 s) so that idle nodes do not load the API server.
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
 
-`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the five real runs and both
-simulations, the same code and table, in about 150 s (the control plane takes 10-12 s to start);
+`--smoke` is `--nodes 4 --pods 40 --window 20 --tail 5`: the seven real runs and both
+simulations, the same code and tables, in about 220 s (the control plane takes 10-12 s to start);
 tests/test_bench_smoke.py runs it so that the benchmark cannot rot. 40 pods, not fewer: with
 38 or fewer this slice cannot offer 0.9 of the 19 cards even with every arrival packed into
 one instant, and the replay degenerates (all arrivals at trace time 0, speed 0).
@@ -109,6 +128,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import heapq
 import json
 import shutil
@@ -129,7 +149,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench import cluster_setup  # noqa: E402
 from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
-from bench.dra_setup import Claims, claim_pod_spec, publish_slices, quota_doc, template  # noqa: E402
+from bench.dra_setup import (  # noqa: E402
+    Claims,
+    claim_pod_spec,
+    dynmig_pool_spec,
+    mig_workload,
+    profile_share,
+    publish_slices,
+    quota_doc,
+    template,
+)
 from bench.openb_baselines import (  # noqa: E402
     BINPACK_SCHEDULER,
     GRID,
@@ -162,7 +191,8 @@ LATE = 2.0  # wall s: a pod created later than this after its arrival time marks
 PRIORITY_VALUE = 10000
 SMOKE = {"nodes": 4, "pods": 40, "window": 20.0, "tail": 5.0}  # --smoke (explicit flags win)
 DRA_RUNS = ("dra-scheduler", "dra-gpupool")  # on the DRA backend: after the others
-RUNS = ("default", "binpack", "gpupool", *DRA_RUNS)  # the real runs, in the order they run
+DYNMIG_RUNS = ("dra-dynmig-scheduler", "dra-dynmig-gpupool")  # DRA with dynamic MIG: last
+RUNS = ("default", "binpack", "gpupool", *DRA_RUNS, *DYNMIG_RUNS)  # the real runs, in order
 
 
 def say(msg: str) -> None:
@@ -491,6 +521,35 @@ class DraReplay(Replay):
         return res
 
 
+class DynMigReplay(DraReplay):
+    """The DRA replay on a pool under the driver's DynamicMIG: the whole-card pods as before,
+    and each fractional pod asks for one MIG partition of its profile through gpupool's
+    template `gpupool-<pool>-mig-<profile>` (`profiles`: pod -> profile). The allocation is
+    the cards' worth of the devices allocated (a partition its memory slices of 8); the
+    fragmentation rate is FGD's over the cards nothing is allocated on, against the slice's
+    whole-card demand."""
+
+    def __init__(self, *a: Any, profiles: dict[str, str], **kw: Any):
+        super().__init__(*a, **kw)
+        self.profiles = profiles
+        self.claims.shares = {p: profile_share(MODEL, p) for p in set(profiles.values())}
+        self.ctx = target_ctx([j for j in self.wl.jobs if j.gpus])
+
+    def pod_body(self, job: Job) -> dict:
+        body = super().pod_body(job)
+        profile = self.profiles.get(job.name)
+        if profile:
+            dra = claim_pod_spec(POOL, 0, profile)
+            body["spec"]["resourceClaims"] = dra["resourceClaims"]
+            body["spec"]["containers"][0]["resources"] = dra["resources"]
+        return body
+
+    def sample(self, grid: list[float]) -> None:
+        super().sample(grid)
+        t, _ = self.result.alloc[-1]
+        self.result.alloc[-1] = (t, sum(self.claims.used.values()) / self.wl.capacity)
+
+
 def cleanup(world: Any, ns: str, timeout: float = 300.0) -> None:
     """Delete every pod of the run and wait until the kubelets have handed back every card.
     The delete is sent again while pods without a deletion timestamp are left: on a loaded
@@ -753,23 +812,36 @@ def run_gpupool(
         cleanup(world, ns)
 
 
-def prepare_dra(world: Any, wl: Workload, policy_root: Path, priority: str) -> str:
-    """Turn the pool to the DRA backend for the DRA runs: every node publishes its cards as a
-    ResourceSlice, the policy says `backend: dra` with a Quota naming the runs' namespaces,
-    and one controller cycle renders the DeviceClass and the ResourceClaimTemplates there;
-    -> the gated namespace of dra-gpupool (dra-scheduler's is `openb-dra-scheduler`)."""
+def prepare_dra(
+    world: Any,
+    wl: Workload,
+    policy_root: Path,
+    priority: str,
+    runs: tuple[str, str] = DRA_RUNS,
+    profiles: dict[str, str] | None = None,
+) -> str:
+    """Turn the pool to the DRA backend for the DRA runs `runs` (scheduler, gpupool): every
+    node publishes its cards as ResourceSlices, the policy says `backend: dra` with a Quota
+    naming the runs' namespaces, and one controller cycle renders the DeviceClasses and the
+    ResourceClaimTemplates there; -> the gated namespace of the gpupool run (the scheduler
+    run's is `openb-<its name>`). With `profiles` (pod -> MIG profile): the dynamic-MIG runs,
+    the slices as the driver publishes them under DynamicMIG and the pool on dynamic MIG."""
     from tests.integration.gating import gated_namespace
     from tests.integration.harness import write_policy
     from tests.support.wait import wait_for
 
-    ungated = f"openb-{DRA_RUNS[0]}"
+    ungated = f"openb-{runs[0]}"
     world.ensure_namespace(ungated)
     gated = gated_namespace(world)
-    publish_slices(world.custom, [(n.name, n.gpus) for n in wl.nodes], MODEL)
+    dynamic = profiles is not None
+    publish_slices(world.custom, [(n.name, n.gpus) for n in wl.nodes], MODEL, dynamic=dynamic)
+    spec = dynmig_pool_spec() if dynamic else "  backend: dra\n"
     policy = (
-        pool_doc(POOL, MODEL, len(wl.nodes), "  backend: dra\n")
+        pool_doc(POOL, MODEL, len(wl.nodes), spec)
         + priority
-        + quota_doc("bench-dra", POOL, [ungated, gated], wl.capacity)
+        + quota_doc(
+            f"bench-{runs[0].removesuffix('-scheduler')}", POOL, [ungated, gated], wl.capacity
+        )
     )
     write_policy(policy_root, policy)
     ctl = make_controller(world.controller_client(), policy_root, world.clock)
@@ -778,7 +850,9 @@ def prepare_dra(world: Any, wl: Workload, policy_root: Path, priority: str) -> s
         raise RuntimeError(f"the DRA policy's first cycle failed: {r.error}")
     from reconciler.conventions import DRA_GROUP, DRA_VERSION
 
-    sizes = sorted({j.gpus for j in wl.jobs})
+    sizes = sorted({j.gpus for j in wl.jobs if j.gpus})
+    wanted = [template(POOL, n) for n in sizes]
+    wanted += [template(POOL, 0, p) for p in sorted(set((profiles or {}).values()))]
 
     def rendered() -> bool:
         have = {
@@ -788,10 +862,13 @@ def prepare_dra(world: Any, wl: Workload, policy_root: Path, priority: str) -> s
                 DRA_GROUP, DRA_VERSION, ns, "resourceclaimtemplates"
             )["items"]
         }
-        return all((ns, template(POOL, n)) in have for ns in (ungated, gated) for n in sizes)
+        return all((ns, t) in have for ns in (ungated, gated) for t in wanted)
 
     wait_for("gpupool's ResourceClaimTemplates", rendered, timeout=60)
-    say(f"  DRA backend: {len(wl.nodes)} slices published, templates for {sizes} card(s)")
+    say(
+        f"  DRA backend{' with dynamic MIG' if dynamic else ''}: {len(wl.nodes)} nodes' slices "
+        f"published, templates {', '.join(wanted)}"
+    )
     return gated
 
 
@@ -951,13 +1028,10 @@ def table(wl: Workload, results: list[Result]) -> str:
         )
     )
     for n in sizes:
-        if n >= 1:
-            rows.append(
-                (
-                    f"  {n}-card pods never started (of {total[n]})",
-                    [str(r.never.get(n, 0)) for r in results],
-                )
-            )
+        what = f"{n}-card pods" if n >= 1 else "MIG-partition pods"
+        rows.append(
+            (f"  {what} never started (of {total[n]})", [str(r.never.get(n, 0)) for r in results])
+        )
     if any("dra_exact" in r.notes for r in results):
         rows.append(
             (
@@ -1024,7 +1098,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(RUNS),
         help="which real runs: default (kube-scheduler, LeastAllocated), binpack "
         "(kube-scheduler, MostAllocated on GPUs), gpupool, dra-scheduler (kube-scheduler's "
-        "DRA allocator), dra-gpupool (gpupool's exact admission on DRA)",
+        "DRA allocator), dra-gpupool (gpupool's exact admission on DRA), "
+        "dra-dynmig-scheduler and dra-dynmig-gpupool (the same on dynamic MIG, with the "
+        "slice's fractional pods as MIG partitions)",
     )
     ap.add_argument(
         "--sim",
@@ -1049,7 +1125,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="--nodes 4 --pods 40 --window 20 --tail 5: ~150 s (the test suite runs it)",
+        help="--nodes 4 --pods 40 --window 20 --tail 5: ~220 s (the test suite runs it)",
     )
     args = ap.parse_args(argv)
     if args.smoke:  # the smoke sizes become the defaults; flags given explicitly still win
@@ -1083,6 +1159,17 @@ def describe(wl: Workload) -> None:
         f"arrivals packed x{wl.density:,.1f} -> offered load {wl.offered:.2f}; "
         f"{wl.t_last:,.0f} trace s of arrivals at {wl.speed:,.1f} trace s per wall s = "
         f"{wl.t_last / wl.speed:.0f} s wall, then {(wl.t_end - wl.t_last) / wl.speed:.0f} s"
+    )
+
+
+def describe_mig(wl: Workload, profiles: dict[str, str]) -> None:
+    by = Counter(profiles.values())
+    say(
+        f"dynamic-MIG slice: {len(wl.jobs) - len(profiles):,} whole-card pods and "
+        f"{len(profiles):,} fractional ones as MIG partitions "
+        f"({', '.join(f'{v} x {k}' for k, v in sorted(by.items()))}); arrivals packed "
+        f"x{wl.density:,.1f} -> offered load {wl.offered:.2f}; {wl.t_last:,.0f} trace s of "
+        f"arrivals at {wl.speed:,.1f} trace s per wall s"
     )
 
 
@@ -1185,6 +1272,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     wl = build_workload(args, nodes, pods)
     describe(wl)
+    wl_mig, profiles = None, {}
+    if set(names) & set(DYNMIG_RUNS):
+        wl_mig, profiles = mig_workload(wl, pods, MODEL, args.load, args.window, args.tail)
+        describe_mig(wl_mig, profiles)
     sims = []
     for policy in args.sim:
         t = time.monotonic()
@@ -1195,8 +1286,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpupool-admission-bench-"))
     plane = kubelets = None
     real: list[Result] = []
+    real_mig: list[Result] = []
     wall: dict[str, float] = {}
     dra_ns: str | None = None
+    dyn_ns: str | None = None
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         if names:
@@ -1206,7 +1299,31 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             if name in DRA_RUNS and dra_ns is None:
                 dra_ns = prepare_dra(world, wl, workdir / "policy", priority)
-            if name == "default":
+            if name in DYNMIG_RUNS and wl_mig is not None:
+                if dyn_ns is None:
+                    dyn_ns = prepare_dra(
+                        world, wl_mig, workdir / "policy", priority, DYNMIG_RUNS, profiles
+                    )
+                replay = functools.partial(DynMigReplay, profiles=profiles)
+                if name == DYNMIG_RUNS[0]:
+                    real_mig.append(run_kube_scheduler(world, wl_mig, name, replay_cls=replay))
+                    claims_gone(world, f"openb-{name}")
+                else:
+                    real_mig.append(
+                        run_gpupool(
+                            world,
+                            wl_mig,
+                            workdir / "policy",
+                            args.min_interval,
+                            args.dump,
+                            process=args.controller_process,
+                            name=name,
+                            ns=dyn_ns,
+                            replay_cls=replay,
+                        )
+                    )
+                    claims_gone(world, dyn_ns)
+            elif name == "default":
                 real.append(run_kube_scheduler(world, wl, name))
             elif name == "binpack":
                 real.append(run_kube_scheduler(world, wl, name, BINPACK_SCHEDULER))
@@ -1252,8 +1369,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     say("")
     say(table(wl, results))
+    if wl_mig is not None and real_mig:
+        say("")
+        say(
+            f"DRA with dynamic MIG: the slice's {len(wl.jobs):,} whole-card pods and its "
+            f"{len(profiles):,} fractional pods as MIG partitions, {len(wl_mig.jobs):,} pods, "
+            f"load {wl_mig.offered:.2f} (a partition counted as its memory slices of 8), "
+            f"speed {wl_mig.speed:,.1f}"
+        )
+        say("")
+        say(table(wl_mig, real_mig))
     say("")
-    say(notes(results))
+    say(notes(results + real_mig))
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -1268,6 +1395,17 @@ def main(argv: list[str] | None = None) -> int:
                         "offered": wl.offered,
                         "t_last": wl.t_last,
                     },
+                    "dynmig_workload": {
+                        "pods": len(wl_mig.jobs),
+                        "mig_pods": len(profiles),
+                        "profiles": dict(Counter(profiles.values())),
+                        "density": wl_mig.density,
+                        "speed": wl_mig.speed,
+                        "offered": wl_mig.offered,
+                        "t_last": wl_mig.t_last,
+                    }
+                    if wl_mig is not None
+                    else None,
                     "results": [
                         {
                             "name": r.name,
@@ -1279,7 +1417,7 @@ def main(argv: list[str] | None = None) -> int:
                             "alloc": r.alloc[:: max(1, len(r.alloc) // 400)],
                             "notes": {k: v for k, v in r.notes.items() if k != "progress"},
                         }
-                        for r in results
+                        for r in results + real_mig
                     ],
                 },
                 indent=1,

@@ -295,12 +295,17 @@ class Background:
         admission_openb's world); the NVIDIA stand-ins of the repartition nodes look at their
         mounted ConfigMaps and step every round (the kubelet's propagation delay counts from
         when the API server had the version; a stand-in that looked late would see it late)."""
+        from tests.nvidia.mounted import server_write_time
+
         sims = [self.world.nodes[n] for n in self.mig_nodes]
         for sim in sims:
-            # a kubelet a little faster than the worst case gpupool waits for: a stand-in that
-            # records a version a moment late (this loop, on a loaded machine) would otherwise
-            # see it a moment after gpupool's 150 s, fail, and make gpupool write it again
-            sim.mig_manager.mounted.delay = sim.device_plugin.mounted.delay = MOUNT_DELAY
+            # a kubelet a little faster than the worst case gpupool waits for, counting from the
+            # API server's write: a stand-in that counted from when this loop first looked (a
+            # round takes seconds at 1,000 nodes on a loaded machine) would see the version after
+            # gpupool's 150 s, fail, and make gpupool write it again, round after round
+            for mounted in (sim.mig_manager.mounted, sim.device_plugin.mounted):
+                mounted.delay = MOUNT_DELAY
+                mounted.written = server_write_time
         while not self.stop.wait(0.1):
             self.world.settle()
             for sim in sims:

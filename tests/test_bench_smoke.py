@@ -200,7 +200,9 @@ def kcp_binary() -> Path:
     ("args", "runs"),
     [
         pytest.param(
-            (), ["default", "binpack", "gpupool", "dra-scheduler", "dra-gpupool"], id="in-process"
+            (),
+            ["default", "binpack", "gpupool", "dra-scheduler", "dra-gpupool"],
+            id="in-process",
         ),
         # the controller in a process of its own, as in the 200-node target run; gpupool's run
         # alone (the default run is the same code as above)
@@ -212,14 +214,20 @@ def kcp_binary() -> Path:
 def test_admission_openb_smoke(args, runs):
     need_openb()
     binary = kcp_binary()
-    out = smoke("admission_openb.py", *args, timeout=300, env={"KCP_BINARY": str(binary)})
+    out = smoke("admission_openb.py", *args, timeout=420, env={"KCP_BINARY": str(binary)})
     head = r"^\| \| " + " ".join(rf"{re.escape(r)} \|" for r in [*runs, "sim ours", "sim random"])
     rows = lines_after(out, head + "$")
     assert rows[1].startswith("| GPU allocation, time-weighted mean | "), rows[1]
     assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
+    share = r"^\| admitted pods whose allocated devices are the planned ones \|.* (\d+) of \1 "
     if "dra-gpupool" in runs:  # exact admission: every allocated claim is the plan's
-        share = r"^\| admitted pods whose allocated devices are the planned ones \|.* (\d+) of \1 "
         assert re.search(share, out, re.M), "DRA: allocations not the plan's"
+        # the dynamic-MIG runs (all runs by default), in a table of their own: the fractional
+        # pods as MIG partitions, each admitted one on exactly its planned card and profile
+        rows = lines_after(out, r"^\| \| dra-dynmig-scheduler \| dra-dynmig-gpupool \|$")
+        assert any(r.startswith("|   MIG-partition pods never started") for r in rows), rows
+        (exact,) = [r for r in rows if r.startswith("| admitted pods whose allocated")]
+        assert re.search(share, exact), f"dynamic MIG: allocations not the plan's: {exact}"
 
 
 @pytest.mark.kube

@@ -108,13 +108,13 @@ def cluster_queue_spec(desired: DesiredState, q: Quota) -> dict[str, Any]:
                 # GPU memory -> slices of the pool's memoryPerSlice, rounded up (as the
                 # ResourceQuota rendering does, reconciler/plan/quotas.py)
                 per = quantity_bytes(sh.memory_per_slice)
-                b = mem.borrowing_limit
+                b, lend = mem.borrowing_limit, mem.lending_limit
                 resources.append(
                     _resource(
                         SHARED_RESOURCE,
                         math.ceil(quantity_bytes(mem.guaranteed) / per),
                         math.ceil(quantity_bytes(b) / per) if b is not None else None,
-                        None,
+                        math.ceil(quantity_bytes(lend) / per) if lend is not None else None,
                     )
                 )
         # FlavorQuotas: `name` references a ResourceFlavor; every flavor lists the group's

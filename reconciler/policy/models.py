@@ -284,6 +284,9 @@ class Allotment(Model):
 class MemoryAllotment(Model):
     guaranteed: Quantity = "0"
     borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
+    """How much of the guaranteed memory others may borrow while unused (None: all of it), in
+    the pool's slices rounded up; the rest stays free for the team."""
 
 
 class PoolQuota(Model):

@@ -678,12 +678,21 @@ def _kueue(state: DesiredState) -> Iterator[Problem]:
             allots = [(("whole",), pq.whole)] + [
                 (("mig", prof), a) for prof, a in sorted(pq.mig.items())
             ]
-            for sub, a in allots:
-                if a.lending_limit is not None and a.lending_limit > a.guaranteed:
+            limits = [
+                (sub, a.lending_limit, a.guaranteed, a.lending_limit, a.guaranteed)
+                for sub, a in allots
+                if a.lending_limit is not None
+            ]
+            m = pq.shared_memory
+            if m is not None and m.lending_limit is not None:
+                lend, guaranteed = quantity_bytes(m.lending_limit), quantity_bytes(m.guaranteed)
+                limits.append((("sharedMemory",), m.lending_limit, m.guaranteed, lend, guaranteed))
+            for sub, lend_text, guaranteed_text, lend, guaranteed in limits:
+                if lend > guaranteed:
                     yield _problem(
                         d,
                         ("spec", "pools", i, *sub, "lendingLimit"),
-                        f"lendingLimit {a.lending_limit} exceeds guaranteed {a.guaranteed}: "
+                        f"lendingLimit {lend_text} exceeds guaranteed {guaranteed_text}: "
                         "in kueue mode it becomes the ClusterQueue's lendingLimit, which Kueue "
                         "allows only up to the nominalQuota (the guarantee)",
                     )

@@ -16,12 +16,15 @@ not with subPath, so updates do reach it.)
 has been in the API server for at least `delay` seconds (of the injected clock), the worst case
 by default; a test makes a slower kubelet by raising `delay`. Every call also records what the
 API server holds, so call it often enough to see each version (the stand-ins call it every step).
+A version counts from when this object first saw it, unless `written` says when the API server
+wrote it (on wall time: `server_write_time`), so a loop that looks late does not see it late.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from kubernetes import client
 
@@ -37,9 +40,12 @@ class MountedConfigMap:
         name: str,
         clock: Callable[[], datetime],
         delay: float = SYNC_PERIOD_PLUS_CACHE_TTL,
+        written: Callable[[client.V1ConfigMap], datetime | None] | None = None,
+        core: Any = None,  # a CoreV1Api's read_namespaced_config_map (tests); else api_client's
     ):
-        self.core = client.CoreV1Api(api_client)
+        self.core = core or client.CoreV1Api(api_client)
         self.namespace, self.name, self.clock, self.delay = namespace, name, clock, delay
+        self.written = written
         self.versions: list[
             tuple[datetime | None, str, dict[str, str]]
         ] = []  # (first seen, rv, data)
@@ -58,7 +64,8 @@ class MountedConfigMap:
             self.started = True
             self.versions.append((None, rv, dict(cm.data or {})))
         elif not self.versions or self.versions[-1][1] != rv:
-            self.versions.append((self.clock(), rv, dict(cm.data or {})))
+            at = self.written(cm) if self.written else None
+            self.versions.append((at or self.clock(), rv, dict(cm.data or {})))
 
     def view(self) -> dict[str, str] | None:
         """The files' content now; None while the pod cannot start (no ConfigMap yet)."""
@@ -71,3 +78,10 @@ class MountedConfigMap:
             if seen is None or (now - seen).total_seconds() >= self.delay:
                 current = data
         return current
+
+
+def server_write_time(cm: client.V1ConfigMap) -> datetime | None:
+    """When the API server last wrote `cm` (its newest managedFields entry, to the second: a
+    version counts from at most a second early), for stand-ins on wall time."""
+    times = [f.time for f in cm.metadata.managed_fields or [] if f.time is not None]
+    return max(times, default=None)

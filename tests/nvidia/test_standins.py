@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pynvml
 import pytest
+from kubernetes import client
 
 from reconciler.conventions import GPU_RESOURCE, SHARED_RESOURCE
 from reconciler.policy.catalog import catalog_from_data, default_catalog
 from tests.nvidia.device_plugin import ConfigError, node_refuses, parse_sharing
 from tests.nvidia.gpunode import Sharing, SimulatedGpuNode, Unschedulable
+from tests.nvidia.mounted import MountedConfigMap, server_write_time
 
 TS = (
     "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
@@ -128,3 +132,33 @@ def test_mps_is_refused_with_the_mixed_mig_strategy_from_the_file_or_the_environ
     assert parse_sharing(
         TS.format(r=4, extra="").replace("v1\n", "v1\nflags: {migStrategy: mixed}\n")
     )
+
+
+class _Core:
+    """The one ConfigMap read a MountedConfigMap makes, answered from a list of versions."""
+
+    def __init__(self, *versions: client.V1ConfigMap):
+        self.versions = list(versions)
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> client.V1ConfigMap:
+        return self.versions[0]
+
+
+def _cm(rv: str, data: dict[str, str], written: datetime) -> client.V1ConfigMap:
+    field = client.V1ManagedFieldsEntry(manager="gpupool", operation="Update", time=written)
+    meta = client.V1ObjectMeta(name="cm", resource_version=rv, managed_fields=[field])
+    return client.V1ConfigMap(metadata=meta, data=data)
+
+
+@pytest.mark.parametrize("written", [None, server_write_time])
+def test_a_mounted_configmap_counts_its_delay_from_the_write_when_told(written):
+    t0 = datetime(2026, 12, 5, tzinfo=UTC)
+    now = [t0]
+    core = _Core(_cm("1", {"k": "old"}, t0))
+    mounted = MountedConfigMap(None, "ns", "cm", lambda: now[0], written=written, core=core)
+    mounted.view()  # the pod started with version 1
+    core.versions[0] = _cm("2", {"k": "new"}, t0 + timedelta(seconds=10))
+    now[0] = t0 + timedelta(seconds=100)  # a loop that looks 90 s after the write
+    assert mounted.view() == {"k": "old"}
+    now[0] = t0 + timedelta(seconds=161)  # 151 s after the write, 61 s after it was first seen
+    assert mounted.view() == ({"k": "new"} if written else {"k": "old"})

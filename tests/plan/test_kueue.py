@@ -97,6 +97,12 @@ SHAPES = [
         id="shared-memory-as-slices",
     ),
     pytest.param(
+        # a lendingLimit of 30Gi over 20Gi slices: 2 slices lent (rounded up, as the others)
+        "[{pool: a100, sharedMemory: {guaranteed: 40Gi, lendingLimit: 30Gi}}]",
+        {"gpupool-a100": {"nvidia.com/gpu": q(0), "nvidia.com/gpu.shared": q(2, None, 2)}},
+        id="shared-memory-lending-as-slices",
+    ),
+    pytest.param(
         "[{pool: a100, whole: {guaranteed: 2}, mig: {3g.40gb: {guaranteed: 1}}},"
         " {pool: l40s, whole: {guaranteed: 1, borrowingLimit: 1},"
         " sharedMemory: {guaranteed: 24Gi}}]",
@@ -423,3 +429,19 @@ def test_a_lending_limit_above_the_guarantee_is_an_error_in_kueue_mode():
     msg = str(e.value)
     assert "spec.pools[0].whole.lendingLimit" in msg and "nominalQuota" in msg
     assert "Quota/team-a" in msg and "desired.yaml:" in msg
+
+
+def test_a_shared_memory_lending_limit_above_the_guarantee_is_an_error_in_kueue_mode():
+    text = kueue_text(
+        extra="---\n"
+        + quota_doc(
+            "shape",
+            "team-c",
+            "[{pool: a100, sharedMemory: {guaranteed: 20Gi, lendingLimit: 40Gi}}]",
+        )
+    )
+    with pytest.raises(InvalidDesiredState) as e:
+        loaded(text)
+    msg = str(e.value)
+    assert "spec.pools[0].sharedMemory.lendingLimit" in msg and "nominalQuota" in msg
+    assert "lendingLimit 40Gi exceeds guaranteed 20Gi" in msg

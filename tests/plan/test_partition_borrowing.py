@@ -28,15 +28,23 @@ from tests.plan.scenarios import (
 H100 = "H100-SXM5-80GB"
 NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
 TEAM_B_MIG = "mig: {3g.40gb: {guaranteed: 2, borrowingLimit: 6}}"
+TEAM_A_WHOLE = "whole: {guaranteed: 4, borrowingLimit: 4}"
 
 
-def _text(dynamic: bool, allotments: str, dra: bool = True) -> str:
+def _lender(text: str, allotment: str) -> str:
+    """team-a, the lender, with `allotment` (e.g. a MIG or sharedMemory allotment) beside its
+    whole cards."""
+    assert TEAM_A_WHOLE in text
+    return text.replace(TEAM_A_WHOLE, f"{TEAM_A_WHOLE}, {allotment}") if allotment else text
+
+
+def _text(dynamic: bool, allotments: str, dra: bool = True, lender: str = "") -> str:
     backend = ("  backend: dra\n" if dra else "") + ("  dra: {mig: dynamic}\n" if dynamic else "")
     model = H100 if dynamic else A100
     text = desired_text(train_min=0).replace(*NO_SHARED)
     text = text.replace("  gpuModel: A100-SXM4-80GB\n", f"  gpuModel: {model}\n{backend}", 1)
     assert TEAM_B_MIG in text
-    return text.replace(TEAM_B_MIG, f"mig: {{{allotments}}}")
+    return _lender(text.replace(TEAM_B_MIG, f"mig: {{{allotments}}}"), lender)
 
 
 def _plan(
@@ -46,10 +54,11 @@ def _plan(
     pending: int,
     profile: str = "3g.40gb",
     dra: bool = True,
+    lender: str = "",
 ):
     """team-b with `running` MIG pods of `profile` on one node and `pending` more, gated; on
-    the device plugin with `dra=False`."""
-    text = _text(dynamic, allotments, dra)
+    the device plugin with `dra=False`; team-a with the MIG allotment `lender`."""
+    text = _text(dynamic, allotments, dra, lender)
     model = H100 if dynamic else A100
     if dynamic:
         cards = [gpu(i, model=model) for i in range(4)]
@@ -145,12 +154,14 @@ def test_a_borrowing_limit_of_zero_holds_at_the_guarantee() -> None:
     assert _admitted(plan) == [] and "over guarantee + borrowing (2)" in str(_held(plan))
 
 
-def _shared_plan(allotment: str, running: int, pending: int):
-    """team-b on the device plugin with `running` 1-slice shared pods on a shared card and
-    `pending` more, gated; `allotment` its sharedMemory (the pool's slices are 20Gi)."""
+def _shared_plan(allotment: str, running: int, pending: int, lender: str = ""):
+    """team-b on the device plugin with `running` 1-slice shared pods on four cards shared x4
+    (filled in order) and `pending` more, gated; `allotment` its sharedMemory (the pool's
+    slices are 20Gi); team-a with the sharedMemory `lender`."""
     text = desired_text(train_min=0).replace(TEAM_B_MIG, f"{TEAM_B_MIG}, sharedMemory: {allotment}")
+    text = _lender(text, f"sharedMemory: {lender}" if lender else "")
     cards = [gpu(i, shared=4, model=A100) for i in range(4)]
-    pods = [shared_pod("team-b", f"embed-{i}", "n-1", 1) for i in range(running)]
+    pods = [shared_pod("team-b", f"embed-{i}", "n-1", 1, gpu_index=i // 4) for i in range(running)]
     pods += [
         shared_pod("team-b", f"embed-{running + i}", None, 1, pool="a100").model_copy(
             update={"admission": "gpupool"}
@@ -176,3 +187,108 @@ def test_shared_slices_are_held_to_guarantee_plus_borrowing() -> None:
 def test_shared_slices_without_a_borrowing_limit_are_not_held() -> None:
     plan = _shared_plan("{guaranteed: 20Gi}", running=1, pending=2)
     assert len(_admitted(plan)) == 2 and not _held(plan), plan.findings
+
+
+# --- lendingLimit: a borrower is held when the free room left is other teams' unlent guarantees
+
+
+def _lending_held(plan) -> dict[str, str]:
+    return {f.subject: f.message for f in plan.findings if f.code == "held-lending"}
+
+
+BACKENDS = [
+    pytest.param(False, False, id="device-plugin"),
+    pytest.param(False, True, id="dra-static-mig"),
+    pytest.param(True, True, id="dra-dynamic-mig"),
+]
+
+
+@pytest.mark.parametrize(("dynamic", "dra"), BACKENDS)
+def test_a_borrower_is_held_when_only_the_lenders_unlent_devices_are_left(dynamic, dra) -> None:
+    # 8 3g.40gb in the pool (four cards of two; on dynamic MIG two cards hold them and two free
+    # cards are what the counters still allow, two each), team-b runs 4 and has no guarantee;
+    # team-a's 2 unused guaranteed are not lent: the 3rd pending would leave 1 free, under 2
+    plan = _plan(
+        dynamic,
+        "3g.40gb: {guaranteed: 0}",
+        running=4,
+        pending=3,
+        dra=dra,
+        lender="mig: {3g.40gb: {guaranteed: 2, lendingLimit: 0}}",
+    )
+    assert _admitted(plan) == ["team-b/ranker-4", "team-b/ranker-5"], plan.actions
+    assert _lending_held(plan) == {
+        "team-b/ranker-6": (
+            "held: team team-b would borrow beyond its guarantee in a100, and the free "
+            "3g.40gb MIG devices are other teams' guarantees they do not lend (2)"
+        )
+    }
+    (hold,) = [a for a in plan.actions if isinstance(a, Hold)]
+    assert hold.target == "team-b/ranker-6" and hold.code == "held-lending"
+
+
+@pytest.mark.parametrize(("dynamic", "dra"), BACKENDS)
+@pytest.mark.parametrize(
+    "lender",
+    [
+        pytest.param("3g.40gb: {guaranteed: 2, lendingLimit: 1}", id="lends-enough"),
+        pytest.param("3g.40gb: {guaranteed: 2}", id="lends-all"),
+        pytest.param("1g.10gb: {guaranteed: 2, lendingLimit: 0}", id="keeps-another-profile"),
+    ],
+)
+def test_a_borrower_is_admitted_when_the_lender_lends(dynamic, dra, lender) -> None:
+    plan = _plan(dynamic, "3g.40gb: {guaranteed: 0}", 4, 3, dra=dra, lender=f"mig: {{{lender}}}")
+    assert len(_admitted(plan)) == 3 and not _lending_held(plan), plan.findings
+
+
+@pytest.mark.parametrize(("dynamic", "dra"), BACKENDS)
+def test_within_its_own_guarantee_a_team_is_not_held_by_anothers_lending_limit(
+    dynamic, dra
+) -> None:
+    lender = "mig: {3g.40gb: {guaranteed: 2, lendingLimit: 0}}"
+    plan = _plan(dynamic, "3g.40gb: {guaranteed: 7}", 4, 3, dra=dra, lender=lender)
+    assert len(_admitted(plan)) == 3 and not _lending_held(plan), plan.findings
+
+
+def test_the_lenders_own_use_shrinks_what_it_keeps() -> None:
+    # team-a runs one of its two guaranteed 3g.40gb: one stays kept, so all three borrow
+    text = _text(
+        False, "3g.40gb: {guaranteed: 0}", lender="mig: {3g.40gb: {guaranteed: 2, lendingLimit: 0}}"
+    )
+    cards = [gpu(i, mig=["3g.40gb", "3g.40gb"], model=A100) for i in range(4)]
+    pods = [mig_pod("team-a", "own", "n-1", "3g.40gb", gpu_index=3, start=4)]
+    pods += [
+        mig_pod("team-b", f"r-{i}", "n-1", "3g.40gb", gpu_index=i // 2, start=4 * (i % 2))
+        for i in range(4)
+    ]
+    pods += [
+        mig_pod("team-b", f"r-{4 + i}", None, "3g.40gb", pool="a100").model_copy(
+            update={"admission": "gpupool"}
+        )
+        for i in range(3)
+    ]
+    nodes = [node("n-1", "a100", A100, cards)]
+    observed = snapshot(NOW, nodes, pods, **_objects(text))
+    observed = observed.model_copy(update={"dra": _static(nodes)})
+    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
+    # 3 free: two admitted leave 1, the one team-a keeps; the third would take it
+    assert _admitted(plan) == ["team-b/r-4", "team-b/r-5"], plan.actions
+    assert "(1)" in _lending_held(plan)["team-b/r-6"]
+
+
+def test_shared_slices_are_held_when_only_the_lenders_unlent_slices_are_left() -> None:
+    # 16 slices, 12 held by team-b (no guarantee); team-a keeps 40Gi = 2 slices
+    plan = _shared_plan("{guaranteed: 0Gi}", 12, 3, lender="{guaranteed: 40Gi, lendingLimit: 0Gi}")
+    assert _admitted(plan) == ["team-b/embed-12", "team-b/embed-13"], plan.actions
+    assert _lending_held(plan) == {
+        "team-b/embed-14": (
+            "held: team team-b would borrow beyond its guarantee in a100, and the free "
+            "shared slices are other teams' guarantees they do not lend (2)"
+        )
+    }
+
+
+def test_shared_slices_are_admitted_when_the_lender_lends() -> None:
+    # 30Gi lent of 40Gi: 2 slices rounded up, nothing kept
+    plan = _shared_plan("{guaranteed: 0Gi}", 12, 3, lender="{guaranteed: 40Gi, lendingLimit: 30Gi}")
+    assert len(_admitted(plan)) == 3 and not _lending_held(plan), plan.findings

@@ -41,7 +41,7 @@ from reconciler.plan.quotas import (
     shared_slices,
 )
 from reconciler.plan.run import Demand, Run, kueue_mode
-from reconciler.policy.models import Allotment, PoolQuota
+from reconciler.policy.models import Allotment, MemoryAllotment, PoolQuota
 
 
 def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
@@ -105,13 +105,18 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
 class _Tally:
     """What admission counts as it admits demand, besides the team ledger on `Run`: each
     pool's whole cards held by training, each namespace's ResourceQuota use (against
-    `quotas`, the quotas gpupool keeps), and each team's MIG devices per profile and shared
-    slices where a borrowing limit counts them (`_partitions_held`)."""
+    `quotas`, the quotas gpupool keeps), each team's MIG devices per profile and shared
+    slices where a borrowing or lending limit counts them (`_partitions_held`), and each
+    pool's free MIG devices and shared slices for the lending rule (`_room`)."""
 
     quotas: dict[tuple[str, str], dict[str, str]]
     ns_use: dict[str, Counter]
     partitions: Counter
     training_whole: Counter = field(default_factory=Counter)
+    admitted: Counter = field(default_factory=Counter)
+    """(pool, profile or `SHARED`) -> MIG devices and shared slices admitted this cycle (every
+    team's and no team's), taken from the room `_room` read before any was admitted."""
+    room: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
@@ -129,6 +134,10 @@ def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
             tally.partitions[(team, pool, prof)] += pods * n
         if r.shared_slices:
             tally.partitions[(team, pool, SHARED)] += pods * r.shared_slices
+    for prof, n in r.mig.items():
+        tally.admitted[(pool, prof)] += pods * n
+    if r.shared_slices:
+        tally.admitted[(pool, SHARED)] += pods * r.shared_slices
     if r.gpus:
         tally.training_whole[pool] += pods * r.gpus
     if p.origin != "pending pod":
@@ -137,44 +146,61 @@ def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
 
 SHARED = "shared slices"
 """The key of a team's shared slices in `_Tally.partitions` (beside its MIG profiles)."""
+WHOLE = "whole GPUs"
+"""The kind of whole cards in `_over_limits` (beside MIG profiles and `SHARED`)."""
+WHAT = {WHOLE: WHOLE, SHARED: SHARED}
+FREE = {WHOLE: "cards", SHARED: "shared slices"}
 
 
 def _partitions_held(run: Run) -> Counter:
     """(team, pool, profile or `SHARED`) -> the MIG devices of each profile, and the shared
-    slices, the team's placed pods hold in each pool where its Quota limits their borrowing
-    (the pods stopped this cycle left out). gpupool keeps no ResourceQuota in the namespaces
-    it gates, and on DRA Kubernetes' quota counts a class's devices per namespace only, so
-    admission holds the team to `guaranteed + borrowingLimit` itself (`_borrowing`)."""
-    limited = {
-        (q.team, pq.pool)
-        for q in run.desired.quotas.values()
-        for pq in q.spec.pools
-        if any(a.borrowing_limit is not None for a in pq.mig.values())
-        or (pq.shared_memory is not None and pq.shared_memory.borrowing_limit is not None)
-    }
+    slices, the team's placed pods hold in each pool where its Quota limits their borrowing,
+    and every team's in a pool where a Quota limits their lending (the pods stopped this
+    cycle left out). gpupool keeps no ResourceQuota in the namespaces it gates, and on DRA
+    Kubernetes' quota counts a class's devices per namespace only, so admission holds the
+    team to `guaranteed + borrowingLimit` (`_borrowing`) and to the guarantees other teams
+    do not lend (`_lending`) itself."""
+    limited, lending = set(), set()
+    for q in run.desired.quotas.values():
+        for pq in q.spec.pools:
+            allots = [*pq.mig.values(), *([pq.shared_memory] if pq.shared_memory else [])]
+            if any(a.borrowing_limit is not None for a in allots):
+                limited.add((q.team, pq.pool))
+            if any(a.lending_limit is not None for a in allots):
+                lending.add(pq.pool)
     held: Counter = Counter()
-    if not limited:
+    if not limited and not lending:
         return held
     for w in run.cluster.workloads.values():
         r = w.request
         if not (r.mig or r.shared_slices) or not w.placed or w.key in run.evicted:
             continue
         team, pool = run.team(w.namespace), run.cluster.pool_of(w)
-        if (team, pool) in limited:
+        if (team, pool) in limited or (team is not None and pool in lending):
             for prof, n in r.mig.items():
                 held[(team, pool, prof)] += n
             held[(team, pool, SHARED)] += r.shared_slices
     return held
 
 
-def _shared_allotment(pv: PoolView, pq: PoolQuota) -> Allotment | None:
-    """A team's shared-memory allotment in the pool's slices, rounded up as the rendered
-    ResourceQuota counts it (`quotas.shared_slices`); None without a borrowing limit."""
+def _allotment(pv: PoolView, pq: PoolQuota | None, kind: str) -> Allotment | None:
+    """A team's allotment in `pv` of `kind`: `WHOLE` cards, one MIG profile's devices, or
+    `SHARED` slices (its sharedMemory in the pool's slices, each limit rounded up as the
+    rendered quota counts it, `quotas.shared_slices`); None where its Quota has none."""
+    if pq is None:
+        return None
+    if kind == WHOLE:
+        return pq.whole
+    if kind != SHARED:
+        return pq.mig.get(kind)
     sh, m = pv.pool.spec.inference.shared, pq.shared_memory
-    if sh is None or m is None or m.borrowing_limit is None:
+    if sh is None or m is None:
         return None
     guaranteed, borrowing = shared_slices(m, sh)
-    return Allotment(guaranteed=guaranteed, borrowing_limit=borrowing)
+    lending = None
+    if m.lending_limit is not None:
+        lending = shared_slices(MemoryAllotment(guaranteed=m.lending_limit), sh)[0]
+    return Allotment(guaranteed=guaranteed, borrowing_limit=borrowing, lending_limit=lending)
 
 
 def _held(
@@ -213,32 +239,37 @@ def _held(
             f"over its cap of {q.spec.max_gpus}"
         )
     pq = next((x for x in q.spec.pools if x.pool == pool), None)
-    if r.mig and pq is not None:
-        for prof, n in sorted(r.mig.items()):
-            holds = tally.partitions[(team, pool, prof)] + pods * n
-            over = _borrowing(team, pool, holds, f"{prof} MIG devices", pq.mig.get(prof))
-            if over:
-                return over
-    if r.shared_slices and pq is not None:
-        holds = tally.partitions[(team, pool, SHARED)] + pods * r.shared_slices
-        over = _borrowing(team, pool, holds, SHARED, _shared_allotment(pv, pq))
+    return _over_limits(run, p, pv, tally, team, pq, whole_cards)
+
+
+def _over_limits(
+    run: Run,
+    p: Demand,
+    pv: PoolView,
+    tally: _Tally,
+    team: str,
+    pq: PoolQuota | None,
+    whole_cards: int,
+) -> tuple[str, str] | None:
+    """`held-borrowing` or `held-lending` for what `p` asks of each kind (each MIG profile,
+    shared slices, whole cards): what the team would hold of it against its own allotment,
+    and the room of it left in the pool against the other teams' unlent guarantees."""
+    r, pool, pods = p.request, pv.name, len(p.members)
+    asks = [(prof, pods * n) for prof, n in sorted(r.mig.items())]
+    if r.shared_slices:
+        asks.append((SHARED, pods * r.shared_slices))
+    if r.gpus:
+        asks.append((WHOLE, pods * r.gpus))
+    for kind, n in asks:
+        if kind == WHOLE:
+            holds = run.pool_whole_usage.get((team, pool), 0) + n
+        else:
+            holds = tally.partitions[(team, pool, kind)] + n
+        allotment = _allotment(pv, pq, kind)
+        over = _borrowing(team, pool, holds, WHAT.get(kind, f"{kind} MIG devices"), allotment)
+        over = over or _lending(run, pv, tally, team, kind, (n, holds), allotment, whole_cards)
         if over:
             return over
-    if not r.gpus:
-        return None
-    whole = run.pool_whole_usage.get((team, pool), 0) + pods * r.gpus
-    over = _borrowing(team, pool, whole, "whole GPUs", pq.whole if pq else None)
-    if over:
-        return over
-    guaranteed = pq.whole.guaranteed if pq else 0
-    if whole > guaranteed:
-        locked = _unlent(run, pool, team)
-        total = sum(n for (_, pl), n in run.pool_whole_usage.items() if pl == pool)
-        if locked and total + pods * r.gpus + locked > whole_cards:
-            return "held-lending", (
-                f"held: team {team} would borrow beyond its guarantee in {pool}, and the "
-                f"free cards are other teams' guarantees they do not lend ({locked})"
-            )
     return None
 
 
@@ -259,25 +290,86 @@ def _borrowing(
     )
 
 
-@dataclass(frozen=True)
-class _PoolShape:
-    largest_node: int
-    whole_cards: int
+def _lending(
+    run: Run,
+    pv: PoolView,
+    tally: _Tally,
+    team: str,
+    kind: str,
+    asked: tuple[int, int],
+    allotment: Allotment | None,
+    whole_cards: int,
+) -> tuple[str, str] | None:
+    """`held-lending` when `team`, asking `asked` = (n, holds): n of `kind` that makes it hold
+    `holds` in the pool, would borrow beyond its guarantee and the room the pool has free of
+    `kind` once it has the n is less than the other teams' unused guarantees of `kind` they do
+    not lend (`_unlent`). The one rule for whole cards, each MIG profile and shared slices.
+    The room: of whole cards, the pool's `whole_cards` less what the teams hold; of the
+    others, `_room` less what admission let in this cycle."""
+    n, holds = asked
+    if holds <= (allotment.guaranteed if allotment is not None else 0):
+        return None
+    locked = _unlent(run, pv, tally, team, kind)
+    if not locked:
+        return None
+    if kind == WHOLE:
+        room = whole_cards - sum(u for (_, pl), u in run.pool_whole_usage.items() if pl == pv.name)
+    else:
+        room = _room(run, pv, tally, kind) - tally.admitted[(pv.name, kind)]
+    if room - n >= locked:
+        return None
+    return "held-lending", (
+        f"held: team {team} would borrow beyond its guarantee in {pv.name}, and the free "
+        f"{FREE.get(kind, f'{kind} MIG devices')} are other teams' guarantees they do not "
+        f"lend ({locked})"
+    )
 
 
-def _unlent(run: Run, pool: str, team: str) -> int:
-    """Cards of other teams' unused guarantees in `pool` that their lendingLimit keeps
-    from borrowers (None lends all of it)."""
+def _unlent(run: Run, pv: PoolView, tally: _Tally, team: str, kind: str) -> int:
+    """How much of `kind` in the pool is other teams' unused guarantees that their
+    lendingLimit keeps from borrowers (None lends all of it)."""
     locked = 0
     for q in run.desired.quotas.values():
         if q.team == team:
             continue
         for pq in q.spec.pools:
-            if pq.pool != pool or pq.whole.lending_limit is None:
+            if pq.pool != pv.name:
                 continue
-            unused = max(0, pq.whole.guaranteed - run.pool_whole_usage.get((q.team, pool), 0))
-            locked += max(0, unused - pq.whole.lending_limit)
+            a = _allotment(pv, pq, kind)
+            if a is None or a.lending_limit is None:
+                continue
+            if kind == WHOLE:
+                use = run.pool_whole_usage.get((q.team, pv.name), 0)
+            else:
+                use = tally.partitions[(q.team, pv.name, kind)]
+            locked += max(0, max(0, a.guaranteed - use) - a.lending_limit)
     return locked
+
+
+def _room(run: Run, pv: PoolView, tally: _Tally, kind: str) -> int:
+    """The MIG devices of profile `kind`, or the shared slices, free in the pool before
+    admission (what placed pods leave; read once per pool and kind). On dynamic MIG also what
+    the driver's counters still allow on the free whole cards: each may become the offered
+    layout with the most devices of the profile (the pool view reads a card nothing is
+    allocated on as whole, `DynamicMigBackend.read_observed`)."""
+    key = (pv.name, kind)
+    if key not in tally.room:
+        if kind == SHARED:
+            n = sum(g.free_slices for g in pv.inference_slots())
+        else:
+            n = sum(len(g.free_instances(kind)) for _, g in pv.mig_with_free(kind))
+            mig = pv.pool.spec.inference.mig
+            if pv.pool.spec.dynamic_mig and mig is not None:
+                most = max(lay.profiles.count(kind) for lay in mig.layouts)
+                n += most * pv.total_free_whole()
+        tally.room[key] = n
+    return tally.room[key]
+
+
+@dataclass(frozen=True)
+class _PoolShape:
+    largest_node: int
+    whole_cards: int
 
 
 def honour_reservations(run: Run, pending: list[Demand]) -> None:

@@ -1,0 +1,93 @@
+"""A lendingLimit per MIG profile on a dynamic-MIG DRA pool, on the real API server, scheduler
+and controller-manager (issue 32's leftover: per-profile lending limits on DRA).
+
+Two H100 cards under the simulated driver's `DynamicMIG` (tests/cluster/dra_kubelet.py): the
+counters allow four 3g.40gb partitions. The lender team guarantees itself two and lends none
+(`lendingLimit: 0`) and uses none; the borrower, with no guarantee, asks for three. gpupool's
+admission lets two in (the room left, two, is what the lender keeps) and holds the third
+(`held-lending`, its gate kept), as plan/stages/admission.py `_lending` says; the two admitted
+are allocated by kube-scheduler's DRA allocator on the planned card and profile."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.support.wait import wait_for
+
+from .dra_dynamic_support import allocation, claim_of, claim_pod
+from .dra_support import dra_nodes
+from .gating import gated_namespace
+from .harness import H100, controller, write_policy
+
+
+def policy(sfx: str, borrower: str, lender: str) -> str:
+    return f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: l{sfx}}}
+spec:
+  gpuModel: {H100}
+  backend: dra
+  dra: {{mig: dynamic}}
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: l{sfx}}}}}
+  capacity: {{nodes: 1, gpusPerNode: 2}}
+  training: {{minGPUs: 0}}
+  inference:
+    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityPolicy
+metadata: {{name: cluster}}
+spec:
+  classes:
+    - {{name: serve-{sfx}, value: 20000, workload: inference}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {{name: borrower-{sfx}}}
+spec:
+  namespaces: [{borrower}]
+  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 0}}}}}}]
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Quota
+metadata: {{name: lender-{sfx}}}
+spec:
+  namespaces: [{lender}]
+  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 2, lendingLimit: 0}}}}}}]
+"""
+
+
+def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(kube, tmp_path):
+    sfx = uuid.uuid4().hex[:6]
+    pool, ns, lender = f"l{sfx}", gated_namespace(kube), f"lender-{sfx}"
+    kube.ensure_namespace(lender)
+    node = f"lend-{sfx}"
+    dra_nodes(kube, pool, node, model=H100, cards=2, dynamic=True)
+    write_policy(tmp_path, policy(sfx, ns, lender))
+    ctl = controller(kube, tmp_path, kube.clock)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+
+    pods = ["ranker-0", "ranker-1", "ranker-2"]
+    for p in pods:
+        claim_pod(kube, ns, p, f"gpupool-{pool}-mig-3g-40gb", f"serve-{sfx}")
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    holds: dict[str, str] = {}
+
+    def two_admitted() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        holds.update({a.target: a.code for a in r.plan.actions if a.kind == "hold"})
+        gated = [p for p in pods if kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates]
+        return gated == ["ranker-2"]
+
+    wait_for("the oldest two admitted, the third held", two_admitted, timeout=120, interval=1)
+    assert holds.get(f"{ns}/ranker-2") == "held-lending", holds
+    for p in pods[:2]:
+        where, devices, planned, _ = wait_for(
+            f"{p} allocated", lambda p=p: allocation(kube, ns, p), timeout=60
+        )
+        assert where == node and planned.endswith("/3g.40gb"), (p, planned)
+        assert len(devices) == 1 and "-mig-3g40gb-" in devices[0], devices
