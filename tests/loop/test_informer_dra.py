@@ -173,7 +173,7 @@ def test_gpupools_dra_writes_are_recorded_for_the_cache():
     ops._wrote_dra("resourceclaims", "ns/p-gpus", status | {"details": {"uid": "u2"}})
     assert ops.deleted == {"deviceclasses": {"/c": "u1"}, "resourceclaims": {"ns/p-gpus": "u2"}}
     assert "resourceclaims" not in ops.written
-    # exact admission made the claim again under its name: its resourceVersion, not the delete
+    # an object made again under a deleted one's name: its resourceVersion, not the delete
     ops._wrote_dra("resourceclaims", "ns/p-gpus", obj("p-gpus", "41", ns="ns"))
     assert ops.written["resourceclaims"] == 41 and ops.deleted["resourceclaims"] == {}
     ops._wrote_dra("resourceclaims", "ns/q", obj("q", "40", ns="ns"))
