@@ -6,7 +6,7 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, uuid_selector
+from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, pinned_name, uuid_selector
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import (
     Admit,
@@ -234,8 +234,20 @@ def gated_claimant(made: str = CLAIM) -> Pod:
     )
 
 
-def pinned(p: Probe) -> None:
-    obj = p.cluster.dra.get(("ResourceClaim", NS, CLAIM))  # type: ignore[attr-defined]
+ADMITS_NEXT_RUN = frozenset({"dra-admit/claim-gone-made-from-the-template"})
+"""Rows whose outcome is "waiting" after a write, and whose next run admits (a write): the
+second-run test leaves them to `test_dra_gone_claim_admits_on_the_next_run`."""
+
+PINNED = pinned_name("p-0", "uid-p-0", "gpus", "GPU-a,GPU-b")
+"""The pinned claim's own name (the template's claim is deleted once the pod names it)."""
+
+
+def pinned_claim(p: Probe) -> None:
+    """The pod's status names the pinned claim, made beside the template's, which is gone."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, PINNED))  # type: ignore[attr-defined]
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
@@ -244,8 +256,25 @@ def pinned(p: Probe) -> None:
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]
     assert md["annotations"] == {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}
+
+
+def pinned(p: Probe) -> None:
+    pinned_claim(p)
     pod = p.pod("p-0")
     assert pod is not None and pod.gates == ()
+
+
+def pinned_gated(p: Probe) -> None:
+    pinned_claim(p)
+    not_admitted(p)
+
+
+def replaced_not_yet(p: Probe) -> None:
+    """The template's claim is still there and still the pod's (never a pod without one)."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", CLAIM),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None  # type: ignore[attr-defined]
+    not_admitted(p)
 
 
 def not_admitted(p: Probe) -> None:
@@ -261,7 +290,7 @@ DRA_ROWS += [
         (OUR_CLASS, claim(), gated_claimant()),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
         check=pinned,
     ),
     Row(
@@ -278,8 +307,9 @@ DRA_ROWS += [
         ("admit_pod",),
     ),
     Row(
-        # an earlier run deleted the template's claim and failed before creating the pinned one:
-        # the controller makes no other (the pod's status names it), so gpupool makes it
+        # the claim the pod's status names is gone (deleted by someone else): gpupool makes it
+        # again pinned and names it, but the gate waits a cycle: the resourceclaim controller
+        # may be making one from the template for the same gap and naming it instead
         "dra-admit/claim-gone-made-from-the-template",
         DRA_ADMIT,
         (
@@ -287,10 +317,10 @@ DRA_ROWS += [
             Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec=TEMPLATE_SPEC),
             gated_claimant(),
         ),
-        "done",
-        "admitted 1 pod(s): p-0 -> node-a",
-        ("create_dra_object", "admit_pod"),
-        check=pinned,
+        "waiting",
+        f"claim(s) {CLAIM} -> {PINNED} made again pinned",
+        ("create_dra_object", "set_pod_claim"),
+        check=pinned_gated,
     ),
     Row(
         "dra-admit/claim-gone-no-template",
@@ -302,15 +332,67 @@ DRA_ROWS += [
         check=not_admitted,
     ),
     Row(
-        # the delete went, the create failed: nothing admitted, the next run makes the claim
-        "dra-admit/create-fails-after-delete",
+        # the pinned claim cannot be made: the template's claim is left as it was (the pod is
+        # never without a claim of its own), nothing admitted
+        "dra-admit/create-fails",
         DRA_ADMIT,
         (OUR_CLASS, claim(), gated_claimant()),
         "error",
         "403",
-        ("delete_dra_object",),
+        (),
         fail={"create_dra_object": ApiError(403, "Forbidden", "denied")},
-        check=not_admitted,
+        check=replaced_not_yet,
+    ),
+    Row(
+        # made, but the pod's status could not name it: the template's claim is not deleted
+        "dra-admit/status-fails-after-create",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "500",
+        ("create_dra_object",),
+        fail={"set_pod_claim": ApiError(500, "Internal Server Error", "etcd")},
+        check=replaced_not_yet,
+    ),
+    Row(
+        # an earlier run made the pinned claim and stopped before the status named it: the
+        # create's conflict finds it (the pod's, this plan, unallocated) and goes on
+        "dra-admit/pinned-made-already",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim(),
+            Dra(
+                "ResourceClaim",
+                PINNED,
+                NS,
+                spec=CLAIM_SPEC,
+                managed_by="",
+                meta={
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"},
+                },
+            ),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("set_pod_claim", "delete_dra_object", "admit_pod"),
+    ),
+    Row(
+        # a claim of that name that is not this pod's pinned one: not taken over
+        "dra-admit/pinned-name-taken",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim(),
+            Dra("ResourceClaim", PINNED, NS, spec=CLAIM_SPEC, managed_by="", meta=MADE),
+            gated_claimant(),
+        ),
+        "error",
+        "409",
+        (),
+        check=replaced_not_yet,
     ),
     Row(
         # pinned for an earlier plan while the pod stayed gated: its selector is replaced, not
@@ -349,7 +431,7 @@ DRA_ROWS += [
         ),
         "done",
         "admitted 1 pod(s)",
-        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
         check=pinned,
     ),
     Row(

@@ -5,15 +5,17 @@ pick only the devices the plan chose (`PodAdmission.devices`, their `uuid` attri
 Kubernetes v1.37.2 forbids changing a claim's spec and a pod's `spec.resourceClaims` (gated or
 not), and its resourceclaim controller makes a pod's claim from its template as soon as the pod
 exists. What works on the real API server (tests/integration/test_dra_admit.py): while the pod
-is gated and the claim unallocated, delete the claim made from the template and create one
-under the same name, with the same owner (the pod, as controller) and annotations, whose
-requests on gpupool's classes carry one more CEL selector,
-`device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate the taint gpupool puts on
-cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`). The pod's
-`status.resourceClaimStatuses` already names the claim, so the controller makes no other, and
-kube-scheduler uses it as the pod's own (owner check). The claim is annotated
-`gpupool.io/planned-devices`, so it is written once. A claim the pod's status names but that
-is gone (a run deleted it and failed before the create) is made again from the pod's template.
+is gated and the claim unallocated, create a claim of the pod's own beside it (`pinned_name`;
+the same owner, the pod as controller, and annotations) whose requests on gpupool's classes
+carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate
+the taint gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`);
+name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim.
+kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
+annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
+resourceclaim controller makes a claim from the template again for a pod whose named claim is
+gone, unless it holds another claim of the pod's for that entry (`_replace`). A claim the
+pod's status names but that is gone (deleted by someone else) is made again pinned, and the
+gate waits a cycle (the resourceclaim controller may answer the same gap with its own).
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
 rewritten: such a pod is not admitted (the allocation could not be the plan)."""
@@ -21,6 +23,7 @@ rewritten: such a pod is not admitted (the allocation could not be the plan)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from reconciler import conventions as C
@@ -110,28 +113,76 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
     return spec
 
 
+def pinned_name(pod: str, uid: str, entry: str, planned: str) -> str:
+    """The name of the claim pinned to `planned` for the pod's claim `entry`: the pod and entry
+    as the resourceclaim controller names its claims (cut to keep within 63 characters), then a
+    digest of the pod's uid, the entry and the plan. Another plan for the pod gets another
+    name; the same plan the same one (a run that created it and failed after finds it again)."""
+    digest = hashlib.sha256(f"{uid}/{entry}/{planned}".encode()).hexdigest()[:10]
+    return f"{f'{pod}-{entry}'[:52].rstrip('-.')}-{digest}"
+
+
 def _replace(
-    ctx: Context, ns: str, claim: dict, spec: dict, planned: str, *, gone: bool = False
-) -> None:
-    """Delete the template's claim (unless `gone`) and create the pinned one under its name
-    and owner."""
+    ctx: Context,
+    ns: str,
+    pod: PodInfo,
+    entry: str,
+    claim: dict,
+    spec: dict,
+    planned: str,
+    *,
+    gone: bool = False,
+) -> str:
+    """Create the pinned claim under a name of its own (`pinned_name`: the pod as controlling
+    owner, the old claim's annotations and labels), name it in the pod's status, then delete the
+    claim it replaces (unless that is gone); -> the pinned claim's name.
+
+    In this order the resourceclaim controller never finds the pod without a claim of its own:
+    it makes a claim from the template (unpinned) for a pod whose named claim is gone, unless
+    its cache holds another claim the pod owns for that entry (k8s.io/kubernetes v1.37.2
+    pkg/controller/resourceclaim/controller.go, `handleClaim`, `findPodResourceClaim`), and one
+    watch delivers the pinned claim's creation before the old one's deletion. Deleting first
+    and creating under the same name left it a window: with the old claim gone and the new one
+    not made, it made one from the template and named it in the pod's status, and the allocator
+    took that unpinned claim once the gate went (bench/README.md, drafix)."""
     md = claim["metadata"]
+    name = pinned_name(pod.name, pod.uid, entry, planned)
     meta: dict[str, Any] = {
-        "name": md["name"],
+        "name": name,
         "namespace": ns,
         "ownerReferences": md.get("ownerReferences") or [],
         "annotations": {**(md.get("annotations") or {}), C.DRA_PLANNED_ANN: planned},
     }
     if md.get("labels"):
         meta["labels"] = md["labels"]
-    try:
-        if not gone:
-            ctx.ops.delete_dra_object(KIND, ns, md["name"])
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
     body = {"apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}", "kind": KIND}
-    ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+    try:
+        ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+    except ApiError as exc:
+        if exc.status != 409 or not _made_already(ctx, ns, name, pod, planned):
+            raise
+    ctx.ops.set_pod_claim(ns, pod.name, entry, name)
+    if not gone and md["name"] != name:
+        try:
+            ctx.ops.delete_dra_object(KIND, ns, md["name"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return name
+
+
+def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
+    """Whether the claim `name` that exists already is this pod's, pinned to this plan and
+    unallocated: made by an earlier run of this step that stopped before the gate went."""
+    have = ctx.ops.read_dra_object(KIND, ns, name) or {}
+    md = have.get("metadata") or {}
+    return (
+        (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned
+        and any(
+            o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+        )
+        and not (have.get("status") or {}).get("allocation")
+    )
 
 
 def _from_template(
@@ -157,13 +208,15 @@ def _from_template(
 def pin_claims(
     ctx: Context, ns: str, want: PodAdmission, pod: PodInfo, wrote: list[str]
 ) -> tuple[str, str]:
-    """Write the pod's claims for its planned devices (their names appended to `wrote`):
-    ("", "") when done (or nothing to do), else (status, why) for the Admit's outcome:
-    "waiting" while a claim is not made yet, "failed" when a claim cannot be made exact
-    (allocated already, or not the pod's own)."""
+    """Write the pod's claims for its planned devices (the pinned claims' names appended to
+    `wrote`): ("", "") when done (or nothing to do), else (status, why) for the Admit's
+    outcome: "waiting" while a claim is not made yet (or was gone and is made again: the gate
+    goes in a later cycle), "failed" when a claim cannot be made exact (allocated already, or
+    not the pod's own)."""
     if not want.devices:
         return "", ""
     planned, classes = ",".join(want.devices), _Classes(ctx)
+    remade = []
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
@@ -189,6 +242,16 @@ def pin_claims(
                 f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
                 f"gpupool rewrites only those, so it cannot make the allocation the plan"
             )
-        _replace(ctx, ns, claim, spec, planned, gone=gone)
-        wrote.append(name)
+        made = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
+        wrote.append(made)
+        if gone:
+            remade.append(f"{name} -> {made}")
+    if remade:
+        # the resourceclaim controller may be making one from the template for the same gap
+        # and name it in the pod's status: the next cycle admits once the status names a
+        # pinned claim
+        return "waiting", (
+            f"pod {ns}/{want.name}: claim(s) {', '.join(remade)} made again pinned; the gate "
+            f"goes once the pod's status names them"
+        )
     return "", ""
