@@ -701,18 +701,14 @@ def canonical(observed: ObservedState, keep: Keeper | None = None) -> ObservedSt
     key, so that a plan cannot depend on the order the cluster or a file listed things in.
     What is in that order already is shared with `observed`, not copied. `keep`: each node's,
     workload's and service's canonical form, answered from a kept view (`reconciler.plan.kept`)."""
-    once = (keep or fresh()).once
+    each = (keep or fresh()).each
     times = observed.recent_preemptions
     ordered_times = sorted(times, key=_utc)
     return _with(
         observed,
-        nodes=_each(observed.nodes, lambda n: once("canonical-node", _node, n), _node_order),
-        workloads=_each(
-            observed.workloads, lambda w: once("canonical-workload", _workload, w), _workload_order
-        ),
-        services=_each(
-            observed.services, lambda s: once("canonical-service", _service, s), _service_order
-        ),
+        nodes=_each(observed.nodes, each("canonical-node", _node), _node_order),
+        workloads=_each(observed.workloads, each("canonical-workload", _workload), _workload_order),
+        services=_each(observed.services, each("canonical-service", _service), _service_order),
         quotas=_each(observed.quotas, _quota, lambda q: (q.namespace, q.name)),
         priority_classes=_each(
             observed.priority_classes, _same, lambda p: (p.name, p.value, p.preemption_policy)
