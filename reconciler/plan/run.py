@@ -153,28 +153,16 @@ class Run:
     _gang_of: dict[int, tuple[Workload, tuple[Workload, ...]]] = field(default_factory=dict)
     """id(w) -> (w, its gang): `gang` answers each workload once per run (the index is fixed)."""
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
+    _typical: dict[str, dict[placement.TaskType, int]] | None = None
 
     def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
         """FGD's target workload for a pool: the GPU requests observed there (whole cards as
         1000 milli, shared slices as their share of a card); a fixed seed for ties."""
         if pv.name not in self._placement:
-            slices = (
-                pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
-            )
-            reqs = []
-            for w in self.cluster.workloads.values():
-                if self.cluster.pool_of(w) != pv.name:
-                    continue
-                if w.request.gpus:
-                    reqs.append(placement.PodDemand(num_gpu=w.request.gpus, gpu_milli=1000))
-                elif w.request.shared_slices:
-                    reqs.append(
-                        placement.PodDemand(
-                            num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)
-                        )
-                    )
+            if self._typical is None:
+                self._typical = _typical_workloads(self.cluster)
             self._placement[pv.name] = placement.PlacementContext(
-                target=placement.typical_workload(reqs), rng=random.Random(0)
+                target=placement.typical_of(self._typical.get(pv.name, {})), rng=random.Random(0)
             )
         return self._placement[pv.name]
 
@@ -247,6 +235,34 @@ class Run:
     def freed(self) -> None:
         """Capacity came free: demand that failed before may fit now."""
         self.generation += 1
+
+
+def _typical_workloads(cluster: ClusterView) -> dict[str, dict[placement.TaskType, int]]:
+    """Pool -> the GPU requests of its workloads counted per FGD task type (whole cards as
+    1000 milli of each card, shared slices as their share of one card), every pool in one
+    pass over the workloads."""
+    slices = {
+        name: pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+        for name, pv in cluster.pools.items()
+    }
+    asks: dict[tuple[str | None, int, int], int] = {}  # (pool, GPUs, slices) -> pods
+    for w in cluster.workloads.values():
+        r = w.request
+        if r.gpus or r.shared_slices:
+            k = (cluster.pool_of(w), r.gpus, r.shared_slices)
+            asks[k] = asks.get(k, 0) + 1
+    out: dict[str, dict[placement.TaskType, int]] = {}
+    for (pool, gpus, shared), n in asks.items():
+        if pool not in slices:
+            continue
+        if gpus:
+            d = placement.PodDemand(num_gpu=gpus, gpu_milli=1000)
+        else:
+            d = placement.PodDemand(num_gpu=1, gpu_milli=-(-shared * 1000 // slices[pool]))
+        counts = out.setdefault(pool, {})
+        t = placement.task_type(d)
+        counts[t] = counts.get(t, 0) + n
+    return out
 
 
 def init_usage(run: Run) -> None:
