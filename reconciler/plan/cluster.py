@@ -460,6 +460,9 @@ class ClusterView:
     workloads: dict[str, Workload]
     unmatched_nodes: list[str]
     fenced_nodes: dict[str, str] = field(default_factory=dict)  # node -> why it is not capacity
+    releases: int = 0
+    """How many workloads `release` has freed in this run (answers about who holds what, kept
+    during a run, are valid while it and `Run.generation` stay as they were)."""
 
     def pool_of(self, w: Workload) -> str | None:
         if w.node:
@@ -468,6 +471,7 @@ class ClusterView:
 
     def release(self, w: Workload) -> None:
         """`w` stops (evicted, preempted, moved): its cards, instances and slices are free."""
+        self.releases += 1
         for a in w.allocations:
             s = self.slot.get((w.node or "", a.gpu))
             if s is None:
