@@ -171,10 +171,13 @@ def check(
     )
 
 
-def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] | None:
+def holding_groups(
+    observed: ObservedState, rest: list[Workload] | None = None
+) -> dict[str, tuple[Workload, ...]] | None:
     """Node name -> the workloads that hold something on it (running, or admitted and not
     bound yet, with allocations), in the snapshot's order; '' for those with no node. None
-    when a node or a workload is listed twice: what is judged then is not one node's alone."""
+    when a node or a workload is listed twice: what is judged then is not one node's alone.
+    `rest`, when given, gets the other workloads (those that hold nothing), in order."""
     names: set[str] = set()
     for n in observed.nodes:
         if n.name in names:
@@ -189,6 +192,8 @@ def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] |
         keys.add(k)
         if _holds(w):
             out.setdefault(w.node or "", []).append(w)
+        elif rest is not None:
+            rest.append(w)
     return {n: tuple(ws) for n, ws in out.items()}
 
 

@@ -37,10 +37,9 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
-    quota_use_by_namespace,
     shared_slices,
 )
-from reconciler.plan.run import Demand, Run, kueue_mode
+from reconciler.plan.run import Demand, Run, kueue_mode, quota_use_of
 from reconciler.policy.models import Allotment, MemoryAllotment, PoolQuota
 
 
@@ -61,7 +60,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     )
     tally = _Tally(
         quotas=resource_quotas(run),
-        ns_use=quota_use_by_namespace(run.cluster.workloads.values()),
+        ns_use=quota_use_of(run),
         partitions=_partitions_held(run),
     )
     for (_, pool), n in run.running_whole.items():

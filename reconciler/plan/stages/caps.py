@@ -15,9 +15,8 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
-    quota_use_by_namespace,
 )
-from reconciler.plan.run import BUDGET, Run, suspended_job
+from reconciler.plan.run import BUDGET, Run, quota_use_of, suspended_job
 from reconciler.plan.victims import order_victims
 from reconciler.policy.models import Quota
 
@@ -37,7 +36,7 @@ def enforce_team_caps(run: Run) -> None:
     if not over:
         return  # what the ResourceQuotas count is read only for a team over its cap
     comeback = _Comeback(resource_quotas(run), set(run.observed.gated_namespaces or ()))
-    comeback.use.update(quota_use_by_namespace(run.cluster.workloads.values()))
+    comeback.use.update(quota_use_of(run))
     for q in over:
         cap = q.spec.max_gpus
         assert cap is not None
