@@ -16,10 +16,13 @@ cards a pod holds.
 
 It times `observe_cluster` (listing through the fake server, reading the DRA objects, each pod's
 request and holdings), the planner's consistency check and the whole plan (`plan_with_facts`),
-the best of `--repeat`, and prints one table; `--profile` prints cProfile's top functions of
-one observe and one plan. Apply is not timed here (its DRA work is writing the admitted pods'
-claims: API calls, the same with or without this cycle's reading). Exit 0 always: figures are
-for reading, not a target.
+the best of `--repeat`, and prints one table; then a second one: `observe_cluster` through a
+synced watch cache (`ClusterCache`'s nodes, pods and five DRA resources, as the controller
+reads them once its informers hold them: `SyncedCache` below) against the listed one, with the
+requests each makes and whether the two snapshots are equal. `--profile` prints cProfile's
+top functions of one observe (listed, and through the cache) and one plan. Apply is not timed
+here (its DRA work is writing the admitted pods' claims: API calls, the same with or without
+this cycle's reading). Exit 0 always: figures are for reading, not a target.
 """
 
 from __future__ import annotations
@@ -157,6 +160,95 @@ def build(nodes: int, pending: int, gone: int = 0) -> tuple[Any, str]:
     return cluster, policy
 
 
+class SyncedCache:
+    """What `ClusterCache` answers once its informers are synced and caught up: the objects of
+    one list of each resource, the same objects every cycle (a watch replaces only the ones
+    that change), and its `dra_memo`."""
+
+    def __init__(self) -> None:
+        from kubernetes import client
+
+        from reconciler import conventions as C
+        from reconciler.observe.kube_dra import DraMemo
+
+        self.dra_memo = DraMemo()
+        core, custom = client.CoreV1Api(None), client.CustomObjectsApi(None)
+        self._nodes = core.list_node().items
+        self._pods = core.list_pod_for_all_namespaces().items
+        self._dra = {
+            plural: custom.list_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural)["items"]
+            for plural in C.DRA_PLURALS.values()
+        }
+
+    def nodes(self) -> list[Any]:
+        return self._nodes
+
+    def pods(self) -> list[Any]:
+        return self._pods
+
+    def node_states(self) -> list[dict]:
+        return []
+
+    def dra_objects(self, plural: str) -> list[dict]:
+        return self._dra[plural]
+
+
+class Counting:
+    """Counts the list calls the fake server answers (`serving` patches the client's API
+    classes; this wraps them)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __enter__(self) -> Counting:
+        from kubernetes import client
+
+        self._saved = {}
+        counter = self
+        for name in ("CoreV1Api", "CustomObjectsApi"):
+            cls = getattr(client, name)
+            self._saved[name] = cls
+
+            class Wrapped(cls):  # type: ignore[misc, valid-type]
+                def __getattribute__(self, attr: str) -> Any:
+                    if attr.startswith("list_"):
+                        counter.calls += 1
+                    return super().__getattribute__(attr)
+
+            setattr(client, name, Wrapped)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from kubernetes import client
+
+        for name, cls in self._saved.items():
+            setattr(client, name, cls)
+
+
+def cached_table(args: Any, observed: Any, t_obs: float) -> None:
+    """The second table: observe through a synced cache against the listed observe."""
+    from reconciler.observe.kube import observe_cluster
+    from tests.observe.fake_cluster import NOW
+
+    cache = SyncedCache()
+    t_cached, via_cache = best(lambda: observe_cluster(object(), now=NOW, cache=cache), args.repeat)
+    with Counting() as listed:
+        observe_cluster(object(), now=NOW)
+    with Counting() as cached:
+        observe_cluster(object(), now=NOW, cache=cache)
+    same = repr(via_cache.dra) == repr(observed.dra) and len(via_cache.workloads) == len(
+        observed.workloads
+    )
+    print()
+    print("| nodes | claims | observe s listed | observe s cached | lists listed / cached | same |")
+    print("|---:|---:|---:|---:|---:|---|")
+    claims = len(observed.dra.claims) if observed.dra else 0
+    print(
+        f"| {args.nodes} | {claims} | {t_obs:.3f} | {t_cached:.3f} "
+        f"| {listed.calls} / {cached.calls} | {'yes' if same else 'NO'} |"
+    )
+
+
 def best(fn: Any, repeat: int) -> tuple[float, Any]:
     out, times = None, []
     for _ in range(repeat):
@@ -201,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         t_obs, observed = best(lambda: observe_cluster(object(), now=NOW), args.repeat)
         if args.profile:
             profiled(lambda: observe_cluster(object(), now=NOW), "observe_cluster")
+        cache = SyncedCache()
+        if args.profile:
+            profiled(
+                lambda: observe_cluster(object(), now=NOW, cache=cache),
+                "observe_cluster through the cache",
+            )
     canon = consistency.canonical(observed)
     t_check, _ = best(lambda: consistency.check(desired, canon), args.repeat)
     t_plan, (plan, _) = best(lambda: plan_with_facts(desired, observed), args.repeat)
@@ -222,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| {args.nodes} | {claims} | {len(observed.workloads)} | {t_obs:.3f} | {t_check:.3f} "
         f"| {t_plan:.3f} | {t_obs + t_plan:.3f} | {unreleased} | {acts} |"
     )
+    with serving(cluster):
+        cached_table(args, observed, t_obs)
     return 0
 
 

@@ -529,8 +529,11 @@ def run_size(binary: Path, n: int, args: argparse.Namespace) -> list[Case]:
     return list(cases.values())
 
 
-def settled(world: Any, ns: str, cases: Any, timeout: float = 300) -> None:
-    """Each case's first replica bound (the controller admitted it) before the trials."""
+def settled(world: Any, ns: str, cases: Any, timeout: float = 900) -> None:
+    """Each case's first replica bound (the controller admitted it) before the trials. The
+    repartition case's pays the ConfigMap propagation (150 s) and mig-manager's run; at 1,000
+    nodes on the loaded 2-core machine that took 302 s from gpupool's write (2026-12-05), over
+    the 300 s this waited then."""
     deadline = time.monotonic() + timeout
     for c in cases:
         while True:

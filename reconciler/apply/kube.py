@@ -173,19 +173,43 @@ class KubeOps:
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._kueue = _ObjectGroup(self.custom, C.KUEUE_GROUP, C.KUEUE_VERSION, C.KUEUE_PLURALS)
-        self._dra = _ObjectGroup(self.custom, C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS)
+        self._dra = _ObjectGroup(
+            self.custom, C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS, on_write=self._wrote_dra
+        )
         self._written_lock = threading.Lock()
         self.written: dict[str, int] = {}
-        """"nodes" / "pods" -> the newest resourceVersion the server returned for a write of
-        gpupool's ("nodestates": for a GpuNodeState it read): what the controller's watch cache
-        must have seen before the next plan (`reconciler/loop/informer.py`, read your own
-        writes)."""
+        """"nodes" / "pods" / a resource.k8s.io plural ("resourceclaims", "deviceclasses", ...)
+        -> the newest resourceVersion the server returned for a write of gpupool's
+        ("nodestates": for a GpuNodeState it read): what the controller's watch cache must have
+        seen before the next plan (`reconciler/loop/informer.py`, read your own writes)."""
+        self.deleted: dict[str, dict[str, str]] = {}
+        """A resource.k8s.io plural -> {"namespace/name": uid} of the objects gpupool deleted
+        there and has not made again: what the watch cache must no longer hold (a delete
+        answers a Status with the uid, not a resourceVersion). Only what gpupool prunes or
+        replaces (a few names)."""
 
     def _wrote(self, kind: str, obj: Any) -> None:
         rv = C.resource_version(C.raw_resource_version(obj))  # a model object or a custom one
         with self._written_lock:  # steps may run at once (ApplyConfig.parallel_steps)
             if rv is not None and rv > self.written.get(kind, 0):
                 self.written[kind] = rv
+
+    def _wrote_dra(self, plural: str, key: str, answer: Any, delete: bool = False) -> None:
+        """A DRA write's answer: the object (created, patched, or deleted but held by a
+        finalizer: its resourceVersion), or what a delete removed (a Status with its uid, or
+        the object without a deletionTimestamp, as some resources answer)."""
+        if not isinstance(answer, dict):
+            return
+        meta = answer.get("metadata") or {}
+        if answer.get("kind") == "Status" or (delete and not meta.get("deletionTimestamp")):
+            uid = str((answer.get("details") or meta).get("uid") or "")
+            if uid:
+                with self._written_lock:
+                    self.deleted.setdefault(plural, {})[key] = uid
+            return
+        with self._written_lock:
+            self.deleted.get(plural, {}).pop(key, None)
+        self._wrote(plural, answer)
 
     # nodes
     def read_node(self, name: str) -> NodeInfo | None:
@@ -322,6 +346,20 @@ class KubeOps:
                     name,
                     namespace,
                     {"status": {"conditions": [cond]}},
+                    _content_type=STRATEGIC,
+                    field_manager=C.FIELD_MANAGER,
+                ),
+            )
+
+    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+        patch = {"status": {"resourceClaimStatuses": [{"name": entry, "resourceClaimName": claim}]}}
+        with _errors():
+            self._wrote(
+                "pods",
+                self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    patch,
                     _content_type=STRATEGIC,
                     field_manager=C.FIELD_MANAGER,
                 ),
@@ -619,8 +657,24 @@ class _ObjectGroup:
     namespace, cluster-scoped otherwise. Reads answer None for an object that is not there;
     writes raise the port's errors (`_errors`)."""
 
-    def __init__(self, custom: Any, group: str, version: str, plurals: dict[str, str]):
+    def __init__(
+        self,
+        custom: Any,
+        group: str,
+        version: str,
+        plurals: dict[str, str],
+        on_write: Callable[..., None] | None = None,
+    ):
         self.custom, self.group, self.version, self.plurals = custom, group, version, plurals
+        self.on_write = on_write
+        """Called with (plural, "namespace/name", the server's answer, whether a delete)
+        after each write."""
+
+    def _answered(
+        self, kind: str, namespace: str, name: str, answer: Any, delete: bool = False
+    ) -> None:
+        if self.on_write is not None:
+            self.on_write(self.plurals[kind], f"{namespace or ''}/{name}", answer, delete)
 
     def _at(self, kind: str, namespace: str, *name: str) -> tuple[str, ...]:
         ns = [namespace] if namespace else []
@@ -643,18 +697,20 @@ class _ObjectGroup:
         c = self.custom
         create = c.create_namespaced_custom_object if ns else c.create_cluster_custom_object
         with _errors():
-            create(*self._at(body["kind"], ns), body, field_manager=C.FIELD_MANAGER)
+            answer = create(*self._at(body["kind"], ns), body, field_manager=C.FIELD_MANAGER)
+        self._answered(body["kind"], ns, body["metadata"].get("name") or "", answer)
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict) -> None:
         c = self.custom
         merge = c.patch_namespaced_custom_object if namespace else c.patch_cluster_custom_object
         with _errors():
-            merge(
+            answer = merge(
                 *self._at(kind, namespace, name),
                 patch,
                 field_manager=C.FIELD_MANAGER,
                 _content_type=MERGE,
             )
+        self._answered(kind, namespace, name, answer)
 
     def replace_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         c = self.custom
@@ -664,10 +720,12 @@ class _ObjectGroup:
             else c.replace_cluster_custom_object_status
         )
         with _errors():
-            put(*self._at(kind, namespace, name), body, field_manager=C.FIELD_MANAGER)
+            answer = put(*self._at(kind, namespace, name), body, field_manager=C.FIELD_MANAGER)
+        self._answered(kind, namespace, name, answer)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         c = self.custom
         drop = c.delete_namespaced_custom_object if namespace else c.delete_cluster_custom_object
         with _errors():
-            drop(*self._at(kind, namespace, name))
+            answer = drop(*self._at(kind, namespace, name))
+        self._answered(kind, namespace, name, answer, delete=True)

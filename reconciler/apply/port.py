@@ -208,6 +208,13 @@ class ClusterOps(Protocol):
         """Set one condition in the pod's `status.conditions` (a strategic-merge patch of the
         pods/status subresource, merged by condition `type`: the others stay)."""
 
+    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+        """Name `claim` as the ResourceClaim of the pod's claim `entry` in its
+        `status.resourceClaimStatuses` (a strategic-merge patch of the pods/status
+        subresource, merged by `name`: the other entries stay). Exact admission points a gated
+        pod at the pinned claim it made before it deletes the claim it replaces
+        (handlers/dra_admit.py)."""
+
     # jobs
     def read_job(self, namespace: str, name: str) -> JobInfo | None:
         """A batch/v1 Job, None when it is missing. Read through a `list` with the field

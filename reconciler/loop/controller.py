@@ -179,6 +179,12 @@ class Controller:
         self._dra_left = True
         """Whether the last observation of resource.k8s.io found objects gpupool made (or none
         was made yet): read DRA again, even with no pool on it, until they are pruned."""
+        self.dra_watch = True
+        """Read DRA through the watch cache's informers (`ClusterCache.watch_dra`) while it is
+        read (False: list the five resource.k8s.io resources every cycle, as before the
+        cache). It was off while admission_openb.py's DRA runs showed claims allocated without
+        gpupool's plan; the cause was exact admission's delete-then-create of a claim, not the
+        cache (handlers/dra_admit.py `_replace`; bench/README.md, dra_cycle.py's section)."""
         self.cache_wait_seconds = cache_wait_seconds
         self.wake_gap_seconds = wake_gap_seconds
         """Least time between two cycle starts when a pod event wakes the loop: a burst of
@@ -284,6 +290,8 @@ class Controller:
             dra=self._reads_dra(desired),
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
+        if self.cache is not None:  # the next cycle's DRA reads come from watches, or lists
+            self.cache.watch_dra(self.dra_watch and self._reads_dra(desired))
         self.last_observed = self.clock()
         observed = with_signals(
             desired,
@@ -486,14 +494,19 @@ class Controller:
         """Whether this cycle reads resource.k8s.io (ResourceSlices, DeviceClasses, claims,
         templates, taint rules: four or five lists over the cluster): while a pool of the
         desired state is on DRA, or objects gpupool made there are still to be pruned (the
-        first cycle reads to know). A cluster with no DRA pool lists none of it after that."""
+        first cycle reads to know). A cluster with no DRA pool lists none of it after that.
+        Under `run`, the cycle after one that read DRA and will read it again reads through
+        the watch cache's DRA informers (`ClusterCache.watch_dra`: started then, stopped when
+        DRA is no longer read)."""
         return self._dra_left or any(p.spec.backend == "dra" for p in desired.pools.values())
 
     def _cache(self) -> Any:
         """The watch cache if it has seen gpupool's own last writes, else None (list afresh):
         planning from a cache that has not seen a pod's admission would take the pod for
         gated and its cards for free, and admit another pod onto them."""
-        if self.cache is None or self.cache.caught_up(self.ops.written, self.cache_wait_seconds):
+        if self.cache is None or self.cache.caught_up(
+            self.ops.written, self.cache_wait_seconds, getattr(self.ops, "deleted", None)
+        ):
             return self.cache
         metrics.CACHE_BEHIND.inc()
         log.warning(

@@ -1,5 +1,6 @@
 """Watch-fed caches of nodes, pods and the node agents' GpuNodeStates (list, then watch from the
-list's resourceVersion).
+list's resourceVersion), and, while the controller reads DRA, of the five resource.k8s.io/v1
+resources (`ClusterCache.watch_dra`).
 
 The controller reads its observed state from these instead of listing every pod (and every
 node's GpuNodeState) each cycle. An informer takes typed lists (the client's models) and custom
@@ -20,6 +21,11 @@ in time. Resource versions of one resource are comparable as integers since Kube
 (KEP-5504, Comparable Resource Version, stable in v1.35); kube-controller-manager's own
 controllers do the same since v1.36 (KEP-5647, Stale Controller Handling: they compare their
 writes with the informer store's `LastStoreSyncResourceVersion` and wait).
+DRA writes are gpupool's claims (exact admission makes a pinned claim and deletes the old one),
+DeviceClasses, ResourceClaimTemplates and DeviceTaintRules: their resourceVersions count the
+same way, and a delete (answered with a Status, no resourceVersion) by the uid it removed,
+which the cache must no longer hold. A DRA informer behind at the deadline does not drop the
+whole cache: that resource alone is listed (`dra_objects` answers None).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.conventions import raw_resource_version, resource_version
+from reconciler.observe.kube_dra import DraMemo
 
 log = logging.getLogger("gpupool.informer")
 CONNECT_TIMEOUT = 5.0
@@ -96,12 +103,26 @@ class Informer:
                 return False
         return True
 
-    def caught_up(self, rv: int, timeout: float) -> bool:
-        """Wait until this cache has processed resourceVersion `rv` (or a later one)."""
+    def caught_up(self, rv: int | None, timeout: float, gone: dict[str, str] | None = None) -> bool:
+        """Wait until this cache has processed resourceVersion `rv` (or a later one), and no
+        longer holds the objects of `gone` (key -> the uid deleted; another object made since
+        under that name is not the one deleted)."""
         with self._advanced:
-            return self._advanced.wait_for(
-                lambda: self.rv is not None and self.rv >= rv, timeout=timeout
-            )
+            return self._advanced.wait_for(lambda: self._fresh(rv, gone), timeout=timeout)
+
+    def fresh(self, rv: int | None, gone: dict[str, str] | None = None) -> bool:
+        """`caught_up` without waiting."""
+        with self._lock:
+            return self._fresh(rv, gone)
+
+    def _fresh(self, rv: int | None, gone: dict[str, str] | None) -> bool:
+        if rv is not None and (self.rv is None or self.rv < rv):
+            return False
+        for key, uid in (gone or {}).items():
+            held = self._items.get(key)
+            if held is not None and _uid(held) in (uid, ""):
+                return False
+        return True
 
     def _seen(self, value: Any) -> None:
         rv = resource_version(value)
@@ -159,6 +180,7 @@ class Informer:
                         elif kind != "BOOKMARK":
                             self._items[self._key(obj)] = obj
                         self._seen(rv)
+                        self._advanced.notify_all()  # a deletion `caught_up` waits for
                     if self.on_event is not None and kind != "BOOKMARK":
                         self.on_event(kind, obj)
             except client.ApiException as exc:
@@ -180,6 +202,31 @@ class Informer:
                 log.warning("%s: watch broke (%s); relisting", self.name, type(exc).__name__)
                 rv = None
                 stop.wait(self.backoff_seconds)
+
+
+def _uid(obj: Any) -> str:
+    if isinstance(obj, dict):
+        return str((obj.get("metadata") or {}).get("uid") or "")
+    return str(getattr(getattr(obj, "metadata", None), "uid", None) or "")
+
+
+class _Either:
+    """A stop that is set when either of two events is (the process's, or the DRA watches')."""
+
+    def __init__(self, a: threading.Event, b: threading.Event):
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left <= 0:
+                break
+            self.b.wait(left)
+        return self.is_set()
 
 
 class ClusterCache:
@@ -211,11 +258,59 @@ class ClusterCache:
             **kw,
         )
         self.informers = (self.node_informer, self.pod_informer, self.node_state_informer)
+        self._custom, self._kw = custom, kw
+        self._stop = threading.Event()
+        self.dra_informers: dict[str, Informer] = {}
+        """resource.k8s.io/v1 plural -> its informer, while DRA is watched (`watch_dra`)."""
+        self._dra_stop = threading.Event()
+        self._dra_floor: dict[str, tuple[int | None, dict[str, str]]] = {}
+        self.dra_memo: DraMemo | None = None
+        """The DRA objects converted once per version (`read_dra` reads it here), while DRA is
+        watched: without it a cycle reads DRA exactly as without a cache."""
 
     def start(self, stop: threading.Event) -> ClusterCache:
+        self._stop = stop
         for informer in self.informers:
             informer.start(stop)
         return self
+
+    # -- DRA: resource.k8s.io/v1, watched only while the controller reads it
+    def watch_dra(self, on: bool) -> None:
+        """Start the DRA informers (ResourceSlices, DeviceClasses, ResourceClaims,
+        ResourceClaimTemplates, DeviceTaintRules) if `on` and not started, stop them if not
+        `on`: the controller reads DRA only while a pool is on it or gpupool's objects there
+        are left to prune, and a cluster without a DRA pool keeps no watch of it. A stopped
+        informer's thread ends at its watch's next event or timeout; a new start is a new
+        informer (a fresh list)."""
+        if on and not self.dra_informers:
+            self.dra_memo = DraMemo()
+            self._dra_stop = threading.Event()
+            stop = _Either(self._stop, self._dra_stop)
+            for plural in C.DRA_PLURALS.values():
+                list_fn = functools.partial(
+                    self._custom.list_cluster_custom_object, C.DRA_GROUP, C.DRA_VERSION, plural
+                )
+                inf = Informer(list_fn, name=plural, **self._kw)
+                self.dra_informers[plural] = inf.start(stop)  # type: ignore[arg-type]
+        elif not on and self.dra_informers:
+            self._dra_stop.set()
+            self.dra_informers = {}
+            self._dra_floor = {}
+            self.dra_memo = None
+
+    def dra_objects(self, plural: str) -> list[dict] | None:
+        """The cached objects of one DRA resource (dicts, as listed), if its informer is synced
+        and has seen gpupool's own last writes of it (`caught_up`); else None: the reader lists.
+        DeviceTaintRules not served (404: resource.k8s.io/v1 before 1.37) are none."""
+        inf = self.dra_informers.get(plural)
+        if inf is None:
+            return None
+        if inf.absent and plural == C.DRA_PLURALS["DeviceTaintRule"]:
+            return []
+        rv, gone = self._dra_floor.get(plural, (None, {}))
+        if not inf.fresh(rv, gone):
+            return None
+        return inf.items()
 
     def nodes(self) -> list[Any] | None:
         return self.node_informer.items()
@@ -236,10 +331,19 @@ class ClusterCache:
             and self.node_state_informer.settled(timeout)
         )
 
-    def caught_up(self, written: dict[str, int], timeout: float) -> bool:
+    def caught_up(
+        self,
+        written: dict[str, int],
+        timeout: float,
+        deleted: dict[str, dict[str, str]] | None = None,
+    ) -> bool:
         """Each cache has processed gpupool's own last write of its kind (`written`: "nodes" /
-        "pods" -> the resourceVersion the server returned for it; "nodestates": the newest
-        GpuNodeState gpupool read), waiting up to `timeout` seconds in all."""
+        "pods" / a DRA plural -> the resourceVersion the server returned for it; "nodestates":
+        the newest GpuNodeState gpupool read) and no longer holds what gpupool deleted there
+        (`deleted`: DRA plural -> {"namespace/name": uid}), waiting up to `timeout` seconds in
+        all. A DRA informer not synced yet is not waited for, and one still behind at the
+        deadline does not fail the rest: `dra_objects` checks the same again when read and
+        answers None (that resource is listed afresh) until it is fresh."""
         deadline = time.monotonic() + timeout
         for kind, informer in (
             ("nodes", self.node_informer),
@@ -249,4 +353,14 @@ class ClusterCache:
             rv = written.get(kind)
             if rv is not None and not informer.caught_up(rv, max(0.0, deadline - time.monotonic())):
                 return False
+        deleted = deleted or {}
+        self._dra_floor = {
+            p: (written.get(p), dict(deleted.get(p) or {})) for p in C.DRA_PLURALS.values()
+        }
+        for plural, inf in list(self.dra_informers.items()):
+            rv, gone = self._dra_floor[plural]
+            if not inf.synced.is_set() or (rv is None and not gone):
+                continue
+            if not inf.caught_up(rv, max(0.0, deadline - time.monotonic()), gone):
+                log.info("%s: has not seen gpupool's last write; listed afresh", plural)
         return True

@@ -170,9 +170,10 @@ def observe_cluster(
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
     `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
-    `cache.node_states()`, each None until synced) when given, else from lists; the rest is
-    listed each time (few objects, rarely changing). `dra`: read resource.k8s.io (`read_dra`);
-    False skips its four lists and `ObservedState.dra` is None, as where it is not served (the
+    `cache.node_states()`, each None until synced; the DRA objects, `cache.dra_objects`, while
+    the controller watches them) when given, else from lists; the rest is listed each time
+    (few objects, rarely changing). `dra`: read resource.k8s.io (`read_dra`); False skips its
+    five lists and `ObservedState.dra` is None, as where it is not served (the
     caller knows whether any pool is on DRA; observation does not). `cards`, kept across
     calls, converts a node's published cards once per version of its GpuNodeState
     (`CardMemo`: the same snapshot, less work); `workloads`, likewise, reads a pod into the
@@ -232,7 +233,7 @@ def _observe(
             named=lambda item: item[1],
         )
     )
-    dra = read_dra(api_client, raw_pods) if with_dra else None
+    dra = read_dra(api_client, raw_pods, cache) if with_dra else None
 
     index = DraIndex(dra) if dra is not None else None  # once, not per pod
 

@@ -10,6 +10,7 @@ bad claim only that claim. None when resource.k8s.io/v1 is not served (404)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reconciler import conventions as C
@@ -34,15 +35,64 @@ MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
 
 
-def read_dra(api_client: Any, raw_pods: list[Any]) -> DraState | None:
-    """DRA's objects, and the claims of `raw_pods` (the official client's V1Pods)."""
+class DraMemo:
+    """Each DRA object converted once per version of it: (kind, uid, resourceVersion) -> the
+    model `read_dra` made of it. Kept by the controller's watch cache (`ClusterCache.dra_memo`)
+    across cycles; a uid and resourceVersion name one state of one object, so the state equals
+    one made without the memo. An object without either, or one that does not convert (left
+    out and reported each time), is converted every time. Only the objects of the last read
+    are kept (`begin` / `end`)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str, str], Any] = {}
+        self._next: dict[tuple[str, str, str], Any] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def begin(self) -> None:
+        self._next = {}
+
+    def end(self) -> None:
+        self._kept, self._next = self._next, {}
+
+    def through(self, kind: str, convert: Callable[[dict], Any]) -> Callable[[dict], Any]:
+        def memoised(o: dict) -> Any:
+            meta = o.get("metadata") or {}
+            uid, rv = meta.get("uid"), meta.get("resourceVersion")
+            if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
+                return convert(o)
+            key = (kind, uid, rv)
+            got = self._kept.get(key)
+            if got is None:
+                self.misses += 1
+                got = convert(o)
+            else:
+                self.hits += 1
+            self._next[key] = got
+            return got
+
+        return memoised
+
+
+def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
+    """DRA's objects, and the claims of `raw_pods` (the official client's V1Pods). `cache`:
+    the controller's watch cache (`ClusterCache.dra_objects(plural)`: a resource's objects
+    when its informer is synced and has seen gpupool's own last writes there, else None);
+    each resource it does not answer for is listed, as without one."""
     from kubernetes import client
 
     api = client.CustomObjectsApi(api_client)
+    from_cache = getattr(cache, "dra_objects", None)  # a cache of nodes and pods only: lists
     listed: dict[str, list[dict]] = {}
     for kind, plural in PLURALS.items():
+        cached = from_cache(plural) if from_cache is not None else None
+        if cached is not None and kind == "ResourceClaim" and _claims_behind(cached, raw_pods):
+            cached = None  # older than the pods: listed, as without a cache
         try:
-            items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
+            if cached is not None:
+                items = cached
+            else:
+                items = api.list_cluster_custom_object(GROUP, VERSION, plural).get("items", [])
         except client.ApiException as exc:
             if exc.status == 404 and kind == "DeviceTaintRule":
                 items = []  # resource.k8s.io/v1 without device taint rules (before 1.37)
@@ -51,14 +101,49 @@ def read_dra(api_client: Any, raw_pods: list[Any]) -> DraState | None:
             else:
                 raise
         listed[kind] = _objects(kind, items, "metadata", "spec", "status")
-    return DraState(
-        slices=_each("ResourceSlice", listed["ResourceSlice"], _slice),
-        device_classes=_each("DeviceClass", listed["DeviceClass"], _device_class),
-        claims=_each("ResourceClaim", listed["ResourceClaim"], _claim),
-        claim_templates=_each("ResourceClaimTemplate", listed["ResourceClaimTemplate"], _template),
-        taint_rules=_each("DeviceTaintRule", listed["DeviceTaintRule"], _taint_rule),
+    memo = getattr(cache, "dra_memo", None)
+    if memo is None:
+        memo = DraMemo()  # used once: converts everything
+    memo.begin()
+
+    def each(kind: str, convert: Callable[[dict], Any]) -> list[Any]:
+        return _each(kind, listed[kind], memo.through(kind, convert))
+
+    state = DraState(
+        slices=each("ResourceSlice", _slice),
+        device_classes=each("DeviceClass", _device_class),
+        claims=each("ResourceClaim", _claim),
+        claim_templates=each("ResourceClaimTemplate", _template),
+        taint_rules=each("DeviceTaintRule", _taint_rule),
         pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
     )
+    memo.end()
+    return state
+
+
+def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> bool:
+    """Whether cached claims are older than the (cached) pods: a pod bound to a node whose
+    claim is not there allocated. kube-scheduler allocates a pod's claims before it binds the
+    pod, so a consistent read never shows that; a claims watch behind the pods watch does, and
+    a plan from it would take the pod's cards for free. Listing the claims after the pods (as
+    without a cache) cannot. Finished pods are left aside (their claims are deallocated)."""
+    allocated = set()
+    for c in claims:
+        if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
+            meta = c.get("metadata") or {}
+            allocated.add(f"{meta.get('namespace')}/{meta.get('name')}")
+    for p in raw_pods:
+        spec, status = getattr(p, "spec", None), getattr(p, "status", None)
+        if not getattr(spec, "node_name", None) or getattr(status, "phase", "") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        for st in getattr(status, "resource_claim_statuses", None) or []:
+            name = getattr(st, "resource_claim_name", None)
+            if name and f"{p.metadata.namespace}/{name}" not in allocated:
+                return True
+    return False
 
 
 def _managed_by(o: dict) -> str:

@@ -7,13 +7,14 @@ placement and conversions can be tried on it. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 
 from reconciler.conventions import CORDONED_FOR_ANN, GPU_CLIQUE_LABEL, NVIDIA, PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
+from reconciler.plan.census import CensusKey, count_the_rest, count_workloads
 from reconciler.plan.kept import Keeper, fresh
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
@@ -391,7 +392,13 @@ class PoolView:
         return sum(1 for g in self.gpus if (g.target_mode if target else g.mode) == mode)
 
     def capacity(self, target: bool) -> dict[str, int]:
-        return {m: self.count(m, target) for m in ("whole", "mig", "shared")}
+        """`count` of each mode, in one pass over the cards."""
+        out = {"whole": 0, "mig": 0, "shared": 0}
+        for g in self.gpus:
+            m = g.target_mode if target else g.mode
+            if m in out:
+                out[m] += 1
+        return out
 
 
 def node_pool_name(desired: DesiredState, node: Node) -> str | None:
@@ -460,6 +467,12 @@ class ClusterView:
     workloads: dict[str, Workload]
     unmatched_nodes: list[str]
     fenced_nodes: dict[str, str] = field(default_factory=dict)  # node -> why it is not capacity
+    census: dict[CensusKey, int] = field(default_factory=dict)
+    """How many of `workloads` there are per `CensusKey` (as observed: the plan changes
+    nothing of it)."""
+    releases: int = 0
+    """How many workloads `release` has freed in this run (answers about who holds what, kept
+    during a run, are valid while it and `Run.generation` stay as they were)."""
 
     def pool_of(self, w: Workload) -> str | None:
         if w.node:
@@ -468,6 +481,7 @@ class ClusterView:
 
     def release(self, w: Workload) -> None:
         """`w` stops (evicted, preempted, moved): its cards, instances and slices are free."""
+        self.releases += 1
         for a in w.allocations:
             s = self.slot.get((w.node or "", a.gpu))
             if s is None:
@@ -631,6 +645,7 @@ def build_cluster(
     keep: Keeper | None = None,
     unknown: list[UnknownHolding] | None = None,
     groups: Mapping[str, tuple[Workload, ...]] | None = None,
+    rest: Iterable[Workload] | None = None,
 ) -> ClusterView:
     """The working view. `suspect` cards (their holders disagree with the card: drift the
     cluster produced) are fenced like the cards of an unavailable node. A running workload
@@ -641,7 +656,9 @@ def build_cluster(
     are asked of `keep` per node and the workloads holding cards there (`groups`, node ->
     workloads: `consistency.holding_groups`, given when the snapshot lists no node and no
     workload twice), which may answer from a kept view (`reconciler.plan.kept`): the view's
-    slots are copies of the answer's."""
+    slots are copies of the answer's. `rest`: the workloads `groups` leaves out (holding
+    nothing; `holding_groups`'s), when the caller has them: the view's `census` is then
+    the nodes' kept counts and a count of the others only."""
     keep = keep or fresh()
     suspect = suspect or {}
     pools: dict[str, PoolView] = {}
@@ -653,11 +670,16 @@ def build_cluster(
     unmatched = []
     fenced: dict[str, str] = {}
     workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
+    census: dict[CensusKey, int] = {}
+    counted = groups is not None and rest is not None
     for node in sorted(observed.nodes, key=lambda n: n.name):
         ws = groups.get(node.name, ()) if groups is not None else ()
         part = keep.group(
             "cluster-node", lambda node=node, ws=ws: node_part(desired, node, ws), node, ws
         )
+        if counted:
+            for k, n in part.census:
+                census[k] = census.get(k, 0) + n
         match = pools.get(part.pool or "")
         if match is None:
             if node.gpus:
@@ -682,7 +704,13 @@ def build_cluster(
             if s is not None:
                 s.holders.add(u.workload)
                 s.fenced = s.fenced or UNKNOWN_HOLDER
-    return ClusterView(pools, node_pool, slot, workloads, unmatched, fenced)
+    view = ClusterView(pools, node_pool, slot, workloads, unmatched, fenced, census)
+    if counted:
+        assert groups is not None and rest is not None
+        count_the_rest(census, groups, rest, {n.name for n in observed.nodes}, view.pool_of)
+    else:
+        count_workloads(census, workloads.values(), view.pool_of)
+    return view
 
 
 def _hold(slot: Mapping[tuple[str, int], GpuSlot], w: Workload) -> None:
@@ -710,6 +738,8 @@ class NodePart:
     pool: str | None
     fence: str
     slots: tuple[GpuSlot, ...]
+    census: tuple[tuple[CensusKey, int], ...] = ()
+    """`census` of the workloads on it (their pool: the node's)."""
 
 
 def node_part(desired: DesiredState, node: Node, ws: tuple[Workload, ...] = ()) -> NodePart:
@@ -717,7 +747,10 @@ def node_part(desired: DesiredState, node: Node, ws: tuple[Workload, ...] = ()) 
     by_index = {(node.name, s.index): s for s in slots}
     for w in ws:
         _hold(by_index, w)
-    return NodePart(node_pool_name(desired, node), node_fence(node), slots)
+    pool = node_pool_name(desired, node)
+    counted: dict[CensusKey, int] = {}
+    count_workloads(counted, ws, lambda w: pool)
+    return NodePart(pool, node_fence(node), slots, tuple(counted.items()))
 
 
 def clone_slot(t: GpuSlot) -> GpuSlot:

@@ -171,10 +171,13 @@ def check(
     )
 
 
-def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] | None:
+def holding_groups(
+    observed: ObservedState, rest: list[Workload] | None = None
+) -> dict[str, tuple[Workload, ...]] | None:
     """Node name -> the workloads that hold something on it (running, or admitted and not
     bound yet, with allocations), in the snapshot's order; '' for those with no node. None
-    when a node or a workload is listed twice: what is judged then is not one node's alone."""
+    when a node or a workload is listed twice: what is judged then is not one node's alone.
+    `rest`, when given, gets the other workloads (those that hold nothing), in order."""
     names: set[str] = set()
     for n in observed.nodes:
         if n.name in names:
@@ -189,6 +192,8 @@ def holding_groups(observed: ObservedState) -> dict[str, tuple[Workload, ...]] |
         keys.add(k)
         if _holds(w):
             out.setdefault(w.node or "", []).append(w)
+        elif rest is not None:
+            rest.append(w)
     return {n: tuple(ws) for n, ws in out.items()}
 
 
@@ -703,18 +708,14 @@ def canonical(observed: ObservedState, keep: Keeper | None = None) -> ObservedSt
     key, so that a plan cannot depend on the order the cluster or a file listed things in.
     What is in that order already is shared with `observed`, not copied. `keep`: each node's,
     workload's and service's canonical form, answered from a kept view (`reconciler.plan.kept`)."""
-    once = (keep or fresh()).once
+    each = (keep or fresh()).each
     times = observed.recent_preemptions
     ordered_times = sorted(times, key=_utc)
     return _with(
         observed,
-        nodes=_each(observed.nodes, lambda n: once("canonical-node", _node, n), _node_order),
-        workloads=_each(
-            observed.workloads, lambda w: once("canonical-workload", _workload, w), _workload_order
-        ),
-        services=_each(
-            observed.services, lambda s: once("canonical-service", _service, s), _service_order
-        ),
+        nodes=_each(observed.nodes, each("canonical-node", _node), _node_order),
+        workloads=_each(observed.workloads, each("canonical-workload", _workload), _workload_order),
+        services=_each(observed.services, each("canonical-service", _service), _service_order),
         quotas=_each(observed.quotas, _quota, lambda q: (q.namespace, q.name)),
         priority_classes=_each(
             observed.priority_classes, _same, lambda p: (p.name, p.value, p.preemption_policy)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from reconciler.observe.model import ObservedState
+from reconciler.observe.model import Node, ObservedState
 from reconciler.plan.cluster import node_pool_name
 from reconciler.plan.kept import ViewMemo
 from reconciler.plan.model import Plan
@@ -64,17 +64,36 @@ class Dirty:
         return not self.pools and not self.reasons and not self.time
 
 
-def _changed(before: list, after: list, key: Callable) -> set | None:
-    """Keys of the objects added, removed or changed; an object that is the same object (the
-    adapter hands back what did not change) is not compared field by field. None when either
-    side lists a key twice (a snapshot built without validation): by key, a change there
-    cannot be told."""
-    old = {key(x): x for x in before}
-    new = {key(x): x for x in after}
-    if len(old) != len(before) or len(new) != len(after):
+def _changed(before: list, after: list, key: Callable) -> dict | None:
+    """Key -> the object (after's, else before's) of the objects added, removed or changed;
+    an object that is the same object (the adapter hands back what did not change) is not
+    compared field by field. None when either side lists a key twice (a snapshot built
+    without validation): by key, a change there cannot be told. The objects both lists
+    hold at the same place from either end are the same object, so unchanged, and their
+    keys are the same: only what lies between is keyed and compared (one object added to a
+    snapshot of thousands costs a pass of `is` and one key per object of `before`)."""
+    n = min(len(before), len(after))
+    i = 0
+    while i < n and before[i] is after[i]:
+        i += 1
+    j = 0
+    while j < n - i and before[-1 - j] is after[-1 - j]:
+        j += 1
+    old_mid = before[i : len(before) - j]
+    new_mid = after[i : len(after) - j]
+    everything = set(map(key, before))
+    if len(everything) != len(before):
         return None
-    out = {k for k in old.keys() ^ new.keys()}
-    out.update(k for k, x in new.items() if k in old and old[k] is not x and old[k] != x)
+    old = {key(x): x for x in old_mid}
+    new = {key(x): x for x in new_mid}
+    # after lists a key twice: twice among its own, or once there and once among what it
+    # shares with before (before's keys but those it holds only between the shared ends)
+    if len(new) != len(new_mid) or any(k in everything and k not in old for k in new):
+        return None
+    out = {k: x for k, x in old.items() if k not in new}
+    for k, x in new.items():
+        if k not in old or (old[k] is not x and old[k] != x):
+            out[k] = x
     return out
 
 
@@ -88,40 +107,31 @@ def dirty(
     """The pools whose inputs differ between `before` and `after` (each as of its `now`)."""
     pools: set[str] = set()
     reasons: list[str] = []
-
-    node_pool: dict[str, str | None] = {}
-    for snap in (before, after):
-        for n in snap.nodes:
-            p = node_pool_name(desired, n)
-            if n.name in node_pool and node_pool[n.name] != p:
-                reasons.append(f"node {n.name} moved from pool {node_pool[n.name]} to {p}")
-            node_pool.setdefault(n.name, p)
+    pool_of_node = _node_pools(desired, before, after, reasons)
     changed = _changed(before.nodes, after.nodes, lambda n: n.name)
     if changed is None:
         reasons.append("a node is listed twice")
     for name in sorted(changed or ()):
-        p = node_pool.get(name)
+        p = pool_of_node(name)
         if p is None:
             reasons.append(f"node {name} (in no pool) changed")
         else:
             pools.add(p)
-    workloads = {w.key: w for w in [*before.workloads, *after.workloads]}
     changed = _changed(before.workloads, after.workloads, lambda w: w.key)
     if changed is None:
         reasons.append("a workload is listed twice")
     for key in sorted(changed or ()):
-        w = workloads[key]
-        p = node_pool.get(w.node) if w.node else w.pool
+        w = changed[key]
+        p = pool_of_node(w.node) if w.node else w.pool
         if p is None:
             reasons.append(f"workload {key} (in no pool) changed")
         else:
             pools.add(p)
-    services = {(s.kind, s.key): s for s in [*before.services, *after.services]}
     changed = _changed(before.services, after.services, lambda s: (s.kind, s.key))
     if changed is None:
         reasons.append("a service is listed twice")
     for key in sorted(changed or ()):
-        p = services[key].pool
+        p = changed[key].pool
         if p is None:
             reasons.append(f"service {key[1]} (in no pool) changed")
         else:
@@ -131,6 +141,46 @@ def dirty(
             reasons.append(f"{name.replace('_', ' ')} changed")
     moved = (before_now or before.observed_at) != (after_now or after.observed_at)
     return Dirty(frozenset(pools), tuple(dict.fromkeys(reasons)), moved)
+
+
+def _node_pools(
+    desired: DesiredState, before: ObservedState, after: ObservedState, reasons: list[str]
+) -> Callable[[str], str | None]:
+    """Node name -> its pool (as `before` lists the node, else as `after` does), asked
+    when needed; a node whose pool differs from one listing to the next is a reason, in the
+    order the listings come. Each snapshot listing each name once, only a node of `after`
+    that is not the very object `before` lists is asked its pool twice."""
+    first: dict[str, Node] = {}
+    later: dict[str, Node] = {}
+    for n in before.nodes:
+        first.setdefault(n.name, n)
+    for n in after.nodes:
+        later.setdefault(n.name, n)
+    known: dict[str, str | None] = {}
+    if len(first) != len(before.nodes) or len(later) != len(after.nodes):
+        for n in [*before.nodes, *after.nodes]:  # a name listed twice: every listing asked
+            p = node_pool_name(desired, n)
+            if n.name in known and known[n.name] != p:
+                reasons.append(f"node {n.name} moved from pool {known[n.name]} to {p}")
+            known.setdefault(n.name, p)
+    else:
+        for n in after.nodes:
+            was = first.get(n.name)
+            if was is None or was is n:
+                continue
+            p, q = node_pool_name(desired, was), node_pool_name(desired, n)
+            known[n.name] = p
+            if p != q:
+                reasons.append(f"node {n.name} moved from pool {p} to {q}")
+
+    def pool_of(name: str) -> str | None:
+        if name not in known:
+            n = first.get(name)
+            n = later.get(name) if n is None else n
+            known[name] = node_pool_name(desired, n) if n is not None else None
+        return known[name]
+
+    return pool_of
 
 
 def coupled_pools(desired: DesiredState, observed: ObservedState) -> list[frozenset[str]]:
@@ -156,6 +206,7 @@ def coupled_pools(desired: DesiredState, observed: ObservedState) -> list[frozen
         or desired.admission_controller == "kueue"
     ):
         join(names)
+        return [frozenset(names)] if names else []  # one group: nothing can split it
     team_pools: dict[str, set[str]] = {}
     for q in desired.quotas.values():
         team_pools.setdefault(q.team, set()).update(e.pool for e in q.spec.pools)

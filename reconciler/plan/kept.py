@@ -70,6 +70,31 @@ class Keeper:
     def once(self, step: str, fn: Callable[[X], R], x: X) -> R:
         return self.group(step, lambda: fn(x), x, ())
 
+    def each(self, step: str, fn: Callable[[X], R]) -> Callable[[X], R]:
+        """`lambda x: self.once(step, fn, x)`, with the step's tables looked up once (what
+        a step asked of every object of a snapshot costs is this per object)."""
+        if not self.record:
+            return fn
+        new = self._new.setdefault(step, {})
+        old = self._old.get(step) or {}
+
+        def one(x: X) -> R:
+            k = id(x)
+            e = new.get(k)
+            if e is not None and e[0][0] is x and not e[0][1]:  # asked twice in this plan
+                return e[1]
+            e = old.get(k)
+            if e is not None and e[0][0] is x and not e[0][1]:
+                self.hits += 1
+                new[k] = e
+                return e[1]
+            self.misses += 1
+            answer = fn(x)
+            new[k] = ((x, ()), answer)
+            return answer
+
+        return one
+
     def group(self, step: str, fn: Callable[[], R], head: Any, members: tuple) -> R:
         """`fn()`, an answer about `head` and `members` (a node and the workloads on it; none
         for `once`), answered from the previous memo, or from this plan when it asked the same

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 GPU_MILLI = 1000  # one whole card
@@ -317,11 +317,24 @@ def typical_workload(requests: Iterable[PodDemand], coverage: float = 1.0) -> tu
     allowed models) that together cover `coverage` of the tasks, with their popularity
     renormalised to sum to 1. CPU-only tasks are included: GPU capacity is fragmented for
     them by definition, which FGD accounts for."""
-    counts: Counter[tuple[int, int, int, frozenset[str] | None]] = Counter()
+    counts: Counter[TaskType] = Counter()
     for r in requests:
-        g = r.gpu_milli if r.num_gpu > 0 else 0
-        n = r.num_gpu if g > 0 else 0
-        counts[(r.cpu_milli, n, g, r.gpu_models if n else None)] += 1
+        counts[task_type(r)] += 1
+    return typical_of(counts, coverage)
+
+
+TaskType = tuple[int, int, int, frozenset[str] | None]
+"""(CPU milli, GPU count, per-GPU share, allowed models): what `typical_workload` counts."""
+
+
+def task_type(r: PodDemand) -> TaskType:
+    g = r.gpu_milli if r.num_gpu > 0 else 0
+    n = r.num_gpu if g > 0 else 0
+    return (r.cpu_milli, n, g, r.gpu_models if n else None)
+
+
+def typical_of(counts: Mapping[TaskType, int], coverage: float = 1.0) -> tuple[TargetPod, ...]:
+    """`typical_workload` of the tasks counted per `task_type`."""
     total = sum(counts.values())
     if total == 0:
         return ()

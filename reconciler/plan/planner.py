@@ -171,10 +171,11 @@ def open_run(
     for backend in backends:  # the cards as each backend's driver means them
         observed = backend.read_observed(desired, observed)
     unknown = unknown_holdings(observed)
-    groups = consistency.holding_groups(observed)  # None: a node or workload listed twice
+    rest: list = []  # the workloads that hold nothing
+    groups = consistency.holding_groups(observed, rest)  # None: a node or workload listed twice
     checked = consistency.check(desired, observed, keep, unknown, groups)
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
-    cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups)
+    cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups, rest)
     run = Run(desired, observed, now or observed.observed_at, cluster, backends=backends)
     run.findings.extend(checked.findings)
     for u in observed.unreadable:  # left out of the snapshot (or read in part) by the adapter
@@ -238,17 +239,18 @@ def check_no_overcommit(cluster: ClusterView) -> None:
     for g in cluster.slot.values():
         if g.fenced:
             continue
-        live = set(g.holders)
-        if g.target_mode == "whole" and len(live) > 1:
-            raise AssertionError(f"{g.key}: whole card held by {sorted(live)}")
+        if g.target_mode == "whole" and len(g.holders) > 1:
+            raise AssertionError(f"{g.key}: whole card held by {sorted(g.holders)}")
         if g.converted and g.target_mode == "shared" and g.used_slices > g.target_slices:
             raise AssertionError(f"{g.key}: {g.used_slices} slices used of {g.target_slices}")
         if g.target_mode == "mig" and not g.used_instances <= set(g.target_instances):
             raise AssertionError(
                 f"{g.key}: instances {sorted(g.used_instances)} not in layout {g.target_instances}"
             )
+        if not g.changes or not g.holders:
+            continue
         running = sorted(
             h for h in g.holders if h in cluster.workloads and cluster.workloads[h].placed
         )
-        if g.changes and running:
+        if running:
             raise AssertionError(f"{g.key}: repartitioned while {running} still run on it")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -26,6 +27,7 @@ from reconciler.plan.cluster import (
     card_equivalents,
 )
 from reconciler.plan.model import Finding
+from reconciler.plan.quotas import quota_use
 from reconciler.policy.models import PreemptionRule, PriorityClassSpec
 from reconciler.policy.state import DesiredState
 
@@ -153,28 +155,16 @@ class Run:
     _gang_of: dict[int, tuple[Workload, tuple[Workload, ...]]] = field(default_factory=dict)
     """id(w) -> (w, its gang): `gang` answers each workload once per run (the index is fixed)."""
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
+    _typical: dict[str, dict[placement.TaskType, int]] | None = None
 
     def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
         """FGD's target workload for a pool: the GPU requests observed there (whole cards as
         1000 milli, shared slices as their share of a card); a fixed seed for ties."""
         if pv.name not in self._placement:
-            slices = (
-                pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
-            )
-            reqs = []
-            for w in self.cluster.workloads.values():
-                if self.cluster.pool_of(w) != pv.name:
-                    continue
-                if w.request.gpus:
-                    reqs.append(placement.PodDemand(num_gpu=w.request.gpus, gpu_milli=1000))
-                elif w.request.shared_slices:
-                    reqs.append(
-                        placement.PodDemand(
-                            num_gpu=1, gpu_milli=-(-w.request.shared_slices * 1000 // slices)
-                        )
-                    )
+            if self._typical is None:
+                self._typical = _typical_workloads(self.cluster)
             self._placement[pv.name] = placement.PlacementContext(
-                target=placement.typical_workload(reqs), rng=random.Random(0)
+                target=placement.typical_of(self._typical.get(pv.name, {})), rng=random.Random(0)
             )
         return self._placement[pv.name]
 
@@ -249,39 +239,70 @@ class Run:
         self.generation += 1
 
 
+def _typical_workloads(cluster: ClusterView) -> dict[str, dict[placement.TaskType, int]]:
+    """Pool -> the GPU requests of its workloads counted per FGD task type (whole cards as
+    1000 milli of each card, shared slices as their share of one card), from the view's
+    census."""
+    slices = {
+        name: pv.pool.spec.inference.shared.slices_per_gpu if pv.pool.spec.inference.shared else 1
+        for name, pv in cluster.pools.items()
+    }
+    asks: dict[tuple[str, int, int], int] = {}  # (pool, GPUs, slices) -> pods
+    for (_, pool, _, gpus, _, shared), n in cluster.census.items():
+        if (gpus or shared) and pool in slices:
+            k = (pool, gpus, shared)
+            asks[k] = asks.get(k, 0) + n
+    out: dict[str, dict[placement.TaskType, int]] = {}
+    for (pool, gpus, shared), n in asks.items():
+        if gpus:
+            d = placement.PodDemand(num_gpu=gpus, gpu_milli=1000)
+        else:
+            d = placement.PodDemand(num_gpu=1, gpu_milli=-(-shared * 1000 // slices[pool]))
+        counts = out.setdefault(pool, {})
+        t = placement.task_type(d)
+        counts[t] = counts.get(t, 0) + n
+    return out
+
+
 def init_usage(run: Run) -> None:
     if run.terms.budget_per_hour is not None:
         hour_ago = run.now - timedelta(hours=1)
         recent = sum(1 for t in run.observed.recent_preemptions if hour_ago < t <= run.now)
         run.budget_left = max(0, run.terms.budget_per_hour - recent)
-    # each team's pods counted by (pool, request shape), each shape priced once and the
-    # team's sum made once (Fractions are exact: it is the sum a running total gives)
-    counts: dict[str, dict[tuple, int]] = {}
+    # each team's placed pods counted by (pool, request shape) from the view's census, each
+    # shape priced once (Fractions are exact: the sum is the one a running total gives)
     price: dict[tuple, Fraction] = {}
     teams: dict[str, str | None] = {}
-    for w in run.cluster.workloads.values():
-        if not w.placed:
+    for (ns, pool, placed, gpus, mig, shared), n in run.cluster.census.items():
+        if not placed:
             continue
-        if w.namespace not in teams:
-            teams[w.namespace] = run.team(w.namespace)
-        team = teams[w.namespace]
+        if ns not in teams:
+            teams[ns] = run.team(ns)
+        team = teams[ns]
         if team is None:
             continue
-        pool = run.cluster.pool_of(w)
-        r = w.request
-        shape = (pool, r.gpus, tuple(r.mig.items()), r.shared_slices)
+        shape = (pool, gpus, mig, shared)
         if shape not in price:
-            price[shape] = card_equivalents(w, run.pool_view(pool))
-        per = counts.setdefault(team, {})
-        per[shape] = per.get(shape, 0) + 1
-        if w.request.gpus and pool:
+            r = Request(gpus=gpus, mig=dict(mig), shared_slices=shared)
+            price[shape] = card_equivalents(
+                Workload(namespace=ns, name="x", request=r), run.pool_view(pool)
+            )
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + price[shape] * n
+        if gpus and pool:
             for usage in (run.pool_whole_usage, run.running_whole):
-                usage[(team, pool)] = usage.get((team, pool), 0) + w.request.gpus
-    for team, per in counts.items():
-        total = run.team_usage.get(team, Fraction(0))
-        for shape, n in per.items():
-            total += price[shape] * n
-        run.team_usage[team] = total
+                usage[(team, pool)] = usage.get((team, pool), 0) + gpus * n
+
+
+def quota_use_of(run: Run) -> dict[str, Counter]:
+    """Namespace -> what its pods count against its ResourceQuota (`quotas.quota_use` summed;
+    every namespace with a pod, with nothing counted too), from the view's census: what
+    `quotas.quota_use_by_namespace` of the view's workloads says. A new value per call."""
+    out: dict[str, Counter] = {}
+    for (ns, _, _, gpus, mig, shared), n in run.cluster.census.items():
+        use = out.setdefault(ns, Counter())
+        r = Request(gpus=gpus, mig=dict(mig), shared_slices=shared)
+        use.update({res: k * n for res, k in quota_use(r).items()})
+    return out
 
 
 def gang_key(w: Workload) -> tuple[str, str, str] | None:

@@ -72,6 +72,7 @@ MUTATING = frozenset(
         "set_job_suspend",
         "admit_pod",
         "set_pod_condition",
+        "set_pod_claim",
         "evict_pod",
         "scale_workload",
         "set_autoscaler_bounds",
@@ -557,6 +558,16 @@ class MemoryCluster:
             p.conditions = [*others[:at], cond, *others[at:]]
 
         self._run("set_pod_condition", patch, namespace=namespace, name=name, condition=cond)
+
+    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+        def patch() -> None:
+            p = self.pods.get((namespace, name))
+            if p is None:
+                raise not_found("pods", name)
+            kept = [(e, n) for e, n in p.claims if e != entry]
+            p.claims = [*kept, (entry, claim)]  # merged by entry name, as the server does
+
+        self._run("set_pod_claim", patch, namespace=namespace, name=name, entry=entry, claim=claim)
 
     def evict_pod(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"

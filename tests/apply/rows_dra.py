@@ -6,7 +6,12 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import REF_SELECTOR, RESERVED_TOLERATION, uuid_selector
+from reconciler.apply.handlers.dra_admit import (
+    REF_SELECTOR,
+    RESERVED_TOLERATION,
+    pinned_name,
+    uuid_selector,
+)
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import (
     Admit,
@@ -234,8 +239,22 @@ def gated_claimant(made: str = CLAIM) -> Pod:
     )
 
 
-def pinned(p: Probe) -> None:
-    obj = p.cluster.dra.get(("ResourceClaim", NS, CLAIM))  # type: ignore[attr-defined]
+ADMITS_NEXT_RUN = frozenset(
+    {"dra-admit/claim-gone-made-from-the-template", "dra-admit/dynamic-claim-gone-made-again"}
+)
+"""Rows whose outcome is "waiting" after a write, and whose next run admits (a write): the
+second-run test leaves them to `test_dra_gone_claim_admits_on_the_next_run`."""
+
+PINNED = pinned_name("p-0", "uid-p-0", "gpus", "GPU-a,GPU-b")
+"""The pinned claim's own name (the template's claim is deleted once the pod names it)."""
+
+
+def pinned_claim(p: Probe) -> None:
+    """The pod's status names the pinned claim, made beside the template's, which is gone."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, PINNED))  # type: ignore[attr-defined]
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
@@ -244,8 +263,25 @@ def pinned(p: Probe) -> None:
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]
     assert md["annotations"] == {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}
+
+
+def pinned(p: Probe) -> None:
+    pinned_claim(p)
     pod = p.pod("p-0")
     assert pod is not None and pod.gates == ()
+
+
+def pinned_gated(p: Probe) -> None:
+    pinned_claim(p)
+    not_admitted(p)
+
+
+def replaced_not_yet(p: Probe) -> None:
+    """The template's claim is still there and still the pod's (never a pod without one)."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", CLAIM),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None  # type: ignore[attr-defined]
+    not_admitted(p)
 
 
 def not_admitted(p: Probe) -> None:
@@ -261,7 +297,7 @@ DRA_ROWS += [
         (OUR_CLASS, claim(), gated_claimant()),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
         check=pinned,
     ),
     Row(
@@ -278,8 +314,9 @@ DRA_ROWS += [
         ("admit_pod",),
     ),
     Row(
-        # an earlier run deleted the template's claim and failed before creating the pinned one:
-        # the controller makes no other (the pod's status names it), so gpupool makes it
+        # the claim the pod's status names is gone (deleted by someone else): gpupool makes it
+        # again pinned and names it, but the gate waits a cycle: the resourceclaim controller
+        # may be making one from the template for the same gap and naming it instead
         "dra-admit/claim-gone-made-from-the-template",
         DRA_ADMIT,
         (
@@ -287,10 +324,10 @@ DRA_ROWS += [
             Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec=TEMPLATE_SPEC),
             gated_claimant(),
         ),
-        "done",
-        "admitted 1 pod(s): p-0 -> node-a",
-        ("create_dra_object", "admit_pod"),
-        check=pinned,
+        "waiting",
+        f"claim(s) {CLAIM} -> {PINNED} made again pinned",
+        ("create_dra_object", "set_pod_claim"),
+        check=pinned_gated,
     ),
     Row(
         "dra-admit/claim-gone-no-template",
@@ -302,15 +339,67 @@ DRA_ROWS += [
         check=not_admitted,
     ),
     Row(
-        # the delete went, the create failed: nothing admitted, the next run makes the claim
-        "dra-admit/create-fails-after-delete",
+        # the pinned claim cannot be made: the template's claim is left as it was (the pod is
+        # never without a claim of its own), nothing admitted
+        "dra-admit/create-fails",
         DRA_ADMIT,
         (OUR_CLASS, claim(), gated_claimant()),
         "error",
         "403",
-        ("delete_dra_object",),
+        (),
         fail={"create_dra_object": ApiError(403, "Forbidden", "denied")},
-        check=not_admitted,
+        check=replaced_not_yet,
+    ),
+    Row(
+        # made, but the pod's status could not name it: the template's claim is not deleted
+        "dra-admit/status-fails-after-create",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "500",
+        ("create_dra_object",),
+        fail={"set_pod_claim": ApiError(500, "Internal Server Error", "etcd")},
+        check=replaced_not_yet,
+    ),
+    Row(
+        # an earlier run made the pinned claim and stopped before the status named it: the
+        # create's conflict finds it (the pod's, this plan, unallocated) and goes on
+        "dra-admit/pinned-made-already",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim(),
+            Dra(
+                "ResourceClaim",
+                PINNED,
+                NS,
+                spec=CLAIM_SPEC,
+                managed_by="",
+                meta={
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"},
+                },
+            ),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("set_pod_claim", "delete_dra_object", "admit_pod"),
+    ),
+    Row(
+        # a claim of that name that is not this pod's pinned one: not taken over
+        "dra-admit/pinned-name-taken",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim(),
+            Dra("ResourceClaim", PINNED, NS, spec=CLAIM_SPEC, managed_by="", meta=MADE),
+            gated_claimant(),
+        ),
+        "error",
+        "409",
+        (),
+        check=replaced_not_yet,
     ),
     Row(
         # pinned for an earlier plan while the pod stayed gated: its selector is replaced, not
@@ -349,7 +438,7 @@ DRA_ROWS += [
         ),
         "done",
         "admitted 1 pod(s)",
-        ("delete_dra_object", "create_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
         check=pinned,
     ),
     Row(
@@ -394,10 +483,14 @@ DRA_ROWS += [
 
 # ------------------------------------------------------------------ exact admission, DynamicMIG
 # A planned partition is named by its device (placement included): no selector can pick it, so
-# the claim made again is given its allocation (handlers/dra_allocate.py).
+# the pinned claim, once made under its own name and named in the pod's status, is given its
+# allocation (handlers/dra_allocate.py).
 MIG_CLASS = "gpupool-pool-a-mig-4g-40gb"
 PART = "gpu-0-mig-4g40gb-5-0"
 REF = f"gpu.nvidia.com/node-a/{PART}"
+OLD_REF = "gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0"
+DYN_PINNED = pinned_name("p-0", "uid-p-0", "gpus", REF)
+OLD_PINNED = pinned_name("p-0", "uid-p-0", "gpus", OLD_REF)
 DYN_ADMIT = DRA_ADMIT.model_copy(
     update={"pods": (PodAdmission(name="p-0", node="node-a", gpus=(0,), devices=(REF,)),)}
 )
@@ -409,13 +502,32 @@ MIG_SPEC = {
 }
 
 
-def mig_claim(planned: str = "", status=None) -> Dra:
+PINNED_MIG_SPEC = {
+    "devices": {
+        "requests": [
+            {
+                "name": "gpu",
+                "exactly": {
+                    "deviceClassName": MIG_CLASS,
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": REF_SELECTOR}}],
+                    "tolerations": [RESERVED_TOLERATION],
+                },
+            }
+        ]
+    }
+}
+"""MIG_SPEC as gpupool pins it (the claim it makes under `pinned_name`)."""
+
+
+def mig_claim(planned: str = "", status=None, name: str = CLAIM) -> Dra:
+    """The template's claim (`name` CLAIM), or one gpupool pinned (its own name)."""
     ann = {C.DRA_POD_CLAIM_ANN: "gpus", **({C.DRA_PLANNED_ANN: planned} if planned else {})}
     return Dra(
         "ResourceClaim",
-        CLAIM,
+        name,
         NS,
-        spec=MIG_SPEC,
+        spec=MIG_SPEC if name == CLAIM else PINNED_MIG_SPEC,
         managed_by="",
         meta={**MADE, "annotations": ann},
         status=status,
@@ -433,8 +545,12 @@ ALLOCATED = {
 }
 
 
-def allocated_by_name(p: Probe) -> None:
-    obj = p.cluster.dra.get(("ResourceClaim", NS, CLAIM))  # type: ignore[attr-defined]
+def allocated_pinned(p: Probe) -> None:
+    """The pod's status names the pinned claim (the template's gone), allocated by name."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", DYN_PINNED),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, DYN_PINNED))  # type: ignore[attr-defined]
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": REF_SELECTOR}}]
@@ -444,9 +560,21 @@ def allocated_by_name(p: Probe) -> None:
     (term,) = alloc["nodeSelector"]["nodeSelectorTerms"]
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
     assert alloc["allocationTimestamp"].endswith("Z")
+
+
+def allocated_by_name(p: Probe) -> None:
+    allocated_pinned(p)
     pod = p.pod("p-0")
     assert pod is not None and pod.gates == ()
 
+
+def allocated_gated(p: Probe) -> None:
+    allocated_pinned(p)
+    not_admitted(p)
+
+
+REPLACED = ("create_dra_object", "set_pod_claim", "delete_dra_object", "replace_dra_status")
+"""The writes that pin a DynamicMIG claim: made, named, the template's deleted, allocated."""
 
 DRA_ROWS += [
     Row(
@@ -455,38 +583,60 @@ DRA_ROWS += [
         (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        ("delete_dra_object", "create_dra_object", "replace_dra_status", "admit_pod"),
+        (*REPLACED, "admit_pod"),
         check=allocated_by_name,
     ),
     Row(
-        # an earlier run made the claim and stopped before its allocation
+        # an earlier run made the pinned claim, named it and stopped before its allocation
         "dra-admit/dynamic-made-not-allocated",
         DYN_ADMIT,
-        (MIG_CLASS_OBJ, mig_claim(REF), gated_claimant()),
+        (MIG_CLASS_OBJ, mig_claim(REF, name=DYN_PINNED), gated_claimant(made=DYN_PINNED)),
         "done",
         "admitted 1 pod(s)",
         ("replace_dra_status", "admit_pod"),
+        check=allocated_by_name,
     ),
     Row(
-        # allocated for another plan by a run that stopped before the gate went, held by nobody:
-        # taken back, the claim written and allocated again
+        # an earlier run made the pinned claim and stopped before the pod's status named it:
+        # the create's conflict finds it, then it is named, the template's deleted, allocated
+        "dra-admit/dynamic-made-not-named",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(), mig_claim(REF, name=DYN_PINNED), gated_claimant()),
+        "done",
+        "admitted 1 pod(s)",
+        (*REPLACED[1:], "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # the pinned claim of an earlier run, allocated for another plan and held by nobody
+        # (the run stopped before the gate went): its allocation taken back, a claim pinned to
+        # this plan made in its place and allocated
         "dra-admit/dynamic-stale-allocation-taken-back",
         DYN_ADMIT,
         (
             MIG_CLASS_OBJ,
-            mig_claim("gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0", status=ALLOCATED),
-            gated_claimant(),
+            mig_claim(OLD_REF, status=ALLOCATED, name=OLD_PINNED),
+            gated_claimant(made=OLD_PINNED),
         ),
         "done",
         "admitted 1 pod(s)",
-        (
-            "replace_dra_status",
-            "delete_dra_object",
-            "create_dra_object",
-            "replace_dra_status",
-            "admit_pod",
-        ),
+        ("replace_dra_status", *REPLACED, "admit_pod"),
         check=allocated_by_name,
+    ),
+    Row(
+        # the claim the pod's status names is gone: made again pinned and allocated, the gate
+        # waits a cycle (the resourceclaim controller may answer the same gap)
+        "dra-admit/dynamic-claim-gone-made-again",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec={"spec": MIG_SPEC}),
+            gated_claimant(),
+        ),
+        "waiting",
+        f"claim(s) {CLAIM} -> {DYN_PINNED} made again pinned",
+        ("create_dra_object", "set_pod_claim", "replace_dra_status"),
+        check=allocated_gated,
     ),
     Row(
         # allocated and held by a pod: not gpupool's to take back
@@ -495,7 +645,7 @@ DRA_ROWS += [
         (
             MIG_CLASS_OBJ,
             mig_claim(
-                "gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0",
+                OLD_REF,
                 status={**ALLOCATED, "reservedFor": [{"resource": "pods", "name": "x"}]},
             ),
             gated_claimant(),

@@ -55,6 +55,7 @@ from tests.apply.rows import (
     gang_admitted,
     job,
 )
+from tests.apply.rows_dra import ADMITS_NEXT_RUN
 from tests.apply.table import (
     NODE,
     NOW,
@@ -196,7 +197,11 @@ def test_dra(row: Row):
         [
             r
             for r in ROWS.values()
-            if r.writes and not r.fail and not r.bug and not isinstance(r.action, SERVER_SIDE_APPLY)
+            if r.writes
+            and not r.fail
+            and not r.bug
+            and not isinstance(r.action, SERVER_SIDE_APPLY)
+            and r.id not in ADMITS_NEXT_RUN
         ]
     ),
 )
@@ -208,6 +213,20 @@ def test_second_apply_writes_nothing(row: Row):
     assert second.status != "error", second.message
     assert cluster.write_ops()[before:] == []
     assert not second.changed
+
+
+def test_dra_gone_claim_admits_on_the_next_run():
+    """A claim made again pinned (its predecessor gone) waits a run; the next run admits the
+    pod on it without writing a claim, and the one after writes nothing."""
+    for rid in sorted(ADMITS_NEXT_RUN):
+        row = ROWS[rid]
+        _, cluster = run_memory(row)
+        before = len(cluster.writes)
+        second = run(row, cluster, memory_config(), writes=cluster.write_ops)
+        assert second.status == "done", second.message
+        assert cluster.write_ops()[before:] == ["admit_pod"]
+        third = run(row, cluster, memory_config(), writes=cluster.write_ops)
+        assert third.status == "done" and not third.changed
 
 
 def test_every_row_is_checked():

@@ -373,6 +373,7 @@ class ControlPlane:
         )
         scheduler_url = f"https://127.0.0.1:{scheduler_port}/healthz"
         cm_url = f"https://127.0.0.1:{cm_port}/healthz"
+        self._cm_url = cm_url
         t0 = time.monotonic()
         try:
             self._procs["etcd"].start()
@@ -413,6 +414,18 @@ class ControlPlane:
     def restart_apiserver(self, timeout: float = 60) -> None:
         self.stop_apiserver()
         self.start_apiserver(timeout)
+
+    def restart_controller_manager(self, timeout: float = 60) -> None:
+        """Stop kube-controller-manager (SIGTERM) and start it again with the same flags, and
+        wait for its /healthz: its controllers start from empty caches (their informers list
+        afresh; what they remembered of their own writes is gone, as after an upgrade or a
+        leader change)."""
+        p = self._procs["kube-controller-manager"]
+        p.stop()
+        p.start()
+        self._wait_url(
+            self._cm_url, "kube-controller-manager", time.monotonic() + timeout, client_cert=False
+        )
 
     # ---- clients ---------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from reconciler import conventions as C
 from reconciler.loop.agent import run_once
 from reconciler.loop.informer import ClusterCache
 from tests.plan.scenarios import SCALING
@@ -151,6 +152,16 @@ EXERCISED_ELSEWHERE.update(
             "test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated"
         )
         for sub in ("status", "binding")
+    }
+)
+# DRA through the watch cache: the runs below have no DRA pool, so the controller stops
+# reading resource.k8s.io after its first cycle and never watches it.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: watch resource.k8s.io/{res}": (
+            "test_dra_informer.py::test_dra_through_the_watch_cache_reads_its_own_writes"
+        )
+        for res in C.DRA_PLURALS.values()
     }
 )
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
@@ -772,7 +783,7 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
     """Writes the controller's RBAC grants but gpupool never makes are refused by
     deploy/controller-admission.yaml: other labels, annotations, taints of nodes, any change to a
     control-plane node, foreign PriorityClasses and quotas, anything in kube-system, a pod's
-    image or labels, a workload's template."""
+    image or labels, an ungated pod's claims in its status, a workload's template."""
     api = _install_standin(kube)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     sched = client.SchedulingV1Api(api)
@@ -897,6 +908,27 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
             **kw,
         ),
         "own pod condition",
+    )
+    # a pod's claims in its status: only while gpupool's gate holds it (exact admission on DRA)
+    kube.core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "claimant"},
+            "spec": {
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "theirs"}],
+                "containers": [{"name": "main", "image": "registry.example.com/work:1"}],
+            },
+        },
+    )
+    _refused(
+        lambda **kw: core.patch_namespaced_pod_status(
+            "claimant",
+            ns,
+            {"status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "x"}]}},
+            _content_type="application/strategic-merge-patch+json",
+            **kw,
+        ),
+        "resourceClaimStatuses only while its gate holds",
     )
     # autoscalers: only their envelope; never what they scale, nor on which triggers
     _autoscalers(kube, ns)

@@ -224,9 +224,9 @@ def test_a_pod_that_claims_gpupools_classes_is_a_gpu_workload() -> None:
 
 
 def test_a_pod_whose_made_claim_is_gone_asks_for_its_templates_devices() -> None:
-    """Exact admission deletes a gated pod's claim and creates it again; between the two (or
-    when the create failed) the pod's status names a claim that is not there: it still asks
-    for what its template does (else it would drop out of the plan)."""
+    """A pod's status can name a claim that is not there (deleted by someone else before the
+    resourceclaim controller or exact admission makes another): it still asks for what its
+    template does (else it would drop out of the plan)."""
     c = cluster()
     waiting = c.pods[1]
     waiting["status"] = {

@@ -4,6 +4,7 @@ and the coupling of pools, unit by unit."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
@@ -13,14 +14,18 @@ from hypothesis import strategies as st
 from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
 from reconciler.observe.builders import PRODUCT, gpu, node, training
 from reconciler.observe.model import Allocation, ObservedState, Workload
+from reconciler.plan.cluster import build_cluster, node_pool_name
 from reconciler.plan.incremental import (
+    POOLED_FIELDS,
     Dirty,
     coupled_pools,
     dirty,
     plan_incremental,
     reached,
 )
-from reconciler.plan.planner import plan_with_facts, plan_with_view
+from reconciler.plan.kept import Keeper
+from reconciler.plan.partition import DEFAULT_BACKENDS
+from reconciler.plan.planner import open_run, plan_with_facts, plan_with_view
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from reconciler.policy.state import DesiredState
@@ -441,3 +446,105 @@ def test_a_node_listed_twice_is_a_change_dirty_cannot_place():
     out = plan_incremental(desired, twice, NOW, plan_incremental(desired, obs, NOW, None).memo)
     assert out.mode == "full"
     assert out.plan.model_dump_json() == plan_with_facts(desired, twice, NOW)[0].model_dump_json()
+
+
+def _dirty_by_key(desired, before, after, before_now=None, after_now=None) -> Dirty:
+    """`dirty` as it was first written: every object of both snapshots keyed, every node's
+    pool asked: the reference the faster `dirty` must equal."""
+
+    def changed(old_list, new_list, key):
+        old = {key(x): x for x in old_list}
+        new = {key(x): x for x in new_list}
+        if len(old) != len(old_list) or len(new) != len(new_list):
+            return None
+        out = set(old.keys() ^ new.keys())
+        out.update(k for k, x in new.items() if k in old and old[k] is not x and old[k] != x)
+        return out
+
+    pools: set[str] = set()
+    reasons: list[str] = []
+    node_pool: dict = {}
+    for snap in (before, after):
+        for n in snap.nodes:
+            p = node_pool_name(desired, n)
+            if n.name in node_pool and node_pool[n.name] != p:
+                reasons.append(f"node {n.name} moved from pool {node_pool[n.name]} to {p}")
+            node_pool.setdefault(n.name, p)
+    parts = (
+        ("node", lambda s: s.nodes, lambda n: n.name, lambda n: node_pool.get(n.name)),
+        (
+            "workload",
+            lambda s: s.workloads,
+            lambda w: w.key,
+            lambda w: node_pool.get(w.node) if w.node else w.pool,
+        ),
+        ("service", lambda s: s.services, lambda s: (s.kind, s.key), lambda s: s.pool),
+    )
+    for what, listed, key, pool in parts:
+        objects = {key(x): x for x in [*listed(before), *listed(after)]}
+        keys = changed(listed(before), listed(after), key)
+        if keys is None:
+            reasons.append(f"a {what} is listed twice")
+        for k in sorted(keys or ()):
+            p = pool(objects[k])
+            if p is None:
+                name = k[1] if what == "service" else k
+                reasons.append(f"{what} {name} (in no pool) changed")
+            else:
+                pools.add(p)
+    for name in type(after).model_fields:
+        if name not in POOLED_FIELDS and getattr(before, name) != getattr(after, name):
+            reasons.append(f"{name.replace('_', ' ')} changed")
+    moved = (before_now or before.observed_at) != (after_now or after.observed_at)
+    return Dirty(frozenset(pools), tuple(dict.fromkeys(reasons)), moved)
+
+
+def _shuffled(obs: ObservedState, k: int) -> ObservedState:
+    """The same objects listed in another order, or one of them listed twice."""
+    nodes, work = list(obs.nodes), list(obs.workloads)
+    if k % 4 == 0 and work:
+        work.insert(k % (len(work) + 1), work[k % len(work)])  # a workload twice
+    elif k % 4 == 1 and nodes:
+        nodes.append(nodes[k % len(nodes)].model_copy(deep=True))  # a node twice
+    else:
+        random.Random(k).shuffle(work)
+        random.Random(k + 1).shuffle(nodes)
+    return obs.model_copy(update={"nodes": nodes, "workloads": work})
+
+
+@SEQUENCES
+@given(case=cases(), events=EVENTS, shuffle=st.lists(st.integers(0, 10**6), max_size=4))
+def test_dirty_is_the_key_by_key_comparison(case, events, shuffle):
+    """`dirty` compares only what lies between the objects two snapshots share at either end
+    of their lists, and asks a node's pool only when it is needed: over random event
+    sequences (and the same objects reordered, or listed twice) it says what keying every
+    object says, reasons in the same order."""
+    desired, obs, now = case.desired, case.observed, NOW
+    gone: list = []
+    for i, (kind, k) in enumerate(events):
+        after, later = apply_event(obs, now, kind, k, gone)
+        if i < len(shuffle):
+            after = _shuffled(after, shuffle[i])
+        got = dirty(desired, obs, after, now, later)
+        assert got == _dirty_by_key(desired, obs, after, now, later), (kind, i)
+        if "listed twice" not in " ".join(got.reasons):
+            obs, now = after, later
+
+
+@SEQUENCES
+@given(case=cases(), events=EVENTS)
+def test_the_census_kept_per_node_is_the_census_of_every_workload(case, events):
+    """The view's census (what team usage, ResourceQuota use and FGD's target workloads are
+    summed from) counted per node and kept in the view memo (`cluster.NodePart.census`) with
+    the workloads on no node counted apart, equals a count of every workload of the view,
+    at every step of a random event sequence planned through the memo before it."""
+    desired, obs, now = case.desired, case.observed, NOW
+    view = None
+    gone: list = []
+    for kind, k in [("again", 0), *events]:
+        obs, now = apply_event(obs, now, kind, k, gone)
+        keep = Keeper(view)
+        run = open_run(desired, obs, now, DEFAULT_BACKENDS, keep)
+        direct = build_cluster(desired, run.observed)
+        assert run.cluster.census == direct.census, kind
+        view = keep.memo()

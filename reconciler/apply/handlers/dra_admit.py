@@ -5,15 +5,17 @@ pick only the devices the plan chose (`PodAdmission.devices`, their `uuid` attri
 Kubernetes v1.37.2 forbids changing a claim's spec and a pod's `spec.resourceClaims` (gated or
 not), and its resourceclaim controller makes a pod's claim from its template as soon as the pod
 exists. What works on the real API server (tests/integration/test_dra_admit.py): while the pod
-is gated and the claim unallocated, delete the claim made from the template and create one
-under the same name, with the same owner (the pod, as controller) and annotations, whose
-requests on gpupool's classes carry one more CEL selector,
-`device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate the taint gpupool puts on
-cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`). The pod's
-`status.resourceClaimStatuses` already names the claim, so the controller makes no other, and
-kube-scheduler uses it as the pod's own (owner check). The claim is annotated
-`gpupool.io/planned-devices`, so it is written once. A claim the pod's status names but that
-is gone (a run deleted it and failed before the create) is made again from the pod's template.
+is gated and the claim unallocated, create a claim of the pod's own beside it (`pinned_name`;
+the same owner, the pod as controller, and annotations) whose requests on gpupool's classes
+carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate
+the taint gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`);
+name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim.
+kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
+annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
+resourceclaim controller makes a claim from the template again for a pod whose named claim is
+gone, unless it holds another claim of the pod's for that entry (`_replace`). A claim the
+pod's status names but that is gone (deleted by someone else) is made again pinned, and the
+gate waits a cycle (the resourceclaim controller may answer the same gap with its own).
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
 rewritten: such a pod is not admitted (the allocation could not be the plan).
@@ -21,20 +23,22 @@ rewritten: such a pod is not admitted (the allocation could not be the plan).
 A DynamicMIG partition (`<driver>/<pool>/<device>` in `PodAdmission.devices`: plan/dra_admit.py)
 cannot be picked by a selector: NVIDIA's driver publishes every placement of a profile with the
 same attributes and capacities, and CEL cannot see a device's name. So, once the pinned claim is
-made (its selector on the card's `parentUUID` and the profile's class), gpupool writes its
-`status.allocation` itself, naming the planned devices, with the node selector and
-`allocationTimestamp` kube-scheduler would write (v1.37.2 adds a timestamp to an allocation that
-lacks one when it reserves the claim, and an allocation is immutable once set: without it the
-scheduler's reservation fails). kube-scheduler then only reserves the claim for the pod and
-binds it where the allocation says (checked on the real scheduler:
-tests/integration/test_dra_dynamic_placement.py), and its allocator counts the written devices'
-counters as taken for every other claim. An allocation written for another plan while the pod
-stayed gated (a run failed before the gate went) is removed first (nobody holds it: no
-`reservedFor`), and the claim is written again."""
+made under its own name and named in the pod's status (its selector asks only for a MIG device
+of the profile's class), gpupool writes the pinned claim's `status.allocation` itself, naming
+the planned devices, with the node selector and `allocationTimestamp` kube-scheduler would write
+(v1.37.2 adds a timestamp to an allocation that lacks one when it reserves the claim, and an
+allocation is immutable once set: without it the scheduler's reservation fails). kube-scheduler
+then only reserves the claim for the pod and binds it where the allocation says (checked on the
+real scheduler: tests/integration/test_dra_dynamic_placement.py), and its allocator counts the
+written devices' counters as taken for every other claim. An allocation written for another plan
+while the pod stayed gated (a run failed before the gate went) is removed first (nobody holds
+it: no `reservedFor`), and the claim is replaced by one pinned to the new plan, allocated in
+turn."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from reconciler import conventions as C
@@ -163,28 +167,76 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
     return spec
 
 
+def pinned_name(pod: str, uid: str, entry: str, planned: str) -> str:
+    """The name of the claim pinned to `planned` for the pod's claim `entry`: the pod and entry
+    as the resourceclaim controller names its claims (cut to keep within 63 characters), then a
+    digest of the pod's uid, the entry and the plan. Another plan for the pod gets another
+    name; the same plan the same one (a run that created it and failed after finds it again)."""
+    digest = hashlib.sha256(f"{uid}/{entry}/{planned}".encode()).hexdigest()[:10]
+    return f"{f'{pod}-{entry}'[:52].rstrip('-.')}-{digest}"
+
+
 def _replace(
-    ctx: Context, ns: str, claim: dict, spec: dict, planned: str, *, gone: bool = False
-) -> None:
-    """Delete the template's claim (unless `gone`) and create the pinned one under its name
-    and owner."""
+    ctx: Context,
+    ns: str,
+    pod: PodInfo,
+    entry: str,
+    claim: dict,
+    spec: dict,
+    planned: str,
+    *,
+    gone: bool = False,
+) -> str:
+    """Create the pinned claim under a name of its own (`pinned_name`: the pod as controlling
+    owner, the old claim's annotations and labels), name it in the pod's status, then delete the
+    claim it replaces (unless that is gone); -> the pinned claim's name.
+
+    In this order the resourceclaim controller never finds the pod without a claim of its own:
+    it makes a claim from the template (unpinned) for a pod whose named claim is gone, unless
+    its cache holds another claim the pod owns for that entry (k8s.io/kubernetes v1.37.2
+    pkg/controller/resourceclaim/controller.go, `handleClaim`, `findPodResourceClaim`), and one
+    watch delivers the pinned claim's creation before the old one's deletion. Deleting first
+    and creating under the same name left it a window: with the old claim gone and the new one
+    not made, it made one from the template and named it in the pod's status, and the allocator
+    took that unpinned claim once the gate went (bench/README.md, drafix)."""
     md = claim["metadata"]
+    name = pinned_name(pod.name, pod.uid, entry, planned)
     meta: dict[str, Any] = {
-        "name": md["name"],
+        "name": name,
         "namespace": ns,
         "ownerReferences": md.get("ownerReferences") or [],
         "annotations": {**(md.get("annotations") or {}), C.DRA_PLANNED_ANN: planned},
     }
     if md.get("labels"):
         meta["labels"] = md["labels"]
-    try:
-        if not gone:
-            ctx.ops.delete_dra_object(KIND, ns, md["name"])
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
     body = {"apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}", "kind": KIND}
-    ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+    try:
+        ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+    except ApiError as exc:
+        if exc.status != 409 or not _made_already(ctx, ns, name, pod, planned):
+            raise
+    ctx.ops.set_pod_claim(ns, pod.name, entry, name)
+    if not gone and md["name"] != name:
+        try:
+            ctx.ops.delete_dra_object(KIND, ns, md["name"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return name
+
+
+def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
+    """Whether the claim `name` that exists already is this pod's, pinned to this plan and
+    unallocated: made by an earlier run of this step that stopped before the gate went."""
+    have = ctx.ops.read_dra_object(KIND, ns, name) or {}
+    md = have.get("metadata") or {}
+    return (
+        (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned
+        and any(
+            o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+        )
+        and not (have.get("status") or {}).get("allocation")
+    )
 
 
 def _from_template(
@@ -210,15 +262,16 @@ def _from_template(
 def pin_claims(
     ctx: Context, ns: str, want: PodAdmission, pod: PodInfo, wrote: list[str]
 ) -> tuple[str, str]:
-    """Write the pod's claims for its planned devices (their names appended to `wrote`):
-    ("", "") when done (or nothing to do), else (status, why) for the Admit's outcome:
-    "waiting" while a claim is not made yet, "failed" when a claim cannot be made exact
-    (allocated already, or not the pod's own). Planned DynamicMIG partitions are then written
-    as the claims' allocation (`dra_allocate`)."""
+    """Write the pod's claims for its planned devices (the pinned claims' names appended to
+    `wrote`): ("", "") when done (or nothing to do), else (status, why) for the Admit's
+    outcome: "waiting" while a claim is not made yet (or was gone and is made again: the gate
+    goes in a later cycle), "failed" when a claim cannot be made exact (allocated already, or
+    not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
+    allocation (`dra_allocate`)."""
     if not want.devices:
         return "", ""
-    classes = _Classes(ctx)
-    left = refs_of(want.devices)
+    classes, left = _Classes(ctx), refs_of(want.devices)
+    remade = []
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
@@ -228,9 +281,20 @@ def pin_claims(
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
-        status, why = _pin_claim(ctx, ns, want, pod, claim, gone, classes, left, wrote)
+        before = len(wrote)
+        status, why = _pin_claim(ctx, ns, want, pod, entry, claim, gone, classes, left, wrote)
         if status:
             return status, why
+        if gone and len(wrote) > before:
+            remade.append(f"{name} -> {wrote[-1]}")
+    if remade:
+        # the resourceclaim controller may be making one from the template for the same gap
+        # and name it in the pod's status: the next cycle admits once the status names a
+        # pinned claim
+        return "waiting", (
+            f"pod {ns}/{want.name}: claim(s) {', '.join(remade)} made again pinned; the gate "
+            f"goes once the pod's status names them"
+        )
     return "", ""
 
 
@@ -239,24 +303,22 @@ def _pin_claim(
     ns: str,
     want: PodAdmission,
     pod: PodInfo,
+    entry: str,
     claim: dict,
     gone: bool,
     classes: _Classes,
     left: list[tuple[str, str, str]],
     wrote: list[str],
 ) -> tuple[str, str]:
-    """`pin_claims` for one claim; `left`: the planned partitions no claim took yet."""
-    md, name, planned = (
-        claim.get("metadata") or {},
-        claim["metadata"]["name"],
-        ",".join(want.devices),
-    )
+    """`pin_claims` for one claim (the pod's status names it under `entry`); `left`: the
+    planned partitions no claim took yet. The pinned claim is made under its own name
+    (`_replace`), then its allocation written; a claim pinned to this plan already (an earlier
+    run's, which stopped before its allocation) only gets the allocation."""
+    md, name = claim.get("metadata") or {}, claim["metadata"]["name"]
+    planned = ",".join(want.devices)
     allocated = bool((claim.get("status") or {}).get("allocation"))
-    results = (
-        results_for(claim.get("spec") or {}, classes.profile_of(claim.get("spec") or {}), left)
-        if left
-        else []
-    )
+    spec0 = claim.get("spec") or {}
+    results = results_for(spec0, classes.profile_of(spec0), left) if left else []
     if results is None:
         return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
     if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
@@ -277,10 +339,10 @@ def _pin_claim(
             f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
             f"gpupool rewrites only those, so it cannot make the allocation the plan"
         )
-    if allocated:  # gpupool's, for another plan, and nobody holds it
+    if allocated:  # gpupool's, for another plan, and nobody holds it: its devices back
         deallocate(ctx, ns, claim)
-    _replace(ctx, ns, claim, spec, planned, gone=gone)
-    wrote.append(name)
+    made = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
+    wrote.append(made)
     if results:
-        allocate(ctx, ns, name, want.node, results)
+        allocate(ctx, ns, made, want.node, results)
     return "", ""

@@ -37,10 +37,9 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
-    quota_use_by_namespace,
     shared_slices,
 )
-from reconciler.plan.run import Demand, Run, kueue_mode
+from reconciler.plan.run import Demand, Run, kueue_mode, quota_use_of
 from reconciler.policy.models import Allotment, MemoryAllotment, PoolQuota
 
 
@@ -61,7 +60,7 @@ def admit_demand(run: Run, pending: list[Demand]) -> list[Demand]:
     )
     tally = _Tally(
         quotas=resource_quotas(run),
-        ns_use=quota_use_by_namespace(run.cluster.workloads.values()),
+        ns_use=quota_use_of(run),
         partitions=_partitions_held(run),
     )
     for (_, pool), n in run.running_whole.items():
@@ -171,15 +170,23 @@ def _partitions_held(run: Run) -> Counter:
     held: Counter = Counter()
     if not limited and not lending:
         return held
-    for w in run.cluster.workloads.values():
-        r = w.request
-        if not (r.mig or r.shared_slices) or not w.placed or w.key in run.evicted:
+    # the view's census (placed pods per namespace, pool and request), less what was stopped
+    for (ns, pool, placed, _, mig, shared), n in run.cluster.census.items():
+        team = run.team(ns)
+        counted = (team, pool) in limited or (team is not None and pool in lending)
+        if placed and (mig or shared) and counted:
+            for prof, k in mig:
+                held[(team, pool, prof)] += k * n
+            held[(team, pool, SHARED)] += shared * n
+    for key in sorted(run.evicted):
+        w = run.cluster.workloads.get(key)
+        if w is None or not (w.request.mig or w.request.shared_slices) or not w.placed:
             continue
         team, pool = run.team(w.namespace), run.cluster.pool_of(w)
         if (team, pool) in limited or (team is not None and pool in lending):
-            for prof, n in r.mig.items():
-                held[(team, pool, prof)] += n
-            held[(team, pool, SHARED)] += r.shared_slices
+            for prof, k in w.request.mig.items():
+                held[(team, pool, prof)] -= k
+            held[(team, pool, SHARED)] -= w.request.shared_slices
     return held
 
 

@@ -15,9 +15,8 @@ from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
-    quota_use_by_namespace,
 )
-from reconciler.plan.run import BUDGET, Run, suspended_job
+from reconciler.plan.run import BUDGET, Run, quota_use_of, suspended_job
 from reconciler.plan.victims import order_victims
 from reconciler.policy.models import Quota
 
@@ -29,11 +28,19 @@ def enforce_team_caps(run: Run) -> None:
     gpupool holds a pod back yet). Work the quota would admit again (MIG and shared slices,
     which `maxGPUs` does not cap in a ResourceQuota; a team spread over namespaces) is left
     running: stopping it would only restart it. New demand of the team is held meanwhile."""
+    over = [
+        q
+        for q in sorted(run.desired.quotas.values(), key=lambda q: q.team)
+        if q.spec.max_gpus is not None and run.team_usage.get(q.team, 0) > q.spec.max_gpus
+    ]
+    if not over:
+        return  # what the ResourceQuotas count is read only for a team over its cap
     comeback = _Comeback(resource_quotas(run), set(run.observed.gated_namespaces or ()))
-    comeback.use.update(quota_use_by_namespace(run.cluster.workloads.values()))
-    for q in sorted(run.desired.quotas.values(), key=lambda q: q.team):
+    comeback.use.update(quota_use_of(run))
+    for q in over:
         cap = q.spec.max_gpus
-        if cap is None or run.team_usage.get(q.team, 0) <= cap:
+        assert cap is not None
+        if run.team_usage.get(q.team, 0) <= cap:
             continue
         refused = _stop_down_to_cap(run, q, cap, comeback)
         if BUDGET in refused:

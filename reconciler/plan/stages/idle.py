@@ -17,7 +17,10 @@ from reconciler.policy.quantity import format_duration
 
 def reclaim_idle(run: Run) -> None:
     policies: dict[str, list[MaintenancePolicy]] = {}  # pool -> its policies, read once
-    for w in run.cluster.workloads.values():
+    maybe = _maybe_idle(run)
+    for key, w in run.cluster.workloads.items():
+        if maybe is not None and key not in maybe:
+            continue  # none of its cards is idle by any policy: judged below, it is skipped
         if w.phase != "Running" or w.key in run.evicted or not w.allocations:
             continue
         pool = run.cluster.pool_of(w)
@@ -72,6 +75,36 @@ def reclaim_idle(run: Run) -> None:
             else:
                 evict(run, w, "reclaim", why + ": reclaim the cards", pool)
             break
+
+
+def _maybe_idle(run: Run) -> set[str] | None:
+    """The workloads `reclaim_idle` may stop or report, a superset read from the cards: the
+    holders of every card below an enabled rule's `utilizationBelow` that is known to have
+    stayed there (`idle_since_below`). A workload that passes the agent-source check holds
+    only such cards (each held by it alone), and nothing in step 5 adds a holder, so every
+    other workload is skipped there without a side effect. None (judge every workload) when
+    a rule reads Prometheus: that path reports on workloads whatever their cards say."""
+    levels: set[float] = set()
+    for pool in run.cluster.pools:
+        for m in run.desired.maintenance_for(pool):
+            rule = m.spec.idle_reclaim
+            if rule is None or not rule.enabled:
+                continue
+            if rule.utilization.source == "prometheus":
+                return None
+            levels.add(rule.utilization_below)
+    out: set[str] = set()
+    if not levels:
+        return out
+    top = max(levels)
+    for s in run.cluster.slot.values():
+        if (
+            s.utilization < top
+            and s.holders
+            and any(s.utilization < lv and s.idle_since_below(lv) is not None for lv in levels)
+        ):
+            out.update(s.holders)
+    return out
 
 
 def _prometheus_idle(

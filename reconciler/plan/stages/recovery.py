@@ -173,6 +173,8 @@ def stop_gang(
     run: Run, key: tuple[str, str, str], members: list[Workload], failed: dict[str, str]
 ) -> set[str]:
     """Stop the gang `key` whole when it lost a member; the pending pods it holds back."""
+    if not failed and not any(m.terminating or m.failed_at is not None for m in members):
+        return set()  # nothing lost, nothing gone: what follows finds the same
     live = [m for m in members if m.placed and not m.terminating and m.failed_at is None]
     lost_on_node = [m for m in live if m.node in failed]
     # gone: evicted or deleted (on a failed node too: its NoExecute toleration ran out before

@@ -313,6 +313,19 @@ def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
         return None  # no card of the pool there (its victims run on cards the agent lost)
     if pv.free_whole_on(node) >= n:
         return None
+    return _whole_holders(run, pv, node, slots) or None
+
+
+def _whole_holders(run: Run, pv: PoolView, node: str, slots: list) -> tuple[str, ...]:
+    """The workloads holding `node`'s whole cards, by key, kept while the run's generation
+    and releases stay as they were (`_epoch`): step 8 adds holders only to MIG and shared
+    cards (whole cards are reserved, not held), a card's target changes only with a new
+    generation (`convert`), and a holder goes only with a release."""
+    key = ("whole-holders", pv.name, node)
+    epoch = _epoch(run)
+    known = run.memo.get(key)
+    if known is not None and known[0] == epoch:
+        return known[1]
     ws = tuple(
         sorted(
             {
@@ -324,7 +337,15 @@ def _held(run: Run, pv: PoolView, node: str, n: int) -> tuple[str, ...] | None:
             }
         )
     )
-    return ws or None
+    run.memo[key] = (epoch, ws)
+    return ws
+
+
+def _epoch(run: Run) -> tuple[int, int]:
+    """What changes whenever work is stopped or a card repartitioned: the run's generation
+    (`Run.freed`) and the releases of its view (`ClusterView.release`, also recovery's
+    stops, which start no generation of their own)."""
+    return (run.generation, run.cluster.releases)
 
 
 def _fenced(run: Run, pv: PoolView) -> frozenset[str]:
@@ -347,7 +368,33 @@ def _node_option(
     who: tuple,
 ) -> Option | None:
     """What freeing `n` whole cards on `node` for one pod of `p` costs, and its victims; None
-    when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes)."""
+    when the node is fenced, fits already, or cannot be freed (a victim's job spans nodes).
+    Kept per node, `n`, `who` and `reserved` while the run's epoch (`_epoch`) and the node's
+    free whole cards stay as they were: nothing else it reads changes during step 8 (which
+    work may be stopped, the teams' borrowing and what is already stopped change only with
+    an eviction, which starts a new generation)."""
+    n = p.request.gpus
+    free = pv.free_whole_on(node)
+    key = ("gang-option", pv.name, node, n, who, reserved)
+    state = (_epoch(run), free)
+    known = run.memo.get(key)
+    if known is not None and known[0] == state:
+        return known[1]
+    option = _price_node(run, pv, p, node, classes, reserved, who)
+    run.memo[key] = (state, option)
+    return option
+
+
+def _price_node(
+    run: Run,
+    pv: PoolView,
+    p: Demand,
+    node: str,
+    classes: set[str],
+    reserved: bool,
+    who: tuple,
+) -> Option | None:
+    """`_node_option`, computed."""
     ws = _held(run, pv, node, p.request.gpus)
     if ws is None:
         return None

@@ -1,0 +1,268 @@
+"""The watch cache's DRA informers (reconciler/loop/informer.py, `ClusterCache.watch_dra`,
+`dra_objects`), without an API server: started only when asked, stopped again; a resource
+whose informer is synced is read from it (`read_dra` lists only the others); DeviceTaintRules
+not served are none; and read your own writes: a resource whose informer has not seen
+gpupool's last write there (a resourceVersion, or a deleted object still held) is listed
+afresh. The record of those writes is `KubeOps._wrote_dra`. On the real API server:
+tests/integration/test_dra_informer.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kubernetes import client
+
+from reconciler import conventions as C
+from reconciler.apply.kube import KubeOps
+from reconciler.loop.informer import ClusterCache
+from reconciler.observe.kube_dra import DraMemo, read_dra
+
+PLURALS = list(C.DRA_PLURALS.values())
+
+
+def obj(name: str, rv: str, uid: str = "", ns: str = "") -> dict:
+    meta = {"name": name, "resourceVersion": rv, "uid": uid or f"uid-{name}"}
+    if ns:
+        meta["namespace"] = ns
+    return {"metadata": meta, "spec": {}}
+
+
+class FakeCustom:
+    """`list_cluster_custom_object` of resource.k8s.io/v1 from `objects`; a watch (or a list
+    of a plural in `missing`) is refused, so an informer lists once and backs off."""
+
+    def __init__(self, objects: dict[str, list[dict]], missing: tuple[str, ...] = ()):
+        self.objects, self.missing, self.lists = objects, missing, []
+
+    def list_cluster_custom_object(self, group, version, plural, watch=False, **_):
+        if plural in self.missing:
+            raise client.ApiException(status=404, reason="Not Found")
+        if watch:
+            raise client.ApiException(status=500, reason="no watch here")
+        self.lists.append(plural)
+        return {"items": list(self.objects.get(plural, [])), "metadata": {"resourceVersion": "10"}}
+
+
+@pytest.fixture
+def stop():
+    ev = threading.Event()
+    yield ev
+    ev.set()
+
+
+def cache_of(custom: FakeCustom, stop: threading.Event) -> ClusterCache:
+    cache = ClusterCache(
+        client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), backoff_seconds=60
+    )
+    cache._custom = custom
+    cache._stop = stop  # the node and pod informers are not started here
+    return cache
+
+
+def synced(cache: ClusterCache) -> None:
+    for inf in cache.dra_informers.values():
+        assert inf.settled(5)
+
+
+def test_dra_informers_run_only_while_asked(stop):
+    custom = FakeCustom({"deviceclasses": [obj("gpupool-a100-gpu", "7")]})
+    cache = cache_of(custom, stop)
+    assert cache.dra_informers == {} and cache.dra_objects("deviceclasses") is None
+    assert cache.dra_memo is None  # DRA read as without a cache
+    cache.watch_dra(False)
+    assert custom.lists == []  # no DRA pool: nothing listed, nothing watched
+    cache.watch_dra(True)
+    synced(cache)
+    assert sorted(cache.dra_informers) == sorted(PLURALS)
+    assert [o["metadata"]["name"] for o in cache.dra_objects("deviceclasses")] == [
+        "gpupool-a100-gpu"
+    ]
+    assert cache.dra_objects("resourceslices") == []
+    first = dict(cache.dra_informers)
+    cache.watch_dra(True)  # already watching: the same informers
+    assert cache.dra_informers == first
+    stopped = cache._dra_stop
+    cache.watch_dra(False)
+    assert stopped.is_set() and cache.dra_informers == {} and cache.dra_memo is None
+    assert cache.dra_objects("deviceclasses") is None
+
+
+def test_device_taint_rules_not_served_are_none_and_other_404s_list(stop):
+    cache = cache_of(FakeCustom({}, missing=("devicetaintrules",)), stop)
+    cache.watch_dra(True)
+    synced(cache)
+    assert cache.dra_informers["devicetaintrules"].absent
+    assert cache.dra_objects("devicetaintrules") == []
+    gone = cache_of(FakeCustom({}, missing=("resourceclaims",)), stop)
+    gone.watch_dra(True)
+    synced(gone)
+    assert gone.dra_objects("resourceclaims") is None  # the reader lists: 404, DRA not served
+
+
+def event(cache: ClusterCache, plural: str, kind: str, o: dict) -> None:
+    """What the informer's watch does with one event."""
+    inf = cache.dra_informers[plural]
+    with inf._lock:
+        key = inf._key(o)
+        if kind == "DELETED":
+            inf._items.pop(key, None)
+        else:
+            inf._items[key] = o
+        inf._seen(o["metadata"]["resourceVersion"])
+        inf._advanced.notify_all()
+
+
+def test_a_resource_not_caught_up_with_gpupools_write_is_listed_afresh(stop):
+    cache = cache_of(FakeCustom({"deviceclasses": [obj("c", "8", uid="u1")]}), stop)
+    cache.watch_dra(True)
+    synced(cache)
+    # gpupool patched a claim (the server answered resourceVersion 12): the claims' informer
+    # is at 10, so claims are listed; the other resources still come from the cache
+    assert cache.caught_up({"resourceclaims": 12}, 0.1)  # nodes and pods: nothing to wait for
+    assert cache.dra_objects("resourceclaims") is None
+    assert cache.dra_objects("deviceclasses") is not None
+    event(cache, "resourceclaims", "MODIFIED", obj("claim", "12", ns="team-a"))
+    assert len(cache.dra_objects("resourceclaims")) == 1
+    # gpupool deleted DeviceClass c (a Status with its uid): held until the DELETED event
+    assert cache.caught_up({}, 0.1, {"deviceclasses": {"/c": "u1"}})
+    assert cache.dra_objects("deviceclasses") is None
+    waiter = threading.Thread(
+        target=event, args=(cache, "deviceclasses", "DELETED", obj("c", "13"))
+    )
+    threading.Timer(0.1, waiter.start).start()
+    assert cache.caught_up({}, 5, {"deviceclasses": {"/c": "u1"}})  # waits for the event
+    assert cache.dra_objects("deviceclasses") == []
+    # someone made another c since (another uid): not the object gpupool deleted
+    event(cache, "deviceclasses", "ADDED", obj("c", "14", uid="u2"))
+    assert cache.dra_objects("deviceclasses") is not None
+
+
+def test_read_dra_takes_the_cached_resources_and_lists_the_rest(monkeypatch):
+    listed: list[str] = []
+
+    class Custom:
+        def __init__(self, _api=None):
+            pass
+
+        def list_cluster_custom_object(self, group, version, plural, **_):
+            listed.append(plural)
+            return {"items": []}
+
+    class Cache:
+        def dra_objects(self, plural):
+            if plural == "resourceclaims":
+                return None  # behind gpupool's own write: listed
+            if plural == "deviceclasses":
+                return [obj("gpupool-a100-gpu", "3")]
+            return []
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    state = read_dra(object(), [], Cache())
+    assert listed == ["resourceclaims"]
+    assert [c.name for c in state.device_classes] == ["gpupool-a100-gpu"]
+    listed.clear()
+    read_dra(object(), [], object())  # a cache of nodes and pods only: every resource listed
+    assert sorted(listed) == sorted(PLURALS)
+
+
+def test_gpupools_dra_writes_are_recorded_for_the_cache():
+    ops = KubeOps(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    status = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "u1"}}
+    ops._wrote_dra("deviceclasses", "/c", status)
+    ops._wrote_dra("resourceclaims", "ns/p-gpus", status | {"details": {"uid": "u2"}})
+    assert ops.deleted == {"deviceclasses": {"/c": "u1"}, "resourceclaims": {"ns/p-gpus": "u2"}}
+    assert "resourceclaims" not in ops.written
+    # an object made again under a deleted one's name: its resourceVersion, not the delete
+    ops._wrote_dra("resourceclaims", "ns/p-gpus", obj("p-gpus", "41", ns="ns"))
+    assert ops.written["resourceclaims"] == 41 and ops.deleted["resourceclaims"] == {}
+    ops._wrote_dra("resourceclaims", "ns/q", obj("q", "40", ns="ns"))
+    assert ops.written["resourceclaims"] == 41  # the newest stays
+    # a delete answered with the object: gone unless a finalizer holds it (then its version)
+    ops._wrote_dra("devicetaintrules", "/t", obj("t", "50", uid="u3"), delete=True)
+    assert ops.deleted["devicetaintrules"] == {"/t": "u3"}
+    held = obj("h", "52")
+    held["metadata"]["deletionTimestamp"] = "2026-12-05T06:00:00Z"
+    ops._wrote_dra("devicetaintrules", "/h", held, delete=True)
+    assert ops.written["devicetaintrules"] == 52 and "/h" not in ops.deleted["devicetaintrules"]
+    ops._wrote_dra("deviceclasses", "/d", None)  # no answer: nothing to wait for
+    assert ops.written.get("deviceclasses") is None
+
+
+def test_dra_objects_are_converted_once_per_version(monkeypatch):
+    objects = {
+        "deviceclasses": [obj("gpupool-a100-gpu", "3"), obj("vendor", "4")],
+        "resourceclaimtemplates": [obj("t", "5", ns="team-a")],
+    }
+    objects["resourceclaimtemplates"][0]["spec"] = {"spec": "not an object"}  # left out
+
+    class Custom:
+        def __init__(self, _api=None):
+            pass
+
+        def list_cluster_custom_object(self, group, version, plural, **_):
+            return {"items": objects.get(plural, [])}
+
+    class Cache:
+        dra_memo = DraMemo()
+
+        def dra_objects(self, plural):
+            return None
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    cache = Cache()
+    first = read_dra(object(), [], cache)
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (3, 0)
+    again = read_dra(object(), [], cache)  # the bad template is tried again
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (4, 2)
+    assert again == first == read_dra(object(), [], None)  # the same state as without the memo
+    assert again.device_classes[0] is first.device_classes[0]
+    assert again.claim_templates == []  # converted (and reported) each time, never kept
+    objects["deviceclasses"][1] = obj("vendor", "9")  # a new version: converted again
+    read_dra(object(), [], cache)
+    assert (cache.dra_memo.misses, cache.dra_memo.hits) == (6, 3)
+    objects["deviceclasses"] = []
+    read_dra(object(), [], cache)
+    assert cache.dra_memo._kept == {}  # only the last read's objects are kept
+
+
+def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
+    """kube-scheduler allocates a pod's claim before it binds the pod: cached claims that show
+    a bound pod's claim unallocated are behind the pods, and are listed instead."""
+    from types import SimpleNamespace as NS
+
+    listed: list[str] = []
+    allocated = obj("p-gpus", "20", ns="team-a")
+    allocated["status"] = {"allocation": {"devices": {"results": []}}}
+
+    class Custom:
+        def __init__(self, _api=None):
+            pass
+
+        def list_cluster_custom_object(self, group, version, plural, **_):
+            listed.append(plural)
+            return {"items": [allocated] if plural == "resourceclaims" else []}
+
+    stale = obj("p-gpus", "19", ns="team-a")  # the claim before the scheduler allocated it
+
+    class Cache:
+        def dra_objects(self, plural):
+            return [stale] if plural == "resourceclaims" else []
+
+    def pod(node: str, phase: str = "Running") -> NS:
+        return NS(
+            metadata=NS(namespace="team-a", name="p"),
+            spec=NS(node_name=node, resource_claims=[]),
+            status=NS(
+                phase=phase,
+                resource_claim_statuses=[NS(name="gpus", resource_claim_name="p-gpus")],
+            ),
+        )
+
+    monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    state = read_dra(object(), [pod("node-a")], Cache())
+    assert listed == ["resourceclaims"] and state.claims[0].allocated == []
+    listed.clear()
+    read_dra(object(), [pod("")], Cache())  # not bound yet: the cache is consistent
+    read_dra(object(), [pod("node-a", "Succeeded")], Cache())  # finished: deallocated
+    assert listed == []
