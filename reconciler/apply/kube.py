@@ -187,6 +187,10 @@ class KubeOps:
         there and has not made again: what the watch cache must no longer hold (a delete
         answers a Status with the uid, not a resourceVersion). Only what gpupool prunes or
         replaces (a few names)."""
+        self.dra_peek: Callable[[str, str, str], dict | None] | None = None
+        """The watch cache's copy of a DRA object by (kind, namespace, name), set by the
+        controller for a cycle that observed through a cache that had seen gpupool's writes
+        (`ClusterCache.dra_object`); None: `peek_dra_object` answers None."""
 
     def _wrote(self, kind: str, obj: Any) -> None:
         rv = C.resource_version(C.raw_resource_version(obj))  # a model object or a custom one
@@ -638,6 +642,10 @@ class KubeOps:
 
     def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
         return self._dra.read(kind, namespace, name)
+
+    def peek_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        peek = self.dra_peek
+        return None if peek is None else peek(kind, namespace, name)
 
     def create_dra_object(self, body: dict) -> None:
         self._dra.create(body)

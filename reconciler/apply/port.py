@@ -318,6 +318,13 @@ class ClusterOps(Protocol):
         """A DRA object as the API serves it (a ResourceClaim with its status); None when
         there is no such object."""
 
+    def peek_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """A DRA object as the controller's watch cache holds it, read-only, when that cache
+        had seen gpupool's own last writes of its kind at this cycle's observation; None when
+        it does not hold the object, is behind, or there is no cache (read it then). It may
+        lag the server: exact admission takes only what cannot have changed from it (a
+        claim's spec and owner, a DeviceClass being gpupool's; handlers/dra_admit.py)."""
+
     def create_dra_object(self, body: dict) -> None:
         """Create a DRA object (`body` a whole object: apiVersion, kind, metadata, spec)."""
 

@@ -280,11 +280,15 @@ class Controller:
             preempted += resolve_intents(view.preemption_intents, self.ops.read_pod)
         else:
             preempted += [i.at for i in view.preemption_intents]
+        cache = self._cache()
+        # exact admission may take a claim's spec and a class's owner from the cache this
+        # cycle observed through (`ClusterOps.peek_dra_object`), never from one that is behind
+        self.ops.dra_peek = cache.dra_object if cache is not None else None
         observed = observe_cluster(
             self.api,
             now=now,
             recent_preemptions=preempted,
-            cache=self._cache(),
+            cache=cache,
             cards=self.card_memo,
             workloads=self.workload_memo,
             dra=self._reads_dra(desired),

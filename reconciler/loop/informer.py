@@ -93,6 +93,14 @@ class Informer:
         with self._lock:
             return list(self._items.values())
 
+    def get(self, key: str) -> Any | None:
+        """One cached object by "namespace/name" ("/name" cluster-scoped); None when not held
+        or not synced."""
+        if not self.synced.is_set():
+            return None
+        with self._lock:
+            return self._items.get(key)
+
     def settled(self, timeout: float) -> bool:
         """Wait until the first list is in, or was answered 404 (`absent`)."""
         deadline = time.monotonic() + timeout
@@ -311,6 +319,20 @@ class ClusterCache:
         if not inf.fresh(rv, gone):
             return None
         return inf.items()
+
+    def dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """One cached DRA object (`kind` as in `C.DRA_PLURALS`), as `dra_objects` would list
+        it: None when its informer is not running, not synced, or has not seen gpupool's own
+        last writes of it (the floor `caught_up` set at this cycle's observation), or does
+        not hold the object. Read-only: the informer's own copy (exact admission's
+        `peek_dra_object`)."""
+        inf = self.dra_informers.get(C.DRA_PLURALS.get(kind, ""))
+        if inf is None:
+            return None
+        rv, gone = self._dra_floor.get(inf.name, (None, {}))
+        if not inf.fresh(rv, gone):
+            return None
+        return inf.get(f"{namespace or ''}/{name}")
 
     def nodes(self) -> list[Any] | None:
         return self.node_informer.items()

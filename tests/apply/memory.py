@@ -228,6 +228,8 @@ class MemoryCluster:
         self.fail: dict[str, ApiError | list[ApiError]] = dict(fail or {})
         self.after: dict[str, Callable[[], None]] = dict(after or {})
         self.calls: list[Call] = []
+        self.dra_cache: dict[tuple[str, str, str], dict] | None = None
+        """What `peek_dra_object` answers (a watch cache's copies); None: no cache."""
         self._rv = 1000
         self._lock = threading.RLock()
 
@@ -928,6 +930,12 @@ class MemoryCluster:
 
     def read_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
         return self._objects("dra").read(kind, namespace, name)
+
+    def peek_dra_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The "watch cache" a test gave (`dra_cache`: (kind, namespace, name) -> object); no
+        cache by default. Recorded, never failed: it is no request."""
+        self.calls.append(Call("peek_dra_object", {"kind": kind, "name": name}))
+        return (self.dra_cache or {}).get((kind, namespace, name))
 
     def create_dra_object(self, body: dict) -> None:
         self._objects("dra").create(body)

@@ -125,6 +125,7 @@ def test_memory_knows_which_operations_write():
         "kueue_manager",
         "dra_manager",
         "read_dra_object",
+        "peek_dra_object",
     }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers

@@ -8,6 +8,7 @@ The rows are also run against an API server by test_handlers_api.py.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from datetime import timedelta
 
@@ -55,7 +56,7 @@ from tests.apply.rows import (
     gang_admitted,
     job,
 )
-from tests.apply.rows_dra import ADMITS_NEXT_RUN
+from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DYN_PINNED, PINNED
 from tests.apply.table import (
     NODE,
     NOW,
@@ -227,6 +228,74 @@ def test_dra_gone_claim_admits_on_the_next_run():
         assert cluster.write_ops()[before:] == ["admit_pod"]
         third = run(row, cluster, memory_config(), writes=cluster.write_ops)
         assert third.status == "done" and not third.changed
+
+
+REPLACED = "dra-admit/claim-replaced-then-admitted"
+GONE = "dra-admit/claim-gone-made-from-the-template"
+
+
+def _reads(cluster) -> list[str]:
+    return [c.op for c in cluster.calls if c.op in ("read_dra_object", "dra_manager")]
+
+
+def test_dra_admit_takes_claim_and_class_from_the_watch_cache():
+    """With the watch cache holding the template's claim and gpupool's DeviceClass, exact
+    admission reads neither from the server: the same writes, the same pinned claim."""
+    row = ROWS[REPLACED]
+    cluster = seed_memory(row)
+    cluster.dra_cache = copy.deepcopy(cluster.dra)
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert_result(row, got)
+    row.check(MemoryProbe(cluster, NS, memory_config()))  # type: ignore[misc]
+    assert _reads(cluster) == []
+
+
+def test_dra_admit_stale_cached_claim_waits_a_run():
+    """The cache still holds the template's claim, which someone deleted: the pinned claim is
+    made and named all the same, the delete's 404 says the claim was gone, and the gate waits
+    a run (as when the read finds it gone); the next run admits on the pinned claim."""
+    cluster = seed_memory(ROWS[GONE])
+    held = seed_memory(ROWS[REPLACED]).dra
+    cluster.dra_cache = copy.deepcopy(held)
+    row = ROWS[GONE]
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert got.status == "waiting" and f"{CLAIM} -> {PINNED} made again pinned" in got.message
+    assert cluster.write_ops() == ["create_dra_object", "set_pod_claim"]
+    pod = cluster.read_pod(NS, "p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),)
+    assert C.ADMISSION_GATE in pod.gates
+    again = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert again.status == "done", again.message
+    assert cluster.write_ops()[-1] == "admit_pod"
+
+
+def test_dra_admit_reads_a_pinned_claim_from_the_server():
+    """A pinned claim (gpupool's annotation) in the cache is not trusted to be there: read
+    from the server, found gone, made again from the template; the gate waits a run."""
+    row = ROWS[GONE]
+    cluster = seed_memory(row)
+    held = copy.deepcopy(seed_memory(ROWS[REPLACED]).dra)
+    claim = held[("ResourceClaim", NS, CLAIM)]
+    claim["metadata"].setdefault("annotations", {})[C.DRA_PLANNED_ANN] = "GPU-a,GPU-b"
+    cluster.dra_cache = held
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert_result(row, got)
+    assert "read_dra_object" in _reads(cluster)
+
+
+def test_dra_admit_dynamic_allocation_through_the_watch_cache():
+    """DynamicMIG with the watch cache holding the template's claim and gpupool's MIG class:
+    the class's profile and the claim come from the cache; the one server read is the
+    allocation write's, of the pinned claim it just made (by its own name)."""
+    row = ROWS["dra-admit/dynamic-partition-allocated-by-name"]
+    cluster = seed_memory(row)
+    cluster.dra_cache = copy.deepcopy(cluster.dra)
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert_result(row, got)
+    row.check(MemoryProbe(cluster, NS, memory_config()))  # type: ignore[misc]
+    assert _reads(cluster) == ["read_dra_object"]
+    (read,) = [c for c in cluster.calls if c.op == "read_dra_object"]
+    assert read.args["name"] == DYN_PINNED
 
 
 def test_every_row_is_checked():

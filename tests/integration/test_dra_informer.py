@@ -64,6 +64,9 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     for name, (template, gang) in spec.items():
         claim_pod(kube, ns, name, template, f"low-{sfx}", gang=gang)
     wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    made = [f"{ns}/{claim_of(kube, ns, p)['metadata']['name']}" for p in spec]  # type: ignore[index]
+    held = ctl.cache.dra_informers["resourceclaims"]
+    wait_for("the cache holds the claims", lambda: all(held.get(k) for k in made), timeout=30)
     since = audit_mark(kube)
 
     def admitted() -> bool:
@@ -83,6 +86,10 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     # read from the watches: no list of resource.k8s.io since the informers synced
     lists = [u for v, u in dra_requests(kube, since) if v == "list"]
     assert lists == [], lists
+    # exact admission took the template's claims and gpupool's classes from the cache too
+    # (`peek_dra_object`): no GET of either; its writes are the claims' creates and deletes
+    gets = [u for v, u in dra_requests(kube, since) if v == "get"]
+    assert gets == [], gets
     # the DRA state read through the cache is the listed one
     assert ctl._cache() is ctl.cache
     cached = observe_cluster(ctl.api, cache=ctl.cache).dra

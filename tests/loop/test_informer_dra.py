@@ -138,6 +138,22 @@ def test_a_resource_not_caught_up_with_gpupools_write_is_listed_afresh(stop):
     assert cache.dra_objects("deviceclasses") is not None
 
 
+def test_one_object_is_peeked_only_from_a_caught_up_informer(stop):
+    """`dra_object` (exact admission's `peek_dra_object`): one object by kind and name, None
+    when not watched, not held, or the informer has not seen gpupool's last write there."""
+    cache = cache_of(FakeCustom({"resourceclaims": [obj("claim", "9", ns="team-a")]}), stop)
+    assert cache.dra_object("ResourceClaim", "team-a", "claim") is None  # not watched
+    cache.watch_dra(True)
+    synced(cache)
+    assert cache.dra_object("ResourceClaim", "team-a", "claim")["metadata"]["name"] == "claim"
+    assert cache.dra_object("ResourceClaim", "team-b", "claim") is None
+    assert cache.dra_object("DeviceClass", "", "claim") is None
+    assert cache.caught_up({"resourceclaims": 12}, 0.1)  # gpupool's write at 12: behind
+    assert cache.dra_object("ResourceClaim", "team-a", "claim") is None
+    event(cache, "resourceclaims", "ADDED", obj("other", "12", ns="team-a"))
+    assert cache.dra_object("ResourceClaim", "team-a", "claim") is not None
+
+
 def test_read_dra_takes_the_cached_resources_and_lists_the_rest(monkeypatch):
     listed: list[str] = []
 

@@ -122,14 +122,22 @@ def _requests(spec: dict) -> list[dict]:
 
 
 class _Classes:
-    """Whether a DeviceClass is gpupool's, and its MIG profile (read once per admission)."""
+    """Whether a DeviceClass is gpupool's, and its MIG profile (once per admission): the watch
+    cache's copy says so when it holds the class with gpupool's label (`peek_dra_object`);
+    otherwise it is read. A cache that lags can only take a class for gpupool's that just
+    stopped being so (the request is then pinned to the planned devices all the same), never
+    leave one of gpupool's unpinned: "not gpupool's" is always the server's answer."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx, self.seen, self.profiles = ctx, {}, {}
 
     def ours(self, name: str) -> bool:
         if name not in self.seen:
-            self.seen[name] = self.ctx.ops.dra_manager("DeviceClass", "", name) == C.MANAGED_BY
+            cached = self.ctx.ops.peek_dra_object("DeviceClass", "", name) or {}
+            labels = (cached.get("metadata") or {}).get("labels") or {}
+            self.seen[name] = labels.get(C.MANAGED_BY_LABEL) == C.MANAGED_BY or (
+                self.ctx.ops.dra_manager("DeviceClass", "", name) == C.MANAGED_BY
+            )
         return self.seen[name]
 
     def profile_of(self, spec: dict) -> dict[str, str]:
@@ -138,14 +146,38 @@ class _Classes:
         for r in _requests(spec):
             name = str(r.get("deviceClassName", ""))
             if name not in self.profiles:
-                obj = self.ctx.ops.read_dra_object("DeviceClass", "", name) or {}
-                md = obj.get("metadata") or {}
-                mine = (md.get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
-                prof = (md.get("annotations") or {}).get(C.DRA_PROFILE_ANN, "")
-                self.profiles[name] = prof if mine else ""
+                self.profiles[name] = self._profile(name)
             if self.profiles[name]:
                 out[name] = self.profiles[name]
         return out
+
+    def _profile(self, name: str) -> str:
+        """The MIG profile of gpupool's class `name` ("" for another class): the watch cache's
+        copy when it holds the class as gpupool's with a profile (a class's name carries its
+        profile: gpupool never changes one under the same name), else the server's."""
+        for read in (self.ctx.ops.peek_dra_object, self.ctx.ops.read_dra_object):
+            md = (read("DeviceClass", "", name) or {}).get("metadata") or {}
+            mine = (md.get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
+            prof = (md.get("annotations") or {}).get(C.DRA_PROFILE_ANN, "")
+            if mine and prof:
+                return prof
+        return ""
+
+
+def _read_claim(ctx: Context, ns: str, name: str) -> dict | None:
+    """The claim the pod's status names: the watch cache's copy or the server's. The cache's
+    copy is taken only for a claim gpupool has not pinned (no `gpupool.io/planned-devices`:
+    the resourceclaim controller's, to be replaced): what the replacement takes from it (spec,
+    owner, annotations) does not change once made, and it cannot be allocated while its pod
+    is gated; whether it is still there is the delete's answer (`_replace`). A pinned one,
+    or one the cache does not hold, is read from the server: that it is there decides
+    whether the gate may go."""
+    cached = ctx.ops.peek_dra_object(KIND, ns, name)
+    if cached is not None and C.DRA_PLANNED_ANN not in (
+        (cached.get("metadata") or {}).get("annotations") or {}
+    ):
+        return cached
+    return ctx.ops.read_dra_object(KIND, ns, name)
 
 
 def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | None:
@@ -186,10 +218,12 @@ def _replace(
     planned: str,
     *,
     gone: bool = False,
-) -> str:
+) -> tuple[str, bool]:
     """Create the pinned claim under a name of its own (`pinned_name`: the pod as controlling
     owner, the old claim's annotations and labels), name it in the pod's status, then delete the
-    claim it replaces (unless that is gone); -> the pinned claim's name.
+    claim it replaces (unless that is gone); -> the pinned claim's name, and whether the claim
+    it replaces was gone (known before, or the delete's 404: deleted by someone else since the
+    read, or since the watch cache's copy was made).
 
     In this order the resourceclaim controller never finds the pod without a claim of its own:
     it makes a claim from the template (unpinned) for a pod whose named claim is gone, unless
@@ -222,7 +256,8 @@ def _replace(
         except ApiError as exc:
             if exc.status != 404:
                 raise
-    return name
+            gone = True
+    return name, gone
 
 
 def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
@@ -275,18 +310,17 @@ def pin_claims(
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
-        claim = ctx.ops.read_dra_object(KIND, ns, name)
+        claim = _read_claim(ctx, ns, name)
         gone = claim is None
         if gone and entry in pod.claim_templates:
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
-        before = len(wrote)
-        status, why = _pin_claim(ctx, ns, want, pod, entry, claim, gone, classes, left, wrote)
+        status, why = _pin_claim(
+            ctx, ns, want, pod, entry, claim, gone, classes, left, wrote, remade
+        )
         if status:
             return status, why
-        if gone and len(wrote) > before:
-            remade.append(f"{name} -> {wrote[-1]}")
     if remade:
         # the resourceclaim controller may be making one from the template for the same gap
         # and name it in the pod's status: the next cycle admits once the status names a
@@ -309,6 +343,7 @@ def _pin_claim(
     classes: _Classes,
     left: list[tuple[str, str, str]],
     wrote: list[str],
+    remade: list[str],
 ) -> tuple[str, str]:
     """`pin_claims` for one claim (the pod's status names it under `entry`); `left`: the
     planned partitions no claim took yet. The pinned claim is made under its own name
@@ -341,8 +376,10 @@ def _pin_claim(
         )
     if allocated:  # gpupool's, for another plan, and nobody holds it: its devices back
         deallocate(ctx, ns, claim)
-    made = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
+    made, gone = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
     wrote.append(made)
+    if gone:  # the claim it replaces was gone (or went since the cache's copy)
+        remade.append(f"{name} -> {made}")
     if results:
         allocate(ctx, ns, made, want.node, results)
     return "", ""
