@@ -342,28 +342,22 @@ class KubeOps:
             "message": message,
             "lastTransitionTime": last_transition_time,
         }
-        with _errors():
-            # strategic merge: status.conditions is merged by `type`
-            self._wrote(
-                "pods",
-                self.core.patch_namespaced_pod_status(
-                    name,
-                    namespace,
-                    {"status": {"conditions": [cond]}},
-                    _content_type=STRATEGIC,
-                    field_manager=C.FIELD_MANAGER,
-                ),
-            )
+        # strategic merge: status.conditions is merged by `type`
+        self._patch_pod_status(namespace, name, {"conditions": [cond]})
 
     def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
-        patch = {"status": {"resourceClaimStatuses": [{"name": entry, "resourceClaimName": claim}]}}
+        # strategic merge: status.resourceClaimStatuses is merged by `name`
+        entries = [{"name": entry, "resourceClaimName": claim}]
+        self._patch_pod_status(namespace, name, {"resourceClaimStatuses": entries})
+
+    def _patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
         with _errors():
             self._wrote(
                 "pods",
                 self.core.patch_namespaced_pod_status(
                     name,
                     namespace,
-                    patch,
+                    {"status": status},
                     _content_type=STRATEGIC,
                     field_manager=C.FIELD_MANAGER,
                 ),
