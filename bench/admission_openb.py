@@ -53,9 +53,10 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    profile whose compute slices cover its `gpu_milli`: bench/dra_setup.py `profile_for`),
    the arrivals packed again to `--load` (a partition counted as its memory slices of 8, as
    gpupool's cap and the driver's counters count it) over `--window`. kube-scheduler's
-   allocator picks a partition the counters allow, or gpupool's exact admission pins each
-   claim to the planned card and profile (`parentUUID` and the profile's class: the
-   allocator picks the placement on that card). The simulated kubelets do not prepare claims
+   allocator picks a partition the counters allow, or gpupool's exact admission writes each
+   claim's allocation as the planned partition, placement included (no selector can pick a
+   placement: apply/handlers/dra_allocate.py; the scheduler reserves the claim and binds the
+   pod where it says). The simulated kubelets do not prepare claims
    (no MIG instance is made on the node's fake NVML): gpupool reads a card's layout from what
    is allocated on it, as it does between allocation and prepare. Allocation counts each
    partition as its share of the card; FGD's rate is over the cards nothing is allocated on.

@@ -200,15 +200,16 @@ def claim_pod_spec(pool: str, cards: int, profile: str = "") -> dict:
 def device_use(node: str, device: str, shares: dict[str, float]) -> tuple[int, str, float]:
     """An allocated device of the simulated driver as (card, how gpupool's plan names it, what
     it counts of the card): a whole card `gpu-<minor>` by its uuid, 1; a dynamic partition
-    `gpu-<minor>-mig-<profile>-<id>-<start>` by `<parent uuid>/<profile>` (what exact
-    admission writes for a partition that has no uuid yet, plan/dra_admit.py), its share."""
+    `gpu-<minor>-mig-<profile>-<id>-<start>` by `gpu.nvidia.com/<node>/<device>`, placement
+    included (how exact admission names a partition that has no uuid yet, plan/dra_admit.py),
+    its share."""
     parts = device.split("-")
     minor = int(parts[1])
     if "mig" not in parts:
         return minor, uuid(node, minor), 1.0
     short = parts[parts.index("mig") + 1]
     profile = next((p for p in shares if p.replace(".", "").replace("+", "-") == short), short)
-    return minor, f"{uuid(node, minor)}/{profile}", shares.get(profile, 1.0)
+    return minor, f"gpu.nvidia.com/{node}/{device}", shares.get(profile, 1.0)
 
 
 @dataclass

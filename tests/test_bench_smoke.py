@@ -223,7 +223,7 @@ def test_admission_openb_smoke(args, runs):
     if "dra-gpupool" in runs:  # exact admission: every allocated claim is the plan's
         assert re.search(share, out, re.M), "DRA: allocations not the plan's"
         # the dynamic-MIG runs (all runs by default), in a table of their own: the fractional
-        # pods as MIG partitions, each admitted one on exactly its planned card and profile
+        # pods as MIG partitions, each admitted one on exactly its planned partition (placement)
         rows = lines_after(out, r"^\| \| dra-dynmig-scheduler \| dra-dynmig-gpupool \|$")
         assert any(r.startswith("|   MIG-partition pods never started") for r in rows), rows
         (exact,) = [r for r in rows if r.startswith("| admitted pods whose allocated")]

@@ -647,6 +647,9 @@ class KubeOps:
     def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
         self._dra.patch(kind, namespace, name, patch)
 
+    def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
+        self._dra.replace_status(kind, namespace, name, body)
+
     def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
         self._dra.delete(kind, namespace, name)
 
@@ -709,6 +712,17 @@ class _ObjectGroup:
                 field_manager=C.FIELD_MANAGER,
                 _content_type=MERGE,
             )
+        self._answered(kind, namespace, name, answer)
+
+    def replace_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
+        c = self.custom
+        put = (
+            c.replace_namespaced_custom_object_status
+            if namespace
+            else c.replace_cluster_custom_object_status
+        )
+        with _errors():
+            answer = put(*self._at(kind, namespace, name), body, field_manager=C.FIELD_MANAGER)
         self._answered(kind, namespace, name, answer)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:

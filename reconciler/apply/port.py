@@ -331,5 +331,9 @@ class ClusterOps(Protocol):
     def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
         """JSON merge patch (RFC 7386) of a DRA object: lists in it replace whole."""
 
+    def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
+        """Replace a DRA object's status (`body`: the object as read, its status changed; the
+        API server refuses it when the object changed since: 409)."""
+
     def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
         """Delete a DRA object (ApiError 404 when it is gone already)."""

@@ -105,6 +105,17 @@ class DraIndex:
                 out.append(Allocation(gpu=by_uuid.get(str(d.attr("uuid")), int(parts[1]))))
         return out
 
+    def claim_node(self, namespace: str, pod: str) -> str:
+        """The node `pod`'s allocated claims are for ('' when none is allocated): where a pod
+        not bound yet holds its devices (gpupool wrote a DynamicMIG partition's allocation at
+        admission, or kube-scheduler allocated and has not bound it yet)."""
+        for p in self.pods.get((namespace, pod), ()):
+            for name in p.claims:
+                c = self.claims.get(f"{namespace}/{name}")
+                if c is not None and c.allocated:
+                    return c.node or c.allocated[0].pool
+        return ""
+
     def allocations(self, node: Node | None, namespace: str, pod: str) -> list[Allocation] | None:
         """The cards a pod's allocated claims hold on `node`; None when none of its claims is
         allocated a device of NVIDIA's driver."""
@@ -130,15 +141,23 @@ class UnreleasedClaim:
 
 
 def unreleased_claims(
-    dra: DraState | None, nodes: Iterable[Node], workloads: Iterable[str]
+    dra: DraState | None,
+    nodes: Iterable[Node],
+    workloads: Iterable[str],
+    placed: Iterable[str] = (),
 ) -> list[UnreleasedClaim]:
     """Allocated claims (NVIDIA's devices) reserved for none of `workloads` (keys
-    `namespace/name`), with the cards of their node they hold, by claim key. A claim whose node
-    the snapshot lacks, or whose devices map to no card, is left out (nothing of gpupool's to
-    hold). Pure; never raises."""
+    `namespace/name`), with the cards of their node they hold, by claim key; a claim reserved
+    for nobody that a pod of `placed` (admitted or bound) uses is that pod's, not unreleased.
+    A claim whose node the snapshot lacks, or whose devices map to no card, is left out
+    (nothing of gpupool's to hold). Pure; never raises."""
     if dra is None or not dra.claims:
         return []
-    live = set(workloads)
+    live, released = set(workloads), set(placed)
+    users: dict[str, set[str]] = {}  # claim key -> the pods (keys) whose claims name it
+    for p in dra.pods:
+        for n in p.claims:
+            users.setdefault(f"{p.namespace}/{n}", set()).add(f"{p.namespace}/{p.pod}")
     by_name = {n.name: n for n in nodes}
     index: DraIndex | None = None
     out = []
@@ -146,6 +165,8 @@ def unreleased_claims(
         results = [r for r in c.allocated or [] if r.driver == C.DRA_DRIVER]
         if not results or any(f"{c.namespace}/{p}" in live for p in c.reserved_for):
             continue
+        if not c.reserved_for and users.get(c.key, set()) & released:
+            continue  # allocated for a released pod not bound yet (gpupool's DynamicMIG write)
         node = by_name.get(c.node or results[0].pool)
         if node is None:
             continue

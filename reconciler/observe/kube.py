@@ -239,7 +239,9 @@ def _observe(
 
     def claimed(p: Any) -> tuple[Any, Any]:
         ns, name = p.metadata.namespace, p.metadata.name
-        node = by_name.get(p.spec.node_name or "")
+        # not bound yet but released, with its claims allocated: the devices are held there
+        released = not p.spec.node_name and not p.spec.scheduling_gates
+        node = by_name.get(p.spec.node_name or (index.claim_node(ns, name) if released else ""))
         return index.request(ns, name), index.allocations(node, ns, name)
 
     gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None, memo)

@@ -207,7 +207,9 @@ def pod_workloads(
         p = memo.kept("believed", raw, (node_known,), lambda: _believed_copy(raw, by_name)) or raw
         node_name = p.spec.node_name or ""
         admitted_to = None if node_name else _admission(p)[1]
-        if admitted_to:
+        if admitted_to and known is not None:  # its claims are allocated already (DRA)
+            allocs = known
+        elif admitted_to:
             allocs = admitted_allocations(
                 p, req, by_name.get(admitted_to), taken.setdefault(admitted_to, set())
             )

@@ -249,8 +249,9 @@ class PodAdmission(Frozen):
     devices: tuple[str, ...] = ()
     """DRA pools only: the `uuid` attributes of the devices the plan chose (whole cards and MIG
     devices, as NVIDIA's driver publishes them; a DynamicMIG partition, which has no uuid
-    before it is made, as `<parent card uuid>/<profile>`); the executor writes the pod's claims
-    so the allocator can pick only these (exact admission)."""
+    before it is made, as `<driver>/<pool>/<device>`, its placement); the executor writes the
+    pod's claims so the allocator can pick only these (the partitions: it writes their
+    allocation; exact admission)."""
 
     @model_serializer(mode="wrap")
     def _without_empty_devices(self, handler: Any) -> Any:

@@ -407,7 +407,9 @@ def _judge_unreleased(c: _Checker, observed: ObservedState, cards: dict[Card, Gp
     """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved): the
     allocator counts their devices as taken until Kubernetes deallocates the claim, so the
     cards they are on are fenced (not free, not drift to repartition) until then."""
-    for u in unreleased_claims(observed.dra, observed.nodes, (w.key for w in observed.workloads)):
+    keys = [w.key for w in observed.workloads]
+    placed = [w.key for w in observed.workloads if w.node]
+    for u in unreleased_claims(observed.dra, observed.nodes, keys, placed):
         held = sorted({(u.node, a.gpu) for a in u.cards} & cards.keys())
         if not held:
             continue

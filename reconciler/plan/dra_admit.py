@@ -12,14 +12,17 @@ placement start (cmd/gpu-kubelet-plugin/deviceinfo.go; tests/cluster/dra_slices.
 
 Under the driver's `DynamicMIG` a MIG partition has no `uuid` until it is prepared (an abstract
 partition: cmd/gpu-kubelet-plugin/mig.go v0.4.1 `CommonAttributesMig` has `parentUUID` and
-`profile`, and neither attributes nor capacities say its placement), so a planned partition
-(recognised by the counters it consumes) is named `<parent card uuid>/<profile>`: the claim
-may take that profile on that card only, and the allocator picks the placement (the first free
-one in the driver's device order, which is the catalog's first free start;
-tests/integration/test_dra_dynamic.py checks it)."""
+`profile`, and neither attributes nor capacities say its placement: partitions.go
+`MigSpec.Capacities`), and a CEL selector cannot see a device's name, so no selector can pick
+one placement. The plan names the device itself, `<driver>/<pool>/<device>` (a
+`DeviceResult.ref`, e.g. `gpu.nvidia.com/node-1/gpu-0-mig-4g40gb-5-0`: the placement the plan
+chose), and the executor writes it as the claim's allocation (apply/handlers/dra_admit.py), so
+the allocation is the plan's placement, not the first free one
+(tests/integration/test_dra_dynamic_placement.py)."""
 
 from __future__ import annotations
 
+from reconciler import conventions as C
 from reconciler.observe.model import Node
 from reconciler.observe.model_dra import DraDevice, DraState
 from reconciler.plan.cluster import GpuSlot
@@ -60,6 +63,14 @@ def planned_devices(
     if dra is None or node is None or not cards:
         return None
     devices = dra.devices(node.name)
+    pool = next(
+        (
+            s.pool
+            for s in dra.slices
+            if s.driver == C.DRA_DRIVER and (s.node or s.pool) == node.name
+        ),
+        node.name,
+    )  # NVIDIA's driver names its pool after the node
     uuids = {g.index: g.uuid for g in node.gpus}
     out: list[str] = []
     for g in cards:
@@ -69,17 +80,21 @@ def planned_devices(
             if mine
             else [_card(devices, uuids.get(g.index, ""), g.index)]
         )
-        names = [_name(d) for d in found]
+        names = [_name(d, pool) for d in found]
         if "" in names:
             return None
         out += names
     return tuple(out)
 
 
-def _name(d: DraDevice | None) -> str:
-    """How a claim names `d`: its uuid, or a dynamic partition's parent and profile."""
+def _name(d: DraDevice | None, pool: str) -> str:
+    """How a claim names `d`: its uuid, or a dynamic partition's ref (driver/pool/device)."""
     if d is not None and not _uuid(d) and d.type == "mig" and d.consumes_counters:
-        parent, profile = d.attr("parentUUID"), d.attr("profile")
-        if isinstance(parent, str) and parent and isinstance(profile, str) and profile:
-            return f"{parent}/{profile}"
+        return dynamic_ref(pool, d.name)
     return _uuid(d)
+
+
+def dynamic_ref(pool: str, device: str) -> str:
+    """How the plan names a DynamicMIG partition: NVIDIA's driver, its pool (the node) and the
+    device (`DeviceResult.ref`)."""
+    return f"{C.DRA_DRIVER}/{pool}/{device}"

@@ -87,6 +87,7 @@ MUTATING = frozenset(
         "create_dra_object",
         "patch_dra_object",
         "delete_dra_object",
+        "replace_dra_status",
     }
 )
 PLURAL = {"Deployment": "deployments.apps", "StatefulSet": "statefulsets.apps"}
@@ -942,6 +943,9 @@ class MemoryCluster:
     def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
         self._objects("dra").patch(kind, namespace, name, patch)
 
+    def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
+        self._objects("dra").replace_status(kind, namespace, name, body)
+
     def delete_dra_object(self, kind: str, namespace: str, name: str) -> None:
         self._objects("dra").delete(kind, namespace, name)
 
@@ -999,6 +1003,16 @@ class _ObjectStore:
 
         op = f"patch_{self.which}_object"
         self.cluster._run(op, apply, kind=kind, namespace=namespace, name=name, patch=patch)
+
+    def replace_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
+        def put() -> None:
+            key = (kind, namespace, name)
+            if key not in self.store:
+                raise not_found(f"{kind.lower()}s.{self.group}", name)
+            self.store[key] = {**self.store[key], "status": copy.deepcopy(body.get("status"))}
+
+        op = f"replace_{self.which}_status"
+        self.cluster._run(op, put, kind=kind, namespace=namespace, name=name, body=body)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         def delete() -> None:

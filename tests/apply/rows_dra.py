@@ -6,7 +6,12 @@ before the gate goes (tests/apply/rows.py `TABLES["dra"]`)."""
 from __future__ import annotations
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.dra_admit import RESERVED_TOLERATION, pinned_name, uuid_selector
+from reconciler.apply.handlers.dra_admit import (
+    REF_SELECTOR,
+    RESERVED_TOLERATION,
+    pinned_name,
+    uuid_selector,
+)
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import (
     Admit,
@@ -234,7 +239,9 @@ def gated_claimant(made: str = CLAIM) -> Pod:
     )
 
 
-ADMITS_NEXT_RUN = frozenset({"dra-admit/claim-gone-made-from-the-template"})
+ADMITS_NEXT_RUN = frozenset(
+    {"dra-admit/claim-gone-made-from-the-template", "dra-admit/dynamic-claim-gone-made-again"}
+)
 """Rows whose outcome is "waiting" after a write, and whose next run admits (a write): the
 second-run test leaves them to `test_dra_gone_claim_admits_on_the_next_run`."""
 
@@ -470,5 +477,203 @@ DRA_ROWS += [
         "done",
         "admitted 1 pod(s)",
         ("admit_pod",),
+    ),
+]
+
+
+# ------------------------------------------------------------------ exact admission, DynamicMIG
+# A planned partition is named by its device (placement included): no selector can pick it, so
+# the pinned claim, once made under its own name and named in the pod's status, is given its
+# allocation (handlers/dra_allocate.py).
+MIG_CLASS = "gpupool-pool-a-mig-4g-40gb"
+PART = "gpu-0-mig-4g40gb-5-0"
+REF = f"gpu.nvidia.com/node-a/{PART}"
+OLD_REF = "gpu.nvidia.com/node-a/gpu-1-mig-4g40gb-5-0"
+DYN_PINNED = pinned_name("p-0", "uid-p-0", "gpus", REF)
+OLD_PINNED = pinned_name("p-0", "uid-p-0", "gpus", OLD_REF)
+DYN_ADMIT = DRA_ADMIT.model_copy(
+    update={"pods": (PodAdmission(name="p-0", node="node-a", gpus=(0,), devices=(REF,)),)}
+)
+MIG_CLASS_OBJ = Dra("DeviceClass", MIG_CLASS, meta={"annotations": {C.DRA_PROFILE_ANN: "4g.40gb"}})
+MIG_SPEC = {
+    "devices": {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": MIG_CLASS, "count": 1}}]
+    }
+}
+
+
+PINNED_MIG_SPEC = {
+    "devices": {
+        "requests": [
+            {
+                "name": "gpu",
+                "exactly": {
+                    "deviceClassName": MIG_CLASS,
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": REF_SELECTOR}}],
+                    "tolerations": [RESERVED_TOLERATION],
+                },
+            }
+        ]
+    }
+}
+"""MIG_SPEC as gpupool pins it (the claim it makes under `pinned_name`)."""
+
+
+def mig_claim(planned: str = "", status=None, name: str = CLAIM) -> Dra:
+    """The template's claim (`name` CLAIM), or one gpupool pinned (its own name)."""
+    ann = {C.DRA_POD_CLAIM_ANN: "gpus", **({C.DRA_PLANNED_ANN: planned} if planned else {})}
+    return Dra(
+        "ResourceClaim",
+        name,
+        NS,
+        spec=MIG_SPEC if name == CLAIM else PINNED_MIG_SPEC,
+        managed_by="",
+        meta={**MADE, "annotations": ann},
+        status=status,
+    )
+
+
+ALLOCATED = {
+    "allocation": {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": PART}
+            ]
+        }
+    }
+}
+
+
+def allocated_pinned(p: Probe) -> None:
+    """The pod's status names the pinned claim (the template's gone), allocated by name."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", DYN_PINNED),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, DYN_PINNED))  # type: ignore[attr-defined]
+    assert obj is not None
+    exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["selectors"] == [{"cel": {"expression": REF_SELECTOR}}]
+    assert obj["metadata"]["annotations"][C.DRA_PLANNED_ANN] == REF
+    alloc = obj["status"]["allocation"]
+    assert alloc["devices"]["results"] == ALLOCATED["allocation"]["devices"]["results"]
+    (term,) = alloc["nodeSelector"]["nodeSelectorTerms"]
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
+    assert alloc["allocationTimestamp"].endswith("Z")
+
+
+def allocated_by_name(p: Probe) -> None:
+    allocated_pinned(p)
+    pod = p.pod("p-0")
+    assert pod is not None and pod.gates == ()
+
+
+def allocated_gated(p: Probe) -> None:
+    allocated_pinned(p)
+    not_admitted(p)
+
+
+REPLACED = ("create_dra_object", "set_pod_claim", "delete_dra_object", "replace_dra_status")
+"""The writes that pin a DynamicMIG claim: made, named, the template's deleted, allocated."""
+
+DRA_ROWS += [
+    Row(
+        "dra-admit/dynamic-partition-allocated-by-name",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        (*REPLACED, "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # an earlier run made the pinned claim, named it and stopped before its allocation
+        "dra-admit/dynamic-made-not-allocated",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(REF, name=DYN_PINNED), gated_claimant(made=DYN_PINNED)),
+        "done",
+        "admitted 1 pod(s)",
+        ("replace_dra_status", "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # an earlier run made the pinned claim and stopped before the pod's status named it:
+        # the create's conflict finds it, then it is named, the template's deleted, allocated
+        "dra-admit/dynamic-made-not-named",
+        DYN_ADMIT,
+        (MIG_CLASS_OBJ, mig_claim(), mig_claim(REF, name=DYN_PINNED), gated_claimant()),
+        "done",
+        "admitted 1 pod(s)",
+        (*REPLACED[1:], "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # the pinned claim of an earlier run, allocated for another plan and held by nobody
+        # (the run stopped before the gate went): its allocation taken back, a claim pinned to
+        # this plan made in its place and allocated
+        "dra-admit/dynamic-stale-allocation-taken-back",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            mig_claim(OLD_REF, status=ALLOCATED, name=OLD_PINNED),
+            gated_claimant(made=OLD_PINNED),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("replace_dra_status", *REPLACED, "admit_pod"),
+        check=allocated_by_name,
+    ),
+    Row(
+        # the claim the pod's status names is gone: made again pinned and allocated, the gate
+        # waits a cycle (the resourceclaim controller may answer the same gap)
+        "dra-admit/dynamic-claim-gone-made-again",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            Dra("ResourceClaimTemplate", f"{CLASS}-2", NS, spec={"spec": MIG_SPEC}),
+            gated_claimant(),
+        ),
+        "waiting",
+        f"claim(s) {CLAIM} -> {DYN_PINNED} made again pinned",
+        ("create_dra_object", "set_pod_claim", "replace_dra_status"),
+        check=allocated_gated,
+    ),
+    Row(
+        # allocated and held by a pod: not gpupool's to take back
+        "dra-admit/dynamic-allocation-held",
+        DYN_ADMIT,
+        (
+            MIG_CLASS_OBJ,
+            mig_claim(
+                OLD_REF,
+                status={**ALLOCATED, "reservedFor": [{"resource": "pods", "name": "x"}]},
+            ),
+            gated_claimant(),
+        ),
+        "failed",
+        "is allocated already",
+        (),
+        check=not_admitted,
+    ),
+    Row(
+        # the claim asks a profile the plan gave it no partition of
+        "dra-admit/dynamic-partition-of-another-profile",
+        DYN_ADMIT.model_copy(
+            update={
+                "pods": (
+                    PodAdmission(
+                        name="p-0",
+                        node="node-a",
+                        gpus=(0,),
+                        devices=("gpu.nvidia.com/node-a/gpu-0-mig-2g20gb-14-4",),
+                    ),
+                )
+            }
+        ),
+        (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
+        "failed",
+        "the planned partitions are not what it asks",
+        (),
+        check=not_admitted,
     ),
 ]

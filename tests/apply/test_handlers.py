@@ -56,7 +56,7 @@ from tests.apply.rows import (
     gang_admitted,
     job,
 )
-from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, PINNED
+from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DYN_PINNED, PINNED
 from tests.apply.table import (
     NODE,
     NOW,
@@ -281,6 +281,21 @@ def test_dra_admit_reads_a_pinned_claim_from_the_server():
     got = run(row, cluster, memory_config(), writes=cluster.write_ops)
     assert_result(row, got)
     assert "read_dra_object" in _reads(cluster)
+
+
+def test_dra_admit_dynamic_allocation_through_the_watch_cache():
+    """DynamicMIG with the watch cache holding the template's claim and gpupool's MIG class:
+    the class's profile and the claim come from the cache; the one server read is the
+    allocation write's, of the pinned claim it just made (by its own name)."""
+    row = ROWS["dra-admit/dynamic-partition-allocated-by-name"]
+    cluster = seed_memory(row)
+    cluster.dra_cache = copy.deepcopy(cluster.dra)
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert_result(row, got)
+    row.check(MemoryProbe(cluster, NS, memory_config()))  # type: ignore[misc]
+    assert _reads(cluster) == ["read_dra_object"]
+    (read,) = [c for c in cluster.calls if c.op == "read_dra_object"]
+    assert read.args["name"] == DYN_PINNED
 
 
 def test_every_row_is_checked():

@@ -89,5 +89,5 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
         where, devices, planned, _ = wait_for(
             f"{p} allocated", lambda p=p: allocation(kube, ns, p), timeout=60
         )
-        assert where == node and planned.endswith("/3g.40gb"), (p, planned)
+        assert where == node and planned == f"gpu.nvidia.com/{node}/{devices[0]}", (p, planned)
         assert len(devices) == 1 and "-mig-3g40gb-" in devices[0], devices

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler import conventions as C
 from reconciler.observe.dra_holdings import DraIndex, unreleased_claims
 from reconciler.observe.kube import observe_cluster
 from reconciler.observe.snapshot import dump_snapshot, parse_snapshot
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
-from tests.observe.fake_cluster import NOW, Cluster, node, pod, serving
+from tests.observe.fake_cluster import NOW, Cluster, managed, node, pod, serving
 from tests.policy.fuzzing import mutate
 from tests.support.hostile import HOSTILE as HOSTILE_RUNS
 
@@ -316,3 +317,45 @@ def test_the_index_reads_every_pod_as_the_state_does() -> None:
     assert index.pod_devices("team-a", "waiting-0") == []
     assert index.pod_devices("team-a", "nobody") == []
     assert list(index.devices("n1").values()) == o.dra.devices("n1")
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_released_pod_not_bound_yet_holds_what_its_allocated_claim_names(gated) -> None:
+    """gpupool writes a DynamicMIG partition's allocation at admission, before the gate goes
+    (apply/handlers/dra_allocate.py), and kube-scheduler reserves and binds the pod after: in
+    between, the released pod holds the devices its claim names on the allocation's node
+    (else the planner would count them free and plan them again). A pod still gated holds
+    nothing (its claim's allocation is fenced as unreleased until it is released)."""
+    c = cluster()
+    waiting = c.pods[1]
+    waiting["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "waiting-0-gpus-y2"}],
+    }
+    if gated:
+        waiting["spec"]["schedulingGates"] = [{"name": "gpupool.io/admission"}]
+    else:  # admitted by gpupool to n1
+        waiting["metadata"]["annotations"] = {C.ADMITTED_ANN: "n1", C.INTENDED_GPUS_ANN: "0"}
+        waiting["metadata"]["managedFields"] = [managed(C.ADMITTED_ANN, C.INTENDED_GPUS_ANN)]
+    c.dra["resourceclaims"].append(claim("team-a", "waiting-0-gpus-y2", ["gpu-3"], "n1", []))
+    o = observe(c)
+    assert DraIndex(o.dra).claim_node("team-a", "waiting-0") == "n1"
+    w = {w.name: w for w in o.workloads}["waiting-0"]
+    # admitted: the allocated card 3, not the intended card 0 (a guess before the allocation)
+    assert [a.gpu for a in w.allocations] == ([] if gated else [3])
+
+
+def test_a_claim_allocated_for_a_released_pod_not_bound_yet_is_not_unreleased() -> None:
+    """gpupool's DynamicMIG allocation write comes before kube-scheduler reserves the claim:
+    reserved for nobody, but the pod using it is admitted (placed), so it is that pod's."""
+    c = cluster()
+    c.dra["resourceclaims"].append(claim("team-a", "waiting-0-gpus-y2", ["gpu-3"], "n1", []))
+    c.pods[1]["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "waiting-0-gpus-y2"}],
+    }
+    o = observe(c)
+    keys = [w.key for w in o.workloads]
+    (u,) = unreleased_claims(o.dra, o.nodes, keys)
+    assert u.claim == "team-a/waiting-0-gpus-y2"
+    assert unreleased_claims(o.dra, o.nodes, keys, ["team-a/waiting-0"]) == []

@@ -738,8 +738,9 @@ def dra_dynamic_mig():
     prepare: the card reads as the first offered layout around it (two 3g.40gb, one free).
     Three more rankers: one takes the free partition, and a whole card becomes two 3g.40gb,
     with no node action at all (no MigReconfigure, no cordon: the driver
-    makes the partitions when their claims are prepared), each Admit naming the card and
-    profile (`GPU-.../3g.40gb`)."""
+    makes the partitions when their claims are prepared), each Admit naming the partition the
+    plan chose, placement included (`gpu.nvidia.com/h100-1/gpu-0-mig-3g40gb-9-0`: the executor
+    writes it as the claim's allocation)."""
     text = (
         desired_text(train_min=0)
         .replace("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")

@@ -18,6 +18,12 @@ from tests.plan.scenarios import NOW, _objects, ago, desired_text, dynamic_mig_d
 H100 = "H100-SXM5-80GB"
 
 
+def ref(card: int, profile: str, start: int, node: str = "h-1") -> str:
+    """How the plan names a DynamicMIG partition (plan/dra_admit.py `dynamic_ref`; the test
+    slices' profile id is 9: tests/plan/scenarios.py `dynamic_mig_devices`)."""
+    return f"gpu.nvidia.com/{node}/gpu-{card}-mig-{profile.replace('.', '')}-9-{start}"
+
+
 def _text() -> str:
     return (
         desired_text(train_min=0)
@@ -60,7 +66,7 @@ def test_a_whole_card_becomes_mig_with_no_node_action_and_the_admit_names_card_a
     assert not {"mig-reconfigure", "cordon", "uncordon", "partition-change"} & set(kinds), kinds
     (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
     (pod,) = admit.pods
-    assert pod.node == "h-1" and pod.devices == (f"GPU-h-1-{pod.gpus[0]}/3g.40gb",)
+    assert pod.node == "h-1" and pod.devices == (ref(pod.gpus[0], "3g.40gb", 4),)
     assert admit.depends_on == ()
 
 
@@ -73,7 +79,7 @@ def test_a_card_reads_as_its_allocations_completed_to_an_offered_layout() -> Non
     pending = mig_pod("team-b", "ranker-1", None, "3g.40gb", pool="a100")
     plan, facts = _plan(cards, [running, pending])
     (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
-    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == ("GPU-h-1-0/3g.40gb",)
+    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == (ref(0, "3g.40gb", 4),)
     assert not [f for f in plan.findings if f.code == "partition-drift"], plan.findings
 
 
@@ -121,7 +127,7 @@ def test_allocated_but_not_prepared_yet_is_no_inconsistency() -> None:
     plan, _ = _plan(cards, [running, pending])
     assert not [f for f in plan.findings if f.code == "unknown-mig-instance"], plan.findings
     (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
-    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == ("GPU-h-1-0/3g.40gb",)
+    assert admit.pods[0].gpus == (0,) and admit.pods[0].devices == (ref(0, "3g.40gb", 4),)
 
 
 def test_a_busy_card_is_drained_first_and_the_admit_waits_for_it() -> None:
@@ -137,4 +143,4 @@ def test_a_busy_card_is_drained_first_and_the_admit_waits_for_it() -> None:
     assert not {"mig-reconfigure", "cordon", "uncordon"} & kinds, kinds
     (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
     assert admit.after == ("team-b/bert",), admit
-    assert admit.pods[0].devices == (f"GPU-h-1-{admit.pods[0].gpus[0]}/3g.40gb",)
+    assert admit.pods[0].devices == (ref(admit.pods[0].gpus[0], "3g.40gb", 4),)

@@ -18,7 +18,22 @@ pod's status names but that is gone (deleted by someone else) is made again pinn
 gate waits a cycle (the resourceclaim controller may answer the same gap with its own).
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
-rewritten: such a pod is not admitted (the allocation could not be the plan)."""
+rewritten: such a pod is not admitted (the allocation could not be the plan).
+
+A DynamicMIG partition (`<driver>/<pool>/<device>` in `PodAdmission.devices`: plan/dra_admit.py)
+cannot be picked by a selector: NVIDIA's driver publishes every placement of a profile with the
+same attributes and capacities, and CEL cannot see a device's name. So, once the pinned claim is
+made under its own name and named in the pod's status (its selector asks only for a MIG device
+of the profile's class), gpupool writes the pinned claim's `status.allocation` itself, naming
+the planned devices, with the node selector and `allocationTimestamp` kube-scheduler would write
+(v1.37.2 adds a timestamp to an allocation that lacks one when it reserves the claim, and an
+allocation is immutable once set: without it the scheduler's reservation fails). kube-scheduler
+then only reserves the claim for the pod and binds it where the allocation says (checked on the
+real scheduler: tests/integration/test_dra_dynamic_placement.py), and its allocator counts the
+written devices' counters as taken for every other claim. An allocation written for another plan
+while the pod stayed gated (a run failed before the gate went) is removed first (nobody holds
+it: no `reservedFor`), and the claim is replaced by one pinned to the new plan, allocated in
+turn."""
 
 from __future__ import annotations
 
@@ -28,6 +43,13 @@ from typing import Any
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context
+from reconciler.apply.handlers.dra_allocate import (
+    allocate,
+    deallocate,
+    refs_of,
+    results_for,
+    stale_allocation,
+)
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import PodAdmission
 
@@ -52,10 +74,25 @@ PARENT_PREFIX = (
 before it is prepared: the request may take its class's profile on those cards only."""
 
 
+def is_ref(device: str) -> bool:
+    """A planned DynamicMIG partition, named `<driver>/<pool>/<device>` (not a uuid)."""
+    return device.count("/") == 2
+
+
+REF_SELECTOR = (
+    f"device.driver == '{C.DRA_DRIVER}' && device.attributes['{C.DRA_DRIVER}'].type == 'mig'"
+)
+"""The selector on a request whose DynamicMIG partitions gpupool allocates itself (by name, in
+the claim's status): the allocation, not the selector, picks the placement."""
+
+
 def uuid_selector(devices: tuple[str, ...]) -> str:
     """The CEL selector that lets a request pick only these devices (by their `uuid`; dynamic
-    MIG partitions by their parent card's)."""
-    parents = sorted({d.split("/", 1)[0] for d in devices if "/" in d})
+    MIG partitions named by their parent card and profile by their parent's; those named by
+    device, `is_ref`, are allocated by name: `REF_SELECTOR`)."""
+    if devices and all(is_ref(d) for d in devices):
+        return REF_SELECTOR
+    parents = sorted({d.split("/", 1)[0] for d in devices if d.count("/") == 1})
     if parents:
         return PARENT_PREFIX + ", ".join(f"'{d}'" for d in parents) + "]"
     return SELECTOR_PREFIX + ", ".join(f"'{d}'" for d in devices) + "]"
@@ -66,10 +103,12 @@ def _not_gpupools(selectors: list) -> list:
     return [
         s
         for s in selectors
-        if not str(((s or {}).get("cel") or {}).get("expression", "")).startswith(
-            (SELECTOR_PREFIX, PARENT_PREFIX)
-        )
+        if not _gpupools(str(((s or {}).get("cel") or {}).get("expression", "")))
     ]
+
+
+def _gpupools(expression: str) -> bool:
+    return expression == REF_SELECTOR or expression.startswith((SELECTOR_PREFIX, PARENT_PREFIX))
 
 
 def _requests(spec: dict) -> list[dict]:
@@ -83,14 +122,14 @@ def _requests(spec: dict) -> list[dict]:
 
 
 class _Classes:
-    """Whether a DeviceClass is gpupool's (once per admission): the watch cache's copy says so
-    when it holds the class with gpupool's label (`peek_dra_object`); otherwise it is read.
-    A cache that lags can only take a class for gpupool's that just stopped being so (the
-    request is then pinned to the planned devices all the same), never leave one of
-    gpupool's unpinned: "not gpupool's" is always the server's answer."""
+    """Whether a DeviceClass is gpupool's, and its MIG profile (once per admission): the watch
+    cache's copy says so when it holds the class with gpupool's label (`peek_dra_object`);
+    otherwise it is read. A cache that lags can only take a class for gpupool's that just
+    stopped being so (the request is then pinned to the planned devices all the same), never
+    leave one of gpupool's unpinned: "not gpupool's" is always the server's answer."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx, self.seen = ctx, {}
+        self.ctx, self.seen, self.profiles = ctx, {}, {}
 
     def ours(self, name: str) -> bool:
         if name not in self.seen:
@@ -100,6 +139,29 @@ class _Classes:
                 self.ctx.ops.dra_manager("DeviceClass", "", name) == C.MANAGED_BY
             )
         return self.seen[name]
+
+    def profile_of(self, spec: dict) -> dict[str, str]:
+        """gpupool's MIG classes the claim's requests name -> their profile."""
+        out = {}
+        for r in _requests(spec):
+            name = str(r.get("deviceClassName", ""))
+            if name not in self.profiles:
+                self.profiles[name] = self._profile(name)
+            if self.profiles[name]:
+                out[name] = self.profiles[name]
+        return out
+
+    def _profile(self, name: str) -> str:
+        """The MIG profile of gpupool's class `name` ("" for another class): the watch cache's
+        copy when it holds the class as gpupool's with a profile (a class's name carries its
+        profile: gpupool never changes one under the same name), else the server's."""
+        for read in (self.ctx.ops.peek_dra_object, self.ctx.ops.read_dra_object):
+            md = (read("DeviceClass", "", name) or {}).get("metadata") or {}
+            mine = (md.get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
+            prof = (md.get("annotations") or {}).get(C.DRA_PROFILE_ANN, "")
+            if mine and prof:
+                return prof
+        return ""
 
 
 def _read_claim(ctx: Context, ns: str, name: str) -> dict | None:
@@ -239,10 +301,11 @@ def pin_claims(
     `wrote`): ("", "") when done (or nothing to do), else (status, why) for the Admit's
     outcome: "waiting" while a claim is not made yet (or was gone and is made again: the gate
     goes in a later cycle), "failed" when a claim cannot be made exact (allocated already, or
-    not the pod's own)."""
+    not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
+    allocation (`dra_allocate`)."""
     if not want.devices:
         return "", ""
-    planned, classes = ",".join(want.devices), _Classes(ctx)
+    classes, left = _Classes(ctx), refs_of(want.devices)
     remade = []
     for entry, name in pod.claims:
         if not name:
@@ -253,26 +316,11 @@ def pin_claims(
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
-        md = claim.get("metadata") or {}
-        if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
-            continue  # written by an earlier run of this step (another plan's: written again)
-        spec = _pinned(claim, classes, want.devices)
-        if spec is None:
-            continue
-        if ((claim.get("status") or {}).get("allocation")) is not None:
-            return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
-        owned = any(
-            o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+        status, why = _pin_claim(
+            ctx, ns, want, pod, entry, claim, gone, classes, left, wrote, remade
         )
-        if not owned:
-            return "failed", (
-                f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
-                f"gpupool rewrites only those, so it cannot make the allocation the plan"
-            )
-        made, gone = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
-        wrote.append(made)
-        if gone:
-            remade.append(f"{name} -> {made}")
+        if status:
+            return status, why
     if remade:
         # the resourceclaim controller may be making one from the template for the same gap
         # and name it in the pod's status: the next cycle admits once the status names a
@@ -281,4 +329,57 @@ def pin_claims(
             f"pod {ns}/{want.name}: claim(s) {', '.join(remade)} made again pinned; the gate "
             f"goes once the pod's status names them"
         )
+    return "", ""
+
+
+def _pin_claim(
+    ctx: Context,
+    ns: str,
+    want: PodAdmission,
+    pod: PodInfo,
+    entry: str,
+    claim: dict,
+    gone: bool,
+    classes: _Classes,
+    left: list[tuple[str, str, str]],
+    wrote: list[str],
+    remade: list[str],
+) -> tuple[str, str]:
+    """`pin_claims` for one claim (the pod's status names it under `entry`); `left`: the
+    planned partitions no claim took yet. The pinned claim is made under its own name
+    (`_replace`), then its allocation written; a claim pinned to this plan already (an earlier
+    run's, which stopped before its allocation) only gets the allocation."""
+    md, name = claim.get("metadata") or {}, claim["metadata"]["name"]
+    planned = ",".join(want.devices)
+    allocated = bool((claim.get("status") or {}).get("allocation"))
+    spec0 = claim.get("spec") or {}
+    results = results_for(spec0, classes.profile_of(spec0), left) if left else []
+    if results is None:
+        return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
+    if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
+        if results and not allocated:  # made by an earlier run, which stopped before this
+            allocate(ctx, ns, name, want.node, results)
+            wrote.append(name)
+        return "", ""  # written by an earlier run of this step (another plan's: written again)
+    spec = _pinned(claim, classes, want.devices)
+    if spec is None:
+        return "", ""
+    if allocated and not stale_allocation(claim):
+        return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
+    owned = any(
+        o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+    )
+    if not owned:
+        return "failed", (
+            f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
+            f"gpupool rewrites only those, so it cannot make the allocation the plan"
+        )
+    if allocated:  # gpupool's, for another plan, and nobody holds it: its devices back
+        deallocate(ctx, ns, claim)
+    made, gone = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
+    wrote.append(made)
+    if gone:  # the claim it replaces was gone (or went since the cache's copy)
+        remade.append(f"{name} -> {made}")
+    if results:
+        allocate(ctx, ns, made, want.node, results)
     return "", ""
