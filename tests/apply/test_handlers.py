@@ -298,6 +298,23 @@ def test_dra_admit_dynamic_allocation_through_the_watch_cache():
     assert read.args["name"] == DYN_PINNED
 
 
+def test_dra_admit_dynamic_claim_gone_before_its_allocation_keeps_the_gate():
+    """The pinned claim made this run is gone when its allocation is about to be written
+    (deleted by someone in between): no allocation, the gate stays, the Admit waits."""
+    row = ROWS["dra-admit/dynamic-partition-allocated-by-name"]
+    cluster = seed_memory(row)
+    server_read = cluster.read_dra_object
+
+    def read(kind: str, namespace: str, name: str):
+        return None if name == DYN_PINNED else server_read(kind, namespace, name)
+
+    cluster.read_dra_object = read  # type: ignore[method-assign]
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert got.status == "waiting" and "went before its allocation" in got.message, got
+    pod = MemoryProbe(cluster, NS, memory_config()).pod("p-0")
+    assert pod is not None and pod.gates != ()
+
+
 def test_every_row_is_checked():
     """Every row of every table is run by its handler's test above, its outcome and `check`
     asserted (ENVELOPE_ROWS sat in TABLES with no test: only the second-run test ran two of

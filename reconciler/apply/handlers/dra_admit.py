@@ -358,7 +358,8 @@ def _pin_claim(
         return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
     if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
         if results and not allocated:  # made by an earlier run, which stopped before this
-            allocate(ctx, ns, name, want.node, results)
+            if not allocate(ctx, ns, name, want.node, results):
+                return "waiting", _gone_before_allocation(ns, name)
             wrote.append(name)
         return "", ""  # written by an earlier run of this step (another plan's: written again)
     spec = _pinned(claim, classes, want.devices)
@@ -380,6 +381,10 @@ def _pin_claim(
     wrote.append(made)
     if gone:  # the claim it replaces was gone (or went since the cache's copy)
         remade.append(f"{name} -> {made}")
-    if results:
-        allocate(ctx, ns, made, want.node, results)
+    if results and not allocate(ctx, ns, made, want.node, results):
+        return "waiting", _gone_before_allocation(ns, made)
     return "", ""
+
+
+def _gone_before_allocation(ns: str, name: str) -> str:
+    return f"claim {ns}/{name} went before its allocation was written: the gate stays"

@@ -91,11 +91,12 @@ def results_for(
     return results
 
 
-def allocate(ctx: Context, ns: str, name: str, node: str, results: list[dict]) -> None:
-    """Write the claim's allocation (read again: the claim was just made)."""
+def allocate(ctx: Context, ns: str, name: str, node: str, results: list[dict]) -> bool:
+    """Write the claim's allocation (read again: the claim was just made); False when the
+    claim is gone since (the gate must stay: the pod is planned again next cycle)."""
     claim = ctx.ops.read_dra_object(KIND, ns, name)
     if claim is None:
-        return  # gone since: the pod is planned again next cycle
+        return False
     at = ctx.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     claim["status"] = {
         **(claim.get("status") or {}),
@@ -110,6 +111,7 @@ def allocate(ctx: Context, ns: str, name: str, node: str, results: list[dict]) -
         },
     }
     ctx.ops.replace_dra_status(KIND, ns, name, claim)
+    return True
 
 
 def deallocate(ctx: Context, ns: str, claim: dict) -> None:
