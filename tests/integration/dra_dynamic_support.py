@@ -7,6 +7,7 @@ from __future__ import annotations
 from reconciler import conventions as C
 
 from .dra_support import claim_of, claim_pod  # noqa: F401 - shared with the other DRA tests
+from .harness import H100
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
@@ -34,3 +35,22 @@ def prepare(plugin, sim, claims: list[dict]) -> dict[int, list[tuple[str, int]]]
         sim.gpus.set_instances(minor, sorted(plugin.made.get(minor, [])))
     sim.publish()
     return {m: sorted(v) for m, v in plugin.made.items()}
+
+
+def dynamic_pool(name: str, gpus: int, layout: str, profiles: str) -> str:
+    """A Pool document on DRA under DynamicMIG: one H100 node of `gpus` cards (selected by
+    `gpupool.io/pool: <name>`) offering one MIG layout, `profiles` in flow style."""
+    return f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: {name}}}
+spec:
+  gpuModel: {H100}
+  backend: dra
+  dra: {{mig: dynamic}}
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: {name}}}}}
+  capacity: {{nodes: 1, gpusPerNode: {gpus}}}
+  training: {{minGPUs: 0}}
+  inference:
+    mig: {{layouts: [{{name: {layout}, profiles: [{profiles}]}}]}}
+"""

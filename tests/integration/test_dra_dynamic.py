@@ -22,7 +22,7 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod, prepare
+from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool, prepare
 from .dra_support import dra_nodes
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
@@ -31,19 +31,9 @@ G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
 def policy(sfx: str, ns: str) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: y{sfx}}}
-spec:
-  gpuModel: {H100}
-  backend: dra
-  dra: {{mig: dynamic}}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: y{sfx}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 2}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
+    return (
+        dynamic_pool(f"y{sfx}", 2, "two-3g", "3g.40gb, 3g.40gb")
+        + f"""\
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: PriorityPolicy
@@ -63,6 +53,7 @@ spec:
     - pool: y{sfx}
       mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
 """
+    )
 
 
 def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counters(kube, tmp_path):

@@ -19,7 +19,7 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod
+from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool
 from .dra_support import dra_nodes
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
@@ -28,19 +28,9 @@ G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
 def policy(sfx: str, ns: str) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: p{sfx}}}
-spec:
-  gpuModel: {H100}
-  backend: dra
-  dra: {{mig: dynamic}}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: p{sfx}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 1}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: four-two-one, profiles: [4g.40gb, 2g.20gb, 1g.10gb]}}]}}
+    return (
+        dynamic_pool(f"p{sfx}", 1, "four-two-one", "4g.40gb, 2g.20gb, 1g.10gb")
+        + f"""\
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: PriorityPolicy
@@ -56,6 +46,7 @@ spec:
   namespaces: [{ns}]
   pools: [{{pool: p{sfx}}}]
 """
+    )
 
 
 def test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated(kube, tmp_path):

@@ -14,26 +14,16 @@ import uuid
 
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod
+from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool
 from .dra_support import dra_nodes
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
 
 def policy(sfx: str, borrower: str, lender: str) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: l{sfx}}}
-spec:
-  gpuModel: {H100}
-  backend: dra
-  dra: {{mig: dynamic}}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: l{sfx}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 2}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
+    return (
+        dynamic_pool(f"l{sfx}", 2, "two-3g", "3g.40gb, 3g.40gb")
+        + f"""\
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: PriorityPolicy
@@ -56,6 +46,7 @@ spec:
   namespaces: [{lender}]
   pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 2, lendingLimit: 0}}}}}}]
 """
+    )
 
 
 def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(kube, tmp_path):
