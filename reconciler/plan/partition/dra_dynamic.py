@@ -35,6 +35,7 @@ agent reports it (the consistency check and drift say what is wrong).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
 from reconciler.observe.model import Gpu, MigInstance, ObservedState
 from reconciler.plan.cluster import GpuSlot, PoolView, node_pool_name
@@ -77,11 +78,18 @@ class DynamicMigBackend(DraBackend):
         """Each card of a dynamic pool's nodes as the driver offers it (the module's
         docstring): the node agent shows an instance only once the kubelet prepared its claim
         and until it unprepared it, while the allocation is what the counters hold."""
-        held = _held(observed)
-        nodes = []
+        if not any(p.spec.dynamic_mig for p in desired.pools.values()):
+            return observed  # no dynamic pool: nothing to read (one pass saved per plan)
+        dynamic: dict[str, Pool] = {}
         for n in observed.nodes:
             pool = desired.pools.get(node_pool_name(desired, n) or "")
-            if pool is None or not pool.spec.dynamic_mig:
+            if pool is not None and pool.spec.dynamic_mig:
+                dynamic[n.name] = pool
+        held = _held(observed, dynamic.keys())
+        nodes = []
+        for n in observed.nodes:
+            pool = dynamic.get(n.name)
+            if pool is None:
                 nodes.append(n)
                 continue
             model = desired.catalog.model(pool.spec.gpu_model)
@@ -94,12 +102,16 @@ class DynamicMigBackend(DraBackend):
         return observed.model_copy(update={"nodes": nodes})
 
 
-def _held(observed: ObservedState) -> dict[tuple[str, int], list[tuple[str, int] | None]]:
-    """(node, card) -> what running (or bound) workloads hold there: (profile, start) for a
-    MIG partition, None for the whole card."""
+def _held(
+    observed: ObservedState, nodes: Collection[str]
+) -> dict[tuple[str, int], list[tuple[str, int] | None]]:
+    """(node, card) -> what running (or bound) workloads hold there, on `nodes`: (profile,
+    start) for a MIG partition, None for the whole card."""
     out: dict[tuple[str, int], list[tuple[str, int] | None]] = {}
     for w in observed.workloads:
-        for a in w.allocations if w.node else ():
+        if w.node not in nodes:
+            continue
+        for a in w.allocations:
             part = (a.mig_profile or "", a.mig_start) if a.mig_start is not None else None
             out.setdefault((w.node or "", a.gpu), []).append(part)
     return out
