@@ -407,6 +407,8 @@ def _judge_unreleased(c: _Checker, observed: ObservedState, cards: dict[Card, Gp
     """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved): the
     allocator counts their devices as taken until Kubernetes deallocates the claim, so the
     cards they are on are fenced (not free, not drift to repartition) until then."""
+    if observed.dra is None or not observed.dra.claims:
+        return  # no claim (no DRA pool): no pass over the workloads
     keys = [w.key for w in observed.workloads]
     placed = [w.key for w in observed.workloads if w.node]
     for u in unreleased_claims(observed.dra, observed.nodes, keys, placed):

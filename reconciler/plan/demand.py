@@ -67,7 +67,7 @@ def pending_demand(run: Run) -> list[Demand]:
             )
         key = gang_key(w) if w.request.kind == "whole" else None
         groups.setdefault(key if key is not None else w.key, []).append(w)
-    placed = Counter(gang_key(w) for w in run.cluster.workloads.values() if w.placed)
+    placed: Counter | None = None  # gang -> its placed pods, counted once a gang's size asks
     out = []
     for key, ws in groups.items():
         head = ws[0]
@@ -97,7 +97,9 @@ def pending_demand(run: Run) -> list[Demand]:
             )
             continue
         size = head.gang_size
-        if size is not None and len(ws) + placed[key] < size:
+        if size is not None and placed is None:
+            placed = Counter(gang_key(w) for w in run.cluster.workloads.values() if w.placed)
+        if size is not None and placed is not None and len(ws) + placed[key] < size:
             record_wait(
                 run,
                 p,

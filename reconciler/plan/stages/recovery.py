@@ -46,14 +46,26 @@ def recover(run: Run, workloads: list[Workload]) -> set[str]:
     fence_unreported(run)
     failed = failed_nodes(run)
     held: set[str] = set()
+    # Only a gang with a member on a failed node, terminating, or Failed can be stopped
+    # (`stop_gang`), and only a replica on a failed node replaced: those are found by a pass
+    # of attribute reads, and only their gangs are gathered (in key order, as before).
+    lost = [w for w in workloads if w.terminating or w.failed_at is not None or w.node in failed]
+    failed_members = run.observed.failed_members
+    if not lost and not failed_members:
+        return held
+    touched = {k for w in [*lost, *failed_members] if (k := gang_key(w)) is not None}
+    ids = {id(w) for w in lost}
     gangs: dict[tuple[str, str, str], list[Workload]] = {}
-    for w in sorted(workloads, key=lambda w: w.key):
+    for w in sorted(
+        (w for w in workloads if gang_key(w) in touched or id(w) in ids) if touched else lost,
+        key=lambda w: w.key,
+    ):
         key = gang_key(w)
         if key is not None:
             gangs.setdefault(key, []).append(w)
         elif w.placed and not w.terminating and w.node in failed:
             replace_replica(run, w, failed[w.node])
-    for w in sorted(run.observed.failed_members, key=lambda w: w.key):
+    for w in sorted(failed_members, key=lambda w: w.key):
         key = gang_key(w)
         if key is not None:
             gangs.setdefault(key, []).append(w)
