@@ -16,6 +16,7 @@ import uuid
 from reconciler import conventions as C
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 
+from .dra_support import dra_policy
 from .harness import (
     CONTROLLER_SA,
     audit_mark,
@@ -30,37 +31,10 @@ from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
-def policy(sfx: str, backend: str, namespaces: list[str]) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: d{sfx}}}
-spec:
-  gpuModel: A100-SXM4-80GB
-  backend: {backend}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 4}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: low-{sfx}, value: 10000, workload: training}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{", ".join(namespaces)}]
-  pools:
-    - pool: d{sfx}
-      whole: {{guaranteed: 2, borrowingLimit: 0}}
-      mig: {{3g.40gb: {{guaranteed: 1, borrowingLimit: 0}}}}
-"""
+def policy(sfx: str, ns: str, *, nodes: int = 1, whole: int = 2, backend: str = "dra") -> str:
+    """Pool d<sfx> of `nodes` nodes, the low class only, a quota of `whole` cards and one
+    3g.40gb."""
+    return dra_policy(sfx, ns, nodes=nodes, whole=whole, mig=1, backend=backend, classes=("low",))
 
 
 def get(kube, plural: str, name: str, ns: str = "") -> dict | None:
@@ -73,7 +47,7 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     clock = kube.clock
     mark = audit_mark(kube)
     whole, mig = f"gpupool-d{sfx}-gpu", f"gpupool-d{sfx}-mig-3g-40gb"
-    write_policy(tmp_path, policy(sfx, "dra", [ns]))
+    write_policy(tmp_path, policy(sfx, ns))
     ctl = controller(kube, tmp_path, clock)
     done = outcomes(ctl.cycle())
     want = {
@@ -112,7 +86,7 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     assert expr.startswith("device.driver == 'gpu.nvidia.com'")
 
     # the pool back on the device plugin: every DRA object gpupool made is pruned
-    write_policy(tmp_path, policy(sfx, "devicePlugin", [ns]))
+    write_policy(tmp_path, policy(sfx, ns, backend="devicePlugin"))
     clock.advance(30)
     done = outcomes(ctl.cycle())
     assert {k for k in done if k.startswith("prune-dra:")} == {
@@ -222,12 +196,7 @@ def test_the_real_scheduler_allocates_from_the_drivers_slices(kube, tmp_path):
     pool, ns = f"d{sfx}", kube.new_namespace()
     na, nb = f"dra-a-{sfx}", f"dra-b-{sfx}"
     dra_nodes(kube, pool, na, nb, mig={nb: {0: [("3g.40gb", 0), ("3g.40gb", 4)]}}, agent=False)
-    text = (
-        policy(sfx, "dra", [ns])
-        .replace("guaranteed: 2, borrowingLimit: 0", "guaranteed: 4, borrowingLimit: 0")
-        .replace("{nodes: 1, gpusPerNode: 4}", "{nodes: 2, gpusPerNode: 4}")
-    )
-    write_policy(tmp_path, text)
+    write_policy(tmp_path, policy(sfx, ns, nodes=2, whole=4))
     ctl = controller(kube, tmp_path, kube.clock)
     outcomes(ctl.cycle())
 

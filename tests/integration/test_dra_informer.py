@@ -107,7 +107,7 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     # the pool leaves DRA: its classes and templates are pruned, then the watches stop
     for p in spec:
         kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
-    write_policy(tmp_path, dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin"))
+    write_policy(tmp_path, dra_policy(sfx, ns, backend="devicePlugin"))
 
     def pruned() -> bool:
         kube.clock.advance(30)

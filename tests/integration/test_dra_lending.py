@@ -14,39 +14,10 @@ import uuid
 
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool
-from .dra_support import dra_nodes
+from .dra_dynamic_support import allocation, claim_of, claim_pod
+from .dra_support import documents, dra_nodes, guaranteed, pool_doc, priority_doc, quota_doc
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
-
-
-def policy(sfx: str, borrower: str, lender: str) -> str:
-    return (
-        dynamic_pool(f"l{sfx}", 2, "two-3g", "3g.40gb, 3g.40gb")
-        + f"""\
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: borrower-{sfx}}}
-spec:
-  namespaces: [{borrower}]
-  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 0}}}}}}]
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: lender-{sfx}}}
-spec:
-  namespaces: [{lender}]
-  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 2, lendingLimit: 0}}}}}}]
-"""
-    )
 
 
 def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(kube, tmp_path):
@@ -55,7 +26,21 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
     kube.ensure_namespace(lender)
     node = f"lend-{sfx}"
     dra_nodes(kube, pool, node, model=H100, cards=2, dynamic=True)
-    write_policy(tmp_path, policy(sfx, ns, lender))
+    write_policy(
+        tmp_path,
+        documents(
+            pool_doc(pool, model=H100, dynamic=True, gpus_per_node=2),
+            priority_doc(sfx, "serve"),
+            quota_doc(f"borrower-{sfx}", ns, pool, mig={"3g.40gb": guaranteed(0)}, flow=True),
+            quota_doc(
+                f"lender-{sfx}",
+                lender,
+                pool,
+                mig={"3g.40gb": guaranteed(2, lendingLimit=0)},
+                flow=True,
+            ),
+        ),
+    )
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error

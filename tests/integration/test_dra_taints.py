@@ -309,15 +309,8 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
     labels = {node: {C.GPU_CLIQUE_LABEL: c} for node, c in clique.items()}
     dra_nodes(kube, pool, na, nb, nc, labels=labels)
-    text = dra_policy(sfx, ns, nodes=3, whole=8).replace(
-        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n",
-        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n"
-        f"    - {{name: high-{sfx}, value: 50000, workload: training}}\n"
-        "  preemption:\n"
-        "    {checkpointGracePeriod: 30s, minRuntime: 1m, budgetPerHour: 4, rules: "
-        f"[{{preemptor: high-{sfx}, victims: [low-{sfx}]}}]}}\n",
-    )
-    assert f"preemptor: high-{sfx}" in text
+    classes = ("low", "serve", "high")
+    text = dra_policy(sfx, ns, nodes=3, whole=8, classes=classes, preemption=("high", "low"))
     write_policy(tmp_path, text)
     dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
     ctl = controller(kube, tmp_path, kube.clock)
@@ -346,8 +339,7 @@ def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
 
     sfx = uuid.uuid4().hex[:6]
     ns = kube.new_namespace()
-    text = dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin")
-    write_policy(tmp_path, text)
+    write_policy(tmp_path, dra_policy(sfx, ns, backend="devicePlugin"))
     ctl = controller(kube, tmp_path, kube.clock)
     mark = audit_mark(kube)
     cycle(kube, ctl)
