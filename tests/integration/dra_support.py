@@ -16,6 +16,7 @@ from reconciler import conventions as C
 from reconciler.policy.catalog import default_catalog
 from tests.cluster.dra_kubelet import DraPlugin
 from tests.cluster.kubelets import NodeSpec
+from tests.support.wait import wait_for
 
 from .harness import A100, add_gpu_node, drop_device_classes
 from .world import GpuNodeSim
@@ -199,32 +200,83 @@ def dra_policy(
     )
 
 
+def pod_on_claim(
+    name: str, claim: dict, spec: dict | None = None, meta: dict | None = None
+) -> dict:
+    """A pod `name` whose one container uses its one claim `gpus`, `claim` naming where it
+    comes from (`resourceClaimTemplateName` or `resourceClaimName`); `spec`: the rest of the
+    pod's spec, `meta`: of its metadata."""
+    return {
+        "metadata": {"name": name, **(meta or {})},
+        "spec": {
+            **(spec or {}),
+            "resourceClaims": [{"name": "gpus", **claim}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/work:1",
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def resource_claim(name: str, cls: str, **exactly) -> dict:
+    """A ResourceClaim `name` of one request `gpu` for DeviceClass `cls`; `exactly`: the
+    request's other fields (count, selectors, tolerations)."""
+    return {
+        "apiVersion": f"{G}/{V}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": cls, **exactly}}]
+            }
+        },
+    }
+
+
 def claim_pod(
     kube, ns: str, name: str, template: str, cls: str, gang: str = "", size: int = 2
 ) -> None:
     """A pod whose one claim (`gpus`) is made from `template`; `gang`: an explicit gang of
     `size`."""
-    meta: dict = {"name": name}
-    if gang:
-        meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: str(size)}
+    meta = {"annotations": {C.GANG_ANN: gang, C.GANG_SIZE_ANN: str(size)}} if gang else None
+    source = {"resourceClaimTemplateName": template}
     kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": meta,
-            "spec": {
-                "priorityClassName": cls,
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+        ns, pod_on_claim(name, source, {"priorityClassName": cls}, meta)
     )
+
+
+def claims_made(kube, ns: str, pods) -> None:
+    """Wait (60 s) until the resourceclaim controller has made each of `pods`' claims."""
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+
+def gated(kube, ns: str, pods) -> list[str]:
+    """Those of `pods` still gated (a scheduling gate left)."""
+    return [p for p in pods if kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates]
+
+
+def each_allocated(kube, ns: str, pods, read=None, timeout: float = 60) -> dict:
+    """pod -> `read(kube, ns, pod)` (default `allocated`), waited for until it is there, one
+    pod after the other."""
+    read = read or allocated
+    return {
+        p: wait_for(f"{p} allocated", lambda p=p: read(kube, ns, p), timeout=timeout) for p in pods
+    }
+
+
+def claims_in(kube, ns: str) -> list[dict]:
+    """The ResourceClaims in namespace `ns`."""
+    return kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+
+
+def claims_gone(kube, ns: str, what: str = "the claims gone") -> None:
+    """Wait (90 s) until no ResourceClaim is left in `ns`."""
+    wait_for(what, lambda: not claims_in(kube, ns), timeout=90)
 
 
 def claim_of(kube, ns: str, pod: str, entry: str = "gpus") -> dict | None:

@@ -16,9 +16,8 @@ import uuid
 from reconciler import conventions as C
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 
-from .dra_support import dra_policy
+from .dra_support import dra_policy, pod_on_claim
 from .harness import (
-    CONTROLLER_SA,
     audit_mark,
     controller,
     custom_object,
@@ -26,7 +25,7 @@ from .harness import (
     writes,
 )
 from .harness import outcome_texts as outcomes
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
+from .rbac_rules import unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
@@ -98,22 +97,19 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     assert ctl.cycle().converged
 
     # least privilege: every DRA rule was needed by this run, and nothing was refused
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
-    dra_rules = [
-        (label, n, r)
-        for label, n, r in narrowed(rules(CONTROLLER_SA))
-        if "resource.k8s.io" in label
-        # exact admission's claim writes: used and checked in test_dra_admit.py
-        and not ("resourceclaims" in label and " list " not in label)
-        # a drain's taint rules (read, written, pruned): test_dra_taints.py
-        and not ("devicetaintrules" in label and " list " not in label)
-        # the watch cache (`Controller.run`; not started here): test_dra_informer.py
-        and " watch " not in label
-    ]
-    unused = [label for label, n, r in dra_rules if not any(allows(n, r, a) for a in seen)]
-    assert len(dra_rules) == 12 and unused == [], unused
+    def dra_rule(label: str) -> bool:
+        return (
+            "resource.k8s.io" in label
+            # exact admission's claim writes: used and checked in test_dra_admit.py
+            and not ("resourceclaims" in label and " list " not in label)
+            # a drain's taint rules (read, written, pruned): test_dra_taints.py
+            and not ("devicetaintrules" in label and " list " not in label)
+            # the watch cache (`Controller.run`; not started here): test_dra_informer.py
+            and " watch " not in label
+        )
+
+    picked, unused = unused_controller_rules(kube, mark, dra_rule)
+    assert picked == 12 and unused == [], unused
 
 
 def test_slices_as_nvidias_driver_publishes_them_are_read(kube):
@@ -146,24 +142,12 @@ def test_slices_as_nvidias_driver_publishes_them_are_read(kube):
 
 
 def claim_pod(kube, ns: str, name: str, template: str, pool: str) -> None:
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {C.POOL_LABEL: pool},
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+    """A pod on `pool`'s nodes whose claim is made from `template` (no priority class)."""
+    source, on_pool = (
+        {"resourceClaimTemplateName": template},
+        {"nodeSelector": {C.POOL_LABEL: pool}},
     )
+    kube.core.create_namespaced_pod(ns, pod_on_claim(name, source, on_pool))
 
 
 def allocated(kube, ns: str, pod: str) -> list[tuple[str, str]] | None:

@@ -23,7 +23,17 @@ from reconciler import conventions as C
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation, claim_of, claim_pod, prepare
-from .dra_support import documents, dra_nodes, guaranteed, pool_doc, priority_doc, quota_doc
+from .dra_support import (
+    claims_made,
+    documents,
+    dra_nodes,
+    each_allocated,
+    gated,
+    guaranteed,
+    pool_doc,
+    priority_doc,
+    quota_doc,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
@@ -53,7 +63,7 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
     pods = ["ranker-0", "ranker-1"]
     for p in pods:
         claim_pod(kube, ns, p, mig, f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     actions: list[str] = []
 
     def admitted() -> bool:
@@ -61,12 +71,10 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
         r = ctl.cycle()
         assert r.error is None, r.error
         actions.extend(o.action for o in (r.applied.outcomes if r.applied else []))
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+        return not gated(kube, ns, pods)
 
     wait_for("both pods admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocation(kube, ns, p), timeout=60) for p in pods
-    }
+    got = each_allocated(kube, ns, pods, allocation)
 
     # no node action: no mig-manager label, no cordon, no repartition of any kind
     assert not [a for a in actions if a.split(":")[0] in ("mig-reconfigure", "cordon")], actions

@@ -20,7 +20,7 @@ from reconciler import conventions as C
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation, claim_of, claim_pod
-from .dra_support import documents, dra_nodes, pool_doc, priority_doc, quota_doc
+from .dra_support import claims_made, documents, dra_nodes, pool_doc, priority_doc, quota_doc
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
@@ -53,7 +53,7 @@ def test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated(kube
     pods = {"a-small": "2g-20gb", "z-big": "4g-40gb"}
     for p, prof in pods.items():
         claim_pod(kube, ns, p, f"gpupool-{pool}-mig-{prof}", f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     kube.clock.advance(30)
     r = ctl.cycle()
     assert r.error is None, r.error

@@ -14,8 +14,17 @@ import uuid
 
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod
-from .dra_support import documents, dra_nodes, guaranteed, pool_doc, priority_doc, quota_doc
+from .dra_dynamic_support import allocation, claim_pod
+from .dra_support import (
+    claims_made,
+    documents,
+    dra_nodes,
+    gated,
+    guaranteed,
+    pool_doc,
+    priority_doc,
+    quota_doc,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
@@ -48,7 +57,7 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
     pods = ["ranker-0", "ranker-1", "ranker-2"]
     for p in pods:
         claim_pod(kube, ns, p, f"gpupool-{pool}-mig-3g-40gb", f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     holds: dict[str, str] = {}
 
     def two_admitted() -> bool:
@@ -56,8 +65,7 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
         r = ctl.cycle()
         assert r.error is None, r.error
         holds.update({a.target: a.code for a in r.plan.actions if a.kind == "hold"})
-        gated = [p for p in pods if kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates]
-        return gated == ["ranker-2"]
+        return gated(kube, ns, pods) == ["ranker-2"]
 
     wait_for("the oldest two admitted, the third held", two_admitted, timeout=120, interval=1)
     assert holds.get(f"{ns}/ranker-2") == "held-lending", holds
