@@ -1,13 +1,13 @@
-"""Shared helpers for the DynamicMIG integration test (tests/integration/test_dra_dynamic.py):
-pods on gpupool's ResourceClaimTemplates, their claims, and the kubelet's prepare step as the
-simulated DRA driver takes it (tests/cluster/dra_kubelet.py `DraPlugin.prepare`)."""
+"""Shared helpers for the DynamicMIG integration tests (test_dra_dynamic.py,
+test_dra_dynamic_placement.py, test_dra_lending.py): pods on gpupool's ResourceClaimTemplates,
+their claims, and the kubelet's prepare step as the simulated DRA driver takes it
+(tests/cluster/dra_kubelet.py `DraPlugin.prepare`)."""
 
 from __future__ import annotations
 
 from reconciler import conventions as C
 
 from .dra_support import claim_of, claim_pod  # noqa: F401 - shared with the other DRA tests
-from .harness import H100
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
@@ -35,22 +35,3 @@ def prepare(plugin, sim, claims: list[dict]) -> dict[int, list[tuple[str, int]]]
         sim.gpus.set_instances(minor, sorted(plugin.made.get(minor, [])))
     sim.publish()
     return {m: sorted(v) for m, v in plugin.made.items()}
-
-
-def dynamic_pool(name: str, gpus: int, layout: str, profiles: str) -> str:
-    """A Pool document on DRA under DynamicMIG: one H100 node of `gpus` cards (selected by
-    `gpupool.io/pool: <name>`) offering one MIG layout, `profiles` in flow style."""
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: {name}}}
-spec:
-  gpuModel: {H100}
-  backend: dra
-  dra: {{mig: dynamic}}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: {name}}}}}
-  capacity: {{nodes: 1, gpusPerNode: {gpus}}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: {layout}, profiles: [{profiles}]}}]}}
-"""

@@ -1,10 +1,11 @@
-"""Set-up shared by the DRA integration tests on the real API server and scheduler (test_dra.py,
-test_dra_admit.py, test_dra_dynamic.py, test_dra_taints.py): DRA nodes with NVIDIA's simulated
-kubelet plugin publishing their slices, and the cleanup of the cluster-scoped objects gpupool
-makes for them (`dra_nodes`); a DRA pool's policy, a pod on one of gpupool's
-ResourceClaimTemplates, its claim and what the allocator gave it. Left behind, a DeviceClass
-or DeviceTaintRule of gpupool's would be pruned by the next test's controller, which would
-count writes that test never caused (test_faults.py counts them)."""
+"""Set-up shared by the DRA integration tests on the real API server and scheduler
+(tests/integration/test_dra*.py): DRA nodes with NVIDIA's simulated kubelet plugin publishing
+their slices, and the cleanup of the cluster-scoped objects gpupool makes for them
+(`dra_nodes`); the policy documents the tests write (`pool_doc`, `priority_doc`, `quota_doc`,
+joined by `documents`; `dra_policy`: the static-MIG A100 pool most of them use); a pod on one
+of gpupool's ResourceClaimTemplates, its claim and what the allocator gave it. Left behind, a
+DeviceClass or DeviceTaintRule of gpupool's would be pruned by the next test's controller,
+which would count writes that test never caused (test_faults.py counts them)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from reconciler import conventions as C
 from reconciler.policy.catalog import default_catalog
 from tests.cluster.dra_kubelet import DraPlugin
 from tests.cluster.kubelets import NodeSpec
+from tests.support.wait import wait_for
 
 from .harness import A100, add_gpu_node, drop_device_classes
 from .world import GpuNodeSim
@@ -69,40 +71,171 @@ def dra_nodes(
     return out
 
 
-def dra_policy(sfx: str, ns: str, *, nodes: int = 2, whole: int = 6, gpus_per_node: int = 4) -> str:
-    """Pool d<sfx> on DRA (A100, `two-3g` MIG layout), training and inference classes, and a
-    Quota for `ns` of `whole` cards and two 3g.40gb instances."""
+def documents(*docs: str) -> str:
+    """Policy documents as one file (harness.write_policy's text)."""
+    return "---\n".join(docs)
+
+
+def pool_doc(
+    name: str,
+    *,
+    model: str = A100,
+    backend: str = "dra",
+    dynamic: bool = False,
+    nodes: int = 1,
+    gpus_per_node: int = 4,
+    layout: str = "two-3g",
+    profiles: tuple[str, ...] = ("3g.40gb", "3g.40gb"),
+) -> str:
+    """Pool `name` of `nodes` nodes labelled `gpupool.io/pool: <name>` with `gpus_per_node`
+    cards of `model`, on `backend` (`dynamic`: under the driver's DynamicMIG), no training
+    floor, and one inference MIG layout `layout` of `profiles`."""
+    dra = "  dra: {mig: dynamic}\n" if dynamic else ""
     return f"""\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
-metadata: {{name: d{sfx}}}
+metadata: {{name: {name}}}
 spec:
-  gpuModel: {A100}
-  backend: dra
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
+  gpuModel: {model}
+  backend: {backend}
+{dra}  nodeSelector: {{matchLabels: {{gpupool.io/pool: {name}}}}}
   capacity: {{nodes: {nodes}, gpusPerNode: {gpus_per_node}}}
   training: {{minGPUs: 0}}
   inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: low-{sfx}, value: 10000, workload: training}}
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
+    mig: {{layouts: [{{name: {layout}, profiles: [{", ".join(profiles)}]}}]}}
+"""
+
+
+CLASSES = {"low": (10000, "training"), "serve": (20000, "inference"), "high": (50000, "training")}
+"""The priority classes the DRA tests use, `<name>-<sfx>`: value and workload."""
+
+
+def priority_doc(sfx: str, *classes: str, preemption: tuple[str, str] | None = None) -> str:
+    """The cluster's PriorityPolicy with `classes` (names in CLASSES) suffixed `-<sfx>`;
+    `preemption` (preemptor, victim): the one rule, with a 30 s checkpoint grace, a 1 min
+    minimum runtime and 4 preemptions an hour."""
+    lines = [
+        f"    - {{name: {c}-{sfx}, value: {CLASSES[c][0]}, workload: {CLASSES[c][1]}}}\n"
+        for c in classes
+    ]
+    if preemption:
+        by, victim = preemption
+        lines.append(
+            "  preemption:\n"
+            "    {checkpointGracePeriod: 30s, minRuntime: 1m, budgetPerHour: 4, rules: "
+            f"[{{preemptor: {by}-{sfx}, victims: [{victim}-{sfx}]}}]}}\n"
+        )
+    head = "apiVersion: gpupool.io/v1alpha1\nkind: PriorityPolicy\nmetadata: {name: cluster}\n"
+    return head + "spec:\n  classes:\n" + "".join(lines)
+
+
+def guaranteed(n: int, **limits: int) -> dict[str, int]:
+    """A quota's limits for whole cards or one MIG profile: `n` guaranteed, and `limits`
+    (borrowingLimit, lendingLimit)."""
+    return {"guaranteed": n, **limits}
+
+
+def _flow(value) -> str:
+    """`value` in YAML flow style, keys in their order."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def quota_doc(
+    name: str,
+    ns: str,
+    pool: str,
+    *,
+    whole: dict[str, int] | None = None,
+    mig: dict[str, dict[str, int]] | None = None,
+    max_gpus: int | None = None,
+    flow: bool = False,
+) -> str:
+    """Quota `name` for namespace `ns` on `pool`: `whole` cards' and `mig` (profile -> limits)
+    limits (see `guaranteed`), `max_gpus` the team's cap; the pool's entry written in block
+    style, or in flow style on one line (`flow`)."""
+    entry = {"pool": pool, **({"whole": whole} if whole else {}), **({"mig": mig} if mig else {})}
+    if flow:
+        pools = f"  pools: [{_flow(entry)}]\n"
+    else:
+        first, *rest = (f"{k}: {_flow(v)}" for k, v in entry.items())
+        pools = f"  pools:\n    - {first}\n" + "".join(f"      {r}\n" for r in rest)
+    cap = f"  maxGPUs: {max_gpus}\n" if max_gpus is not None else ""
+    return f"""\
 apiVersion: gpupool.io/v1alpha1
 kind: Quota
-metadata: {{name: q{sfx}}}
+metadata: {{name: {name}}}
 spec:
   namespaces: [{ns}]
-  pools:
-    - pool: d{sfx}
-      whole: {{guaranteed: {whole}, borrowingLimit: 0}}
-      mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
-"""
+{cap}{pools}"""
+
+
+def dra_policy(
+    sfx: str,
+    ns: str,
+    *,
+    nodes: int = 2,
+    whole: int = 6,
+    mig: int = 2,
+    gpus_per_node: int = 4,
+    backend: str = "dra",
+    classes: tuple[str, ...] = ("low", "serve"),
+    preemption: tuple[str, str] | None = None,
+) -> str:
+    """Pool d<sfx> (`pool_doc`: A100, the `two-3g` MIG layout) on `backend`, the priority
+    classes `classes` (`priority_doc`), and a Quota for `ns` of `whole` cards and `mig`
+    3g.40gb instances, borrowing nothing."""
+    pool = f"d{sfx}"
+    return documents(
+        pool_doc(pool, backend=backend, nodes=nodes, gpus_per_node=gpus_per_node),
+        priority_doc(sfx, *classes, preemption=preemption),
+        quota_doc(
+            f"q{sfx}",
+            ns,
+            pool,
+            whole=guaranteed(whole, borrowingLimit=0),
+            mig={"3g.40gb": guaranteed(mig, borrowingLimit=0)},
+        ),
+    )
+
+
+def pod_on_claim(
+    name: str, claim: dict, spec: dict | None = None, meta: dict | None = None
+) -> dict:
+    """A pod `name` whose one container uses its one claim `gpus`, `claim` naming where it
+    comes from (`resourceClaimTemplateName` or `resourceClaimName`); `spec`: the rest of the
+    pod's spec, `meta`: of its metadata."""
+    return {
+        "metadata": {"name": name, **(meta or {})},
+        "spec": {
+            **(spec or {}),
+            "resourceClaims": [{"name": "gpus", **claim}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/work:1",
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def resource_claim(name: str, cls: str, **exactly) -> dict:
+    """A ResourceClaim `name` of one request `gpu` for DeviceClass `cls`; `exactly`: the
+    request's other fields (count, selectors, tolerations)."""
+    return {
+        "apiVersion": f"{G}/{V}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": cls, **exactly}}]
+            }
+        },
+    }
 
 
 def claim_pod(
@@ -110,27 +243,40 @@ def claim_pod(
 ) -> None:
     """A pod whose one claim (`gpus`) is made from `template`; `gang`: an explicit gang of
     `size`."""
-    meta: dict = {"name": name}
-    if gang:
-        meta["annotations"] = {C.GANG_ANN: gang, C.GANG_SIZE_ANN: str(size)}
+    meta = {"annotations": {C.GANG_ANN: gang, C.GANG_SIZE_ANN: str(size)}} if gang else None
+    source = {"resourceClaimTemplateName": template}
     kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": meta,
-            "spec": {
-                "priorityClassName": cls,
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+        ns, pod_on_claim(name, source, {"priorityClassName": cls}, meta)
     )
+
+
+def claims_made(kube, ns: str, pods) -> None:
+    """Wait (60 s) until the resourceclaim controller has made each of `pods`' claims."""
+    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+
+
+def gated(kube, ns: str, pods) -> list[str]:
+    """Those of `pods` still gated (a scheduling gate left)."""
+    return [p for p in pods if kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates]
+
+
+def each_allocated(kube, ns: str, pods, read=None, timeout: float = 60) -> dict:
+    """pod -> `read(kube, ns, pod)` (default `allocated`), waited for until it is there, one
+    pod after the other."""
+    read = read or allocated
+    return {
+        p: wait_for(f"{p} allocated", lambda p=p: read(kube, ns, p), timeout=timeout) for p in pods
+    }
+
+
+def claims_in(kube, ns: str) -> list[dict]:
+    """The ResourceClaims in namespace `ns`."""
+    return kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+
+
+def claims_gone(kube, ns: str, what: str = "the claims gone") -> None:
+    """Wait (90 s) until no ResourceClaim is left in `ns`."""
+    wait_for(what, lambda: not claims_in(kube, ns), timeout=90)
 
 
 def claim_of(kube, ns: str, pod: str, entry: str = "gpus") -> dict | None:

@@ -2,12 +2,14 @@
 users (CONTROLLER, AGENT), what the authorizer is asked for an audited request (`Access`,
 `access`), the rules bound to a ServiceAccount (`rules`), whether a rule allows a request
 (`allows`, `allowed`), the rules split one per verb and resource (`narrowed`) and a user's
-audit events (`audited`). Used by tests/integration/test_rbac.py and
-tests/integration/test_kueue.py.
+audit events (`audited`), and which of the controller's rules a run used
+(`unused_controller_rules`). Used by tests/integration/test_rbac.py, test_kueue.py and the DRA
+tests (test_dra*.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .harness import CONTROLLER_SA, DEPLOY, NS, docs
@@ -107,3 +109,15 @@ def narrowed(role_rules) -> list[tuple[str, str, dict]]:
 
 def audited(kube, user: str, since: int) -> list:
     return [e for e in kube.plane.audit_events()[since:] if e.user == user]
+
+
+def unused_controller_rules(kube, since: int, pick: Callable[[str], bool]) -> tuple[int, list[str]]:
+    """The controller's requests audited since `since`, of which none may have been refused
+    (asserted); -> how many of its rules (deploy/rbac.yaml, `narrowed`) `pick` selects by
+    label, and the labels of those no request used."""
+    events = audited(kube, CONTROLLER, since)
+    assert not [e.uri for e in events if e.code == 403]
+    seen = {a for e in events for a in access(e)}
+    picked = [(label, ns, r) for label, ns, r in narrowed(rules(CONTROLLER_SA)) if pick(label)]
+    unused = [label for label, ns, r in picked if not any(allows(ns, r, a) for a in seen)]
+    return len(picked), unused

@@ -16,8 +16,8 @@ import uuid
 from reconciler import conventions as C
 from tests.cluster.dra_slices import gpu_device, mig_device, mig_name, node_slice
 
+from .dra_support import dra_policy, pod_on_claim
 from .harness import (
-    CONTROLLER_SA,
     audit_mark,
     controller,
     custom_object,
@@ -25,42 +25,15 @@ from .harness import (
     writes,
 )
 from .harness import outcome_texts as outcomes
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
+from .rbac_rules import unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
-def policy(sfx: str, backend: str, namespaces: list[str]) -> str:
-    return f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: d{sfx}}}
-spec:
-  gpuModel: A100-SXM4-80GB
-  backend: {backend}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: d{sfx}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 4}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: two-3g, profiles: [3g.40gb, 3g.40gb]}}]}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: low-{sfx}, value: 10000, workload: training}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{", ".join(namespaces)}]
-  pools:
-    - pool: d{sfx}
-      whole: {{guaranteed: 2, borrowingLimit: 0}}
-      mig: {{3g.40gb: {{guaranteed: 1, borrowingLimit: 0}}}}
-"""
+def policy(sfx: str, ns: str, *, nodes: int = 1, whole: int = 2, backend: str = "dra") -> str:
+    """Pool d<sfx> of `nodes` nodes, the low class only, a quota of `whole` cards and one
+    3g.40gb."""
+    return dra_policy(sfx, ns, nodes=nodes, whole=whole, mig=1, backend=backend, classes=("low",))
 
 
 def get(kube, plural: str, name: str, ns: str = "") -> dict | None:
@@ -73,7 +46,7 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     clock = kube.clock
     mark = audit_mark(kube)
     whole, mig = f"gpupool-d{sfx}-gpu", f"gpupool-d{sfx}-mig-3g-40gb"
-    write_policy(tmp_path, policy(sfx, "dra", [ns]))
+    write_policy(tmp_path, policy(sfx, ns))
     ctl = controller(kube, tmp_path, clock)
     done = outcomes(ctl.cycle())
     want = {
@@ -112,7 +85,7 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     assert expr.startswith("device.driver == 'gpu.nvidia.com'")
 
     # the pool back on the device plugin: every DRA object gpupool made is pruned
-    write_policy(tmp_path, policy(sfx, "devicePlugin", [ns]))
+    write_policy(tmp_path, policy(sfx, ns, backend="devicePlugin"))
     clock.advance(30)
     done = outcomes(ctl.cycle())
     assert {k for k in done if k.startswith("prune-dra:")} == {
@@ -124,22 +97,19 @@ def test_dra_objects_on_the_real_api_server(kube, tmp_path):
     assert ctl.cycle().converged
 
     # least privilege: every DRA rule was needed by this run, and nothing was refused
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
-    dra_rules = [
-        (label, n, r)
-        for label, n, r in narrowed(rules(CONTROLLER_SA))
-        if "resource.k8s.io" in label
-        # exact admission's claim writes: used and checked in test_dra_admit.py
-        and not ("resourceclaims" in label and " list " not in label)
-        # a drain's taint rules (read, written, pruned): test_dra_taints.py
-        and not ("devicetaintrules" in label and " list " not in label)
-        # the watch cache (`Controller.run`; not started here): test_dra_informer.py
-        and " watch " not in label
-    ]
-    unused = [label for label, n, r in dra_rules if not any(allows(n, r, a) for a in seen)]
-    assert len(dra_rules) == 12 and unused == [], unused
+    def dra_rule(label: str) -> bool:
+        return (
+            "resource.k8s.io" in label
+            # exact admission's claim writes: used and checked in test_dra_admit.py
+            and not ("resourceclaims" in label and " list " not in label)
+            # a drain's taint rules (read, written, pruned): test_dra_taints.py
+            and not ("devicetaintrules" in label and " list " not in label)
+            # the watch cache (`Controller.run`; not started here): test_dra_informer.py
+            and " watch " not in label
+        )
+
+    picked, unused = unused_controller_rules(kube, mark, dra_rule)
+    assert picked == 12 and unused == [], unused
 
 
 def test_slices_as_nvidias_driver_publishes_them_are_read(kube):
@@ -172,24 +142,12 @@ def test_slices_as_nvidias_driver_publishes_them_are_read(kube):
 
 
 def claim_pod(kube, ns: str, name: str, template: str, pool: str) -> None:
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {C.POOL_LABEL: pool},
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+    """A pod on `pool`'s nodes whose claim is made from `template` (no priority class)."""
+    source, on_pool = (
+        {"resourceClaimTemplateName": template},
+        {"nodeSelector": {C.POOL_LABEL: pool}},
     )
+    kube.core.create_namespaced_pod(ns, pod_on_claim(name, source, on_pool))
 
 
 def allocated(kube, ns: str, pod: str) -> list[tuple[str, str]] | None:
@@ -222,12 +180,7 @@ def test_the_real_scheduler_allocates_from_the_drivers_slices(kube, tmp_path):
     pool, ns = f"d{sfx}", kube.new_namespace()
     na, nb = f"dra-a-{sfx}", f"dra-b-{sfx}"
     dra_nodes(kube, pool, na, nb, mig={nb: {0: [("3g.40gb", 0), ("3g.40gb", 4)]}}, agent=False)
-    text = (
-        policy(sfx, "dra", [ns])
-        .replace("guaranteed: 2, borrowingLimit: 0", "guaranteed: 4, borrowingLimit: 0")
-        .replace("{nodes: 1, gpusPerNode: 4}", "{nodes: 2, gpusPerNode: 4}")
-    )
-    write_policy(tmp_path, text)
+    write_policy(tmp_path, policy(sfx, ns, nodes=2, whole=4))
     ctl = controller(kube, tmp_path, kube.clock)
     outcomes(ctl.cycle())
 

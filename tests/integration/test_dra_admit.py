@@ -21,11 +21,21 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_support import allocated, claim_of, claim_pod, dra_nodes, dra_policy
+from .dra_support import (
+    claim_of,
+    claim_pod,
+    claims_gone,
+    claims_in,
+    claims_made,
+    dra_nodes,
+    dra_policy,
+    each_allocated,
+    gated,
+    resource_claim,
+)
 from .gating import gate_names, gated_namespace
 from .harness import audit_mark, controller, write_policy
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
-from .world import CONTROLLER_SA
+from .rbac_rules import unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
@@ -42,7 +52,7 @@ def admit_round(
         claim_pod(kube, ns, name, template, cls, gang=gang)
         # the gate covers pods on gpupool's templates
         assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    claims_made(kube, ns, spec)
     if lose:
         name = claim_of(kube, ns, lose)["metadata"]["name"]
         kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
@@ -57,13 +67,10 @@ def admit_round(
         for o in r.applied.outcomes if r.applied else []:
             results.setdefault(o.action, []).append((o.status, o.message))
             print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in spec)
+        return not gated(kube, ns, spec)
 
     wait_for("every pod admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in spec
-    }
-    return got, results
+    return each_allocated(kube, ns, spec), results
 
 
 def test_allocations_are_the_plan(kube, tmp_path):
@@ -113,40 +120,25 @@ def test_allocations_are_the_plan(kube, tmp_path):
         assert counts == {
             p: int(t.rsplit("-", 1)[1]) if t != mig else 1 for p, (t, _) in spec.items()
         }
-        claims = kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
-        assert len(claims) == len(spec)  # one per pod: none made beside gpupool's
+        assert len(claims_in(kube, ns)) == len(spec)  # one per pod: none made beside gpupool's
         for p in spec:
             kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
-        wait_for(
-            "the round's claims gone",
-            lambda: (
-                not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
-            ),
-            timeout=90,
-        )
+        claims_gone(kube, ns, "the round's claims gone")
 
     # the controller's own rights did it: no 403; the claim rules were each used
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
-    claim_rules = [
-        (label, n, r)
-        for label, n, r in narrowed(rules(CONTROLLER_SA))
-        if "resource.k8s.io/resourceclaims" in label
-        and " list " not in label
-        and " watch " not in label  # the watch cache's: test_dra_informer.py
-        and "resourceclaims/" not in label  # status, binding: DynamicMIG's allocation write
-    ]
-    unused = [label for label, n, r in claim_rules if not any(allows(n, r, a) for a in seen)]
-    assert len(claim_rules) == 3 and unused == [], unused
+    def claim_rule(label: str) -> bool:
+        return (
+            "resource.k8s.io/resourceclaims" in label
+            and " list " not in label
+            and " watch " not in label  # the watch cache's: test_dra_informer.py
+            and "resourceclaims/" not in label  # status, binding: DynamicMIG's allocation write
+        )
+
+    picked, unused = unused_controller_rules(kube, mark, claim_rule)
+    assert picked == 3 and unused == [], unused
 
     # gpupool-controller-claims narrows those rights: no claim but a pod's own from a template
-    loose = {
-        "apiVersion": f"{G}/{V}",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "loose"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": whole}}]}},
-    }
+    loose = resource_claim("loose", whole)
     kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", loose)
     as_controller = client.CustomObjectsApi(kube.controller_client())
     for write in (
@@ -215,11 +207,7 @@ def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_pat
     release()
     for p in ("second",):
         kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
-    wait_for(
-        "the claims gone",
-        lambda: not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"],
-        timeout=90,
-    )
+    claims_gone(kube, ns)
 
 
 def slow_claim_writes(ops, seconds: float) -> None:
@@ -270,11 +258,7 @@ def test_a_slow_replacement_is_still_the_plan(kube, tmp_path):
     got, results = admit_round(kube, ctl, ns, sfx, spec, before=forget)
     _, devices, planned = got["slow"]
     assert planned and devices == planned, (devices, planned, results)
-    claims = kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"]
+    claims = claims_in(kube, ns)
     assert len(claims) == 1, [c["metadata"]["name"] for c in claims]  # none made beside
     kube.core.delete_namespaced_pod("slow", ns, grace_period_seconds=0)
-    wait_for(
-        "the claims gone",
-        lambda: not kube.custom.list_namespaced_custom_object(G, V, ns, "resourceclaims")["items"],
-        timeout=90,
-    )
+    claims_gone(kube, ns)

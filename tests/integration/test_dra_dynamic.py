@@ -22,38 +22,22 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool, prepare
-from .dra_support import dra_nodes
+from .dra_dynamic_support import allocation, claim_of, claim_pod, prepare
+from .dra_support import (
+    claims_made,
+    documents,
+    dra_nodes,
+    each_allocated,
+    gated,
+    guaranteed,
+    pool_doc,
+    priority_doc,
+    quota_doc,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
-
-
-def policy(sfx: str, ns: str) -> str:
-    return (
-        dynamic_pool(f"y{sfx}", 2, "two-3g", "3g.40gb, 3g.40gb")
-        + f"""\
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: low-{sfx}, value: 10000, workload: training}}
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{ns}]
-  maxGPUs: 1
-  pools:
-    - pool: y{sfx}
-      mig: {{3g.40gb: {{guaranteed: 2, borrowingLimit: 0}}}}
-"""
-    )
 
 
 def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counters(kube, tmp_path):
@@ -61,7 +45,16 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
     pool, ns = f"y{sfx}", gated_namespace(kube)
     node = f"dyn-{sfx}"
     sim, plugin = dra_nodes(kube, pool, node, model=H100, cards=2, dynamic=True)[node]
-    write_policy(tmp_path, policy(sfx, ns))
+    write_policy(
+        tmp_path,
+        documents(
+            pool_doc(pool, model=H100, dynamic=True, gpus_per_node=2),
+            priority_doc(sfx, "low", "serve"),
+            quota_doc(
+                f"q{sfx}", ns, pool, max_gpus=1, mig={"3g.40gb": guaranteed(2, borrowingLimit=0)}
+            ),
+        ),
+    )
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error
@@ -70,7 +63,7 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
     pods = ["ranker-0", "ranker-1"]
     for p in pods:
         claim_pod(kube, ns, p, mig, f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     actions: list[str] = []
 
     def admitted() -> bool:
@@ -78,12 +71,10 @@ def test_a_whole_card_becomes_mig_by_allocation_alone_and_the_cap_counts_counter
         r = ctl.cycle()
         assert r.error is None, r.error
         actions.extend(o.action for o in (r.applied.outcomes if r.applied else []))
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+        return not gated(kube, ns, pods)
 
     wait_for("both pods admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocation(kube, ns, p), timeout=60) for p in pods
-    }
+    got = each_allocated(kube, ns, pods, allocation)
 
     # no node action: no mig-manager label, no cordon, no repartition of any kind
     assert not [a for a in actions if a.split(":")[0] in ("mig-reconfigure", "cordon")], actions

@@ -19,48 +19,41 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool
-from .dra_support import dra_nodes
+from .dra_dynamic_support import allocation, claim_of, claim_pod
+from .dra_support import claims_made, documents, dra_nodes, pool_doc, priority_doc, quota_doc
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 
 
-def policy(sfx: str, ns: str) -> str:
-    return (
-        dynamic_pool(f"p{sfx}", 1, "four-two-one", "4g.40gb, 2g.20gb, 1g.10gb")
-        + f"""\
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{ns}]
-  pools: [{{pool: p{sfx}}}]
-"""
-    )
-
-
 def test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     pool, ns = f"p{sfx}", gated_namespace(kube)
     dra_nodes(kube, pool, f"place-{sfx}", model=H100, cards=1, dynamic=True)
-    write_policy(tmp_path, policy(sfx, ns))
+    profiles = ("4g.40gb", "2g.20gb", "1g.10gb")
+    write_policy(
+        tmp_path,
+        documents(
+            pool_doc(
+                pool,
+                model=H100,
+                dynamic=True,
+                gpus_per_node=1,
+                layout="four-two-one",
+                profiles=profiles,
+            ),
+            priority_doc(sfx, "serve"),
+            quota_doc(f"q{sfx}", ns, pool, flow=True),
+        ),
+    )
     ctl = controller(kube, tmp_path, kube.clock)
     assert ctl.cycle().error is None
     # named so that the 2g.20gb's Admit (and gate release) comes first
     pods = {"a-small": "2g-20gb", "z-big": "4g-40gb"}
     for p, prof in pods.items():
         claim_pod(kube, ns, p, f"gpupool-{pool}-mig-{prof}", f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     kube.clock.advance(30)
     r = ctl.cycle()
     assert r.error is None, r.error

@@ -15,14 +15,20 @@ import uuid
 from reconciler import conventions as C
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe.kube import observe_cluster
-from tests.cluster.dra_kubelet import DraPlugin
 from tests.support.wait import wait_for
 
-from .dra_support import allocated, claim_of, claim_pod, dra_policy
+from .dra_support import (
+    claim_of,
+    claim_pod,
+    claims_made,
+    dra_nodes,
+    dra_policy,
+    each_allocated,
+    gated,
+)
 from .gating import gated_namespace
-from .harness import A100, add_gpu_node, audit_mark, controller, drop_device_classes, write_policy
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
-from .world import CONTROLLER_SA
+from .harness import audit_mark, controller, write_policy
+from .rbac_rules import CONTROLLER, audited, unused_controller_rules
 
 G = C.DRA_GROUP
 
@@ -36,13 +42,8 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     pool, nodes = f"d{sfx}", [f"dra-w-{sfx}", f"dra-v-{sfx}"]
     ns = gated_namespace(kube)
     mark = audit_mark(kube)
-    for node in nodes:
-        add_gpu_node(kube, node, pool=pool, model=A100, count=4)
-        plugin = DraPlugin(kube.custom, node, cards=4)
-        plugin.publish()
-        kube.cleanup(plugin.remove)
+    dra_nodes(kube, pool, *nodes)
     write_policy(tmp_path, dra_policy(sfx, ns))
-    kube.cleanup(lambda: drop_device_classes(kube, pool))
     ctl = controller(kube, tmp_path, kube.clock)
     stop = threading.Event()
     kube.cleanup(stop.set)
@@ -63,7 +64,7 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     }
     for name, (template, gang) in spec.items():
         claim_pod(kube, ns, name, template, f"low-{sfx}", gang=gang)
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in spec), timeout=60)
+    claims_made(kube, ns, spec)
     made = [f"{ns}/{claim_of(kube, ns, p)['metadata']['name']}" for p in spec]  # type: ignore[index]
     held = ctl.cache.dra_informers["resourceclaims"]
     wait_for("the cache holds the claims", lambda: all(held.get(k) for k in made), timeout=30)
@@ -73,12 +74,10 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
         kube.clock.advance(30)
         r = ctl.cycle()
         assert r.error is None, r.error
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in spec)
+        return not gated(kube, ns, spec)
 
     wait_for("every pod admitted", admitted, timeout=120, interval=1)
-    got = {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in spec
-    }
+    got = each_allocated(kube, ns, spec)
     for p, (at, devices, planned) in got.items():
         assert at in nodes and planned and devices == planned, (p, devices, planned)
     assert ctl.ops.written.get("resourceclaims")  # the re-created claims' versions
@@ -107,7 +106,7 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     # the pool leaves DRA: its classes and templates are pruned, then the watches stop
     for p in spec:
         kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
-    write_policy(tmp_path, dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin"))
+    write_policy(tmp_path, dra_policy(sfx, ns, backend="devicePlugin"))
 
     def pruned() -> bool:
         kube.clock.advance(30)
@@ -118,13 +117,7 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     wait_for("DRA objects pruned and the watches stopped", pruned, timeout=90, interval=1)
     assert ctl.ops.deleted.get("deviceclasses")  # the prunes, seen gone by the cache
 
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
-    watch_rules = [
-        (label, n, r)
-        for label, n, r in narrowed(rules(CONTROLLER_SA))
-        if "resource.k8s.io" in label and " watch " in label
-    ]
-    unused = [label for label, n, r in watch_rules if not any(allows(n, r, a) for a in seen)]
-    assert len(watch_rules) == 5 and unused == [], unused
+    picked, unused = unused_controller_rules(
+        kube, mark, lambda label: "resource.k8s.io" in label and " watch " in label
+    )
+    assert picked == 5 and unused == [], unused

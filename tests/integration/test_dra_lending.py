@@ -14,39 +14,19 @@ import uuid
 
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, claim_of, claim_pod, dynamic_pool
-from .dra_support import dra_nodes
+from .dra_dynamic_support import allocation, claim_pod
+from .dra_support import (
+    claims_made,
+    documents,
+    dra_nodes,
+    gated,
+    guaranteed,
+    pool_doc,
+    priority_doc,
+    quota_doc,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
-
-
-def policy(sfx: str, borrower: str, lender: str) -> str:
-    return (
-        dynamic_pool(f"l{sfx}", 2, "two-3g", "3g.40gb, 3g.40gb")
-        + f"""\
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: borrower-{sfx}}}
-spec:
-  namespaces: [{borrower}]
-  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 0}}}}}}]
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: lender-{sfx}}}
-spec:
-  namespaces: [{lender}]
-  pools: [{{pool: l{sfx}, mig: {{3g.40gb: {{guaranteed: 2, lendingLimit: 0}}}}}}]
-"""
-    )
 
 
 def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(kube, tmp_path):
@@ -55,7 +35,21 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
     kube.ensure_namespace(lender)
     node = f"lend-{sfx}"
     dra_nodes(kube, pool, node, model=H100, cards=2, dynamic=True)
-    write_policy(tmp_path, policy(sfx, ns, lender))
+    write_policy(
+        tmp_path,
+        documents(
+            pool_doc(pool, model=H100, dynamic=True, gpus_per_node=2),
+            priority_doc(sfx, "serve"),
+            quota_doc(f"borrower-{sfx}", ns, pool, mig={"3g.40gb": guaranteed(0)}, flow=True),
+            quota_doc(
+                f"lender-{sfx}",
+                lender,
+                pool,
+                mig={"3g.40gb": guaranteed(2, lendingLimit=0)},
+                flow=True,
+            ),
+        ),
+    )
     ctl = controller(kube, tmp_path, kube.clock)
     r = ctl.cycle()
     assert r.error is None, r.error
@@ -63,7 +57,7 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
     pods = ["ranker-0", "ranker-1", "ranker-2"]
     for p in pods:
         claim_pod(kube, ns, p, f"gpupool-{pool}-mig-3g-40gb", f"serve-{sfx}")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
     holds: dict[str, str] = {}
 
     def two_admitted() -> bool:
@@ -71,8 +65,7 @@ def test_a_borrower_is_held_where_the_room_left_is_the_lenders_unlent_guarantee(
         r = ctl.cycle()
         assert r.error is None, r.error
         holds.update({a.target: a.code for a in r.plan.actions if a.kind == "hold"})
-        gated = [p for p in pods if kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates]
-        return gated == ["ranker-2"]
+        return gated(kube, ns, pods) == ["ranker-2"]
 
     wait_for("the oldest two admitted, the third held", two_admitted, timeout=120, interval=1)
     assert holds.get(f"{ns}/ranker-2") == "held-lending", holds

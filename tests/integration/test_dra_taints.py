@@ -28,11 +28,21 @@ from kubernetes import client
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
-from .dra_support import allocated, allocated_devices, claim_of, claim_pod, dra_nodes, dra_policy
+from .dra_support import (
+    allocated_devices,
+    claim_of,
+    claim_pod,
+    claims_made,
+    dra_nodes,
+    dra_policy,
+    each_allocated,
+    gated,
+    pod_on_claim,
+    resource_claim,
+)
 from .gating import gated_namespace
 from .harness import audit_mark, controller, write_policy
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
-from .world import CONTROLLER_SA
+from .rbac_rules import CONTROLLER, audited, unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 RULES = "devicetaintrules"
@@ -56,44 +66,19 @@ def rule(kube, name: str) -> dict | None:
         raise
 
 
-def own_claim_pod(kube, ns: str, name: str, cls: str, count: int, spec: dict) -> None:
+def own_claim_pod(kube, ns: str, name: str, cls: str, count: int, spec: dict, **exactly) -> None:
     """A pod `name` with a ResourceClaim of its own, made by hand (no template), of `count`
-    devices of DeviceClass `cls`; `spec`: the rest of the pod's spec."""
-    kube.custom.create_namespaced_custom_object(
-        G,
-        V,
-        ns,
-        "resourceclaims",
-        {
-            "apiVersion": f"{G}/{V}",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": "gpu", "exactly": {"deviceClassName": cls, "count": count}}
-                    ]
-                }
-            },
-        },
-    )
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                **spec,
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+    devices of DeviceClass `cls` (`exactly`: the request's other fields); `spec`: the rest of
+    the pod's spec."""
+    claim = resource_claim(name, cls, count=count, **exactly)
+    kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", claim)
+    kube.core.create_namespaced_pod(ns, pod_on_claim(name, {"resourceClaimName": name}, spec))
+
+
+def own_allocated(kube, ns: str, name: str) -> list[tuple[str, str]] | None:
+    """(pool, device) allocated to the ResourceClaim `name` an `own_claim_pod` made."""
+    return allocated_devices(
+        kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", name)
     )
 
 
@@ -166,17 +151,12 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     own_class(kube, f"any-gpu-{sfx}")
     bypass(kube, other, "three", f"any-gpu-{sfx}", 3, pool)
     got3 = wait_for(
-        "three cards allocated",
-        lambda: allocated_devices(
-            kube.custom.get_namespaced_custom_object(G, V, other, "resourceclaims", "three")
-        ),
-        timeout=60,
+        "three cards allocated", lambda: own_allocated(kube, other, "three"), timeout=60
     )
     assert got3 == sorted((node, f"gpu-{i}") for i in range(4) if i != card)
     bypass(kube, other, "fourth", f"any-gpu-{sfx}", 1, pool)
     time.sleep(6)  # the scheduler tries; the only free card is tainted
-    fourth = kube.custom.get_namespaced_custom_object(G, V, other, "resourceclaims", "fourth")
-    assert allocated_devices(fourth) is None
+    assert own_allocated(kube, other, "fourth") is None
     for p in ("three", "fourth"):
         kube.core.delete_namespaced_pod(p, other, grace_period_seconds=0)
         kube.custom.delete_namespaced_custom_object(G, V, other, "resourceclaims", p)
@@ -219,18 +199,12 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     assert len(got) == 1 and got[0][1].startswith(f"gpu-{card}-mig-3g40gb-"), got
 
     # the controller's own rights did it: every taint rule verb was used, nothing refused
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
     # `watch` is the DRA informer's (Controller.run's watch cache: test_dra_informer.py); this
     # test's cycles read without one
-    mine = [
-        (label, n, r)
-        for label, n, r in narrowed(rules(CONTROLLER_SA))
-        if RULES in label and ": watch " not in label
-    ]
-    unused = [label for label, n, r in mine if not any(allows(n, r, a) for a in seen)]
-    assert len(mine) == 5 and unused == [], unused
+    picked, unused = unused_controller_rules(
+        kube, mark, lambda label: RULES in label and ": watch " not in label
+    )
+    assert picked == 5 and unused == [], unused
 
 
 def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
@@ -287,16 +261,14 @@ def gang_admitted(kube, ctl, ns: str, pool: str, cls: str, timeout: float) -> di
     pods = ("trainer-0", "trainer-1")
     for p in pods:
         claim_pod(kube, ns, p, f"gpupool-{pool}-gpu-4", cls, gang="t")
-    wait_for("claims made", lambda: all(claim_of(kube, ns, p) for p in pods), timeout=60)
+    claims_made(kube, ns, pods)
 
     def admitted() -> bool:
         cycle(kube, ctl)
-        return all(not kube.core.read_namespaced_pod(p, ns).spec.scheduling_gates for p in pods)
+        return not gated(kube, ns, pods)
 
     wait_for("the gang admitted", admitted, timeout=timeout, interval=1)
-    return {
-        p: wait_for(f"{p} allocated", lambda p=p: allocated(kube, ns, p), timeout=60) for p in pods
-    }
+    return each_allocated(kube, ns, pods)
 
 
 def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
@@ -309,15 +281,8 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     clique = {na: "fabric.1", nb: "fabric.0", nc: "fabric.1"}  # nb alone in its domain
     labels = {node: {C.GPU_CLIQUE_LABEL: c} for node, c in clique.items()}
     dra_nodes(kube, pool, na, nb, nc, labels=labels)
-    text = dra_policy(sfx, ns, nodes=3, whole=8).replace(
-        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n",
-        f"    - {{name: serve-{sfx}, value: 20000, workload: inference}}\n"
-        f"    - {{name: high-{sfx}, value: 50000, workload: training}}\n"
-        "  preemption:\n"
-        "    {checkpointGracePeriod: 30s, minRuntime: 1m, budgetPerHour: 4, rules: "
-        f"[{{preemptor: high-{sfx}, victims: [low-{sfx}]}}]}}\n",
-    )
-    assert f"preemptor: high-{sfx}" in text
+    classes = ("low", "serve", "high")
+    text = dra_policy(sfx, ns, nodes=3, whole=8, classes=classes, preemption=("high", "low"))
     write_policy(tmp_path, text)
     dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
     ctl = controller(kube, tmp_path, kube.clock)
@@ -346,8 +311,7 @@ def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
 
     sfx = uuid.uuid4().hex[:6]
     ns = kube.new_namespace()
-    text = dra_policy(sfx, ns).replace("backend: dra", "backend: devicePlugin")
-    write_policy(tmp_path, text)
+    write_policy(tmp_path, dra_policy(sfx, ns, backend="devicePlugin"))
     ctl = controller(kube, tmp_path, kube.clock)
     mark = audit_mark(kube)
     cycle(kube, ctl)
@@ -396,71 +360,26 @@ def test_a_reserved_card_is_kept_from_others_and_given_to_the_pinned_claim(kube)
     own_class(kube, cls)
     bypass(kube, ns, "first", cls, 1, pool)
     got = wait_for(
-        "the bypassing claim allocated",
-        lambda: allocated_devices(
-            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "first")
-        ),
-        timeout=60,
+        "the bypassing claim allocated", lambda: own_allocated(kube, ns, "first"), timeout=60
     )
     assert got == [(node, "gpu-1")]
     bypass(kube, ns, "second", cls, 1, pool)
     time.sleep(6)  # the only free card is reserved
-    second = kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
-    assert allocated_devices(second) is None
+    assert own_allocated(kube, ns, "second") is None
     kube.core.delete_namespaced_pod("second", ns, grace_period_seconds=0)
     kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "second")
     # the claim gpupool pins for the gang: its uuid selector and the reservation's toleration
-    kube.custom.create_namespaced_custom_object(
-        G,
-        V,
+    own_claim_pod(
+        kube,
         ns,
-        "resourceclaims",
-        {
-            "apiVersion": f"{G}/{V}",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "pinned"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": cls,
-                                "count": 1,
-                                "selectors": [
-                                    {"cel": {"expression": uuid_selector((card_uuid(node, 0),))}}
-                                ],
-                                "tolerations": [RESERVED_TOLERATION],
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    )
-    kube.core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": "pinned"},
-            "spec": {
-                "nodeSelector": {C.POOL_LABEL: pool},
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": "pinned"}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example.com/work:1",
-                        "resources": {"claims": [{"name": "gpus"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        },
+        "pinned",
+        cls,
+        1,
+        {"nodeSelector": {C.POOL_LABEL: pool}},
+        selectors=[{"cel": {"expression": uuid_selector((card_uuid(node, 0),))}}],
+        tolerations=[RESERVED_TOLERATION],
     )
     got = wait_for(
-        "the pinned claim allocated",
-        lambda: allocated_devices(
-            kube.custom.get_namespaced_custom_object(G, V, ns, "resourceclaims", "pinned")
-        ),
-        timeout=60,
+        "the pinned claim allocated", lambda: own_allocated(kube, ns, "pinned"), timeout=60
     )
     assert got == [(node, "gpu-0")]
