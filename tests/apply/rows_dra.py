@@ -8,7 +8,7 @@ from __future__ import annotations
 from reconciler import conventions as C
 from reconciler.apply.handlers.dra_admit import (
     REF_SELECTOR,
-    RESERVED_TOLERATION,
+    TOLERATIONS,
     pinned_name,
     uuid_selector,
 )
@@ -258,7 +258,7 @@ def pinned_claim(p: Probe) -> None:
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
-    assert exactly["tolerations"] == [RESERVED_TOLERATION]
+    assert exactly["tolerations"] == list(TOLERATIONS)
     assert exactly["deviceClassName"] == CLASS and exactly["count"] == 2
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]
@@ -511,7 +511,7 @@ PINNED_MIG_SPEC = {
                     "deviceClassName": MIG_CLASS,
                     "count": 1,
                     "selectors": [{"cel": {"expression": REF_SELECTOR}}],
-                    "tolerations": [RESERVED_TOLERATION],
+                    "tolerations": list(TOLERATIONS),
                 },
             }
         ]

@@ -8,7 +8,9 @@ exists. What works on the real API server (tests/integration/test_dra_admit.py):
 is gated and the claim unallocated, create a claim of the pod's own beside it (`pinned_name`;
 the same owner, the pod as controller, and annotations) whose requests on gpupool's classes
 carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate
-the taint gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`);
+the taints gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`)
+and on every device of a guarded pool (`gpupool.io/guarded`: only claims gpupool pins get those
+devices; never the drain's `gpupool.io/drain`);
 name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim.
 kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
 annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
@@ -64,6 +66,13 @@ SELECTOR_PREFIX = (
 RESERVED_TOLERATION = {"key": C.DRA_RESERVED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
 """On every request gpupool pins: the cards gpupool keeps for a waiting gang carry a device taint
 of that key (plan/stages/drain_taints.py); the pins choose which gang gets which card."""
+
+GUARD_TOLERATION = {"key": C.DRA_GUARD_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+"""On every request gpupool pins: every device of a guarded DRA pool carries a device taint of
+that key (plan/stages/drain_taints.py), so the allocator gives those devices only to requests
+gpupool pinned (to the plan's devices)."""
+
+TOLERATIONS = (RESERVED_TOLERATION, GUARD_TOLERATION)
 
 
 PARENT_PREFIX = (
@@ -193,8 +202,8 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
             {"cel": {"expression": uuid_selector(devices)}},
         ]
         r["tolerations"] = [
-            *(t for t in r.get("tolerations") or [] if t != RESERVED_TOLERATION),
-            RESERVED_TOLERATION,
+            *(t for t in r.get("tolerations") or [] if t not in TOLERATIONS),
+            *TOLERATIONS,
         ]
     return spec
 
