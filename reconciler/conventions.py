@@ -40,6 +40,11 @@ DRA_PLANNED_ANN = PREFIX + "planned-devices"
 """On a ResourceClaim gpupool rewrote at admission (exact admission on DRA): the `uuid`s of the
 devices the plan chose for it, comma-separated, which its requests' CEL selectors list; read
 back so the claim is written once."""
+DRA_REPLACES_ANN = PREFIX + "replaces-claims"
+"""On a ResourceClaim gpupool pinned at admission: the claims it replaced (the one made from the
+pod's template, and those an earlier pinned claim replaced), comma-separated, so that one whose
+delete failed after the pinned claim was named in the pod's status is deleted in a later cycle
+(apply/handlers/dra_admit.py)."""
 DRA_POD_CLAIM_ANN = "resource.kubernetes.io/pod-claim-name"
 """Kubernetes' annotation on a claim made from a pod's template: which of the pod's
 `spec.resourceClaims` it is (pkg/controller/resourceclaim/controller.go); kept on the claim

@@ -11,7 +11,9 @@ carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`
 the taints gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`)
 and on every device of a guarded pool (`gpupool.io/guarded`: only claims gpupool pins get those
 devices; never the drain's `gpupool.io/drain`);
-name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim.
+name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim. The
+pinned claim names the claims it replaced (`gpupool.io/replaces-claims`): one whose delete
+failed is deleted again when a later cycle finds the pinned claim already written.
 kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
 annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
 resourceclaim controller makes a claim from the template again for a pod whose named claim is
@@ -232,15 +234,26 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple
     watch delivers the pinned claim's creation before the old one's deletion. Deleting first
     and creating under the same name left it a window: with the old claim gone and the new one
     not made, it made one from the template and named it in the pod's status, and the allocator
-    took that unpinned claim once the gate went (bench/README.md, drafix)."""
+    took that unpinned claim once the gate went (bench/README.md, drafix).
+
+    The pinned claim names what it replaces (`gpupool.io/replaces-claims`: the old claim, and
+    what the old one named, also deleted here), so a delete that fails after the pod's status
+    names the pinned claim is done again in a later cycle (`_leftovers`)."""
     ctx, ns, pod, planned = p.ctx, p.ns, p.pod, p.planned
     md = claim["metadata"]
     name = pinned_name(pod.name, pod.uid, entry, planned)
+    ann = md.get("annotations") or {}
+    earlier = [n for n in _replaced(ann) if n != name]  # a plan again: its name again
+    replaces = [*([md["name"]] if not gone and md["name"] != name else []), *earlier]
     meta: dict[str, Any] = {
         "name": name,
         "namespace": ns,
         "ownerReferences": md.get("ownerReferences") or [],
-        "annotations": {**(md.get("annotations") or {}), C.DRA_PLANNED_ANN: planned},
+        "annotations": {
+            **{k: v for k, v in ann.items() if k != C.DRA_REPLACES_ANN},
+            C.DRA_PLANNED_ANN: planned,
+            **({C.DRA_REPLACES_ANN: ",".join(replaces)} if replaces else {}),
+        },
     }
     if md.get("labels"):
         meta["labels"] = md["labels"]
@@ -253,7 +266,14 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple
     ctx.ops.set_pod_claim(ns, pod.name, entry, name)
     if not gone and md["name"] != name:
         gone = not _delete(ctx, ns, md["name"])
+    for old in earlier:  # left by an earlier replacement whose delete failed
+        _delete(ctx, ns, old)
     return name, gone
+
+
+def _replaced(annotations: dict) -> list[str]:
+    """The claims a pinned claim's `gpupool.io/replaces-claims` names."""
+    return [n for n in str(annotations.get(C.DRA_REPLACES_ANN, "")).split(",") if n]
 
 
 def _delete(ctx: Context, ns: str, name: str) -> bool:
@@ -265,6 +285,15 @@ def _delete(ctx: Context, ns: str, name: str) -> bool:
             raise
         return False
     return True
+
+
+def _leftovers(p: _Pins, claim: dict) -> None:
+    """Delete what the pinned claim (written by an earlier run) replaced and may have left: a
+    run whose delete failed after the pod's status named the pinned claim (404: gone)."""
+    named = {n for _, n in p.pod.claims}
+    for old in _replaced((claim.get("metadata") or {}).get("annotations") or {}):
+        if old not in named:
+            _delete(p.ctx, p.ns, old)
 
 
 def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
@@ -361,7 +390,8 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
     """`pin_claims` for one claim (the pod's status names it under `entry`; `gone`: it is not
     there, `claim` is made from the template). The pinned claim is made under its own name
     (`_replace`), then its allocation written; a claim pinned to this plan already (an earlier
-    run's, which stopped before its allocation) only gets the allocation."""
+    run's, which stopped before its allocation or before the gate went) only gets the
+    allocation, and what it replaced is deleted if left (`_leftovers`)."""
     ns, md, name = p.ns, claim.get("metadata") or {}, claim["metadata"]["name"]
     allocated = bool((claim.get("status") or {}).get("allocation"))
     spec0 = claim.get("spec") or {}
@@ -369,6 +399,7 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
     if results is None:
         return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
     if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == p.planned:
+        _leftovers(p, claim)
         if results and not allocated:  # made by an earlier run, which stopped before this
             if not allocate(p.ctx, ns, name, p.want.node, results):
                 return "waiting", _gone_before_allocation(ns, name)
