@@ -6,8 +6,9 @@ pool, no device), and the claims it pins at exact admission tolerate it.
 Whole cards: a claim outside gpupool's admission (its own claim on a DeviceClass like NVIDIA's
 generic `gpu.nvidia.com`, in a namespace gpupool does not gate) is not allocated any of the
 pool's cards, free or not, while gpupool's gated pod is admitted and allocated its planned card.
-With `dra.guard: false` the rule is pruned, the outside claim gets the free card, and the
-admitted pod keeps its allocation (NoSchedule evicts nothing).
+With `dra.guard: false` the rule is pruned, the outside claim gets a free card, and the
+admitted pod keeps its allocation; with the guard back, the outside claim keeps its card and
+its pod stays (NoSchedule evicts nothing).
 
 DynamicMIG: the rule covers the partitions the driver publishes with counters (an outside claim
 on any MIG device gets none), and the allocation gpupool writes on a guarded partition is
@@ -167,6 +168,14 @@ def test_a_guarded_pool_gives_its_cards_only_to_the_claims_gpupool_pins(kube, tm
     )
     assert len(got) == 1 and got[0][0] == node and got[0][1] not in devices, got
     assert allocated(kube, ns, "trainer") == (where, devices, planned)
+
+    # guard on again: the outside claim keeps its card, its pod is not evicted (NoSchedule)
+    write_policy(tmp_path, text)
+    out = cycle(kube, ctl)
+    assert out.get(f"taint-device:guard:{node}") == "done: created", out
+    time.sleep(6)  # time for the device-taint eviction controller, were it to act
+    assert outside_devices(kube, other, "outside") == got
+    assert kube.core.read_namespaced_pod("outside", other).metadata.deletion_timestamp is None
 
 
 def test_a_guard_covers_dynamic_mig_partitions_and_gpupools_allocation_is_reserved(kube, tmp_path):
