@@ -26,7 +26,7 @@ from reconciler.apply.handlers.dra_admit import GUARD_TOLERATION
 from reconciler.plan.stages.drain_taints import GUARD_VALUE
 from tests.support.wait import wait_for
 
-from .dra_dynamic_support import allocation, dynamic_pool
+from .dra_dynamic_support import allocation
 from .dra_support import allocated, allocated_devices, claim_of, claim_pod, dra_nodes, dra_policy
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
@@ -184,8 +184,19 @@ def test_a_guard_covers_dynamic_mig_partitions_and_gpupools_allocation_is_reserv
     dra_nodes(kube, pool, node, model=H100, cards=1, dynamic=True)
     write_policy(
         tmp_path,
-        dynamic_pool(pool, 1, "four-two-one", "4g.40gb, 2g.20gb, 1g.10gb")
-        + f"""\
+        f"""\
+apiVersion: gpupool.io/v1alpha1
+kind: Pool
+metadata: {{name: {pool}}}
+spec:
+  gpuModel: {H100}
+  backend: dra
+  dra: {{mig: dynamic}}
+  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
+  capacity: {{nodes: 1, gpusPerNode: 1}}
+  training: {{minGPUs: 0}}
+  inference:
+    mig: {{layouts: [{{name: four-two-one, profiles: [4g.40gb, 2g.20gb, 1g.10gb]}}]}}
 ---
 apiVersion: gpupool.io/v1alpha1
 kind: PriorityPolicy
