@@ -40,6 +40,11 @@ DRA_PLANNED_ANN = PREFIX + "planned-devices"
 """On a ResourceClaim gpupool rewrote at admission (exact admission on DRA): the `uuid`s of the
 devices the plan chose for it, comma-separated, which its requests' CEL selectors list; read
 back so the claim is written once."""
+DRA_REPLACES_ANN = PREFIX + "replaces-claims"
+"""On a ResourceClaim gpupool pinned at admission: the claims it replaced (the one made from the
+pod's template, and those an earlier pinned claim replaced), comma-separated, so that one whose
+delete failed after the pinned claim was named in the pod's status is deleted in a later cycle
+(apply/handlers/dra_admit.py)."""
 DRA_POD_CLAIM_ANN = "resource.kubernetes.io/pod-claim-name"
 """Kubernetes' annotation on a claim made from a pod's template: which of the pod's
 `spec.resourceClaims` it is (pkg/controller/resourceclaim/controller.go); kept on the claim
@@ -57,6 +62,14 @@ DRA_RESERVED_TAINT = PREFIX + "reserved-for-gang"
 on each device of the cards it frees for a waiting gated gang on a DRA pool: a pod that bypasses
 gpupool's gate cannot be allocated them; the claims gpupool pins at exact admission tolerate it
 (reconciler/plan/stages/drain_taints.py, apply/handlers/dra_admit.py)."""
+DRA_GUARD_TAINT = PREFIX + "guarded"
+"""The key of the device taint (NoSchedule, value `pinned-only`) gpupool puts, through one
+DeviceTaintRule per node (selector: NVIDIA's driver and the node's pool, no device: every device
+the driver publishes there, DynamicMIG partitions included), on the nodes of a DRA pool whose
+claims it pins (`spec.dra.guard`): kube-scheduler's allocator then gives the pool's devices only
+to claims that tolerate it, which only the claims gpupool pins at exact admission do
+(reconciler/plan/stages/drain_taints.py, apply/handlers/dra_admit.py). A claim allocated
+already is not touched (NoSchedule, not NoExecute)."""
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 """GPU feature discovery's label of a node in a multi-node NVLink domain (GB200 NVL72 and the
 like): `<fabric cluster UUID>.<clique ID>` (NVIDIA/k8s-device-plugin internal/lm/fabric.go

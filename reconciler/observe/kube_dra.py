@@ -84,6 +84,7 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
     api = client.CustomObjectsApi(api_client)
     from_cache = getattr(cache, "dra_objects", None)  # a cache of nodes and pods only: lists
     listed: dict[str, list[dict]] = {}
+    rules_served = True
     for kind, plural in PLURALS.items():
         cached = from_cache(plural) if from_cache is not None else None
         if cached is not None and kind == "ResourceClaim" and _claims_behind(cached, raw_pods):
@@ -96,6 +97,7 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
         except client.ApiException as exc:
             if exc.status == 404 and kind == "DeviceTaintRule":
                 items = []  # resource.k8s.io/v1 without device taint rules (before 1.37)
+                rules_served = False
             elif exc.status == 404:
                 return None
             else:
@@ -115,6 +117,7 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
         claims=each("ResourceClaim", _claim),
         claim_templates=each("ResourceClaimTemplate", _template),
         taint_rules=each("DeviceTaintRule", _taint_rule),
+        taint_rules_served=rules_served,
         pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
     )
     memo.end()

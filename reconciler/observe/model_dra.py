@@ -184,6 +184,9 @@ class DraState(Obs):
     claims: list[ResourceClaimObject] = []
     claim_templates: list[ClaimTemplateObject] = []
     taint_rules: list[DeviceTaintRuleObject] = []
+    taint_rules_served: bool = True
+    """Whether the API server serves DeviceTaintRules (resource.k8s.io/v1 `devicetaintrules`:
+    Kubernetes' `DRADeviceTaintRules` gate, on by default from 1.37); False: none can be made."""
     pods: list[PodClaims] = []
 
     def gpupool_objects(self) -> bool:

@@ -79,7 +79,7 @@ SUMMARY_WORDS = {
     "prune-kueue-object": ("Kueue object pruned", "Kueue objects pruned"),
     "dra-object": ("DRA object change", "DRA object changes"),
     "prune-dra-object": ("DRA object pruned", "DRA objects pruned"),
-    "taint-device": ("device drained by taint", "devices drained by taint"),
+    "taint-device": ("device taint rule", "device taint rules"),
 }
 COMPUTED = ("summary", "counts")
 WAITING_CODES = frozenset(

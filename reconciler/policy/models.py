@@ -227,6 +227,16 @@ class DraSetup(Model):
     card, counted by the card's shared counters, and creates an instance when a claim on it is
     prepared: gpupool writes no mig-manager label on the pool's nodes and shapes what may be
     allocated instead (Hopper and later: the driver turns MIG mode on and off without a reset)."""
+    guard: bool = True
+    """Keep the pool's devices for the claims gpupool pins: one DeviceTaintRule per node of the
+    pool (NoSchedule `gpupool.io/guarded`, every device NVIDIA's driver publishes there), which
+    only the claims gpupool writes at exact admission tolerate, so no claim outside gpupool's
+    gate (one on the driver's own DeviceClass, or one kube-scheduler allocates at the instant
+    gpupool writes a DynamicMIG allocation) can take a device the plan counts on. Claims
+    allocated already keep their devices. Only while every namespace of the Quotas naming the
+    pool is gated (`gpupool.io/admission=gated`: pods elsewhere are placed by kube-scheduler,
+    and would get no device) and the cluster serves DeviceTaintRules (Kubernetes 1.37's
+    `DRADeviceTaintRules`, on by default); else a finding says why not. `false`: no guard."""
 
 
 class PoolSpec(Model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from reconciler import conventions as C
 from reconciler.apply.handlers.dra_admit import (
     REF_SELECTOR,
-    RESERVED_TOLERATION,
+    TOLERATIONS,
     pinned_name,
     uuid_selector,
 )
@@ -258,11 +258,13 @@ def pinned_claim(p: Probe) -> None:
     assert obj is not None
     exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"] == [{"cel": {"expression": uuid_selector(UUIDS)}}]
-    assert exactly["tolerations"] == [RESERVED_TOLERATION]
+    assert exactly["tolerations"] == list(TOLERATIONS)
     assert exactly["deviceClassName"] == CLASS and exactly["count"] == 2
     md = obj["metadata"]
     assert md["ownerReferences"] == [OWNER]
-    assert md["annotations"] == {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}
+    ann = dict(md["annotations"])
+    assert ann.pop(C.DRA_REPLACES_ANN, CLAIM) == CLAIM  # none when the template's claim was gone
+    assert ann == {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: "GPU-a,GPU-b"}
 
 
 def pinned(p: Probe) -> None:
@@ -274,6 +276,27 @@ def pinned(p: Probe) -> None:
 def pinned_gated(p: Probe) -> None:
     pinned_claim(p)
     not_admitted(p)
+
+
+def leftover_gated(p: Probe) -> None:
+    """The pod's status names the pinned claim, which names the template's claim it replaced;
+    that one is still there (its delete failed); the gate stays."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),)
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, PINNED))  # type: ignore[attr-defined]
+    assert obj["metadata"]["annotations"][C.DRA_REPLACES_ANN] == CLAIM
+    not_admitted(p)
+
+
+def leftover_gone(p: Probe) -> None:
+    """The claims an earlier pinned claim replaced are gone; the one pinned now names them."""
+    pod = p.pod("p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),) and pod.gates == ()
+    assert p.cluster.dra.get(("ResourceClaim", NS, "left-0")) is None  # type: ignore[attr-defined]
+    assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None  # type: ignore[attr-defined]
+    obj = p.cluster.dra.get(("ResourceClaim", NS, PINNED))  # type: ignore[attr-defined]
+    assert obj["metadata"]["annotations"][C.DRA_REPLACES_ANN] == f"{CLAIM},left-0"
 
 
 def replaced_not_yet(p: Probe) -> None:
@@ -362,6 +385,19 @@ DRA_ROWS += [
         check=replaced_not_yet,
     ),
     Row(
+        # made and named in the pod's status, but the template's claim could not be deleted:
+        # the pinned claim names it (`gpupool.io/replaces-claims`), and the gate stays; the
+        # next run deletes it (test_handlers.py `test_dra_leftover_claim_deleted_next_run`)
+        "dra-admit/delete-fails-after-status",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "500",
+        ("create_dra_object", "set_pod_claim"),
+        fail={"delete_dra_object": ApiError(500, "Internal Server Error", "etcd")},
+        check=leftover_gated,
+    ),
+    Row(
         # an earlier run made the pinned claim and stopped before the status named it: the
         # create's conflict finds it (the pod's, this plan, unallocated) and goes on
         "dra-admit/pinned-made-already",
@@ -442,6 +478,37 @@ DRA_ROWS += [
         check=pinned,
     ),
     Row(
+        # pinned for an earlier plan, which named a claim it replaced and could not delete
+        # (and, planned again, this plan's own name): that one goes too, this plan's stays
+        "dra-admit/another-plan-with-a-leftover",
+        DRA_ADMIT,
+        (
+            OUR_CLASS,
+            claim(
+                {
+                    **MADE,
+                    "annotations": {
+                        C.DRA_POD_CLAIM_ANN: "gpus",
+                        C.DRA_PLANNED_ANN: "GPU-x,GPU-y",
+                        C.DRA_REPLACES_ANN: f"left-0,{PINNED}",
+                    },
+                }
+            ),
+            Dra("ResourceClaim", "left-0", NS, spec=CLAIM_SPEC, managed_by="", meta=MADE),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        (
+            "create_dra_object",
+            "set_pod_claim",
+            "delete_dra_object",
+            "delete_dra_object",
+            "admit_pod",
+        ),
+        check=leftover_gone,
+    ),
+    Row(
         "dra-admit/claim-not-made-yet",
         DRA_ADMIT,
         (OUR_CLASS, gated_claimant(made="")),
@@ -511,7 +578,7 @@ PINNED_MIG_SPEC = {
                     "deviceClassName": MIG_CLASS,
                     "count": 1,
                     "selectors": [{"cel": {"expression": REF_SELECTOR}}],
-                    "tolerations": [RESERVED_TOLERATION],
+                    "tolerations": list(TOLERATIONS),
                 },
             }
         ]

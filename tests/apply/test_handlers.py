@@ -230,6 +230,25 @@ def test_dra_gone_claim_admits_on_the_next_run():
         assert third.status == "done" and not third.changed
 
 
+def test_dra_leftover_claim_deleted_next_run():
+    """The template's claim whose delete failed after the pod's status named the pinned claim
+    is found through the pinned claim's `gpupool.io/replaces-claims` and deleted by the next
+    run, which then admits; the run after writes nothing."""
+    row = ROWS["dra-admit/delete-fails-after-status"]
+    _, cluster = run_memory(row)
+    assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None
+    cluster.fail.clear()
+    before = len(cluster.writes)
+    second = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert second.status == "done", second.message
+    assert cluster.write_ops()[before:] == ["delete_dra_object", "admit_pod"]
+    assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None
+    pod = cluster.read_pod(NS, "p-0")
+    assert pod is not None and pod.claims == (("gpus", PINNED),) and pod.gates == ()
+    third = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert third.status == "done" and not third.changed
+
+
 REPLACED = "dra-admit/claim-replaced-then-admitted"
 GONE = "dra-admit/claim-gone-made-from-the-template"
 

@@ -300,24 +300,35 @@ def converge(
 
 
 def drop_device_classes(kube: World, pool: str) -> None:
-    """Delete the DeviceClasses gpupool rendered for DRA Pool `pool` (`gpupool-<pool>-...`).
-    They are cluster-scoped and owned by gpupool: left behind, the next test's controller
-    would prune them and count writes that test never caused."""
+    """Delete the DeviceClasses gpupool rendered for DRA Pool `pool` (`gpupool-<pool>-...`), and
+    the pool's guards (DeviceTaintRules `gpupool-guard-<node>` labelled with the pool). They
+    are cluster-scoped and owned by gpupool: left behind, the next test's controller would
+    prune them and count writes that test never caused."""
     from kubernetes import client
 
     from reconciler import conventions as C
 
-    listed = kube.custom.list_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, "deviceclasses")
-    for item in listed.get("items", []):
-        name = item["metadata"]["name"]
-        if name.startswith(f"gpupool-{pool}-"):
+    def drop(plural: str, mine) -> None:
+        listed = kube.custom.list_cluster_custom_object(C.DRA_GROUP, C.DRA_VERSION, plural)
+        for item in listed.get("items", []):
+            if not mine(item["metadata"]):
+                continue
             try:
                 kube.custom.delete_cluster_custom_object(
-                    C.DRA_GROUP, C.DRA_VERSION, "deviceclasses", name
+                    C.DRA_GROUP, C.DRA_VERSION, plural, item["metadata"]["name"]
                 )
             except client.ApiException as exc:
                 if exc.status != 404:
                     raise
+
+    drop("deviceclasses", lambda md: md["name"].startswith(f"gpupool-{pool}-"))
+    drop(
+        "devicetaintrules",
+        lambda md: (
+            md["name"].startswith("gpupool-guard-")
+            and (md.get("labels") or {}).get(C.POOL_LABEL) == pool
+        ),
+    )
 
 
 def custom_object(kube: World, group: str, version: str, plural: str, name: str, ns: str = ""):

@@ -8,8 +8,12 @@ exists. What works on the real API server (tests/integration/test_dra_admit.py):
 is gated and the claim unallocated, create a claim of the pod's own beside it (`pinned_name`;
 the same owner, the pod as controller, and annotations) whose requests on gpupool's classes
 carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`, and tolerate
-the taint gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`);
-name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim.
+the taints gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`)
+and on every device of a guarded pool (`gpupool.io/guarded`: only claims gpupool pins get those
+devices; never the drain's `gpupool.io/drain`);
+name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim. The
+pinned claim names the claims it replaced (`gpupool.io/replaces-claims`): one whose delete
+failed is deleted again when a later cycle finds the pinned claim already written.
 kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
 annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
 resourceclaim controller makes a claim from the template again for a pod whose named claim is
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import conventions as C
@@ -64,6 +69,13 @@ SELECTOR_PREFIX = (
 RESERVED_TOLERATION = {"key": C.DRA_RESERVED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
 """On every request gpupool pins: the cards gpupool keeps for a waiting gang carry a device taint
 of that key (plan/stages/drain_taints.py); the pins choose which gang gets which card."""
+
+GUARD_TOLERATION = {"key": C.DRA_GUARD_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+"""On every request gpupool pins: every device of a guarded DRA pool carries a device taint of
+that key (plan/stages/drain_taints.py), so the allocator gives those devices only to requests
+gpupool pinned (to the plan's devices)."""
+
+TOLERATIONS = (RESERVED_TOLERATION, GUARD_TOLERATION)
 
 
 PARENT_PREFIX = (
@@ -193,8 +205,8 @@ def _pinned(claim: dict, classes: _Classes, devices: tuple[str, ...]) -> dict | 
             {"cel": {"expression": uuid_selector(devices)}},
         ]
         r["tolerations"] = [
-            *(t for t in r.get("tolerations") or [] if t != RESERVED_TOLERATION),
-            RESERVED_TOLERATION,
+            *(t for t in r.get("tolerations") or [] if t not in TOLERATIONS),
+            *TOLERATIONS,
         ]
     return spec
 
@@ -208,17 +220,7 @@ def pinned_name(pod: str, uid: str, entry: str, planned: str) -> str:
     return f"{f'{pod}-{entry}'[:52].rstrip('-.')}-{digest}"
 
 
-def _replace(
-    ctx: Context,
-    ns: str,
-    pod: PodInfo,
-    entry: str,
-    claim: dict,
-    spec: dict,
-    planned: str,
-    *,
-    gone: bool = False,
-) -> tuple[str, bool]:
+def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple[str, bool]:
     """Create the pinned claim under a name of its own (`pinned_name`: the pod as controlling
     owner, the old claim's annotations and labels), name it in the pod's status, then delete the
     claim it replaces (unless that is gone); -> the pinned claim's name, and whether the claim
@@ -232,14 +234,26 @@ def _replace(
     watch delivers the pinned claim's creation before the old one's deletion. Deleting first
     and creating under the same name left it a window: with the old claim gone and the new one
     not made, it made one from the template and named it in the pod's status, and the allocator
-    took that unpinned claim once the gate went (bench/README.md, drafix)."""
+    took that unpinned claim once the gate went (bench/README.md, drafix).
+
+    The pinned claim names what it replaces (`gpupool.io/replaces-claims`: the old claim, and
+    what the old one named, also deleted here), so a delete that fails after the pod's status
+    names the pinned claim is done again in a later cycle (`_leftovers`)."""
+    ctx, ns, pod, planned = p.ctx, p.ns, p.pod, p.planned
     md = claim["metadata"]
     name = pinned_name(pod.name, pod.uid, entry, planned)
+    ann = md.get("annotations") or {}
+    earlier = [n for n in _replaced(ann) if n != name]  # a plan again: its name again
+    replaces = [*([md["name"]] if not gone and md["name"] != name else []), *earlier]
     meta: dict[str, Any] = {
         "name": name,
         "namespace": ns,
         "ownerReferences": md.get("ownerReferences") or [],
-        "annotations": {**(md.get("annotations") or {}), C.DRA_PLANNED_ANN: planned},
+        "annotations": {
+            **{k: v for k, v in ann.items() if k != C.DRA_REPLACES_ANN},
+            C.DRA_PLANNED_ANN: planned,
+            **({C.DRA_REPLACES_ANN: ",".join(replaces)} if replaces else {}),
+        },
     }
     if md.get("labels"):
         meta["labels"] = md["labels"]
@@ -251,13 +265,35 @@ def _replace(
             raise
     ctx.ops.set_pod_claim(ns, pod.name, entry, name)
     if not gone and md["name"] != name:
-        try:
-            ctx.ops.delete_dra_object(KIND, ns, md["name"])
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            gone = True
+        gone = not _delete(ctx, ns, md["name"])
+    for old in earlier:  # left by an earlier replacement whose delete failed
+        _delete(ctx, ns, old)
     return name, gone
+
+
+def _replaced(annotations: dict) -> list[str]:
+    """The claims a pinned claim's `gpupool.io/replaces-claims` names."""
+    return [n for n in str(annotations.get(C.DRA_REPLACES_ANN, "")).split(",") if n]
+
+
+def _delete(ctx: Context, ns: str, name: str) -> bool:
+    """Delete the claim `name`; False when it was gone already (404)."""
+    try:
+        ctx.ops.delete_dra_object(KIND, ns, name)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return False
+    return True
+
+
+def _leftovers(p: _Pins, claim: dict) -> None:
+    """Delete what the pinned claim (written by an earlier run) replaced and may have left: a
+    run whose delete failed after the pod's status named the pinned claim (404: gone)."""
+    named = {n for _, n in p.pod.claims}
+    for old in _replaced((claim.get("metadata") or {}).get("annotations") or {}):
+        if old not in named:
+            _delete(p.ctx, p.ns, old)
 
 
 def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
@@ -294,6 +330,27 @@ def _from_template(
     }
 
 
+@dataclass
+class _Pins:
+    """One pod's exact admission: what its claims are pinned to, and what was written."""
+
+    ctx: Context
+    ns: str
+    want: PodAdmission
+    pod: PodInfo
+    wrote: list[str]
+    """The pinned claims' names (the caller's list)."""
+    classes: _Classes
+    left: list[tuple[str, str, str]]
+    """The planned DynamicMIG partitions no claim took yet (`refs_of`)."""
+    remade: list[str] = field(default_factory=list)
+    """`old -> new` for each claim that was gone and is made again pinned."""
+
+    @property
+    def planned(self) -> str:
+        return ",".join(self.want.devices)
+
+
 def pin_claims(
     ctx: Context, ns: str, want: PodAdmission, pod: PodInfo, wrote: list[str]
 ) -> tuple[str, str]:
@@ -305,8 +362,7 @@ def pin_claims(
     allocation (`dra_allocate`)."""
     if not want.devices:
         return "", ""
-    classes, left = _Classes(ctx), refs_of(want.devices)
-    remade = []
+    p = _Pins(ctx, ns, want, pod, wrote, _Classes(ctx), refs_of(want.devices))
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
@@ -316,72 +372,59 @@ def pin_claims(
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:
             return "waiting", f"pod {ns}/{want.name}: claim {name} is not there (yet)"
-        status, why = _pin_claim(
-            ctx, ns, want, pod, entry, claim, gone, classes, left, wrote, remade
-        )
+        status, why = _pin_claim(p, entry, claim, gone)
         if status:
             return status, why
-    if remade:
+    if p.remade:
         # the resourceclaim controller may be making one from the template for the same gap
         # and name it in the pod's status: the next cycle admits once the status names a
         # pinned claim
         return "waiting", (
-            f"pod {ns}/{want.name}: claim(s) {', '.join(remade)} made again pinned; the gate "
+            f"pod {ns}/{want.name}: claim(s) {', '.join(p.remade)} made again pinned; the gate "
             f"goes once the pod's status names them"
         )
     return "", ""
 
 
-def _pin_claim(
-    ctx: Context,
-    ns: str,
-    want: PodAdmission,
-    pod: PodInfo,
-    entry: str,
-    claim: dict,
-    gone: bool,
-    classes: _Classes,
-    left: list[tuple[str, str, str]],
-    wrote: list[str],
-    remade: list[str],
-) -> tuple[str, str]:
-    """`pin_claims` for one claim (the pod's status names it under `entry`); `left`: the
-    planned partitions no claim took yet. The pinned claim is made under its own name
+def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]:
+    """`pin_claims` for one claim (the pod's status names it under `entry`; `gone`: it is not
+    there, `claim` is made from the template). The pinned claim is made under its own name
     (`_replace`), then its allocation written; a claim pinned to this plan already (an earlier
-    run's, which stopped before its allocation) only gets the allocation."""
-    md, name = claim.get("metadata") or {}, claim["metadata"]["name"]
-    planned = ",".join(want.devices)
+    run's, which stopped before its allocation or before the gate went) only gets the
+    allocation, and what it replaced is deleted if left (`_leftovers`)."""
+    ns, md, name = p.ns, claim.get("metadata") or {}, claim["metadata"]["name"]
     allocated = bool((claim.get("status") or {}).get("allocation"))
     spec0 = claim.get("spec") or {}
-    results = results_for(spec0, classes.profile_of(spec0), left) if left else []
+    results = results_for(spec0, p.classes.profile_of(spec0), p.left) if p.left else []
     if results is None:
         return "failed", f"claim {ns}/{name}: the planned partitions are not what it asks"
-    if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned:
+    if (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == p.planned:
+        _leftovers(p, claim)
         if results and not allocated:  # made by an earlier run, which stopped before this
-            if not allocate(ctx, ns, name, want.node, results):
+            if not allocate(p.ctx, ns, name, p.want.node, results):
                 return "waiting", _gone_before_allocation(ns, name)
-            wrote.append(name)
+            p.wrote.append(name)
         return "", ""  # written by an earlier run of this step (another plan's: written again)
-    spec = _pinned(claim, classes, want.devices)
+    spec = _pinned(claim, p.classes, p.want.devices)
     if spec is None:
         return "", ""
     if allocated and not stale_allocation(claim):
         return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
     owned = any(
-        o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
+        o.get("uid") == p.pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
     )
     if not owned:
         return "failed", (
-            f"claim {ns}/{name} is not pod {want.name}'s own (made from a template): "
+            f"claim {ns}/{name} is not pod {p.want.name}'s own (made from a template): "
             f"gpupool rewrites only those, so it cannot make the allocation the plan"
         )
     if allocated:  # gpupool's, for another plan, and nobody holds it: its devices back
-        deallocate(ctx, ns, claim)
-    made, gone = _replace(ctx, ns, pod, entry, claim, spec, planned, gone=gone)
-    wrote.append(made)
+        deallocate(p.ctx, ns, claim)
+    made, gone = _replace(p, entry, claim, spec, gone)
+    p.wrote.append(made)
     if gone:  # the claim it replaces was gone (or went since the cache's copy)
-        remade.append(f"{name} -> {made}")
-    if results and not allocate(ctx, ns, made, want.node, results):
+        p.remade.append(f"{name} -> {made}")
+    if results and not allocate(p.ctx, ns, made, p.want.node, results):
         return "waiting", _gone_before_allocation(ns, made)
     return "", ""
 

@@ -15,6 +15,23 @@ allocator gives them to no claim that does not tolerate the taint:
   while the victims terminate; the claims gpupool pins at exact admission tolerate it
   (apply/handlers/dra_admit.py), and the pins keep one gang off another's cards. Pruned once
   the gang is admitted (no pod gated on that reservation any more).
+- guards (`spec.dra.guard`, on by default): a NoSchedule `gpupool.io/guarded=pinned-only` on
+  every device of each node of a DRA pool whose claims gpupool pins, one rule per node (selector:
+  driver and the node's pool, no device; v1.37.2's ResourceSlice tracker,
+  k8s.io/dynamic-resource-allocation resourceslice/tracker `applyPatches`, then taints every
+  device of every slice of that pool, DynamicMIG partitions included). The allocator
+  (structured/internal/*/allocator_*.go `taintPreventsAllocation`) skips a device whose
+  NoSchedule or NoExecute taint the request does not tolerate, and only the claims gpupool pins
+  tolerate this key, so no claim outside gpupool's gate takes a device the plan counts on, and
+  kube-scheduler cannot allocate a DynamicMIG partition at the instant gpupool writes it as a
+  pinned claim's allocation. A claim allocated already is left alone: the allocator sees only
+  unallocated claims, kube-scheduler's dynamicresources plugin reserves an allocated claim
+  without looking at taints (so the allocation gpupool writes is reserved as before), and the
+  device-taint eviction controller acts on NoExecute only. Wanted while every namespace of the
+  Quotas naming the pool is gated (pods elsewhere are placed by kube-scheduler from gpupool's
+  templates and would get no device) and the API server serves DeviceTaintRules; else none,
+  and the finding `dra-guard-off` says why. Pruned when no longer wanted (kept while the
+  snapshot does not say which namespaces are gated, or the policy has no Pool).
 
 A rule gpupool made that is wanted by neither is stale and pruned. resource.k8s.io/v1
 DeviceTaintRule (Kubernetes v1.37.2 serves it in v1 only; v1beta2 and v1alpha3 answer 404):
@@ -39,11 +56,14 @@ from reconciler.plan.stages.repartitions import unresolved
 KIND = "DeviceTaintRule"
 DRAIN_VALUE = "repartition"
 RESERVED_VALUE = "gang"
+GUARD_VALUE = "pinned-only"
+KEYS = (C.DRA_DRAIN_TAINT, C.DRA_RESERVED_TAINT, C.DRA_GUARD_TAINT)
 
 
 @dataclass(frozen=True)
 class Wanted:
-    """One rule the plan wants: on `device` of `node` (card `index`), for Pool `pool`."""
+    """One rule the plan wants: on `device` of `node` (card `index`), for Pool `pool`; a guard
+    names no device (every device of the node's pool) and no card (`index` -1)."""
 
     key: str
     value: str
@@ -59,6 +79,8 @@ class Wanted:
 
 
 def rule_name(node: str, device: str, key: str = C.DRA_DRAIN_TAINT) -> str:
+    if key == C.DRA_GUARD_TAINT:
+        return f"gpupool-guard-{node}"
     what = "drain" if key == C.DRA_DRAIN_TAINT else "reserve"
     return f"gpupool-{what}-{node}-{device}"
 
@@ -76,8 +98,9 @@ def card_devices(devices: list[DraDevice], node: Node | None, index: int) -> lis
 
 
 def _spec(w: Wanted, pool: str) -> dict:
+    device = {"device": w.device} if w.device else {}
     return {
-        "deviceSelector": {"driver": C.DRA_DRIVER, "pool": pool, "device": w.device},
+        "deviceSelector": {"driver": C.DRA_DRIVER, "pool": pool, **device},
         "taint": {"key": w.key, "value": w.value, "effect": "NoSchedule"},
     }
 
@@ -111,23 +134,23 @@ def drain_taints(run: Run) -> None:
         return
     nodes = {n.name: n for n in run.observed.nodes}
     live = {r.name: r for r in dra.taint_rules}
-    want = {w.name: w for w in [*_drains(run, dra, nodes), *_reservations(run, dra, nodes)]}
+    wanted = [*_drains(run, dra, nodes), *_reservations(run, dra, nodes), *_guards(run, dra)]
+    want = {w.name: w for w in wanted}
     for name, w in sorted(want.items()):
         _want(run, live.get(name), w, _driver_pool(dra, w.node))
     for name, r in sorted(live.items()):
-        mine = r.managed_by == C.MANAGED_BY and r.taint.key in (
-            C.DRA_DRAIN_TAINT,
-            C.DRA_RESERVED_TAINT,
-        )
+        mine = r.managed_by == C.MANAGED_BY and r.taint.key in KEYS
         if name in want or not mine:
             continue
         if r.taint.key == C.DRA_DRAIN_TAINT and _draining(run, dra, nodes.get(r.pool)):
             continue
-        what = (
-            f"the repartition it drained {r.device} on {r.pool} for is over"
-            if r.taint.key == C.DRA_DRAIN_TAINT
-            else f"no gated gang waits for {r.device} on {r.pool} any more"
-        )
+        if r.taint.key == C.DRA_GUARD_TAINT and not _guards_known(run):
+            continue
+        what = {
+            C.DRA_DRAIN_TAINT: f"the repartition it drained {r.device} on {r.pool} for is over",
+            C.DRA_RESERVED_TAINT: f"no gated gang waits for {r.device} on {r.pool} any more",
+            C.DRA_GUARD_TAINT: f"no DRA pool gpupool pins claims of guards {r.pool} any more",
+        }[r.taint.key]
         run.add(
             PruneDraObject(
                 id=f"prune-dra:{KIND}:{name}",
@@ -186,21 +209,82 @@ def _reservations(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wante
     return out
 
 
+def _guards(run: Run, dra: DraState) -> list[Wanted]:
+    """The guard of each node of a DRA pool with `spec.dra.guard` whose claims gpupool pins:
+    every namespace of the Quotas naming the pool gated, and DeviceTaintRules served; the
+    pools left unguarded are said (`dra-guard-off`), except while the gated namespaces are
+    not known (a snapshot that does not say)."""
+    gated = run.observed.gated_namespaces
+    out = []
+    for pv in sorted(run.cluster.pools.values(), key=lambda v: v.name):
+        spec = pv.pool.spec
+        if spec.backend != "dra" or not spec.dra.guard or gated is None:
+            continue
+        teams = sorted(
+            {
+                ns
+                for q in run.desired.quotas.values()
+                if any(pq.pool == pv.name for pq in q.spec.pools)
+                for ns in q.spec.namespaces
+            }
+        )
+        open_ns = [ns for ns in teams if ns not in gated]
+        if open_ns or not dra.taint_rules_served:
+            why = (
+                f"namespace(s) {', '.join(open_ns)} of its Quotas are not gated "
+                f"({C.ADMISSION_NAMESPACE_LABEL}=gated): kube-scheduler places their pods "
+                "from gpupool's templates, which a guard would give no device"
+                if open_ns
+                else "the API server serves no DeviceTaintRule (Kubernetes' "
+                "DRADeviceTaintRules gate is off)"
+            )
+            run.find(
+                "info",
+                "dra-guard-off",
+                f"Pool/{pv.name}",
+                f"Pool/{pv.name}'s devices are not kept for the claims gpupool pins (no "
+                f"{C.DRA_GUARD_TAINT} taint): {why}; a claim outside gpupool's admission may "
+                "take a device the plan counts on",
+            )
+            continue
+        for node in sorted(pv.nodes):
+            why = f"but those gpupool pins (Pool {pv.name}'s devices are the plan's)"
+            out.append(Wanted(C.DRA_GUARD_TAINT, GUARD_VALUE, node, "", -1, pv.name, why))
+    return out
+
+
+def _guards_known(run: Run) -> bool:
+    """Whether the plan knows which guards it wants (else gpupool's are left as they are)."""
+    return run.observed.gated_namespaces is not None and bool(run.desired.pools)
+
+
 def _want(run: Run, cur: DeviceTaintRuleObject | None, w: Wanted, pool: str) -> None:
     if cur is not None and cur.managed_by != C.MANAGED_BY:
         foreign(run, KIND, w.name, cur.managed_by, "gpupool's device taint")
         return
     if cur is not None and _same(cur, w, pool):
         return
-    prefix = "" if w.key == C.DRA_DRAIN_TAINT else "reserve:"
+    verb = "taint" if cur is None else "fix the taint of"
+    taint = f"{w.key}={w.value}:NoSchedule"
+    if w.key == C.DRA_GUARD_TAINT:
+        aid, target = f"taint-device:guard:{w.node}", w.node
+        reason = (
+            f"{verb} every device of {w.node} {taint}: the DRA allocator gives them to no new "
+            f"claim {w.why}"
+        )
+    else:
+        prefix = "" if w.key == C.DRA_DRAIN_TAINT else "reserve:"
+        aid, target = f"taint-device:{prefix}{w.node}/{w.device}", f"{w.node}/{w.device}"
+        reason = (
+            f"{verb} {w.device} (GPU {w.index} of {w.node}) {taint}: the DRA allocator gives "
+            f"it to no new claim {w.why}"
+        )
     run.add(
         TaintDevice(
-            id=f"taint-device:{prefix}{w.node}/{w.device}",
-            target=f"{w.node}/{w.device}",
+            id=aid,
+            target=target,
             pool=w.pool,
-            reason=f"{'taint' if cur is None else 'fix the taint of'} {w.device} (GPU {w.index} "
-            f"of {w.node}) {w.key}={w.value}:NoSchedule: the DRA allocator gives it to no new "
-            f"claim {w.why}",
+            reason=reason,
             name=w.name,
             verb="create" if cur is None else "update",
             labels={C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: w.pool},
