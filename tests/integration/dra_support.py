@@ -86,11 +86,14 @@ def pool_doc(
     gpus_per_node: int = 4,
     layout: str = "two-3g",
     profiles: tuple[str, ...] = ("3g.40gb", "3g.40gb"),
+    guard: bool = True,
 ) -> str:
     """Pool `name` of `nodes` nodes labelled `gpupool.io/pool: <name>` with `gpus_per_node`
-    cards of `model`, on `backend` (`dynamic`: under the driver's DynamicMIG), no training
-    floor, and one inference MIG layout `layout` of `profiles`."""
-    dra = "  dra: {mig: dynamic}\n" if dynamic else ""
+    cards of `model`, on `backend` (`dynamic`: under the driver's DynamicMIG; `guard` False:
+    `dra.guard: false`, for tests whose pods bypass gpupool), no training floor, and one
+    inference MIG layout `layout` of `profiles`."""
+    fields = [*(["mig: dynamic"] if dynamic else []), *([] if guard else ["guard: false"])]
+    dra = f"  dra: {{{', '.join(fields)}}}\n" if fields else ""
     return f"""\
 apiVersion: gpupool.io/v1alpha1
 kind: Pool
@@ -182,13 +185,14 @@ def dra_policy(
     backend: str = "dra",
     classes: tuple[str, ...] = ("low", "serve"),
     preemption: tuple[str, str] | None = None,
+    guard: bool = True,
 ) -> str:
-    """Pool d<sfx> (`pool_doc`: A100, the `two-3g` MIG layout) on `backend`, the priority
-    classes `classes` (`priority_doc`), and a Quota for `ns` of `whole` cards and `mig`
-    3g.40gb instances, borrowing nothing."""
+    """Pool d<sfx> (`pool_doc`: A100, the `two-3g` MIG layout) on `backend` (`guard`: as
+    `pool_doc`'s), the priority classes `classes` (`priority_doc`), and a Quota for `ns` of
+    `whole` cards and `mig` 3g.40gb instances, borrowing nothing."""
     pool = f"d{sfx}"
     return documents(
-        pool_doc(pool, backend=backend, nodes=nodes, gpus_per_node=gpus_per_node),
+        pool_doc(pool, backend=backend, nodes=nodes, gpus_per_node=gpus_per_node, guard=guard),
         priority_doc(sfx, *classes, preemption=preemption),
         quota_doc(
             f"q{sfx}",

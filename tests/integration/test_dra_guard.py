@@ -27,7 +27,18 @@ from reconciler.plan.stages.drain_taints import GUARD_VALUE
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation
-from .dra_support import allocated, allocated_devices, claim_of, claim_pod, dra_nodes, dra_policy
+from .dra_support import (
+    allocated,
+    allocated_devices,
+    claim_of,
+    claim_pod,
+    documents,
+    dra_nodes,
+    dra_policy,
+    pool_doc,
+    priority_doc,
+    quota_doc,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
@@ -184,34 +195,18 @@ def test_a_guard_covers_dynamic_mig_partitions_and_gpupools_allocation_is_reserv
     dra_nodes(kube, pool, node, model=H100, cards=1, dynamic=True)
     write_policy(
         tmp_path,
-        f"""\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata: {{name: {pool}}}
-spec:
-  gpuModel: {H100}
-  backend: dra
-  dra: {{mig: dynamic}}
-  nodeSelector: {{matchLabels: {{gpupool.io/pool: {pool}}}}}
-  capacity: {{nodes: 1, gpusPerNode: 1}}
-  training: {{minGPUs: 0}}
-  inference:
-    mig: {{layouts: [{{name: four-two-one, profiles: [4g.40gb, 2g.20gb, 1g.10gb]}}]}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: PriorityPolicy
-metadata: {{name: cluster}}
-spec:
-  classes:
-    - {{name: serve-{sfx}, value: 20000, workload: inference}}
----
-apiVersion: gpupool.io/v1alpha1
-kind: Quota
-metadata: {{name: q{sfx}}}
-spec:
-  namespaces: [{ns}]
-  pools: [{{pool: {pool}}}]
-""",
+        documents(
+            pool_doc(
+                pool,
+                model=H100,
+                dynamic=True,
+                gpus_per_node=1,
+                layout="four-two-one",
+                profiles=("4g.40gb", "2g.20gb", "1g.10gb"),
+            ),
+            priority_doc(sfx, "serve"),
+            quota_doc(f"q{sfx}", ns, pool, flow=True),
+        ),
     )
     ctl = controller(kube, tmp_path, kube.clock)
     out = cycle(kube, ctl)

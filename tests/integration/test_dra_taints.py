@@ -119,7 +119,8 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     sfx = uuid.uuid4().hex[:6]
     pool, ns, node = f"d{sfx}", gated_namespace(kube), f"dra-t-{sfx}"
     sim, plugin = dra_nodes(kube, pool, node)[node]
-    write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2))
+    # its pods that bypass gpupool must reach the pool: no guard (test_dra_guard.py)
+    write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2, guard=False))
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, kube.clock)
     cycle(kube, ctl)
@@ -282,7 +283,10 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     labels = {node: {C.GPU_CLIQUE_LABEL: c} for node, c in clique.items()}
     dra_nodes(kube, pool, na, nb, nc, labels=labels)
     classes = ("low", "serve", "high")
-    text = dra_policy(sfx, ns, nodes=3, whole=8, classes=classes, preemption=("high", "low"))
+    # old-job and young-job bypass gpupool: no guard (test_dra_guard.py)
+    text = dra_policy(
+        sfx, ns, nodes=3, whole=8, classes=classes, preemption=("high", "low"), guard=False
+    )
     write_policy(tmp_path, text)
     dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
     ctl = controller(kube, tmp_path, kube.clock)
