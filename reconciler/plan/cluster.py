@@ -15,7 +15,7 @@ from fractions import Fraction
 from reconciler.conventions import CORDONED_FOR_ANN, GPU_CLIQUE_LABEL, NVIDIA, PRODUCT_LABEL
 from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
 from reconciler.plan.census import CensusKey, count_the_rest, count_workloads
-from reconciler.plan.kept import Keeper, fresh
+from reconciler.plan.kept import Keeper, fresh, shared_ends
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.models import LabelSelector, Pool
 from reconciler.policy.state import DesiredState
@@ -520,7 +520,7 @@ class UnknownHolding:
 UNKNOWN_HOLDER = "a running pod whose cards are unknown may hold it"
 
 
-def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
+def unknown_holdings(observed: ObservedState, keep: Keeper | None = None) -> list[UnknownHolding]:
     """Running workloads that hold cards the snapshot does not say, and the cards of their
     node they may hold, by workload key.
 
@@ -533,10 +533,22 @@ def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
     repartition: gpupool would pick one of the others as empty and reset it under the pod.
 
     Each key counts once (its last listing, as the working view keeps it); a workload whose node
-    the snapshot lacks is `consistency`'s `unknown-node`. Pure; never raises."""
-    short = [w for w in observed.workloads if w.phase == "Running" and w.node and _short(w)]
+    the snapshot lacks is `consistency`'s `unknown-node`. Pure; never raises.
+
+    `keep`: when the previous plan's workloads had none short, only the workloads that
+    changed since (`shared_ends`) are looked at, and the answer kept for the next."""
+    ws = observed.workloads
+    last = keep.last(UNKNOWN) if keep is not None else None
+    if last is not None and not last[1]:  # none was short: only what changed can be
+        i, j = shared_ends(last[0], ws)
+        short = [w for w in ws[i : len(ws) - j] if _running_short(w)]
+    else:
+        short = [w for w in ws if _running_short(w)]
+    if keep is not None:
+        keep.keep_last(UNKNOWN, ws, bool(short))
     if not short:
-        return []  # the common case: one cheap pass
+        return []  # the common case: one cheap pass (or none)
+    short = [w for w in ws if _running_short(w)]  # all of them, wherever they are
     last = {w.key: w for w in observed.workloads}
     short = sorted((w for w in short if last[w.key] is w), key=lambda w: w.key)
     nodes: dict[str, Node] = {}
@@ -565,6 +577,13 @@ def unknown_holdings(observed: ObservedState) -> list[UnknownHolding]:
         if missing:
             out.append(UnknownHolding(w.key, n.name, tuple(missing), tuple(sorted(cards))))
     return out
+
+
+UNKNOWN = "unknown-holdings"
+
+
+def _running_short(w: Workload) -> bool:
+    return w.phase == "Running" and bool(w.node) and _short(w)
 
 
 def _short(w: Workload) -> bool:

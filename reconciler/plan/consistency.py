@@ -34,6 +34,7 @@ Pure: no I/O, no clock; it never raises on any `ObservedState`, validated or not
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,7 +57,7 @@ from reconciler.observe.model import (
     card_problems,
 )
 from reconciler.plan.cluster import UNKNOWN_HOLDER, UnknownHolding, unknown_holdings
-from reconciler.plan.kept import Keeper, fresh
+from reconciler.plan.kept import Keeper, fresh, shared_ends
 from reconciler.plan.model import Finding
 from reconciler.policy.catalog import GpuModel
 from reconciler.policy.state import DesiredState
@@ -172,12 +173,19 @@ def check(
 
 
 def holding_groups(
-    observed: ObservedState, rest: list[Workload] | None = None
+    observed: ObservedState, rest: list[Workload] | None = None, keep: Keeper | None = None
 ) -> dict[str, tuple[Workload, ...]] | None:
     """Node name -> the workloads that hold something on it (running, or admitted and not
     bound yet, with allocations), in the snapshot's order; '' for those with no node. None
     when a node or a workload is listed twice: what is judged then is not one node's alone.
-    `rest`, when given, gets the other workloads (those that hold nothing), in order."""
+    `rest`, when given, gets the other workloads (those that hold nothing), in order.
+    `keep` (with `rest`): made from the previous plan's when only workloads that hold nothing
+    came or went (`_groups_spliced`), and kept for the next."""
+    if keep is not None and rest is not None:
+        spliced = _groups_spliced(observed, keep)
+        if spliced is not None:
+            rest.extend(spliced[1])
+            return spliced[0]
     names: set[str] = set()
     for n in observed.nodes:
         if n.name in names:
@@ -185,6 +193,7 @@ def holding_groups(
         names.add(n.name)
     keys: set[str] = set()
     out: dict[str, list[Workload]] = {}
+    mine: list[Workload] = []
     for w in observed.workloads:
         k = w.key
         if k in keys:
@@ -192,9 +201,75 @@ def holding_groups(
         keys.add(k)
         if _holds(w):
             out.setdefault(w.node or "", []).append(w)
-        elif rest is not None:
-            rest.append(w)
-    return {n: tuple(ws) for n, ws in out.items()}
+        else:
+            mine.append(w)
+    groups = {n: tuple(ws) for n, ws in out.items()}
+    if rest is not None:
+        rest.extend(mine)
+        if keep is not None:
+            _keep_groups(keep, observed, names, keys, groups, tuple(mine))
+    return groups
+
+
+GROUPS = "holding-groups"
+
+
+def _keep_groups(
+    keep: Keeper,
+    observed: ObservedState,
+    names: set[str],
+    keys: set[str],
+    groups: dict[str, tuple[Workload, ...]],
+    rest: tuple[Workload, ...],
+) -> None:
+    at = {id(w): i for i, w in enumerate(rest)}
+    keep.keep_last(GROUPS, observed.workloads, (observed.nodes, names, keys, groups, rest, at))
+
+
+def _groups_spliced(
+    observed: ObservedState, keep: Keeper
+) -> tuple[dict[str, tuple[Workload, ...]], tuple[Workload, ...]] | None:
+    """`holding_groups` and its `rest` from the previous plan's, when the workloads that
+    changed (the previous list's and this one's between their shared ends: `shared_ends`)
+    hold nothing, before and after, and no name or key comes twice: the groups are the same,
+    and `rest` is the previous one with those workloads (one run in it) replaced. None when
+    that cannot be told so (the whole pass says)."""
+    last = keep.last(GROUPS)
+    if last is None:
+        return None
+    old_ws, (old_nodes, names, keys, groups, old_rest, at) = last
+    ws = observed.workloads
+    i, j = shared_ends(old_ws, ws)
+    gone, came = old_ws[i : len(old_ws) - j], ws[i : len(ws) - j]
+    nodes = observed.nodes
+    ni, nj = shared_ends(old_nodes, nodes)
+    ngone, ncame = old_nodes[ni : len(old_nodes) - nj], nodes[ni : len(nodes) - nj]
+    if len(gone) + len(came) + len(ngone) + len(ncame) > SPLICE_MAX:
+        return None
+    if any(_holds(w) for w in gone) or any(_holds(w) for w in came):
+        return None
+    if ngone or ncame:
+        names = names - {n.name for n in ngone}
+        for n in ncame:
+            if n.name in names:
+                return None
+            names.add(n.name)
+    if gone or came:
+        keys = keys - {w.key for w in gone}
+        for w in came:
+            if w.key in keys:
+                return None
+            keys.add(w.key)
+    if gone:
+        start = at[id(gone[0])]  # the previous list (kept) holds it: its id is its own
+    else:  # after the last workload before them that holds nothing
+        k = i - 1
+        while k >= 0 and _holds(ws[k]):
+            k -= 1
+        start = at[id(ws[k])] + 1 if k >= 0 else 0
+    rest = old_rest[:start] + tuple(came) + old_rest[start + len(gone) :]
+    _keep_groups(keep, observed, names, keys, groups, rest)
+    return groups, rest
 
 
 def _judge_nodes(
@@ -611,31 +686,110 @@ def _total(items: list[M], key: Callable[[M], tuple]) -> list[M]:
     """`items` sorted by `key`; items with equal keys (which a validated snapshot does not
     have) by their whole content, so that any input order gives the same list. The list
     itself when it is in that order already (copies are what canonical costs)."""
+    return _total_unique(items, key)[0]
+
+
+def _total_unique(items: list[M], key: Callable[[M], tuple]) -> tuple[list[M], bool]:
+    """`_total`, and whether no two items have the same key."""
     if len(items) < 2:
-        return items
+        return items, True
     keys = [key(x) for x in items]
     if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
-        return items
+        return items, True
     order = sorted(range(len(items)), key=keys.__getitem__)
     out = [items[i] for i in order]
     ks = [keys[i] for i in order]
+    unique = True
     i = 0
     while i < len(out):
         j = i + 1
         while j < len(out) and ks[j] == ks[i]:
             j += 1
         if j - i > 1:
+            unique = False
             out[i:j] = sorted(out[i:j], key=lambda m: m.model_dump_json())
         i = j
-    return out
+    return out, unique
 
 
 def _each(items: list[M], fn: Callable[[M], M], key: Callable[[M], tuple]) -> list[M]:
     """`fn` on every item, then `_total`; the list itself when nothing changed."""
+    return _each_unique(items, fn, key)[0]
+
+
+def _each_unique(
+    items: list[M], fn: Callable[[M], M], key: Callable[[M], tuple]
+) -> tuple[list[M], bool]:
     mapped = [fn(x) for x in items]
     if all(a is b for a, b in zip(mapped, items, strict=True)):
         mapped = items
-    return _total(mapped, key)
+    return _total_unique(mapped, key)
+
+
+SPLICE_MAX = 256
+"""At most this many items changed (gone plus come) between two plans' lists: the canonical
+list is the previous one with those taken out and put in (`_respliced`); more: made afresh."""
+
+
+def _each_kept(
+    keep: Keeper, step: str, items: list[M], fn: Callable[[M], M], key: Callable[[M], tuple]
+) -> list[M]:
+    """`_each(items, fn, key)`, from the previous plan's canonical list when `keep` has it
+    and only a few items differ (a cycle woken by one event): the same list, at the cost of
+    the items that changed instead of a pass over all (`_respliced`)."""
+    whole = f"{step}-list"
+    last = keep.last(whole)
+    if last is not None and last[1][1]:
+        old_in, (old_out, _) = last
+        i, j = shared_ends(old_in, items)
+        out = _respliced(old_in, old_out, items, i, j, fn, key)
+        if out is not None:
+            keep.keep_last(whole, items, (out, True), shared=i + j)
+            return out
+    out, unique = _each_unique(items, keep.each(step, fn), key)
+    keep.keep_last(whole, items, (out, unique))
+    return out
+
+
+def _respliced(
+    old_in: list[M],
+    old_out: list[M],
+    items: list[M],
+    i: int,
+    j: int,
+    fn: Callable[[M], M],
+    key: Callable[[M], tuple],
+) -> list[M] | None:
+    """The canonical list of `items` made from `old_out`, the canonical list (keys unique) of
+    `old_in`, which shares its first `i` and last `j` items with `items`: the canonical forms
+    of those are in `old_out` already (`fn` is a function of the object alone), so only the
+    items between are taken out (found by key) and put in (canonical, by key). `items`
+    itself when it is canonical (`old_in` was, and what came in is, in key order); None when
+    more changed than `SPLICE_MAX`, or a key would be there twice (the whole path says how)."""
+    gone = old_in[i : len(old_in) - j]
+    came = items[i : len(items) - j]
+    if len(gone) + len(came) > SPLICE_MAX:
+        return None
+    mapped = [fn(x) for x in came]
+    if old_out is old_in and all(y is x for x, y in zip(came, mapped, strict=True)):
+        ends = items[max(i - 1, 0) : len(items) - j + 1]
+        ks = [key(x) for x in ends]
+        if all(a < b for a, b in zip(ks, ks[1:], strict=False)):
+            return items
+    out = list(old_out)
+    for x in gone:
+        k = key(x)
+        at = bisect_left(out, k, key=key)
+        if at == len(out) or key(out[at]) != k:
+            return None  # pragma: no cover - old_out holds every item of old_in, by key
+        del out[at]
+    for y in mapped:
+        k = key(y)
+        at = bisect_left(out, k, key=key)
+        if at < len(out) and key(out[at]) == k:
+            return None
+        out.insert(at, y)
+    return out
 
 
 def _with(m: M, **fields: object) -> M:
@@ -710,14 +864,16 @@ def canonical(observed: ObservedState, keep: Keeper | None = None) -> ObservedSt
     key, so that a plan cannot depend on the order the cluster or a file listed things in.
     What is in that order already is shared with `observed`, not copied. `keep`: each node's,
     workload's and service's canonical form, answered from a kept view (`reconciler.plan.kept`)."""
-    each = (keep or fresh()).each
+    keep = keep or fresh()
     times = observed.recent_preemptions
     ordered_times = sorted(times, key=_utc)
     return _with(
         observed,
-        nodes=_each(observed.nodes, each("canonical-node", _node), _node_order),
-        workloads=_each(observed.workloads, each("canonical-workload", _workload), _workload_order),
-        services=_each(observed.services, each("canonical-service", _service), _service_order),
+        nodes=_each_kept(keep, "canonical-node", observed.nodes, _node, _node_order),
+        workloads=_each_kept(
+            keep, "canonical-workload", observed.workloads, _workload, _workload_order
+        ),
+        services=_each_kept(keep, "canonical-service", observed.services, _service, _service_order),
         quotas=_each(observed.quotas, _quota, lambda q: (q.namespace, q.name)),
         priority_classes=_each(
             observed.priority_classes, _same, lambda p: (p.name, p.value, p.preemption_policy)

@@ -32,7 +32,7 @@ from typing import Literal
 
 from reconciler.observe.model import Node, ObservedState
 from reconciler.plan.cluster import node_pool_name
-from reconciler.plan.kept import ViewMemo
+from reconciler.plan.kept import ViewMemo, shared_ends
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import PlanFacts, plan_with_view
 from reconciler.policy.state import DesiredState
@@ -72,13 +72,7 @@ def _changed(before: list, after: list, key: Callable) -> dict | None:
     hold at the same place from either end are the same object, so unchanged, and their
     keys are the same: only what lies between is keyed and compared (one object added to a
     snapshot of thousands costs a pass of `is` and one key per object of `before`)."""
-    n = min(len(before), len(after))
-    i = 0
-    while i < n and before[i] is after[i]:
-        i += 1
-    j = 0
-    while j < n - i and before[-1 - j] is after[-1 - j]:
-        j += 1
+    i, j = shared_ends(before, after)
     old_mid = before[i : len(before) - j]
     new_mid = after[i : len(after) - j]
     everything = set(map(key, before))

@@ -119,6 +119,25 @@ class Keeper:
         new[k] = ((head, members), answer)
         return answer
 
+    def last(self, step: str) -> tuple[list, Any] | None:
+        """What a step over a whole list (`keep_last`) answered in the previous plan: (the
+        list it was asked of, its answer); None when it was not asked, or nothing is kept.
+        A list step's name is its own (not a per-object step's: `keep_last` replaces the
+        step's whole table)."""
+        entry = (self._old.get(step) or {}).get(0) if self.record else None
+        return None if entry is None else (entry[0][0], entry[1])
+
+    def keep_last(self, step: str, items: list, answer: Any, shared: int | None = None) -> None:
+        """Keep `answer`, of a step over the whole list `items`, for the next plan (`last`).
+        `shared`: how many of `items` the answer took from the previous plan's (hits; the
+        rest were computed: misses), when the step worked from it."""
+        if not self.record:
+            return
+        self._new[step] = {0: ((items, ()), answer)}
+        if shared is not None:
+            self.hits += shared
+            self.misses += len(items) - shared
+
     def memo(self) -> ViewMemo:
         return ViewMemo(self._new, self.hits, self.misses, self.read_kept)
 
@@ -136,3 +155,17 @@ def _asked_of(entry: tuple | None, head: Any, members: tuple) -> bool:
     if h is not head or len(ms) != len(members):
         return False
     return all(a is b for a, b in zip(ms, members, strict=True))
+
+
+def shared_ends(before: list, after: list) -> tuple[int, int]:
+    """How many items `before` and `after` hold, the very objects (`is`), at the same place
+    from their start (i), and then from their end (j, not overlapping i): what lies between
+    (`before[i:len(before) - j]`, `after[i:len(after) - j]`) is what changed."""
+    n = min(len(before), len(after))
+    i = 0
+    while i < n and before[i] is after[i]:
+        i += 1
+    j = 0
+    while j < n - i and before[-1 - j] is after[-1 - j]:
+        j += 1
+    return i, j

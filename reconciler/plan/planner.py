@@ -170,9 +170,9 @@ def open_run(
     observed = consistency.canonical(observed, keep)
     for backend in backends:  # the cards as each backend's driver means them
         observed = backend.read_observed(desired, observed)
-    unknown = unknown_holdings(observed)
+    unknown = unknown_holdings(observed, keep)
     rest: list = []  # the workloads that hold nothing
-    groups = consistency.holding_groups(observed, rest)  # None: a node or workload listed twice
+    groups = consistency.holding_groups(observed, rest, keep)  # None: a node or workload twice
     checked = consistency.check(desired, observed, keep, unknown, groups)
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups, rest)

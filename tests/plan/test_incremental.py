@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from reconciler.conventions import POOL_LABEL, PRODUCT_LABEL
 from reconciler.observe.builders import PRODUCT, gpu, node, training
 from reconciler.observe.model import Allocation, ObservedState, Workload
-from reconciler.plan.cluster import build_cluster, node_pool_name
+from reconciler.plan.cluster import build_cluster, node_pool_name, unknown_holdings
+from reconciler.plan.consistency import canonical, holding_groups
 from reconciler.plan.incremental import (
     POOLED_FIELDS,
     Dirty,
@@ -547,4 +548,29 @@ def test_the_census_kept_per_node_is_the_census_of_every_workload(case, events):
         run = open_run(desired, obs, now, DEFAULT_BACKENDS, keep)
         direct = build_cluster(desired, run.observed)
         assert run.cluster.census == direct.census, kind
+        view = keep.memo()
+
+
+@SEQUENCES
+@given(case=cases(), events=EVENTS)
+def test_the_lists_kept_whole_are_the_lists_made_afresh(case, events):
+    """The steps kept over a whole list (the canonical nodes, workloads and services, the
+    holding groups and the workloads holding nothing, the unknown holdings: made from the
+    previous plan's when few objects changed, `consistency._respliced`, `_groups_spliced`,
+    `cluster.unknown_holdings`) equal the same steps without a memo at every step of a random
+    event sequence, each step kept from the one before."""
+    obs, now = case.observed, NOW
+    view = None
+    gone: list = []
+    for kind, k in [("again", 0), *events]:
+        obs, now = apply_event(obs, now, kind, k, gone)
+        keep = Keeper(view)
+        kept = canonical(obs, keep)
+        fresh_ = canonical(obs)
+        assert kept.model_dump_json() == fresh_.model_dump_json(), kind
+        rest_kept: list = []
+        rest: list = []
+        assert holding_groups(kept, rest_kept, keep) == holding_groups(fresh_, rest), kind
+        assert [w.key for w in rest_kept] == [w.key for w in rest], kind
+        assert unknown_holdings(kept, keep) == unknown_holdings(fresh_), kind
         view = keep.memo()
