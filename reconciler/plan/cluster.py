@@ -688,7 +688,8 @@ def build_cluster(
     slot: dict[tuple[str, int], GpuSlot] = {}
     unmatched = []
     fenced: dict[str, str] = {}
-    workloads = {w.key: w for w in sorted(observed.workloads, key=lambda w: w.key)}
+    ws = observed.workloads  # canonical (sorted by key) when `groups` is given: open_run's
+    workloads = {w.key: w for w in (ws if groups is not None else sorted(ws, key=lambda w: w.key))}
     census: dict[CensusKey, int] = {}
     counted = groups is not None and rest is not None
     for node in sorted(observed.nodes, key=lambda n: n.name):

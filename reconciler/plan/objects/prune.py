@@ -69,14 +69,21 @@ def prune_objects(run: Run) -> None:
     # rejects a pod whose priorityClassName names no PriorityClass ("If the priority class is
     # not found, the Pod is rejected", kubernetes.io/docs/concepts/configuration/
     # pod-priority-preemption/#pod-priority; plugin/pkg/admission/priority/admission.go).
-    users: dict[str, list[str]] = {}
-    for who in (*run.observed.workloads, *run.observed.services, *run.observed.suspended_jobs):
+    candidates = [
+        c
+        for c in sorted(run.observed.priority_classes, key=lambda c: c.name)
+        if c.managed_by == MANAGED_BY and c.name not in wanted_classes
+    ]
+    users: dict[str, list[str]] = {}  # asked only of a class gpupool might prune
+    for who in (
+        (*run.observed.workloads, *run.observed.services, *run.observed.suspended_jobs)
+        if candidates
+        else ()
+    ):
         if who.priority_class:
             users.setdefault(who.priority_class, []).append(f"{who.namespace}/{who.name}")
     stale_classes: list[str] = []
-    for c in sorted(run.observed.priority_classes, key=lambda c: c.name):
-        if c.managed_by != MANAGED_BY or c.name in wanted_classes:
-            continue
+    for c in candidates:
         if c.name in users:
             names = sorted(set(users[c.name]))
             run.find(

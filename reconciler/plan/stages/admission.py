@@ -426,12 +426,14 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
     """An Admit for every gated gang the plan placed: each pod's node and cards, after the
     repartitions and uncordons of those nodes, and once the pods stopped to free the cards
     are gone. Demand kube-scheduler places itself (no gate) is never admitted."""
+    wanted = {m for p in pending for m in p.members}  # only their cards are asked for
     where: dict[str, list[GpuSlot]] = {}
     for g in run.cluster.slot.values():
-        if g.reserved_by:
+        if g.reserved_by in wanted:
             where.setdefault(g.reserved_by, []).append(g)
         for h in g.holders:
-            where.setdefault(h, []).append(g)
+            if h in wanted:
+                where.setdefault(h, []).append(g)
     node_steps: dict[str, list[str]] = {}
     for aid, a in run.actions.items():
         if isinstance(a, Repartition | Uncordon):
