@@ -226,6 +226,17 @@ def _keep_groups(
     keep.keep_last(GROUPS, observed.workloads, (observed.nodes, names, keys, groups, rest, at))
 
 
+def _renamed(have: set[str], gone: list[str], came: list[str]) -> set[str] | None:
+    """`have` less `gone`, with `came` added: a new set; None when one of `came` is in it
+    already (listed twice)."""
+    out = have - set(gone)
+    for x in came:
+        if x in out:
+            return None
+        out.add(x)
+    return out
+
+
 def _groups_spliced(
     observed: ObservedState, keep: Keeper
 ) -> tuple[dict[str, tuple[Workload, ...]], tuple[Workload, ...]] | None:
@@ -249,17 +260,11 @@ def _groups_spliced(
     if any(_holds(w) for w in gone) or any(_holds(w) for w in came):
         return None
     if ngone or ncame:
-        names = names - {n.name for n in ngone}
-        for n in ncame:
-            if n.name in names:
-                return None
-            names.add(n.name)
+        names = _renamed(names, [n.name for n in ngone], [n.name for n in ncame])
     if gone or came:
-        keys = keys - {w.key for w in gone}
-        for w in came:
-            if w.key in keys:
-                return None
-            keys.add(w.key)
+        keys = _renamed(keys, [w.key for w in gone], [w.key for w in came])
+    if names is None or keys is None:
+        return None  # a name or key listed twice
     if gone:
         start = at[id(gone[0])]  # the previous list (kept) holds it: its id is its own
     else:  # after the last workload before them that holds nothing

@@ -12,13 +12,15 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from kubernetes import client
+
 from reconciler import conventions as C
 from reconciler.policy.catalog import default_catalog
 from tests.cluster.dra_kubelet import DraPlugin
 from tests.cluster.kubelets import NodeSpec
 from tests.support.wait import wait_for
 
-from .harness import A100, add_gpu_node, drop_device_classes
+from .harness import A100, H100, add_gpu_node, drop_device_classes
 from .world import GpuNodeSim
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
@@ -317,6 +319,43 @@ def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | Non
     by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
     named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
     return node, got, named
+
+
+def taint_cycle(kube, ctl) -> dict[str, str]:
+    """One controller cycle 30 s of the test clock later; its outcomes, action -> 'status:
+    message' (printed: shown when a wait times out)."""
+    kube.clock.advance(30)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    out = {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
+    print("OUTCOMES", out)
+    return out
+
+
+def taint_rule(kube, name: str) -> dict | None:
+    """The DeviceTaintRule `name`, None when there is none."""
+    try:
+        return kube.custom.get_cluster_custom_object(G, V, "devicetaintrules", name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+FOUR_TWO_ONE = ("4g.40gb", "2g.20gb", "1g.10gb")
+
+
+def four_two_one(pool: str) -> str:
+    """Pool `pool` of one node with one H100 under the driver's DynamicMIG, offering the
+    `four-two-one` layout (`FOUR_TWO_ONE`)."""
+    return pool_doc(
+        pool,
+        model=H100,
+        dynamic=True,
+        gpus_per_node=1,
+        layout="four-two-one",
+        profiles=FOUR_TWO_ONE,
+    )
 
 
 def drop_taint_rules(kube, node: str) -> None:

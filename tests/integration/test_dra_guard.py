@@ -19,8 +19,6 @@ from __future__ import annotations
 import time
 import uuid
 
-from kubernetes import client
-
 from reconciler import conventions as C
 from reconciler.apply.handlers.dra_admit import GUARD_TOLERATION
 from reconciler.plan.stages.drain_taints import GUARD_VALUE
@@ -35,34 +33,16 @@ from .dra_support import (
     documents,
     dra_nodes,
     dra_policy,
-    pool_doc,
+    four_two_one,
     priority_doc,
     quota_doc,
+    taint_cycle,
+    taint_rule,
 )
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
-RULES = "devicetaintrules"
-GUARD_OFF = ("  backend: dra\n", "  backend: dra\n  dra: {guard: false}\n")
-
-
-def cycle(kube, ctl) -> dict[str, str]:
-    kube.clock.advance(30)
-    r = ctl.cycle()
-    assert r.error is None, r.error
-    out = {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
-    print("OUTCOMES", out)  # shown when a wait times out
-    return out
-
-
-def rule(kube, name: str) -> dict | None:
-    try:
-        return kube.custom.get_cluster_custom_object(G, V, RULES, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def outside(kube, ns: str, name: str, kind: str, pool: str) -> None:
@@ -123,12 +103,12 @@ def outside_devices(kube, ns: str, name: str):
 
 
 def admitted(kube, ctl, ns: str, pod: str) -> bool:
-    cycle(kube, ctl)
+    taint_cycle(kube, ctl)
     return not kube.core.read_namespaced_pod(pod, ns).spec.scheduling_gates
 
 
 def assert_guard(kube, node: str, pool: str) -> None:
-    got = rule(kube, f"gpupool-guard-{node}")
+    got = taint_rule(kube, f"gpupool-guard-{node}")
     assert got is not None
     assert got["metadata"]["labels"] == {C.MANAGED_BY_LABEL: C.MANAGED_BY, C.POOL_LABEL: pool}
     assert got["spec"]["deviceSelector"] == {"driver": C.DRA_DRIVER, "pool": node}
@@ -147,7 +127,7 @@ def test_a_guarded_pool_gives_its_cards_only_to_the_claims_gpupool_pins(kube, tm
     text = dra_policy(sfx, ns, nodes=1, whole=2)
     write_policy(tmp_path, text)
     ctl = controller(kube, tmp_path, kube.clock)
-    out = cycle(kube, ctl)
+    out = taint_cycle(kube, ctl)
     assert out.get(f"taint-device:guard:{node}") == "done: created", out
     assert_guard(kube, node, pool)
 
@@ -170,10 +150,10 @@ def test_a_guarded_pool_gives_its_cards_only_to_the_claims_gpupool_pins(kube, tm
     assert outside_devices(kube, other, "outside") is None  # three cards free, guarded
 
     # guard off: the rule goes, the outside claim gets the free card, the trainer keeps its own
-    write_policy(tmp_path, text.replace(*GUARD_OFF, 1))
-    out = cycle(kube, ctl)
+    write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2, guard=False))
+    out = taint_cycle(kube, ctl)
     assert out.get(f"prune-dra:DeviceTaintRule:gpupool-guard-{node}", "").startswith("done"), out
-    assert rule(kube, f"gpupool-guard-{node}") is None
+    assert taint_rule(kube, f"gpupool-guard-{node}") is None
     got = wait_for(
         "the outside claim allocated", lambda: outside_devices(kube, other, "outside"), 60
     )
@@ -182,7 +162,7 @@ def test_a_guarded_pool_gives_its_cards_only_to_the_claims_gpupool_pins(kube, tm
 
     # guard on again: the outside claim keeps its card, its pod is not evicted (NoSchedule)
     write_policy(tmp_path, text)
-    out = cycle(kube, ctl)
+    out = taint_cycle(kube, ctl)
     assert out.get(f"taint-device:guard:{node}") == "done: created", out
     time.sleep(6)  # time for the device-taint eviction controller, were it to act
     assert outside_devices(kube, other, "outside") == got
@@ -196,20 +176,13 @@ def test_a_guard_covers_dynamic_mig_partitions_and_gpupools_allocation_is_reserv
     write_policy(
         tmp_path,
         documents(
-            pool_doc(
-                pool,
-                model=H100,
-                dynamic=True,
-                gpus_per_node=1,
-                layout="four-two-one",
-                profiles=("4g.40gb", "2g.20gb", "1g.10gb"),
-            ),
+            four_two_one(pool),
             priority_doc(sfx, "serve"),
             quota_doc(f"q{sfx}", ns, pool, flow=True),
         ),
     )
     ctl = controller(kube, tmp_path, kube.clock)
-    out = cycle(kube, ctl)
+    out = taint_cycle(kube, ctl)
     assert out.get(f"taint-device:guard:{node}") == "done: created", out
     assert_guard(kube, node, pool)
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 import time
 import uuid
 
-from kubernetes import client
-
 from reconciler import conventions as C
 from tests.support.wait import wait_for
 
@@ -39,6 +37,8 @@ from .dra_support import (
     gated,
     pod_on_claim,
     resource_claim,
+    taint_cycle,
+    taint_rule,
 )
 from .gating import gated_namespace
 from .harness import audit_mark, controller, write_policy
@@ -46,24 +46,6 @@ from .rbac_rules import CONTROLLER, audited, unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
 RULES = "devicetaintrules"
-
-
-def cycle(kube, ctl) -> dict[str, str]:
-    kube.clock.advance(30)
-    r = ctl.cycle()
-    assert r.error is None, r.error
-    out = {o.action: f"{o.status}: {o.message}" for o in (r.applied.outcomes if r.applied else [])}
-    print("OUTCOMES", out)  # shown when a wait times out
-    return out
-
-
-def rule(kube, name: str) -> dict | None:
-    try:
-        return kube.custom.get_cluster_custom_object(G, V, RULES, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def own_claim_pod(kube, ns: str, name: str, cls: str, count: int, spec: dict, **exactly) -> None:
@@ -123,18 +105,18 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=1, whole=2, guard=False))
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, kube.clock)
-    cycle(kube, ctl)
+    taint_cycle(kube, ctl)
 
     # a MIG pod on gpupool's template: the plan turns one whole card into two 3g.40gb
     claim_pod(kube, ns, "ranker", f"gpupool-{pool}-mig-3g-40gb", f"serve-{sfx}")
     wait_for("the ranker's claim made", lambda: claim_of(kube, ns, "ranker"), timeout=60)
-    out = cycle(kube, ctl)
+    out = taint_cycle(kube, ctl)
     taints = {k: v for k, v in out.items() if k.startswith("taint-device:")}
     assert len(taints) == 1 and all(v == "done: created" for v in taints.values()), out
     device = next(iter(taints)).rsplit("/", 1)[1]
     card = int(device.split("-")[1])
     name = f"gpupool-drain-{node}-{device}"
-    got = rule(kube, name)
+    got = taint_rule(kube, name)
     assert got["metadata"]["labels"][C.MANAGED_BY_LABEL] == C.MANAGED_BY
     assert got["spec"]["deviceSelector"] == {"driver": C.DRA_DRIVER, "pool": node, "device": device}
     taint = got["spec"]["taint"]
@@ -166,14 +148,14 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
     kube.custom.patch_cluster_custom_object(
         G, V, RULES, name, {"spec": {"taint": {"value": "edited"}}}
     )
-    out = cycle(kube, ctl)
+    out = taint_cycle(kube, ctl)
     assert out.get(f"taint-device:{node}/{device}") == "done: updated", out
-    assert rule(kube, name)["spec"]["taint"]["value"] == "repartition"
+    assert taint_rule(kube, name)["spec"]["taint"]["value"] == "repartition"
 
     # mig-manager applies gpupool's config and the agent shows it; until the driver
     # republishes the node's slices the rule stays
     def relaid() -> bool:
-        cycle(kube, ctl)
+        taint_cycle(kube, ctl)
         sim.step()
         kube.clock.advance(120)
         state = kube.custom.get_cluster_custom_object(C.GROUP, C.VERSION, C.NODE_STATE_PLURAL, node)
@@ -181,19 +163,21 @@ def test_a_drain_by_device_taint_on_the_real_scheduler(kube, tmp_path):
         return bool(gpus[card].get("migEnabled") or gpus[card].get("migInstances"))
 
     wait_for("mig-manager applied the new layout", relaid, timeout=120, interval=0.5)
-    cycle(kube, ctl)
-    assert rule(kube, name) is not None
+    taint_cycle(kube, ctl)
+    assert taint_rule(kube, name) is not None
     plugin.relayout({card: [("3g.40gb", 0), ("3g.40gb", 4)]})
 
     def freed() -> bool:
-        out = cycle(kube, ctl)
-        return rule(kube, name) is None and not [k for k in out if k.startswith("taint-device")]
+        out = taint_cycle(kube, ctl)
+        return taint_rule(kube, name) is None and not [
+            k for k in out if k.startswith("taint-device")
+        ]
 
     wait_for("the rule removed once the driver republished", freed, timeout=120, interval=1)
     assert not kube.core.read_node(node).spec.unschedulable
 
     def ranker() -> list | None:
-        cycle(kube, ctl)
+        taint_cycle(kube, ctl)
         return allocated_devices(claim_of(kube, ns, "ranker"))
 
     got = wait_for("the ranker allocated", ranker, timeout=120, interval=1)
@@ -217,7 +201,7 @@ def test_a_training_gang_on_one_nvlink_domain_on_dra(kube, tmp_path):
     dra_nodes(kube, pool, na, nb, nc, labels=labels)
     write_policy(tmp_path, dra_policy(sfx, ns, nodes=3, whole=8))
     ctl = controller(kube, tmp_path, kube.clock)
-    cycle(kube, ctl)
+    taint_cycle(kube, ctl)
     got = gang_admitted(kube, ctl, ns, pool, f"low-{sfx}", timeout=120)
     nodes = {node for node, _, _ in got.values()}
     assert nodes == {na, nc}, got  # one NVLink domain, the one with room for both
@@ -265,7 +249,7 @@ def gang_admitted(kube, ctl, ns: str, pool: str, cls: str, timeout: float) -> di
     claims_made(kube, ns, pods)
 
     def admitted() -> bool:
-        cycle(kube, ctl)
+        taint_cycle(kube, ctl)
         return not gated(kube, ns, pods)
 
     wait_for("the gang admitted", admitted, timeout=timeout, interval=1)
@@ -290,7 +274,7 @@ def test_a_gang_preempts_within_one_nvlink_domain_on_dra(kube, tmp_path):
     write_policy(tmp_path, text)
     dc = f"gpupool-{pool}-gpu"  # gpupool's class: the cards it counts
     ctl = controller(kube, tmp_path, kube.clock)
-    cycle(kube, ctl)
+    taint_cycle(kube, ctl)
     pinned_claim_pod(kube, other, "old-job", f"low-{sfx}", 4, nc, dc)
     wait_for(
         "old-job on nc", lambda: pinned_on(kube, other, "old-job"), 60, until=lambda v: v == nc
@@ -318,12 +302,12 @@ def test_no_dra_list_without_a_dra_pool(kube, tmp_path):
     write_policy(tmp_path, dra_policy(sfx, ns, backend="devicePlugin"))
     ctl = controller(kube, tmp_path, kube.clock)
     mark = audit_mark(kube)
-    cycle(kube, ctl)
+    taint_cycle(kube, ctl)
     first = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
     assert any("resourceslices" in u for u in first), first  # the first cycle looks
     mark = audit_mark(kube)
     for _ in range(2):
-        cycle(kube, ctl)
+        taint_cycle(kube, ctl)
     later = [e.uri for e in audited(kube, CONTROLLER, mark) if f"/apis/{group}/" in e.uri]
     assert later == [], later
 
