@@ -345,16 +345,21 @@ def taint_rule(kube, name: str) -> dict | None:
 FOUR_TWO_ONE = ("4g.40gb", "2g.20gb", "1g.10gb")
 
 
-def four_two_one(pool: str) -> str:
+def four_two_one_policy(pool: str, sfx: str, ns: str) -> str:
     """Pool `pool` of one node with one H100 under the driver's DynamicMIG, offering the
-    `four-two-one` layout (`FOUR_TWO_ONE`)."""
-    return pool_doc(
-        pool,
-        model=H100,
-        dynamic=True,
-        gpus_per_node=1,
-        layout="four-two-one",
-        profiles=FOUR_TWO_ONE,
+    `four-two-one` layout (`FOUR_TWO_ONE`), the class serve-<sfx>, and a Quota for `ns` on it
+    with no limits."""
+    return documents(
+        pool_doc(
+            pool,
+            model=H100,
+            dynamic=True,
+            gpus_per_node=1,
+            layout="four-two-one",
+            profiles=FOUR_TWO_ONE,
+        ),
+        priority_doc(sfx, "serve"),
+        quota_doc(f"q{sfx}", ns, pool, flow=True),
     )
 
 

@@ -20,7 +20,11 @@ from reconciler import conventions as C
 from tests.support.wait import wait_for
 
 from .dra_dynamic_support import allocation, claim_of, claim_pod
-from .dra_support import claims_made, documents, dra_nodes, four_two_one, priority_doc, quota_doc
+from .dra_support import (
+    claims_made,
+    dra_nodes,
+    four_two_one_policy,
+)
 from .gating import gated_namespace
 from .harness import H100, controller, write_policy
 
@@ -31,14 +35,7 @@ def test_two_partitions_planned_on_one_card_in_one_cycle_are_both_allocated(kube
     sfx = uuid.uuid4().hex[:6]
     pool, ns = f"p{sfx}", gated_namespace(kube)
     dra_nodes(kube, pool, f"place-{sfx}", model=H100, cards=1, dynamic=True)
-    write_policy(
-        tmp_path,
-        documents(
-            four_two_one(pool),
-            priority_doc(sfx, "serve"),
-            quota_doc(f"q{sfx}", ns, pool, flow=True),
-        ),
-    )
+    write_policy(tmp_path, four_two_one_policy(pool, sfx, ns))
     ctl = controller(kube, tmp_path, kube.clock)
     assert ctl.cycle().error is None
     # named so that the 2g.20gb's Admit (and gate release) comes first

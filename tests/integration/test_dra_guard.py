@@ -30,12 +30,9 @@ from .dra_support import (
     allocated_devices,
     claim_of,
     claim_pod,
-    documents,
     dra_nodes,
     dra_policy,
-    four_two_one,
-    priority_doc,
-    quota_doc,
+    four_two_one_policy,
     taint_cycle,
     taint_rule,
 )
@@ -173,14 +170,7 @@ def test_a_guard_covers_dynamic_mig_partitions_and_gpupools_allocation_is_reserv
     sfx = uuid.uuid4().hex[:6]
     pool, ns, node = f"g{sfx}", gated_namespace(kube), f"dyn-g-{sfx}"
     dra_nodes(kube, pool, node, model=H100, cards=1, dynamic=True)
-    write_policy(
-        tmp_path,
-        documents(
-            four_two_one(pool),
-            priority_doc(sfx, "serve"),
-            quota_doc(f"q{sfx}", ns, pool, flow=True),
-        ),
-    )
+    write_policy(tmp_path, four_two_one_policy(pool, sfx, ns))
     ctl = controller(kube, tmp_path, kube.clock)
     out = taint_cycle(kube, ctl)
     assert out.get(f"taint-device:guard:{node}") == "done: created", out
