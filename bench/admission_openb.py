@@ -148,7 +148,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import cluster_setup  # noqa: E402
+from bench import admission_stages, cluster_setup  # noqa: E402
 from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
 from bench.dra_setup import (  # noqa: E402
     Claims,
@@ -222,6 +222,9 @@ class Replay:
         self.bound: dict[str, float] = {}
         self.admitted: dict[str, float] = {}  # gated run: when gpupool's admission was seen
         self.running: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}  # the delete sent
+        self.gone: dict[str, float] = {}  # the pod's DELETED event
+        self.node_of: dict[str, str] = {}  # pod -> the node it was bound or admitted to
         self.failed: dict[str, str] = {}
         self.unadmitted: set[str] = set()  # gated run: bound without gpupool's admission
         self.cards_of = {n.name: n.gpus for n in wl.nodes}
@@ -292,6 +295,7 @@ class Replay:
                         elif ev.get("type") == "DELETED":
                             gone = (obj.get("metadata") or {}).get("name")
                             with self.lock:
+                                self.gone.setdefault(gone, self.wall())
                                 self.placed_on.pop(gone, None)
                                 self.terminating.discard(gone)
                 finally:
@@ -319,6 +323,7 @@ class Replay:
                 self.terminating.add(name)
             if target and name not in self.placed_on:
                 self.placed_on[name] = target
+                self.node_of[name] = target
                 there = [n for n, t in self.placed_on.items() if t == target]
                 live = sum(self.jobs[n].gpus for n in there if n not in self.terminating)
                 held = sum(self.jobs[n].gpus for n in there)
@@ -383,6 +388,8 @@ class Replay:
     def delete(self, name: str) -> None:
         from kubernetes import client
 
+        with self.lock:
+            self.deleted[name] = self.wall()
         with contextlib.suppress(client.ApiException):
             client.CoreV1Api(self.api).delete_namespaced_pod(name, self.ns)
 
@@ -481,6 +488,22 @@ class Replay:
                 ]
                 res.notes["creation_to_admission"] = (pct(to_admit, 0.5), pct(to_admit, 0.95))
                 res.notes["admission_to_binding"] = (pct(to_bind, 0.5), pct(to_bind, 0.95))
+            res.notes["timeline"] = {
+                j.name: {
+                    k: v[j.name]
+                    for k, v in (
+                        ("created", self.created),
+                        ("admitted", self.admitted),
+                        ("bound", self.bound),
+                        ("running", self.running),
+                        ("deleted", self.deleted),
+                        ("gone", self.gone),
+                    )
+                    if j.name in v
+                }
+                for j in self.wl.jobs
+            }
+            res.notes["node_of"] = dict(self.node_of)
         res.waits = [w * self.wl.speed for w in res.waits_wall]
         return res
 
@@ -497,6 +520,20 @@ class DraReplay(Replay):
         from kubernetes import client
 
         self.custom = client.CustomObjectsApi(self.api)
+        from reconciler.conventions import DRA_PLANNED_ANN
+
+        self.claim_watch = admission_stages.ClaimWatch(
+            self.world.plane.api_client(), self.ns, DRA_PLANNED_ANN, self.wall
+        )
+
+    def watch(self) -> None:
+        threading.Thread(
+            target=self.claim_watch.run, name=f"claims-{self.name}", daemon=True
+        ).start()
+        try:
+            super().watch()
+        finally:
+            self.claim_watch.stop.set()
 
     def pod_body(self, job: Job) -> dict:
         body = super().pod_body(job)
@@ -519,6 +556,11 @@ class DraReplay(Replay):
         res.notes["dra_exact"] = (sum(c.checked.values()), len(c.checked))
         res.notes["dra_mismatches"] = list(c.mismatches)
         res.notes["dra_unplanned"] = sorted(c.unplanned)
+        w = self.claim_watch
+        for pod, t in (res.notes.get("timeline") or {}).items():
+            for key, seen in (("pinned", w.pinned), ("allocated", w.allocated), ("freed", w.freed)):
+                if pod in seen:
+                    t[key] = seen[pod]
         return res
 
 
@@ -650,8 +692,14 @@ class CycleStats:
         self.errors: list[str] = []
         self.dumped: list[str] = []
         self.progress = ""
+        self.steps = admission_stages.StepClock()
+        self.installed = False
 
     def cycle(self, ctl: Any, at: float) -> None:
+        if not self.installed:
+            self.steps.install(ctl)
+            self.installed = True
+        self.steps.cycle_at = at
         t = time.monotonic()
         r = ctl.cycle()
         dt = time.monotonic() - t
@@ -696,6 +744,7 @@ class CycleStats:
             "messages": self.messages.most_common(8),
             "errors": Counter(self.errors).most_common(5),
             "dumped": self.dumped,
+            **self.steps.notes(),
         }
 
 
@@ -773,7 +822,7 @@ def run_gpupool(
     watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
-    replay.t0 = time.monotonic()
+    replay.t0 = stats.steps.zero = time.monotonic()
     if child is not None:  # the child counts trace time from this wall-clock instant
         (run_dir / "start").write_text(str(time.time()))
     driver = threading.Thread(target=replay.drive, name=f"replay-{name}", daemon=True)
@@ -802,6 +851,12 @@ def run_gpupool(
         else:
             res.notes.update(stats.notes())
         res.notes["stuck"] = stuck_pods(world, ns)
+        for pod, (cycle, step, end, requests) in (res.notes.get("admits") or {}).items():
+            t = res.notes["timeline"].setdefault(pod, {})
+            t.update(cycle=cycle, step=step, step_end=end, requests=requests)
+        admission_stages.timeline(
+            res.notes["timeline"], res.notes["node_of"], dra=replay_cls is not Replay
+        )
         return res
     finally:
         replay.stop.set()
@@ -924,7 +979,7 @@ def controller_child(config_path: Path) -> int:
     while not (run_dir / "start").exists():
         time.sleep(0.05)
     t0 = float((run_dir / "start").read_text())
-    mono0 = time.monotonic() - (time.time() - t0)
+    mono0 = stats.steps.zero = time.monotonic() - (time.time() - t0)
     while not (run_dir / "stop").exists():
         t = time.monotonic()
         wall = t - mono0
@@ -1237,6 +1292,16 @@ def notes(results: list[Result]) -> str:
                 f"{len(stuck.get('admitted_unbound') or [])} admitted but not bound"
             )
             out += [f"    {s[:240]}" for s in (stuck.get("admitted_unbound") or [])[:5]]
+            out += admission_stages.report(r.name, n)
+    gated = [r for r in results if r.notes.get("timeline") and "cycles" in r.notes]
+    for a, b in zip(gated, gated[1:], strict=False):
+        for t in (a, b):
+            for pod, node in t.notes["node_of"].items():
+                t.notes["timeline"].get(pod, {})["node"] = node
+        out.append(
+            f"{a.name} vs {b.name}: "
+            + admission_stages.compare_orders(a.notes["timeline"], b.notes["timeline"])
+        )
     return "\n".join(out)
 
 
