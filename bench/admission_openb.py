@@ -946,8 +946,9 @@ def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
 def controller_child(config_path: Path) -> int:
     """The controller's loop in its own process (--controller-process): the same cycle, clock
     and statistics; trace time counted from the instant the parent writes to `start`. Like
-    `Controller.run`, a pod event admission acts on (`admission_event`) starts the next cycle
-    at once, at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
+    `Controller.run`, a pod event admission acts on (`admission_event`) or a DRA claim that
+    stops holding devices (`ClusterCache`'s `on_claim_release`) starts the next cycle at once,
+    at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
     from datetime import datetime
 
     from kubernetes import client
@@ -972,7 +973,8 @@ def controller_child(config_path: Path) -> int:
         if admission_event(kind, pod):
             wake.set()
 
-    ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event).start(stop)
+    ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event, on_claim_release=wake.set)
+    ctl.cache.start(stop)
     ctl.cache.wait_synced(60)
     stats = CycleStats(Path(cfg["dump"]) if cfg["dump"] else None, policy_root)
     (run_dir / "ready").touch()

@@ -640,7 +640,8 @@ class Controller:
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
-        pod that stops holding cards), or a scaling signal crossing a threshold
+        pod that stops holding cards), a DRA claim that stops holding devices (its pod went
+        before: the cards it fenced are free now), or a scaling signal crossing a threshold
         (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
@@ -654,7 +655,8 @@ class Controller:
             if admission_event(kind, pod):
                 wake.set()
 
-        self.cache = ClusterCache(self.api, on_pod_event=pod_event).start(stop)
+        self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)
+        self.cache.start(stop)
         self._start_signal_wake(stop)
         self.cache.wait_synced(30)
         self.signal_wake.wait_synced(10)

@@ -212,6 +212,29 @@ class Informer:
                 stop.wait(self.backoff_seconds)
 
 
+class _ClaimReleases:
+    """Calls `release()` when a ResourceClaim seen allocated (in a watch event: one allocated
+    before the informer's list counts once an event shows it) loses its allocation or is
+    deleted. Claims never allocated (the resourceclaim controller's, gpupool's pinned ones
+    before the scheduler allocates them, the template's claim exact admission deletes) do not
+    call it."""
+
+    def __init__(self, release: Callable[[], None]):
+        self.release = release
+        self.held: set[str] = set()
+
+    def event(self, kind: str, claim: Any) -> None:
+        uid = _uid(claim)
+        allocated = bool(
+            ((claim.get("status") or {}) if isinstance(claim, dict) else {}).get("allocation")
+        )
+        if kind != "DELETED" and allocated:
+            self.held.add(uid)
+        elif uid in self.held:
+            self.held.discard(uid)
+            self.release()
+
+
 def _uid(obj: Any) -> str:
     if isinstance(obj, dict):
         return str((obj.get("metadata") or {}).get("uid") or "")
@@ -248,8 +271,13 @@ class ClusterCache:
         api_client: Any,
         *,
         on_pod_event: Callable[[str, Any], None] | None = None,
+        on_claim_release: Callable[[], None] | None = None,
         **kw: Any,
     ):
+        """`on_pod_event`: called with each pod event; `on_claim_release`: called when a
+        ResourceClaim the DRA informer saw allocated loses its allocation or is deleted (while
+        DRA is watched): the cards the planner fenced for it (`dra-claim-unreleased`) are free
+        now, and no pod event says so (the pod went before)."""
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
@@ -275,6 +303,7 @@ class ClusterCache:
         self.dra_memo: DraMemo | None = None
         """The DRA objects converted once per version (`read_dra` reads it here), while DRA is
         watched: without it a cycle reads DRA exactly as without a cache."""
+        self._releases = _ClaimReleases(on_claim_release) if on_claim_release else None
 
     def start(self, stop: threading.Event) -> ClusterCache:
         self._stop = stop
@@ -298,7 +327,9 @@ class ClusterCache:
                 list_fn = functools.partial(
                     self._custom.list_cluster_custom_object, C.DRA_GROUP, C.DRA_VERSION, plural
                 )
-                inf = Informer(list_fn, name=plural, **self._kw)
+                claims = plural == C.DRA_PLURALS["ResourceClaim"] and self._releases
+                on_event = self._releases.event if claims else None  # type: ignore[union-attr]
+                inf = Informer(list_fn, name=plural, on_event=on_event, **self._kw)
                 self.dra_informers[plural] = inf.start(stop)  # type: ignore[arg-type]
         elif not on and self.dra_informers:
             self._dra_stop.set()
