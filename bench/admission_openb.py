@@ -699,10 +699,11 @@ class CycleStats:
         if not self.installed:
             self.steps.install(ctl)
             self.installed = True
-        self.steps.cycle_at = at
+        self.steps.start_cycle(at)
         t = time.monotonic()
         r = ctl.cycle()
         dt = time.monotonic() - t
+        self.steps.end_cycle(dt)
         self.durations.append(dt)
         self.spent["cycle"] += dt
         if dt > 3 and len(self.slow) < 5:

@@ -58,6 +58,10 @@ class StepClock:
         self.admits: dict[str, list[float]] = {}  # pod -> [cycle, step, step end, requests]
         self.tries: Counter = Counter()  # pod -> Admit steps that did not admit it
         self.requests: Counter = Counter()  # "METHOD kind" over the admitting steps
+        self.phase: Counter = Counter()  # this cycle: wall s in the cache wait, observe, ...
+        self.phases: Counter = Counter()  # summed over the cycles that admitted a pod
+        self.admitting = 0  # cycles that admitted a pod
+        self._admitted = False
         self._local = threading.local()
 
     def wall(self) -> float:
@@ -90,6 +94,7 @@ class StepClock:
                 log, local.log = local.log, None
             pods = [p.name for p in getattr(action, "pods", ())]
             if out.status == "done" and out.changed:
+                self._admitted = True
                 for pod in pods:
                     self.admits[pod] = [self.cycle_at, t, self.wall(), len(log) / len(pods)]
                 self.requests.update(log)
@@ -98,12 +103,43 @@ class StepClock:
             return out
 
         ctl.executor.step = timed
+        import reconciler.loop.controller as loop
+
+        for owner, attr, name in (
+            (ctl, "_cache", "cache wait"),
+            (loop, "observe_cluster", "observe"),
+            (ctl, "_plan", "plan"),
+            (ctl, "_apply", "apply"),
+        ):
+            setattr(owner, attr, self._timer(getattr(owner, attr), name))
+
+    def _timer(self, fn: Any, name: str) -> Any:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.phase[name] += time.monotonic() - t
+
+        return timed
+
+    def start_cycle(self, at: float) -> None:
+        self.cycle_at, self.phase, self._admitted = at, Counter(), False
+
+    def end_cycle(self, seconds: float) -> None:
+        """The cycle's phases count when it admitted a pod (`phases`, `admitting`)."""
+        if self._admitted:
+            self.admitting += 1
+            self.phase["cycle"] += seconds
+            self.phases.update(self.phase)
 
     def notes(self) -> dict[str, Any]:
         return {
             "admits": self.admits,
             "admit_tries": dict(self.tries),
             "admit_requests": dict(self.requests),
+            "admitting_cycles": self.admitting,
+            "admitting_phases": {k: v / max(1, self.admitting) for k, v in self.phases.items()},
         }
 
 
@@ -266,6 +302,12 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
         out.append(
             f"    requests per admitted pod (its Admit step): mean {sum(reqs) / len(reqs):.1f}; "
             f"over all admitting steps {notes.get('admit_requests')}"
+        )
+    phases = notes.get("admitting_phases") or {}
+    if phases:
+        out.append(
+            f"    the {notes.get('admitting_cycles')} cycles that admitted, mean wall s: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
         )
     tries = notes.get("admit_tries") or {}
     if tries:
