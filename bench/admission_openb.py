@@ -93,7 +93,11 @@ from the slice's own demand could not use, over the free GPU; mean of 40 points,
 last arrival), pods never started (by size, and their cards; --json names the multi-card
 ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand for; also
 for the pods created while < 80 % of the cards were in use, i.e. the latency of admission
-itself), and gpupool's cycles. What would be a
+itself), and gpupool's cycles; for the gated runs also where the time between cards freed and
+the pod running goes, stage by stage (bench/admission_stages.py: the controller's cycle and
+Admit step, its requests per admitted pod, the pod ungated, on DRA the claim allocated, bound,
+running; on the way out the pod gone and on DRA its claim freed), and whether the two gated
+runs admitted the same pods in the same order to the same nodes. What would be a
 fault of admission is counted and listed: a node asked for more cards than it has by the pods
 bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
 refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the

@@ -315,9 +315,14 @@ class KubeOps:
     ) -> None:
         # the pod as gpupool last read or wrote it (the Admit step read it, and on DRA named
         # its pinned claim in its status, moments ago): the resourceVersion below makes any
-        # change since then a 409, so it need not be read again
+        # change since then a 409, so it need not be read again. Only a gated one: nobody else
+        # writes a gated pod as a rule, while an ungated one is the scheduler's to bind
         seen = self._pods.pop(f"{namespace}/{name}", None)
-        if seen is not None and time.monotonic() - seen[0] <= POD_REUSE_SECONDS:
+        if (
+            seen is not None
+            and time.monotonic() - seen[0] <= POD_REUSE_SECONDS
+            and any(g.name == C.ADMISSION_GATE for g in seen[1].spec.scheduling_gates or [])
+        ):
             cur = seen[1]
         else:
             with _errors():

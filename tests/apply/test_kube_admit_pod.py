@@ -74,6 +74,16 @@ def test_after_the_status_naming_a_claim_it_patches_against_that_answer():
     assert core.patches[0]["metadata"]["resourceVersion"] == "2"
 
 
+def test_an_ungated_pod_is_read_again():
+    """The scheduler writes a pod once its gates are gone (binding, conditions): a copy of
+    an ungated pod would only make the admission a 409."""
+    o, core = ops()
+    o.read_pod("t", "p")
+    o._pods["t/p"][1].spec.scheduling_gates = None
+    admit(o)
+    assert core.calls == ["GET", "GET", "PATCH"]
+
+
 def test_a_pod_not_seen_lately_is_read_again(monkeypatch):
     o, core = ops()
     admit(o)  # never read
