@@ -975,7 +975,7 @@ def controller_child(config_path: Path) -> int:
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
-        if admission_event(kind, pod):
+        if admission_event(kind, pod) and not ctl.cache.claims_held_by(pod):
             wake.set()
 
     ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event, on_claim_release=wake.set)
@@ -1300,8 +1300,8 @@ def notes(results: list[Result]) -> str:
             )
             out += [f"    {s[:240]}" for s in (stuck.get("admitted_unbound") or [])[:5]]
             out += admission_stages.report(r.name, n)
-    gated = [r for r in results if r.notes.get("timeline") and "cycles" in r.notes]
-    for a, b in zip(gated, gated[1:], strict=False):
+    pair = [r for r in results if r.name in ("gpupool", "dra-gpupool") and r.notes.get("timeline")]
+    for a, b in zip(pair, pair[1:], strict=False):  # the same workload on the two backends
         for t in (a, b):
             for pod, node in t.notes["node_of"].items():
                 t.notes["timeline"].get(pod, {})["node"] = node

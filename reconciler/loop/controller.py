@@ -652,7 +652,10 @@ class Controller:
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
 
         def pod_event(kind: str, pod: Any) -> None:
-            if admission_event(kind, pod):
+            # a DRA pod that still owns an allocated claim frees its cards with that claim's
+            # release, a moment after it goes: that wakes the loop (a cycle woken now would
+            # find the cards fenced, and the release would then wait for the wake gap)
+            if admission_event(kind, pod) and not self.cache.claims_held_by(pod):
                 wake.set()
 
         self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)

@@ -217,22 +217,34 @@ class _ClaimReleases:
     before the informer's list counts once an event shows it) loses its allocation or is
     deleted. Claims never allocated (the resourceclaim controller's, gpupool's pinned ones
     before the scheduler allocates them, the template's claim exact admission deletes) do not
-    call it."""
+    call it. `owns(pod uid)`: whether such a claim, still allocated, is owned by that pod."""
 
     def __init__(self, release: Callable[[], None]):
         self.release = release
-        self.held: set[str] = set()
+        self.held: dict[str, tuple[str, ...]] = {}  # claim uid -> its owners' uids
+        self._lock = threading.Lock()
 
     def event(self, kind: str, claim: Any) -> None:
         uid = _uid(claim)
         allocated = bool(
             ((claim.get("status") or {}) if isinstance(claim, dict) else {}).get("allocation")
         )
-        if kind != "DELETED" and allocated:
-            self.held.add(uid)
-        elif uid in self.held:
-            self.held.discard(uid)
+        with self._lock:
+            if kind != "DELETED" and allocated:
+                owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+                self.held[uid] = tuple(str(o.get("uid") or "") for o in owners)
+                return
+            released = self.held.pop(uid, None) is not None
+        if released:
             self.release()
+
+    def owns(self, pod_uid: str) -> bool:
+        with self._lock:
+            return bool(pod_uid) and any(pod_uid in owners for owners in self.held.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self.held.clear()
 
 
 def _uid(obj: Any) -> str:
@@ -320,6 +332,8 @@ class ClusterCache:
         informer's thread ends at its watch's next event or timeout; a new start is a new
         informer (a fresh list)."""
         if on and not self.dra_informers:
+            if self._releases is not None:  # what a stopped watch saw is not known to hold
+                self._releases.clear()
             self.dra_memo = DraMemo()
             self._dra_stop = threading.Event()
             stop = _Either(self._stop, self._dra_stop)
@@ -364,6 +378,13 @@ class ClusterCache:
         if not inf.fresh(rv, gone):
             return None
         return inf.get(f"{namespace or ''}/{name}")
+
+    def claims_held_by(self, pod: Any) -> bool:
+        """Whether a ResourceClaim the DRA watch saw allocated, and not released since, is
+        owned by `pod` (a model object): the cards of such a pod are freed when that claim is
+        released (`on_claim_release`), not when the pod goes. False without that watch."""
+        uid = getattr(getattr(pod, "metadata", None), "uid", None) or ""
+        return self._releases is not None and bool(self.dra_informers) and self._releases.owns(uid)
 
     def nodes(self) -> list[Any] | None:
         return self.node_informer.items()

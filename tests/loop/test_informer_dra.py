@@ -304,13 +304,17 @@ def test_a_claim_that_stops_holding_devices_wakes_the_loop(stop):
     event("ADDED", pinned)
     event("DELETED", made)  # exact admission deletes the template's claim: never allocated
     assert released == []
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p", namespace="t", uid="pod-1"))
+    pinned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": "pod-1"}]
     allocated = {**pinned, "status": {"allocation": {"devices": {"results": []}}}}
+    assert not cache.claims_held_by(pod)
     event("MODIFIED", allocated)
+    assert cache.claims_held_by(pod)  # its pod's own events do not wake the loop now
     event("MODIFIED", {**allocated, "status": {**allocated["status"], "reservedFor": []}})
-    assert released == []
+    assert released == [] and cache.claims_held_by(pod)
     event("MODIFIED", pinned)  # deallocated
     event("DELETED", pinned)
-    assert released == [1]
+    assert released == [1] and not cache.claims_held_by(pod)
     event("MODIFIED", allocated)
     event("DELETED", allocated)  # deleted while still allocated
     assert released == [1, 1]
