@@ -93,7 +93,11 @@ from the slice's own demand could not use, over the free GPU; mean of 40 points,
 last arrival), pods never started (by size, and their cards; --json names the multi-card
 ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand for; also
 for the pods created while < 80 % of the cards were in use, i.e. the latency of admission
-itself), and gpupool's cycles. What would be a
+itself), and gpupool's cycles; for the gated runs also where the time between cards freed and
+the pod running goes, stage by stage (bench/admission_stages.py: the controller's cycle and
+Admit step, its requests per admitted pod, the pod ungated, on DRA the claim allocated, bound,
+running; on the way out the pod gone and on DRA its claim freed), and whether the two gated
+runs admitted the same pods in the same order to the same nodes. What would be a
 fault of admission is counted and listed: a node asked for more cards than it has by the pods
 bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
 refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the
@@ -148,7 +152,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import cluster_setup  # noqa: E402
+from bench import admission_stages, cluster_setup  # noqa: E402
 from bench.cluster_setup import add_nodes, cached_binary, held_cards, pool_doc, priority_doc  # noqa: E402
 from bench.dra_setup import (  # noqa: E402
     Claims,
@@ -222,6 +226,9 @@ class Replay:
         self.bound: dict[str, float] = {}
         self.admitted: dict[str, float] = {}  # gated run: when gpupool's admission was seen
         self.running: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}  # the delete sent
+        self.gone: dict[str, float] = {}  # the pod's DELETED event
+        self.node_of: dict[str, str] = {}  # pod -> the node it was bound or admitted to
         self.failed: dict[str, str] = {}
         self.unadmitted: set[str] = set()  # gated run: bound without gpupool's admission
         self.cards_of = {n.name: n.gpus for n in wl.nodes}
@@ -292,6 +299,7 @@ class Replay:
                         elif ev.get("type") == "DELETED":
                             gone = (obj.get("metadata") or {}).get("name")
                             with self.lock:
+                                self.gone.setdefault(gone, self.wall())
                                 self.placed_on.pop(gone, None)
                                 self.terminating.discard(gone)
                 finally:
@@ -319,6 +327,7 @@ class Replay:
                 self.terminating.add(name)
             if target and name not in self.placed_on:
                 self.placed_on[name] = target
+                self.node_of[name] = target
                 there = [n for n, t in self.placed_on.items() if t == target]
                 live = sum(self.jobs[n].gpus for n in there if n not in self.terminating)
                 held = sum(self.jobs[n].gpus for n in there)
@@ -383,6 +392,8 @@ class Replay:
     def delete(self, name: str) -> None:
         from kubernetes import client
 
+        with self.lock:
+            self.deleted[name] = self.wall()
         with contextlib.suppress(client.ApiException):
             client.CoreV1Api(self.api).delete_namespaced_pod(name, self.ns)
 
@@ -481,6 +492,22 @@ class Replay:
                 ]
                 res.notes["creation_to_admission"] = (pct(to_admit, 0.5), pct(to_admit, 0.95))
                 res.notes["admission_to_binding"] = (pct(to_bind, 0.5), pct(to_bind, 0.95))
+            res.notes["timeline"] = {
+                j.name: {
+                    k: v[j.name]
+                    for k, v in (
+                        ("created", self.created),
+                        ("admitted", self.admitted),
+                        ("bound", self.bound),
+                        ("running", self.running),
+                        ("deleted", self.deleted),
+                        ("gone", self.gone),
+                    )
+                    if j.name in v
+                }
+                for j in self.wl.jobs
+            }
+            res.notes["node_of"] = dict(self.node_of)
         res.waits = [w * self.wl.speed for w in res.waits_wall]
         return res
 
@@ -497,6 +524,20 @@ class DraReplay(Replay):
         from kubernetes import client
 
         self.custom = client.CustomObjectsApi(self.api)
+        from reconciler.conventions import DRA_PLANNED_ANN
+
+        self.claim_watch = admission_stages.ClaimWatch(
+            self.world.plane.api_client(), self.ns, DRA_PLANNED_ANN, self.wall
+        )
+
+    def watch(self) -> None:
+        threading.Thread(
+            target=self.claim_watch.run, name=f"claims-{self.name}", daemon=True
+        ).start()
+        try:
+            super().watch()
+        finally:
+            self.claim_watch.stop.set()
 
     def pod_body(self, job: Job) -> dict:
         body = super().pod_body(job)
@@ -519,6 +560,11 @@ class DraReplay(Replay):
         res.notes["dra_exact"] = (sum(c.checked.values()), len(c.checked))
         res.notes["dra_mismatches"] = list(c.mismatches)
         res.notes["dra_unplanned"] = sorted(c.unplanned)
+        w = self.claim_watch
+        for pod, t in (res.notes.get("timeline") or {}).items():
+            for key, seen in (("pinned", w.pinned), ("allocated", w.allocated), ("freed", w.freed)):
+                if pod in seen:
+                    t[key] = seen[pod]
         return res
 
 
@@ -650,11 +696,18 @@ class CycleStats:
         self.errors: list[str] = []
         self.dumped: list[str] = []
         self.progress = ""
+        self.steps = admission_stages.StepClock()
+        self.installed = False
 
     def cycle(self, ctl: Any, at: float) -> None:
+        if not self.installed:
+            self.steps.install(ctl)
+            self.installed = True
+        self.steps.start_cycle(at)
         t = time.monotonic()
         r = ctl.cycle()
         dt = time.monotonic() - t
+        self.steps.end_cycle(dt)
         self.durations.append(dt)
         self.spent["cycle"] += dt
         if dt > 3 and len(self.slow) < 5:
@@ -696,6 +749,7 @@ class CycleStats:
             "messages": self.messages.most_common(8),
             "errors": Counter(self.errors).most_common(5),
             "dumped": self.dumped,
+            **self.steps.notes(),
         }
 
 
@@ -773,7 +827,7 @@ def run_gpupool(
     watcher = threading.Thread(target=replay.watch, name=f"watch-{name}", daemon=True)
     watcher.start()
     replay.watched.wait(30)
-    replay.t0 = time.monotonic()
+    replay.t0 = stats.steps.zero = time.monotonic()
     if child is not None:  # the child counts trace time from this wall-clock instant
         (run_dir / "start").write_text(str(time.time()))
     driver = threading.Thread(target=replay.drive, name=f"replay-{name}", daemon=True)
@@ -802,6 +856,12 @@ def run_gpupool(
         else:
             res.notes.update(stats.notes())
         res.notes["stuck"] = stuck_pods(world, ns)
+        for pod, (cycle, step, end, requests) in (res.notes.get("admits") or {}).items():
+            t = res.notes["timeline"].setdefault(pod, {})
+            t.update(cycle=cycle, step=step, step_end=end, requests=requests)
+        admission_stages.timeline(
+            res.notes["timeline"], res.notes["node_of"], dra=replay_cls is not Replay
+        )
         return res
     finally:
         replay.stop.set()
@@ -891,8 +951,9 @@ def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
 def controller_child(config_path: Path) -> int:
     """The controller's loop in its own process (--controller-process): the same cycle, clock
     and statistics; trace time counted from the instant the parent writes to `start`. Like
-    `Controller.run`, a pod event admission acts on (`admission_event`) starts the next cycle
-    at once, at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
+    `Controller.run`, a pod event admission acts on (`admission_event`) or a DRA claim that
+    stops holding devices (`ClusterCache`'s `on_claim_release`) starts the next cycle at once,
+    at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
     from datetime import datetime
 
     from kubernetes import client
@@ -914,17 +975,18 @@ def controller_child(config_path: Path) -> int:
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
-        if admission_event(kind, pod):
+        if admission_event(kind, pod) and not ctl.cache.claims_held_by(pod):
             wake.set()
 
-    ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event).start(stop)
+    ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event, on_claim_release=wake.set)
+    ctl.cache.start(stop)
     ctl.cache.wait_synced(60)
     stats = CycleStats(Path(cfg["dump"]) if cfg["dump"] else None, policy_root)
     (run_dir / "ready").touch()
     while not (run_dir / "start").exists():
         time.sleep(0.05)
     t0 = float((run_dir / "start").read_text())
-    mono0 = time.monotonic() - (time.time() - t0)
+    mono0 = stats.steps.zero = time.monotonic() - (time.time() - t0)
     while not (run_dir / "stop").exists():
         t = time.monotonic()
         wall = t - mono0
@@ -1237,6 +1299,16 @@ def notes(results: list[Result]) -> str:
                 f"{len(stuck.get('admitted_unbound') or [])} admitted but not bound"
             )
             out += [f"    {s[:240]}" for s in (stuck.get("admitted_unbound") or [])[:5]]
+            out += admission_stages.report(r.name, n)
+    pair = [r for r in results if r.name in ("gpupool", "dra-gpupool") and r.notes.get("timeline")]
+    for a, b in zip(pair, pair[1:], strict=False):  # the same workload on the two backends
+        for t in (a, b):
+            for pod, node in t.notes["node_of"].items():
+                t.notes["timeline"].get(pod, {})["node"] = node
+        out.append(
+            f"{a.name} vs {b.name}: "
+            + admission_stages.compare_orders(a.notes["timeline"], b.notes["timeline"])
+        )
     return "\n".join(out)
 
 

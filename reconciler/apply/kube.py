@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,11 @@ from reconciler.observe.trust import annotation_writers
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+POD_REUSE_SECONDS = 10.0
+"""How old a pod gpupool read or wrote may be for `admit_pod` to patch against it instead of
+reading it again (an Admit step reads its pods first: seconds at most; older is read)."""
+POD_MEMORY = 10_000
+"""Pods remembered for that at most (a Hold reads pods that may never be admitted)."""
 
 
 def _message(exc: client.ApiException) -> str:
@@ -187,12 +193,23 @@ class KubeOps:
         there and has not made again: what the watch cache must no longer hold (a delete
         answers a Status with the uid, not a resourceVersion). Only what gpupool prunes or
         replaces (a few names)."""
+        self._pods: dict[str, tuple[float, Any]] = {}
+        """"namespace/name" -> (time.monotonic(), the pod) as the server last answered a read
+        or a write of gpupool's: what `admit_pod` patches against (its resourceVersion and
+        required terms) instead of reading the pod again, within `POD_REUSE_SECONDS`."""
         self.dra_peek: Callable[[str, str, str], dict | None] | None = None
         """The watch cache's copy of a DRA object by (kind, namespace, name), set by the
         controller for a cycle that observed through a cache that had seen gpupool's writes
         (`ClusterCache.dra_object`); None: `peek_dra_object` answers None."""
 
+    def _saw_pod(self, p: Any) -> None:
+        if len(self._pods) > POD_MEMORY:  # pods read and never admitted (held, gone)
+            self._pods.clear()
+        self._pods[f"{p.metadata.namespace}/{p.metadata.name}"] = (time.monotonic(), p)
+
     def _wrote(self, kind: str, obj: Any) -> None:
+        if kind == "pods" and isinstance(obj, client.V1Pod):
+            self._saw_pod(obj)
         rv = C.resource_version(C.raw_resource_version(obj))  # a model object or a custom one
         with self._written_lock:  # steps may run at once (ApplyConfig.parallel_steps)
             if rv is not None and rv > self.written.get(kind, 0):
@@ -268,7 +285,10 @@ class KubeOps:
     # pods
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
         p = _or_none(lambda: self.core.read_namespaced_pod(name, namespace))
-        return None if p is None else _pod(p)
+        if p is None:
+            return None
+        self._saw_pod(p)
+        return _pod(p)
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         with _errors():
@@ -293,8 +313,20 @@ class KubeOps:
     def admit_pod(
         self, namespace: str, name: str, *, node: str, annotations: dict[str, str]
     ) -> None:
-        with _errors():
-            cur = self.core.read_namespaced_pod(name, namespace)
+        # the pod as gpupool last read or wrote it (the Admit step read it, and on DRA named
+        # its pinned claim in its status, moments ago): the resourceVersion below makes any
+        # change since then a 409, so it need not be read again. Only a gated one: nobody else
+        # writes a gated pod as a rule, while an ungated one is the scheduler's to bind
+        seen = self._pods.pop(f"{namespace}/{name}", None)
+        if (
+            seen is not None
+            and time.monotonic() - seen[0] <= POD_REUSE_SECONDS
+            and any(g.name == C.ADMISSION_GATE for g in seen[1].spec.scheduling_gates or [])
+        ):
+            cur = seen[1]
+        else:
+            with _errors():
+                cur = self.core.read_namespaced_pod(name, namespace)
         body = {
             "metadata": {
                 # a change since the read (the terms below come from it) is a 409, retried

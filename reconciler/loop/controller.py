@@ -640,7 +640,8 @@ class Controller:
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
-        pod that stops holding cards), or a scaling signal crossing a threshold
+        pod that stops holding cards), a DRA claim that stops holding devices (its pod went
+        before: the cards it fenced are free now), or a scaling signal crossing a threshold
         (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`."""
         from reconciler.loop.informer import ClusterCache
 
@@ -651,10 +652,14 @@ class Controller:
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
 
         def pod_event(kind: str, pod: Any) -> None:
-            if admission_event(kind, pod):
+            # a DRA pod that still owns an allocated claim frees its cards with that claim's
+            # release, a moment after it goes: that wakes the loop (a cycle woken now would
+            # find the cards fenced, and the release would then wait for the wake gap)
+            if admission_event(kind, pod) and not self.cache.claims_held_by(pod):
                 wake.set()
 
-        self.cache = ClusterCache(self.api, on_pod_event=pod_event).start(stop)
+        self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)
+        self.cache.start(stop)
         self._start_signal_wake(stop)
         self.cache.wait_synced(30)
         self.signal_wake.wait_synced(10)

@@ -212,6 +212,41 @@ class Informer:
                 stop.wait(self.backoff_seconds)
 
 
+class _ClaimReleases:
+    """Calls `release()` when a ResourceClaim seen allocated (in a watch event: one allocated
+    before the informer's list counts once an event shows it) loses its allocation or is
+    deleted. Claims never allocated (the resourceclaim controller's, gpupool's pinned ones
+    before the scheduler allocates them, the template's claim exact admission deletes) do not
+    call it. `owns(pod uid)`: whether such a claim, still allocated, is owned by that pod."""
+
+    def __init__(self, release: Callable[[], None]):
+        self.release = release
+        self.held: dict[str, tuple[str, ...]] = {}  # claim uid -> its owners' uids
+        self._lock = threading.Lock()
+
+    def event(self, kind: str, claim: Any) -> None:
+        uid = _uid(claim)
+        allocated = bool(
+            ((claim.get("status") or {}) if isinstance(claim, dict) else {}).get("allocation")
+        )
+        with self._lock:
+            if kind != "DELETED" and allocated:
+                owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+                self.held[uid] = tuple(str(o.get("uid") or "") for o in owners)
+                return
+            released = self.held.pop(uid, None) is not None
+        if released:
+            self.release()
+
+    def owns(self, pod_uid: str) -> bool:
+        with self._lock:
+            return bool(pod_uid) and any(pod_uid in owners for owners in self.held.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self.held.clear()
+
+
 def _uid(obj: Any) -> str:
     if isinstance(obj, dict):
         return str((obj.get("metadata") or {}).get("uid") or "")
@@ -248,8 +283,13 @@ class ClusterCache:
         api_client: Any,
         *,
         on_pod_event: Callable[[str, Any], None] | None = None,
+        on_claim_release: Callable[[], None] | None = None,
         **kw: Any,
     ):
+        """`on_pod_event`: called with each pod event; `on_claim_release`: called when a
+        ResourceClaim the DRA informer saw allocated loses its allocation or is deleted (while
+        DRA is watched): the cards the planner fenced for it (`dra-claim-unreleased`) are free
+        now, and no pod event says so (the pod went before)."""
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
@@ -275,6 +315,7 @@ class ClusterCache:
         self.dra_memo: DraMemo | None = None
         """The DRA objects converted once per version (`read_dra` reads it here), while DRA is
         watched: without it a cycle reads DRA exactly as without a cache."""
+        self._releases = _ClaimReleases(on_claim_release) if on_claim_release else None
 
     def start(self, stop: threading.Event) -> ClusterCache:
         self._stop = stop
@@ -291,6 +332,8 @@ class ClusterCache:
         informer's thread ends at its watch's next event or timeout; a new start is a new
         informer (a fresh list)."""
         if on and not self.dra_informers:
+            if self._releases is not None:  # what a stopped watch saw is not known to hold
+                self._releases.clear()
             self.dra_memo = DraMemo()
             self._dra_stop = threading.Event()
             stop = _Either(self._stop, self._dra_stop)
@@ -298,7 +341,9 @@ class ClusterCache:
                 list_fn = functools.partial(
                     self._custom.list_cluster_custom_object, C.DRA_GROUP, C.DRA_VERSION, plural
                 )
-                inf = Informer(list_fn, name=plural, **self._kw)
+                claims = plural == C.DRA_PLURALS["ResourceClaim"] and self._releases
+                on_event = self._releases.event if claims else None  # type: ignore[union-attr]
+                inf = Informer(list_fn, name=plural, on_event=on_event, **self._kw)
                 self.dra_informers[plural] = inf.start(stop)  # type: ignore[arg-type]
         elif not on and self.dra_informers:
             self._dra_stop.set()
@@ -333,6 +378,13 @@ class ClusterCache:
         if not inf.fresh(rv, gone):
             return None
         return inf.get(f"{namespace or ''}/{name}")
+
+    def claims_held_by(self, pod: Any) -> bool:
+        """Whether a ResourceClaim the DRA watch saw allocated, and not released since, is
+        owned by `pod` (a model object): the cards of such a pod are freed when that claim is
+        released (`on_claim_release`), not when the pod goes. False without that watch."""
+        uid = getattr(getattr(pod, "metadata", None), "uid", None) or ""
+        return self._releases is not None and bool(self.dra_informers) and self._releases.owns(uid)
 
     def nodes(self) -> list[Any] | None:
         return self.node_informer.items()

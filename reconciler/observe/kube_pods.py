@@ -341,9 +341,11 @@ def admission_event(kind: str, p: Any) -> bool:
     """A pod watch event (ADDED | MODIFIED | DELETED) that admission should act on now, not at
     the next interval: a GPU pod waiting behind gpupool's gate (new demand, or a gang that
     became complete), or one that stops holding cards (deleted, terminating, finished), which
-    an admission may be waiting for or held demand may now fit into."""
+    an admission may be waiting for or held demand may now fit into. A GPU pod asks cards as an
+    extended resource, or through ResourceClaims (a DRA pool: no `nvidia.com/gpu`; which class
+    a claim asks is not on the pod, so any pod with claims counts: at worst a cycle early)."""
     try:
-        if pod_request(p).kind == "none":
+        if pod_request(p).kind == "none" and not (p.spec.resource_claims or []):
             return False
         if kind == "DELETED" or p.metadata.deletion_timestamp is not None:
             return True

@@ -282,3 +282,39 @@ def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
     read_dra(object(), [pod("")], Cache())  # not bound yet: the cache is consistent
     read_dra(object(), [pod("node-a", "Succeeded")], Cache())  # finished: deallocated
     assert listed == []
+
+
+def test_a_claim_that_stops_holding_devices_wakes_the_loop(stop):
+    """A claim seen allocated that loses its allocation or is deleted calls `on_claim_release`
+    (the cards its ended pod left fenced are free now, and no pod event says so); claims never
+    allocated (the template's, a pinned one before the scheduler allocates it) do not."""
+    released = []
+    cache = ClusterCache(
+        client.ApiClient(client.Configuration(host="http://127.0.0.1:9")),
+        backoff_seconds=60,
+        on_claim_release=lambda: released.append(1),
+    )
+    cache._custom, cache._stop = FakeCustom({}), stop
+    cache.watch_dra(True)
+    event = cache.dra_informers["resourceclaims"].on_event
+    assert event is not None
+    assert all(cache.dra_informers[p].on_event is None for p in PLURALS if p != "resourceclaims")
+    made, pinned = obj("p-gpu-x", "11", ns="t"), obj("p-gpu-abc", "12", ns="t")
+    event("ADDED", made)
+    event("ADDED", pinned)
+    event("DELETED", made)  # exact admission deletes the template's claim: never allocated
+    assert released == []
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p", namespace="t", uid="pod-1"))
+    pinned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": "pod-1"}]
+    allocated = {**pinned, "status": {"allocation": {"devices": {"results": []}}}}
+    assert not cache.claims_held_by(pod)
+    event("MODIFIED", allocated)
+    assert cache.claims_held_by(pod)  # its pod's own events do not wake the loop now
+    event("MODIFIED", {**allocated, "status": {**allocated["status"], "reservedFor": []}})
+    assert released == [] and cache.claims_held_by(pod)
+    event("MODIFIED", pinned)  # deallocated
+    event("DELETED", pinned)
+    assert released == [1] and not cache.claims_held_by(pod)
+    event("MODIFIED", allocated)
+    event("DELETED", allocated)  # deleted while still allocated
+    assert released == [1, 1]

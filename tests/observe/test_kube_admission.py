@@ -197,6 +197,29 @@ def test_a_pod_without_gpus_never_wakes_the_loop():
     assert not admission_event("ADDED", p) and not admission_event("DELETED", p)
 
 
+@pytest.mark.parametrize(
+    ("kind", "kw", "wakes"),
+    [
+        ("ADDED", {"gates": (C.ADMISSION_GATE,)}, True),
+        ("MODIFIED", {"node": "n1", "phase": "Running"}, False),
+        ("DELETED", {"node": "n1", "phase": "Running"}, True),
+        ("MODIFIED", {"node": "n1", "phase": "Succeeded"}, True),
+    ],
+)
+def test_a_pod_asking_through_resource_claims_wakes_the_loop_as_a_gpu_pod(kind, kw, wakes):
+    """On a DRA pool a pod asks its cards through claims, with no `nvidia.com/gpu`: its events
+    wake the loop as a GPU pod's do (before, none did: a DRA pool's gated pods waited for the
+    interval, 30 s in deploy/controller.yaml, and so did the cards its ended pods freed)."""
+    p = pod(**kw)
+    p.spec.containers[0].resources = client.V1ResourceRequirements(
+        claims=[client.CoreV1ResourceClaim(name="gpu")]
+    )
+    p.spec.resource_claims = [
+        client.V1PodResourceClaim(name="gpu", resource_claim_template_name="gpupool-a-gpu-1")
+    ]
+    assert admission_event(kind, p) is wakes
+
+
 # ---------------------------------------------------------------------- Kueue's queue label
 def test_the_kueue_queue_comes_from_the_pod_or_its_job():
     """Kueue reads `kueue.x-k8s.io/queue-name` from the Job (or from a plain pod it manages):

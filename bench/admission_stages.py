@@ -1,0 +1,315 @@
+"""Where the time between a pod's creation and its binding goes in `admission_openb.py`'s gated
+runs (issue 32: the DRA run's allocation under the device plugin's), from the replay's watch of
+the namespace's pods (created, admitted, bound, running; the delete sent and the pod gone), a
+watch of its ResourceClaims on DRA (`ClaimWatch`: the pinned claim's creation, the allocation
+first seen, the allocation gone), and the controller's own record of each Admit step
+(`StepClock`: the cycle that admitted the pod, when the step began and ended, its requests).
+
+Every time is wall seconds since the replay's start, as the replay counts them (the controller
+child counts from the same instant). A pod admitted to a node waited for cards there; the last
+*release* on that node before its Admit step (the device plugin: a pod of the run gone from the
+API; DRA: its claim's allocation gone as well, which gpupool waits for, `dra-claim-unreleased`)
+or its creation, whichever is later, is when it could first be admitted (`ready`). From there:
+the cycle that admitted it starts (`ready -> cycle`), reaches its Admit step (`cycle -> step`:
+the status read, observe, plan and the steps before), the step's requests (`step`), the pod seen
+ungated (`step end -> admitted`), the scheduler binds it (`admitted -> bound`; on DRA the claim
+is allocated first, `admitted -> allocated`), the kubelet runs it (`bound -> running`). On the
+way out: the delete sent -> the pod gone (`delete -> gone`), and on DRA the pod gone -> its
+claim's allocation gone (`gone -> freed`: kube-controller-manager's resourceclaim controller).
+A card idles from a release to the next holder's start (`ready -> running` on the device
+plugin, whose allocation is the kubelets' device managers; `ready -> allocated` on DRA, whose
+allocation is the claims')."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from bench.openb_baselines import pct
+
+STAGES = (
+    ("delete -> gone", "deleted", "gone"),
+    ("gone -> claim freed", "gone", "freed"),
+    ("ready -> cycle start", "ready", "cycle"),
+    ("cycle start -> Admit step", "cycle", "step"),
+    ("Admit step", "step", "step_end"),
+    ("step end -> seen ungated", "step_end", "admitted"),
+    ("ungated -> claim allocated", "admitted", "allocated"),
+    ("ungated -> bound", "admitted", "bound"),
+    ("bound -> running", "bound", "running"),
+    ("creation -> ungated", "created", "admitted"),
+    ("ready -> ungated", "ready", "admitted"),
+    ("ready -> card taken", "ready", "taken"),
+)
+
+
+class StepClock:
+    """The controller's side: per admitted pod, the cycle's start, the Admit step's start and
+    end (wall s since `zero`, a time.monotonic()) and the API requests the step made; per cycle
+    the time to its first step. Installed on a `Controller` by wrapping its executor's `step`
+    and counting its ApiClient's requests per thread."""
+
+    def __init__(self) -> None:
+        self.zero = 0.0
+        self.cycle_at = 0.0
+        self.admits: dict[str, list[float]] = {}  # pod -> [cycle, step, step end, requests]
+        self.tries: Counter = Counter()  # pod -> Admit steps that did not admit it
+        self.requests: Counter = Counter()  # "METHOD kind" over the admitting steps
+        self.phase: Counter = Counter()  # this cycle: wall s in the cache wait, observe, ...
+        self.phases: Counter = Counter()  # summed over the cycles that admitted a pod
+        self.admitting = 0  # cycles that admitted a pod
+        self._admitted = False
+        self._local = threading.local()
+
+    def wall(self) -> float:
+        return time.monotonic() - self.zero
+
+    def install(self, ctl: Any) -> None:
+        api = ctl.ops.api
+        call = api.call_api
+        local = self._local
+
+        def counted(method: str, url: str, *a: Any, **kw: Any) -> Any:
+            log = getattr(local, "log", None)
+            if log is not None:
+                path = url.split("?", 1)[0].rstrip("/").split("/")
+                kind = next((p for p in reversed(path) if p in KINDS), "other")
+                log.append(f"{method} {kind}")
+            return call(method, url, *a, **kw)
+
+        api.call_api = counted
+        step = ctl.executor.step
+
+        def timed(action: Any, ctx: Any) -> Any:
+            if not action.id.startswith("admit:"):
+                return step(action, ctx)
+            local.log = []
+            t = self.wall()
+            try:
+                out = step(action, ctx)
+            finally:
+                log, local.log = local.log, None
+            pods = [p.name for p in getattr(action, "pods", ())]
+            if out.status == "done" and out.changed:
+                self._admitted = True
+                for pod in pods:
+                    self.admits[pod] = [self.cycle_at, t, self.wall(), len(log) / len(pods)]
+                self.requests.update(log)
+            else:
+                self.tries.update(pods)
+            return out
+
+        ctl.executor.step = timed
+        import reconciler.loop.controller as loop
+
+        for owner, attr, name in (
+            (ctl, "_cache", "cache wait"),
+            (loop, "observe_cluster", "observe"),
+            (ctl, "_plan", "plan"),
+            (ctl, "_apply", "apply"),
+        ):
+            setattr(owner, attr, self._timer(getattr(owner, attr), name))
+
+    def _timer(self, fn: Any, name: str) -> Any:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.phase[name] += time.monotonic() - t
+
+        return timed
+
+    def start_cycle(self, at: float) -> None:
+        self.cycle_at, self.phase, self._admitted = at, Counter(), False
+
+    def end_cycle(self, seconds: float) -> None:
+        """The cycle's phases count when it admitted a pod (`phases`, `admitting`)."""
+        if self._admitted:
+            self.admitting += 1
+            self.phase["cycle"] += seconds
+            self.phases.update(self.phase)
+
+    def notes(self) -> dict[str, Any]:
+        return {
+            "admits": self.admits,
+            "admit_tries": dict(self.tries),
+            "admit_requests": dict(self.requests),
+            "admitting_cycles": self.admitting,
+            "admitting_phases": {k: v / max(1, self.admitting) for k, v in self.phases.items()},
+        }
+
+
+KINDS = {
+    "pods",
+    "status",
+    "resourceclaims",
+    "deviceclasses",
+    "resourceclaimtemplates",
+    "eviction",
+    "jobs",
+    "events",
+}
+
+
+class ClaimWatch:
+    """A watch of one namespace's ResourceClaims: per pod (the claim's Pod owner), when its
+    pinned claim (`planned`) was first seen, when an allocation was first seen on one of its
+    claims, and when the last allocation it had went (the claim deallocated or deleted)."""
+
+    def __init__(self, api: Any, ns: str, planned_key: str, wall: Any) -> None:
+        self.api, self.ns, self.planned_key, self.wall = api, ns, planned_key, wall
+        self.pinned: dict[str, float] = {}
+        self.allocated: dict[str, float] = {}
+        self.freed: dict[str, float] = {}
+        self._held: dict[str, str] = {}  # claim uid -> pod, while allocated
+        self.stop = threading.Event()
+
+    def seen(self, kind: str, claim: dict) -> None:
+        now = self.wall()
+        meta = claim.get("metadata") or {}
+        owners = [o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
+        if not owners:
+            return
+        pod, uid = owners[0], meta.get("uid", "")
+        if self.planned_key in (meta.get("annotations") or {}):
+            self.pinned.setdefault(pod, now)
+        alloc = (claim.get("status") or {}).get("allocation")
+        if kind != "DELETED" and alloc:
+            self.allocated.setdefault(pod, now)
+            self._held[uid] = pod
+        elif uid in self._held:
+            self.freed[self._held.pop(uid)] = now
+
+    def run(self) -> None:
+        from kubernetes import client
+        from kubernetes.watch.watch import iter_resp_lines
+
+        from reconciler import conventions as C
+
+        custom = client.CustomObjectsApi(self.api)
+        args = (C.DRA_GROUP, C.DRA_VERSION, self.ns, "resourceclaims")
+        rv = None
+        while not self.stop.is_set():
+            try:
+                if rv is None:
+                    data = json.loads(
+                        custom.list_namespaced_custom_object(*args, _preload_content=False).data
+                    )
+                    for c in data.get("items") or []:
+                        self.seen("ADDED", c)
+                    rv = data["metadata"]["resourceVersion"]
+                resp = custom.list_namespaced_custom_object(
+                    *args,
+                    watch=True,
+                    resource_version=rv,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=30,
+                    _preload_content=False,
+                    _request_timeout=(5, 60),
+                )
+                try:
+                    for line in iter_resp_lines(resp):
+                        if self.stop.is_set():
+                            break
+                        ev = json.loads(line)
+                        if ev.get("type") == "ERROR":
+                            rv = None
+                            break
+                        obj = ev.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            self.seen(ev["type"], obj)
+                finally:
+                    resp.release_conn()
+            except Exception:  # noqa: BLE001 - timeouts, a dropped watch: relist
+                rv = None
+                self.stop.wait(0.5)
+
+
+def timeline(
+    pods: dict[str, dict[str, float]], node_of: dict[str, str], dra: bool
+) -> dict[str, dict[str, float]]:
+    """`pods`: pod -> its times (created, admitted, bound, running, deleted, gone, and with the
+    controller's record cycle, step, step_end; on DRA pinned, allocated, freed); -> the same
+    with `ready` and `taken` added to each admitted pod (the module's docstring)."""
+    releases: dict[str, list[float]] = {}
+    for name, t in pods.items():
+        gone = t.get("gone")
+        if gone is None or name not in node_of:
+            continue
+        release = max(gone, t["freed"]) if dra and "freed" in t else gone
+        t["release"] = release
+        releases.setdefault(node_of[name], []).append(release)
+    for name, t in pods.items():
+        if "step" not in t or name not in node_of:
+            continue
+        before = [r for r in releases.get(node_of[name], []) if r <= t["step"]]
+        t["ready"] = max([t.get("created", 0.0), *before])
+        taken = t.get("allocated") if dra else t.get("running")
+        if taken is not None:
+            t["taken"] = taken
+    return pods
+
+
+def stage_figures(pods: dict[str, dict[str, float]]) -> list[tuple[str, int, Any, Any, float]]:
+    """(stage, pods, p50, p95, mean) over the pods that have both ends."""
+    out = []
+    for label, a, b in STAGES:
+        d = [t[b] - t[a] for t in pods.values() if a in t and b in t]
+        if d:
+            out.append((label, len(d), pct(d, 0.5), pct(d, 0.95), sum(d) / len(d)))
+    return out
+
+
+def compare_orders(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> str:
+    """Whether two gated runs admitted the same pods in the same order to the same nodes."""
+    order_a = sorted((t["admitted"], n) for n, t in a.items() if "admitted" in t)
+    order_b = sorted((t["admitted"], n) for n, t in b.items() if "admitted" in t)
+    names_a, names_b = [n for _, n in order_a], [n for _, n in order_b]
+    common = set(names_a) & set(names_b)
+    prefix = 0
+    for x, y in zip(names_a, names_b, strict=False):
+        if x != y:
+            break
+        prefix += 1
+    ra = {n: i for i, n in enumerate(x for x in names_a if x in common)}
+    rb = {n: i for i, n in enumerate(x for x in names_b if x in common)}
+    moved = [abs(ra[n] - rb[n]) for n in common]
+    same_node = sum(1 for n in common if a[n].get("node") == b[n].get("node"))
+    return (
+        f"admitted {len(names_a)} / {len(names_b)}, in both {len(common)}; same order for the "
+        f"first {prefix}; rank moved p50/p95/max {pct(moved, 0.5)}/{pct(moved, 0.95)}/"
+        f"{max(moved, default=0)}; same node {same_node} of {len(common)}; only in the first: "
+        f"{sorted(set(names_a) - common)[:6]}, only in the second: "
+        f"{sorted(set(names_b) - common)[:6]}"
+    )
+
+
+def report(name: str, notes: dict[str, Any]) -> list[str]:
+    """The stage table's lines for one run (nothing when it kept no timeline)."""
+    pods = notes.get("timeline")
+    if not pods:
+        return []
+    out = [f"{name}: stages, wall s (pods, p50, p95, mean)"]
+    for label, n, p50, p95, mean in stage_figures(pods):
+        out.append(f"    {label:28s} {n:4d}  {p50:6.2f}  {p95:6.2f}  {mean:6.2f}")
+    reqs = [t["requests"] for t in pods.values() if "requests" in t]
+    if reqs:
+        out.append(
+            f"    requests per admitted pod (its Admit step): mean {sum(reqs) / len(reqs):.1f}; "
+            f"over all admitting steps {notes.get('admit_requests')}"
+        )
+    phases = notes.get("admitting_phases") or {}
+    if phases:
+        out.append(
+            f"    the {notes.get('admitting_cycles')} cycles that admitted, mean wall s: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
+        )
+    tries = notes.get("admit_tries") or {}
+    if tries:
+        out.append(f"    Admit steps that did not admit: {sum(tries.values())} ({len(tries)} pods)")
+    return out

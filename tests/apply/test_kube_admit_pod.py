@@ -1,0 +1,98 @@
+"""`KubeOps.admit_pod` patches against the pod as gpupool last read or wrote it (the Admit
+step's read, the reservation, the status naming a pinned claim): no second read, the same
+resourceVersion precondition. Against a stub of the client's CoreV1Api; on the real API
+server the handler table (tests/apply/test_handlers_api.py) runs the same path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from reconciler import conventions as C
+from reconciler.apply import kube
+from reconciler.apply.kube import KubeOps
+
+
+def gated(rv: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p", namespace="t", resource_version=rv, uid="u"),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="main")],
+            scheduling_gates=[client.V1PodSchedulingGate(name=C.ADMISSION_GATE)],
+        ),
+        status=client.V1PodStatus(phase="Pending"),
+    )
+
+
+class Core:
+    """The pod "t/p" at resourceVersion `rv`; each call recorded."""
+
+    def __init__(self) -> None:
+        self.rv, self.calls, self.patches = 1, [], []
+
+    def read_namespaced_pod(self, name: str, ns: str) -> client.V1Pod:
+        self.calls.append("GET")
+        return gated(str(self.rv))
+
+    def patch_namespaced_pod(self, name: str, ns: str, body: dict, **_: Any) -> client.V1Pod:
+        self.calls.append("PATCH")
+        self.patches.append(body)
+        self.rv += 1
+        return gated(str(self.rv))
+
+    def patch_namespaced_pod_status(self, name: str, ns: str, body: dict, **_: Any):
+        self.calls.append("PATCH status")
+        self.rv += 1
+        return gated(str(self.rv))
+
+
+def ops() -> tuple[KubeOps, Core]:
+    o = KubeOps(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    o.core = Core()  # type: ignore[assignment]
+    return o, o.core  # type: ignore[return-value]
+
+
+def admit(o: KubeOps) -> None:
+    o.admit_pod("t", "p", node="n1", annotations={C.ADMITTED_ANN: "n1"})
+
+
+def test_the_admission_patches_against_the_steps_own_read():
+    o, core = ops()
+    o.read_pod("t", "p")
+    admit(o)
+    assert core.calls == ["GET", "PATCH"]
+    assert core.patches[0]["metadata"]["resourceVersion"] == "1"
+
+
+def test_after_the_status_naming_a_claim_it_patches_against_that_answer():
+    o, core = ops()
+    o.read_pod("t", "p")
+    o.set_pod_claim("t", "p", "gpu", "p-gpu-abc")
+    admit(o)
+    assert core.calls == ["GET", "PATCH status", "PATCH"]
+    assert core.patches[0]["metadata"]["resourceVersion"] == "2"
+
+
+def test_an_ungated_pod_is_read_again():
+    """The scheduler writes a pod once its gates are gone (binding, conditions): a copy of
+    an ungated pod would only make the admission a 409."""
+    o, core = ops()
+    o.read_pod("t", "p")
+    o._pods["t/p"][1].spec.scheduling_gates = None
+    admit(o)
+    assert core.calls == ["GET", "GET", "PATCH"]
+
+
+def test_a_pod_not_seen_lately_is_read_again(monkeypatch):
+    o, core = ops()
+    admit(o)  # never read
+    assert core.calls == ["GET", "PATCH"]
+    o.read_pod("t", "p")
+    monkeypatch.setattr(kube, "POD_REUSE_SECONDS", -1.0)  # what it saw is too old
+    admit(o)
+    assert core.calls[2:] == ["GET", "GET", "PATCH"]
+    monkeypatch.setattr(kube, "POD_REUSE_SECONDS", 10.0)
+    admit(o)  # against the last patch's answer
+    assert core.calls[5:] == ["PATCH"]
+    assert core.patches[-1]["metadata"]["resourceVersion"] == str(core.rv - 1)
