@@ -131,6 +131,7 @@ def test_the_twin_benchmark_configures_it() -> None:
         down_step="step: 2",
         down_cooldown="10m",
         forecast="",
+        migrations=4,  # bench/twin.py --max-migrations' default
     )
     desired = load([SourceFile("desired.yaml", text)])
     (rule,) = [m.spec.defragmentation for m in desired.maintenance_for("gpu")]
