@@ -25,7 +25,7 @@ from reconciler.plan.evictions import (
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
-from reconciler.plan.stages.whole_cards import by_domain, inference_nodes, is_inference, place_gang
+from reconciler.plan.stages.whole_cards import by_domain, place_gang
 from reconciler.plan.victims import Candidate
 
 
@@ -217,8 +217,7 @@ def _choices(pv: PoolView, p: Demand, options: list[Option]) -> list[list[Option
 def _total(take: list[Option]) -> tuple:
     """What freeing all of `take`'s nodes costs, summed from each node's cost
     (`_node_option`): nodes not already being freed for the gang, the highest victim
-    priority, cards freed beyond the need, evictions, inference opening a node (`_price_node`),
-    work lost."""
+    priority, cards freed beyond the need, evictions, work lost."""
     costs = [o[0] for o in take]
     return (
         sum(c[0] for c in costs),
@@ -226,7 +225,6 @@ def _total(take: list[Option]) -> tuple:
         sum(c[2] for c in costs),
         sum(c[3] for c in costs),
         sum(c[4] for c in costs),
-        sum(c[5] for c in costs),
     )
 
 
@@ -377,7 +375,7 @@ def _node_option(
     an eviction, which starts a new generation)."""
     n = p.request.gpus
     free = pv.free_whole_on(node)
-    key = ("gang-option", pv.name, node, n, who, reserved, is_inference(run, p))
+    key = ("gang-option", pv.name, node, n, who, reserved)
     state = (_epoch(run), free)
     known = run.memo.get(key)
     if known is not None and known[0] == state:
@@ -427,9 +425,6 @@ def _price_node(
         max(c.priority for c in take),
         sum(max(0.0, c.gpus) for c in take) - (n - free),
         evictions,
-        # inference goes where inference runs already: a serving pod is never moved for a
-        # gang, so each node it opens stays closed to whole-node training while it runs
-        is_inference(run, p) and node not in inference_nodes(run, pv),
         sum(c.lost for c in take),
         node,
     )
