@@ -33,7 +33,8 @@ waiting request counts);
 `pending_seconds_p99` ~ backlog / (ready x service_rate).
 
 Metrics (`TwinResult`) cover the steady state, from `warmup` (default one day) on; see
-docs/simulator.md "Digital twin".
+docs/simulator.md "Digital twin". Idle cards are sorted by why they idle (`IDLE_WHY`,
+`TwinResult.idle`, `idle_rows`; bench/twin.py --idle).
 """
 
 from __future__ import annotations
