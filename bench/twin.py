@@ -123,7 +123,7 @@ metadata:
 spec:
   defragmentation:
     when: pendingDemand
-    maxMigrationsPerCycle: 4
+    maxMigrationsPerCycle: {migrations}
     onlyMigratable: false
 """
 
@@ -167,6 +167,7 @@ def desired_state(args, *, forecast: bool):
                 down_step=_step_lines(args.down_mode, 2, args.down_max_step),
                 down_cooldown=args.down_cooldown,
                 forecast=block,
+                migrations=args.max_migrations,
             ),
             encoding="utf-8",
         )
@@ -194,13 +195,20 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
     )
     started = time.perf_counter()
     jobs, train_gpus = training_jobs(desired, curve, base_jobs, cfg, training_load=load)
-    result, rows, ahead = None, [], None
+    result, rows, ahead, idle = None, [], None, []
     if args.forecast != "only":  # the unified pool (reactive only) and the static splits
         result = compare(desired, curve, base_jobs, cfg, training_load=load, sizes=args.sizes)
         rows = result.records()
+        idle += result.unified.idle_rows()
+        if args.idle:
+            _idle_details(result.unified)
     if args.forecast != "off":  # the unified pool again, pre-warming from the forecast
         with_fc = desired_state(args, forecast=True)
-        ahead = run_twin(with_fc, curve, jobs, cfg, label="unified-forecast").record()
+        run = run_twin(with_fc, curve, jobs, cfg, label="unified-forecast")
+        ahead = run.record()
+        idle += run.idle_rows()
+        if args.idle:
+            _idle_details(run)
         rows.insert(1 if rows else 0, {**ahead, "inference_cards": "elastic", "best": ""})
     seconds = time.perf_counter() - started
     if result and args.plot and (f, load, rate_x) == (args.f, args.load, 1.0):
@@ -212,6 +220,9 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         f"{len(rows)} runs in {seconds:.0f} s"
     )
     print(text_table(rows, twin_columns(args.failures > 0)))
+    if args.idle:  # why the idle cards idle, % of the pool, per day (1 = the first day)
+        print("\nidle cards (% of the pool's card-time), by why, unified runs:")
+        print(text_table(idle, [(k, k, "") for k in idle[0]]))
     u = rows[0] if result else {}
     summary = {
         "f": f,
@@ -233,6 +244,13 @@ def cell(desired, curve, base_jobs, f: float, load: float, rate_x: float, args) 
         summary["static_fail_lost_gpu_h"] = best["failure_gpu_h_lost"] if best else None
         summary["static_recover_p50_s"] = best["recovery_p50_s"] if best else None
     return [summary]
+
+
+def _idle_details(run) -> None:
+    """The idle while training waited, by detail (`TwinResult.idle_detail`), % of the pool."""
+    print(f"{run.label}: idle while training waited, by detail (% of the pool's card-time)")
+    for msg, v in sorted(run.idle_detail.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {v / (run.pool_gpus * run.window_seconds):6.2%}  {msg or '(no message)'}")
 
 
 FRONTIER_HEADROOMS = (1.3, 1.4, 1.5, 1.6, 1.7)
@@ -352,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--down-cooldown", default="10m", help="scaleDown.cooldown (default 10m)")
     ap.add_argument(
+        "--max-migrations",
+        type=int,
+        default=4,
+        help="the MaintenancePolicy's defragmentation.maxMigrationsPerCycle (default 4)",
+    )
+    ap.add_argument(
         "--forecast",
         choices=("on", "off", "only"),
         default="on",
@@ -394,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         "--repair", type=float, default=4.0, help="hours a failed node is down (default 4)"
     )
     ap.add_argument("--seed", type=int, default=0, help="failure schedule seed (default 0)")
+    ap.add_argument(
+        "--idle",
+        action="store_true",
+        help="also print why the unified runs' idle cards idle, per day "
+        "(reconciler.sim.twin.IDLE_WHY)",
+    )
     ap.add_argument(
         "--smoke",
         action="store_true",

@@ -172,9 +172,14 @@ def test_twin_proportional_smoke():
         "proportional",
         "--down-max-step",
         "4",
+        "--max-migrations",
+        "2",
+        "--idle",
     )
     rows = lines_after(out, r"^run\s+infer cards\s+useful\s+alloc")
     assert rows[1].split()[0] == "unified", rows[:3]
+    idle = lines_after(out, r"^run\s+day\s+finished\s+dry\s+fits\s+fragmented\s+short")
+    assert idle[1].split()[0] == "unified" and idle[2].split()[:2] == ["unified", "all"], idle
 
 
 @pytest.mark.trace

@@ -33,12 +33,14 @@ waiting request counts);
 `pending_seconds_p99` ~ backlog / (ready x service_rate).
 
 Metrics (`TwinResult`) cover the steady state, from `warmup` (default one day) on; see
-docs/simulator.md "Digital twin".
+docs/simulator.md "Digital twin". Idle cards are sorted by why they idle (`IDLE_WHY`,
+`TwinResult.idle`, `idle_rows`; bench/twin.py --idle).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -97,6 +99,7 @@ class TwinResult:
     label: str
     pool_gpus: int
     window_seconds: float
+    window_start: float = 0.0
     inference_needed: float = 0.0  # cards' time serving requests (served / rate)
     inference_allocated: float = 0.0
     training_allocated: float = 0.0
@@ -120,10 +123,37 @@ class TwinResult:
     """(hours, inference cards, inference cards needed, training cards) per cycle."""
     failure: dict = field(default_factory=dict)
     """Node failures (`FailureClock.summary`), when the run has them."""
+    idle: dict[tuple[int, str], float] = field(default_factory=dict)
+    """Idle card-seconds (no running pod) by (day, why): `IDLE_WHY`."""
+    idle_detail: dict[str, float] = field(default_factory=dict)
+    """The idle while training waited, card-seconds by detail: the message the planner held
+    the first waiting job that fitted one node with (its `held`), or the smallest waiting
+    job's size and the free cards."""
 
     @property
     def allocated(self) -> float:
         return self.inference_allocated + self.training_allocated
+
+    def idle_rows(self) -> list[dict]:
+        """The idle breakdown (`IDLE_WHY`) per day of the window and over it, as % of the
+        pool's card-time."""
+        days = sorted({d for d, _ in self.idle})
+        rows = []
+        for d in [*days, None]:
+            span = DAY if d is not None else self.window_seconds
+            if d is not None:  # a partial first or last day counts its measured part
+                lo = max(d * DAY, self.window_start)
+                span = max(1.0, min((d + 1) * DAY, self.window_start + self.window_seconds) - lo)
+            cap = self.pool_gpus * span
+            row = {"run": self.label, "day": d + 1 if d is not None else "all"}
+            total = 0.0
+            for why in IDLE_WHY:
+                v = sum(x for (dd, w), x in self.idle.items() if w == why and d in (None, dd))
+                row[why] = f"{v / cap:.1%}"
+                total += v
+            row["idle"] = f"{total / cap:.1%}"
+            rows.append(row)
+        return rows
 
     def record(self) -> dict:
         cap = self.pool_gpus * self.window_seconds or 1.0
@@ -166,6 +196,18 @@ class TwinResult:
             "seconds": round(self.seconds, 2),
             **self.failure,
         }
+
+
+IDLE_WHY = {
+    "finished": "a job finished during the interval (its cards wait for the next cycle)",
+    "dry": "no training job waiting (the queue ran dry)",
+    "fits": "a waiting job fitted the free cards of one node, not placed",
+    "fragmented": "the free cards sum to a waiting job's size, on no single node",
+    "short": "fewer free cards than the smallest waiting job",
+    "down": "the node is down or fenced",
+}
+"""Why a card is idle over a cycle's interval, judged after the plan and the scheduler:
+what waited then (training pods pending, suspended Jobs, jobs arrived but not yet pods)."""
 
 
 @dataclass
@@ -277,7 +319,9 @@ class Twin:
 
     def run(self, progress: Progress | None = None) -> TwinResult:
         cfg, P = self.cfg, self.cfg.period
-        res = TwinResult(self.label, self.pool_gpus, max(0.0, self.horizon - cfg.warmup))
+        res = TwinResult(
+            self.label, self.pool_gpus, max(0.0, self.horizon - cfg.warmup), cfg.warmup
+        )
         wall = time.perf_counter()
         snap = ObservedState(observed_at=self.start, nodes=self.nodes, services=[self.service])
         s = _RunState(res, snap)
@@ -325,6 +369,7 @@ class Twin:
         served_rate, needed_cards, ready = self._serve(s, replicas, t, t1, measured)
         done, train_cards = self._train(s, after, t, t1, measured)
         if measured:
+            self._idle(s, t, t1, done)
             res.series.append((round(t / 3600, 4), alloc_inf, round(needed_cards, 3), train_cards))
         # 5. what the next snapshot shows
         if done:
@@ -520,6 +565,71 @@ class Twin:
                 res.restart_overhead += j.spec.gpus * (begin - t)
                 res.jobs_done += j.done_at is not None
         return done, train_cards
+
+    def _idle(self, s: _RunState, t: float, t1: float, done: list[str]) -> None:
+        """Sorts the interval's idle cards by why they idle (`IDLE_WHY`), per day."""
+        res = s.res
+        day = int(t // DAY)
+        held: dict[str, set[int]] = {}
+        for w in s.snap.workloads:
+            if w.node and w.phase == "Running":
+                held.setdefault(w.node, set()).update(al.gpu for al in w.allocations)
+        gone = set(done)
+        for w in s.snap.workloads:  # a finished job's cards idle from its end to t1
+            j = self.job_of(w) if w.key in gone else None
+            if j is not None and j.done_at is not None:
+                k = (day, "finished")
+                res.idle[k] = res.idle.get(k, 0.0) + j.spec.gpus * (t1 - j.done_at)
+        up: dict[str, int] = {}
+        down = 0
+        for n in s.snap.nodes:
+            free = len(n.gpus) - len(held.get(n.name, ()))
+            if not n.ready or n.unschedulable:
+                down += free
+            else:
+                up[n.name] = free
+        width = t1 - t
+
+        def add(why: str, cards: float) -> None:
+            if cards > 0:
+                res.idle[(day, why)] = res.idle.get((day, why), 0.0) + cards * width
+
+        add("down", down)
+        free = sum(up.values())
+        if free <= 0:
+            return
+        waiting: list[tuple[int, str]] = [
+            (w.request.gpus, w.held)
+            for w in s.snap.workloads
+            if w.phase == "Pending" and self.job_of(w) is not None
+        ]
+        waiting += [(sj.request.gpus * sj.parallelism, "suspended") for sj in s.snap.suspended_jobs]
+        waiting += [
+            (j.spec.gpus, "not yet a pod")
+            for j in itertools.takewhile(
+                lambda j: j.spec.arrival <= t, itertools.islice(self.jobs, s.nxt, None)
+            )
+        ]
+        if not waiting:
+            add("dry", free)
+            return
+        most = max(up.values(), default=0)
+        fits = [(g, h) for g, h in waiting if g <= most]
+        least = min(g for g, _ in waiting)
+        if fits:
+            why, detail = "fits", "fits: " + (fits[0][1] or "").split(":")[0][:60]
+        else:
+            why = "fragmented" if free >= least else "short"
+            first = next((h for g, h in waiting if g == least), "")
+            inf_nodes = len(
+                {w.node for w in s.snap.workloads if w.phase == "Running" and self.service.owns(w)}
+            )
+            detail = (
+                f"{why}: smallest waiting {least}, inference on {inf_nodes} nodes; "
+                + (first or "").split(":", 1)[-1][:90]
+            )
+        add(why, free)
+        res.idle_detail[detail] = res.idle_detail.get(detail, 0.0) + free * width
 
     def _export(
         self,

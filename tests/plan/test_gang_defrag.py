@@ -131,6 +131,7 @@ def test_the_twin_benchmark_configures_it() -> None:
         down_step="step: 2",
         down_cooldown="10m",
         forecast="",
+        migrations=4,  # bench/twin.py --max-migrations' default
     )
     desired = load([SourceFile("desired.yaml", text)])
     (rule,) = [m.spec.defragmentation for m in desired.maintenance_for("gpu")]
@@ -140,3 +141,20 @@ def test_the_twin_benchmark_configures_it() -> None:
         4,
         False,
     )
+
+
+def test_more_moves_than_a_cycle_allows_go_over_several_cycles() -> None:
+    """maxMigrationsPerCycle caps a cycle, not a gang: four moves at two per cycle take two
+    cycles, off the same node, each job moved once; meanwhile the cards the gang will need
+    (the node's, and those the next moves go to) are not given to the younger one-card jobs."""
+    plans, obs = cycles(DESIRED + DEFRAG.replace("Cycle: 4", "Cycle: 2"), 4)
+    per_cycle = [[a for a in p.actions if isinstance(a, Move)] for p in plans]
+    assert [len(m) for m in per_cycle] == [2, 2, 0, 0]
+    moves = [a for m in per_cycle for a in m]
+    assert len({a.target for a in moves}) == 4, "a job was moved twice"
+    assert {a.node for a in moves} == {"gpu-a"} and {a.to_node for a in moves} == {"gpu-b"}
+    waits = [f for f in plans[0].findings if f.subject == "ml/big"]
+    assert waits and "defragmenting gpu-a for it: 2 move(s) this cycle, 2 more" in waits[0].message
+    b = big(obs)
+    assert b.phase == "Running" and b.node == "gpu-a" and len(b.allocations) == 8
+    assert all(w.phase == "Pending" for w in obs.workloads if w.name.startswith("late-"))

@@ -600,9 +600,9 @@ WINDOW_ROWS = [
         "{when: pendingDemand, maxMigrationsPerCycle: 1}",
         at(3),
         True,
-        set(),
+        evicted("move", "team-b/probe-0"),
         WAITS,
-        id="max-migrations-too-few-no-partial-moves",
+        id="max-migrations-too-few-moves-as-many-now-gang-waits",
     ),
     pytest.param(
         "{when: pendingDemand}", at(3), False, set(), WAITS, id="only-migratable-by-default"

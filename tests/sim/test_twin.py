@@ -17,7 +17,7 @@ from reconciler.policy.files import files_from_paths
 from reconciler.policy.loader import load
 from reconciler.sim.load import JobSpec, offered, read_jobs, read_load, scaled
 from reconciler.sim.trace import TraceError
-from reconciler.sim.twin import TwinConfig, compare, run_twin, static_split
+from reconciler.sim.twin import IDLE_WHY, TwinConfig, compare, run_twin, static_split
 from tests.sim.twin_inputs import DOWN_COOLDOWN, POLICIES, POOL, START, UP_COOLDOWN
 
 
@@ -189,6 +189,14 @@ def test_metrics_add_up(tmp_path, desired, watch):
     # work done never exceeds the jobs' durations
     assert res.training_progress <= sum(j.gpus * j.duration for j in jobs)
     assert rec["jobs_done"] >= 1
+    # the idle breakdown covers exactly the cards no running pod held
+    idle = sum(res.idle.values()) / (res.pool_gpus * res.window_seconds)
+    assert idle == pytest.approx(1 - rec["allocation"], abs=2e-4)
+    assert {why for _, why in res.idle} <= set(IDLE_WHY)
+    (total,) = [r for r in res.idle_rows() if r["day"] == "all"]
+    assert total["idle"] == f"{idle:.1%}"
+    waited = sum(v for (_, why), v in res.idle.items() if why not in ("dry", "finished", "down"))
+    assert sum(res.idle_detail.values()) == pytest.approx(waited)
 
 
 # ----------------------------------------------------------------------------- static baseline

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from reconciler.observe.model import Workload
 from reconciler.plan import placement
 from reconciler.plan.cluster import (
     PoolView,
@@ -17,7 +18,8 @@ from reconciler.plan.stages.whole_cards import place_gang, whole_state
 
 def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
     """Move a few one-card workloads off the node closest to fitting gang `p` (the shared
-    defragmenter, `placement.defragment`), each to a free card elsewhere, then place `p`."""
+    defragmenter, `placement.defragment`), each to a free card elsewhere, then place `p`.
+    A node that needs more moves than the cycle allows gets the allowed ones now (`p` waits)."""
     rules = [
         m.spec.defragmentation
         for m in run.desired.maintenance_for(pv.name)
@@ -33,25 +35,51 @@ def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
         return False
     prio = run.demand_priority(p)
     by_node = pv.by_node()
-    moves = min(rule.max_migrations_per_cycle, n, max(run.budget_left, 0))
-    if moves == 0:
-        run.blocked.setdefault(p.key, f"the {BUDGET} is spent")
+    used = run.memo.get(("defrag-moves", pv.name), (0,))[0]
+    moves = min(rule.max_migrations_per_cycle - used, n, max(run.budget_left, 0))
+    if moves <= 0:
+        run.blocked.setdefault(
+            p.key,
+            f"the {BUDGET} is spent"
+            if run.budget_left <= 0
+            else f"this cycle's {rule.max_migrations_per_cycle} move(s) are taken "
+            "(MaintenancePolicy maxMigrationsPerCycle)",
+        )
         return False
     names = pv.nodes_with_free(min(1, n - moves), len(pv.gpus))
     states = [whole_state(pv, node) for node in names]
     residents = _residents(run, pv, names, prio, rule.only_migratable)
 
+    demand = placement.PodDemand(num_gpu=n, gpu_milli=1000)
     found = placement.defragment(
         states,
-        placement.PodDemand(num_gpu=n, gpu_milli=1000),
+        demand,
         residents,
         _first_free,
         lambda trial, req: placement.Placement(trial.name, ()),
         max_moves=moves,
     )
+    staged = False
+    if found is None and moves < n:
+        # maxMigrationsPerCycle caps a cycle's moves, not a gang's: when the node closest to
+        # fitting needs more, its first moves go now and the rest in the next cycles (the
+        # same node stays closest, with fewer left to move; nothing is reserved meanwhile)
+        found = placement.defragment(
+            states,
+            demand,
+            residents,
+            _first_free,
+            lambda trial, req: placement.Placement(trial.name, ()),
+            max_moves=n,
+        )
+        staged = found is not None
     if found is None:
         return False
     _, migrations = found
+    rest: tuple[placement.Migration, ...] = ()
+    if staged:
+        migrations, rest = migrations[:moves], migrations[moves:]
+    run.memo[("defrag-moves", pv.name)] = (used + len(migrations),)
     for m in migrations:
         w = run.cluster.workloads[m.key]
         dest = by_node[m.target.node][m.target.gpus[0]]
@@ -66,6 +94,19 @@ def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
             target=dest.node,
             to_gpus=(dest.index,),
         )
+    if staged:
+        # what the gang will need stays out of this cycle's later placements: the node's
+        # free cards and those the next moves go to (the gang, older, comes first next
+        # cycle too, so it keeps them until it runs)
+        source = migrations[0].source.node
+        hold = [by_node[m.target.node][m.target.gpus[0]] for m in rest]
+        hold += [g for g in by_node[source] if g.free_whole]
+        pv.reserve(hold, f"{p.key}#defragmenting")
+        run.blocked[p.key] = (
+            f"defragmenting {source} for it: {moves} move(s) this cycle, "
+            f"{len(rest)} more to come (MaintenancePolicy maxMigrationsPerCycle)"
+        )
+        return False
     return place_gang(run, pv, p)
 
 
@@ -78,15 +119,16 @@ def _residents(
     one_card = placement.PodDemand(num_gpu=1, gpu_milli=1000)
     for node in names:
         slots = by_node[node]
-        for key in sorted(
-            {
-                h
-                for g in slots
-                if g.target_mode == "whole"
-                for h in g.holders
-                if h in run.cluster.workloads
-            }
-        ):
+        held = {
+            h
+            for g in slots
+            if g.target_mode == "whole"
+            for h in g.holders
+            if h in run.cluster.workloads
+        }
+        # the defragmenter moves a node's first movable residents among equals: those that
+        # lose the least work since their last checkpoint first
+        for key in sorted(held, key=lambda h: (_lost(run, run.cluster.workloads[h]), h)):
             w = run.cluster.workloads[key]
             if len(w.allocations) != 1 or w.key in run.evicted or len(run.gang(w)) != 1:
                 continue
@@ -103,6 +145,11 @@ def _residents(
                 )
             )
     return residents
+
+
+def _lost(run: Run, w: Workload) -> float:
+    """Seconds of work `w` loses if stopped now (since its last checkpoint, else its start)."""
+    return run.seconds_since(w.last_checkpoint_at or w.started_at) or 0.0
 
 
 def _first_free(

@@ -39,21 +39,59 @@ def _fits_group(slots: list[GpuSlot], n: int, topology: str) -> bool:
     return any(c >= n for c in groups.values())
 
 
+def is_inference(run: Run, p: Demand) -> bool:
+    """Whole-card demand that serves: replicas a ScalingPolicy adds, pods of an inference
+    class."""
+    c = run.pclass(p.priority_class)
+    return p.origin.startswith("scale-up") or (c is not None and c.workload == "inference")
+
+
+def inference_nodes(run: Run, pv: PoolView) -> set[str]:
+    """The pool's nodes where inference holds whole cards (pods of an inference class), kept
+    for the run and grown as the run places inference (`_place_one`). Serving pods are not
+    moved or preempted for training, so a node that hosts one never comes back whole: new
+    replicas go there first, and the other nodes stay whole-able for gangs."""
+    key = ("inference-nodes", pv.name)
+    known = run.memo.get(key)
+    if known is None:
+        nodes = set()
+        for g in pv.gpus:
+            for h in g.holders:
+                w = run.cluster.workloads.get(h)
+                c = run.pclass(w.priority_class) if w is not None else None
+                if c is not None and c.workload == "inference":
+                    nodes.add(g.node)
+                    break
+        known = run.memo[key] = (nodes,)
+    return known[0]
+
+
 def _place_one(
-    run: Run, pv: PoolView, n: int, holder: str, within: set[str] | None = None
+    run: Run,
+    pv: PoolView,
+    n: int,
+    holder: str,
+    within: set[str] | None = None,
+    pack: set[str] | None = None,
 ) -> list[GpuSlot] | None:
     """The node comes from the shared placement policy (the simulator's code) over a shortlist
     of nodes that can take the pod, best-fit first; the cards within it from the pool's
     topology preference. With an NVLink/NUMA preference, nodes where one island/NUMA node
-    holds the whole pod are shortlisted first, across the pool. `within`: only those nodes."""
+    holds the whole pod are shortlisted first, across the pool. `within`: only those nodes.
+    `pack` (inference): the nodes of that set that fit are the shortlist, when one does."""
     topology = pv.pool.spec.training.topology
-    if within is None:
+    packed = []
+    if pack and within is None:
+        packed = sorted((pv.free_whole_on(x), x) for x in pack if pv.free_whole_on(x) >= n)
+    if packed:
+        shortlist = [x for _, x in packed[:SHORTLIST]]
+    elif within is None:
         shortlist = pv.nodes_fitting(n, SHORTLIST)
     else:
         shortlist = [x for x in pv.nodes_fitting(n, len(pv.nodes)) if x in within][:SHORTLIST]
     if not shortlist:
         return None
-    if n > 1 and topology in ("nvlink", "numa"):
+    if n > 1 and topology in ("nvlink", "numa") and not packed:
         grouped = [
             node
             for node in pv.nodes_fitting(n, len(pv.nodes))
@@ -71,6 +109,8 @@ def _place_one(
         return None
     got = _gang_on(pv.by_node()[chosen.node], n, topology)
     pv.reserve(got, holder)
+    if pack is not None:
+        pack.add(chosen.node)
     return got
 
 
@@ -94,8 +134,9 @@ def place_gang(run: Run, pv: PoolView, p: Demand) -> bool:
 
 def _place_all(run: Run, pv: PoolView, p: Demand, within: set[str] | None) -> bool:
     placed: list[list[GpuSlot]] = []
+    pack = inference_nodes(run, pv) if is_inference(run, p) else None
     for key in p.members:
-        got = _place_one(run, pv, p.request.gpus, key, within)
+        got = _place_one(run, pv, p.request.gpus, key, within, pack)
         if got is None:
             for cards in placed:
                 pv.unreserve(cards)

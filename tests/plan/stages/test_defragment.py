@@ -79,9 +79,10 @@ ROWS = [
         "training-low",
         [],
         False,
-        {},
-        "",
-        id="fewer-moves-allowed-than-needed-moves-none",
+        {"move:team-b/probe-0": MOVES["move:team-b/probe-0"]},
+        "defragmenting a100-1 for it: 1 move(s) this cycle, 1 more to come "
+        "(MaintenancePolicy maxMigrationsPerCycle)",
+        id="fewer-moves-allowed-than-needed-moves-as-many-now-the-rest-later",
     ),
     pytest.param(
         "{when: pendingDemand}",

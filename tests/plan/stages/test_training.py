@@ -157,3 +157,22 @@ def test_place_training(text, gpus2, work, kw, on_reservation, got, changed, pre
     assert preempted == dict.fromkeys(preempts, gang.key)
     assert findings_of(run) == findings
     assert (gang.key in run.waiting) == bool(findings)
+
+
+def test_a_serving_pod_goes_where_serving_runs_already() -> None:
+    """Whole-card inference goes to a node that hosts inference when one has room, not to the
+    best fit: a serving pod is never moved for a gang, so each node it opens stays closed to
+    whole-node training (the digital twin's weekday idle, docs/simulator.md)."""
+    serving = job("serve", "llm-0", "a100-1", [0], "serving")
+    work = [
+        serving,
+        job("team-a", "a", "a100-1", [1, 2, 3, 4, 5]),  # a100-1: 2 free, hosts serving
+        job("team-a", "b", "a100-2", [0, 1, 2, 3, 4, 5, 6]),  # a100-2: 1 free, the best fit
+        pend("serve", "llm-1", 1, "serving"),
+        pend("team-a", "one", 1),
+    ]
+    r = stage_run(desired(), two_nodes(), work)
+    pv = r.cluster.pools["a100"]
+    place_training(r, pv, pending_demand(r))
+    got = {g.reserved_by: g.node for g in pv.gpus if g.reserved_by}
+    assert got == {"serve/llm-1": "a100-1", "team-a/one": "a100-2"}
