@@ -51,27 +51,24 @@ def defragment(run: Run, pv: PoolView, p: Demand) -> bool:
     residents = _residents(run, pv, names, prio, rule.only_migratable)
 
     demand = placement.PodDemand(num_gpu=n, gpu_milli=1000)
-    found = placement.defragment(
-        states,
-        demand,
-        residents,
-        _first_free,
-        lambda trial, req: placement.Placement(trial.name, ()),
-        max_moves=moves,
-    )
-    staged = False
-    if found is None and moves < n:
-        # maxMigrationsPerCycle caps a cycle's moves, not a gang's: when the node closest to
-        # fitting needs more, its first moves go now and the rest in the next cycles (the
-        # same node stays closest, with fewer left to move; nothing is reserved meanwhile)
-        found = placement.defragment(
+
+    def search(most: int):
+        return placement.defragment(
             states,
             demand,
             residents,
             _first_free,
             lambda trial, req: placement.Placement(trial.name, ()),
-            max_moves=n,
+            max_moves=most,
         )
+
+    found = search(moves)
+    staged = False
+    if found is None and moves < n:
+        # maxMigrationsPerCycle caps a cycle's moves, not a gang's: when the node closest to
+        # fitting needs more, its first moves go now and the rest in the next cycles (the
+        # same node stays closest, with fewer left to move; nothing is reserved meanwhile)
+        found = search(n)
         staged = found is not None
     if found is None:
         return False
