@@ -257,56 +257,34 @@ class Replay:
     # -- the watch ---------------------------------------------------------------------------
     def watch(self) -> None:
         from kubernetes import client
-        from kubernetes.watch.watch import iter_resp_lines
 
         core = client.CoreV1Api(self.api)
-        rv = None
-        while not self.stop.is_set():
-            try:
-                if rv is None:
-                    resp = core.list_namespaced_pod(self.ns, _preload_content=False)
-                    data = json.loads(resp.data)
-                    listed = {p["metadata"]["name"] for p in data.get("items") or []}
-                    with self.lock:  # deletions missed while the watch was down
-                        for gone in set(self.placed_on) - listed:
-                            del self.placed_on[gone]
-                        self.terminating &= listed
-                    for pod in data.get("items") or []:
-                        self.seen(pod)
-                    rv = data["metadata"]["resourceVersion"]
-                    self.watched.set()
-                resp = core.list_namespaced_pod(
-                    self.ns,
-                    watch=True,
-                    resource_version=rv,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=30,
-                    _preload_content=False,
-                    _request_timeout=(5, 60),
-                )
-                try:
-                    for line in iter_resp_lines(resp):
-                        if self.stop.is_set():
-                            break
-                        ev = json.loads(line)
-                        if ev.get("type") == "ERROR":
-                            rv = None
-                            break
-                        obj = ev.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        if ev.get("type") in ("ADDED", "MODIFIED"):
-                            self.seen(obj)
-                        elif ev.get("type") == "DELETED":
-                            gone = (obj.get("metadata") or {}).get("name")
-                            with self.lock:
-                                self.gone.setdefault(gone, self.wall())
-                                self.placed_on.pop(gone, None)
-                                self.terminating.discard(gone)
-                finally:
-                    resp.release_conn()
-            except Exception:  # noqa: BLE001 - timeouts, a dropped watch: relist
-                rv = None
-                self.stop.wait(0.5)
+        admission_stages.watch_list(
+            functools.partial(core.list_namespaced_pod, self.ns),
+            self.stop,
+            self._listed,
+            self._event,
+        )
+
+    def _listed(self, items: list[dict]) -> None:
+        listed = {p["metadata"]["name"] for p in items}
+        with self.lock:  # deletions missed while the watch was down
+            for gone in set(self.placed_on) - listed:
+                del self.placed_on[gone]
+            self.terminating &= listed
+        for pod in items:
+            self.seen(pod)
+        self.watched.set()
+
+    def _event(self, kind: str, obj: dict) -> None:
+        if kind != "DELETED":
+            self.seen(obj)
+            return
+        gone = (obj.get("metadata") or {}).get("name")
+        with self.lock:
+            self.gone.setdefault(gone, self.wall())
+            self.placed_on.pop(gone, None)
+            self.terminating.discard(gone)
 
     def seen(self, pod: dict) -> None:
         from reconciler.conventions import ADMISSION_GATE, ADMITTED_ANN

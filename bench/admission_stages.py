@@ -22,10 +22,12 @@ allocation is the claims')."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from bench.openb_baselines import pct
@@ -186,48 +188,63 @@ class ClaimWatch:
 
     def run(self) -> None:
         from kubernetes import client
-        from kubernetes.watch.watch import iter_resp_lines
 
         from reconciler import conventions as C
 
         custom = client.CustomObjectsApi(self.api)
         args = (C.DRA_GROUP, C.DRA_VERSION, self.ns, "resourceclaims")
-        rv = None
-        while not self.stop.is_set():
+        watch_list(
+            functools.partial(custom.list_namespaced_custom_object, *args),
+            self.stop,
+            lambda items: [self.seen("ADDED", c) for c in items],
+            self.seen,
+        )
+
+
+def watch_list(
+    list_call: Callable[..., Any],
+    stop: threading.Event,
+    on_list: Callable[[list[dict]], Any],
+    on_event: Callable[[str, dict], Any],
+) -> None:
+    """List, then watch from the list's resourceVersion, until `stop` (a dropped or failed
+    watch lists again): `on_list` with each list's items, `on_event` with each ADDED, MODIFIED
+    or DELETED event's type and object. `list_call(**kw)`: the list call, its fixed arguments
+    bound (raw JSON: `_preload_content=False`)."""
+    from kubernetes.watch.watch import iter_resp_lines
+
+    rv = None
+    while not stop.is_set():
+        try:
+            if rv is None:
+                data = json.loads(list_call(_preload_content=False).data)
+                on_list(data.get("items") or [])
+                rv = data["metadata"]["resourceVersion"]
+            resp = list_call(
+                watch=True,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=30,
+                _preload_content=False,
+                _request_timeout=(5, 60),
+            )
             try:
-                if rv is None:
-                    data = json.loads(
-                        custom.list_namespaced_custom_object(*args, _preload_content=False).data
-                    )
-                    for c in data.get("items") or []:
-                        self.seen("ADDED", c)
-                    rv = data["metadata"]["resourceVersion"]
-                resp = custom.list_namespaced_custom_object(
-                    *args,
-                    watch=True,
-                    resource_version=rv,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=30,
-                    _preload_content=False,
-                    _request_timeout=(5, 60),
-                )
-                try:
-                    for line in iter_resp_lines(resp):
-                        if self.stop.is_set():
-                            break
-                        ev = json.loads(line)
-                        if ev.get("type") == "ERROR":
-                            rv = None
-                            break
-                        obj = ev.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                            self.seen(ev["type"], obj)
-                finally:
-                    resp.release_conn()
-            except Exception:  # noqa: BLE001 - timeouts, a dropped watch: relist
-                rv = None
-                self.stop.wait(0.5)
+                for line in iter_resp_lines(resp):
+                    if stop.is_set():
+                        break
+                    ev = json.loads(line)
+                    if ev.get("type") == "ERROR":
+                        rv = None
+                        break
+                    obj = ev.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        on_event(ev["type"], obj)
+            finally:
+                resp.release_conn()
+        except Exception:  # noqa: BLE001 - timeouts, a dropped watch: relist
+            rv = None
+            stop.wait(0.5)
 
 
 def timeline(
