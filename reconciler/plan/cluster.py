@@ -538,17 +538,17 @@ def unknown_holdings(observed: ObservedState, keep: Keeper | None = None) -> lis
     `keep`: when the previous plan's workloads had none short, only the workloads that
     changed since (`shared_ends`) are looked at, and the answer kept for the next."""
     ws = observed.workloads
-    last = keep.last(UNKNOWN) if keep is not None else None
-    if last is not None and not last[1]:  # none was short: only what changed can be
-        i, j = shared_ends(last[0], ws)
-        short = [w for w in ws[i : len(ws) - j] if _running_short(w)]
-    else:
-        short = [w for w in ws if _running_short(w)]
+    before = keep.last(UNKNOWN) if keep is not None else None
+    if keep is not None and before is not None and not before[1]:  # none short: only changes
+        i, j = shared_ends(before[0], ws)
+        if not any(_running_short(w) for w in ws[i : len(ws) - j]):
+            keep.keep_last(UNKNOWN, ws, False)
+            return []
+    short = [w for w in ws if _running_short(w)]
     if keep is not None:
         keep.keep_last(UNKNOWN, ws, bool(short))
     if not short:
-        return []  # the common case: one cheap pass (or none)
-    short = [w for w in ws if _running_short(w)]  # all of them, wherever they are
+        return []  # the common case: one cheap pass
     last = {w.key: w for w in observed.workloads}
     short = sorted((w for w in short if last[w.key] is w), key=lambda w: w.key)
     nodes: dict[str, Node] = {}

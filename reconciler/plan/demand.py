@@ -99,7 +99,7 @@ def pending_demand(run: Run) -> list[Demand]:
         size = head.gang_size
         if size is not None and placed is None:
             placed = Counter(gang_key(w) for w in run.cluster.workloads.values() if w.placed)
-        if size is not None and placed is not None and len(ws) + placed[key] < size:
+        if size is not None and len(ws) + placed[key] < size:
             record_wait(
                 run,
                 p,

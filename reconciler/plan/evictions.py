@@ -106,7 +106,7 @@ def as_candidate(run: Run, w: Workload, pool: str | None) -> Candidate:
         for m in run.gang(w):
             n = float(len(m.allocations) or m.request.gpus or 1)
             gpus += n
-            lost += n * (run.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0)
+            lost += n * (run.unsaved_seconds(m) or 0.0)
         known = run.memo[("candidate", id(w))] = (w, cls.value if cls else 0, gpus, lost)
     _, priority, gpus, lost = known
     return Candidate(
@@ -388,7 +388,7 @@ def _evict_one(
     deps: tuple[str, ...] = ()
     if checkpoint and not (cls and cls.spot):
         grace = run.terms.grace
-        lost = run.seconds_since(w.last_checkpoint_at or w.started_at)
+        lost = run.unsaved_seconds(w)
         ck = run.add(
             Checkpoint(
                 id=f"checkpoint:{w.key}",

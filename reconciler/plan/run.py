@@ -205,6 +205,11 @@ class Run:
     def seconds_since(self, t: datetime | None) -> float | None:
         return None if t is None else (self.now - t).total_seconds()
 
+    def unsaved_seconds(self, w: Workload) -> float | None:
+        """Seconds of work `w` loses if stopped now: since its last checkpoint, else its start
+        (None when neither is known)."""
+        return self.seconds_since(w.last_checkpoint_at or w.started_at)
+
     # -- victims -----------------------------------------------------------------------
     def gang(self, w: Workload) -> list[Workload]:
         """The running pods that live and die together with `w` (pods of one job: stopping

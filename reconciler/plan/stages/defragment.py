@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from reconciler.observe.model import Workload
 from reconciler.plan import placement
 from reconciler.plan.cluster import (
     PoolView,
@@ -125,7 +124,9 @@ def _residents(
         }
         # the defragmenter moves a node's first movable residents among equals: those that
         # lose the least work since their last checkpoint first
-        for key in sorted(held, key=lambda h: (_lost(run, run.cluster.workloads[h]), h)):
+        for key in sorted(
+            held, key=lambda h: (run.unsaved_seconds(run.cluster.workloads[h]) or 0.0, h)
+        ):
             w = run.cluster.workloads[key]
             if len(w.allocations) != 1 or w.key in run.evicted or len(run.gang(w)) != 1:
                 continue
@@ -142,11 +143,6 @@ def _residents(
                 )
             )
     return residents
-
-
-def _lost(run: Run, w: Workload) -> float:
-    """Seconds of work `w` loses if stopped now (since its last checkpoint, else its start)."""
-    return run.seconds_since(w.last_checkpoint_at or w.started_at) or 0.0
 
 
 def _first_free(

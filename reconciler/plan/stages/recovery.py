@@ -247,7 +247,7 @@ def lost_gpu_hours(run: Run, live: list[Workload]) -> float:
     resuming from the checkpoint loses."""
     total = 0.0
     for m in live:
-        seconds = run.seconds_since(m.last_checkpoint_at or m.started_at) or 0.0
+        seconds = run.unsaved_seconds(m) or 0.0
         total += max(seconds, 0.0) * float(m.request.gpus or len(m.allocations) or 1)
     return total / 3600
 

@@ -25,17 +25,13 @@ from reconciler.plan.evictions import (
 from reconciler.plan.partition import partition_for
 from reconciler.plan.run import BUDGET, Demand, DemandShape, Run
 from reconciler.plan.stages.defragment import defragment
-from reconciler.plan.stages.whole_cards import by_domain, place_gang
+from reconciler.plan.stages.whole_cards import by_domain, is_inference, place_gang
 from reconciler.plan.victims import Candidate
 
 
 def _whole_kind(run: Run, p: Demand) -> str:
-    """What whole-card demand is, for the words of a finding: replicas a ScalingPolicy adds,
-    and pods of a class for inference, are inference; the rest is training."""
-    c = run.pclass(p.priority_class)
-    if p.origin.startswith("scale-up") or (c is not None and c.workload == "inference"):
-        return "inference"
-    return "training"
+    """What whole-card demand is, for the words of a finding (`is_inference`)."""
+    return "inference" if is_inference(run, p) else "training"
 
 
 def place_training(run: Run, pv: PoolView, pending: list[Demand]) -> None:
