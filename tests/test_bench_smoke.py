@@ -268,6 +268,12 @@ def test_hostile_object_smoke():
         ), row
 
 
+def test_policy_load_smoke():
+    out = smoke("policy_load.py")
+    rows = lines_after(out, r"^\| policies \| files \| KB \| load ms .* \| memo ms .* \|$")
+    assert re.match(r"^\| example \+ 10 teams \| \d+ \| [\d,]+ \| [\d,.]+ \| [\d.]+ \|$", rows[1])
+
+
 def test_observe_nodes_smoke():
     out = smoke("observe_nodes.py")
     rows = lines_after(out, r"^\| nodes \| step \| ms per cycle \|$")

@@ -47,7 +47,7 @@ from reconciler.plan.incremental import PlanMemo, plan_incremental
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import PlanFacts
 from reconciler.policy.files import SourceError
-from reconciler.policy.loader import load
+from reconciler.policy.loader import LoadMemo
 from reconciler.policy.problems import InvalidDesiredState
 from reconciler.policy.state import DesiredState
 
@@ -171,6 +171,10 @@ class Controller:
         self._unreadable_reported: dict[str, datetime] = {}
         self._cycle_started: float | None = None
         self.cache = None  # a ClusterCache once `run` starts the watches; lists until then
+        self.policy_memo = LoadMemo()
+        """The policies, parsed and checked once per content of the source (`LoadMemo`): an
+        unchanged repository is the same DesiredState cycle after cycle, which the planner's
+        memo then recognises by identity."""
         self.card_memo = CardMemo()
         """Each node's published cards, converted once per version of its GpuNodeState."""
         self.workload_memo = WorkloadMemo()
@@ -267,7 +271,7 @@ class Controller:
         metrics.SUSPENDED.set(1 if view.suspend else 0)
         try:
             snap = self.source.read()
-            desired = self.last_desired = load(snap.files, revision=snap.revision)
+            desired = self.last_desired = self.policy_memo.load(snap.files, revision=snap.revision)
         except (SourceError, InvalidDesiredState) as exc:
             if isinstance(exc, InvalidDesiredState):  # a failed fetch keeps the last policies
                 self.last_desired = None

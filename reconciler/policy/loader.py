@@ -423,3 +423,31 @@ def load(
     if problems:
         raise InvalidDesiredState(problems)
     return state
+
+
+class LoadMemo:
+    """`load` once per content: a read whose files (paths and texts, in order) and revision are
+    those of the last one gets the last outcome again, the same DesiredState object or the same
+    problems, without parsing anything. A long-running reader (the controller, every cycle) pays
+    the parse and the checks only when the policies change: for a small repository tens of
+    milliseconds a cycle, for a 1,000-team Quota file seconds. Holds one outcome: the last."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[str | None, tuple[SourceFile, ...]], Any] | None = None
+        self.loads = 0
+        """How many reads parsed (the rest were answered from the memo)."""
+
+    def load(self, files: list[SourceFile], *, revision: str | None = None) -> DesiredState:
+        key = (revision, tuple(files))
+        last = self._last
+        if last is None or last[0] != key:
+            self.loads += 1
+            try:
+                out: Any = load(files, revision=revision)
+            except InvalidDesiredState as exc:
+                out = exc
+            self._last = last = (key, out)
+        out = last[1]
+        if isinstance(out, InvalidDesiredState):
+            raise out.with_traceback(None)
+        return out
