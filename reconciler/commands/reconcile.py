@@ -72,7 +72,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     interval = _interval(args.interval)
     if interval is None:
         return 1
-    source = _source(args)
+    source = _source(args, poll_seconds=interval)
     if source is None:
         return 1
     try:
@@ -112,9 +112,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _source(args: argparse.Namespace) -> Any:
-    """Where the desired state is read: --git-url's branch, else the --path directory; None
-    (the error printed) when that cannot be made."""
+def _source(args: argparse.Namespace, poll_seconds: float) -> Any:
+    """Where the desired state is read: --git-url's branch (fetched at most once per
+    `poll_seconds`, the loop's interval, however often events start cycles), else the --path
+    directory; None (the error printed) when that cannot be made."""
     from reconciler.loop.sources import DirectorySource, GitSource
     from reconciler.policy.files import SourceError
 
@@ -122,7 +123,13 @@ def _source(args: argparse.Namespace) -> Any:
     try:
         git_timeout = parse_duration(args.git_timeout)
         if args.git_url is not None:
-            source = GitSource(args.git_url, args.branch, args.cache, timeout=git_timeout)
+            source = GitSource(
+                args.git_url,
+                args.branch,
+                args.cache,
+                timeout=git_timeout,
+                poll_seconds=poll_seconds,
+            )
         else:
             source = DirectorySource(args.path)
     except ValueError as exc:
@@ -186,7 +193,12 @@ def _serve(args: argparse.Namespace, ctl: Any) -> bool:
         except (OSError, ValueError) as exc:
             print(f"error: --webhook-secret-file: {exc}", file=sys.stderr)
             return False
-        serve_webhook(hook_at[1], secret, args.branch, ctl.wake, hook_at[0])
+
+        def on_push() -> None:  # the branch moved: the next cycle fetches, and starts now
+            ctl.source.expire()
+            ctl.wake()
+
+        serve_webhook(hook_at[1], secret, args.branch, on_push, hook_at[0])
     return True
 
 
@@ -328,7 +340,8 @@ def _add_cycle_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--interval",
         default=f"{RECONCILE_INTERVAL_SECONDS}s",
-        help=f"time between cycles (default {RECONCILE_INTERVAL_SECONDS}s)",
+        help=f"time between cycles when no event starts one, and the least time between two "
+        f"fetches of --git-url (default {RECONCILE_INTERVAL_SECONDS}s)",
     )
     p.add_argument(
         "--namespace",

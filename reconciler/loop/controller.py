@@ -270,7 +270,8 @@ class Controller:
             handled["lastHandledReconcileAt"] = view.requested_at
         metrics.SUSPENDED.set(1 if view.suspend else 0)
         try:
-            snap = self.source.read()
+            # a reconcile asked for reads the source afresh (a git source otherwise polls)
+            snap = self.source.read(fresh=view.requested)
             desired = self.last_desired = self.policy_memo.load(snap.files, revision=snap.revision)
         except (SourceError, InvalidDesiredState) as exc:
             if isinstance(exc, InvalidDesiredState):  # a failed fetch keeps the last policies

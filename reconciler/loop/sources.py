@@ -21,7 +21,8 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -61,7 +62,8 @@ class DirectorySource:
         """The policy directories present (possibly none)."""
         return [self.root / d for d in self.dirs if os.path.lexists(self.root / d)]
 
-    def read(self) -> PolicyRevision:
+    def read(self, *, fresh: bool = False) -> PolicyRevision:
+        """The files as they are now (every read reads them: `fresh` changes nothing)."""
         paths = self.paths()
         if not paths:
             if not self.root.is_dir():
@@ -197,8 +199,17 @@ def _redact(url: str) -> str:
 
 
 class GitSource:
-    """A git remote, cloned once into `<cache>/origin.git` and fetched on every read; the branch
-    is pinned. Every git process ends within `timeout` seconds or the read is a SourceError."""
+    """A git remote, cloned once into `<cache>/origin.git` and fetched at most once per
+    `poll_seconds`; the branch is pinned. Every git process ends within `timeout` seconds or the
+    read is a SourceError.
+
+    The controller reads its source every cycle, and events (a gated pod, a freed card, a queue
+    signal) start cycles up to several times a second: a fetch per cycle would put a network
+    round trip and a git process on every admission's path and ask the git server as often. So
+    a read within `poll_seconds` of the last fetch gets that fetch's outcome again (its files,
+    or its SourceError); `fresh` (a reconcile asked for through the trigger annotation) and
+    `expire` (a push webhook) fetch at the next read. `gpupool reconcile` polls at its
+    `--interval`; 0 fetches on every read."""
 
     def __init__(
         self,
@@ -208,8 +219,18 @@ class GitSource:
         dirs: tuple[str, ...] = DEFAULT_DIRS,
         *,
         timeout: float = GIT_TIMEOUT_S,
+        poll_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.url, self.branch = check_git_url(url), check_branch(branch)
+        if not poll_seconds >= 0:
+            raise SourceError(f"git poll interval {poll_seconds!r}: must be 0 or more")
+        self.poll_seconds, self._clock = float(poll_seconds), clock
+        self._last: tuple[float, PolicyRevision | SourceError] | None = None
+        """When the last fetch started, and what it gave."""
+        self._stale = False
+        """Set by `expire` (a push webhook): the next read fetches."""
+        self.fetches = 0
         if not str(cache).strip():
             raise SourceError("git cache: the path is empty")
         if not timeout > 0:
@@ -339,7 +360,28 @@ class GitSource:
 
     # -- the source
 
-    def read(self) -> PolicyRevision:
+    def read(self, *, fresh: bool = False) -> PolicyRevision:
+        """The branch's policy files: fetched, or the last fetch's within `poll_seconds`."""
+        now, last = self._clock(), self._last
+        if last is None or fresh or self._stale or now - last[0] >= self.poll_seconds:
+            self._stale = False  # a push during this fetch sets it again: fetched once more
+            self.fetches += 1
+            try:
+                got: PolicyRevision | SourceError = self._fetch()
+            except SourceError as exc:
+                got = exc
+            self._last = last = (now, got)
+        got = last[1]
+        if isinstance(got, SourceError):
+            raise got.with_traceback(None)
+        return got
+
+    def expire(self) -> None:
+        """The branch moved (a push webhook said so): the next read fetches. Safe to call
+        from another thread."""
+        self._stale = True
+
+    def _fetch(self) -> PolicyRevision:
         repo_dir = self._ensure_clone()
         # by URL, not by remote name: no remote.origin.* setting (uploadpack, vcs, proxy) is used
         self._git(
