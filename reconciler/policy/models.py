@@ -587,8 +587,9 @@ class Forecast(Model):
     the coming `lookahead` on each of the last `days` days (same time of day), combined by
     `aggregate`, times `headroom`, divided by scaleUp.queueLengthPerReplica, is a floor under
     the replicas (within the target's bounds and the scale-up cooldown; admission still
-    applies the pool's and the quotas' lending limits). The history is a Prometheus range
-    read (`query`), whatever `signals.source` is."""
+    applies the pool's and the quotas' lending limits). With `model: scaled` each day's
+    reading is first scaled to today's level. The history is a Prometheus range read
+    (`query`), whatever `signals.source` is."""
 
     days: int = Field(default=3, ge=1, le=MAX_FORECAST_DAYS)
     """Previous days read, one query each (a day without history is left out)."""
