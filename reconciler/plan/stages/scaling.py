@@ -251,7 +251,7 @@ def _level_scaled(
                 "forecast-unavailable",
                 svc.key,
                 f"ScalingPolicy/{name} cannot read {what} ({query}): {why}; "
-                "that day's reading is not scaled",
+                "a day without both levels is not scaled",
             )
     now, past = (lv.days[0], lv.days[1:]) if lv.days else (None, [])
     ratios = level_ratios(now, past, fc.max_level_ratio)
