@@ -134,7 +134,7 @@ FORECAST = """
     lookahead: {lookahead}
     statistic: {statistic}
     aggregate: {aggregate}
-    headroom: {headroom}{down}"""
+    headroom: {headroom}{down}{model}"""
 
 
 def desired_state(args, *, forecast: bool):
@@ -152,6 +152,10 @@ def desired_state(args, *, forecast: bool):
             headroom=args.forecast_headroom,
             down=f"\n    scaleDownLookahead: {args.forecast_down_lookahead}"
             if args.forecast_down_lookahead not in (None, "none")
+            else "",
+            model=f"\n    model: scaled\n    levelWindow: {args.forecast_level_window}"
+            f"\n    maxLevelRatio: {args.forecast_max_level_ratio:g}"
+            if args.forecast_model == "scaled"
             else "",
         )
     with tempfile.TemporaryDirectory() as tmp:
@@ -396,6 +400,22 @@ def main(argv: list[str] | None = None) -> int:
         "--forecast-aggregate", choices=("max", "median"), default="median", help="across days"
     )
     ap.add_argument("--forecast-headroom", type=float, default=0.5, help="multiplier (0.5)")
+    ap.add_argument(
+        "--forecast-model",
+        choices=("seasonal", "scaled"),
+        default="seasonal",
+        help="forecast.model (seasonal: the days' readings as they were; scaled: each times "
+        "today's level over that day's, the mean queue over --forecast-level-window)",
+    )
+    ap.add_argument(
+        "--forecast-level-window", default="1h", help="forecast.levelWindow with scaled (1h)"
+    )
+    ap.add_argument(
+        "--forecast-max-level-ratio",
+        type=float,
+        default=4.0,
+        help="forecast.maxLevelRatio with scaled (4)",
+    )
     ap.add_argument(
         "--forecast-up", type=int, help="scale-up queue per replica with forecast (--up)"
     )

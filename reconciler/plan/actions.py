@@ -195,8 +195,9 @@ class SignalValue(Frozen):
     """A reading a scaling decision used: which signal, the PromQL sent, and its value."""
 
     name: str
-    """queueLength, waitTime, forecast/<d>d (a forecast day's reading) or forecast-down/<d>d
-    (one of the scale-down window, forecast.scaleDownLookahead)."""
+    """queueLength, waitTime, forecast/<d>d (a forecast day's reading), forecast-down/<d>d
+    (one of the scale-down window, forecast.scaleDownLookahead) or forecast-level/<d>d (the
+    queue level d days back, 0d now: forecast.model scaled)."""
     query: str
     value: float
 

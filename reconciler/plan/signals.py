@@ -70,6 +70,9 @@ def scaling_queries(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[Sig
 FORECAST = "forecast"
 FORECAST_DOWN = "forecast-down"
 """The signal of the scale-down window's readings (forecast.scaleDownLookahead)."""
+FORECAST_LEVEL = "forecast-level"
+"""The signal of the level readings of forecast.model scaled: the mean queue over the last
+levelWindow, today (day 0) and on each previous day."""
 DAY_SECONDS = 86400
 FORECAST_RESOLUTION = "30s"
 """The subquery step of the default forecast query (a usual scrape interval)."""
@@ -102,13 +105,22 @@ class ForecastQuery:
     day: int
     window: int
 
+    @property
+    def start(self) -> int:
+        """Where the window starts, in seconds from now (negative: in the past): the coming
+        window as it was `day` days ago, or (FORECAST_LEVEL) the window that ended then."""
+        back = self.day * DAY_SECONDS
+        return -back - self.window if self.signal == FORECAST_LEVEL else -back
+
 
 def forecast_plan(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[ForecastQuery]:
     """One query per previous day d (1..forecast.days): the signal over [now - d days,
     now - d days + lookahead], the window that is coming up, as it was that day; with
     scaleDownLookahead, as many again over that longer window. `$window` is the window, `$offset`
-    d days minus it (PromQL's `[w] offset o` covers [now - o - w, now - o]). Read whatever
-    signals.source is: annotations have no history."""
+    d days minus it (PromQL's `[w] offset o` covers [now - o - w, now - o]). With model
+    scaled, the levels after them: the mean queue over the last levelWindow now (day 0, no
+    offset) and d days ago (offset d days). Read whatever signals.source is: annotations have
+    no history."""
     fc = pol.spec.forecast
     if fc is None:
         return []
@@ -130,7 +142,23 @@ def forecast_plan(policy: str, pol: ScalingPolicy, t: ScaleTarget) -> list[Forec
                 forecast_query_id(policy, t, day, signal), render_query(template, values)
             )
             out.append(ForecastQuery(q, signal, day, window))
+    if fc.model == "scaled":
+        window = max(1, int(fc.level_window.total_seconds()))
+        for day in range(fc.days + 1):
+            values = {"namespace": t.namespace, "name": t.name, "window": f"{window}s"}
+            text = render_query(level_template(pol, day), values)
+            q = SignalQuery(forecast_query_id(policy, t, day, FORECAST_LEVEL), text)
+            out.append(ForecastQuery(q, FORECAST_LEVEL, day, window))
     return out
+
+
+def level_template(pol: ScalingPolicy, day: int) -> str:
+    """The level query of `day` days back before substitution: the mean of signals.queueLength
+    over `$window` ending then (day 0: now, no offset clause)."""
+    offset = f" offset {day * DAY_SECONDS}s" if day else ""
+    return (
+        f"avg_over_time(({pol.spec.signals.queue_length})[$window:{FORECAST_RESOLUTION}]{offset})"
+    )
 
 
 def forecast_queries(

@@ -587,8 +587,9 @@ class Forecast(Model):
     the coming `lookahead` on each of the last `days` days (same time of day), combined by
     `aggregate`, times `headroom`, divided by scaleUp.queueLengthPerReplica, is a floor under
     the replicas (within the target's bounds and the scale-up cooldown; admission still
-    applies the pool's and the quotas' lending limits). The history is a Prometheus range
-    read (`query`), whatever `signals.source` is."""
+    applies the pool's and the quotas' lending limits). With `model: scaled` each day's
+    reading is first scaled to today's level. The history is a Prometheus range read
+    (`query`), whatever `signals.source` is."""
 
     days: int = Field(default=3, ge=1, le=MAX_FORECAST_DAYS)
     """Previous days read, one query each (a day without history is left out)."""
@@ -611,11 +612,31 @@ class Forecast(Model):
     """PromQL of one day's reading; `$namespace`, `$name` as in the signals, `$window` the
     lookahead and `$offset` one day's distance minus it, in seconds (e.g. `600s`, `85800s`).
     Default: `<statistic>_over_time((<signals.queueLength>)[$window:30s] offset $offset)`."""
+    model: Literal["seasonal", "scaled"] = "seasonal"
+    """How a day's reading becomes the expected queue: as it was (`seasonal`: same time of day
+    on previous days), or scaled by how busy today is against that day (`scaled`: the reading
+    times the mean queue over the last `levelWindow` now, over the same window that day,
+    the ratio bounded by `maxLevelRatio` both ways; no correction for a day whose level is 0
+    or unread). The levels are read with
+    `avg_over_time((<signals.queueLength>)[<levelWindow>:30s] offset <d days>)`."""
+    level_window: Duration = Field("1h", validate_default=True)
+    """With model `scaled`: how far back the level of today and of each previous day is read."""
+    max_level_ratio: float = Field(default=4.0, ge=1, le=100, allow_inf_nan=False)
+    """With model `scaled`: the level ratio is kept within [1 / this, this]."""
 
     @model_validator(mode="after")
     def _statistic_needs_the_default_query(self) -> Forecast:
         if self.query is not None and "statistic" in self.model_fields_set:
             raise ValueError("statistic shapes the default query only: give one or the other")
+        return self
+
+    @model_validator(mode="after")
+    def _level_fields_need_the_scaled_model(self) -> Forecast:
+        given = [f for f in ("level_window", "max_level_ratio") if f in self.model_fields_set]
+        if given and self.model != "scaled":
+            names = " and ".join(yaml_name(f) for f in given)
+            verb = "are" if len(given) > 1 else "is"
+            raise ValueError(f"{names} {verb} read by model: scaled only")
         return self
 
     @model_validator(mode="after")
@@ -628,6 +649,15 @@ class Forecast(Model):
                 "would drop replicas the pre-warm asks for again"
             )
         return self
+
+    @field_validator("level_window")
+    @classmethod
+    def _level_window(cls, v: timedelta) -> timedelta:
+        if not timedelta(0) < v <= MAX_LOOKAHEAD:
+            raise ValueError(
+                f"must be more than 0s and at most {format_duration(MAX_LOOKAHEAD.total_seconds())}"
+            )
+        return v
 
     @field_validator("lookahead", "scale_down_lookahead")
     @classmethod

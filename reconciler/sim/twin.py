@@ -58,7 +58,7 @@ from reconciler.observe.model import (
 from reconciler.plan.actions import MigReconfigure, SetSharing
 from reconciler.plan.model import Plan
 from reconciler.plan.planner import plan
-from reconciler.plan.signals import forecast_plan
+from reconciler.plan.signals import FORECAST_LEVEL, forecast_plan
 from reconciler.policy.state import DesiredState
 from reconciler.sim.effects import finish, step
 from reconciler.sim.failures import FailureClock
@@ -381,23 +381,27 @@ class Twin:
         them from the serving stack's recorded queue: per previous day, the highest queue (the
         mean, with statistic avg) the load curve gives over that day's window (requests/s x
         concurrency / service rate: the queue with enough replicas, as the twin exports it
-        without backlog). A day before the curve starts is an empty result (no history)."""
+        without backlog); with forecast.model scaled, the mean over the level window that
+        ended now and on each previous day at this time. A window before the curve starts is
+        an empty result (no history)."""
         cfg = self.cfg
         per = cfg.concurrency / cfg.service_rate
         out = []
         for f in self.forecast:
-            lo = t - f.day * DAY
+            lo = t + f.start
             bins = self.load.window(lo, lo + f.window) if lo >= 0 else []
             samples = []
             if bins:
-                samples = [SignalSample(value=self._statistic(bins) * per)]
+                stat = "avg" if f.signal == FORECAST_LEVEL else self.statistic
+                samples = [SignalSample(value=self._statistic(bins, stat) * per)]
             out.append(SignalReading(id=f.query.id, query=f.query.query, samples=samples))
         return out
 
-    def _statistic(self, bins: list[tuple[float, float, float]]) -> float:
+    @staticmethod
+    def _statistic(bins: list[tuple[float, float, float]], statistic: str) -> float:
         """Requests/s over `bins` as the default query sums up a window: the highest bin
         (max_over_time) or the mean (avg_over_time)."""
-        if self.statistic == "avg":
+        if statistic == "avg":
             return sum(req for _, _, req in bins) / sum(width for _, width, _ in bins)
         return max(req / width for _, width, req in bins)
 

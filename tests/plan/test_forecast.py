@@ -8,7 +8,14 @@ import pytest
 
 from reconciler.observe.model import ObservedState, SignalReading, SignalSample
 from reconciler.plan import signals as sig
-from reconciler.plan.forecast import combine, forecast_replicas, replicas_for
+from reconciler.plan.forecast import (
+    combine,
+    forecast_replicas,
+    level_ratio,
+    level_ratios,
+    replicas_for,
+    scaled,
+)
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.support import NOW, desired, scaling
@@ -50,6 +57,42 @@ def test_forecast_replicas():
         replicas_for(1, 0)
 
 
+@pytest.mark.parametrize(
+    ("now", "then", "bound", "want"),
+    [
+        (6, 3, 4, 2.0),  # today twice as busy as that day
+        (3, 6, 4, 0.5),
+        (40, 2, 4, 4.0),  # bounded both ways
+        (1, 40, 4, 0.25),
+        (40, 2, 10, 10.0),
+        (0, 5, 4, 0.25),  # nothing queued now: the lower bound
+        (5, 0, 4, 1.0),  # no level that day: no correction
+        (5, 1e-9, 4, 1.0),
+        (None, 5, 4, 1.0),  # no level now
+        (5, None, 4, 1.0),
+    ],
+)
+def test_level_ratio(now, then, bound, want):
+    assert level_ratio(now, then, bound) == pytest.approx(want)
+
+
+def test_level_ratio_refuses_a_bound_below_one():
+    with pytest.raises(ValueError, match="at least 1"):
+        level_ratio(1, 1, 0.5)
+
+
+def test_scaled_multiplies_each_day_by_its_ratio():
+    ratios = level_ratios(6, [3, None, 12])
+    assert ratios == [2.0, 1.0, 0.5]
+    assert scaled([10, 20, None], ratios) == [20.0, 20.0, None]
+    assert scaled([10, 20], [2.0]) == [20.0, 20.0]  # a day without a ratio: as it is
+    # the median of the scaled days: the weekend's readings raised to a weekday's level
+    assert forecast_replicas(scaled([10, 12, 40], [3.0, 3.0, 1.0]), 8, aggregate="median") == (
+        5,
+        36.0,
+    )
+
+
 def policy(forecast: str):
     text = desired(extra=scaling() + f"  forecast: {forecast}\n")
     pol = load([SourceFile("desired.yaml", text)]).scaling["chat"]
@@ -84,6 +127,27 @@ def test_a_scale_down_window_adds_one_query_per_day_over_it():
     assert sig.forecast_queries("chat", pol, t, sig.FORECAST) == [f.query for f in plan[:2]]
     assert sig.forecast_queries("chat", pol, t, sig.FORECAST_DOWN) == [f.query for f in plan[2:]]
     assert sig.forecast_queries("chat", pol, t) == [f.query for f in plan]
+
+
+def test_model_scaled_adds_the_level_of_today_and_of_each_day():
+    pol, t = policy("{days: 2, lookahead: 10m, model: scaled, levelWindow: 30m}")
+    plan = sig.forecast_plan("chat", pol, t)
+    assert [(f.signal, f.day, f.window, f.start) for f in plan] == [
+        ("forecast", 1, 600, -86400),
+        ("forecast", 2, 600, -172800),
+        ("forecast-level", 0, 1800, -1800),
+        ("forecast-level", 1, 1800, -88200),
+        ("forecast-level", 2, 1800, -174600),
+    ]
+    assert plan[2].query.id == "scaling/chat/Deployment/team-b/chat/forecast-level/0d"
+    queue = 'sum(vllm:num_requests_waiting{namespace="team-b",pod=~"chat-.*"})'
+    # the last 30 minutes now, and the 30 minutes that ended at this time a day ago
+    assert plan[2].query.query == f"avg_over_time(({queue})[1800s:30s])"
+    assert plan[3].query.query == f"avg_over_time(({queue})[1800s:30s] offset 86400s)"
+    assert sig.forecast_queries("chat", pol, t, sig.FORECAST_LEVEL) == [f.query for f in plan[2:]]
+    # the seasonal model (the default) reads no level
+    pol, t = policy("{days: 2, lookahead: 10m}")
+    assert all(f.signal != sig.FORECAST_LEVEL for f in sig.forecast_plan("chat", pol, t))
 
 
 def test_a_query_of_its_own_gets_the_placeholders():

@@ -67,6 +67,14 @@ def test_a_forecast_loads_with_its_defaults_and_its_own_values():
     ) == (7, 900, "median", 1.2, 3600)
 
 
+def test_the_scaled_model_loads_with_its_defaults_and_its_own_values():
+    fc = load([SourceFile("f.yaml", text("days: 3"))]).scaling["llm"].spec.forecast
+    assert (fc.model, fc.level_window, fc.max_level_ratio) == ("seasonal", timedelta(hours=1), 4)
+    given = text("model: scaled", "levelWindow: 2h", "maxLevelRatio: 3")
+    fc = load([SourceFile("f.yaml", given)]).scaling["llm"].spec.forecast
+    assert (fc.model, fc.level_window, fc.max_level_ratio) == ("scaled", timedelta(hours=2), 3)
+
+
 def test_no_forecast_is_reactive_only():
     state = load([SourceFile("f.yaml", text().replace("  forecast:\n", ""))])
     assert state.scaling["llm"].spec.forecast is None
@@ -117,6 +125,52 @@ BAD = [
         3,
         "spec.forecast",
         "statistic shapes the default query only",
+    ),
+    ("model", ["model: holt"], UP, 0, 5, "spec.forecast.model", "'seasonal' or 'scaled'"),
+    (
+        "level window zero",
+        ["model: scaled", "levelWindow: 0s"],
+        UP,
+        1,
+        5,
+        "spec.forecast.levelWindow",
+        "more than 0s",
+    ),
+    (
+        "level window a day",
+        ["model: scaled", "levelWindow: 24h"],
+        UP,
+        1,
+        5,
+        "spec.forecast.levelWindow",
+        "at most 12h",
+    ),
+    (
+        "level ratio below one",
+        ["model: scaled", "maxLevelRatio: 0.5"],
+        UP,
+        1,
+        5,
+        "spec.forecast.maxLevelRatio",
+        "greater than or equal to 1",
+    ),
+    (
+        "level window without the scaled model",
+        ["levelWindow: 2h"],
+        UP,
+        -1,
+        3,
+        "spec.forecast",
+        "levelWindow is read by model: scaled only",
+    ),
+    (
+        "level fields with the seasonal model",
+        ["model: seasonal", "levelWindow: 2h", "maxLevelRatio: 2"],
+        UP,
+        -1,
+        3,
+        "spec.forecast",
+        "levelWindow and maxLevelRatio are read by model: scaled only",
     ),
     (
         "no queue threshold",

@@ -88,3 +88,29 @@ def test_the_twin_answers_the_scale_down_window_over_its_own_length(tmp_path):
     assert got == {"forecast/1d": [10.0], "forecast-down/1d": [60.0]}
     # the first day has no history for either window
     assert all(not r.samples for r in twin._history(RISE))
+
+
+def test_the_twin_answers_the_level_queries_of_the_scaled_model(tmp_path):
+    """With model scaled the twin answers the level of today and of each previous day: the
+    mean queue over the level window that ended now and a day ago at this time. 30 minutes
+    into day 2's rise, the last 30 minutes ran at 6 req/s today and a day ago; half an hour
+    before the rise, a day ago, at 1 req/s; x 10 concurrency / 1 req/s per replica."""
+    curve = two_days(tmp_path / "load.csv")
+    d = desired("{days: 1, lookahead: 10m, model: scaled, levelWindow: 30m}")
+    cfg = TwinConfig(service_rate=1.0, period=120.0, warmup=DAY, concurrency=10.0)
+    twin = twin_mod.Twin(d, curve, [], cfg)
+
+    def history(t):
+        return {r.id.split("/", 5)[-1]: [s.value for s in r.samples] for r in twin._history(t)}
+
+    assert history(DAY + RISE + 1800) == {
+        "forecast/1d": [60.0],
+        "forecast-level/0d": [60.0],
+        "forecast-level/1d": [60.0],
+    }
+    # 15 minutes past the rise: the last 30 minutes are half calm, half busy
+    assert history(DAY + RISE + 900)["forecast-level/0d"] == [35.0]
+    assert history(DAY + RISE - 1800)["forecast-level/1d"] == [10.0]
+    # the first day: no history a day back, and no level before the first 30 minutes
+    assert history(RISE)["forecast-level/1d"] == []
+    assert history(600)["forecast-level/0d"] == []

@@ -19,8 +19,10 @@ from reconciler.plan import signals as sig
 from reconciler.plan.actions import (
     Scale,
     SetScaleEnvelope,
+    SignalValue,
 )
 from reconciler.plan.forecast import forecast_replicas as fc_replicas
+from reconciler.plan.forecast import level_ratios, scaled
 from reconciler.plan.run import Demand, Run
 from reconciler.policy.models import (
     ScaleTarget,
@@ -204,12 +206,16 @@ def _forecast(
             f"ScalingPolicy/{name} cannot read {what} ({query}): {why}; "
             "the forecast uses the other days",
         )
-    got = fc_replicas(read.days, per, aggregate=fc.aggregate, headroom=fc.headroom)
+    days, level, evidence = read.days, "", read.evidence
+    if fc.model == "scaled":
+        days, level, more = _level_scaled(run, pol, svc, target, read.days, signal)
+        evidence = (*evidence, *more)
+    got = fc_replicas(days, per, aggregate=fc.aggregate, headroom=fc.headroom)
     if got is None:
         return None
     want, queue = got
-    if read.evidence:
-        run.scale_signals[svc.key] = (*run.scale_signals.get(svc.key, ()), *read.evidence)
+    if evidence:
+        run.scale_signals[svc.key] = (*run.scale_signals.get(svc.key, ()), *evidence)
     seen = sum(1 for v in read.days if v is not None)
     length = fc.scale_down_lookahead if signal == sig.FORECAST_DOWN else fc.lookahead
     window = format_duration((length or fc.lookahead).total_seconds())
@@ -218,9 +224,47 @@ def _forecast(
     head = f" x {fc.headroom:g}" if fc.headroom != 1 else ""
     return clamp, (
         f"forecast: queue over the next {window} was {fc.aggregate} {queue:g} on the last "
-        f"{seen} day{'s' if seen != 1 else ''}{head} -> {clamp} replicas at "
+        f"{seen} day{'s' if seen != 1 else ''}{level}{head} -> {clamp} replicas at "
         f"{per:g}/replica{bound}"
     )
+
+
+def _level_scaled(
+    run: Run,
+    pol: ScalingPolicy,
+    svc: InferenceService,
+    target: ScaleTarget,
+    days: list[float | None],
+    signal: str,
+) -> tuple[list[float | None], str, tuple[SignalValue, ...]]:
+    """forecast.model scaled: each day's reading times its level ratio (`plan/forecast.py`
+    `level_ratios`), the reason's text for it and the level readings used. A level that
+    could not be read is a finding (once, with the pre-warm's window) and no correction."""
+    fc = pol.spec.forecast
+    assert fc is not None
+    name = pol.metadata.name
+    lv = sig.forecast_readings(run.observed, name, pol, target, sig.FORECAST_LEVEL)
+    if signal == sig.FORECAST:
+        for what, query, why in lv.problems:
+            run.find(
+                "warning",
+                "forecast-unavailable",
+                svc.key,
+                f"ScalingPolicy/{name} cannot read {what} ({query}): {why}; "
+                "a day without both levels is not scaled",
+            )
+    now, past = (lv.days[0], lv.days[1:]) if lv.days else (None, [])
+    ratios = level_ratios(now, past, fc.max_level_ratio)
+    used = [r for v, r in zip(days, ratios, strict=False) if v is not None]
+    window = format_duration(fc.level_window.total_seconds())
+    text = ""
+    if now is None:
+        text = f", not scaled (no queue level of the last {window} now)"
+    elif used:
+        lo, hi = min(used), max(used)
+        span = f"{lo:.2g}" if round(lo, 2) == round(hi, 2) else f"{lo:.2g}-{hi:.2g}"
+        text = f", scaled x{span} to the queue of the last {window}"
+    return scaled(days, ratios), text, lv.evidence
 
 
 def _reactive_replicas(

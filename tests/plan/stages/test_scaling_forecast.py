@@ -163,3 +163,72 @@ def test_a_scale_down_reads_the_scale_down_window(ahead, down, service, want, ta
             window = "1h" if down >= ahead else "10m"
             assert f"forecast: queue over the next {window} was max" in scale.reason
     assert findings_of(run) == set()
+
+
+# forecast.model scaled: each day's reading times today's level over that day's (the mean
+# queue over levelWindow now and then). (the days' readings, the levels: now then day 1..3,
+# wanted replicas (None: no intent), the reason's middle, findings)
+LEVEL_ROWS = [
+    pytest.param(
+        [30, 50, 40],
+        [20, 10, 40, 20],
+        6,
+        "max 60 on the last 3 days, scaled x0.5-2",
+        set(),
+        id="each-day-by-its-ratio",
+    ),
+    pytest.param(
+        [10, 10, 10],
+        [40, 5, 5, 5],
+        4,
+        "max 40 on the last 3 days, scaled x4",
+        set(),
+        id="bounded-at-4",
+    ),
+    pytest.param(
+        [30, 50, 40],
+        [None, 10, 40, 20],
+        5,
+        "max 50 on the last 3 days, not scaled",
+        set(),
+        id="no-level-now-no-correction",
+    ),
+    pytest.param(
+        [30, 50, 40],
+        [20, 0, 100, 20],
+        4,
+        "max 40 on the last 3 days, scaled x0.25-1",
+        set(),
+        id="a-day-at-zero-is-not-scaled",
+    ),
+    pytest.param(
+        [30, 50, None],
+        [20, 10, "timeout", 20],
+        6,
+        "max 60 on the last 2 days, scaled x1-2",
+        {("forecast-unavailable", CHAT)},
+        id="an-unread-level-is-a-finding",
+    ),
+]
+
+
+@pytest.mark.parametrize(("days", "levels", "want", "middle", "findings"), LEVEL_ROWS)
+def test_the_scaled_model_scales_each_day_to_todays_level(days, levels, want, middle, findings):
+    text = policy("{days: 3, model: scaled}")
+    run = stage_run(
+        text,
+        two_nodes(SHARED_CARD),
+        [],
+        services=[svc(2, queue=15)],
+        signals=readings(text, days + levels),
+    )
+    intents, new, _ = plan_scaling(run)
+    assert [(i.svc.key, i.want) for i in intents] == [(CHAT, want)]
+    emit_scales(run, intents, new)
+    (a,) = run.actions.values()
+    assert a.reason.startswith(f"forecast: queue over the next 10m was {middle}"), a.reason
+    assert a.reason.endswith(f"at 10/replica: pre-warm {CHAT} 2 -> {want}"), a.reason
+    names = {s.name for s in a.signals}
+    assert {"forecast/1d", "forecast-level/1d"} <= names, names
+    assert ("forecast-level/0d" in names) == (levels[0] is not None)
+    assert findings_of(run) == findings
