@@ -229,14 +229,51 @@ def claim(meta=MADE, status=None, managed_by="") -> Dra:
     )
 
 
-def gated_claimant(made: str = CLAIM) -> Pod:
+def gated_claimant(made: str = CLAIM, name: str = "p-0") -> Pod:
     return Pod(
-        "p-0",
+        name,
         node=None,
         gates=(C.ADMISSION_GATE,),
         claims=(("gpus", made),),
         templates={"gpus": f"{CLASS}-2"},
     )
+
+
+GANG_ADMIT = Admit(
+    id=f"admit:{NS}/p-0",
+    target=f"{NS}/p-0",
+    reason="a gang of two on four planned cards",
+    namespace=NS,
+    pods=(
+        PodAdmission(name="p-0", node="node-a", gpus=(0, 1), devices=UUIDS),
+        PodAdmission(name="p-1", node="node-a", gpus=(2, 3), devices=("GPU-c", "GPU-d")),
+    ),
+)
+QUOTA_REFUSED = ApiError(
+    403,
+    "Forbidden",
+    'resourceclaims "p-1-gpus" is forbidden: exceeded quota: gpupool-team-a, requested: '
+    "gpupool-d100-gpu.deviceclass.resource.k8s.io/devices=2, used: 4, limited: 4",
+)
+
+
+def gang_claim() -> Dra:
+    owner = {**OWNER, "name": "p-1", "uid": "uid-p-1"}
+    meta = {**MADE, "ownerReferences": [owner]}
+    return Dra("ResourceClaim", "p-1-gpus-x1", NS, spec=CLAIM_SPEC, managed_by="", meta=meta)
+
+
+def gang_pinned(p: Probe) -> None:
+    """Both pods admitted on their pinned claims; both template claims gone."""
+    for pod_name, devices, old in (
+        ("p-0", "GPU-a,GPU-b", CLAIM),
+        ("p-1", "GPU-c,GPU-d", "p-1-gpus-x1"),
+    ):
+        pod = p.pod(pod_name)
+        made = pinned_name(pod_name, f"uid-{pod_name}", "gpus", devices)
+        assert pod is not None and pod.claims == (("gpus", made),) and pod.gates == ()
+        assert p.cluster.dra.get(("ResourceClaim", NS, old)) is None  # type: ignore[attr-defined]
+        assert p.cluster.dra.get(("ResourceClaim", NS, made)) is not None  # type: ignore[attr-defined]
 
 
 ADMITS_NEXT_RUN = frozenset(
@@ -398,6 +435,42 @@ DRA_ROWS += [
         ("create_dra_object", "set_pod_claim", "admit_pod"),
         fail={"delete_dra_object": ApiError(500, "Internal Server Error", "etcd")},
         check=leftover_admitted,
+    ),
+    Row(
+        # a gang: the second pod's pinned claim is refused for the namespace's ResourceQuota
+        # (the first pod's template claim still counts, its delete waits for the gate): that
+        # claim is deleted first (its pod's status names its pinned claim already), the create
+        # tried again; the second pod's template claim goes after the gates
+        "dra-admit/gang-quota-refused-deletes-the-earlier-claim-first",
+        GANG_ADMIT,
+        (OUR_CLASS, claim(), gang_claim(), gated_claimant(), gated_claimant("p-1-gpus-x1", "p-1")),
+        "done",
+        "admitted 2 pod(s)",
+        (
+            "annotate_pod",
+            "annotate_pod",
+            "create_dra_object",
+            "set_pod_claim",
+            "delete_dra_object",
+            "create_dra_object",
+            "set_pod_claim",
+            "admit_pod",
+            "admit_pod",
+            "delete_dra_object",
+        ),
+        fail={"create_dra_object": [None, QUOTA_REFUSED]},  # type: ignore[dict-item]
+        check=gang_pinned,
+    ),
+    Row(
+        # the quota refuses the first pod's pinned claim: nothing queued to free, an error
+        "dra-admit/quota-refused-nothing-to-free",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "error",
+        "403",
+        (),
+        fail={"create_dra_object": QUOTA_REFUSED},
+        check=replaced_not_yet,
     ),
     Row(
         # the template's claim went (someone deleted it) after the pod's status named the

@@ -269,13 +269,32 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> str:
         meta["labels"] = md["labels"]
     body = {"apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}", "kind": KIND}
     try:
-        ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+        _create(p, {**body, "metadata": meta, "spec": spec})
     except ApiError as exc:
         if exc.status != 409 or not _made_already(ctx, ns, name, pod, planned):
             raise
     ctx.ops.set_pod_claim(ns, pod.name, entry, name)
     p.replaced += [Replaced(pod.name, old, name) for old in replaces]
     return name
+
+
+def _create(p: _Pins, body: dict) -> None:
+    """Create the pinned claim. Refused for the namespace's ResourceQuota ("exceeded quota":
+    unallocated claims count too) while claims the gang's earlier pods' pinned claims replace
+    wait for their delete after the gate: those are deleted now (before the gate, safe as
+    after it: each of their pods' status names its pinned claim already), and the create is
+    tried once more. A gang then needs the quota headroom of one pod's claim, as when every
+    replaced claim was deleted before the next pod's create, not of all of its pods'."""
+    try:
+        p.ctx.ops.create_dra_object(body)
+    except ApiError as exc:
+        if exc.status != 403 or "exceeded quota" not in exc.message or not p.replaced:
+            raise
+        failed = delete_replaced(p.ctx, p.ns, p.replaced)
+        if failed:
+            raise
+        p.replaced.clear()
+        p.ctx.ops.create_dra_object(body)
 
 
 def _replaced(annotations: dict) -> list[str]:
@@ -306,7 +325,12 @@ def delete_replaced(ctx: Context, ns: str, replaced: list[Replaced]) -> str:
     gone), and kube-scheduler's DRA plugin takes each claim of the pod from its status
     (k8s.io/dynamic-resource-allocation resourceclaim `Name`), never a claim it does not name:
     the unallocated old claim is only an object that still counts against the namespace's
-    ResourceQuota until it is deleted.
+    ResourceQuota until it is deleted. Should the controller's pod informer still show the old
+    status when the delete's event arrives, it finds that claim gone and looks for a claim
+    the pod owns for the entry: its claim informer delivered the pinned claim's creation
+    before the old one's deletion, so it finds the pinned claim and names it again (same
+    answer). The gate's removal between the status write and the delete only widens the
+    margin the old order (delete right after the status write) had.
 
     A delete that fails (not a 404) leaves the claim to the planner's sweep of replaced claims
     (plan/objects/dra_objects.py `sweep_replaced_claims`: it still exists, is unallocated and
@@ -318,8 +342,10 @@ def delete_replaced(ctx: Context, ns: str, replaced: list[Replaced]) -> str:
     pinned claim (it found no pinned claim in its cache, made one from the template and
     applied its name after ours): the gate cannot be put back, so the outcome says the pod's
     allocation may not be the plan. That takes a third party deleting a gated pod's
-    unallocated claim within the milliseconds between gpupool's read and its status write; a
-    claim the read already finds gone still holds the gate a cycle (`pin_claims`)."""
+    unallocated claim after the copy gpupool read (the server's, or the watch cache's, which
+    lags it by milliseconds) and so close to gpupool's status write that the controller's
+    answer lands after it; a claim the read already finds gone still holds the gate a cycle
+    (`pin_claims`)."""
     failed: list[str] = []
     gone: list[Replaced] = []
     for r in replaced:
