@@ -284,7 +284,9 @@ def _create(p: _Pins, body: dict) -> None:
     wait for their delete after the gate: those are deleted now (before the gate, safe as
     after it: each of their pods' status names its pinned claim already), and the create is
     tried once more. A gang then needs the quota headroom of one pod's claim, as when every
-    replaced claim was deleted before the next pod's create, not of all of its pods'."""
+    replaced claim was deleted before the next pod's create, not of all of its pods'. (gpupool
+    keeps its own ResourceQuota of a gated namespace empty, plan/objects/wanted.py
+    `resource_quotas`: only someone else's quota there can refuse the create.)"""
     try:
         p.ctx.ops.create_dra_object(body)
     except ApiError as exc:
