@@ -60,6 +60,7 @@ class StepClock:
         self.admits: dict[str, list[float]] = {}  # pod -> [cycle, step, step end, requests]
         self.tries: Counter = Counter()  # pod -> Admit steps that did not admit it
         self.requests: Counter = Counter()  # "METHOD kind" over the admitting steps
+        self.to_gate: list[float] = []  # per admitting step: requests up to its last gate
         self.phase: Counter = Counter()  # this cycle: wall s in the cache wait, observe, ...
         self.phases: Counter = Counter()  # summed over the cycles that admitted a pod
         self.admitting = 0  # cycles that admitted a pod
@@ -100,6 +101,10 @@ class StepClock:
                 for pod in pods:
                     self.admits[pod] = [self.cycle_at, t, self.wall(), len(log) / len(pods)]
                 self.requests.update(log)
+                # up to the last gate's removal ("PATCH pods"; the status is "PATCH status"):
+                # what stands between the plan and the pods' scheduling
+                gate = max((i for i, r in enumerate(log) if r == "PATCH pods"), default=-1)
+                self.to_gate.append((gate + 1 if gate >= 0 else len(log)) / len(pods))
             else:
                 self.tries.update(pods)
             return out
@@ -140,6 +145,7 @@ class StepClock:
             "admits": self.admits,
             "admit_tries": dict(self.tries),
             "admit_requests": dict(self.requests),
+            "admit_requests_to_gate": sum(self.to_gate) / len(self.to_gate) if self.to_gate else 0,
             "admitting_cycles": self.admitting,
             "admitting_phases": {k: v / max(1, self.admitting) for k, v in self.phases.items()},
         }
@@ -318,6 +324,7 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
     if reqs:
         out.append(
             f"    requests per admitted pod (its Admit step): mean {sum(reqs) / len(reqs):.1f}; "
+            f"up to the gate's removal {notes.get('admit_requests_to_gate', 0):.1f}; "
             f"over all admitting steps {notes.get('admit_requests')}"
         )
     phases = notes.get("admitting_phases") or {}

@@ -357,7 +357,15 @@ def _claim(o: dict) -> ResourceClaimObject:
             str(r.get("name")) for r in reserved if r.get("resource") == "pods" and r.get("name")
         ),
         managed_by=_managed_by(o),
+        replaces=_replaces(meta),
     )
+
+
+def _replaces(meta: dict) -> list[str]:
+    """The claims a pinned claim's `gpupool.io/replaces-claims` names (comma-separated)."""
+    ann = _shape(meta.get("annotations"), dict, "metadata.annotations") or {}
+    value = _shape(ann.get(C.DRA_REPLACES_ANN), str, f"metadata.annotations[{C.DRA_REPLACES_ANN}]")
+    return [n for n in (value or "").split(",") if n]
 
 
 def _allocation_node(selector: dict) -> str:

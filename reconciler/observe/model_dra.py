@@ -135,6 +135,10 @@ class ResourceClaimObject(Obs):
     reserved_for: list[str] = []
     """Pod names in `status.reservedFor` (the claim's namespace)."""
     managed_by: str = ""
+    replaces: list[str] = []
+    """A claim exact admission pinned: the claims it replaced (its `gpupool.io/replaces-claims`
+    annotation, apply/handlers/dra_admit.py), deleted after the pod's gate went; one still
+    there is swept (plan/objects/dra_objects.py `sweep_replaced_claims`)."""
 
     @property
     def key(self) -> str:

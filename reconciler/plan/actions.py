@@ -395,10 +395,16 @@ class TaintDevice(ActionBase):
 class PruneDraObject(ActionBase):
     """Delete a DeviceClass, ResourceClaimTemplate or DeviceTaintRule gpupool made that the
     desired state no longer has (never a template a pod still names; a drain's taint rule once
-    the repartition it guarded is over); deleted only while it carries gpupool's label."""
+    the repartition it guarded is over); deleted only while it carries gpupool's label.
+
+    Or a ResourceClaim that a claim exact admission pinned replaces (its
+    `gpupool.io/replaces-claims`), left when its delete after the gate failed: deleted only
+    while it is unallocated, reserved for nobody and its owning pod's status does not name it
+    (apply/handlers/dra.py `sweep_claim`; it carries no gpupool label: the pod's template
+    made it)."""
 
     kind: Literal["prune-dra-object"] = "prune-dra-object"
-    object_kind: Literal["DeviceClass", "ResourceClaimTemplate", "DeviceTaintRule"]
+    object_kind: Literal["DeviceClass", "ResourceClaimTemplate", "DeviceTaintRule", "ResourceClaim"]
     namespace: str = ""
     name: str
 

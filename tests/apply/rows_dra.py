@@ -229,14 +229,51 @@ def claim(meta=MADE, status=None, managed_by="") -> Dra:
     )
 
 
-def gated_claimant(made: str = CLAIM) -> Pod:
+def gated_claimant(made: str = CLAIM, name: str = "p-0") -> Pod:
     return Pod(
-        "p-0",
+        name,
         node=None,
         gates=(C.ADMISSION_GATE,),
         claims=(("gpus", made),),
         templates={"gpus": f"{CLASS}-2"},
     )
+
+
+GANG_ADMIT = Admit(
+    id=f"admit:{NS}/p-0",
+    target=f"{NS}/p-0",
+    reason="a gang of two on four planned cards",
+    namespace=NS,
+    pods=(
+        PodAdmission(name="p-0", node="node-a", gpus=(0, 1), devices=UUIDS),
+        PodAdmission(name="p-1", node="node-a", gpus=(2, 3), devices=("GPU-c", "GPU-d")),
+    ),
+)
+QUOTA_REFUSED = ApiError(
+    403,
+    "Forbidden",
+    'resourceclaims "p-1-gpus" is forbidden: exceeded quota: gpupool-team-a, requested: '
+    "gpupool-d100-gpu.deviceclass.resource.k8s.io/devices=2, used: 4, limited: 4",
+)
+
+
+def gang_claim() -> Dra:
+    owner = {**OWNER, "name": "p-1", "uid": "uid-p-1"}
+    meta = {**MADE, "ownerReferences": [owner]}
+    return Dra("ResourceClaim", "p-1-gpus-x1", NS, spec=CLAIM_SPEC, managed_by="", meta=meta)
+
+
+def gang_pinned(p: Probe) -> None:
+    """Both pods admitted on their pinned claims; both template claims gone."""
+    for pod_name, devices, old in (
+        ("p-0", "GPU-a,GPU-b", CLAIM),
+        ("p-1", "GPU-c,GPU-d", "p-1-gpus-x1"),
+    ):
+        pod = p.pod(pod_name)
+        made = pinned_name(pod_name, f"uid-{pod_name}", "gpus", devices)
+        assert pod is not None and pod.claims == (("gpus", made),) and pod.gates == ()
+        assert p.cluster.dra.get(("ResourceClaim", NS, old)) is None  # type: ignore[attr-defined]
+        assert p.cluster.dra.get(("ResourceClaim", NS, made)) is not None  # type: ignore[attr-defined]
 
 
 ADMITS_NEXT_RUN = frozenset(
@@ -278,15 +315,15 @@ def pinned_gated(p: Probe) -> None:
     not_admitted(p)
 
 
-def leftover_gated(p: Probe) -> None:
+def leftover_admitted(p: Probe) -> None:
     """The pod's status names the pinned claim, which names the template's claim it replaced;
-    that one is still there (its delete failed); the gate stays."""
+    that one is still there (its delete failed, or the fake's 404 left it); the gate is gone
+    (the pod runs on the pinned claim)."""
     pod = p.pod("p-0")
-    assert pod is not None and pod.claims == (("gpus", PINNED),)
+    assert pod is not None and pod.claims == (("gpus", PINNED),) and pod.gates == ()
     assert p.cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None  # type: ignore[attr-defined]
     obj = p.cluster.dra.get(("ResourceClaim", NS, PINNED))  # type: ignore[attr-defined]
     assert obj["metadata"]["annotations"][C.DRA_REPLACES_ANN] == CLAIM
-    not_admitted(p)
 
 
 def leftover_gone(p: Probe) -> None:
@@ -320,7 +357,7 @@ DRA_ROWS += [
         (OUR_CLASS, claim(), gated_claimant()),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "admit_pod", "delete_dra_object"),
         check=pinned,
     ),
     Row(
@@ -385,17 +422,67 @@ DRA_ROWS += [
         check=replaced_not_yet,
     ),
     Row(
-        # made and named in the pod's status, but the template's claim could not be deleted:
-        # the pinned claim names it (`gpupool.io/replaces-claims`), and the gate stays; the
-        # next run deletes it (test_handlers.py `test_dra_leftover_claim_deleted_next_run`)
-        "dra-admit/delete-fails-after-status",
+        # made, named in the pod's status, the gate gone, but the template's claim could not be
+        # deleted: the pod stays admitted (on the pinned claim), the claim is left to the
+        # planner's sweep of replaced claims (the pinned claim names it in
+        # `gpupool.io/replaces-claims`; test_handlers.py `test_dra_leftover_claim_swept`)
+        "dra-admit/delete-fails-after-gate",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "done",
+        f"admitted 1 pod(s): p-0 -> node-a; replaced claim(s) {CLAIM} (500 Internal Server "
+        "Error) not deleted: left to a later cycle's sweep",
+        ("create_dra_object", "set_pod_claim", "admit_pod"),
+        fail={"delete_dra_object": ApiError(500, "Internal Server Error", "etcd")},
+        check=leftover_admitted,
+    ),
+    Row(
+        # a gang: the second pod's pinned claim is refused for the namespace's ResourceQuota
+        # (the first pod's template claim still counts, its delete waits for the gate): that
+        # claim is deleted first (its pod's status names its pinned claim already), the create
+        # tried again; the second pod's template claim goes after the gates
+        "dra-admit/gang-quota-refused-deletes-the-earlier-claim-first",
+        GANG_ADMIT,
+        (OUR_CLASS, claim(), gang_claim(), gated_claimant(), gated_claimant("p-1-gpus-x1", "p-1")),
+        "done",
+        "admitted 2 pod(s)",
+        (
+            "annotate_pod",
+            "annotate_pod",
+            "create_dra_object",
+            "set_pod_claim",
+            "delete_dra_object",
+            "create_dra_object",
+            "set_pod_claim",
+            "admit_pod",
+            "admit_pod",
+            "delete_dra_object",
+        ),
+        fail={"create_dra_object": [None, QUOTA_REFUSED]},  # type: ignore[dict-item]
+        check=gang_pinned,
+    ),
+    Row(
+        # the quota refuses the first pod's pinned claim: nothing queued to free, an error
+        "dra-admit/quota-refused-nothing-to-free",
         DRA_ADMIT,
         (OUR_CLASS, claim(), gated_claimant()),
         "error",
-        "500",
-        ("create_dra_object", "set_pod_claim"),
-        fail={"delete_dra_object": ApiError(500, "Internal Server Error", "etcd")},
-        check=leftover_gated,
+        "403",
+        (),
+        fail={"create_dra_object": QUOTA_REFUSED},
+        check=replaced_not_yet,
+    ),
+    Row(
+        # the template's claim went (someone deleted it) after the pod's status named the
+        # pinned claim: the delete's 404 is harmless, the pod runs on the pinned claim
+        "dra-admit/replaced-gone-after-status",
+        DRA_ADMIT,
+        (OUR_CLASS, claim(), gated_claimant()),
+        "done",
+        "admitted 1 pod(s): p-0 -> node-a",
+        ("create_dra_object", "set_pod_claim", "admit_pod"),
+        fail={"delete_dra_object": ApiError(404, "Not Found", "gone")},
+        check=leftover_admitted,
     ),
     Row(
         # an earlier run made the pinned claim and stopped before the status named it: the
@@ -420,7 +507,7 @@ DRA_ROWS += [
         ),
         "done",
         "admitted 1 pod(s)",
-        ("set_pod_claim", "delete_dra_object", "admit_pod"),
+        ("set_pod_claim", "admit_pod", "delete_dra_object"),
     ),
     Row(
         # a claim of that name that is not this pod's pinned one: not taken over
@@ -474,7 +561,7 @@ DRA_ROWS += [
         ),
         "done",
         "admitted 1 pod(s)",
-        ("create_dra_object", "set_pod_claim", "delete_dra_object", "admit_pod"),
+        ("create_dra_object", "set_pod_claim", "admit_pod", "delete_dra_object"),
         check=pinned,
     ),
     Row(
@@ -502,9 +589,9 @@ DRA_ROWS += [
         (
             "create_dra_object",
             "set_pod_claim",
-            "delete_dra_object",
-            "delete_dra_object",
             "admit_pod",
+            "delete_dra_object",
+            "delete_dra_object",
         ),
         check=leftover_gone,
     ),
@@ -640,8 +727,12 @@ def allocated_gated(p: Probe) -> None:
     not_admitted(p)
 
 
-REPLACED = ("create_dra_object", "set_pod_claim", "delete_dra_object", "replace_dra_status")
-"""The writes that pin a DynamicMIG claim: made, named, the template's deleted, allocated."""
+REPLACED = ("create_dra_object", "set_pod_claim", "replace_dra_status")
+"""The writes that pin a DynamicMIG claim: made, named, allocated (the template's claim is
+deleted after the gate: `ADMITTED`)."""
+
+ADMITTED = ("admit_pod", "delete_dra_object")
+"""The gate's removal, then the replaced claim's delete."""
 
 DRA_ROWS += [
     Row(
@@ -650,7 +741,7 @@ DRA_ROWS += [
         (MIG_CLASS_OBJ, mig_claim(), gated_claimant()),
         "done",
         "admitted 1 pod(s): p-0 -> node-a",
-        (*REPLACED, "admit_pod"),
+        (*REPLACED, *ADMITTED),
         check=allocated_by_name,
     ),
     Row(
@@ -671,7 +762,7 @@ DRA_ROWS += [
         (MIG_CLASS_OBJ, mig_claim(), mig_claim(REF, name=DYN_PINNED), gated_claimant()),
         "done",
         "admitted 1 pod(s)",
-        (*REPLACED[1:], "admit_pod"),
+        (*REPLACED[1:], *ADMITTED),
         check=allocated_by_name,
     ),
     Row(
@@ -687,7 +778,7 @@ DRA_ROWS += [
         ),
         "done",
         "admitted 1 pod(s)",
-        ("replace_dra_status", *REPLACED, "admit_pod"),
+        ("replace_dra_status", *REPLACED, *ADMITTED),
         check=allocated_by_name,
     ),
     Row(

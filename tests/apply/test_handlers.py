@@ -17,6 +17,7 @@ import pytest
 from reconciler import conventions as C
 from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS, condition_reason
 from reconciler.apply.port import ApiError
+from reconciler.plan.actions import PruneDraObject
 from tests.apply.rows import (
     ADMIT,
     ADMIT_ROWS,
@@ -230,23 +231,76 @@ def test_dra_gone_claim_admits_on_the_next_run():
         assert third.status == "done" and not third.changed
 
 
-def test_dra_leftover_claim_deleted_next_run():
-    """The template's claim whose delete failed after the pod's status named the pinned claim
-    is found through the pinned claim's `gpupool.io/replaces-claims` and deleted by the next
-    run, which then admits; the run after writes nothing."""
-    row = ROWS["dra-admit/delete-fails-after-status"]
-    _, cluster = run_memory(row)
+def test_dra_leftover_claim_deleted_after_the_gate_next_run():
+    """A run that named the pinned claim and stopped before the gate went (the admission
+    patch failed) leaves the template's claim; the next run finds it through the pinned
+    claim's `gpupool.io/replaces-claims`, admits, then deletes it; the run after writes
+    nothing."""
+    row = ROWS[REPLACED]
+    cluster = seed_memory(row)
+    cluster.fail["admit_pod"] = ApiError(500, "Internal Server Error", "etcd")
+    first = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert first.status == "error"
+    assert cluster.write_ops() == ["create_dra_object", "set_pod_claim"]
     assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None
     cluster.fail.clear()
     before = len(cluster.writes)
     second = run(row, cluster, memory_config(), writes=cluster.write_ops)
     assert second.status == "done", second.message
-    assert cluster.write_ops()[before:] == ["delete_dra_object", "admit_pod"]
+    assert cluster.write_ops()[before:] == ["admit_pod", "delete_dra_object"]
     assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None
     pod = cluster.read_pod(NS, "p-0")
     assert pod is not None and pod.claims == (("gpus", PINNED),) and pod.gates == ()
     third = run(row, cluster, memory_config(), writes=cluster.write_ops)
     assert third.status == "done" and not third.changed
+
+
+def _sweep(name: str = CLAIM) -> PruneDraObject:
+    return PruneDraObject(
+        id=f"prune-dra:ResourceClaim:{NS}/{name}",
+        target=f"{NS}/{name}",
+        reason=f"replaced by {PINNED}",
+        object_kind="ResourceClaim",
+        namespace=NS,
+        name=name,
+    )
+
+
+def _run_sweep(cluster):
+    return run(ROWS[REPLACED], cluster, memory_config(), _sweep(), writes=cluster.write_ops)
+
+
+def test_dra_leftover_claim_swept():
+    """The claim whose delete failed after the gate went (row `delete-fails-after-gate`) is
+    deleted by the sweep's PruneDraObject (planned by plan/objects/dra_objects.py): it is
+    unallocated, unreserved, and its pod's status names the pinned claim. Again: gone."""
+    _, cluster = run_memory(ROWS["dra-admit/delete-fails-after-gate"])
+    cluster.fail.clear()
+    before = len(cluster.writes)
+    got = _run_sweep(cluster)
+    assert (got.status, got.changed) == ("done", True), got.message
+    assert cluster.write_ops()[before:] == ["delete_dra_object"]
+    assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is None
+    again = _run_sweep(cluster)
+    assert (again.status, again.changed, again.message) == ("done", False, "already gone")
+
+
+def test_dra_sweep_keeps_a_claim_its_pod_names_or_that_is_allocated():
+    """The sweep's delete re-reads the claim: one its owning pod's status names again, or one
+    allocated or reserved since the plan, is left alone (nothing written)."""
+    _, cluster = run_memory(ROWS["dra-admit/delete-fails-after-gate"])
+    cluster.fail.clear()
+    cluster.set_pod_claim(NS, "p-0", "gpus", CLAIM)
+    before = len(cluster.writes)
+    named = _run_sweep(cluster)
+    assert named.status == "skipped" and "names it" in named.message, named.message
+    cluster.set_pod_claim(NS, "p-0", "gpus", PINNED)
+    obj = cluster.dra[("ResourceClaim", NS, CLAIM)]
+    obj["status"] = {"reservedFor": [{"resource": "pods", "name": "x", "uid": "u"}]}
+    held = _run_sweep(cluster)
+    assert held.status == "skipped" and "allocated or reserved" in held.message, held.message
+    assert "delete_dra_object" not in cluster.write_ops()[before:]
+    assert cluster.dra.get(("ResourceClaim", NS, CLAIM)) is not None
 
 
 REPLACED = "dra-admit/claim-replaced-then-admitted"
@@ -269,23 +323,40 @@ def test_dra_admit_takes_claim_and_class_from_the_watch_cache():
     assert _reads(cluster) == []
 
 
-def test_dra_admit_stale_cached_claim_waits_a_run():
+def test_dra_admit_stale_cached_claim_admits_on_the_pinned_claim():
     """The cache still holds the template's claim, which someone deleted: the pinned claim is
-    made and named all the same, the delete's 404 says the claim was gone, and the gate waits
-    a run (as when the read finds it gone); the next run admits on the pinned claim."""
+    made and named, the gate goes, and the delete after it answers 404; the pod's status,
+    read again, names the pinned claim: nothing lost, the Admit is done."""
     cluster = seed_memory(ROWS[GONE])
     held = seed_memory(ROWS[REPLACED]).dra
     cluster.dra_cache = copy.deepcopy(held)
-    row = ROWS[GONE]
-    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
-    assert got.status == "waiting" and f"{CLAIM} -> {PINNED} made again pinned" in got.message
-    assert cluster.write_ops() == ["create_dra_object", "set_pod_claim"]
+    got = run(ROWS[GONE], cluster, memory_config(), writes=cluster.write_ops)
+    assert got.status == "done" and got.message == "admitted 1 pod(s): p-0 -> node-a", got
+    assert cluster.write_ops() == ["create_dra_object", "set_pod_claim", "admit_pod"]
     pod = cluster.read_pod(NS, "p-0")
-    assert pod is not None and pod.claims == (("gpus", PINNED),)
-    assert C.ADMISSION_GATE in pod.gates
-    again = run(row, cluster, memory_config(), writes=cluster.write_ops)
-    assert again.status == "done", again.message
-    assert cluster.write_ops()[-1] == "admit_pod"
+    assert pod is not None and pod.claims == (("gpus", PINNED),) and pod.gates == ()
+
+
+def test_dra_admit_replaced_gone_and_the_status_names_another_claim():
+    """The 404 after the gate, and the pod's status names a claim the resourceclaim
+    controller made from the template for the same gap (its status write landed after
+    gpupool's): the gate cannot come back; the outcome says the allocation may not be the
+    plan."""
+    cluster = seed_memory(ROWS[REPLACED])
+    deleted = cluster.delete_dra_object
+
+    def delete(kind: str, namespace: str, name: str) -> None:
+        deleted(kind, namespace, name)
+        cluster.set_pod_claim(NS, "p-0", "gpus", "p-0-gpus-zzzzz")
+        raise ApiError(404, "Not Found", name)
+
+    cluster.delete_dra_object = delete  # type: ignore[method-assign]
+    got = run(ROWS[REPLACED], cluster, memory_config(), writes=cluster.write_ops)
+    assert got.status == "done", got
+    assert (
+        f"claim {CLAIM} was gone before its delete and the pod's status names p-0-gpus-zzzzz, "
+        f"not the pinned {PINNED}: its allocation may not be the plan"
+    ) in got.message
 
 
 def test_dra_admit_reads_a_pinned_claim_from_the_server():

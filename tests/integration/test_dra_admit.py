@@ -262,3 +262,53 @@ def test_a_slow_replacement_is_still_the_plan(kube, tmp_path):
     assert len(claims) == 1, [c["metadata"]["name"] for c in claims]  # none made beside
     kube.core.delete_namespaced_pod("slow", ns, grace_period_seconds=0)
     claims_gone(kube, ns)
+
+
+def test_a_claim_left_after_the_gate_is_swept(kube, tmp_path):
+    """Issue 32: the template's claim is deleted after the pod's gate went (off the path from
+    plan to running pod). When that delete fails, the pod still runs on its pinned claim (the
+    status names it: kube-scheduler allocates only that one, the resourceclaim controller
+    makes none beside it), the Admit says the claim is left, and a later cycle's sweep of
+    replaced claims (plan/objects/dra_objects.py `sweep_replaced_claims`) deletes it."""
+    from reconciler.apply.port import ApiError
+
+    sfx = uuid.uuid4().hex[:6]
+    pool = f"d{sfx}"
+    ns = gated_namespace(kube)
+    dra_nodes(kube, pool, f"dra-l-{sfx}", cards=2)
+    write_policy(tmp_path, dra_policy(sfx, ns))
+    ctl = controller(kube, tmp_path, kube.clock)
+    r = ctl.cycle()
+    assert r.error is None, r.error
+    delete = ctl.ops.delete_dra_object
+    refused: list[str] = []
+
+    def fail_once(kind, namespace, name):
+        if kind == "ResourceClaim" and not refused:
+            refused.append(name)
+            raise ApiError(500, "Internal Server Error", "injected")
+        return delete(kind, namespace, name)
+
+    ctl.ops.delete_dra_object = fail_once
+    spec = {"left": (f"gpupool-{pool}-gpu-1", "")}
+    got, results = admit_round(kube, ctl, ns, sfx, spec)
+    _, devices, planned = got["left"]
+    assert planned and devices == planned, (devices, planned, results)
+    (old,) = refused
+    said = [m for outs in results.values() for s, m in outs if s == "done" and old in m]
+    assert said and "left to a later cycle's sweep" in said[0], results
+    names = {c["metadata"]["name"] for c in claims_in(kube, ns)}
+    assert old in names and len(names) == 2, names  # the pinned one and the one left
+
+    def swept() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        return [c["metadata"]["name"] for c in claims_in(kube, ns)] == [
+            claim_of(kube, ns, "left")["metadata"]["name"]
+        ]
+
+    wait_for("the claim left swept", swept, timeout=60, interval=1)
+    assert each_allocated(kube, ns, ["left"])["left"][1] == planned  # still the plan
+    kube.core.delete_namespaced_pod("left", ns, grace_period_seconds=0)
+    claims_gone(kube, ns)

@@ -154,6 +154,19 @@ def test_slices_classes_claims_and_holders_are_read() -> None:
     assert (waiting.claims, waiting.templates) == ([], ["whole-2"])
 
 
+def test_the_claims_a_pinned_claim_replaces_are_read() -> None:
+    """`gpupool.io/replaces-claims` (exact admission's pinned claims) -> `replaces`, what the
+    planner's sweep of replaced claims looks for; a claim without it replaces none."""
+    c = cluster()
+    c.dra["resourceclaims"][0]["metadata"]["annotations"] = {
+        C.DRA_REPLACES_ANN: "trainer-0-gpus-abcde,left-0"
+    }
+    dra = observe(c).dra
+    assert dra is not None
+    assert dra.claims[0].replaces == ["trainer-0-gpus-abcde", "left-0"]
+    assert all(x.replaces == [] for x in observe(cluster()).dra.claims)
+
+
 def test_an_older_generation_of_a_pool_is_outdated() -> None:
     c = cluster()
     old = node_slice("n1", [gpu_device("n1", 7)], generation=0)

@@ -10,9 +10,11 @@ from pathlib import Path
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     DeviceClassObject,
+    DeviceResult,
     DraDevice,
     DraState,
     PodClaims,
+    ResourceClaimObject,
     ResourceSlice,
 )
 from reconciler.plan.dra import class_name, desired_dra_objects, quota_key, whole_counts
@@ -90,6 +92,56 @@ def test_a_template_that_differs_is_deleted_and_made_again() -> None:
         f"dra:ResourceClaimTemplate:team-a/{name}",
     )
     assert prune in acts[make].depends_on and acts[make].verb == "create"
+
+
+def _claim(name: str, **kw) -> ResourceClaimObject:
+    return ResourceClaimObject(namespace="team-a", name=name, **kw)
+
+
+PINNED = _claim("p-gpus-0123456789", replaces=["p-gpus-abcde", "p-gpus-old"])
+"""A claim exact admission pinned, which replaced the template's claim and an earlier one."""
+
+
+def _sweeps(*claims: ResourceClaimObject, pods: tuple[PodClaims, ...] = ()) -> list:
+    desired, observed = _inputs(DraState(claims=[PINNED, *claims], pods=list(pods)))
+    return [
+        a
+        for a in plan(desired, observed).actions
+        if a.kind == "prune-dra-object" and a.object_kind == "ResourceClaim"
+    ]
+
+
+def test_a_replaced_claim_left_after_the_gate_is_swept() -> None:
+    """A claim a pinned claim replaced, still there, unallocated and named by no pod: pruned
+    (its delete after the gate failed); one already gone is not (`p-gpus-old`)."""
+    pod = PodClaims(namespace="team-a", pod="p", claims=[PINNED.name])
+    (a,) = _sweeps(_claim("p-gpus-abcde"), pods=(pod,))
+    assert (a.id, a.namespace, a.name) == (
+        "prune-dra:ResourceClaim:team-a/p-gpus-abcde",
+        "team-a",
+        "p-gpus-abcde",
+    )
+    assert "replaced it by the pinned claim p-gpus-0123456789" in a.reason
+    assert "ResourceQuota" in a.reason
+
+
+def test_a_replaced_claim_is_kept_while_named_allocated_or_reserved() -> None:
+    """Not swept: a claim a pod's status still names (the pinned one not named yet, or a
+    snapshot whose pods lag), one allocated, one reserved for a pod."""
+    named = PodClaims(namespace="team-a", pod="p", claims=["p-gpus-abcde"])
+    assert _sweeps(_claim("p-gpus-abcde"), pods=(named,)) == []
+    result = DeviceResult(request="gpu", driver="gpu.nvidia.com", pool="n", device="gpu-0")
+    assert _sweeps(_claim("p-gpus-abcde", allocated=[result])) == []
+    assert _sweeps(_claim("p-gpus-abcde", reserved_for=["p"])) == []
+    # a claim of that name in another namespace is not the one replaced
+    other = ResourceClaimObject(namespace="team-b", name="p-gpus-abcde")
+    assert _sweeps(other) == []
+
+
+def test_a_claim_two_pinned_claims_replace_is_swept_once() -> None:
+    again = _claim("p-gpus-9999999999", replaces=["p-gpus-abcde"])
+    (a,) = _sweeps(_claim("p-gpus-abcde"), again)
+    assert a.name == "p-gpus-abcde"
 
 
 def _slice(node: str, devices: list[dict]) -> ResourceSlice:

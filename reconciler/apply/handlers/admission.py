@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import Context, Outcome, _ns_name, handles
-from reconciler.apply.handlers.dra_admit import pin_claims
+from reconciler.apply.handlers.dra_admit import Replaced, delete_replaced, pin_claims
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import Admit, Hold, PodAdmission
 
@@ -165,16 +165,24 @@ def admit(a: Admit, ctx: Context) -> Outcome:
                 changed=done.wrote,
             )
         # 4. DRA pools: every pod's claims written for its planned devices (all of the gang's
-        # before any pod is released, so a claim that cannot be pinned admits none)
+        # before any pod is released, so a claim that cannot be pinned admits none); the
+        # claims the pinned ones replace are only collected here
         pinned: list[str] = []
+        replaced: list[Replaced] = []
         for want in todo:
             done.current = want.name
-            status, why = pin_claims(ctx, ns, want, pods[want.name], pinned)
+            status, why = pin_claims(ctx, ns, want, pods[want.name], pinned, replaced)
             done.wrote = done.wrote or bool(pinned)
             if status:
                 return Outcome(a.id, status, why, changed=done.wrote)
         # 5. admit: affinity, the gate's removal and the annotations in one patch per pod
         _admit_pods(a, ctx, pods, todo, done)
+        # 6. then the replaced claims are deleted, off the path from plan to running pod: each
+        # pod's status names its pinned claim already, which is all kube-scheduler and the
+        # resourceclaim controller go by (dra_admit.py `delete_replaced`); one that cannot be
+        # deleted now is left to the planner's sweep, the pods stay admitted
+        done.current = ""
+        left = delete_replaced(ctx, ns, replaced)
     except ApiError as exc:
         if exc.status == 404 and done.current:  # deleted since it was read
             return dataclasses.replace(_gone(a, f"{ns}/{done.current}"), changed=done.wrote)
@@ -189,7 +197,12 @@ def admit(a: Admit, ctx: Context) -> Outcome:
     placed = ", ".join(f"{w.name} -> {w.node}" for w in a.pods)
     if not todo:
         return Outcome(a.id, "done", f"already admitted {len(a.pods)} pod(s): {placed}", done.wrote)
-    return Outcome(a.id, "done", f"admitted {len(a.pods)} pod(s): {placed}", changed=True)
+    return Outcome(
+        a.id,
+        "done",
+        f"admitted {len(a.pods)} pod(s): {placed}" + (f"; {left}" if left else ""),
+        changed=True,
+    )
 
 
 def condition_reason(code: str) -> str:

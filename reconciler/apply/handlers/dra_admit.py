@@ -11,15 +11,22 @@ carry one more CEL selector, `device.attributes['gpu.nvidia.com'].uuid in [...]`
 the taints gpupool puts on cards it keeps for a waiting gang (`gpupool.io/reserved-for-gang`)
 and on every device of a guarded pool (`gpupool.io/guarded`: only claims gpupool pins get those
 devices; never the drain's `gpupool.io/drain`);
-name it in the pod's `status.resourceClaimStatuses`; then delete the template's claim. The
-pinned claim names the claims it replaced (`gpupool.io/replaces-claims`): one whose delete
-failed is deleted again when a later cycle finds the pinned claim already written.
-kube-scheduler uses the claim the status names as the pod's own (owner check). The claim is
-annotated `gpupool.io/planned-devices`, so it is written once per plan. The order matters: the
-resourceclaim controller makes a claim from the template again for a pod whose named claim is
-gone, unless it holds another claim of the pod's for that entry (`_replace`). A claim the
-pod's status names but that is gone (deleted by someone else) is made again pinned, and the
-gate waits a cycle (the resourceclaim controller may answer the same gap with its own).
+name it in the pod's `status.resourceClaimStatuses`; release the gate (admission.py `admit`);
+then delete the template's claim (`delete_replaced`), off the path from plan to running pod.
+kube-scheduler uses the claim the status names as the pod's own (owner check) and nothing
+else; the unallocated old claim only counts against the namespace's ResourceQuota until it is
+deleted. The claim is annotated `gpupool.io/planned-devices`, so it is written once per plan.
+The order create pinned -> name it in the status -> release the gate -> delete the old one
+matters: the resourceclaim controller makes a claim from the template again for a pod whose
+named claim is gone, unless it holds another claim of the pod's for that entry (`_replace`,
+`delete_replaced`); here the named claim is never gone. The pinned claim names the claims it
+replaced (`gpupool.io/replaces-claims`): one whose delete failed is deleted by this step
+while the pod is still gated (`_leftovers`), else by the planner's sweep of replaced claims
+(plan/objects/dra_objects.py `sweep_replaced_claims`, apply/handlers/dra.py `sweep_claim`).
+A claim the pod's status names but that the read finds gone (deleted by someone else) is made
+again pinned, and the gate waits a cycle (the resourceclaim controller may answer the same
+gap with its own); a 404 on the delete after the gate is checked against the pod's status
+(`delete_replaced`).
 
 A claim the pod only references (`resourceClaimName`: possibly shared, not the pod's own) is not
 rewritten: such a pod is not admitted (the allocation could not be the plan).
@@ -181,7 +188,8 @@ def _read_claim(ctx: Context, ns: str, name: str) -> dict | None:
     copy is taken only for a claim gpupool has not pinned (no `gpupool.io/planned-devices`:
     the resourceclaim controller's, to be replaced): what the replacement takes from it (spec,
     owner, annotations) does not change once made, and it cannot be allocated while its pod
-    is gated; whether it is still there is the delete's answer (`_replace`). A pinned one,
+    is gated; whether it was still there is the delete's answer, after the gate
+    (`delete_replaced`: a 404 reads the pod's status again). A pinned one,
     or one the cache does not hold, is read from the server: that it is there decides
     whether the gate may go."""
     cached = ctx.ops.peek_dra_object(KIND, ns, name)
@@ -220,12 +228,12 @@ def pinned_name(pod: str, uid: str, entry: str, planned: str) -> str:
     return f"{f'{pod}-{entry}'[:52].rstrip('-.')}-{digest}"
 
 
-def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple[str, bool]:
+def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> str:
     """Create the pinned claim under a name of its own (`pinned_name`: the pod as controlling
-    owner, the old claim's annotations and labels), name it in the pod's status, then delete the
-    claim it replaces (unless that is gone); -> the pinned claim's name, and whether the claim
-    it replaces was gone (known before, or the delete's 404: deleted by someone else since the
-    read, or since the watch cache's copy was made).
+    owner, the old claim's annotations and labels) and name it in the pod's status; the claim it
+    replaces (unless `gone`: the read found it gone), and what that one named as replaced, are
+    queued on `p.replaced`, deleted once the gang's gates went (`delete_replaced`) -> the
+    pinned claim's name.
 
     In this order the resourceclaim controller never finds the pod without a claim of its own:
     it makes a claim from the template (unpinned) for a pod whose named claim is gone, unless
@@ -237,8 +245,10 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple
     took that unpinned claim once the gate went (bench/README.md, drafix).
 
     The pinned claim names what it replaces (`gpupool.io/replaces-claims`: the old claim, and
-    what the old one named, also deleted here), so a delete that fails after the pod's status
-    names the pinned claim is done again in a later cycle (`_leftovers`)."""
+    what the old one named), so a delete that fails after the pod's status names the pinned
+    claim is done again later: by this step while the pod is still gated (`_leftovers`), by
+    the planner's sweep of replaced claims once it is not (plan/objects/dra_objects.py
+    `sweep_replaced_claims`)."""
     ctx, ns, pod, planned = p.ctx, p.ns, p.pod, p.planned
     md = claim["metadata"]
     name = pinned_name(pod.name, pod.uid, entry, planned)
@@ -259,16 +269,34 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> tuple
         meta["labels"] = md["labels"]
     body = {"apiVersion": f"{C.DRA_GROUP}/{C.DRA_VERSION}", "kind": KIND}
     try:
-        ctx.ops.create_dra_object({**body, "metadata": meta, "spec": spec})
+        _create(p, {**body, "metadata": meta, "spec": spec})
     except ApiError as exc:
         if exc.status != 409 or not _made_already(ctx, ns, name, pod, planned):
             raise
     ctx.ops.set_pod_claim(ns, pod.name, entry, name)
-    if not gone and md["name"] != name:
-        gone = not _delete(ctx, ns, md["name"])
-    for old in earlier:  # left by an earlier replacement whose delete failed
-        _delete(ctx, ns, old)
-    return name, gone
+    p.replaced += [Replaced(pod.name, old, name) for old in replaces]
+    return name
+
+
+def _create(p: _Pins, body: dict) -> None:
+    """Create the pinned claim. Refused for the namespace's ResourceQuota ("exceeded quota":
+    unallocated claims count too) while claims the gang's earlier pods' pinned claims replace
+    wait for their delete after the gate: those are deleted now (before the gate, safe as
+    after it: each of their pods' status names its pinned claim already), and the create is
+    tried once more. A gang then needs the quota headroom of one pod's claim, as when every
+    replaced claim was deleted before the next pod's create, not of all of its pods'. (gpupool
+    keeps its own ResourceQuota of a gated namespace empty, plan/objects/wanted.py
+    `resource_quotas`: only someone else's quota there can refuse the create.)"""
+    try:
+        p.ctx.ops.create_dra_object(body)
+    except ApiError as exc:
+        if exc.status != 403 or "exceeded quota" not in exc.message or not p.replaced:
+            raise
+        failed = delete_replaced(p.ctx, p.ns, p.replaced)
+        if failed:
+            raise
+        p.replaced.clear()
+        p.ctx.ops.create_dra_object(body)
 
 
 def _replaced(annotations: dict) -> list[str]:
@@ -276,24 +304,92 @@ def _replaced(annotations: dict) -> list[str]:
     return [n for n in str(annotations.get(C.DRA_REPLACES_ANN, "")).split(",") if n]
 
 
-def _delete(ctx: Context, ns: str, name: str) -> bool:
-    """Delete the claim `name`; False when it was gone already (404)."""
-    try:
-        ctx.ops.delete_dra_object(KIND, ns, name)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        return False
-    return True
+@dataclass(frozen=True)
+class Replaced:
+    """A claim a pinned claim replaced, to delete once the pod's gate went (`delete_replaced`)."""
+
+    pod: str
+    claim: str
+    """The replaced claim (the template's, or a leftover of an earlier replacement)."""
+    pinned: str
+    """The pinned claim the pod's status names in its place."""
+
+
+def delete_replaced(ctx: Context, ns: str, replaced: list[Replaced]) -> str:
+    """Delete the claims the gang's pinned claims replaced, after its gates went (admission.py
+    `admit`, step 6): "" when each is deleted (or was gone with the pod's status naming the
+    pinned claim), else what is left, for the Admit's outcome.
+
+    Safe after the gate, and off the path from plan to running pod: the pod's status names the
+    pinned claim (written before, `_replace`), which exists, so the resourceclaim controller
+    leaves the pod alone (`handleClaim` returns once `claimExists` finds the named claim; it
+    looks for another claim the pod owns, `findPodResourceClaim`, only when the named one is
+    gone), and kube-scheduler's DRA plugin takes each claim of the pod from its status
+    (k8s.io/dynamic-resource-allocation resourceclaim `Name`), never a claim it does not name:
+    the unallocated old claim is only an object that still counts against the namespace's
+    ResourceQuota until it is deleted. Should the controller's pod informer still show the old
+    status when the delete's event arrives, it finds that claim gone and looks for a claim
+    the pod owns for the entry: its claim informer delivered the pinned claim's creation
+    before the old one's deletion, so it finds the pinned claim and names it again (same
+    answer). The gate's removal between the status write and the delete only widens the
+    margin the old order (delete right after the status write) had.
+
+    A delete that fails (not a 404) leaves the claim to the planner's sweep of replaced claims
+    (plan/objects/dra_objects.py `sweep_replaced_claims`: it still exists, is unallocated and
+    no pod's status names it), which deletes it in a later cycle; the Admit stays "done" (its
+    pods are admitted). A 404 (someone deleted it since our read or the watch cache's copy):
+    the pod's status is read again. Naming the pinned claim, nothing was lost (the usual case:
+    the old claim went after the status named the pinned one). Naming another claim, the
+    resourceclaim controller answered the old claim's deletion before the status named the
+    pinned claim (it found no pinned claim in its cache, made one from the template and
+    applied its name after ours): the gate cannot be put back, so the outcome says the pod's
+    allocation may not be the plan. That takes a third party deleting a gated pod's
+    unallocated claim after the copy gpupool read (the server's, or the watch cache's, which
+    lags it by milliseconds) and so close to gpupool's status write that the controller's
+    answer lands after it; a claim the read already finds gone still holds the gate a cycle
+    (`pin_claims`)."""
+    failed: list[str] = []
+    gone: list[Replaced] = []
+    for r in replaced:
+        try:
+            ctx.ops.delete_dra_object(KIND, ns, r.claim)
+        except ApiError as exc:
+            if exc.status != 404:
+                failed.append(f"{r.claim} ({exc.status} {exc.reason})")
+            else:
+                gone.append(r)
+    notes = []
+    if failed:
+        notes.append(
+            f"replaced claim(s) {', '.join(failed)} not deleted: left to a later cycle's sweep"
+        )
+    for r in gone:
+        try:
+            pod = ctx.ops.read_pod(ns, r.pod)
+        except ApiError as exc:
+            notes.append(f"pod {ns}/{r.pod}: its claims could not be read again ({exc.status})")
+            continue
+        names = [n for _, n in pod.claims] if pod is not None else []
+        if pod is not None and r.pinned not in names:
+            notes.append(
+                f"pod {ns}/{r.pod}: claim {r.claim} was gone before its delete and the pod's "
+                f"status names {', '.join(names) or 'no claim'}, not the pinned {r.pinned}: its "
+                f"allocation may not be the plan"
+            )
+    return "; ".join(notes)
 
 
 def _leftovers(p: _Pins, claim: dict) -> None:
-    """Delete what the pinned claim (written by an earlier run) replaced and may have left: a
-    run whose delete failed after the pod's status named the pinned claim (404: gone)."""
+    """Queue what the pinned claim (written by an earlier run) replaced and may have left (a
+    run that stopped after the pod's status named the pinned claim) for `delete_replaced`: a
+    claim the pod's status does not name."""
     named = {n for _, n in p.pod.claims}
-    for old in _replaced((claim.get("metadata") or {}).get("annotations") or {}):
-        if old not in named:
-            _delete(p.ctx, p.ns, old)
+    name = claim["metadata"]["name"]
+    p.replaced += [
+        Replaced(p.pod.name, old, name)
+        for old in _replaced((claim.get("metadata") or {}).get("annotations") or {})
+        if old not in named
+    ]
 
 
 def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) -> bool:
@@ -343,6 +439,8 @@ class _Pins:
     classes: _Classes
     left: list[tuple[str, str, str]]
     """The planned DynamicMIG partitions no claim took yet (`refs_of`)."""
+    replaced: list[Replaced]
+    """The claims to delete once the gate went (the caller's list, `delete_replaced`)."""
     remade: list[str] = field(default_factory=list)
     """`old -> new` for each claim that was gone and is made again pinned."""
 
@@ -352,17 +450,24 @@ class _Pins:
 
 
 def pin_claims(
-    ctx: Context, ns: str, want: PodAdmission, pod: PodInfo, wrote: list[str]
+    ctx: Context,
+    ns: str,
+    want: PodAdmission,
+    pod: PodInfo,
+    wrote: list[str],
+    replaced: list[Replaced],
 ) -> tuple[str, str]:
     """Write the pod's claims for its planned devices (the pinned claims' names appended to
-    `wrote`): ("", "") when done (or nothing to do), else (status, why) for the Admit's
-    outcome: "waiting" while a claim is not made yet (or was gone and is made again: the gate
-    goes in a later cycle), "failed" when a claim cannot be made exact (allocated already, or
-    not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
+    `wrote`, the claims they replace to `replaced`, for `delete_replaced` once the gate went):
+    ("", "") when done (or nothing to do), else (status, why) for the Admit's outcome:
+    "waiting" while a claim is not made yet (or the read found it gone and it is made again:
+    the gate goes in a later cycle, as the resourceclaim controller may answer the same gap
+    with a claim of its own), "failed" when a claim cannot be made exact (allocated already,
+    or not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
     allocation (`dra_allocate`)."""
     if not want.devices:
         return "", ""
-    p = _Pins(ctx, ns, want, pod, wrote, _Classes(ctx), refs_of(want.devices))
+    p = _Pins(ctx, ns, want, pod, wrote, _Classes(ctx), refs_of(want.devices), replaced)
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
@@ -391,7 +496,7 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
     there, `claim` is made from the template). The pinned claim is made under its own name
     (`_replace`), then its allocation written; a claim pinned to this plan already (an earlier
     run's, which stopped before its allocation or before the gate went) only gets the
-    allocation, and what it replaced is deleted if left (`_leftovers`)."""
+    allocation, and what it replaced is queued for deletion if left (`_leftovers`)."""
     ns, md, name = p.ns, claim.get("metadata") or {}, claim["metadata"]["name"]
     allocated = bool((claim.get("status") or {}).get("allocation"))
     spec0 = claim.get("spec") or {}
@@ -420,9 +525,9 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
         )
     if allocated:  # gpupool's, for another plan, and nobody holds it: its devices back
         deallocate(p.ctx, ns, claim)
-    made, gone = _replace(p, entry, claim, spec, gone)
+    made = _replace(p, entry, claim, spec, gone)
     p.wrote.append(made)
-    if gone:  # the claim it replaces was gone (or went since the cache's copy)
+    if gone:  # the claim the pod's status names was gone when read
         p.remade.append(f"{name} -> {made}")
     if results and not allocate(p.ctx, ns, made, p.want.node, results):
         return "waiting", _gone_before_allocation(ns, made)

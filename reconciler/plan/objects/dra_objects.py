@@ -94,6 +94,45 @@ def dra_objects(run: Run) -> None:
         if kind == "DeviceClass":
             classes[name] = aid
     _prune(run, dra, want, have)
+    sweep_replaced_claims(run, dra)
+
+
+def sweep_replaced_claims(run: Run, dra: DraState) -> None:
+    """Delete the ResourceClaims that exact admission replaced and left: a claim a pinned one
+    names in `gpupool.io/replaces-claims` (`ResourceClaimObject.replaces`) that still exists,
+    is not allocated, reserved for nobody, and that no pod's status names (nor any pod
+    references). Exact admission deletes them itself once the pod's gate went
+    (apply/handlers/dra_admit.py `delete_replaced`); one whose delete failed still counts
+    against its namespace's ResourceQuota for device requests until the pod is gone, so a
+    later cycle deletes it here. The handler deletes it only while that is still so (re-read:
+    apply/handlers/dra.py `sweep_claim`). Nothing is swept while a pod's status still names
+    the claim: exact admission names the pinned claim before its gate goes and never names the
+    old one again, so a snapshot whose pods lag its claims only sweeps later."""
+    claims = {(c.namespace, c.name): c for c in dra.claims}
+    named = {(p.namespace, n) for p in dra.pods for n in p.claims}
+    swept: set[tuple[str, str]] = set()
+    for c in sorted(dra.claims, key=lambda c: (c.namespace, c.name)):
+        for old in c.replaces:
+            key = (c.namespace, old)
+            left = claims.get(key)
+            if key in swept or key in named or left is None:
+                continue
+            if left.allocated is not None or left.reserved_for:
+                continue
+            swept.add(key)
+            run.add(
+                PruneDraObject(
+                    id=f"prune-dra:ResourceClaim:{c.namespace}/{old}",
+                    target=f"{c.namespace}/{old}",
+                    reason=f"delete {_ref('ResourceClaim', c.namespace, old)}: exact admission "
+                    f"replaced it by the pinned claim {c.name} and its delete did not happen; "
+                    "unallocated and named by no pod, it still counts against the namespace's "
+                    "ResourceQuota",
+                    object_kind="ResourceClaim",
+                    namespace=c.namespace,
+                    name=old,
+                )
+            )
 
 
 def _prune(run: Run, dra: DraState, want: dict, have: dict) -> None:
