@@ -501,6 +501,14 @@ def _prune_dra_object(world: World, a: PruneDraObject, now: datetime) -> None:
         world.dra = dra.model_copy(update={"taint_rules": rules})
         return
     key = (a.namespace, a.name)
+    if a.object_kind == "ResourceClaim":  # a replaced claim left behind: gone if still unheld
+        claims = [
+            c
+            for c in dra.claims
+            if (c.namespace, c.name) != key or c.allocated is not None or c.reserved_for
+        ]
+        world.dra = dra.model_copy(update={"claims": claims})
+        return
     kept_t = [
         t for t in dra.claim_templates if (t.namespace, t.name) != key or t.managed_by != MANAGED_BY
     ]
