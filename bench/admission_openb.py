@@ -756,13 +756,16 @@ def run_gpupool(
     name: str = "gpupool",
     ns: str = "",
     replay_cls: type = Replay,
+    wake_gap: float | None = None,
 ) -> Result:
     """gpupool admits. In-process (the default): the controller cycles in this thread while the
     replay runs in another, `world.settle()` and `world.step_nodes()` after each cycle, its
     injected clock set to the replay's trace time before each. With `process`, the same loop
     runs in a child process (its own interpreter, as the controller has its own pod in a
     cluster) and this thread runs the node agents' `settle()`/`step_nodes()` every
-    `min_interval`. `ns`: a gated namespace made already ("": one is made)."""
+    `min_interval`. `ns`: a gated namespace made already ("": one is made). `wake_gap`: the
+    controller's `wake_gap_seconds` in the child (None: its default, `--wake-gap` of
+    `gpupool reconcile`)."""
     from reconciler.loop.informer import ClusterCache
     from tests.integration.gating import gated_namespace
     from tests.integration.world import NS
@@ -786,6 +789,7 @@ def run_gpupool(
             "base": base.isoformat(),
             "speed": wl.speed,
             "min_interval": min_interval,
+            "wake_gap": wake_gap,
             "dump": str(dump) if dump else "",
             "dir": str(run_dir),
         }
@@ -950,6 +954,8 @@ def controller_child(config_path: Path) -> int:
     clock = Clock(now=base)
     policy_root = Path(cfg["policy_root"])
     ctl = make_controller(client.ApiClient(conf), policy_root, clock)
+    if cfg.get("wake_gap") is not None:
+        ctl.wake_gap_seconds = cfg["wake_gap"]
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
@@ -1133,6 +1139,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=42, help="draws the nodes and the slice")
     ap.add_argument(
         "--min-interval", type=float, default=0.5, help="least wall seconds between cycles"
+    )
+    ap.add_argument(
+        "--wake-gap",
+        type=float,
+        default=None,
+        help="with --controller-process: least wall seconds between two cycle starts when an "
+        "event wakes the loop (the controller's --wake-gap; default: its default, 0.25)",
     )
     ap.add_argument(
         "--runs",
@@ -1371,6 +1384,7 @@ def main(argv: list[str] | None = None) -> int:
                             name=name,
                             ns=dyn_ns,
                             replay_cls=replay,
+                            wake_gap=args.wake_gap,
                         )
                     )
                     claims_gone(world, dyn_ns)
@@ -1393,6 +1407,7 @@ def main(argv: list[str] | None = None) -> int:
                         name=name,
                         ns=dra_ns or "",
                         replay_cls=DraReplay if name in DRA_RUNS else Replay,
+                        wake_gap=args.wake_gap,
                     )
                 )
                 if dra_ns:
