@@ -656,7 +656,12 @@ class WorkloadMemo(VersionMemo):
     without a uid or a resourceVersion (a GpuNodeState without a resourceVersion) is read
     every time. Only the pods and nodes of the last observation are kept (`begin` / `end`):
     memory follows the live pods. Failed gang members (`failed_members`: few) are read every
-    time."""
+    time.
+
+    `delta` (`kube_pod_delta.PodDelta`): the last observation's pods and every result per pod,
+    so that the next one reads again only what changed (`kube_pod_delta.read_pods`); the steps
+    above are then asked only for those pods, and `end` keeps the others' values too
+    (`keep_unasked`)."""
 
     def __init__(self) -> None:
         super().__init__(MEMO_STEPS)
@@ -676,13 +681,16 @@ class WorkloadMemo(VersionMemo):
 
     def end(self) -> None:
         gone, self._gone = self._gone, None
-        if gone is not None:
-            for step in MEMO_STEPS[1:]:
-                merged = {**self._kept[step], **self._next[step]}
-                for name in gone:
-                    merged.pop(name, None)
-                self._next[step] = merged
-        super().end()
+        if gone is None:
+            super().end()
+            return
+        for step in MEMO_STEPS[1:]:  # in place: what changed, not every pod
+            kept = self._kept[step]
+            kept.update(self._next[step])
+            for name in gone:
+                kept.pop(name, None)
+        self._kept["published"] = self._next["published"]
+        self._next = {s: {} for s in MEMO_STEPS}
 
     def kept_pods(self) -> int:
         """How many pods' `Workload`s are kept (those of the last observation)."""
