@@ -63,7 +63,7 @@ from reconciler.observe.kube_dra import read_dra
 from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
-from reconciler.observe.kube_pod_delta import read_pods
+from reconciler.observe.kube_pod_delta import identified_pods, read_pods
 from reconciler.observe.kube_pods import (
     WorkloadMemo,
     _known_allocations,
@@ -217,7 +217,7 @@ def _observe(
     raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
     # the readers key, sort and report objects by name: one without is left out here, reported
     raw_nodes = _identified("Node", raw_nodes, namespaced=False)
-    raw_pods = _identified("Pod", raw_pods, namespaced=True)
+    raw_pods = identified_pods(raw_pods, memo)  # only those the memo has not seen
     nodes = _each("Node", raw_nodes, lambda n: _read_node(n, states.get(n.metadata.name), cards))
     by_name = {n.name: n for n in nodes}
     held = dict(

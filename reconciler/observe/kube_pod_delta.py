@@ -41,7 +41,7 @@ from bisect import bisect_left
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _UNREADABLE, _each, reported_again
+from reconciler.observe.kube_common import _UNREADABLE, _each, _identified, reported_again
 from reconciler.observe.kube_owners import Owners
 from reconciler.observe.kube_pods import (
     Holding,
@@ -100,6 +100,25 @@ def read_pods(
         return out
     gpu_pods, taken = pod_holdings(raw, held, None, memo)  # a pod twice: the plain pass
     return pod_workloads(gpu_pods, by_name, taken, owners, memo), failed_members(raw, owners)
+
+
+def identified_pods(raw_pods: Any, memo: Any = None) -> list:
+    """The pods of `raw_pods` that have a namespace and a name (`_identified`, which reports
+    each other one), checking only those the memo's `PodDelta` does not hold already: a pod
+    object it holds passed last cycle."""
+    delta = getattr(memo, "delta", None)
+    raw = list(raw_pods)
+    if delta is None:
+        return _identified("Pod", raw, namespaced=True)
+    known = delta.ids
+    unknown = [p for p in raw if id(p) not in known]
+    if not unknown:
+        return raw
+    ok = {id(p) for p in _identified("Pod", unknown, namespaced=True)}
+    if len(ok) == len(unknown):
+        return raw
+    left_out = {id(p) for p in unknown} - ok
+    return [p for p in raw if id(p) not in left_out]
 
 
 def _key(p: Any) -> tuple[str, str]:

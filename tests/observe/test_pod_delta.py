@@ -18,7 +18,7 @@ from reconciler import conventions as C
 from reconciler.observe import kube_pod_delta
 from reconciler.observe.kube_common import _UNREADABLE
 from reconciler.observe.kube_owners import Owners
-from reconciler.observe.kube_pod_delta import read_pods
+from reconciler.observe.kube_pod_delta import identified_pods, read_pods
 from reconciler.observe.kube_pods import WorkloadMemo, published_pods
 from reconciler.observe.model import Gpu, Node
 
@@ -261,3 +261,22 @@ def test_unchanged_pods_keep_their_workloads_and_a_pod_twice_takes_the_plain_pas
     made, _ = read_pods(pods, held, dict(world.nodes), world.owners, None, memo)
     plain, _ = read_pods(pods, held, dict(world.nodes), world.owners, None, None)
     assert made == plain and memo.delta is None  # the next cycle starts afresh
+
+
+def test_a_pod_without_a_name_is_left_out_and_reported_every_cycle():
+    world = World(7)
+    memo = WorkloadMemo()
+    observed(world, memo)
+    nameless = copy.deepcopy(next(iter(world.pods.values())))
+    nameless.metadata.name = None
+    pods = list(world.pods.values())
+    raw = pods[:3] + [nameless] + pods[3:]
+    for _ in range(2):
+        found: list = []
+        token = _UNREADABLE.set(found)
+        try:
+            assert identified_pods(raw, memo) == pods
+        finally:
+            _UNREADABLE.reset(token)
+        assert [u.message for u in found] == ["left out: metadata.name is missing"]
+    assert identified_pods(pods, memo) == pods and identified_pods(pods, None) == pods
