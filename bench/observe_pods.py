@@ -19,7 +19,13 @@ shared machine says more about the neighbours):
 * `convert, memo, none changed`: through a warm `WorkloadMemo`, nothing changed since the last
   cycle;
 * `convert, memo, 1 pod changed`: the same with one pod changed (a new resourceVersion and a
-  new annotation) since the last cycle, as a cycle woken by one pod event sees it.
+  new annotation) since the last cycle, as a cycle woken by one pod event sees it;
+* `convert, memo, every pod a new object (relist)`: every pod handed over as a new object of
+  the same version, as after the pod informer's relist (or without the watch cache): the
+  memo's whole pass (reconciler/observe/kube_pod_delta.py: more than `SPLICE_MAX` changed).
+
+Through the memo, the pods are read by `kube_pod_delta.read_pods` as `_observe` reads them:
+only what changed since the last cycle is read again (`PodDelta`).
 
 The workloads made through the memo are checked equal to the ones made without it, and the
 unchanged ones identical (`is`) to the last cycle's. Also printed: the CPU seconds of this
@@ -55,13 +61,8 @@ from reconciler import conventions as C  # noqa: E402
 from reconciler.loop.collector import paused_collector  # noqa: E402
 from reconciler.observe.kube_common import _UNREADABLE  # noqa: E402
 from reconciler.observe.kube_owners import Owners  # noqa: E402
-from reconciler.observe.kube_pods import (  # noqa: E402
-    WorkloadMemo,
-    failed_members,
-    pod_holdings,
-    pod_workloads,
-    published_pods,
-)
+from reconciler.observe.kube_pod_delta import read_pods as observe_pods  # noqa: E402
+from reconciler.observe.kube_pods import WorkloadMemo, published_pods  # noqa: E402
 from reconciler.observe.model import Workload  # noqa: E402
 
 SMOKE = {"sizes": "16", "rounds": 2}
@@ -152,9 +153,7 @@ def read_pods(
             name: published_pods(s) if memo is None else memo.published(name, s)
             for name, s in states.items()
         }
-        gpu_pods, taken = pod_holdings(pods, held, None, memo)
-        made = pod_workloads(gpu_pods, by_name, taken, owners, memo)
-        failed_members(pods, owners)
+        made, _ = observe_pods(pods, held, by_name, owners, None, memo)
     finally:
         _UNREADABLE.reset(token)
     if memo is not None:
@@ -226,6 +225,17 @@ def measure(size: int, rounds: int) -> tuple[int, int, list[tuple[str, float]]]:
         )
     )
     assert made[-1] == read_pods(pods, agents, by_name, owners, None)
+
+    def relist() -> None:  # every pod a new object of the same version (untimed)
+        pods[:] = [copy.copy(p) for p in pods]
+
+    rows.append(
+        (
+            "convert, memo, every pod a new object (relist)",
+            median_ms(lambda: read_pods(pods, agents, by_name, owners, memo), rounds, relist),
+        )
+    )
+    assert read_pods(pods, agents, by_name, owners, memo) == made[-1]
     same = sum(a is b for a, b in zip(made[-2], made[-1], strict=True)) if rounds > 1 else 0
     return len(pods), same, rows
 

@@ -63,15 +63,13 @@ from reconciler.observe.kube_dra import read_dra
 from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_node_states
 from reconciler.observe.kube_objects import read_kueue, read_priority_classes, read_quotas
 from reconciler.observe.kube_owners import JOB_CONTROLLER, Owners, read_owners
+from reconciler.observe.kube_pod_delta import identified_pods, read_pods
 from reconciler.observe.kube_pods import (
     WorkloadMemo,
     _known_allocations,
     _workload,
     admission_event,
     admitted_allocations,
-    failed_members,
-    pod_holdings,
-    pod_workloads,
     published_pods,
 )
 from reconciler.observe.kube_requests import pod_request, request_from_resources, template_request
@@ -219,7 +217,7 @@ def _observe(
     raw_pods = cached_pods if cached_pods is not None else core.list_pod_for_all_namespaces().items
     # the readers key, sort and report objects by name: one without is left out here, reported
     raw_nodes = _identified("Node", raw_nodes, namespaced=False)
-    raw_pods = _identified("Pod", raw_pods, namespaced=True)
+    raw_pods = identified_pods(raw_pods, memo)  # only those the memo has not seen
     nodes = _each("Node", raw_nodes, lambda n: _read_node(n, states.get(n.metadata.name), cards))
     by_name = {n.name: n for n in nodes}
     held = dict(
@@ -244,9 +242,10 @@ def _observe(
         node = by_name.get(p.spec.node_name or (index.claim_node(ns, name) if released else ""))
         return index.request(ns, name), index.allocations(node, ns, name)
 
-    gpu_pods, taken = pod_holdings(raw_pods, held, claimed if index is not None else None, memo)
     owners = read_owners(api_client)
-    workloads = pod_workloads(gpu_pods, by_name, taken, owners, memo)
+    workloads, failed = read_pods(
+        raw_pods, held, by_name, owners, claimed if index is not None else None, memo
+    )
     services = read_services(api_client)
     services = with_autoscalers(services, read_autoscalers(api_client))
     quotas = read_quotas(core)
@@ -264,7 +263,7 @@ def _observe(
         dra=dra,
         suspended_jobs=owners.suspended,
         job_recoveries=owners.recoveries,
-        failed_members=failed_members(raw_pods, owners),
+        failed_members=failed,
         gated_namespaces=sorted(n.metadata.name for n in gated),
         observed_at=_ts(now) or datetime.now(UTC),
         nodes=nodes,

@@ -157,30 +157,42 @@ def pod_holdings(
     # never hands out a card a pod is known to hold.
     taken: dict[str, set[int]] = {}
 
-    def holding(p: Any) -> tuple[Any, Request, list[Allocation] | None] | None:
-        if p.status.phase in ("Succeeded", "Failed"):
-            return None
-        if p.metadata.deletion_timestamp and not p.spec.node_name:
-            return None  # an unbound pod being deleted holds nothing and is nobody's demand
-        req, known = memo.kept("request", p, (), lambda: pod_request(p)), None
-        if req.kind == "none" and claimed is not None:
-            req, known = claimed(p)
-        if req.kind == "none":
-            return None
-        node_name = p.spec.node_name or ""
-        if known is None:
-            node_pods = held.get(node_name)
-            known = (
-                _known_allocations(p, node_pods)
-                if node_pods is not None  # a lookup: nothing to keep
-                else memo.kept("annotated", p, (), lambda: _known_allocations(p, None))
-            )
-        if known is not None:
-            taken.setdefault(node_name, set()).update(a.gpu for a in known)
-        return p, req, known
+    def holding(p: Any) -> Holding | None:
+        x = _holding(p, held, claimed, memo)
+        if x is not None and x[2] is not None:
+            taken.setdefault(p.spec.node_name or "", set()).update(a.gpu for a in x[2])
+        return x
 
     gpu_pods = [x for x in _each("Pod", [p for _, p in pods], holding) if x is not None]
     return gpu_pods, taken
+
+
+def _holding(
+    p: Any,
+    held: dict[str, dict[str, list[Allocation] | None]],
+    claimed: Callable[[Any], tuple[Request, list[Allocation] | None]] | None,
+    memo: Any,
+) -> Holding | None:
+    """One pod of `pod_holdings`: (it, its request, the cards it is known to hold), or None
+    where it holds and wants no card."""
+    if p.status.phase in ("Succeeded", "Failed"):
+        return None
+    if p.metadata.deletion_timestamp and not p.spec.node_name:
+        return None  # an unbound pod being deleted holds nothing and is nobody's demand
+    req, known = memo.kept("request", p, (), lambda: pod_request(p)), None
+    if req.kind == "none" and claimed is not None:
+        req, known = claimed(p)
+    if req.kind == "none":
+        return None
+    node_name = p.spec.node_name or ""
+    if known is None:
+        node_pods = held.get(node_name)
+        known = (
+            _known_allocations(p, node_pods)
+            if node_pods is not None  # a lookup: nothing to keep
+            else memo.kept("annotated", p, (), lambda: _known_allocations(p, None))
+        )
+    return p, req, known
 
 
 def pod_workloads(
@@ -198,34 +210,9 @@ def pod_workloads(
     (`WorkloadMemo`)."""
     memo = memo if memo is not None else _NO_MEMO
 
-    def workload(x: tuple[Any, Request, list[Allocation] | None]) -> Workload:
-        p, req, known = x
-        admitted = (p.metadata.annotations or {}).get(C.ADMITTED_ANN)
-        node_known = isinstance(admitted, str) and admitted in by_name  # all `believed` asks
-        raw = p
-        # the believed copy is kept, not the pod itself (that is this cycle's object)
-        p = memo.kept("believed", raw, (node_known,), lambda: _believed_copy(raw, by_name)) or raw
-        node_name = p.spec.node_name or ""
-        admitted_to = None if node_name else _admission(p)[1]
-        if admitted_to and known is not None:  # its claims are allocated already (DRA)
-            allocs = known
-        elif admitted_to:
-            allocs = admitted_allocations(
-                p, req, by_name.get(admitted_to), taken.setdefault(admitted_to, set())
-            )
-        elif known is not None:
-            allocs = known
-        else:
-            allocs = _guess_allocations(
-                req, by_name.get(node_name), taken.setdefault(node_name, set())
-            )
-        facts, seen = owner_facts(p, owners), p
-        return memo.kept(
-            "workload",
-            raw,
-            (node_known, req, allocs, facts),
-            lambda: _workload(seen, req, allocs, _owners_from(facts)),
-        )
+    def workload(x: Holding) -> Workload:
+        prep = _prepared(x, by_name, memo)
+        return _made(prep, _allocated(prep, by_name, taken), owners, memo)
 
     # bound pods first: an admitted pod yields to what the kubelet has handed out or will
     return _each(
@@ -233,6 +220,56 @@ def pod_workloads(
         sorted(gpu_pods, key=lambda x: not x[0].spec.node_name),
         workload,
         named=lambda x: x[0],
+    )
+
+
+Prepared = tuple[Any, Any, Request, list[Allocation] | None, bool, str | None]
+"""A GPU pod read as far as it does not depend on the other pods: (the pod, the pod as
+believed, its request, the cards it is known to hold, whether the node its `admitted`
+annotation names exists, the node it is admitted to and not bound yet)."""
+
+
+def _prepared(x: Holding, by_name: dict[str, Node], memo: Any) -> Prepared:
+    """The first step of `pod_workloads` for one pod: what gpupool's state on it is believed
+    (`believed`) and which node it is admitted to."""
+    raw, req, known = x
+    admitted = (raw.metadata.annotations or {}).get(C.ADMITTED_ANN)
+    node_known = isinstance(admitted, str) and admitted in by_name  # all `believed` asks
+    # the believed copy is kept, not the pod itself (that is this cycle's object)
+    p = memo.kept("believed", raw, (node_known,), lambda: _believed_copy(raw, by_name)) or raw
+    admitted_to = None if p.spec.node_name else _admission(p)[1]
+    return raw, p, req, known, node_known, admitted_to
+
+
+def _allocated(
+    prep: Prepared, by_name: dict[str, Node], taken: dict[str, set[int]]
+) -> list[Allocation]:
+    """The cards the pod holds: those known, else for a pod admitted to a node the cards
+    meant for it, else a guess; `taken` (node -> cards held) grows with each. Only the node it
+    is admitted to, else its own node, is read from `taken` (`PodDelta` keeps one such group
+    per node)."""
+    _, p, req, known, _, admitted_to = prep
+    node_name = p.spec.node_name or ""
+    if admitted_to and known is not None:  # its claims are allocated already (DRA)
+        return known
+    if admitted_to:
+        return admitted_allocations(
+            p, req, by_name.get(admitted_to), taken.setdefault(admitted_to, set())
+        )
+    if known is not None:
+        return known
+    return _guess_allocations(req, by_name.get(node_name), taken.setdefault(node_name, set()))
+
+
+def _made(prep: Prepared, allocs: list[Allocation], owners: Owners, memo: Any) -> Workload:
+    """The pod's `Workload`, holding `allocs`, reading its part of `owners`."""
+    raw, p, req, _, node_known, _ = prep
+    facts = owner_facts(p, owners)
+    return memo.kept(
+        "workload",
+        raw,
+        (node_known, req, allocs, facts),
+        lambda: _workload(p, req, allocs, _owners_from(facts)),
     )
 
 
@@ -619,10 +656,41 @@ class WorkloadMemo(VersionMemo):
     without a uid or a resourceVersion (a GpuNodeState without a resourceVersion) is read
     every time. Only the pods and nodes of the last observation are kept (`begin` / `end`):
     memory follows the live pods. Failed gang members (`failed_members`: few) are read every
-    time."""
+    time.
+
+    `delta` (`kube_pod_delta.PodDelta`): the last observation's pods and every result per pod,
+    so that the next one reads again only what changed (`kube_pod_delta.read_pods`); the steps
+    above are then asked only for those pods, and `end` keeps the others' values too
+    (`keep_unasked`)."""
 
     def __init__(self) -> None:
         super().__init__(MEMO_STEPS)
+        self.delta: Any = None
+        """The last observation's pods and what each read as (`kube_pod_delta.PodDelta`):
+        the next one reads again only what changed."""
+        self._gone: set | None = None
+
+    def begin(self) -> None:
+        super().begin()
+        self._gone = None
+
+    def keep_unasked(self, gone: set) -> None:
+        """This observation asked only the pods that changed (`PodDelta`): at `end`, keep
+        every pod's values of the last one too, but those of the pods `gone`."""
+        self._gone = set(gone)
+
+    def end(self) -> None:
+        gone, self._gone = self._gone, None
+        if gone is None:
+            super().end()
+            return
+        for step in MEMO_STEPS[1:]:  # in place: what changed, not every pod
+            kept = self._kept[step]
+            kept.update(self._next[step])
+            for name in gone:
+                kept.pop(name, None)
+        self._kept["published"] = self._next["published"]
+        self._next = {s: {} for s in MEMO_STEPS}
 
     def kept_pods(self) -> int:
         """How many pods' `Workload`s are kept (those of the last observation)."""
