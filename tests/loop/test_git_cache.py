@@ -5,7 +5,6 @@ in time, and no source silently replaced by another (an empty --git-url is an er
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,34 +14,8 @@ import pytest
 from reconciler.cli import main
 from reconciler.loop.sources import DirectorySource, GitSource, check_git_url
 from reconciler.policy.files import SourceError
-
-POOL = """\
-apiVersion: gpupool.io/v1alpha1
-kind: Pool
-metadata:
-  name: {name}
-spec:
-  gpuModel: A100-SXM4-80GB
-  capacity: {{nodes: 1, gpusPerNode: 8}}
-"""
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def _origin(path: Path, pool: str = "a100") -> tuple[Path, str]:
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "--initial-branch=main")
-    _git(path, "config", "user.name", "t")
-    _git(path, "config", "user.email", "t@example.com")
-    (path / "pools").mkdir()
-    (path / "pools" / f"{pool}.yaml").write_text(POOL.format(name=pool))
-    _git(path, "add", "-A")
-    _git(path, "commit", "-qm", "initial")
-    return path, _git(path, "rev-parse", "HEAD")
+from tests.loop.git_origin import POOL, make_origin
+from tests.loop.git_origin import git as _git
 
 
 @pytest.fixture
@@ -65,7 +38,7 @@ def test_a_planted_cache_config_runs_nothing_and_is_replaced(tmp_path: Path, spy
     """A cache that gpupool did not write (here `remote.origin.uploadpack`, which a fetch from a
     local or ssh remote runs) is removed and cloned afresh; nothing in it runs."""
     script, marker = spy
-    origin, sha = _origin(tmp_path / "origin")
+    origin, sha = make_origin(tmp_path / "origin")
     src = GitSource(str(origin), "main", tmp_path / "cache")
     src.repo_dir.parent.mkdir(parents=True, exist_ok=True)
     _git(tmp_path, "clone", "-q", "--bare", str(origin), str(src.repo_dir))
@@ -94,7 +67,7 @@ def test_hooks_in_the_cache_do_not_run(tmp_path: Path, spy):
     """Hooks are not in the config, so the cache check cannot see them: git runs with
     core.hooksPath=/dev/null (fetch runs reference-transaction)."""
     script, marker = spy
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     src = GitSource(str(origin), "main", tmp_path / "cache")
     src.read()
     for hook in ("reference-transaction", "pre-auto-gc", "post-checkout", "post-merge"):
@@ -108,8 +81,8 @@ def test_hooks_in_the_cache_do_not_run(tmp_path: Path, spy):
 
 
 def test_a_changed_url_is_followed_not_the_old_repository(tmp_path: Path):
-    a, sha_a = _origin(tmp_path / "a", pool="a100")
-    b, sha_b = _origin(tmp_path / "b", pool="h100")
+    a, sha_a = make_origin(tmp_path / "a", pool="a100")
+    b, sha_b = make_origin(tmp_path / "b", pool="h100")
     cache = tmp_path / "cache"
     assert GitSource(str(a), "main", cache).read().revision == sha_a
     snap = GitSource(str(b), "main", cache).read()
@@ -135,7 +108,7 @@ def test_a_changed_url_is_followed_not_the_old_repository(tmp_path: Path):
     ids=["working tree", "half made", "symlink", "file", "alternates", "include"],
 )
 def test_anything_not_made_by_gpupool_is_cloned_afresh(tmp_path: Path, plant):
-    origin, sha = _origin(tmp_path / "origin")
+    origin, sha = make_origin(tmp_path / "origin")
     src = GitSource(str(origin), "main", tmp_path / "cache")
     src.repo_dir.parent.mkdir(parents=True, exist_ok=True)
     plant(src.repo_dir, origin)
@@ -146,7 +119,7 @@ def test_anything_not_made_by_gpupool_is_cloned_afresh(tmp_path: Path, plant):
 
 
 def test_a_deleted_branch_is_an_error_not_the_last_commit(tmp_path: Path):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     _git(origin, "branch", "release")
     src = GitSource(str(origin), "release", tmp_path / "cache")
     src.read()
@@ -211,7 +184,7 @@ def test_a_clone_that_stalls_times_out(
 
 
 def test_a_fetch_that_stalls_times_out(tmp_path: Path, stalling_server: int):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     url = f"git://127.0.0.1:{stalling_server}/policy.git"
     src = GitSource(url, "main", tmp_path / "cache", timeout=1.5)
     src.repo_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ import pytest
 
 from reconciler.loop.sources import GitSource
 from reconciler.policy.files import SourceError
-from tests.loop.test_git_cache import POOL, _git, _origin
+from tests.loop.git_origin import POOL, make_origin
+from tests.loop.git_origin import git as _git
 
 
 class Clock:
@@ -29,7 +30,7 @@ def _commit(origin: Path, pool: str) -> str:
 
 
 def test_reads_within_the_interval_get_the_last_fetch(tmp_path: Path):
-    origin, sha = _origin(tmp_path / "origin")
+    origin, sha = make_origin(tmp_path / "origin")
     clock = Clock()
     src = GitSource(str(origin), "main", tmp_path / "cache", poll_seconds=30, clock=clock)
     first = src.read()
@@ -44,7 +45,7 @@ def test_reads_within_the_interval_get_the_last_fetch(tmp_path: Path):
 
 
 def test_a_reconcile_asked_for_fetches_at_once(tmp_path: Path):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     clock = Clock()
     src = GitSource(str(origin), "main", tmp_path / "cache", poll_seconds=30, clock=clock)
     src.read()
@@ -56,7 +57,7 @@ def test_a_reconcile_asked_for_fetches_at_once(tmp_path: Path):
 
 
 def test_a_failed_fetch_is_not_retried_every_cycle(tmp_path: Path):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     clock = Clock()
     src = GitSource(str(origin), "main", tmp_path / "cache", poll_seconds=30, clock=clock)
     src.read()
@@ -70,13 +71,13 @@ def test_a_failed_fetch_is_not_retried_every_cycle(tmp_path: Path):
             src.read()
         assert str(again.value) == str(first.value)
     assert src.fetches == 2
-    _origin(origin)  # back: the next poll reads it
+    make_origin(origin)  # back: the next poll reads it
     clock.t += 30
     assert src.read().files and src.fetches == 3
 
 
 def test_poll_zero_fetches_on_every_read_and_a_negative_one_is_refused(tmp_path: Path):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     src = GitSource(str(origin), "main", tmp_path / "cache")
     src.read()
     src.read()
@@ -86,7 +87,7 @@ def test_poll_zero_fetches_on_every_read_and_a_negative_one_is_refused(tmp_path:
 
 
 def test_a_push_expires_the_last_fetch(tmp_path: Path):
-    origin, _ = _origin(tmp_path / "origin")
+    origin, _ = make_origin(tmp_path / "origin")
     clock = Clock()
     src = GitSource(str(origin), "main", tmp_path / "cache", poll_seconds=30, clock=clock)
     src.read()
