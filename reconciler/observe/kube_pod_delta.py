@@ -51,7 +51,9 @@ from reconciler.observe.kube_pods import (
     _made,
     _prepared,
     failed_members,
+    is_failed,
     pod_holdings,
+    pod_version,
     pod_workloads,
 )
 from reconciler.observe.model import Node, UnreadableObject, Workload
@@ -125,13 +127,6 @@ def _key(p: Any) -> tuple[str, str]:
     return p.metadata.namespace, p.metadata.name
 
 
-def _version(p: Any) -> tuple | None:
-    """(uid, resourceVersion): one state of one pod; None where either is missing."""
-    meta = p.metadata
-    uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
-    return (uid, rv) if uid and rv else None
-
-
 def _node_of(p: Any) -> str | None:
     """The node the pod is bound to ("" none); None where its spec does not read."""
     try:
@@ -148,11 +143,6 @@ def _admitted(p: Any) -> Any:
     except (AttributeError, TypeError):
         return None
     return admitted if isinstance(admitted, str) else None
-
-
-def _failed(p: Any) -> bool:
-    """As `failed_members` tells a pod it reads further."""
-    return getattr(getattr(p, "status", None), "phase", None) == "Failed"
 
 
 def _refs(prep: Prepared) -> tuple:
@@ -264,8 +254,8 @@ class PodDelta:
             k = _key(p)
             if k in added or k in same or (k in self.live and k not in gone):
                 raise _Doubt("a pod twice")
-            version = _version(p)
-            if version is not None and k in gone and _version(self.live[k]) == version:
+            version = pod_version(p)
+            if version is not None and k in gone and pod_version(self.live[k]) == version:
                 same[k] = p  # another object, the same state (a relist): the memo's rule
             else:
                 added[k] = p
@@ -305,7 +295,7 @@ class PodDelta:
                 self.by_admitted[self.admitted[k]].discard(k)
             admitted = self.admitted[k] = _admitted(p)
             self.by_admitted.setdefault(admitted, set()).add(k)
-            if _failed(p):
+            if is_failed(p):
                 self.failed.add(k)
         for node in held.keys() | self.held.keys():
             if held.get(node) is not self.held.get(node):

@@ -338,7 +338,7 @@ def failed_members(raw_pods: Any, owners: Owners) -> list[Workload]:
 
     def member(p: Any) -> Workload | None:
         # only a Failed pod is read further (any other was read, or reported, as a holding)
-        if getattr(getattr(p, "status", None), "phase", None) != "Failed":
+        if not is_failed(p):
             return None
         if not p.spec.node_name:
             return None
@@ -630,6 +630,18 @@ MEMO_STEPS = ("published", "request", "annotated", "believed", "workload")
 """The steps of reading pods that `WorkloadMemo` keeps, in the order a pod goes through."""
 
 
+def pod_version(p: Any) -> tuple | None:
+    """(uid, resourceVersion): one state of one pod; None where either is missing."""
+    meta = p.metadata
+    uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
+    return (uid, rv) if uid and rv else None
+
+
+def is_failed(p: Any) -> bool:
+    """Phase Failed: the only pods `failed_members` reads further."""
+    return getattr(getattr(p, "status", None), "phase", None) == "Failed"
+
+
 class WorkloadMemo(VersionMemo):
     """Pods read into `Workload`s once per version: kept by the controller across cycles and
     passed to `observe_cluster` (as `CardMemo` is for nodes' cards). What each node's agent
@@ -698,9 +710,9 @@ class WorkloadMemo(VersionMemo):
 
     def kept(self, step: str, p: Any, inputs: tuple, make: Callable[[], Any]) -> Any:
         """`make()`, or the value it gave for the same version of `p` and the same `inputs`."""
-        meta = p.metadata
-        uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
-        return self.get(step, (meta.namespace, meta.name), uid and rv and (uid, rv, inputs), make)
+        meta, version = p.metadata, pod_version(p)
+        key = version and (*version, inputs)
+        return self.get(step, (meta.namespace, meta.name), key, make)
 
     def published(self, node: str, state: dict) -> dict[str, list[Allocation]] | None:
         """`published_pods(state)` of the node's GpuNodeState (`_agent_state`'s reading of
