@@ -45,8 +45,11 @@ The names other code imports from this module stay importable from it (`__all__`
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler import conventions as C
 from reconciler.observe.dra_holdings import DraIndex
@@ -81,7 +84,14 @@ from reconciler.observe.kube_services import (
     read_services,
     with_autoscalers,
 )
-from reconciler.observe.model import Node, ObservedState, UnreadableObject
+from reconciler.observe.model import (
+    InferenceService,
+    Node,
+    ObservedState,
+    PriorityClassObject,
+    QuotaObject,
+    UnreadableObject,
+)
 
 __all__ = [
     # this module's own
@@ -119,6 +129,11 @@ __all__ = [
 
 REQUEST_TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds for every API call that names no timeout of its own."""
+LIST_WORKERS = 4
+"""Threads an observation lists on at once (`_observe`): Jobs and pod groups; inference
+services and autoscalers; quotas, priority classes and gated namespaces; Kueue's objects.
+Each holds one connection of the client's pool beside the informers' watches."""
+T = TypeVar("T")
 
 
 def make_api_client(kubeconfig: str | None = None) -> Any:
@@ -183,7 +198,8 @@ def observe_cluster(
         memo.begin()
     try:
         api = api_client or make_api_client(kubeconfig)
-        observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads)
+        with ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="gpupool-observe") as pool:
+            observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads, pool)
     finally:
         _UNREADABLE.reset(token)
     for memo in memos:
@@ -197,15 +213,28 @@ def _observe(
     recent_preemptions: list[datetime] | None,
     cache: Any,
     cards: CardMemo | None,
-    with_dra: bool = True,
-    memo: WorkloadMemo | None = None,
+    with_dra: bool,
+    memo: WorkloadMemo | None,
+    pool: ThreadPoolExecutor,
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
-    rest of the snapshot is made."""
+    rest of the snapshot is made. The objects listed every time are asked for at once, on
+    `pool`'s threads, while this thread reads the cached ones: an observation waits for the
+    slowest of those lists, not for their sum (each a round trip to the API server)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
+
+    def listed(read: Callable[..., T], *args: Any) -> Future[T]:
+        # in a copy of this context each: what a reader reports unreadable lands in the
+        # observation's list (`_UNREADABLE`, a context variable)
+        return pool.submit(contextvars.copy_context().run, read, *args)
+
+    owners_f = listed(read_owners, api_client)
+    services_f = listed(_services, api_client)
+    policy_f = listed(_policy_objects, api_client, core)
+    kueue_f = listed(read_kueue, api_client)
     cached_states = cache.node_states() if cache is not None else None
     states = {
         name: _agent_state(name, s)
@@ -242,22 +271,13 @@ def _observe(
         node = by_name.get(p.spec.node_name or (index.claim_node(ns, name) if released else ""))
         return index.request(ns, name), index.allocations(node, ns, name)
 
-    owners = read_owners(api_client)
+    owners = owners_f.result()
     workloads, failed = read_pods(
         raw_pods, held, by_name, owners, claimed if index is not None else None, memo
     )
-    services = read_services(api_client)
-    services = with_autoscalers(services, read_autoscalers(api_client))
-    quotas = read_quotas(core)
-    classes = read_priority_classes(api_client)
-    gated = _identified(
-        "Namespace",
-        core.list_namespace(
-            label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
-        ).items,
-        namespaced=False,
-    )
-    kueue = read_kueue(api_client)
+    services = services_f.result()
+    quotas, classes, gated = policy_f.result()
+    kueue = kueue_f.result()
     return ObservedState(
         kueue=kueue,
         dra=dra,
@@ -277,6 +297,27 @@ def _observe(
             key=lambda u: (u.kind, u.namespace, u.name, u.message),
         ),
     )
+
+
+def _services(api_client: Any) -> list[InferenceService]:
+    """The inference services, each with the autoscaler that targets it."""
+    return with_autoscalers(read_services(api_client), read_autoscalers(api_client))
+
+
+def _policy_objects(
+    api_client: Any, core: Any
+) -> tuple[list[QuotaObject], list[PriorityClassObject], list[Any]]:
+    """ResourceQuotas, PriorityClasses and the namespaces gated for gpupool's admission."""
+    quotas = read_quotas(core)
+    classes = read_priority_classes(api_client)
+    gated = _identified(
+        "Namespace",
+        core.list_namespace(
+            label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
+        ).items,
+        namespaced=False,
+    )
+    return quotas, classes, gated
 
 
 def _agent_state(node: str, state: dict) -> dict:
