@@ -274,10 +274,11 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--wake-gap",
         metavar="DURATION",
-        default="250ms",
+        default="100ms",
         type=_wake_gap,
         help="least time between two cycle starts when a pod event, a signal or a source "
-        "change wakes the loop: a burst is admitted in one cycle (default 250ms)",
+        "change wakes the loop: a burst is admitted in one cycle (default 100ms; and never "
+        "sooner after a cycle's end than that cycle took)",
     )
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
