@@ -731,12 +731,12 @@ class CycleStats:
         }
 
 
-def sleep_rest(started: float, interval: float) -> None:
-    """Sleep out what is left of `interval` since `started` (time.monotonic()), computed once
-    and clamped at 0. Checked first and computed again for `time.sleep`, it could cross zero in
-    between: sleep raised ValueError, which ended the controller process of a 200-node run and
-    left the benchmark without its table."""
-    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+def sleep_rest(until: float) -> None:
+    """Sleep until `until` (time.monotonic()), the time left computed once and clamped at 0.
+    Checked first and computed again for `time.sleep`, it could cross zero in between: sleep
+    raised ValueError, which ended the controller process of a 200-node run and left the
+    benchmark without its table."""
+    time.sleep(max(0.0, until - time.monotonic()))
 
 
 def make_controller(api: Any, policy_root: Path, clock: Any) -> Any:
@@ -826,7 +826,7 @@ def run_gpupool(
                     replay.result.notes["progress"] = (run_dir / "progress").read_text()
             stats.timed("settle", world.settle)
             stats.timed("step", world.step_nodes)
-            sleep_rest(t, min_interval)
+            sleep_rest(t + min_interval)
         driver.join()
         res = replay.finish()
         if child is not None:
@@ -935,11 +935,13 @@ def controller_child(config_path: Path) -> int:
     and statistics; trace time counted from the instant the parent writes to `start`. Like
     `Controller.run`, a pod event admission acts on (`admission_event`) or a DRA claim that
     stops holding devices (`ClusterCache`'s `on_claim_release`) starts the next cycle at once,
-    at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
-    from datetime import datetime
+    spaced as `Controller.run` spaces them (`next_cycle_at`); otherwise a cycle every
+    `min_interval`."""
+    from datetime import UTC, datetime
 
     from kubernetes import client
 
+    from reconciler.loop.controller import next_cycle_at
     from reconciler.loop.informer import ClusterCache
     from reconciler.observe.kube_pods import admission_event
     from tests.integration.world import Clock
@@ -965,6 +967,10 @@ def controller_child(config_path: Path) -> int:
     ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event, on_claim_release=wake.set)
     ctl.cache.start(stop)
     ctl.cache.wait_synced(60)
+    # the Lease renewed beside the cycles on the wall clock, as `Controller.run` has it (not
+    # once per cycle, on its path, nor on the trace clock, which runs `speed` times faster)
+    ctl.elector.clock = lambda: datetime.now(UTC)
+    ctl.elector.start(stop)
     stats = CycleStats(Path(cfg["dump"]) if cfg["dump"] else None, policy_root)
     (run_dir / "ready").touch()
     while not (run_dir / "start").exists():
@@ -977,8 +983,9 @@ def controller_child(config_path: Path) -> int:
         clock.now = base + timedelta(seconds=wall * cfg["speed"])
         wake.clear()  # what woke the loop so far is seen by this cycle
         stats.cycle(ctl, wall)
+        ended = time.monotonic()
         (run_dir / "progress").write_text(stats.progress)
-        sleep_rest(t, ctl.wake_gap_seconds)
+        sleep_rest(next_cycle_at(t, ended, ctl.wake_gap_seconds))
         wake.wait(max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
@@ -1145,7 +1152,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help="with --controller-process: least wall seconds between two cycle starts when an "
-        "event wakes the loop (the controller's --wake-gap; default: its default, 0.25)",
+        "event wakes the loop (the controller's --wake-gap; default: its default, 0.1)",
     )
     ap.add_argument(
         "--runs",
