@@ -110,8 +110,13 @@ class StatusStore:
         self.k = client
         self.api = client.CustomObjectsApi(api_client)
         self.namespace, self.name = namespace, name
+        self._read: dict | None = None
+        """The object `read` found, until the next write: the cycle's status write starts
+        from it instead of reading it again (gpupool alone writes the status, and
+        `record_preemptions`, which does too, drops it)."""
 
     def read(self) -> StatusView:
+        self._read = None
         try:
             obj = self.api.get_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, self.name
@@ -120,6 +125,7 @@ class StatusStore:
             if exc.status == 404:
                 return StatusView()
             raise
+        self._read = obj
         st = obj.get("status") or {}
         recent = []
         for t in st.get("recentPreemptions", []):
@@ -152,7 +158,9 @@ class StatusStore:
         found no object, and this write creates it: the generation created is the one acted
         on (its spec is the default one the cycle assumed). `timeout` ((connect, read) seconds,
         or one number) bounds each of its requests (None: the client's default)."""
-        prev = self._get(timeout)
+        prev, self._read = self._read, None
+        if prev is None:
+            prev = self._get(timeout)
         created = prev is None
         if created:
             prev = self._create(timeout)
@@ -186,6 +194,7 @@ class StatusStore:
         """Persist the preemption times and the open intents at once, in one patch (before a
         stop is sent: write-ahead). Creates the status object if there is none yet: a crash
         right after the stop must not lose it."""
+        self._read = None
         if self._get() is None:
             self._create()
         self._patch(

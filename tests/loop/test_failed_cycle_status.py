@@ -258,6 +258,22 @@ def test_a_good_cycle_on_the_fake_says_ready(make_controller, fake):
     assert status(fake)["lastReconcileTime"] == clock.now.isoformat()
 
 
+def test_a_cycle_reads_its_status_object_once(make_controller, fake):
+    """The status write of a cycle starts from the object the cycle read at its start (gpupool
+    alone writes the status): one GET, one PATCH; the transition time of a condition that
+    holds is kept."""
+    ctl, clock = make_controller()
+    assert ctl.cycle().error is None  # creates the object
+    since = conditions(fake)["Ready"]["lastTransitionTime"]
+    clock.advance(60)
+    fake.log.clear()
+    assert ctl.cycle().error is None
+    assert len(fake.requests("GET", STATUS + "$")) == 1
+    assert len(fake.requests("PATCH", STATUS + "/status$")) == 1
+    assert conditions(fake)["Ready"]["lastTransitionTime"] == since
+    assert status(fake)["lastReconcileTime"] == clock.now.isoformat()
+
+
 @pytest.mark.parametrize(
     ("how", "error"),
     [
