@@ -274,6 +274,13 @@ def test_policy_load_smoke():
     assert re.match(r"^\| example \+ 10 teams \| \d+ \| [\d,]+ \| [\d,.]+ \| [\d.]+ \|$", rows[1])
 
 
+def test_observe_lists_smoke():
+    out = smoke("observe_lists.py")
+    rows = lines_after(out, r"^\| RTT ms \| lists \| one at a time, ms \| at once, ms \|$")
+    for row, rtt in zip(rows[1:3], ("0", "2"), strict=True):
+        assert re.match(rf"^\| {rtt} \| \d+ \| [\d.]+ \| [\d.]+ \|$", row), row
+
+
 def test_observe_nodes_smoke():
     out = smoke("observe_nodes.py")
     rows = lines_after(out, r"^\| nodes \| step \| ms per cycle \|$")

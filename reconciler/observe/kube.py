@@ -85,7 +85,6 @@ from reconciler.observe.kube_services import (
     with_autoscalers,
 )
 from reconciler.observe.model import (
-    InferenceService,
     Node,
     ObservedState,
     PriorityClassObject,
@@ -129,10 +128,11 @@ __all__ = [
 
 REQUEST_TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds for every API call that names no timeout of its own."""
-LIST_WORKERS = 4
-"""Threads an observation lists on at once (`_observe`): Jobs and pod groups; inference
-services and autoscalers; quotas, priority classes and gated namespaces; Kueue's objects.
-Each holds one connection of the client's pool beside the informers' watches."""
+LIST_WORKERS = 5
+"""Threads an observation lists on at once (`_observe`), one per reader: Jobs and pod groups
+(3 lists); inference Deployments and StatefulSets (2); HPAs and ScaledObjects (2); quotas,
+priority classes and gated namespaces (3); Kueue's objects (3). Each holds one connection of
+the client's pool beside the informers' watches."""
 T = TypeVar("T")
 
 
@@ -220,8 +220,9 @@ def _observe(
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
     rest of the snapshot is made. The objects listed every time are asked for at once, on
-    `pool`'s threads, while this thread reads the cached ones: an observation waits for the
-    slowest of those lists, not for their sum (each a round trip to the API server)."""
+    `pool`'s threads, one reader each, while this thread reads the cached ones: an observation
+    waits for the slowest reader (up to three lists in a row), not for all thirteen lists one
+    round trip to the API server after another."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -232,7 +233,8 @@ def _observe(
         return pool.submit(contextvars.copy_context().run, read, *args)
 
     owners_f = listed(read_owners, api_client)
-    services_f = listed(_services, api_client)
+    services_f = listed(read_services, api_client)
+    scalers_f = listed(read_autoscalers, api_client)
     policy_f = listed(_policy_objects, api_client, core)
     kueue_f = listed(read_kueue, api_client)
     cached_states = cache.node_states() if cache is not None else None
@@ -275,7 +277,7 @@ def _observe(
     workloads, failed = read_pods(
         raw_pods, held, by_name, owners, claimed if index is not None else None, memo
     )
-    services = services_f.result()
+    services = with_autoscalers(services_f.result(), scalers_f.result())
     quotas, classes, gated = policy_f.result()
     kueue = kueue_f.result()
     return ObservedState(
@@ -297,11 +299,6 @@ def _observe(
             key=lambda u: (u.kind, u.namespace, u.name, u.message),
         ),
     )
-
-
-def _services(api_client: Any) -> list[InferenceService]:
-    """The inference services, each with the autoscaler that targets it."""
-    return with_autoscalers(read_services(api_client), read_autoscalers(api_client))
 
 
 def _policy_objects(
