@@ -277,8 +277,7 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
         default="100ms",
         type=_wake_gap,
         help="least time between two cycle starts when a pod event, a signal or a source "
-        "change wakes the loop: a burst is admitted in one cycle (default 100ms; and never "
-        "sooner after a cycle's end than half the time that cycle took)",
+        "change wakes the loop: a burst is admitted in one cycle (default 100ms)",
     )
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)

@@ -55,8 +55,7 @@ log = logging.getLogger("gpupool.controller")
 WAKE_GAP_SECONDS = 0.1
 """Least time between two cycle starts when an event wakes the loop (`--wake-gap`): long
 enough to batch a burst of pods into one cycle, short enough that a freed card waits for
-the cycle, not for the gap. Beside it the loop never cycles more than two thirds of the
-time (`next_cycle_at`)."""
+the cycle, not for the gap (`next_cycle_at`)."""
 LEASE_NAME = "gpupool-controller"
 
 
@@ -702,12 +701,12 @@ class Controller:
 def next_cycle_at(started: float, ended: float, gap: float) -> float:
     """When (time.monotonic()) the next cycle may start at the earliest, the last one having run
     from `started` to `ended`: `gap` after its start (`--wake-gap`: a burst of events is planned
-    together), and no sooner after its end than half the time it took. So the loop, however
-    often events wake it, cycles at most two thirds of the time: on a cluster whose cycle takes
-    longer than the gap, events wait a little longer instead of the controller taking a whole
-    core. (Half: at 100 nodes a whole cycle's rest, 0.12 s against the 0.1 s gap, showed in
-    the admission's hand-off, bench/admission_openb.py.)"""
-    return max(started + gap, ended + (ended - started) / 2)
+    together); at once if it took longer than that. `ended` is not waited on: a rest after each
+    cycle (half its length, to bound the controller's CPU on large clusters) was tried on
+    2026-12-06 and slowed the reaction at 1,000 nodes from 1.8 to 3.0 s p50 (spike -> bound,
+    bench/reaction.py, free capacity), for a CPU bound nobody had asked for."""
+    del ended
+    return started + gap
 
 
 def _sleep(wake: threading.Event, stop: threading.Event, seconds: float) -> None:
