@@ -935,13 +935,11 @@ def controller_child(config_path: Path) -> int:
     and statistics; trace time counted from the instant the parent writes to `start`. Like
     `Controller.run`, a pod event admission acts on (`admission_event`) or a DRA claim that
     stops holding devices (`ClusterCache`'s `on_claim_release`) starts the next cycle at once,
-    spaced as `Controller.run` spaces them (`next_cycle_at`); otherwise a cycle every
-    `min_interval`."""
+    at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
     from datetime import UTC, datetime
 
     from kubernetes import client
 
-    from reconciler.loop.controller import next_cycle_at
     from reconciler.loop.informer import ClusterCache
     from reconciler.observe.kube_pods import admission_event
     from tests.integration.world import Clock
@@ -983,9 +981,8 @@ def controller_child(config_path: Path) -> int:
         clock.now = base + timedelta(seconds=wall * cfg["speed"])
         wake.clear()  # what woke the loop so far is seen by this cycle
         stats.cycle(ctl, wall)
-        ended = time.monotonic()
         (run_dir / "progress").write_text(stats.progress)
-        sleep_rest(next_cycle_at(t, ended, ctl.wake_gap_seconds))
+        sleep_rest(t + ctl.wake_gap_seconds)
         wake.wait(max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))

