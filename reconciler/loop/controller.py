@@ -329,7 +329,7 @@ class Controller:
                 report["preemptionIntents"] = [i.to_json() for i in intents.values()]
             else:  # not settled here: left as they are
                 report["recentPreemptions"] = [t.isoformat() for t in view.recent_preemptions]
-            self.status.write(report, now)
+            self.status.write(report, now, read=view)
         elif leader:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
@@ -411,6 +411,7 @@ class Controller:
                     **handled,
                 },
                 now,
+                read=view,
             )
         self.last_observed = self.clock()  # the cluster answered; nothing to plan
         return CycleResult(None, "", leader, None, error=msg)

@@ -65,6 +65,8 @@ class StatusView:
     """The trigger annotation's value (an opaque token), if set."""
     last_handled: str | None = None
     """`status.lastHandledReconcileAt`: the last token a cycle acted on."""
+    raw: dict | None = field(default=None, repr=False, compare=False)
+    """The object as read (None: none found), for the cycle's `StatusStore.write`."""
 
     @property
     def requested(self) -> bool:
@@ -110,13 +112,8 @@ class StatusStore:
         self.k = client
         self.api = client.CustomObjectsApi(api_client)
         self.namespace, self.name = namespace, name
-        self._read: dict | None = None
-        """The object `read` found, until the next write: the cycle's status write starts
-        from it instead of reading it again (gpupool alone writes the status, and
-        `record_preemptions`, which does too, drops it)."""
 
     def read(self) -> StatusView:
-        self._read = None
         try:
             obj = self.api.get_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, self.name
@@ -125,7 +122,6 @@ class StatusStore:
             if exc.status == 404:
                 return StatusView()
             raise
-        self._read = obj
         st = obj.get("status") or {}
         recent = []
         for t in st.get("recentPreemptions", []):
@@ -150,17 +146,26 @@ class StatusStore:
             generation if isinstance(generation, int) else None,
             token if isinstance(token, str) else None,
             handled if isinstance(handled, str) else None,
+            raw=obj,
         )
 
-    def write(self, status: dict, now: datetime, *, timeout: Timeout | None = None) -> None:
+    def write(
+        self,
+        status: dict,
+        now: datetime,
+        *,
+        timeout: Timeout | None = None,
+        read: StatusView | None = None,
+    ) -> None:
         """Merge `status` into the status subresource. An `observedGeneration` in it (the
         generation the cycle read) is also set on each condition; None there means the cycle
         found no object, and this write creates it: the generation created is the one acted
         on (its spec is the default one the cycle assumed). `timeout` ((connect, read) seconds,
-        or one number) bounds each of its requests (None: the client's default)."""
-        prev, self._read = self._read, None
-        if prev is None:
-            prev = self._get(timeout)
+        or one number) bounds each of its requests (None: the client's default). `read`: the
+        view the cycle read at its start; the write starts from its object instead of reading
+        it again (gpupool alone writes the status, and of what it read only the conditions'
+        transition times are taken), else reads it."""
+        prev = read.raw if read is not None and read.raw is not None else self._get(timeout)
         created = prev is None
         if created:
             prev = self._create(timeout)
@@ -194,7 +199,6 @@ class StatusStore:
         """Persist the preemption times and the open intents at once, in one patch (before a
         stop is sent: write-ahead). Creates the status object if there is none yet: a crash
         right after the stop must not lose it."""
-        self._read = None
         if self._get() is None:
             self._create()
         self._patch(
