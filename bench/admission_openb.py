@@ -731,12 +731,12 @@ class CycleStats:
         }
 
 
-def sleep_rest(until: float) -> None:
-    """Sleep until `until` (time.monotonic()), the time left computed once and clamped at 0.
-    Checked first and computed again for `time.sleep`, it could cross zero in between: sleep
-    raised ValueError, which ended the controller process of a 200-node run and left the
-    benchmark without its table."""
-    time.sleep(max(0.0, until - time.monotonic()))
+def sleep_rest(started: float, interval: float) -> None:
+    """Sleep out what is left of `interval` since `started` (time.monotonic()), computed once
+    and clamped at 0. Checked first and computed again for `time.sleep`, it could cross zero in
+    between: sleep raised ValueError, which ended the controller process of a 200-node run and
+    left the benchmark without its table."""
+    time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
 def make_controller(api: Any, policy_root: Path, clock: Any) -> Any:
@@ -826,7 +826,7 @@ def run_gpupool(
                     replay.result.notes["progress"] = (run_dir / "progress").read_text()
             stats.timed("settle", world.settle)
             stats.timed("step", world.step_nodes)
-            sleep_rest(t + min_interval)
+            sleep_rest(t, min_interval)
         driver.join()
         res = replay.finish()
         if child is not None:
@@ -982,7 +982,7 @@ def controller_child(config_path: Path) -> int:
         wake.clear()  # what woke the loop so far is seen by this cycle
         stats.cycle(ctl, wall)
         (run_dir / "progress").write_text(stats.progress)
-        sleep_rest(t + ctl.wake_gap_seconds)
+        sleep_rest(t, ctl.wake_gap_seconds)
         wake.wait(max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
