@@ -6,8 +6,11 @@ server, one after another (as before 2026-12-06) and at once (`observe/kube.py`,
     .venv/bin/python bench/observe_lists.py --rtt 1,10 --rounds 21
     .venv/bin/python bench/observe_lists.py --smoke                # RTT 0 and 2 ms, 3 rounds
 
-The controller reads nodes, pods and the node agents' GpuNodeStates from its watch cache; the
-rest it lists each cycle: Jobs, PodGroups of both kinds, inference Deployments and
+The controller reads everything from its watch cache since 2026-12-06 (`ClusterCache.listed`):
+these lists are what an observation without the cache makes (`gpupool plan`, a lone cycle, a
+cycle whose cache is behind on nodes or pods; a resource whose watch has not delivered
+gpupool's own last write there is listed alone). Nodes, pods and the node agents'
+GpuNodeStates come from the cache here; the rest is listed: Jobs, PodGroups of both kinds, inference Deployments and
 StatefulSets, HPAs and KEDA ScaledObjects, ResourceQuotas, PriorityClasses, the gated
 namespaces and Kueue's three kinds. Here they are answered from memory
 (tests/observe/fake_cluster.py's small cluster, Kueue installed, DRA off), each answer after

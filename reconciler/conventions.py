@@ -267,12 +267,31 @@ KUEUE_PLURALS = {
 KUEUE_QUEUE_LABEL = KUEUE_GROUP + "/queue-name"
 """The label a Job (or pod) carries to be queued in the LocalQueue of that name; Kueue
 suspends such a Job until its ClusterQueue admits it."""
+
 KUEUE_LOCAL_QUEUE = "gpupool"
 """The LocalQueue gpupool makes in every team namespace: teams label their Jobs
 `kueue.x-k8s.io/queue-name: gpupool`."""
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The label the API server sets on every namespace to its own name (immutable), which a
 ClusterQueue's namespaceSelector matches."""
+
+# The resources an observation lists besides nodes, pods, GpuNodeStates and resource.k8s.io,
+# by kubectl's `resource.group` name. The controller's watch cache keeps each
+# (reconciler/loop/informer.py, `ClusterCache.listed`); gpupool's own writes of them are
+# recorded under the same names (`KubeOps.written` / `deleted`), so a cycle reads them from the
+# cache only once it has seen those writes.
+JOBS = "jobs.batch"
+DEPLOYMENTS = "deployments.apps"
+STATEFUL_SETS = "statefulsets.apps"
+HPAS = "horizontalpodautoscalers.autoscaling"
+SCALED_OBJECTS = f"{SCALED_OBJECT_PLURAL}.{KEDA_GROUP}"
+RESOURCE_QUOTAS = "resourcequotas"
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
+GATED_NAMESPACES = "namespaces"
+"""Only the namespaces labelled for gpupool's admission."""
+COSCHEDULING_POD_GROUPS = f"{POD_GROUP_PLURAL}.{POD_GROUP_GROUP}"
+WORKLOAD_POD_GROUPS = f"{WORKLOAD_POD_GROUP_PLURAL}.{WORKLOAD_API_GROUP}"
+KUEUE_RESOURCES = {kind: f"{plural}.{KUEUE_GROUP}" for kind, plural in KUEUE_PLURALS.items()}
 
 # ---------------------------------------------------------------- the controller's cycle
 RECONCILE_INTERVAL_SECONDS = 30

@@ -178,21 +178,30 @@ class KubeOps:
         self.batch = client.BatchV1Api(api_client)
         self.sched = client.SchedulingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self._kueue = _ObjectGroup(self.custom, C.KUEUE_GROUP, C.KUEUE_VERSION, C.KUEUE_PLURALS)
+        self._kueue = _ObjectGroup(
+            self.custom,
+            C.KUEUE_GROUP,
+            C.KUEUE_VERSION,
+            C.KUEUE_PLURALS,
+            on_write=lambda plural, *a, **kw: self._wrote_object(
+                f"{plural}.{C.KUEUE_GROUP}", *a, **kw
+            ),
+        )
         self._dra = _ObjectGroup(
-            self.custom, C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS, on_write=self._wrote_dra
+            self.custom, C.DRA_GROUP, C.DRA_VERSION, C.DRA_PLURALS, on_write=self._wrote_object
         )
         self._written_lock = threading.Lock()
         self.written: dict[str, int] = {}
         """"nodes" / "pods" / a resource.k8s.io plural ("resourceclaims", "deviceclasses", ...)
-        -> the newest resourceVersion the server returned for a write of gpupool's
+        / another resource an observation reads, by `resource.group` (C.JOBS, C.RESOURCE_QUOTAS,
+        ...) -> the newest resourceVersion the server returned for a write of gpupool's
         ("nodestates": for a GpuNodeState it read): what the controller's watch cache must have
         seen before the next plan (`reconciler/loop/informer.py`, read your own writes)."""
         self.deleted: dict[str, dict[str, str]] = {}
-        """A resource.k8s.io plural -> {"namespace/name": uid} of the objects gpupool deleted
-        there and has not made again: what the watch cache must no longer hold (a delete
-        answers a Status with the uid, not a resourceVersion). Only what gpupool prunes or
-        replaces (a few names)."""
+        """A resource.k8s.io plural or another resource (as in `written`) -> {"namespace/name"
+        ("/name" cluster-scoped): uid} of the objects gpupool deleted there and has not made
+        again: what the watch cache must no longer hold (a delete answers a Status with the
+        uid, not a resourceVersion). Only what gpupool prunes or replaces (a few names)."""
         self._pods: dict[str, tuple[float, Any]] = {}
         """"namespace/name" -> (time.monotonic(), the pod) as the server last answered a read
         or a write of gpupool's: what `admit_pod` patches against (its resourceVersion and
@@ -215,22 +224,33 @@ class KubeOps:
             if rv is not None and rv > self.written.get(kind, 0):
                 self.written[kind] = rv
 
-    def _wrote_dra(self, plural: str, key: str, answer: Any, delete: bool = False) -> None:
-        """A DRA write's answer: the object (created, patched, or deleted but held by a
-        finalizer: its resourceVersion), or what a delete removed (a Status with its uid, or
-        the object without a deletionTimestamp, as some resources answer)."""
-        if not isinstance(answer, dict):
-            return
-        meta = answer.get("metadata") or {}
-        if answer.get("kind") == "Status" or (delete and not meta.get("deletionTimestamp")):
+    def _wrote_object(self, resource: str, key: str, answer: Any, delete: bool = False) -> None:
+        """A write's answer for a resource the watch cache keeps by name (a DRA plural, or
+        C.JOBS, C.RESOURCE_QUOTAS, ...; `key` "namespace/name", "/name" cluster-scoped): the
+        object (created, patched, or deleted but held by a finalizer: its resourceVersion), or
+        what a delete removed (a Status with its uid, or the object without a
+        deletionTimestamp, as some resources answer). A custom object's answer is a dict, a
+        built-in one's a model object."""
+        if isinstance(answer, dict):
+            meta = answer.get("metadata") or {}
+            status = answer.get("kind") == "Status"
+            terminating = bool(meta.get("deletionTimestamp"))
             uid = str((answer.get("details") or meta).get("uid") or "")
+        elif answer is not None:
+            status = isinstance(answer, client.V1Status)
+            meta = getattr(answer, "details" if status else "metadata", None)
+            terminating = not status and bool(getattr(meta, "deletion_timestamp", None))
+            uid = str(getattr(meta, "uid", None) or "")
+        else:
+            return
+        if status or (delete and not terminating):
             if uid:
                 with self._written_lock:
-                    self.deleted.setdefault(plural, {})[key] = uid
+                    self.deleted.setdefault(resource, {})[key] = uid
             return
         with self._written_lock:
-            self.deleted.get(plural, {}).pop(key, None)
-        self._wrote(plural, answer)
+            self.deleted.get(resource, {}).pop(key, None)
+        self._wrote(resource, answer)
 
     # nodes
     def read_node(self, name: str) -> NodeInfo | None:
@@ -420,13 +440,14 @@ class KubeOps:
 
     def annotate_job(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         with _errors():
-            self.batch.patch_namespaced_job(
+            answer = self.batch.patch_namespaced_job(
                 name,
                 namespace,
                 {"metadata": {"annotations": annotations}},
                 _content_type=MERGE,
                 field_manager=C.FIELD_MANAGER,
             )
+        self._wrote_object(C.JOBS, f"{namespace}/{name}", answer)
 
     def set_job_suspend(
         self, namespace: str, name: str, *, suspend: bool, annotations: dict[str, str | None]
@@ -435,9 +456,10 @@ class KubeOps:
         with _errors():
             # under gpupool's field manager: the API server then records gpupool as the owner
             # of spec.suspend until someone else changes it (observe.kube: _suspended_by_us)
-            self.batch.patch_namespaced_job(
+            answer = self.batch.patch_namespaced_job(
                 name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
             )
+        self._wrote_object(C.JOBS, f"{namespace}/{name}", answer)
 
     # workloads
     def read_workload(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadInfo:
@@ -473,7 +495,11 @@ class KubeOps:
             "spec": {"replicas": replicas},
         }
         with _errors():
-            patch(name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER)
+            answer = patch(
+                name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
+            )
+        resource = C.DEPLOYMENTS if kind == "Deployment" else C.STATEFUL_SETS
+        self._wrote_object(resource, f"{namespace}/{name}", answer)
 
     # autoscalers
     def read_autoscaler(
@@ -542,7 +568,9 @@ class KubeOps:
                     "metadata": meta,
                     "spec": {"minReplicas": min_replicas, "maxReplicas": max_replicas},
                 }
-                client.AutoscalingV2Api(self.api).patch_namespaced_horizontal_pod_autoscaler(
+                answer = client.AutoscalingV2Api(
+                    self.api
+                ).patch_namespaced_horizontal_pod_autoscaler(
                     name, namespace, body, _content_type=MERGE, field_manager=C.FIELD_MANAGER
                 )
             else:
@@ -550,7 +578,7 @@ class KubeOps:
                     "metadata": meta,
                     "spec": {"minReplicaCount": min_replicas, "maxReplicaCount": max_replicas},
                 }
-                self.custom.patch_namespaced_custom_object(
+                answer = self.custom.patch_namespaced_custom_object(
                     C.KEDA_GROUP,
                     C.KEDA_VERSION,
                     namespace,
@@ -560,6 +588,8 @@ class KubeOps:
                     _content_type=MERGE,
                     field_manager=C.FIELD_MANAGER,
                 )
+        resource = C.HPAS if kind == C.HPA_KIND else C.SCALED_OBJECTS
+        self._wrote_object(resource, f"{namespace}/{name}", answer)
 
     # objects
     def read_config_map(self, namespace: str, name: str) -> ConfigMapInfo | None:
@@ -601,7 +631,7 @@ class KubeOps:
         with _errors():
             if body["kind"] == "ResourceQuota":
                 md = body["metadata"]
-                self.core.patch_namespaced_resource_quota(
+                answer = self.core.patch_namespaced_resource_quota(
                     md["name"],
                     md["namespace"],
                     body,
@@ -609,14 +639,16 @@ class KubeOps:
                     force=True,
                     _content_type=APPLY,
                 )
+                self._wrote_object(C.RESOURCE_QUOTAS, f"{md['namespace']}/{md['name']}", answer)
             elif body["kind"] == "PriorityClass":
-                self.sched.patch_priority_class(
+                answer = self.sched.patch_priority_class(
                     body["metadata"]["name"],
                     body,
                     field_manager=C.FIELD_MANAGER,
                     force=True,
                     _content_type=APPLY,
                 )
+                self._wrote_object(C.PRIORITY_CLASSES, f"/{body['metadata']['name']}", answer)
             else:  # pragma: no cover - the handlers apply only these two kinds
                 raise ValueError(f"server_side_apply: unsupported kind {body['kind']}")
 
@@ -639,11 +671,13 @@ class KubeOps:
 
     def delete_priority_class(self, name: str) -> None:
         with _errors():
-            self.sched.delete_priority_class(name)
+            answer = self.sched.delete_priority_class(name)
+        self._wrote_object(C.PRIORITY_CLASSES, f"/{name}", answer, delete=True)
 
     def delete_resource_quota(self, namespace: str, name: str) -> None:
         with _errors():
-            self.core.delete_namespaced_resource_quota(name, namespace)
+            answer = self.core.delete_namespaced_resource_quota(name, namespace)
+        self._wrote_object(C.RESOURCE_QUOTAS, f"{namespace}/{name}", answer, delete=True)
 
     def create_event(self, namespace: str, body: dict) -> None:
         with _errors():

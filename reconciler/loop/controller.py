@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,7 @@ from reconciler.loop.status import (
     resolve_intents,
 )
 from reconciler.observe.kube import (
+    LIST_WORKERS,
     CardMemo,
     WorkloadMemo,
     admission_event,
@@ -149,6 +151,8 @@ class Controller:
             apply_config or ApplyConfig(),
             clock=clock,
         )
+        self.list_pool = ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="gpupool-observe")
+        """The threads each observation's lists go out on, kept across cycles."""
         self.last_ok: datetime | None = None
         """The end of the last cycle without an error."""
         self.last_observed: datetime | None = None
@@ -299,6 +303,7 @@ class Controller:
             cards=self.card_memo,
             workloads=self.workload_memo,
             dra=self._reads_dra(desired),
+            pool=self.list_pool,
         )
         self._dra_left = observed.dra is not None and observed.dra.gpupool_objects()
         if self.cache is not None:  # the next cycle's DRA reads come from watches, or lists

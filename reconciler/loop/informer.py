@@ -1,12 +1,15 @@
-"""Watch-fed caches of nodes, pods and the node agents' GpuNodeStates (list, then watch from the
-list's resourceVersion), and, while the controller reads DRA, of the five resource.k8s.io/v1
-resources (`ClusterCache.watch_dra`).
+"""Watch-fed caches of nodes, pods, the node agents' GpuNodeStates and every other resource an
+observation reads (Jobs, PodGroups, inference Deployments and StatefulSets, HPAs and
+ScaledObjects, ResourceQuotas, PriorityClasses, the gated namespaces, Kueue's objects: list,
+then watch from the list's resourceVersion), and, while the controller reads DRA, of the five
+resource.k8s.io/v1 resources (`ClusterCache.watch_dra`).
 
 The controller reads its observed state from these instead of listing every pod (and every
-node's GpuNodeState) each cycle. An informer takes typed lists (the client's models) and custom
-objects' lists (`CustomObjectsApi`: dicts) alike. A list answered 404 (the CRD is not
-installed) leaves the informer `absent`, retried every `ABSENT_RETRY_SECONDS`: readers list
-for themselves meanwhile, as before the first list.
+node's GpuNodeState, and thirteen other resources over the whole cluster) each cycle. An
+informer takes typed lists (the client's models) and custom objects' lists
+(`CustomObjectsApi`: dicts) alike. A list answered 404 (the CRD is not installed) leaves the
+informer `absent`, one answered 403 `forbidden`, retried at growing intervals up to
+`ABSENT_RETRY_SECONDS`: readers list for themselves meanwhile, as before the first list.
 A watch that ends is resumed from the last resourceVersion seen (bookmarks included); a 410
 Gone (the server compacted past it) or any error relists, and so does a watch silent for
 longer than the server's own timeout plus a grace (`Informer.read_timeout`). `synced` is set
@@ -25,7 +28,10 @@ DRA writes are gpupool's claims (exact admission makes a pinned claim and delete
 DeviceClasses, ResourceClaimTemplates and DeviceTaintRules: their resourceVersions count the
 same way, and a delete (answered with a Status, no resourceVersion) by the uid it removed,
 which the cache must no longer hold. A DRA informer behind at the deadline does not drop the
-whole cache: that resource alone is listed (`dra_objects` answers None).
+whole cache: that resource alone is listed (`dra_objects` answers None). The other resources
+gpupool writes (Jobs it suspends or annotates, the workloads and autoscalers it scales,
+ResourceQuotas, PriorityClasses, Kueue's objects) are recorded and read the same way
+(`ClusterCache.listed`), by their `resource.group` names (conventions: C.JOBS, ...).
 """
 
 from __future__ import annotations
@@ -44,7 +50,13 @@ from reconciler.observe.kube_dra import DraMemo
 log = logging.getLogger("gpupool.informer")
 CONNECT_TIMEOUT = 5.0
 ABSENT_RETRY_SECONDS = 30.0
-"""How often an informer whose list is answered 404 (a CRD not installed) tries again."""
+"""How often an informer whose list is answered 404 (a CRD not installed) or 403 tries again."""
+ABSENT_CONFIRMED = 4
+"""404s in a row (over `backoff_seconds` x 7, 7 s by default) after which the cache answers
+404 for a resource without a request (`ClusterCache.listed`)."""
+WATCH_CONNECTIONS = 32
+"""The connection pool of the watches' own client (`_watch_client`): one per informer (three,
+thirteen object resources, five of DRA), and room for their relists."""
 
 
 class Informer:
@@ -75,6 +87,12 @@ class Informer:
         """The newest resourceVersion processed (list, event or bookmark)."""
         self.absent = False
         """The last list was answered 404 (a CRD not installed): nothing to wait for."""
+        self.forbidden = False
+        """The last list was answered 403 (gpupool's role does not grant it): not synced, the
+        readers list for themselves (and meet the 403 there); tried again like `absent`."""
+        self.refusals = 0
+        """Lists answered 403 or 404 in a row: each waits twice as long as the one before
+        (`backoff_seconds` first, `ABSENT_RETRY_SECONDS` at most)."""
         self._items: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._advanced = threading.Condition(self._lock)
@@ -156,7 +174,8 @@ class Informer:
             self._items = {self._key(o): o for o in items}
             self._seen(rv)
         self.relists += 1
-        self.absent = False
+        self.absent = self.forbidden = False
+        self.refusals = 0
         self.synced.set()
         return rv
 
@@ -192,13 +211,23 @@ class Informer:
                     if self.on_event is not None and kind != "BOOKMARK":
                         self.on_event(kind, obj)
             except client.ApiException as exc:
-                if exc.status == 404:  # the CRD is not (or no longer) installed
-                    if not self.absent:
-                        log.info("%s: not served (404); readers list meanwhile", self.name)
-                    self.synced.clear()  # nothing stale is served: readers list (404 there too)
-                    self.absent = True
+                if exc.status in (403, 404):
+                    # 404: the CRD is not (or no longer) installed; 403: gpupool may not list
+                    # it. Either can also be a moment's answer of an API server starting (its
+                    # CRD handlers and authorizer not synced yet): tried again soon, then less
+                    # and less often, up to every ABSENT_RETRY_SECONDS
+                    if not self.refusals:
+                        log.info("%s: answered %s; readers list meanwhile", self.name, exc.status)
+                    self.synced.clear()  # nothing stale is served: readers list (and meet it)
+                    self.absent, self.forbidden = exc.status == 404, exc.status == 403
+                    self.refusals += 1
                     rv = None
-                    stop.wait(max(self.backoff_seconds, ABSENT_RETRY_SECONDS))
+                    stop.wait(
+                        min(
+                            max(self.backoff_seconds, ABSENT_RETRY_SECONDS),
+                            self.backoff_seconds * 2 ** (self.refusals - 1),
+                        )
+                    )
                     continue
                 if exc.status == 410:
                     log.info("%s: resourceVersion %s is gone; relisting", self.name, rv)
@@ -272,11 +301,77 @@ class _Either:
         return self.is_set()
 
 
+def _selected(list_fn: Callable[..., Any], selector: str) -> Callable[..., Any]:
+    """`list_fn` with a label selector, with its signature: the client's watch reads the type
+    to decode events into from the return annotation (`kubernetes.watch.Watch.get_return_type`;
+    without it the events would come as dicts, unlike the list's objects)."""
+
+    @functools.wraps(list_fn)
+    def selected(**kw: Any) -> Any:
+        return list_fn(label_selector=selector, **kw)
+
+    return selected
+
+
+def _listers(api_client: Any) -> dict[str, Callable[..., Any]]:
+    """How to list each resource an observation reads besides nodes, pods, GpuNodeStates and
+    DRA, by `resource.group`: the same requests, selectors included, as the readers in
+    reconciler/observe make without a cache."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    apps = client.AppsV1Api(api_client)
+    autoscaling = client.AutoscalingV2Api(api_client)
+
+    def crd(group: str, version: str, plural: str) -> Callable[..., Any]:
+        return functools.partial(custom.list_cluster_custom_object, group, version, plural)
+
+    inference = f"{C.INFERENCE_LABEL}=true"
+    return {
+        C.JOBS: client.BatchV1Api(api_client).list_job_for_all_namespaces,
+        C.COSCHEDULING_POD_GROUPS: crd(C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL),
+        C.WORKLOAD_POD_GROUPS: crd(
+            C.WORKLOAD_API_GROUP, C.WORKLOAD_API_VERSION, C.WORKLOAD_POD_GROUP_PLURAL
+        ),
+        C.DEPLOYMENTS: _selected(apps.list_deployment_for_all_namespaces, inference),
+        C.STATEFUL_SETS: _selected(apps.list_stateful_set_for_all_namespaces, inference),
+        C.HPAS: autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+        C.SCALED_OBJECTS: crd(C.KEDA_GROUP, C.KEDA_VERSION, C.SCALED_OBJECT_PLURAL),
+        C.RESOURCE_QUOTAS: client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces,
+        C.PRIORITY_CLASSES: client.SchedulingV1Api(api_client).list_priority_class,
+        C.GATED_NAMESPACES: _selected(
+            client.CoreV1Api(api_client).list_namespace,
+            f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}",
+        ),
+        **{
+            C.KUEUE_RESOURCES[kind]: crd(C.KUEUE_GROUP, C.KUEUE_VERSION, plural)
+            for kind, plural in C.KUEUE_PLURALS.items()
+        },
+    }
+
+
+def _watch_client(api_client: Any) -> Any:
+    """A client of the watches' own, to the same server with the same credentials: a watch
+    holds its connection while it lasts, and twenty of them in the controller's pool (ten
+    connections by default, the CPUs x 5) would leave each request of a cycle a new connection
+    (urllib3: "Connection pool is full, discarding connection")."""
+    import copy
+
+    from kubernetes import client
+
+    cfg = copy.copy(api_client.configuration)
+    cfg.connection_pool_maxsize = WATCH_CONNECTIONS
+    return client.ApiClient(cfg)
+
+
 class ClusterCache:
-    """The node, pod and GpuNodeState informers the controller observes through. gpupool never
-    writes a GpuNodeState (the node agents do); what `caught_up` waits for there is the newest
-    one gpupool read (`ops.written["nodestates"]`: the MIG step's wait for an agent's new
-    layout), so that the next plan does not see an older one."""
+    """The informers the controller observes through: nodes, pods, GpuNodeStates, every other
+    resource an observation reads (`object_informers`, `listed`) and, while DRA is read,
+    resource.k8s.io's (`watch_dra`). gpupool never writes a GpuNodeState (the node agents do);
+    what `caught_up` waits for there is the newest one gpupool read
+    (`ops.written["nodestates"]`: the MIG step's wait for an agent's new layout), so that the
+    next plan does not see an older one. The watches go through a client of their own
+    (`_watch_client`), not `api_client`'s connection pool."""
 
     def __init__(
         self,
@@ -292,6 +387,7 @@ class ClusterCache:
         now, and no pod event says so (the pod went before)."""
         from kubernetes import client
 
+        api_client = _watch_client(api_client)
         core = client.CoreV1Api(api_client)
         self.node_informer = Informer(core.list_node, name="nodes", **kw)
         self.pod_informer = Informer(
@@ -305,13 +401,27 @@ class ClusterCache:
             name="gpunodestates",
             **kw,
         )
-        self.informers = (self.node_informer, self.pod_informer, self.node_state_informer)
+        self.object_informers = {
+            resource: Informer(list_fn, name=resource, **kw)
+            for resource, list_fn in _listers(api_client).items()
+        }
+        """`resource.group` (conventions: C.JOBS, ...) -> its informer: everything else an
+        observation reads (`listed`). They cost a watch each and no request per cycle, where
+        thirteen lists went out every cycle before (and each of them over the whole cluster)."""
+        self.informers = (
+            self.node_informer,
+            self.pod_informer,
+            self.node_state_informer,
+            *self.object_informers.values(),
+        )
         self._custom, self._kw = custom, kw
         self._stop = threading.Event()
         self.dra_informers: dict[str, Informer] = {}
         """resource.k8s.io/v1 plural -> its informer, while DRA is watched (`watch_dra`)."""
         self._dra_stop = threading.Event()
-        self._dra_floor: dict[str, tuple[int | None, dict[str, str]]] = {}
+        self._floor: dict[str, tuple[int | None, dict[str, str]]] = {}
+        """Per DRA plural or object resource: gpupool's last write there and what it deleted
+        (`caught_up`), which its informer must have seen before a reader takes its objects."""
         self.dra_memo: DraMemo | None = None
         """The DRA objects converted once per version (`read_dra` reads it here), while DRA is
         watched: without it a cycle reads DRA exactly as without a cache."""
@@ -348,7 +458,8 @@ class ClusterCache:
         elif not on and self.dra_informers:
             self._dra_stop.set()
             self.dra_informers = {}
-            self._dra_floor = {}
+            for plural in C.DRA_PLURALS.values():
+                self._floor.pop(plural, None)
             self.dra_memo = None
 
     def dra_objects(self, plural: str) -> list[dict] | None:
@@ -360,7 +471,7 @@ class ClusterCache:
             return None
         if inf.absent and plural == C.DRA_PLURALS["DeviceTaintRule"]:
             return []
-        rv, gone = self._dra_floor.get(plural, (None, {}))
+        rv, gone = self._floor.get(plural, (None, {}))
         if not inf.fresh(rv, gone):
             return None
         return inf.items()
@@ -374,10 +485,32 @@ class ClusterCache:
         inf = self.dra_informers.get(C.DRA_PLURALS.get(kind, ""))
         if inf is None:
             return None
-        rv, gone = self._dra_floor.get(inf.name, (None, {}))
+        rv, gone = self._floor.get(inf.name, (None, {}))
         if not inf.fresh(rv, gone):
             return None
         return inf.get(f"{namespace or ''}/{name}")
+
+    def listed(self, resource: str) -> list[Any] | None:
+        """The cached objects of one resource an observation reads (`resource.group`, as in
+        conventions: C.JOBS, ...; `observe.kube_common.listed` asks here first), if its
+        informer is synced and has seen gpupool's own last writes there (the floor `caught_up`
+        set); else None: the reader lists. A resource whose lists were answered 404
+        `ABSENT_CONFIRMED` times in a row (a CRD not installed: Kueue, KEDA, the coscheduling
+        or Workload API PodGroups) raises that 404, as the reader's own list would, without
+        the request; a CRD installed later is seen within `ABSENT_RETRY_SECONDS`. One 404
+        alone is not believed: an API server that has just started answers 404 for CRDs for a
+        moment, and a reader that took Kueue or KEDA for absent would plan without them."""
+        from kubernetes import client
+
+        inf = self.object_informers.get(resource)
+        if inf is None:
+            return None
+        if inf.absent and inf.refusals >= ABSENT_CONFIRMED:
+            raise client.ApiException(status=404, reason=f"{resource} is not served")
+        rv, gone = self._floor.get(resource, (None, {}))
+        if not inf.fresh(rv, gone):
+            return None
+        return inf.items()
 
     def claims_held_by(self, pod: Any) -> bool:
         """Whether a ResourceClaim the DRA watch saw allocated, and not released since, is
@@ -428,13 +561,14 @@ class ClusterCache:
             if rv is not None and not informer.caught_up(rv, max(0.0, deadline - time.monotonic())):
                 return False
         deleted = deleted or {}
-        self._dra_floor = {
-            p: (written.get(p), dict(deleted.get(p) or {})) for p in C.DRA_PLURALS.values()
+        self._floor = {
+            p: (written.get(p), dict(deleted.get(p) or {}))
+            for p in (*C.DRA_PLURALS.values(), *self.object_informers)
         }
-        for plural, inf in list(self.dra_informers.items()):
-            rv, gone = self._dra_floor[plural]
+        for name, inf in [*self.dra_informers.items(), *self.object_informers.items()]:
+            rv, gone = self._floor[name]
             if not inf.synced.is_set() or (rv is None and not gone):
                 continue
             if not inf.caught_up(rv, max(0.0, deadline - time.monotonic()), gone):
-                log.info("%s: has not seen gpupool's last write; listed afresh", plural)
+                log.info("%s: has not seen gpupool's last write; listed afresh", name)
         return True

@@ -45,6 +45,7 @@ The names other code imports from this module stay importable from it (`__all__`
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,6 +55,7 @@ from typing import Any, TypeVar
 from reconciler import conventions as C
 from reconciler.observe.dra_holdings import DraIndex
 from reconciler.observe.kube_common import (
+    _CACHED_LISTS,
     _UNREADABLE,
     _each,
     _float,
@@ -61,6 +63,7 @@ from reconciler.observe.kube_common import (
     _json_type,
     _ts,
     _unreadable,
+    listed,
 )
 from reconciler.observe.kube_dra import read_dra
 from reconciler.observe.kube_nodes import CardMemo, _node, published_gpus, read_node_states
@@ -180,27 +183,38 @@ def observe_cluster(
     dra: bool = True,
     cards: CardMemo | None = None,
     workloads: WorkloadMemo | None = None,
+    pool: ThreadPoolExecutor | None = None,
 ) -> ObservedState:
     """The cluster as an ObservedState. Nodes, pods and the agents' GpuNodeStates come from
     `cache` (the controller's watch-fed informers: `cache.nodes()`, `cache.pods()`,
     `cache.node_states()`, each None until synced; the DRA objects, `cache.dra_objects`, while
-    the controller watches them) when given, else from lists; the rest is listed each time
-    (few objects, rarely changing). `dra`: read resource.k8s.io (`read_dra`); False skips its
-    five lists and `ObservedState.dra` is None, as where it is not served (the
-    caller knows whether any pool is on DRA; observation does not). `cards`, kept across
-    calls, converts a node's published cards once per version of its GpuNodeState
-    (`CardMemo`: the same snapshot, less work); `workloads`, likewise, reads a pod into the
-    same `Workload` while neither it nor what else it is read with changed (`WorkloadMemo`)."""
+    the controller watches them; every other resource read, `cache.listed`, where it keeps it
+    and has seen gpupool's own writes there) when given, else from lists. `dra`: read
+    resource.k8s.io (`read_dra`); False skips its five lists and `ObservedState.dra` is None,
+    as where it is not served (the caller knows whether any pool is on DRA; observation does
+    not). `cards`, kept across calls, converts a node's published cards once per version of
+    its GpuNodeState (`CardMemo`: the same snapshot, less work); `workloads`, likewise, reads a
+    pod into the same `Workload` while neither it nor what else it is read with changed
+    (`WorkloadMemo`).
+    `pool`: the threads the lists go out on (at least `LIST_WORKERS`), kept by a caller that
+    observes again and again (the controller): starting five threads per observation was a
+    quarter of it (py-spy, bench/admission_openb.py's controller). None: a pool of its own."""
     found: list[UnreadableObject] = []
     token = _UNREADABLE.set(found)
+    cached = _CACHED_LISTS.set(getattr(cache, "listed", None))
     memos = [m for m in (cards, workloads) if m is not None]
     for memo in memos:
         memo.begin()
     try:
         api = api_client or make_api_client(kubeconfig)
-        with ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="gpupool-observe") as pool:
-            observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads, pool)
+        with (
+            contextlib.nullcontext(pool)
+            if pool is not None
+            else ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="gpupool-observe")
+        ) as lists:
+            observed = _observe(api, now, recent_preemptions, cache, cards, dra, workloads, lists)
     finally:
+        _CACHED_LISTS.reset(cached)
         _UNREADABLE.reset(token)
     for memo in memos:
         memo.end()  # only after a whole observation: one that failed keeps the last
@@ -219,10 +233,11 @@ def _observe(
 ) -> ObservedState:
     """`observe_cluster`, collecting what does not parse into `_UNREADABLE`: each object is
     converted on its own (`_each`), so one malformed object is left out and reported, and the
-    rest of the snapshot is made. The objects listed every time are asked for at once, on
-    `pool`'s threads, one reader each, while this thread reads the cached ones: an observation
-    waits for the slowest reader (up to three lists in a row), not for all thirteen lists one
-    round trip to the API server after another."""
+    rest of the snapshot is made. The other thirteen resources (Jobs, PodGroups, services,
+    autoscalers, quotas, classes, gated namespaces, Kueue's) are read at once, on `pool`'s
+    threads, one reader each, while this thread reads nodes and pods: without a watch cache
+    for them (`cache.listed`), an observation waits for the slowest reader (up to three lists
+    in a row), not for thirteen lists one round trip after another."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -307,11 +322,10 @@ def _policy_objects(
     """ResourceQuotas, PriorityClasses and the namespaces gated for gpupool's admission."""
     quotas = read_quotas(core)
     classes = read_priority_classes(api_client)
+    selector = f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
     gated = _identified(
         "Namespace",
-        core.list_namespace(
-            label_selector=f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
-        ).items,
+        listed(C.GATED_NAMESPACES, lambda: core.list_namespace(label_selector=selector)),
         namespaced=False,
     )
     return quotas, classes, gated

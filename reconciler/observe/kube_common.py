@@ -40,6 +40,30 @@ it (the agent, admission events) `_unreadable` only logs."""
 
 T = TypeVar("T")
 
+_CACHED_LISTS: contextvars.ContextVar[Callable[[str], list[Any] | None] | None] = (
+    contextvars.ContextVar("gpupool_cached_lists", default=None)
+)
+"""Where `listed` looks first (per `observe_cluster` call): the watch cache's answer for a
+resource (`ClusterCache.listed`), None to list it."""
+
+
+def listed(resource: str, call: Callable[[], Any]) -> list[Any]:
+    """The objects of `resource` (a `resource.group` name of conventions: C.JOBS, ...): from
+    the watch cache the observation reads through, where it keeps them and has seen gpupool's
+    own writes of them; else from `call()`, the list request (a typed list's `.items`, a custom
+    objects' list's "items"). Either may raise the API's error: a cache that knows the resource
+    is not served raises the 404 its list would, so readers handle one answer, not two."""
+    lookup = _CACHED_LISTS.get()
+    cached = lookup(resource) if lookup is not None else None
+    if cached is not None:
+        return cached
+    answer = call()
+    if isinstance(answer, dict):
+        items = answer.get("items")
+        return items if isinstance(items, list) else []
+    return list(answer.items or [])
+
+
 _BAD_OBJECT = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
 """What converting one malformed object may raise (pydantic's ValidationError is a
 ValueError): that object is left out, the rest of the cycle goes on."""

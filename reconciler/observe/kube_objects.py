@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each
+from reconciler.observe.kube_common import _each, listed
 from reconciler.observe.model import KueueObject, PriorityClassObject, QuotaObject
 
 
@@ -15,7 +15,7 @@ def read_quotas(core: Any) -> list[QuotaObject]:
     """Every ResourceQuota, gpupool's or not (`core`: the CoreV1Api to list them with)."""
     return _each(
         "ResourceQuota",
-        core.list_resource_quota_for_all_namespaces().items,
+        listed(C.RESOURCE_QUOTAS, core.list_resource_quota_for_all_namespaces),
         lambda q: QuotaObject(
             namespace=q.metadata.namespace,
             name=q.metadata.name,
@@ -31,7 +31,7 @@ def read_priority_classes(api_client: Any) -> list[PriorityClassObject]:
 
     return _each(
         "PriorityClass",
-        client.SchedulingV1Api(api_client).list_priority_class().items,
+        listed(C.PRIORITY_CLASSES, client.SchedulingV1Api(api_client).list_priority_class),
         lambda c: PriorityClassObject(
             name=c.metadata.name,
             value=c.value,
@@ -56,7 +56,12 @@ def read_kueue(api_client: Any) -> list[KueueObject] | None:
     out: list[KueueObject] = []
     for kind, plural in C.KUEUE_PLURALS.items():
         try:
-            listed = api.list_cluster_custom_object(C.KUEUE_GROUP, C.KUEUE_VERSION, plural)
+            items = listed(
+                C.KUEUE_RESOURCES[kind],
+                lambda plural=plural: api.list_cluster_custom_object(
+                    C.KUEUE_GROUP, C.KUEUE_VERSION, plural
+                ),
+            )
         except client.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -73,5 +78,5 @@ def read_kueue(api_client: Any) -> list[KueueObject] | None:
                 terminating=bool(meta.get("deletionTimestamp")),
             )
 
-        out.extend(_each(kind, listed.get("items", []), one))
+        out.extend(_each(kind, items, one))
     return out

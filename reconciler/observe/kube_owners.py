@@ -16,7 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _int, _node_cards, _objects, _ts, _unreadable
+from reconciler.observe.kube_common import (
+    _each,
+    _int,
+    _node_cards,
+    _objects,
+    _ts,
+    _unreadable,
+    listed,
+)
 from reconciler.observe.kube_podgroups import PodGroups, read_pod_groups
 from reconciler.observe.kube_requests import template_request
 from reconciler.observe.model import SuspendedJob, count_problem
@@ -72,6 +80,9 @@ class Owners:
     it (a count another writer set is forged state: ignored, reported)."""
     pod_groups: PodGroups | None = None
     """The Workload API's PodGroups (`kube_podgroups.py`); None: the API is not served."""
+    jobs: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, Job) of every Job read: a gated pod whose Job is not among them is held
+    (`kube_pods.held_for_job`)."""
 
 
 def _recoveries(j: Any) -> int | None:
@@ -162,6 +173,7 @@ def read_owners(api_client: Any) -> Owners:
     out = owners.sizes
 
     def read_job(j: Any) -> None:
+        owners.jobs.add((j.metadata.namespace, j.metadata.name))
         par = j.spec.parallelism if j.spec.parallelism is not None else 1
         why = count_problem(par, C.MAX_GANG_SIZE, "pods in one gang", "MAX_GANG_SIZE")
         if why:
@@ -191,16 +203,23 @@ def read_owners(api_client: Any) -> Owners:
         elif j.spec.suspend and C.SUSPENDED_BY_ANN in ann and par > 0 and _suspended_by_us(j):
             owners.suspended.append(_suspended_job(j, par, ann[C.SUSPENDED_BY_ANN]))
 
-    _each("Job", client.BatchV1Api(api_client).list_job_for_all_namespaces().items, read_job)
+    _each(
+        "Job",
+        listed(C.JOBS, client.BatchV1Api(api_client).list_job_for_all_namespaces),
+        read_job,
+    )
     try:
-        groups = client.CustomObjectsApi(api_client).list_cluster_custom_object(
-            C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
+        groups = listed(
+            C.COSCHEDULING_POD_GROUPS,
+            lambda: client.CustomObjectsApi(api_client).list_cluster_custom_object(
+                C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL
+            ),
         )
     except client.ApiException as exc:
         if exc.status not in (403, 404):
             raise
-        groups = {}
-    for g in _objects("PodGroup", groups.get("items", []), "metadata", "spec"):
+        groups = []
+    for g in _objects("PodGroup", groups, "metadata", "spec"):
         meta, spec = g.get("metadata") or {}, g.get("spec") or {}
         who = ("PodGroup", meta.get("namespace"), meta.get("name"))
         size = _int(spec.get("minMember"), "spec.minMember", who)

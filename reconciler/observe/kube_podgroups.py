@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _json_type, _objects, _unreadable
+from reconciler.observe.kube_common import _each, _json_type, _objects, _unreadable, listed
 from reconciler.observe.model import count_problem
 
 
@@ -70,15 +70,17 @@ def read_pod_groups(api_client: Any) -> PodGroups | None:
     from kubernetes import client
 
     try:
-        listed = client.CustomObjectsApi(api_client).list_cluster_custom_object(
-            C.WORKLOAD_API_GROUP, C.WORKLOAD_API_VERSION, C.WORKLOAD_POD_GROUP_PLURAL
+        items = listed(
+            C.WORKLOAD_POD_GROUPS,
+            lambda: client.CustomObjectsApi(api_client).list_cluster_custom_object(
+                C.WORKLOAD_API_GROUP, C.WORKLOAD_API_VERSION, C.WORKLOAD_POD_GROUP_PLURAL
+            ),
         )
     except client.ApiException as exc:
         if exc.status not in (403, 404):
             raise
         return None
-    items = listed.get("items") if isinstance(listed, dict) else None
-    groups = _objects("PodGroup", items if isinstance(items, list) else [], "metadata", "spec")
+    groups = _objects("PodGroup", items, "metadata", "spec")
     out = PodGroups()
     for found in _each("PodGroup", groups, _group):
         if found is not None:

@@ -278,18 +278,20 @@ def owner_facts(p: Any, owners: Owners) -> tuple:
     (namespace, name), the gang sizes of its owner and of its coscheduling pod group, its
     owner's next-pod reservation, Kueue queue and whether another controller manages it (a
     Job), its Workload-API PodGroup: None where the API is not served, () where the pod names
-    no group that exists, else (key, policy)). Compared by `WorkloadMemo` between cycles: an
-    owner's change that leaves the pod's own version as it was still reaches the pod."""
+    no group that exists, else (key, policy); whether its owner is a Job that was read).
+    Compared by `WorkloadMemo` between cycles: an owner's change that leaves the pod's own
+    version as it was still reaches the pod."""
     ns = p.metadata.namespace
     owner = (p.metadata.owner_references or [None])[0]
     keys = []
     job = moved = queue = None
-    foreign = False
+    foreign = known = False
     if owner is not None:
         job = (ns, owner.name)
         keys.append((ns, owner.kind, owner.name))
         moved, queue = owners.next_pod.get(job), owners.queues.get(job)
         foreign = job in owners.foreign_jobs
+        known = owner.kind == "Job" and job in owners.jobs
     group = (p.metadata.labels or {}).get(C.POD_GROUP_LABEL)
     if group:
         keys.append((ns, "PodGroup", group))
@@ -300,19 +302,39 @@ def owner_facts(p: Any, owners: Owners) -> tuple:
         name = getattr(sg, "pod_group_name", None) if sg is not None else None
         policy = owners.pod_groups.groups.get((ns, name)) if isinstance(name, str) else None
         groups = ((ns, name), policy) if policy is not None else ()
-    return job, sizes, moved, queue, foreign, groups
+    return job, sizes, moved, queue, foreign, groups, known
 
 
 def _owners_from(facts: tuple) -> Owners:
     """`Owners` holding only `facts` (`owner_facts`)."""
-    job, sizes, moved, queue, foreign, groups = facts
+    job, sizes, moved, queue, foreign, groups, known = facts
     return Owners(
         sizes=dict(sizes),
         next_pod={job: moved} if moved is not None else {},
         queues={job: queue} if queue is not None else {},
         foreign_jobs={job} if foreign else set(),
         pod_groups=None if groups is None else PodGroups(dict([groups]) if groups else {}),
+        jobs={job} if known else set(),
     )
+
+
+def held_for_job(p: Any, owners: Owners) -> bool:
+    """A gated pod owned by a Job the observation did not read: its gang's size is the Job's
+    parallelism, unknown here, and admitting the pods that exist could start part of a gang.
+    The Job was made an instant ago and its watch has not delivered it yet (the controller
+    reads Jobs and pods through separate watches), or it is gone and the garbage collector
+    deletes its pods. gpupool does not admit it until its Job is read, and says why."""
+    owner = (p.metadata.owner_references or [None])[0]
+    if owner is None or owner.kind != "Job" or (p.metadata.namespace, owner.name) in owners.jobs:
+        return False
+    _unreadable(
+        "Pod",
+        p.metadata.namespace,
+        p.metadata.name,
+        f"owned by Job {owner.name}, which was not read (created an instant ago, or deleted): "
+        "its gang's size is unknown; gpupool holds it until the Job is read",
+    )
+    return True
 
 
 def _admission(p: Any) -> tuple[str, str | None]:
@@ -458,8 +480,8 @@ def _workload(
     # node from the binding on, before the kubelet has started it
     running = bool(p.spec.node_name)
     admission, admitted_to = _admission(p)
-    if admission == "gpupool" and held_for_group(p, owners.pod_groups):
-        admission = "other"  # kube-scheduler would not schedule it as its PodGroup stands
+    if admission == "gpupool" and (held_for_group(p, owners.pod_groups) or held_for_job(p, owners)):
+        admission = "other"  # not to be admitted as its PodGroup or its Job stands
     reserved_node, reserved_gpus = _reservation(p)
     moved = owners.next_pod.get((p.metadata.namespace, owner.name)) if owner else None
     created = _ts(p.metadata.creation_timestamp)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler import conventions as C
-from reconciler.observe.kube_common import _each, _float, _shape, _ts
+from reconciler.observe.kube_common import _each, _float, _shape, _ts, listed
 from reconciler.observe.kube_requests import _declared_memory_mib, template_request
 from reconciler.observe.model import Autoscaler, InferenceService
 
@@ -22,14 +22,21 @@ def read_services(api_client: Any) -> list[InferenceService]:
     from kubernetes import client
 
     apps = client.AppsV1Api(api_client)
+    selector = f"{C.INFERENCE_LABEL}=true"
     services = _each(
         "Deployment",
-        apps.list_deployment_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items,
+        listed(
+            C.DEPLOYMENTS,
+            lambda: apps.list_deployment_for_all_namespaces(label_selector=selector),
+        ),
         lambda d: _service(d, "Deployment"),
     )
     services += _each(
         "StatefulSet",
-        apps.list_stateful_set_for_all_namespaces(label_selector=f"{C.INFERENCE_LABEL}=true").items,
+        listed(
+            C.STATEFUL_SETS,
+            lambda: apps.list_stateful_set_for_all_namespaces(label_selector=selector),
+        ),
         lambda d: _service(d, "StatefulSet"),
     )
     return services
@@ -144,23 +151,29 @@ def _scaled_object(o: dict) -> tuple[TargetRef | None, Autoscaler]:
 
 def read_autoscalers(api_client: Any) -> list[tuple[TargetRef | None, Autoscaler]]:
     """Every HPA (autoscaling/v2) and KEDA ScaledObject with the workload it scales. Listed each
-    cycle, like the workloads (few objects; the controller watches only nodes and pods). No
+    cycle, like the workloads, or read from the controller's watch cache (`listed`). No
     ScaledObject CRD (404): KEDA is not installed, there are none. Any other error (a 403: the
     RBAC rule is missing) fails the observation: planning without knowing which workloads KEDA
     scales would patch replicas KEDA owns. A malformed object is left out and reported."""
     from kubernetes import client
 
-    hpas = client.AutoscalingV2Api(api_client).list_horizontal_pod_autoscaler_for_all_namespaces()
-    out = _each(C.HPA_KIND, hpas.items, _hpa)
+    hpas = listed(
+        C.HPAS,
+        client.AutoscalingV2Api(api_client).list_horizontal_pod_autoscaler_for_all_namespaces,
+    )
+    out = _each(C.HPA_KIND, hpas, _hpa)
     try:
-        objs = client.CustomObjectsApi(api_client).list_cluster_custom_object(
-            C.KEDA_GROUP, C.KEDA_VERSION, C.SCALED_OBJECT_PLURAL
+        objs = listed(
+            C.SCALED_OBJECTS,
+            lambda: client.CustomObjectsApi(api_client).list_cluster_custom_object(
+                C.KEDA_GROUP, C.KEDA_VERSION, C.SCALED_OBJECT_PLURAL
+            ),
         )
     except client.ApiException as exc:
         if exc.status != 404:
             raise
-        objs = {}
-    out += _each(C.SCALED_OBJECT_KIND, objs.get("items", []), _scaled_object)
+        objs = []
+    out += _each(C.SCALED_OBJECT_KIND, objs, _scaled_object)
     return out
 
 

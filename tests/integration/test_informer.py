@@ -18,7 +18,7 @@ import pytest
 
 from reconciler import conventions as C
 from reconciler.loop import metrics
-from reconciler.loop.informer import ClusterCache
+from reconciler.loop.informer import ABSENT_CONFIRMED, ClusterCache
 from reconciler.observe.kube import CardMemo, WorkloadMemo, observe_cluster
 from tests.faultproxy.proxy import FaultProxy
 from tests.support.wait import wait_for
@@ -352,3 +352,107 @@ def test_the_controller_waits_for_the_newest_gpunodestate_it_read(kube, proxy, s
     wait_for("the cache catching up", lambda: ctl._cache() is ctl.cache, timeout=20, interval=0.05)
     [cached] = [s for s in ctl.cache.node_states() if s["metadata"]["name"] == "informer-ns"]
     assert cached["status"]["updatedAt"] == status["updatedAt"]
+
+
+def _unsettled(cache: ClusterCache) -> list[str]:
+    """The object informers neither synced nor sure their resource is not served."""
+    return [
+        n
+        for n, i in cache.object_informers.items()
+        if not (i.synced.is_set() or (i.absent and i.refusals >= ABSENT_CONFIRMED))
+    ]
+
+
+def test_the_other_resources_come_from_the_cache_once_it_saw_gpupools_writes(
+    kube, proxy, stop, tmp_path
+):
+    """Jobs, quotas, priority classes and the rest are read through their watches, with no
+    list per cycle; a resource whose watch has not delivered gpupool's own last write there is
+    listed afresh, alone (the rest still come from the cache), and a deleted object counts as
+    written once the cache no longer holds it."""
+    ns = kube.new_namespace()
+    api = proxy.api_client(kube.plane.service_account_token(NS, CONTROLLER_SA, create=False))
+    kube.cleanup(api.close)
+    ctl = controller(kube, tmp_path, Clock(), api_client=api, cache_wait_seconds=0.5)
+    ctl.cache = ClusterCache(api, timeout_seconds=2, backoff_seconds=0.1).start(stop)
+    assert ctl.cache.wait_synced(10)
+    wait_for(
+        "the object informers", lambda: _unsettled(ctl.cache), timeout=20, until=lambda u: not u
+    )
+
+    # a Job made by someone else reaches the observation through the Job watch
+    kube.batch.create_namespaced_job(
+        ns,
+        {
+            "metadata": {"name": "j"},
+            "spec": {
+                "suspend": True,
+                "parallelism": 3,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "x"}],
+                    }
+                },
+            },
+        },
+    )
+    wait_for(
+        "the Job in the cache",
+        lambda: any(j.metadata.name == "j" for j in ctl.cache.listed(C.JOBS) or []),
+        timeout=20,
+        interval=0.05,
+    )
+    proxy.clear_log()
+    observed = observe_cluster(api, cache=ctl._cache(), dra=False)
+    lists = [r.path for r in proxy.requests("GET") if "watch" not in r.query]
+    assert lists == [], lists  # nothing listed: each resource came from a watch (or is absent)
+    assert observed.priority_classes  # the API server's own classes, from the cache
+
+    # gpupool writes a quota while the quota watch stalls: quotas alone are listed afresh
+    hang = proxy.hang_watch("GET", r"^/api/v1/resourcequotas$")
+    assert hang.wait(10)
+    body = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "gpupool-cache-test",
+            "namespace": ns,
+            "labels": {C.MANAGED_BY_LABEL: "gpupool"},
+        },
+        "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+    }
+    ctl.ops.server_side_apply(body)
+    assert ctl.ops.written[C.RESOURCE_QUOTAS] > ctl.cache.object_informers[C.RESOURCE_QUOTAS].rv
+    assert ctl._cache() is ctl.cache  # nodes and pods are current: the cache still serves
+    assert ctl.cache.listed(C.RESOURCE_QUOTAS) is None
+    assert ctl.cache.listed(C.JOBS) is not None
+    proxy.clear_log()
+    observed = observe_cluster(api, cache=ctl.cache, dra=False)
+    assert (ns, "gpupool-cache-test") in {(q.namespace, q.name) for q in observed.quotas}
+    lists = [r.path for r in proxy.requests("GET") if "watch" not in r.query]
+    assert lists == ["/api/v1/resourcequotas"], lists
+
+    proxy.remove(hang)
+    wait_for(
+        "the quota watch catching up",
+        lambda: ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is not None,
+        timeout=20,
+        interval=0.05,
+    )
+    # a delete: the cache serves quotas again only once it no longer holds the quota
+    hang = proxy.hang_watch("GET", r"^/api/v1/resourcequotas$")
+    assert hang.wait(10)
+    ctl.ops.delete_resource_quota(ns, "gpupool-cache-test")
+    assert f"{ns}/gpupool-cache-test" in ctl.ops.deleted[C.RESOURCE_QUOTAS]
+    assert ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is None
+    proxy.remove(hang)
+    wait_for(
+        "the delete seen",
+        lambda: ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is not None,
+        timeout=20,
+        interval=0.05,
+    )
+    assert "gpupool-cache-test" not in {
+        q.metadata.name for q in ctl.cache.listed(C.RESOURCE_QUOTAS) if q.metadata.namespace == ns
+    }

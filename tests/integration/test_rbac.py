@@ -31,7 +31,7 @@ from reconciler.loop.informer import ClusterCache
 from tests.plan.scenarios import SCALING
 from tests.support.wait import wait_for
 
-from .crds import install_crd, keda_scaled_object_crd
+from .crds import install_crd, keda_scaled_object_crd, kueue_crd_paths, remove_crds
 from .harness import (
     CONTROLLER_SA,
     DEPLOY,
@@ -164,6 +164,18 @@ EXERCISED_ELSEWHERE.update(
         for res in C.DRA_PLURALS.values()
     }
 )
+# The watch cache's watches of resources whose CRDs the runs below do not install: started on
+# those CRDs by the test below.
+EXERCISED_ELSEWHERE.update(
+    {
+        f"*: watch {res}": "test_rbac.py::test_the_watch_cache_needs_its_watch_rules"
+        for res in (
+            "keda.sh/scaledobjects",
+            "scheduling.x-k8s.io/podgroups",
+            *(f"kueue.x-k8s.io/{plural}" for plural in C.KUEUE_PLURALS.values()),
+        )
+    }
+)
 # Granted ahead of the code that needs them (issue 16: an Event naming every object skipped as
 # malformed; a recorder that updates a repeated Event's count, through either Events API).
 # Checked by test_event_rules_are_granted below; drop an entry once a run here needs it.
@@ -251,6 +263,17 @@ def create_inference_statefulset(
     )
 
 
+def cached(ctl, resource: str, match) -> None:
+    """Wait until the controller's watch cache holds an object this test wrote: gpupool reads
+    what it wrote itself before it plans (`ClusterCache.caught_up`), not what others wrote."""
+    wait_for(
+        f"{resource} in the watch cache",
+        lambda: any(match(o) for o in ctl.cache.listed(resource) or []),
+        timeout=20,
+        interval=0.05,
+    )
+
+
 def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     clock = kube.clock
     base(kube, tmp_path, clock)
@@ -258,7 +281,7 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     mark = audit_mark(kube)
     ctl = controller(kube, tmp_path, clock)
     # observe through the watch-fed cache, as `Controller.run` does (list + watch nodes, pods,
-    # GpuNodeStates)
+    # GpuNodeStates and every other resource observe reads)
     stop = threading.Event()
     kube.cleanup(stop.set)
     ctl.cache = ClusterCache(ctl.api, timeout_seconds=5).start(stop)
@@ -282,6 +305,7 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
             "preemptionPolicy": "Never",
         }
     )
+    cached(ctl, C.PRIORITY_CLASSES, lambda o: o.metadata.name == "spot" and o.value == 7)
     converge(ctl, kube, clock=clock)
     assert kube.scheduling.read_priority_class("spot").value == 1000
 
@@ -300,6 +324,8 @@ def test_controller_needs_exactly_its_rbac_rules(kube, tmp_path):
     hour_ago = clock.now - timedelta(hours=1)
     create_inference_deployment(kube, "team-b", "chat", replicas=2, queue=60, last_scale=hour_ago)
     create_inference_statefulset(kube, "team-b", "rank", replicas=2, queue=0, last_scale=hour_ago)
+    cached(ctl, C.DEPLOYMENTS, lambda o: o.metadata.name == "chat")
+    cached(ctl, C.STATEFUL_SETS, lambda o: o.metadata.name == "rank")
     kube.settle()
     converge(ctl, kube, clock=clock)
     assert kube.apps.read_namespaced_deployment("chat", "team-b").spec.replicas == 4
@@ -985,3 +1011,72 @@ def test_event_rules_are_granted(kube):
             for ns in ("team-b", "default"):
                 a = Access(verb, group, "events", ns, "" if verb == "create" else "e")
                 assert allowed(role_rules, a) and review(kube, CONTROLLER, a), a
+
+
+# ------------------------------------------------------------------ the watch cache
+
+COSCHEDULING_POD_GROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"{C.POD_GROUP_PLURAL}.{C.POD_GROUP_GROUP}"},
+    "spec": {
+        "group": C.POD_GROUP_GROUP,
+        "names": {"kind": "PodGroup", "plural": C.POD_GROUP_PLURAL, "singular": "podgroup"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": C.POD_GROUP_VERSION,
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+"""A stand-in for kubernetes-sigs/scheduler-plugins' PodGroup CRD (its module is not in the
+suite's cache): served at the same group, version and plural, which is all RBAC looks at."""
+
+
+def test_the_watch_cache_needs_its_watch_rules(kube, tmp_path):
+    """With KEDA's ScaledObject, Kueue's three and the coscheduling PodGroup CRDs served, the
+    controller's watch cache (as `Controller.run` starts it) lists and watches each, as its
+    ServiceAccount, and the real authorizer allows it; every watch rule of deploy/rbac.yaml is
+    needed by a watch of this run or the one above."""
+    install_crd(kube.api_client, keda_scaled_object_crd())  # kept, as `_autoscalers` does
+    paths = [tmp_path / "podgroups.yaml"]
+    paths[0].write_text(yaml.safe_dump(COSCHEDULING_POD_GROUP_CRD))
+    paths += kueue_crd_paths()  # skips without Go
+    names = [install_crd(kube.api_client, p) for p in paths]
+    stop = threading.Event()
+    try:
+        mark = audit_mark(kube)
+        ctl = controller(kube, tmp_path, kube.clock)
+        cache = ClusterCache(ctl.api, timeout_seconds=1).start(stop)
+        wait_for(
+            "every object informer synced",
+            lambda: [n for n, i in cache.object_informers.items() if not i.synced.is_set()],
+            timeout=30,
+            until=lambda left: not left,
+        )
+        time.sleep(3)  # a watch is audited when it ends: the server ends these after 1 s
+        events = audited(kube, CONTROLLER, mark)
+        assert not [e.uri for e in events if e.code == 403]
+        seen = {a for e in events for a in access(e)}
+        watches = [
+            (label, ns, r)
+            for label, ns, r in narrowed(rules(CONTROLLER_SA))
+            if label.startswith("*: watch ")
+            and EXERCISED_ELSEWHERE.get(label, "").endswith(
+                "test_the_watch_cache_needs_its_watch_rules"
+            )
+        ]
+        unused = [label for label, ns, r in watches if not any(allows(ns, r, a) for a in seen)]
+        assert len(watches) == 5 and unused == [], unused
+    finally:
+        stop.set()
+        remove_crds(kube.api_client, names)

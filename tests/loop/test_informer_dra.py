@@ -3,7 +3,7 @@
 whose informer is synced is read from it (`read_dra` lists only the others); DeviceTaintRules
 not served are none; and read your own writes: a resource whose informer has not seen
 gpupool's last write there (a resourceVersion, or a deleted object still held) is listed
-afresh. The record of those writes is `KubeOps._wrote_dra`. On the real API server:
+afresh. The record of those writes is `KubeOps._wrote_object`. On the real API server:
 tests/integration/test_dra_informer.py."""
 
 from __future__ import annotations
@@ -185,23 +185,23 @@ def test_read_dra_takes_the_cached_resources_and_lists_the_rest(monkeypatch):
 def test_gpupools_dra_writes_are_recorded_for_the_cache():
     ops = KubeOps(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
     status = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "u1"}}
-    ops._wrote_dra("deviceclasses", "/c", status)
-    ops._wrote_dra("resourceclaims", "ns/p-gpus", status | {"details": {"uid": "u2"}})
+    ops._wrote_object("deviceclasses", "/c", status)
+    ops._wrote_object("resourceclaims", "ns/p-gpus", status | {"details": {"uid": "u2"}})
     assert ops.deleted == {"deviceclasses": {"/c": "u1"}, "resourceclaims": {"ns/p-gpus": "u2"}}
     assert "resourceclaims" not in ops.written
     # an object made again under a deleted one's name: its resourceVersion, not the delete
-    ops._wrote_dra("resourceclaims", "ns/p-gpus", obj("p-gpus", "41", ns="ns"))
+    ops._wrote_object("resourceclaims", "ns/p-gpus", obj("p-gpus", "41", ns="ns"))
     assert ops.written["resourceclaims"] == 41 and ops.deleted["resourceclaims"] == {}
-    ops._wrote_dra("resourceclaims", "ns/q", obj("q", "40", ns="ns"))
+    ops._wrote_object("resourceclaims", "ns/q", obj("q", "40", ns="ns"))
     assert ops.written["resourceclaims"] == 41  # the newest stays
     # a delete answered with the object: gone unless a finalizer holds it (then its version)
-    ops._wrote_dra("devicetaintrules", "/t", obj("t", "50", uid="u3"), delete=True)
+    ops._wrote_object("devicetaintrules", "/t", obj("t", "50", uid="u3"), delete=True)
     assert ops.deleted["devicetaintrules"] == {"/t": "u3"}
     held = obj("h", "52")
     held["metadata"]["deletionTimestamp"] = "2026-12-05T06:00:00Z"
-    ops._wrote_dra("devicetaintrules", "/h", held, delete=True)
+    ops._wrote_object("devicetaintrules", "/h", held, delete=True)
     assert ops.written["devicetaintrules"] == 52 and "/h" not in ops.deleted["devicetaintrules"]
-    ops._wrote_dra("deviceclasses", "/d", None)  # no answer: nothing to wait for
+    ops._wrote_object("deviceclasses", "/d", None)  # no answer: nothing to wait for
     assert ops.written.get("deviceclasses") is None
 
 

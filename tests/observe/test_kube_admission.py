@@ -12,6 +12,7 @@ from kubernetes import client
 from reconciler import conventions as C
 from reconciler.observe.builders import gpu, node
 from reconciler.observe.kube import (
+    _UNREADABLE,
     Owners,
     _workload,
     admission_event,
@@ -168,9 +169,26 @@ def test_gang_identity_and_size(kw, owners, gang, size):
     ids=["next-pod", "older-pod", "too-late", "ungated"],
 )
 def test_a_moves_reservation_on_the_job_reserves_its_next_pod(created, gates, reserved):
-    owners = Owners(next_pod={("team-a", "j"): ("n2", [5], T0)})
+    owners = Owners(next_pod={("team-a", "j"): ("n2", [5], T0)}, jobs={("team-a", "j")})
     w = read(pod(gates=gates, owner=("Job", "j"), created=created), owners)
     assert (w.reserved_node, w.reserved_gpus) == (("n2", [5]) if reserved else (None, []))
+
+
+def test_a_gated_pod_of_a_job_not_read_is_held_and_reported():
+    """Jobs and pods come through separate watches: a pod can be seen before its Job. Its
+    gang's size is the Job's parallelism, so it is held (not admitted) until the Job is read;
+    a pod kube-scheduler places (not gated) is read as before."""
+    found: list = []
+    token = _UNREADABLE.set(found)
+    try:
+        held = read(pod(gates=(C.ADMISSION_GATE,), owner=("Job", "j")), Owners())
+        free = read(pod(gates=(), owner=("Job", "j")), Owners())
+    finally:
+        _UNREADABLE.reset(token)
+    assert held.admission == "other" and free.admission != "other"
+    assert [u.name for u in found] == ["p"] and "Job j, which was not read" in found[0].message
+    known = read(pod(gates=(C.ADMISSION_GATE,), owner=("Job", "j")), Owners(jobs={("team-a", "j")}))
+    assert known.admission == "gpupool"
 
 
 @pytest.mark.parametrize(
