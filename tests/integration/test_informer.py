@@ -409,6 +409,9 @@ def test_the_other_resources_come_from_the_cache_once_it_saw_gpupools_writes(
     assert lists == [], lists  # nothing listed: each resource came from a watch (or is absent)
     assert observed.priority_classes  # the API server's own classes, from the cache
 
+    def quotas_cached() -> bool:
+        return ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is not None
+
     # gpupool writes a quota while the quota watch stalls: quotas alone are listed afresh
     hang = proxy.hang_watch("GET", r"^/api/v1/resourcequotas$")
     assert hang.wait(10)
@@ -434,12 +437,7 @@ def test_the_other_resources_come_from_the_cache_once_it_saw_gpupools_writes(
     assert lists == ["/api/v1/resourcequotas"], lists
 
     proxy.remove(hang)
-    wait_for(
-        "the quota watch catching up",
-        lambda: ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is not None,
-        timeout=20,
-        interval=0.05,
-    )
+    wait_for("the quota watch catching up", quotas_cached, timeout=20, interval=0.05)
     # a delete: the cache serves quotas again only once it no longer holds the quota
     hang = proxy.hang_watch("GET", r"^/api/v1/resourcequotas$")
     assert hang.wait(10)
@@ -447,12 +445,7 @@ def test_the_other_resources_come_from_the_cache_once_it_saw_gpupools_writes(
     assert f"{ns}/gpupool-cache-test" in ctl.ops.deleted[C.RESOURCE_QUOTAS]
     assert ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is None
     proxy.remove(hang)
-    wait_for(
-        "the delete seen",
-        lambda: ctl._cache() is ctl.cache and ctl.cache.listed(C.RESOURCE_QUOTAS) is not None,
-        timeout=20,
-        interval=0.05,
-    )
+    wait_for("the delete seen", quotas_cached, timeout=20, interval=0.05)
     assert "gpupool-cache-test" not in {
         q.metadata.name for q in ctl.cache.listed(C.RESOURCE_QUOTAS) if q.metadata.namespace == ns
     }

@@ -17,9 +17,9 @@ import pytest
 from reconciler import conventions as C
 
 from .crds import install_crd, kueue_crd_paths, remove_crd
-from .harness import CONTROLLER_SA, audit_mark, controller, custom_object, write_policy, writes
+from .harness import audit_mark, controller, custom_object, write_policy, writes
 from .harness import outcome_texts as outcomes
-from .rbac_rules import CONTROLLER, access, allows, audited, narrowed, rules
+from .rbac_rules import unused_controller_rules
 
 G, V = C.KUEUE_GROUP, C.KUEUE_VERSION
 
@@ -221,18 +221,12 @@ def test_kueue_mode_on_the_real_api_server(kube, kueue_crds, tmp_path):
 
     # least privilege: every Kueue rule of deploy/rbac.yaml was needed by this run, and the
     # real authorizer refused nothing (test_rbac.py's check, on this run's audit events)
-    events = audited(kube, CONTROLLER, mark)
-    assert not [e.uri for e in events if e.code == 403]
-    seen = {a for e in events for a in access(e)}
     # (their watches: the controller's watch cache, test_rbac.py::
     # test_the_watch_cache_needs_its_watch_rules)
-    kueue_rules = [
-        (label, ns, r)
-        for label, ns, r in narrowed(rules(CONTROLLER_SA))
-        if "kueue" in label and not label.startswith("*: watch ")
-    ]
-    unused = [label for label, ns, r in kueue_rules if not any(allows(ns, r, a) for a in seen)]
-    assert len(kueue_rules) == 14 and unused == [], unused
+    picked, unused = unused_controller_rules(
+        kube, mark, lambda label: "kueue" in label and not label.startswith("*: watch ")
+    )
+    assert picked == 14 and unused == [], unused
 
 
 def test_training_without_the_queue_label_is_found_on_the_real_api_server(kube, kueue_crds):
