@@ -10,9 +10,9 @@ The controller reads everything from its watch cache since 2026-12-06 (`ClusterC
 these lists are what an observation without the cache makes (`gpupool plan`, a lone cycle, a
 cycle whose cache is behind on nodes or pods; a resource whose watch has not delivered
 gpupool's own last write there is listed alone). Nodes, pods and the node agents'
-GpuNodeStates come from the cache here; the rest is listed: Jobs, PodGroups of both kinds, inference Deployments and
-StatefulSets, HPAs and KEDA ScaledObjects, ResourceQuotas, PriorityClasses, the gated
-namespaces and Kueue's three kinds. Here they are answered from memory
+GpuNodeStates come from the cache here; the rest is listed: Jobs, PodGroups of both kinds,
+inference Deployments and StatefulSets, HPAs and KEDA ScaledObjects, ResourceQuotas,
+PriorityClasses, the gated namespaces and Kueue's three kinds. Here they are answered from memory
 (tests/observe/fake_cluster.py's small cluster, Kueue installed, DRA off), each answer after
 `--rtt` ms of sleep: a round trip to a remote API server, with its server side and transfer,
 that this process waits on without using a CPU. "one at a time" is `LIST_WORKERS` 1 (a

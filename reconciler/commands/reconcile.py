@@ -274,10 +274,10 @@ def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--wake-gap",
         metavar="DURATION",
-        default="100ms",
+        default="50ms",
         type=_wake_gap,
         help="least time between two cycle starts when a pod event, a signal or a source "
-        "change wakes the loop: a burst is admitted in one cycle (default 100ms)",
+        "change wakes the loop: a burst is admitted in one cycle (default 50ms)",
     )
     _add_mig_args(p)
     p.set_defaults(func=cmd_reconcile)
