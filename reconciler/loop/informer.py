@@ -471,8 +471,7 @@ class ClusterCache:
             return None
         if inf.absent and plural == C.DRA_PLURALS["DeviceTaintRule"]:
             return []
-        rv, gone = self._floor.get(plural, (None, {}))
-        if not inf.fresh(rv, gone):
+        if not self._saw_own_writes(inf):
             return None
         return inf.items()
 
@@ -485,8 +484,7 @@ class ClusterCache:
         inf = self.dra_informers.get(C.DRA_PLURALS.get(kind, ""))
         if inf is None:
             return None
-        rv, gone = self._floor.get(inf.name, (None, {}))
-        if not inf.fresh(rv, gone):
+        if not self._saw_own_writes(inf):
             return None
         return inf.get(f"{namespace or ''}/{name}")
 
@@ -507,10 +505,16 @@ class ClusterCache:
             return None
         if inf.absent and inf.refusals >= ABSENT_CONFIRMED:
             raise client.ApiException(status=404, reason=f"{resource} is not served")
-        rv, gone = self._floor.get(resource, (None, {}))
-        if not inf.fresh(rv, gone):
+        if not self._saw_own_writes(inf):
             return None
         return inf.items()
+
+    def _saw_own_writes(self, inf: Informer) -> bool:
+        """Whether `inf` (a DRA or object informer, named by its resource) has seen
+        gpupool's last write there and no longer holds what gpupool deleted there (the floor
+        `caught_up` set at this cycle's observation)."""
+        rv, gone = self._floor.get(inf.name, (None, {}))
+        return inf.fresh(rv, gone)
 
     def claims_held_by(self, pod: Any) -> bool:
         """Whether a ResourceClaim the DRA watch saw allocated, and not released since, is
