@@ -87,6 +87,9 @@ DRA_PLURALS = {
 }
 INFERENCE_LABEL = PREFIX + "inference"
 """`true` on a Deployment/StatefulSet that is an inference service."""
+INFERENCE_SELECTOR = f"{INFERENCE_LABEL}=true"
+"""The label selector of the inference workloads (observe's reads, the watch cache's and the
+signal wake's watches)."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpupool"
 FIELD_MANAGER = "gpupool"
@@ -120,6 +123,8 @@ GPU pod created in a gated namespace: kube-scheduler ignores the pod until gpupo
 ADMISSION_NAMESPACE_LABEL = PREFIX + "admission"
 ADMISSION_NAMESPACE_VALUE = "gated"
 """A namespace labelled `gpupool.io/admission=gated` gets the gate on its GPU pods."""
+GATED_NAMESPACE_SELECTOR = f"{ADMISSION_NAMESPACE_LABEL}={ADMISSION_NAMESPACE_VALUE}"
+"""The label selector of those namespaces (observe's read and the watch cache's)."""
 ADMITTED_ANN = PREFIX + "admitted"
 """Written with the admission (one patch with the node affinity and the gate's removal): the
 node gpupool admitted the pod to."""

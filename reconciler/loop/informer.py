@@ -301,16 +301,16 @@ class _Either:
         return self.is_set()
 
 
-def _selected(list_fn: Callable[..., Any], selector: str) -> Callable[..., Any]:
+def selected(list_fn: Callable[..., Any], selector: str) -> Callable[..., Any]:
     """`list_fn` with a label selector, with its signature: the client's watch reads the type
     to decode events into from the return annotation (`kubernetes.watch.Watch.get_return_type`;
     without it the events would come as dicts, unlike the list's objects)."""
 
     @functools.wraps(list_fn)
-    def selected(**kw: Any) -> Any:
-        return list_fn(label_selector=selector, **kw)
+    def listed(*args: Any, **kw: Any) -> Any:
+        return list_fn(*args, label_selector=selector, **kw)
 
-    return selected
+    return listed
 
 
 def _listers(api_client: Any) -> dict[str, Callable[..., Any]]:
@@ -326,22 +326,20 @@ def _listers(api_client: Any) -> dict[str, Callable[..., Any]]:
     def crd(group: str, version: str, plural: str) -> Callable[..., Any]:
         return functools.partial(custom.list_cluster_custom_object, group, version, plural)
 
-    inference = f"{C.INFERENCE_LABEL}=true"
     return {
         C.JOBS: client.BatchV1Api(api_client).list_job_for_all_namespaces,
         C.COSCHEDULING_POD_GROUPS: crd(C.POD_GROUP_GROUP, C.POD_GROUP_VERSION, C.POD_GROUP_PLURAL),
         C.WORKLOAD_POD_GROUPS: crd(
             C.WORKLOAD_API_GROUP, C.WORKLOAD_API_VERSION, C.WORKLOAD_POD_GROUP_PLURAL
         ),
-        C.DEPLOYMENTS: _selected(apps.list_deployment_for_all_namespaces, inference),
-        C.STATEFUL_SETS: _selected(apps.list_stateful_set_for_all_namespaces, inference),
+        C.DEPLOYMENTS: selected(apps.list_deployment_for_all_namespaces, C.INFERENCE_SELECTOR),
+        C.STATEFUL_SETS: selected(apps.list_stateful_set_for_all_namespaces, C.INFERENCE_SELECTOR),
         C.HPAS: autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
         C.SCALED_OBJECTS: crd(C.KEDA_GROUP, C.KEDA_VERSION, C.SCALED_OBJECT_PLURAL),
         C.RESOURCE_QUOTAS: client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces,
         C.PRIORITY_CLASSES: client.SchedulingV1Api(api_client).list_priority_class,
-        C.GATED_NAMESPACES: _selected(
-            client.CoreV1Api(api_client).list_namespace,
-            f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}",
+        C.GATED_NAMESPACES: selected(
+            client.CoreV1Api(api_client).list_namespace, C.GATED_NAMESPACE_SELECTOR
         ),
         **{
             C.KUEUE_RESOURCES[kind]: crd(C.KUEUE_GROUP, C.KUEUE_VERSION, plural)

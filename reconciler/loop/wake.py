@@ -167,7 +167,7 @@ class SignalWake:
         """Watch the inference workloads and poll Prometheus until `stop`."""
         from kubernetes import client
 
-        from reconciler.loop.informer import Informer
+        from reconciler.loop.informer import Informer, selected
 
         apps = client.AppsV1Api(api_client)
         listers = {
@@ -176,7 +176,7 @@ class SignalWake:
         }
         for kind in WORKLOAD_KINDS:
             inf = Informer(
-                _labelled(listers[kind]),
+                selected(listers[kind], C.INFERENCE_SELECTOR),
                 name=f"inference-{kind.lower()}s",
                 on_event=functools.partial(self.workload_event, kind),
                 **informer_kw,
@@ -209,14 +209,3 @@ class SignalWake:
                 self.poll()
             except Exception as exc:  # noqa: BLE001 - the cycles read the signals all the same
                 log.warning("signal poll failed: %s: %s", type(exc).__name__, exc)
-
-
-def _labelled(list_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`list_fn` for the workloads labelled `gpupool.io/inference=true` only; wrapped so that
-    the client's watch still finds what the list returns (its docstring)."""
-
-    @functools.wraps(list_fn)
-    def listed(*args: Any, **kw: Any) -> Any:
-        return list_fn(*args, label_selector=f"{C.INFERENCE_LABEL}=true", **kw)
-
-    return listed

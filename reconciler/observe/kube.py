@@ -322,10 +322,12 @@ def _policy_objects(
     """ResourceQuotas, PriorityClasses and the namespaces gated for gpupool's admission."""
     quotas = read_quotas(core)
     classes = read_priority_classes(api_client)
-    selector = f"{C.ADMISSION_NAMESPACE_LABEL}={C.ADMISSION_NAMESPACE_VALUE}"
     gated = _identified(
         "Namespace",
-        listed(C.GATED_NAMESPACES, lambda: core.list_namespace(label_selector=selector)),
+        listed(
+            C.GATED_NAMESPACES,
+            lambda: core.list_namespace(label_selector=C.GATED_NAMESPACE_SELECTOR),
+        ),
         namespaced=False,
     )
     return quotas, classes, gated

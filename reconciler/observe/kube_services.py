@@ -22,12 +22,11 @@ def read_services(api_client: Any) -> list[InferenceService]:
     from kubernetes import client
 
     apps = client.AppsV1Api(api_client)
-    selector = f"{C.INFERENCE_LABEL}=true"
     services = _each(
         "Deployment",
         listed(
             C.DEPLOYMENTS,
-            lambda: apps.list_deployment_for_all_namespaces(label_selector=selector),
+            lambda: apps.list_deployment_for_all_namespaces(label_selector=C.INFERENCE_SELECTOR),
         ),
         lambda d: _service(d, "Deployment"),
     )
@@ -35,7 +34,7 @@ def read_services(api_client: Any) -> list[InferenceService]:
         "StatefulSet",
         listed(
             C.STATEFUL_SETS,
-            lambda: apps.list_stateful_set_for_all_namespaces(label_selector=selector),
+            lambda: apps.list_stateful_set_for_all_namespaces(label_selector=C.INFERENCE_SELECTOR),
         ),
         lambda d: _service(d, "StatefulSet"),
     )
