@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import urllib3
@@ -109,6 +110,7 @@ def _pod(p: Any) -> PodInfo:
         phase=(status.phase if status else None) or "Pending",
         annotations=dict(p.metadata.annotations or {}),
         deleting=p.metadata.deletion_timestamp is not None,
+        delete_asked=_delete_asked(p.metadata),
         gpu_resources=_gpu_resources(p),
         node=p.spec.node_name or None,
         gates=tuple(g.name for g in p.spec.scheduling_gates or []),
@@ -131,6 +133,15 @@ def _pod(p: Any) -> PodInfo:
             p.metadata.managed_fields, (p.metadata.annotations or {}).keys()
         ),
     )
+
+
+def _delete_asked(meta: Any) -> datetime | None:
+    """When a pod's deletion was asked for: its deletionTimestamp is that moment plus the grace
+    period the delete gave (pkg/registry/rest/delete.go, BeforeDelete)."""
+    at, grace = meta.deletion_timestamp, meta.deletion_grace_period_seconds
+    if not isinstance(at, datetime) or not isinstance(grace, int):
+        return None
+    return at - timedelta(seconds=grace)
 
 
 def _claims(p: Any) -> tuple[tuple[str, str], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 WorkloadKind = Literal["Deployment", "StatefulSet"]
@@ -82,6 +83,9 @@ class PodInfo:
     """Annotation key -> the field managers that own it in `metadata.managedFields` (who set it
     last, as the API server records it); a key not here has none on record. What
     `reconciler.observe.trust` judges a value by."""
+    delete_asked: datetime | None = None
+    """When its deletion was asked for (the API server's clock: `deletionTimestamp` less
+    `deletionGracePeriodSeconds`); None when it is not being deleted or either is unset."""
 
     @property
     def key(self) -> str:

@@ -45,6 +45,7 @@ import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from reconciler import conventions as C
@@ -158,6 +159,8 @@ class _Pod:
     claims: list[tuple[str, str]] = field(default_factory=list)
     """(entry, ResourceClaim name or "") of its DRA claims (`PodInfo.claims`)."""
     uid: str = ""
+    delete_asked: datetime | None = None
+    """`PodInfo.delete_asked` of a terminating pod (None: not on record)."""
     templates: dict[str, str] = field(default_factory=dict)
 
     def annotate(self, annotations: dict[str, str | None]) -> None:
@@ -317,6 +320,7 @@ class MemoryCluster:
         annotated_by: str | None = None,
         claims: tuple[tuple[str, str], ...] = (),
         templates: dict[str, str] | None = None,
+        delete_asked: datetime | None = None,
     ) -> None:
         """A pod; `phase` defaults to Running when it is bound to a node, else Pending;
         `gates`: its scheduling gates (set only at creation, on an unbound pod); `terms`: its
@@ -350,6 +354,7 @@ class MemoryCluster:
             claims=list(claims),
             uid=f"uid-{name}" if claims else "",
             templates=dict(templates or {}),
+            delete_asked=delete_asked,
         )
 
     def pod_terms(self, namespace: str, name: str) -> list[dict]:
@@ -483,6 +488,7 @@ class MemoryCluster:
             claims=tuple(p.claims),
             claim_templates=dict(p.templates),
             annotation_writers=dict(p.writers),
+            delete_asked=p.delete_asked,
         )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:

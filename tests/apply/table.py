@@ -109,6 +109,9 @@ class Pod:
     gpus: bool = True
     """A container asks for `nvidia.com/gpu`."""
     deleting: bool = False
+    delete_asked: datetime | None = None
+    """When its deletion was asked for (a terminating pod; in memory only: on a server the
+    deletion is stamped by its clock)."""
     pdb: bool = False
     """A PodDisruptionBudget protects it and allows no disruption now."""
     gates: tuple[str, ...] = ()
@@ -440,6 +443,7 @@ def seed_memory(row: Row) -> MemoryCluster:
                 annotated_by=s.annotated_by,
                 claims=s.claims,
                 templates=dict(s.templates),
+                delete_asked=s.delete_asked,
             )
             if s.pdb:
                 c.pdb_blocked.add(f"{NS}/{s.name}")

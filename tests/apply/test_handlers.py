@@ -15,11 +15,20 @@ from datetime import timedelta
 import pytest
 
 from reconciler import conventions as C
-from reconciler.apply.handlers import STALE_CHECKPOINT_SECONDS, condition_reason
+from reconciler.apply.handlers import (
+    HANDLERS,
+    STALE_CHECKPOINT_SECONDS,
+    ApplyConfig,
+    Context,
+    Outcome,
+    condition_reason,
+)
+from reconciler.apply.handlers.base import GONE_POLL_SECONDS
 from reconciler.apply.port import ApiError
-from reconciler.plan.actions import PruneDraObject
+from reconciler.plan.actions import Admit, PruneDraObject
 from tests.apply.rows import (
     ADMIT,
+    ADMIT_AFTER,
     ADMIT_ROWS,
     ADMITTED_MSG,
     AGENT_NEW,
@@ -45,6 +54,7 @@ from tests.apply.rows import (
     PRIORITY_CLASS_ROWS,
     PRUNE_ROWS,
     QUOTA_ROWS,
+    RESERVED_GANG,
     RESUME_ROWS,
     ROWS,
     SCALE_ROWS,
@@ -215,6 +225,61 @@ def test_second_apply_writes_nothing(row: Row):
     assert second.status != "error", second.message
     assert cluster.write_ops()[before:] == []
     assert not second.changed
+
+
+def _admit_after(victim: Pod, cfg: ApplyConfig, gone_after: int | None) -> tuple[Outcome, int]:
+    """ADMIT_AFTER on the reserved gang with `victim` the pod it frees cards from; the victim
+    is gone after `gone_after` waits of the step (None: never). -> the outcome, the waits."""
+    cluster = seed_memory(
+        dataclasses.replace(ROWS["admit/after-pod-gone"], seed=(*RESERVED_GANG, victim))
+    )
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == gone_after:
+            del cluster.pods[(NS, victim.name)]
+
+    ctx = Context(cluster, cfg, clock=lambda: NOW, sleep=sleep)
+    return HANDLERS[Admit](ADMIT_AFTER, ctx), len(waits)
+
+
+def test_admit_waits_a_moment_for_a_pod_going_now():
+    """A pod whose deletion was asked for a moment ago is read again within the step: once it
+    is gone the gang is admitted then, not a cycle later."""
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    out, waits = _admit_after(going, memory_config(), gone_after=3)
+    assert (out.status, waits) == ("done", 3), out.message
+    assert ADMITTED_MSG in out.message
+
+
+def test_admit_waits_for_a_going_pod_at_most_gone_wait_seconds():
+    """A pod still there after `gone_wait_seconds` leaves the step waiting, as without the
+    wait; `gone_wait_seconds` 0 never waits."""
+    going = Pod("victim", deleting=True, delete_asked=NOW)
+    out, waits = _admit_after(going, memory_config(), gone_after=None)
+    assert out.status == "waiting" and waits == round(0.1 / GONE_POLL_SECONDS), out.message
+    assert "victim (terminating) to be gone" in out.message
+    off = dataclasses.replace(memory_config(), gone_wait_seconds=0)
+    out, waits = _admit_after(going, off, gone_after=1)
+    assert (out.status, waits) == ("waiting", 0), out.message
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        # terminating for longer than GONE_WAIT_RECENT_SECONDS: a graceful stop under way
+        Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=5)),
+        # when its deletion was asked for is not on record
+        Pod("victim", deleting=True),
+        # not evicted yet: nothing takes it away
+        Pod("victim"),
+    ],
+    ids=["terminating-a-while", "asked-unknown", "not-evicted"],
+)
+def test_admit_does_not_wait_for_a_pod_not_going_now(victim: Pod):
+    out, waits = _admit_after(victim, memory_config(), gone_after=1)
+    assert (out.status, waits) == ("waiting", 0), out.message
 
 
 def test_dra_gone_claim_admits_on_the_next_run():

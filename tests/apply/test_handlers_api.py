@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from reconciler import conventions as C
 from reconciler.apply.handlers import HANDLERS, Context
 from reconciler.apply.kube import KubeOps
 from reconciler.apply.port import ApiError, ClusterOps
-from reconciler.plan.actions import Preempt, Resume
+from reconciler.plan.actions import Admit, Preempt, Resume
 from tests.apply.api import ApiWorld
 from tests.apply.memory import MemoryCluster
 from tests.apply.rows import GATE, OTHER_GATE, OWN_TERM, ROWS, SERVER_SIDE_APPLY
@@ -587,6 +588,38 @@ def test_a_terminating_pod_stays_until_its_deletion_finishes(kube):
         {"metadata": {"finalizers": None}},
         _content_type="application/merge-patch+json",
     )
+
+
+def test_admit_hands_the_cards_on_once_a_pod_going_now_is_gone(kube):
+    """On a server: a pod deleted a moment ago says when (`PodInfo.delete_asked`, from its
+    deletionTimestamp and grace period), and the Admit step waiting for it reads it again
+    within the step: its last finalizer goes during the wait, and the gang is admitted then."""
+    row = ROWS["admit/after-pod-terminating"]
+    world = ApiWorld(kube)
+    world.seed(row.seed)
+    _, action = world.localize(row)
+    ops = world.ops()
+    victim = ops.read_pod(world.ns, "victim")
+    assert victim is not None and victim.deleting and victim.delete_asked is not None
+    asked = victim.delete_asked
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:  # the kubelet is done: the pod goes (its delete with grace 0)
+            kube.core.patch_namespaced_pod(
+                "victim",
+                world.ns,
+                {"metadata": {"finalizers": None}},
+                _content_type="application/merge-patch+json",
+            )
+            kube.core.delete_namespaced_pod("victim", world.ns, grace_period_seconds=0)
+            wait_for("the victim gone", lambda: ops.read_pod(world.ns, "victim") is None)
+        time.sleep(seconds)
+
+    ctx = Context(ops, world.config(), clock=lambda: asked + timedelta(seconds=0.2), sleep=sleep)
+    out = HANDLERS[Admit](action, ctx)
+    assert out.status == "done" and len(waits) == 2, out.message
 
 
 def test_event_namespaces_are_checked_as_the_server_does(kube):

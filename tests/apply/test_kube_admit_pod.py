@@ -5,6 +5,7 @@ server the handler table (tests/apply/test_handlers_api.py) runs the same path."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -96,3 +97,14 @@ def test_a_pod_not_seen_lately_is_read_again(monkeypatch):
     admit(o)  # against the last patch's answer
     assert core.calls[5:] == ["PATCH"]
     assert core.patches[-1]["metadata"]["resourceVersion"] == str(core.rv - 1)
+
+
+def test_a_terminating_pod_says_when_its_deletion_was_asked():
+    """`PodInfo.delete_asked`: the deletionTimestamp less the grace period the delete gave (the
+    API server stamps the end of the grace period); None while the pod is not being deleted."""
+    pod = gated("1")
+    assert kube._pod(pod).delete_asked is None
+    at = datetime(2026, 12, 6, 12, 0, 30, tzinfo=UTC)
+    pod.metadata.deletion_timestamp, pod.metadata.deletion_grace_period_seconds = at, 30
+    info = kube._pod(pod)
+    assert info.deleting and info.delete_asked == datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from reconciler import conventions as C
-from reconciler.apply.handlers.base import Context, Outcome, _ns_name, handles
+from reconciler.apply.handlers.base import (
+    GONE_POLL_SECONDS,
+    GONE_WAIT_RECENT_SECONDS,
+    Context,
+    Outcome,
+    _ns_name,
+    handles,
+)
 from reconciler.apply.handlers.dra_admit import Replaced, delete_replaced, pin_claims
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import Admit, Hold, PodAdmission
@@ -23,7 +30,7 @@ def _gone(a: Admit, key: str, what: str = "gone") -> Outcome:
     return Outcome(a.id, "skipped", f"pod {key} is {what}; the gang is planned again next cycle")
 
 
-def _still_there(ctx: Context, after: tuple[str, ...]) -> list[str]:
+def _still_there(ctx: Context, after: tuple[str, ...]) -> list[tuple[str, PodInfo]]:
     """The pods of `after` that kube-scheduler still counts on their node: not finished (its
     pod informer lists only pods not Succeeded or Failed: k8s.io/kubernetes v1.37.2
     pkg/scheduler/scheduler.go, newPodInformer), and terminating or bound. A pod of that name
@@ -37,8 +44,31 @@ def _still_there(ctx: Context, after: tuple[str, ...]) -> list[str]:
             continue
         if not p.deleting and p.node is None:
             continue
-        out.append(f"{key} (terminating)" if p.deleting else f"{key} (not evicted yet)")
+        out.append((key, p))
     return out
+
+
+def _going_now(ctx: Context, pods: list[tuple[str, PodInfo]]) -> bool:
+    """Each pod is terminating, its deletion asked for a moment ago: worth a short wait."""
+    now = ctx.clock()
+    return all(
+        p.deleting
+        and p.delete_asked is not None
+        and abs((now - p.delete_asked).total_seconds()) < GONE_WAIT_RECENT_SECONDS
+        for _, p in pods
+    )
+
+
+def _wait_gone(ctx: Context, after: tuple[str, ...]) -> list[str]:
+    """`_still_there`, read again every `GONE_POLL_SECONDS` for up to `gone_wait_seconds`
+    while what is left is going now (`_going_now`); then what still holds cards, described."""
+    left = _still_there(ctx, after)
+    polls = round(ctx.cfg.gone_wait_seconds / GONE_POLL_SECONDS)
+    while left and polls > 0 and _going_now(ctx, left):
+        ctx.sleep(GONE_POLL_SECONDS)
+        polls -= 1
+        left = _still_there(ctx, tuple(k for k, _ in left))
+    return [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
 
 
 @dataclass
@@ -141,7 +171,9 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # a DisruptionTarget condition with reason PreemptionByScheduler); a pod evicted through
         # the Eviction API carries reason EvictionByEvictionAPI instead
         # (pkg/registry/core/pod/storage/eviction.go), so it does not hold anything back.
-        waiting = _still_there(ctx, a.after)
+        # (a pod that is going now is waited for a moment, GONE_WAIT_RECENT_SECONDS: its cards
+        # go on the moment it is gone, not a cycle later)
+        waiting = _wait_gone(ctx, a.after)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
         # gang instead of giving them to someone else (one pod admitted at once needs none)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,13 @@ class ApplyConfig:
     parallel_steps: int = 8
     """How many admissions and holds (one gang's or one pod's step each, independent of one
     another) run at once: each is a few requests, and a busy cycle has dozens (1: one by one)."""
+    gone_wait_seconds: float = 0.1
+    """How long an Admit step may wait, reading them again every `GONE_POLL_SECONDS`, for the
+    pods it frees cards from (`Admit.after`) to be gone, when each of them is terminating and
+    its deletion was asked for less than `GONE_WAIT_RECENT_SECONDS` ago: a pod whose containers
+    stop at once is gone within tens of milliseconds, and its cards go to the admitted pod then
+    instead of a cycle later. A pod that takes longer costs each cycle at most this, for that
+    second only. 0: never waits (the step reports `waiting` at once)."""
 
 
 @dataclass
@@ -63,6 +71,13 @@ class Outcome:
     eviction, a pod found gone, or a Job someone else suspended is not one."""
 
 
+GONE_POLL_SECONDS = 0.01
+"""How often an Admit step waiting for `after` pods to be gone reads them again."""
+GONE_WAIT_RECENT_SECONDS = 1.0
+"""Only pods whose deletion was asked for this recently are waited for within a step (either
+way of the API server's clock, which stamps the deletion, and the controller's)."""
+
+
 @dataclass
 class Context:
     """What every handler may use: the port, the settings, the clock, and the plan's facts
@@ -73,6 +88,8 @@ class Context:
     clock: Callable[[], datetime]
     grace: dict[str, float] = field(default_factory=dict)
     before_preempt: Callable[[Action, PodInfo], None] | None = None
+    sleep: Callable[[float], None] = time.sleep
+    """How a step waits (tests pass one that moves their fake cluster on)."""
 
 
 A = TypeVar("A")
