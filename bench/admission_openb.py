@@ -956,6 +956,7 @@ def controller_child(config_path: Path) -> int:
     ctl = make_controller(client.ApiClient(conf), policy_root, clock)
     if cfg.get("wake_gap") is not None:
         ctl.wake_gap_seconds = cfg["wake_gap"]
+    ctl.status_pacer.refresh_seconds = ctl.status_refresh_seconds  # as `Controller.run` paces
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
@@ -983,7 +984,7 @@ def controller_child(config_path: Path) -> int:
         stats.cycle(ctl, wall)
         (run_dir / "progress").write_text(stats.progress)
         sleep_rest(t, ctl.wake_gap_seconds)
-        wake.wait(max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
+        ctl.rest(wake, stop, max(0.0, cfg["min_interval"] - (time.monotonic() - t)))
     stop.set()
     (run_dir / "result.json").write_text(json.dumps(stats.notes(), default=str))
     return 0

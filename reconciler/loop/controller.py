@@ -30,7 +30,9 @@ from reconciler.loop.collector import paused_collector
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.signals import with_signals
 from reconciler.loop.status import (
+    STATUS_REFRESH_SECONDS,
     PreemptionIntent,
+    StatusPacer,
     StatusStore,
     StatusView,
     condition,
@@ -135,6 +137,7 @@ class Controller:
         signal_poll_seconds: float = 5.0,
         full_plan_every: int = 1,
         status_report_timeout: float | tuple[float, float] = STATUS_REPORT_TIMEOUT,
+        status_refresh_seconds: float = STATUS_REFRESH_SECONDS,
     ):
         self.source = source
         self.api = bound_requests(api_client)  # no call may wait forever
@@ -149,6 +152,10 @@ class Controller:
             clock=clock,
         )
         self.status = StatusStore(api_client, namespace=namespace)
+        self.status_refresh_seconds = status_refresh_seconds
+        """Under `run`: how often at most a cycle report that says nothing new is written
+        (`StatusPacer`); a lone `cycle()` writes each."""
+        self.status_pacer = StatusPacer()
         self.ops = KubeOps(api_client)
         self.executor = Executor(
             self.ops,
@@ -338,7 +345,8 @@ class Controller:
                 report["preemptionIntents"] = [i.to_json() for i in intents.values()]
             else:  # not settled here: left as they are
                 report["recentPreemptions"] = [t.isoformat() for t in view.recent_preemptions]
-            self.status.write(report, now, read=view)
+            if self.status_pacer.admit(report, now, view):
+                self.status.write(report, now, read=view)
         elif leader:
             # leadership lapsed mid-apply: writes stopped; preemptions sent were recorded ahead
             log.warning("leadership lost during the cycle; the next leader plans from the cluster")
@@ -405,6 +413,7 @@ class Controller:
         planned; the leader says why on the status object."""
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if leader:
+            self.status_pacer.forget()
             self.status.write(
                 {
                     "conditions": [
@@ -489,6 +498,7 @@ class Controller:
             return None
         now = self.clock()
         msg = error.splitlines()[0] if error else "error"
+        self.status_pacer.forget()
         try:
             self.status.write(
                 {
@@ -623,6 +633,32 @@ class Controller:
         started = self._cycle_started
         return started is None or time.monotonic() - started < self.stuck_after_seconds
 
+    def flush_status(self) -> None:
+        """Write the cycle report `status_pacer` held back, if any, while this replica leads
+        (the loop calls this when it rests; a failed write is logged, and the next cycle's
+        report is written whatever it says)."""
+        held = self.status_pacer.take()
+        if held is None or not self.elector.is_leader:
+            return
+        report, now, view = held
+        try:
+            self.status.write(report, now, read=view, timeout=self.status_report_timeout)
+        except Exception as exc:  # noqa: BLE001 - the next cycle writes its own report
+            self.status_pacer.forget()
+            log.warning("status write held back since the last cycle failed: %s", exc)
+
+    def rest(self, wake: threading.Event, stop: threading.Event, seconds: float) -> None:
+        """`_sleep` for `seconds`, writing on the way the report held back when it is due and
+        nothing woke the loop before (a cycle woken first writes its own report)."""
+        due = self.status_pacer.due_in()
+        if due is not None and due < seconds:
+            _sleep(wake, stop, due)
+            if wake.is_set() or stop.is_set():
+                return
+            self.flush_status()
+            seconds -= due
+        _sleep(wake, stop, seconds)
+
     def _poll_trigger(self, stop: threading.Event) -> None:
         """Wake the loop when the trigger annotation holds a token no cycle has handled; each
         token wakes it once (a follower never records it, and must not spin)."""
@@ -659,8 +695,12 @@ class Controller:
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
         pod that stops holding cards), a DRA claim that stops holding devices (its pod went
         before: the cards it fenced are free now), or a scaling signal crossing a threshold
-        (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`."""
+        (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`.
+        A report that says nothing new is written at most once per `status_refresh_seconds`
+        (`StatusPacer`); the last one held back is written when the loop rests, or stops."""
         from reconciler.loop.informer import ClusterCache
+
+        self.status_pacer.refresh_seconds = self.status_refresh_seconds
 
         wake = self._wake
         # elected (at start, or taking over): cycle now, not an interval later as a follower
@@ -705,7 +745,8 @@ class Controller:
                 result.summary,
                 f" error={result.error}" if result.error else "",
             )
-            _sleep(wake, stop, interval_seconds)
+            self.rest(wake, stop, interval_seconds)
+        self.flush_status()
         self.elector.join(10.0)
 
 
