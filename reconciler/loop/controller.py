@@ -675,9 +675,11 @@ class Controller:
                 self.wake()
 
     def _start_signal_wake(self, stop: threading.Event) -> None:
-        """Wake the loop when a ScalingPolicy's signal crosses a threshold: a watch of the
-        inference workloads' queue annotations and a Prometheus poller (`loop/wake.py`). The
-        policies are those the last cycle loaded (`last_desired`)."""
+        """Wake the loop when a ScalingPolicy's signal crosses a threshold: the inference
+        workloads' queue annotations, seen through the watch cache's Deployments and
+        StatefulSets informers (`self.cache`: one watch per resource, not a second), and a
+        Prometheus poller (`loop/wake.py`). The policies are those the last cycle loaded
+        (`last_desired`)."""
         from reconciler.loop.wake import SignalWake
 
         self.signal_wake = SignalWake(
@@ -688,7 +690,7 @@ class Controller:
             transport=self.prometheus_transport,
             poll_seconds=self.signal_poll_seconds,
             clock=self.clock,
-        ).start(self.api, stop)
+        ).start(self.api, stop, cache=self.cache)
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod
@@ -716,8 +718,8 @@ class Controller:
                 wake.set()
 
         self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)
+        self._start_signal_wake(stop)  # on the cache's informers: listening before they start
         self.cache.start(stop)
-        self._start_signal_wake(stop)
         self.cache.wait_synced(30)
         self.signal_wake.wait_synced(10)
 

@@ -425,6 +425,27 @@ class ClusterCache:
         watched: without it a cycle reads DRA exactly as without a cache."""
         self._releases = _ClaimReleases(on_claim_release) if on_claim_release else None
 
+    def on_object_event(self, resource: str, listener: Callable[[str, Any], None]) -> Informer:
+        """Call `listener` with each event (ADDED | MODIFIED | DELETED, object) of one object
+        resource's informer (`resource.group`, as in `object_informers`), after the cache took
+        it, and return that informer: a listener reads the cache's watch instead of starting a
+        second one (the signal wake: the inference Deployments and StatefulSets). A list calls
+        no listener (read `items()` once synced), and neither does a relist. Listeners of one
+        resource are called in the order they were added; the pod and node informers have none
+        of these."""
+        inf = self.object_informers[resource]
+        before = inf.on_event
+        if before is None:
+            inf.on_event = listener
+        else:
+
+            def both(kind: str, obj: Any) -> None:
+                before(kind, obj)
+                listener(kind, obj)
+
+            inf.on_event = both
+        return inf
+
     def start(self, stop: threading.Event) -> ClusterCache:
         self._stop = stop
         for informer in self.informers:

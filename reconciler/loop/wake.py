@@ -4,7 +4,8 @@ the scale decision wait for the interval.
 Two feeds, one rule:
 - a watch (list + watch, `informer.Informer`) of the inference workloads, the Deployments and
   StatefulSets labelled `gpupool.io/inference=true` (`observe/kube_services.py`): their queue
-  annotations, and their replicas (the queue is judged per replica);
+  annotations, and their replicas (the queue is judged per replica). Under the controller it is
+  the watch cache's own (`ClusterCache.on_object_event`): one watch per resource, not a second;
 - a Prometheus poller on an interval of its own (`--signal-poll-interval`) that runs only the
   ScalingPolicies' queries (`plan/signals.scaling_signal_queries`), none of the utilization ones.
 
@@ -37,6 +38,8 @@ from reconciler.policy.state import DesiredState
 
 log = logging.getLogger("gpupool.wake")
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+WORKLOAD_RESOURCES = (C.DEPLOYMENTS, C.STATEFUL_SETS)
+"""The watch cache's resources of `WORKLOAD_KINDS`, in the same order."""
 
 
 class Directions:
@@ -163,25 +166,41 @@ class SignalWake:
 
     # ------------------------------------------------------------------ threads
 
-    def start(self, api_client: Any, stop: threading.Event, **informer_kw: Any) -> SignalWake:
-        """Watch the inference workloads and poll Prometheus until `stop`."""
-        from kubernetes import client
-
+    def start(
+        self,
+        api_client: Any,
+        stop: threading.Event,
+        *,
+        cache: Any = None,
+        **informer_kw: Any,
+    ) -> SignalWake:
+        """Watch the inference workloads and poll Prometheus until `stop`. With `cache` (a
+        `ClusterCache`, started or not) the workloads come from its Deployments and
+        StatefulSets informers and their events (`ClusterCache.on_object_event`), which the
+        cache starts and stops; without it the wake starts informers of its own on
+        `api_client` (`informer_kw`: theirs)."""
         from reconciler.loop.informer import Informer, selected
 
-        apps = client.AppsV1Api(api_client)
-        listers = {
-            "Deployment": apps.list_deployment_for_all_namespaces,
-            "StatefulSet": apps.list_stateful_set_for_all_namespaces,
-        }
-        for kind in WORKLOAD_KINDS:
-            inf = Informer(
-                selected(listers[kind], C.INFERENCE_SELECTOR),
-                name=f"inference-{kind.lower()}s",
-                on_event=functools.partial(self.workload_event, kind),
-                **informer_kw,
-            )
-            self.informers.append(inf.start(stop))
+        if cache is not None:
+            for kind, resource in zip(WORKLOAD_KINDS, WORKLOAD_RESOURCES, strict=True):
+                on_event = functools.partial(self.workload_event, kind)
+                self.informers.append(cache.on_object_event(resource, on_event))
+        else:
+            from kubernetes import client
+
+            apps = client.AppsV1Api(api_client)
+            listers = {
+                "Deployment": apps.list_deployment_for_all_namespaces,
+                "StatefulSet": apps.list_stateful_set_for_all_namespaces,
+            }
+            for kind in WORKLOAD_KINDS:
+                inf = Informer(
+                    selected(listers[kind], C.INFERENCE_SELECTOR),
+                    name=f"inference-{kind.lower()}s",
+                    on_event=functools.partial(self.workload_event, kind),
+                    **informer_kw,
+                )
+                self.informers.append(inf.start(stop))
         if self.poll_seconds > 0 and self.prometheus_url:
             threading.Thread(
                 target=self._poll_loop, args=(stop,), name="gpupool-signal-poll", daemon=True
