@@ -240,7 +240,7 @@ def _admit_after(victim: Pod, cfg: ApplyConfig, gone_after: int | None) -> tuple
         if len(waits) == gone_after:
             del cluster.pods[(NS, victim.name)]
 
-    ctx = Context(cluster, cfg, clock=lambda: NOW, sleep=sleep)
+    ctx = Context(cluster, cfg, clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
     return HANDLERS[Admit](ADMIT_AFTER, ctx), len(waits)
 
 

@@ -50,7 +50,7 @@ def _still_there(ctx: Context, after: tuple[str, ...]) -> list[tuple[str, PodInf
 
 def _going_now(ctx: Context, pods: list[tuple[str, PodInfo]]) -> bool:
     """Each pod is terminating, its deletion asked for a moment ago: worth a short wait."""
-    now = ctx.clock()
+    now = ctx.wall()
     return all(
         p.deleting
         and p.delete_asked is not None

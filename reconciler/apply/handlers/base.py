@@ -90,6 +90,10 @@ class Context:
     before_preempt: Callable[[Action, PodInfo], None] | None = None
     sleep: Callable[[float], None] = time.sleep
     """How a step waits (tests pass one that moves their fake cluster on)."""
+    wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    """The wall clock, for times the API server stamped (a pod's deletion): `clock` is the
+    plan's, which a simulation runs faster (bench/admission_openb.py); in a cluster both read
+    the same time."""
 
 
 A = TypeVar("A")
