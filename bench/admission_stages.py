@@ -7,9 +7,11 @@ first seen, the allocation gone), and the controller's own record of each Admit 
 
 Every time is wall seconds since the replay's start, as the replay counts them (the controller
 child counts from the same instant). A pod admitted to a node waited for cards there; the last
-*release* on that node before its Admit step (the device plugin: a pod of the run gone from the
-API; DRA: its claim's allocation gone as well, which gpupool waits for, `dra-claim-unreleased`)
-or its creation, whichever is later, is when it could first be admitted (`ready`). From there:
+*release* on that node before its Admit step ends (the device plugin: a pod of the run gone
+from the API; DRA: its claim's allocation gone as well, which gpupool waits for,
+`dra-claim-unreleased`) or its creation, whichever is later, is when it could first be admitted
+(`ready`; a step that waited for the pod it frees cards from to go began before that, so its
+`ready -> cycle` is negative). From there:
 the cycle that admitted it starts (`ready -> cycle`), reaches its Admit step (`cycle -> step`:
 the status read, observe, plan and the steps before), the step's requests (`step`), the pod seen
 ungated (`step end -> admitted`), the scheduler binds it (`admitted -> bound`; on DRA the claim
@@ -270,7 +272,10 @@ def timeline(
     for name, t in pods.items():
         if "step" not in t or name not in node_of:
             continue
-        before = [r for r in releases.get(node_of[name], []) if r <= t["step"]]
+        # a release until the step's end counts: the step may wait for a terminating pod to
+        # go (handlers/admission.py `_wait_gone`), and the gate goes after it
+        end = t.get("step_end", t["step"])
+        before = [r for r in releases.get(node_of[name], []) if r <= end]
         t["ready"] = max([t.get("created", 0.0), *before])
         taken = t.get("allocated") if dra else t.get("running")
         if taken is not None:
