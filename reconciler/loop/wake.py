@@ -2,10 +2,11 @@
 the scale decision wait for the interval.
 
 Two feeds, one rule:
-- a watch (list + watch, `informer.Informer`) of the inference workloads, the Deployments and
-  StatefulSets labelled `gpupool.io/inference=true` (`observe/kube_services.py`): their queue
-  annotations, and their replicas (the queue is judged per replica). Under the controller it is
-  the watch cache's own (`ClusterCache.on_object_event`): one watch per resource, not a second;
+- the watch (list + watch) of the inference workloads, the Deployments and StatefulSets
+  labelled `gpupool.io/inference=true` (`observe/kube_services.py`): their queue annotations,
+  and their replicas (the queue is judged per replica). It is the watch cache's
+  (`ClusterCache.on_object_event`): the wake listens to the cache's two informers and starts no
+  watch of its own, so each resource is listed and watched once;
 - a Prometheus poller on an interval of its own (`--signal-poll-interval`) that runs only the
   ScalingPolicies' queries (`plan/signals.scaling_signal_queries`), none of the utilization ones.
 
@@ -89,6 +90,7 @@ class SignalWake:
         self.wakes = 0
         self._lock = threading.Lock()
         self.informers: list[Any] = []
+        """The cache's Deployments and StatefulSets informers, once `start` added the wake."""
 
     # ------------------------------------------------------------------ what changed
 
@@ -166,41 +168,15 @@ class SignalWake:
 
     # ------------------------------------------------------------------ threads
 
-    def start(
-        self,
-        api_client: Any,
-        stop: threading.Event,
-        *,
-        cache: Any = None,
-        **informer_kw: Any,
-    ) -> SignalWake:
-        """Watch the inference workloads and poll Prometheus until `stop`. With `cache` (a
-        `ClusterCache`, started or not) the workloads come from its Deployments and
-        StatefulSets informers and their events (`ClusterCache.on_object_event`), which the
-        cache starts and stops; without it the wake starts informers of its own on
-        `api_client` (`informer_kw`: theirs)."""
-        from reconciler.loop.informer import Informer, selected
-
-        if cache is not None:
-            for kind, resource in zip(WORKLOAD_KINDS, WORKLOAD_RESOURCES, strict=True):
-                on_event = functools.partial(self.workload_event, kind)
-                self.informers.append(cache.on_object_event(resource, on_event))
-        else:
-            from kubernetes import client
-
-            apps = client.AppsV1Api(api_client)
-            listers = {
-                "Deployment": apps.list_deployment_for_all_namespaces,
-                "StatefulSet": apps.list_stateful_set_for_all_namespaces,
-            }
-            for kind in WORKLOAD_KINDS:
-                inf = Informer(
-                    selected(listers[kind], C.INFERENCE_SELECTOR),
-                    name=f"inference-{kind.lower()}s",
-                    on_event=functools.partial(self.workload_event, kind),
-                    **informer_kw,
-                )
-                self.informers.append(inf.start(stop))
+    def start(self, api_client: Any, stop: threading.Event, *, cache: Any) -> SignalWake:
+        """Listen to the inference workloads and poll Prometheus until `stop`. The workloads
+        come from `cache` (a `ClusterCache`, started or not): its Deployments and StatefulSets
+        informers and their events (`ClusterCache.on_object_event`), which the cache starts and
+        stops; add the wake before the cache starts, so no event falls between its list and
+        the wake. `api_client` is not read (the cache holds the client)."""
+        for kind, resource in zip(WORKLOAD_KINDS, WORKLOAD_RESOURCES, strict=True):
+            on_event = functools.partial(self.workload_event, kind)
+            self.informers.append(cache.on_object_event(resource, on_event))
         if self.poll_seconds > 0 and self.prometheus_url:
             threading.Thread(
                 target=self._poll_loop, args=(stop,), name="gpupool-signal-poll", daemon=True
@@ -208,8 +184,8 @@ class SignalWake:
         return self
 
     def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first lists, then take the workloads they hold (a list calls no
-        `on_event`) and their directions as the baseline."""
+        """Wait for the cache's first lists, then take the workloads they hold (a list calls
+        no `on_event`) and their directions as the baseline."""
         from reconciler.observe.kube_common import _each
         from reconciler.observe.kube_services import _service
 

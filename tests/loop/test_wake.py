@@ -1,12 +1,11 @@
 """Waking the loop on a signal's threshold crossing (issue 28, `reconciler/loop/wake.py`): the
 rule is the planner's own (`plan/signals.direction`), a move to scale-up or scale-down wakes
 once, a change that keeps the direction wakes nothing, the Prometheus poll runs only the
-ScalingPolicies' queries, and a wake inside a cooldown plans no scale."""
+ScalingPolicies' queries, and a wake inside a cooldown plans no scale. The rule is fed here by
+hand (`put`, `drop`, `poll`); the feed itself, the watch cache's informers and the poller's
+thread that `SignalWake.start` sets up, is tests/loop/test_wake_cache.py's."""
 
 from __future__ import annotations
-
-import json
-import urllib.parse
 
 import pytest
 
@@ -14,6 +13,7 @@ from reconciler.loop.wake import Directions, SignalWake
 from reconciler.plan.signals import DOWN, HOLD, UP, target_directions
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from tests.loop.wake_support import Prom
 from tests.plan.scenarios import NOW
 from tests.plan.support import (
     QUEUE_Q,
@@ -119,26 +119,6 @@ def test_a_wake_inside_the_cooldown_plans_no_scale():
     # past the cooldown the same reading scales
     p = run(desired(extra=scaling()), two_nodes(), [], services=[svc(2, queue=60, last=3)])
     assert [(a.from_replicas, a.to_replicas) for a in p.actions if a.kind == "scale"] == [(2, 4)]
-
-
-class Prom:
-    """A stub Prometheus: answers each query with the queue value set, records what it ran."""
-
-    def __init__(self) -> None:
-        self.value = "0"
-        self.asked: list[str] = []
-
-    def __call__(self, url: str, timeout: float) -> tuple[int, bytes]:
-        q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["query"][0]
-        self.asked.append(q)
-        body = {
-            "status": "success",
-            "data": {
-                "resultType": "vector",
-                "result": [{"metric": {}, "value": [1700000000, self.value]}],
-            },
-        }
-        return 200, json.dumps(body).encode()
 
 
 def test_the_poll_runs_only_the_scaling_queries_and_wakes_on_a_crossing():

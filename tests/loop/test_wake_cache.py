@@ -1,13 +1,12 @@
-"""The signal wake on the watch cache's informers (`SignalWake.start(cache=...)`,
-`ClusterCache.on_object_event`): under the controller the inference Deployments and
-StatefulSets are listed and watched once, by the cache, and the wake is fed by that watch's
-events; no informer of the wake's own is started. Without an API server: the apps API and the
-client's watch are fakes that count their lists and watches. The same on the real control plane:
-tests/integration/test_wake.py."""
+"""The signal wake's feed (`SignalWake.start(cache=...)`, `ClusterCache.on_object_event`): the
+inference Deployments and StatefulSets are listed and watched once, by the watch cache, and the
+wake is fed by that watch's events (it has no watch of its own, and no start without a cache);
+the Prometheus poller runs on its own thread beside it. Without an API server: the apps API and
+the client's watch are fakes that count their lists and watches (tests/loop/wake_support.py).
+The same on the real control plane: tests/integration/test_wake.py."""
 
 from __future__ import annotations
 
-import queue
 import threading
 from typing import Any
 
@@ -19,103 +18,18 @@ from reconciler.loop.informer import ClusterCache
 from reconciler.loop.wake import SignalWake
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
+from tests.loop.wake_support import (
+    DEPLOYMENTS,
+    STATEFUL_SETS,
+    Prom,
+    Server,
+    api,
+    deployment,
+    stateful_set,
+)
 from tests.plan.scenarios import NOW
-from tests.plan.support import desired, scaling
+from tests.plan.support import desired, prom_scaling, scaling
 from tests.support.wait import wait_for
-
-DEPLOYMENTS = "list_deployment_for_all_namespaces"
-STATEFUL_SETS = "list_stateful_set_for_all_namespaces"
-
-
-def deployment(queue_length: float, rv: str, replicas: int = 2) -> client.V1Deployment:
-    """team-b/chat, the target of tests.plan.support's ScalingPolicy."""
-    return client.V1Deployment(
-        metadata=client.V1ObjectMeta(
-            name="chat",
-            namespace="team-b",
-            resource_version=rv,
-            labels={C.INFERENCE_LABEL: "true"},
-            annotations={C.QUEUE_LENGTH_ANN: str(queue_length)},
-        ),
-        spec=client.V1DeploymentSpec(
-            replicas=replicas,
-            selector=client.V1LabelSelector(match_labels={"app": "chat"}),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels={"app": "chat"}),
-                spec=client.V1PodSpec(
-                    containers=[
-                        client.V1Container(
-                            name="vllm",
-                            resources=client.V1ResourceRequirements(
-                                requests={C.SHARED_RESOURCE: "1"}
-                            ),
-                        )
-                    ],
-                    priority_class_name="serving",
-                    node_selector={C.POOL_LABEL: "a100"},
-                ),
-            ),
-        ),
-        status=client.V1DeploymentStatus(ready_replicas=replicas),
-    )
-
-
-class Server:
-    """What the fake apps API lists (each list recorded, with its label selector) and what its
-    watches stream (one queue of events per list function; each watch started recorded)."""
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.lists: list[tuple[str, str | None]] = []
-        self.watches: list[str] = []
-        self.events: dict[str, queue.Queue] = {
-            DEPLOYMENTS: queue.Queue(),
-            STATEFUL_SETS: queue.Queue(),
-        }
-        self.deployments = [deployment(4, "5")]
-
-    def apps(self, _api_client: Any = None) -> Any:
-        server = self
-
-        class Apps:
-            def list_deployment_for_all_namespaces(
-                self, label_selector: str | None = None, **_: Any
-            ) -> client.V1DeploymentList:
-                server.lists.append((DEPLOYMENTS, label_selector))
-                return client.V1DeploymentList(
-                    items=list(server.deployments), metadata=client.V1ListMeta(resource_version="5")
-                )
-
-            def list_stateful_set_for_all_namespaces(
-                self, label_selector: str | None = None, **_: Any
-            ) -> client.V1StatefulSetList:
-                server.lists.append((STATEFUL_SETS, label_selector))
-                return client.V1StatefulSetList(
-                    items=[], metadata=client.V1ListMeta(resource_version="5")
-                )
-
-        return Apps()
-
-    def watch(self) -> Any:
-        server = self
-
-        class Watch:
-            def stream(self, list_fn: Any, **_: Any):
-                name = list_fn.__name__
-                server.watches.append(name)
-                while not server.stop.is_set():
-                    try:
-                        yield server.events[name].get(timeout=0.02)
-                    except queue.Empty:
-                        continue
-
-            def stop(self) -> None:
-                pass
-
-        return Watch()
-
-    def send(self, name: str, kind: str, obj: Any) -> None:
-        self.events[name].put({"type": kind, "object": obj})
 
 
 @pytest.fixture
@@ -126,10 +40,6 @@ def server(monkeypatch):
     monkeypatch.setattr(watch, "Watch", s.watch)
     yield s
     stop.set()
-
-
-def api() -> client.ApiClient:
-    return client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
 
 
 def wake_of() -> tuple[SignalWake, list[int]]:
@@ -181,18 +91,61 @@ def test_the_wake_reads_the_caches_watch_and_starts_none_of_its_own(server):
     assert not [t for t in threading.enumerate() if t.name.startswith("informer-inference-")]
 
 
-def test_without_a_cache_the_wake_watches_for_itself(server):
+def test_the_wake_needs_a_cache(server):
+    w, _ = wake_of()
+    with pytest.raises(TypeError):
+        w.start(None, server.stop)  # no cache: no feed to listen to
+    assert w.informers == [] and server.lists == [] and server.watches == []
+
+
+def test_both_kinds_reach_the_wake_lists_as_the_baseline_then_events(server):
+    server.stateful_sets = [stateful_set("embed", 3, "5")]
+    cache = ClusterCache(api(), backoff_seconds=30)
     w, woke = wake_of()
-    w.start(None, server.stop, backoff_seconds=30)
-    assert [i.name for i in w.informers] == ["inference-deployments", "inference-statefulsets"]
+    w.start(None, server.stop, cache=cache)
+    assert not w.wait_synced(0.05)  # the cache has not listed yet: no baseline taken
+    assert w.services == {}
+    start_workloads(cache, server.stop)
     assert w.wait_synced(5)
+    assert sorted(w.services) == [("Deployment", "team-b/chat"), ("StatefulSet", "team-b/embed")]
+    assert w.services[("StatefulSet", "team-b/embed")].kind == "StatefulSet"
     wait_for("both watches", lambda: len(server.watches) == 2, timeout=5, interval=0.01)
-    server.send(DEPLOYMENTS, "MODIFIED", deployment(60, "6"))
-    wait_for("the wake", lambda: woke == [1], timeout=5, interval=0.01)
-    assert sorted(server.lists) == [
-        (DEPLOYMENTS, C.INFERENCE_SELECTOR),
-        (STATEFUL_SETS, C.INFERENCE_SELECTOR),
-    ]
+
+    server.send(STATEFUL_SETS, "ADDED", stateful_set("rank", 7, "6", replicas=3))
+    wait_for("the new one", lambda: ("StatefulSet", "team-b/rank") in w.services, timeout=5)
+    assert w.services[("StatefulSet", "team-b/rank")].replicas == 3
+    server.send(STATEFUL_SETS, "DELETED", stateful_set("embed", 3, "7"))
+    wait_for("the deletion", lambda: ("StatefulSet", "team-b/embed") not in w.services, timeout=5)
+    assert woke == []  # no policy targets these: nothing crosses
+
+
+def test_the_poller_runs_on_its_own_thread_beside_the_caches_watch(server):
+    d = load([SourceFile("d.yaml", desired(extra=prom_scaling()))])
+    prom, woke = Prom(), []
+    prom.value = "8"  # 4/replica, a wait of 8 s: inside the band
+    w = SignalWake(
+        lambda: d,
+        lambda: woke.append(1),
+        prometheus_url="http://prom:9090",
+        transport=prom,
+        poll_seconds=0.01,
+        clock=lambda: NOW,
+    )
+    cache = ClusterCache(api(), backoff_seconds=30)
+    w.start(None, server.stop, cache=cache)
+    start_workloads(cache, server.stop)
+    assert w.wait_synced(5)
+    [poller] = [t for t in threading.enumerate() if t.name == "gpupool-signal-poll"]
+    wait_for("a few polls", lambda: len(prom.asked) >= 6, timeout=5, interval=0.01)
+    assert woke == []
+    prom.value = "60"  # 30/replica and a 60 s wait: over both thresholds
+    wait_for("the poller's wake", lambda: woke == [1], timeout=5, interval=0.01)
+    asked = len(prom.asked)
+    wait_for("more polls", lambda: len(prom.asked) >= asked + 4, timeout=5, interval=0.01)
+    assert woke == [1]  # unchanged: no new crossing
+    server.stop.set()
+    poller.join(5)
+    assert not poller.is_alive()
 
 
 def test_object_listeners_are_chained_and_the_pod_path_is_left_alone(server):
