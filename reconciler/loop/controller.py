@@ -690,7 +690,7 @@ class Controller:
             transport=self.prometheus_transport,
             poll_seconds=self.signal_poll_seconds,
             clock=self.clock,
-        ).start(self.api, stop, cache=self.cache)
+        ).start(stop, cache=self.cache)
 
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod

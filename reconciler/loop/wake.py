@@ -168,12 +168,12 @@ class SignalWake:
 
     # ------------------------------------------------------------------ threads
 
-    def start(self, api_client: Any, stop: threading.Event, *, cache: Any) -> SignalWake:
+    def start(self, stop: threading.Event, *, cache: Any) -> SignalWake:
         """Listen to the inference workloads and poll Prometheus until `stop`. The workloads
         come from `cache` (a `ClusterCache`, started or not): its Deployments and StatefulSets
         informers and their events (`ClusterCache.on_object_event`), which the cache starts and
         stops; add the wake before the cache starts, so no event falls between its list and
-        the wake. `api_client` is not read (the cache holds the client)."""
+        the wake."""
         for kind, resource in zip(WORKLOAD_KINDS, WORKLOAD_RESOURCES, strict=True):
             on_event = functools.partial(self.workload_event, kind)
             self.informers.append(cache.on_object_event(resource, on_event))

@@ -32,6 +32,7 @@ from kubernetes import client
 
 from reconciler.loop.controller import Controller
 from reconciler.loop.sources import DirectorySource
+from reconciler.loop.status import StatusPacer
 
 NS = "gpupool-system"
 STATUS = rf"^/apis/gpupool\.io/v1alpha1/namespaces/{NS}/reconcilerstatuses/gpupool"
@@ -448,3 +449,33 @@ def test_an_error_answer_is_one_line_on_the_log_and_on_the_status(make_controlle
     assert not [rec for rec in records if rec.exc_info], [rec.getMessage() for rec in records]
     (line,) = [rec for rec in records if rec.levelno >= logging.WARNING]
     assert "HTTP 403" in line.getMessage(), line.getMessage()
+
+
+# the loop's paced status writes (`StatusPacer`; its rule: test_status_pacer.py)
+def test_the_loop_writes_the_report_it_held_back(make_controller, fake):
+    """Cycles in a row under pacing: the one that says nothing new is not written; resting
+    writes it (its time) before the interval ends."""
+    ctl, clock = make_controller()
+    tick = [100.0]
+    ctl.status_pacer = StatusPacer(30.0, monotonic=lambda: tick[0])  # `run` sets the refresh
+    assert ctl.cycle().error is None  # creates the object
+    assert ctl.cycle().error is None  # the generation it created is news
+    first = status(fake)["lastReconcileTime"]
+    clock.advance(5)
+    fake.log.clear()
+    assert ctl.cycle().error is None
+    assert fake.requests("PATCH", STATUS + "/status$") == []
+    assert status(fake)["lastReconcileTime"] == first
+    tick[0] += 29.9  # the held report is due in 0.1 s
+    ctl.rest(threading.Event(), threading.Event(), 0.6)
+    assert len(fake.requests("PATCH", STATUS + "/status$")) == 1
+    assert status(fake)["lastReconcileTime"] == clock.now.isoformat()
+
+
+def test_a_lone_cycle_writes_every_report(make_controller, fake):
+    ctl, clock = make_controller()
+    assert ctl.cycle().error is None
+    clock.advance(5)
+    fake.log.clear()
+    assert ctl.cycle().error is None
+    assert len(fake.requests("PATCH", STATUS + "/status$")) == 1

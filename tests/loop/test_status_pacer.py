@@ -2,22 +2,15 @@
 is written at once; one that differs from the last written only in its time, the plan's summary
 and the conditions' messages waits until the last write is `refresh_seconds` old, and the last
 one held back is written when the loop rests (`Controller.rest`) or stops. A lone `cycle()`
-writes every report. On the in-process fake API server of test_failed_cycle_status.py."""
+writes every report (on the fake API server: test_failed_cycle_status.py)."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 
 import pytest
 
 from reconciler.loop.status import StatusPacer, StatusView, condition
-from tests.loop.test_failed_cycle_status import (  # noqa: F401 - fixtures
-    STATUS,
-    fake,
-    make_controller,
-    status,
-)
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 
@@ -87,32 +80,3 @@ def test_no_refresh_or_forgotten_writes_every_report():
     assert paced.admit(report(), NOW, StatusView())
     paced.forget()  # an error's report was written in between
     assert paced.admit(report(), NOW, StatusView())
-
-
-def test_the_loop_writes_the_report_it_held_back(make_controller, fake):  # noqa: F811
-    """Cycles in a row under pacing: the one that says nothing new is not written; resting
-    writes it (its time) before the interval ends."""
-    ctl, clock = make_controller()
-    tick = Tick()
-    ctl.status_pacer = StatusPacer(30.0, monotonic=tick)  # `run` sets the refresh
-    assert ctl.cycle().error is None  # creates the object
-    assert ctl.cycle().error is None  # the generation it created is news
-    first = status(fake)["lastReconcileTime"]
-    clock.advance(5)
-    fake.log.clear()
-    assert ctl.cycle().error is None
-    assert fake.requests("PATCH", STATUS + "/status$") == []
-    assert status(fake)["lastReconcileTime"] == first
-    tick.t += 29.9  # the held report is due in 0.1 s
-    ctl.rest(threading.Event(), threading.Event(), 0.6)
-    assert len(fake.requests("PATCH", STATUS + "/status$")) == 1
-    assert status(fake)["lastReconcileTime"] == clock.now.isoformat()
-
-
-def test_a_lone_cycle_writes_every_report(make_controller, fake):  # noqa: F811
-    ctl, clock = make_controller()
-    assert ctl.cycle().error is None
-    clock.advance(5)
-    fake.log.clear()
-    assert ctl.cycle().error is None
-    assert len(fake.requests("PATCH", STATUS + "/status$")) == 1

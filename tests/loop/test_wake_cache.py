@@ -58,7 +58,7 @@ def start_workloads(cache: ClusterCache, stop: threading.Event) -> None:
 def test_the_wake_reads_the_caches_watch_and_starts_none_of_its_own(server):
     cache = ClusterCache(api(), backoff_seconds=30)
     w, woke = wake_of()
-    assert w.start(None, server.stop, cache=cache) is w
+    assert w.start(server.stop, cache=cache) is w
     assert w.informers == [
         cache.object_informers[C.DEPLOYMENTS],
         cache.object_informers[C.STATEFUL_SETS],
@@ -94,7 +94,7 @@ def test_the_wake_reads_the_caches_watch_and_starts_none_of_its_own(server):
 def test_the_wake_needs_a_cache(server):
     w, _ = wake_of()
     with pytest.raises(TypeError):
-        w.start(None, server.stop)  # no cache: no feed to listen to
+        w.start(server.stop)  # no cache: no feed to listen to
     assert w.informers == [] and server.lists == [] and server.watches == []
 
 
@@ -102,7 +102,7 @@ def test_both_kinds_reach_the_wake_lists_as_the_baseline_then_events(server):
     server.stateful_sets = [stateful_set("embed", 3, "5")]
     cache = ClusterCache(api(), backoff_seconds=30)
     w, woke = wake_of()
-    w.start(None, server.stop, cache=cache)
+    w.start(server.stop, cache=cache)
     assert not w.wait_synced(0.05)  # the cache has not listed yet: no baseline taken
     assert w.services == {}
     start_workloads(cache, server.stop)
@@ -132,7 +132,7 @@ def test_the_poller_runs_on_its_own_thread_beside_the_caches_watch(server):
         clock=lambda: NOW,
     )
     cache = ClusterCache(api(), backoff_seconds=30)
-    w.start(None, server.stop, cache=cache)
+    w.start(server.stop, cache=cache)
     start_workloads(cache, server.stop)
     assert w.wait_synced(5)
     [poller] = [t for t in threading.enumerate() if t.name == "gpupool-signal-poll"]
