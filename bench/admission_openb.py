@@ -956,7 +956,7 @@ def controller_child(config_path: Path) -> int:
     ctl = make_controller(client.ApiClient(conf), policy_root, clock)
     if cfg.get("wake_gap") is not None:
         ctl.wake_gap_seconds = cfg["wake_gap"]
-    ctl.status_pacer.refresh_seconds = ctl.status_refresh_seconds  # as `Controller.run` paces
+    ctl.pace_status()  # as `Controller.run` paces its status writes
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop

@@ -137,7 +137,6 @@ class Controller:
         signal_poll_seconds: float = 5.0,
         full_plan_every: int = 1,
         status_report_timeout: float | tuple[float, float] = STATUS_REPORT_TIMEOUT,
-        status_refresh_seconds: float = STATUS_REFRESH_SECONDS,
     ):
         self.source = source
         self.api = bound_requests(api_client)  # no call may wait forever
@@ -152,10 +151,8 @@ class Controller:
             clock=clock,
         )
         self.status = StatusStore(api_client, namespace=namespace)
-        self.status_refresh_seconds = status_refresh_seconds
-        """Under `run`: how often at most a cycle report that says nothing new is written
-        (`StatusPacer`); a lone `cycle()` writes each."""
         self.status_pacer = StatusPacer()
+        """Which cycle reports are written: each, until a loop paces them (`pace_status`)."""
         self.ops = KubeOps(api_client)
         self.executor = Executor(
             self.ops,
@@ -633,6 +630,13 @@ class Controller:
         started = self._cycle_started
         return started is None or time.monotonic() - started < self.stuck_after_seconds
 
+    def pace_status(self) -> None:
+        """From now on a report that says nothing new is written at most once per
+        `STATUS_REFRESH_SECONDS` (`StatusPacer`); whoever calls this writes what is held back
+        when it rests (`rest`) or stops (`flush_status`): `run`, and the admission benchmark's
+        controller child, which loops as `run` does."""
+        self.status_pacer.refresh_seconds = STATUS_REFRESH_SECONDS
+
     def flush_status(self) -> None:
         """Write the cycle report `status_pacer` held back, if any, while this replica leads
         (the loop calls this when it rests; a failed write is logged, and the next cycle's
@@ -698,11 +702,11 @@ class Controller:
         pod that stops holding cards), a DRA claim that stops holding devices (its pod went
         before: the cards it fenced are free now), or a scaling signal crossing a threshold
         (`_start_signal_wake`) wakes the loop early, at most once per `wake_gap_seconds`.
-        A report that says nothing new is written at most once per `status_refresh_seconds`
-        (`StatusPacer`); the last one held back is written when the loop rests, or stops."""
+        A report that says nothing new is written at most once per `STATUS_REFRESH_SECONDS`
+        (`pace_status`); the last one held back is written when the loop rests, or stops."""
         from reconciler.loop.informer import ClusterCache
 
-        self.status_pacer.refresh_seconds = self.status_refresh_seconds
+        self.pace_status()
 
         wake = self._wake
         # elected (at start, or taking over): cycle now, not an interval later as a follower

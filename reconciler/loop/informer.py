@@ -301,7 +301,7 @@ class _Either:
         return self.is_set()
 
 
-def selected(list_fn: Callable[..., Any], selector: str) -> Callable[..., Any]:
+def _selected(list_fn: Callable[..., Any], selector: str) -> Callable[..., Any]:
     """`list_fn` with a label selector, with its signature: the client's watch reads the type
     to decode events into from the return annotation (`kubernetes.watch.Watch.get_return_type`;
     without it the events would come as dicts, unlike the list's objects)."""
@@ -332,13 +332,13 @@ def _listers(api_client: Any) -> dict[str, Callable[..., Any]]:
         C.WORKLOAD_POD_GROUPS: crd(
             C.WORKLOAD_API_GROUP, C.WORKLOAD_API_VERSION, C.WORKLOAD_POD_GROUP_PLURAL
         ),
-        C.DEPLOYMENTS: selected(apps.list_deployment_for_all_namespaces, C.INFERENCE_SELECTOR),
-        C.STATEFUL_SETS: selected(apps.list_stateful_set_for_all_namespaces, C.INFERENCE_SELECTOR),
+        C.DEPLOYMENTS: _selected(apps.list_deployment_for_all_namespaces, C.INFERENCE_SELECTOR),
+        C.STATEFUL_SETS: _selected(apps.list_stateful_set_for_all_namespaces, C.INFERENCE_SELECTOR),
         C.HPAS: autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
         C.SCALED_OBJECTS: crd(C.KEDA_GROUP, C.KEDA_VERSION, C.SCALED_OBJECT_PLURAL),
         C.RESOURCE_QUOTAS: client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces,
         C.PRIORITY_CLASSES: client.SchedulingV1Api(api_client).list_priority_class,
-        C.GATED_NAMESPACES: selected(
+        C.GATED_NAMESPACES: _selected(
             client.CoreV1Api(api_client).list_namespace, C.GATED_NAMESPACE_SELECTOR
         ),
         **{
