@@ -261,7 +261,10 @@ def test_over_quota_waits_in_kueue_borrowing_as_the_quota_says_and_a_removed_quo
     r = cycle_ok(ctl)
     assert kube.batch.read_namespaced_job("a2", ns_a).spec.suspend is True
     assert pods_of(kube, ns_a, "a2") == []
-    assert not [f for f in r.plan.findings if "a2" in f.subject or "a2" in f.message]
+    # about a2: its Job or pods, by namespace (a bare "a2" also matched a random pool name,
+    # `p7e3ea2`, in another test's finding: whole suite, 2026-12-06)
+    a2 = f"{ns_a}/a2"
+    assert not [f for f in r.plan.findings if a2 in f.subject or a2 in f.message]
 
     # b's Quota removed from git: its LocalQueue and ClusterQueue are pruned; Kueue keeps b1
     write_policy(tmp_path, policy(sfx, quota_a.replace("POOL", f"p{sfx}")))
