@@ -45,6 +45,7 @@ from reconciler.observe.kube import (
     admission_event,
     bound_requests,
     observe_cluster,
+    terminating_event,
 )
 from reconciler.observe.prometheus import Transport, urllib_transport
 from reconciler.plan.incremental import PlanMemo, plan_incremental
@@ -716,9 +717,13 @@ class Controller:
 
         def pod_event(kind: str, pod: Any) -> None:
             # a DRA pod that still owns an allocated claim frees its cards with that claim's
-            # release, a moment after it goes: that wakes the loop (a cycle woken now would
-            # find the cards fenced, and the release would then wait for the wake gap)
-            if admission_event(kind, pod) and not self.cache.claims_held_by(pod):
+            # release, a moment after it goes: that wakes the loop (a cycle woken by its delete
+            # or its end would find the cards fenced, and the release would then wait for the
+            # wake gap). Its turning terminating wakes it: the plan gives its cards to the next
+            # holder, whose admission waits in its step for the pod gone and the claim released
+            if admission_event(kind, pod) and not (
+                self.cache.claims_held_by(pod) and not terminating_event(kind, pod)
+            ):
                 wake.set()
 
         self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)

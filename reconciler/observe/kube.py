@@ -77,6 +77,7 @@ from reconciler.observe.kube_pods import (
     admission_event,
     admitted_allocations,
     published_pods,
+    terminating_event,
 )
 from reconciler.observe.kube_requests import pod_request, request_from_resources, template_request
 from reconciler.observe.kube_services import (
@@ -125,6 +126,7 @@ __all__ = [
     "read_owners",
     "request_from_resources",
     "template_request",
+    "terminating_event",
     "with_autoscalers",
 ]
 

@@ -415,6 +415,18 @@ def admission_event(kind: str, p: Any) -> bool:
         return False
 
 
+def terminating_event(kind: str, p: Any) -> bool:
+    """A pod watch event of a pod on its way out that still counts on its node: terminating
+    (a deletionTimestamp), not yet deleted or finished. Its cards can be planned for the next
+    holder now (the planner's `Run.stopping`), whose admission waits for it to be gone."""
+    try:
+        if kind == "DELETED" or p.metadata.deletion_timestamp is None:
+            return False
+        return (p.status.phase if p.status else None) not in ("Succeeded", "Failed")
+    except AttributeError:  # a malformed pod: not one to act on
+        return False
+
+
 def _reservation(p: Any) -> tuple[str | None, list[int]]:
     """`gpupool.io/reserved` = "<node>:<gpus>"; unreadable: none (reported)."""
     text = (p.metadata.annotations or {}).get(C.RESERVED_ANN)

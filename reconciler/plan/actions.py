@@ -268,8 +268,9 @@ class Admit(ActionBase):
     the id `admit:<that key>` is stable while the gang's pods exist).
 
     The executor first records the reservation on every pod (`gpupool.io/reserved`), then
-    waits until every pod of `after` is gone (the pods evicted to free these cards: while they
-    terminate, kube-scheduler still counts their cards and might preempt others), then, per
+    waits until every pod of `after` is gone (the pods evicted to free these cards, or
+    terminating on them: while they terminate, kube-scheduler still counts their cards and
+    might preempt others) and, on DRA, every claim of `after_claims` deallocated, then, per
     pod, sets required node affinity to its node and removes gpupool's scheduling gate in one
     patch (the API server allows the affinity only while the pod is gated). All pods of the
     gang or, if interrupted, the rest of them in the next cycle."""
@@ -278,7 +279,20 @@ class Admit(ActionBase):
     namespace: str
     pods: tuple[PodAdmission, ...]
     after: tuple[str, ...] = ()
-    """Pods (namespace/name) that must be gone first: evicted for these cards."""
+    """Pods (namespace/name) that must be gone first: evicted for these cards, or terminating
+    on them."""
+    after_claims: tuple[str, ...] = ()
+    """DRA pools: the ResourceClaims (namespace/name) allocated for the pods of `after`. After
+    those pods are gone, each must be deallocated or gone too: kube-scheduler's allocator
+    counts a device as taken while a claim's allocation names it."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_claims(self, handler: Any) -> Any:
+        """An admission waiting for no claim is written as before (no `after_claims`)."""
+        out = handler(self)
+        if isinstance(out, dict) and not out.get("after_claims"):
+            out.pop("after_claims", None)
+        return out
 
 
 class Resume(ActionBase):

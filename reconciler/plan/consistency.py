@@ -35,7 +35,7 @@ Pure: no I/O, no clock; it never raises on any `ObservedState`, validated or not
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -139,6 +139,7 @@ def check(
     keep: Keeper | None = None,
     unknown: list[UnknownHolding] | None = None,
     groups: Mapping[str, tuple[Workload, ...]] | None = None,
+    stopping: Collection[str] = (),
 ) -> Consistency:
     """Every contradiction between the snapshot's cards and what its workloads hold.
 
@@ -146,7 +147,10 @@ def check(
     `keep` per node, which may answer from a kept view (`reconciler.plan.kept`); `groups` is
     `holding_groups(observed)`, `unknown` is `unknown_holdings(observed)` (given when the
     caller has them). A snapshot that lists a node or a workload twice (no validated one
-    does) is judged as a whole, without `keep`."""
+    does) is judged as a whole, without `keep`. `stopping`: the keys of the pods terminating,
+    left out of `observed` (`planner.open_run`): a DRA claim still reserved for one of them is
+    that pod's, not unreleased (the plan may give its cards to the next holder, whose Admit
+    waits for the claim: `Admit.after_claims`)."""
     keep = keep or fresh()
     c = _Checker(desired)
     if groups is None:
@@ -160,7 +164,7 @@ def check(
     else:
         cards, held_on = _judge_nodes(c, observed, keep, groups)
     _judge_unknown(c, unknown_holdings(observed) if unknown is None else unknown)
-    _judge_unreleased(c, observed, cards)
+    _judge_unreleased(c, observed, cards, stopping)
     _judge_duplicates(c, observed)
     # an allocation on a card found suspect is not counted either
     for card in c.suspect:
@@ -483,13 +487,17 @@ def _judge_unknown(c: _Checker, unknown: list[UnknownHolding]) -> None:
 CLAIM_HOLDER = "a DRA claim no running pod uses still holds a device of it"
 
 
-def _judge_unreleased(c: _Checker, observed: ObservedState, cards: dict[Card, Gpu]) -> None:
+def _judge_unreleased(
+    c: _Checker, observed: ObservedState, cards: dict[Card, Gpu], stopping: Collection[str]
+) -> None:
     """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved): the
     allocator counts their devices as taken until Kubernetes deallocates the claim, so the
-    cards they are on are fenced (not free, not drift to repartition) until then."""
+    cards they are on are fenced (not free, not drift to repartition) until then. A claim
+    reserved for a pod of `stopping` (terminating) is not one of them: its cards are the
+    stopping pod's (`Run.stopping`)."""
     if observed.dra is None or not observed.dra.claims:
         return  # no claim (no DRA pool): no pass over the workloads
-    keys = [w.key for w in observed.workloads]
+    keys = [*(w.key for w in observed.workloads), *stopping]
     placed = [w.key for w in observed.workloads if w.node]
     for u in unreleased_claims(observed.dra, observed.nodes, keys, placed):
         held = sorted({(u.node, a.gpu) for a in u.cards} & cards.keys())

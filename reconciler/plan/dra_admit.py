@@ -22,6 +22,8 @@ the allocation is the plan's placement, not the first free one
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from reconciler import conventions as C
 from reconciler.observe.model import Node
 from reconciler.observe.model_dra import DraDevice, DraState
@@ -98,3 +100,20 @@ def dynamic_ref(pool: str, device: str) -> str:
     """How the plan names a DynamicMIG partition: NVIDIA's driver, its pool (the node) and the
     device (`DeviceResult.ref`)."""
     return f"{C.DRA_DRIVER}/{pool}/{device}"
+
+
+def claims_held_for(dra: DraState | None, pods: Iterable[str]) -> tuple[str, ...]:
+    """The allocated ResourceClaims (NVIDIA's devices; keys namespace/name, sorted) reserved
+    for any of `pods` (keys namespace/name): what must be deallocated, after those pods are
+    gone, before the allocator gives their devices to another claim."""
+    want = set(pods)
+    if dra is None or not want:
+        return ()
+    return tuple(
+        sorted(
+            c.key
+            for c in dra.claims
+            if any(r.driver == C.DRA_DRIVER for r in c.allocated or [])
+            and any(f"{c.namespace}/{p}" in want for p in c.reserved_for)
+        )
+    )

@@ -173,7 +173,9 @@ def open_run(
     unknown = unknown_holdings(observed, keep)
     rest: list = []  # the workloads that hold nothing
     groups = consistency.holding_groups(observed, rest, keep)  # None: a node or workload twice
-    checked = consistency.check(desired, observed, keep, unknown, groups)
+    checked = consistency.check(
+        desired, observed, keep, unknown, groups, stopping=[w.key for w in stopping]
+    )
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups, rest)
     run = Run(desired, observed, now or observed.observed_at, cluster, backends=backends)

@@ -282,6 +282,69 @@ def test_admit_does_not_wait_for_a_pod_not_going_now(victim: Pod):
     assert (out.status, waits) == ("waiting", 0), out.message
 
 
+VICTIM_CLAIM = ("ResourceClaim", NS, "victim-gpu")
+
+
+ALLOCATED = {"allocation": {"devices": {"results": [{"device": "gpu-0"}]}}}
+
+
+def _admit_after_claim(
+    victim: Pod | None,
+    gone_after: int | None,
+    freed_after: int | None,
+    status: dict | None = ALLOCATED,
+) -> tuple[Outcome, int, list[str]]:
+    """ADMIT_AFTER with the victim's ResourceClaim (`after_claims`; `status` its status, None:
+    no such claim): the victim (None: gone already) is gone after `gone_after` waits, the claim
+    deallocated after `freed_after` (None: never). -> the outcome, the waits, the reads of the
+    claim."""
+    seed = (*RESERVED_GANG, victim) if victim is not None else RESERVED_GANG
+    cluster = seed_memory(dataclasses.replace(ROWS["admit/after-pod-gone"], seed=seed))
+    if status is not None:
+        cluster.dra[VICTIM_CLAIM] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": VICTIM_CLAIM[2], "namespace": NS},
+            "status": copy.deepcopy(status),
+        }
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == gone_after and victim is not None:
+            del cluster.pods[(NS, victim.name)]
+        if len(waits) == freed_after:
+            cluster.dra[VICTIM_CLAIM]["status"] = {"reservedFor": []}
+
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
+    action = ADMIT_AFTER.model_copy(update={"after_claims": (f"{NS}/{VICTIM_CLAIM[2]}",)})
+    out = HANDLERS[Admit](action, ctx)
+    reads = [c.args["name"] for c in cluster.calls if c.op == "read_dra_object"]
+    return out, len(waits), reads
+
+
+def test_admit_on_dra_waits_for_the_claims_of_the_pods_gone():
+    """Issue 32: the pod terminating on the planned cards goes, then Kubernetes deallocates its
+    claim a moment later; the step admits once both are so (its claim is not read while the
+    pod is still there). Deleted counts as deallocated."""
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    out, waits, reads = _admit_after_claim(going, gone_after=2, freed_after=4)
+    assert (out.status, waits) == ("done", 4), out.message
+    assert reads == [VICTIM_CLAIM[2]] * 3  # after the pod went: waits 2, 3, 4
+    out, waits, _ = _admit_after_claim(None, gone_after=None, freed_after=None)
+    assert out.status == "waiting" and waits == round(0.1 / GONE_POLL_SECONDS), out.message
+    assert (
+        f"ResourceClaim {NS}/{VICTIM_CLAIM[2]} (still allocated) to be deallocated" in out.message
+    )
+    assert "allocator still counts its devices" in out.message
+
+
+@pytest.mark.parametrize("status", [{"reservedFor": []}, None], ids=["deallocated", "deleted"])
+def test_admit_on_dra_does_not_wait_for_a_claim_released_or_gone(status: dict | None):
+    out, waits, reads = _admit_after_claim(None, None, None, status)
+    assert (out.status, waits, reads) == ("done", 0, [VICTIM_CLAIM[2]]), out.message
+
+
 def test_dra_gone_claim_admits_on_the_next_run():
     """A claim made again pinned (its predecessor gone) waits a run; the next run admits the
     pod on it without writing a claim, and the one after writes nothing."""

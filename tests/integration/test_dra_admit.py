@@ -155,15 +155,19 @@ def test_allocations_are_the_plan(kube, tmp_path):
 HOLD = "example.com/hold"  # a finalizer of the test's: keeps a deleted pod terminating
 
 
-def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_path):
+def test_a_terminating_pods_card_goes_last_and_then_once_its_claim_is_released(kube, tmp_path):
     """Issue 32: a pod is deleted while its claim is still allocated (here a finalizer keeps it
     terminating on its node, so the resourceclaim controller keeps the reservation: the window
-    between a pod's end and its claim's release, held open). gpupool does not count the card as
-    free: it fences it (`dra-claim-unreleased`), and the next pod is planned on the other card
-    and bound at once. Before, it was planned on the held card and its admission waited for the
-    terminating pod to be gone though the other card was free (checked: this test times out
-    then); with the pod already deleted, it was admitted onto a device the allocator still
-    counted taken ("cannot allocate all claims", bench/admission_openb.py's DRA run)."""
+    between a pod's end and its claim's release, held open).
+
+    - The card it holds is the node's last choice: the next pod is planned on the other card
+      and bound at once (once, it was planned on the held card and waited for the terminating
+      pod though the other card was free: this test timed out then).
+    - The pod after that has only the held card: it is planned there (anticipated, as on the
+      device plugin, no `dra-claim-unreleased` fence), and its Admit waits for the pod gone
+      and its claim deallocated (`after`, `after_claims`), never admitting onto a device the
+      allocator still counts taken ("cannot allocate all claims", bench/admission_openb.py's
+      DRA run, once). Once the finalizer goes, it is admitted onto exactly that device."""
     sfx = uuid.uuid4().hex[:6]
     pool = f"d{sfx}"
     ns = gated_namespace(kube)
@@ -193,19 +197,42 @@ def test_a_card_a_deleted_pods_claim_still_holds_is_planned_around(kube, tmp_pat
         lambda: kube.core.read_namespaced_pod("first", ns).metadata.deletion_timestamp,
         timeout=30,
     )
+    first_claim = claim_of(kube, ns, "first")
+    assert first_claim and first_claim["status"].get("allocation"), first_claim  # still held
 
     got, results = admit_round(kube, ctl, ns, sfx, {"second": (whole, "")})
     _, devices, planned = got["second"]
     assert devices == planned and devices != held, (devices, held, results)
-    first_claim = claim_of(kube, ns, "first")
-    assert first_claim and first_claim["status"].get("allocation"), first_claim  # still held
+
+    claim_pod(kube, ns, "third", whole, f"low-{sfx}")
+    claims_made(kube, ns, ["third"])
+    kube.clock.advance(30)
     r = ctl.cycle()
     assert r.error is None and r.plan is not None, r.error
-    unreleased = [f for f in r.plan.findings if f.code == "dra-claim-unreleased"]
-    assert unreleased and f"{node}/gpu{held[0].split('-')[1]}" in unreleased[0].message, unreleased
+    (admit,) = [a for a in r.plan.actions if a.kind == "admit"]
+    first_key = f"{ns}/{first_claim['metadata']['name']}"
+    assert (admit.after, admit.after_claims) == ((f"{ns}/first",), (first_key,)), admit
+    assert not [f for f in r.plan.findings if f.code == "dra-claim-unreleased"]
+    (outcome,) = [o for o in r.applied.outcomes if o.action == admit.id]
+    assert outcome.status == "waiting" and f"{ns}/first (terminating)" in outcome.message
+    assert gated(kube, ns, ["third"]) == ["third"]
 
     release()
-    for p in ("second",):
+    results = {}
+
+    def admitted() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        for o in r.applied.outcomes if r.applied else []:
+            results.setdefault(o.action, []).append((o.status, o.message))
+        return not gated(kube, ns, ["third"])
+
+    wait_for("third admitted", admitted, timeout=60, interval=0.5)
+    _, devices, planned = each_allocated(kube, ns, ["third"])["third"]
+    assert devices == planned == held, (devices, planned, held, results)
+
+    for p in ("second", "third"):
         kube.core.delete_namespaced_pod(p, ns, grace_period_seconds=0)
     claims_gone(kube, ns)
 

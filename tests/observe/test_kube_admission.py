@@ -18,6 +18,7 @@ from reconciler.observe.kube import (
     admission_event,
     admitted_allocations,
     pod_request,
+    terminating_event,
 )
 
 T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
@@ -236,6 +237,22 @@ def test_a_pod_asking_through_resource_claims_wakes_the_loop_as_a_gpu_pod(kind, 
         client.V1PodResourceClaim(name="gpu", resource_claim_template_name="gpupool-a-gpu-1")
     ]
     assert admission_event(kind, p) is wakes
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw", "going"),
+    [
+        ("MODIFIED", {"node": "n1", "phase": "Running", "deleting": True}, True),
+        ("MODIFIED", {"node": "n1", "phase": "Running"}, False),
+        ("DELETED", {"node": "n1", "phase": "Running", "deleting": True}, False),
+        ("MODIFIED", {"node": "n1", "phase": "Succeeded", "deleting": True}, False),
+    ],
+)
+def test_a_terminating_event_is_a_pod_on_its_way_out_not_gone_yet(kind, kw, going):
+    """The loop wakes on it even for a DRA pod whose claim still holds its devices: the plan
+    gives its cards to the next pod, whose admission waits for the pod and the claim; its
+    delete or its end waits for the claim's release instead (loop/controller.py `run`)."""
+    assert terminating_event(kind, pod(**kw)) is going
 
 
 # ---------------------------------------------------------------------- Kueue's queue label

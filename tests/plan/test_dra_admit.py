@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler.observe.builders import node, snapshot, training
 from reconciler.observe.model import Gpu, MigInstance, Node
 from reconciler.observe.model_dra import (
     DeviceResult,
@@ -23,7 +24,14 @@ from reconciler.plan.dra_admit import planned_devices
 from reconciler.plan.planner import plan_with_facts
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
-from tests.plan.scenarios import always_rule_preempts_before_giving_back
+from tests.plan.scenarios import (
+    A100,
+    NOW,
+    _objects,
+    ago,
+    always_rule_preempts_before_giving_back,
+    desired_text,
+)
 
 NO_SHARED = ("    shared: {slicesPerGPU: 4, memoryPerSlice: 20Gi}\n", "")
 DRIVER = "gpu.nvidia.com"
@@ -179,3 +187,63 @@ def test_a_claim_its_running_pod_holds_is_no_finding() -> None:
     plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), held)
     assert spot.namespace == "team-b"
     assert not [f for f in plan.findings if f.code == "dra-claim-unreleased"]
+
+
+def _terminating(observed, name: str):
+    ws = [
+        w.model_copy(update={"terminating": True}) if w.name == name else w
+        for w in observed.workloads
+    ]
+    return observed.model_copy(update={"workloads": ws})
+
+
+def test_a_terminating_pods_cards_go_to_the_next_pod_once_it_and_its_claims_are_gone() -> None:
+    """Issue 32: a pod terminating on a DRA pool still holds its claim (the resourceclaim
+    controller releases it once the pod is gone). Its cards are planned for the next pod, as
+    on the device plugin: the Admit waits for the pod gone and its claim deallocated, in its
+    step (`after`, `after_claims`). No fence, no eviction, no reservation taint."""
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    spot = next(w for w in observed.workloads if w.name == "spot-sweep")
+    held = _unreleased(_terminating(observed, "spot-sweep"), spot.node, 0, [spot.name])
+    p, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), held)
+    (admit,) = [a for a in p.actions if isinstance(a, Admit)]
+    assert [pa.node for pa in admit.pods] == [spot.node]
+    assert admit.after == (spot.key,) and admit.after_claims == ("team-b/gone-0-gpu",)
+    assert "and their 1 ResourceClaim(s) deallocated" in admit.reason
+    assert not [a for a in p.actions if a.kind in ("evict", "checkpoint")]
+    assert not [f for f in p.findings if f.code == "dra-claim-unreleased"]
+    assert not [a for a in p.actions if "taint" in a.kind], [a.id for a in p.actions]
+    # the claim's pod gone too (no longer listed): the claim is unreleased, the card fenced
+    gone = held.model_copy(
+        update={"workloads": [w for w in held.workloads if w.name != "spot-sweep"]}
+    )
+    p, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), gone)
+    assert not [a for a in p.actions if isinstance(a, Admit)]
+    assert [f.subject for f in p.findings if f.code == "dra-claim-unreleased"] == [
+        "ResourceClaim team-b/gone-0-gpu"
+    ]
+
+
+@pytest.mark.parametrize("dra", [True, False], ids=["dra", "device-plugin"])
+def test_a_card_free_now_goes_before_one_a_terminating_pod_holds(dra: bool) -> None:
+    """Cards a terminating pod holds are the node's last choice: a pod is not kept waiting
+    for a stop (perhaps a stuck one: a finalizer) beside a card that is free now."""
+    text = desired_text().replace(*NO_SHARED)
+    if dra:
+        text = text.replace(*DRA, 1)
+    w = [
+        training("team-b", "spot-sweep", "a100-2", [0], cls="spot", started=ago(2)),
+        training("team-a", "one", None, 1, cls="training-high", pool="a100", created=ago(0.5)),
+    ]
+    nodes = [node("a100-2", "a100", A100)]
+    observed = snapshot(NOW, nodes, w, **_objects(text))
+    observed = _terminating(observed, "spot-sweep")
+    if dra:
+        observed = observed.model_copy(update={"dra": published(observed.nodes)})
+        observed = _unreleased(observed, "a100-2", 0, ["spot-sweep"])
+    p, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
+    (admit,) = [a for a in p.actions if isinstance(a, Admit)]
+    assert [(pa.node, pa.gpus) for pa in admit.pods] == [("a100-2", (1,))]
+    assert admit.after == () and admit.after_claims == ()

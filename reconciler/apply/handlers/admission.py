@@ -16,7 +16,7 @@ from reconciler.apply.handlers.base import (
     _ns_name,
     handles,
 )
-from reconciler.apply.handlers.dra_admit import Replaced, delete_replaced, pin_claims
+from reconciler.apply.handlers.dra_admit import KIND, Replaced, delete_replaced, pin_claims
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import Admit, Hold, PodAdmission
 
@@ -59,16 +59,35 @@ def _going_now(ctx: Context, pods: list[tuple[str, PodInfo]]) -> bool:
     )
 
 
-def _wait_gone(ctx: Context, after: tuple[str, ...]) -> list[str]:
+def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
+    """The ResourceClaims of `claims` (namespace/name) that still have an allocation: their
+    devices are taken to kube-scheduler's allocator until Kubernetes' resourceclaim controller
+    deallocates them (the pod that held one is gone) or deletes them."""
+    out = []
+    for key in claims:
+        ns, name = _ns_name(key)
+        claim = ctx.ops.read_dra_object(KIND, ns, name)
+        if claim is not None and (claim.get("status") or {}).get("allocation"):
+            out.append(key)
+    return tuple(out)
+
+
+def _wait_gone(ctx: Context, after: tuple[str, ...], claims: tuple[str, ...] = ()) -> list[str]:
     """`_still_there`, read again every `GONE_POLL_SECONDS` for up to `gone_wait_seconds`
-    while what is left is going now (`_going_now`); then what still holds cards, described."""
+    while what is left is going now (`_going_now`); once those pods are gone, the `claims`
+    they held (DRA) until each is deallocated, within the same time. Then what still holds
+    cards, described."""
     left = _still_there(ctx, after)
+    held = _allocated(ctx, claims) if not left else claims
     polls = round(ctx.cfg.gone_wait_seconds / GONE_POLL_SECONDS)
-    while left and polls > 0 and _going_now(ctx, left):
+    while (left or held) and polls > 0 and _going_now(ctx, left):
         ctx.sleep(GONE_POLL_SECONDS)
         polls -= 1
         left = _still_there(ctx, tuple(k for k, _ in left))
-    return [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
+        held = _allocated(ctx, held) if not left else held
+    if left:
+        return [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
+    return [f"ResourceClaim {k} (still allocated)" for k in held]
 
 
 @dataclass
@@ -172,19 +191,23 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # the Eviction API carries reason EvictionByEvictionAPI instead
         # (pkg/registry/core/pod/storage/eviction.go), so it does not hold anything back.
         # (a pod that is going now is waited for a moment, GONE_WAIT_RECENT_SECONDS: its cards
-        # go on the moment it is gone, not a cycle later)
-        waiting = _wait_gone(ctx, a.after)
+        # go on the moment it is gone, not a cycle later; on DRA then its claims, until
+        # Kubernetes' resourceclaim controller deallocates them, a few ms after the pod went:
+        # the allocator counts a device taken while an allocation names it)
+        waiting = _wait_gone(ctx, a.after, a.after_claims)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
         # gang instead of giving them to someone else (one pod admitted at once needs none)
         if waiting or len(a.pods) > 1:
             _reserve(a, ctx, pods, done)
         if waiting:
+            what = (
+                "to be deallocated: kube-scheduler's allocator still counts its devices"
+                if waiting[0].startswith("ResourceClaim ")
+                else "to be gone: kube-scheduler still counts its cards"
+            )
             return Outcome(
-                a.id,
-                "waiting",
-                f"waits for {', '.join(waiting)} to be gone: kube-scheduler still counts its cards",
-                changed=done.wrote,
+                a.id, "waiting", f"waits for {', '.join(waiting)} {what}", changed=done.wrote
             )
         # 3. who holds each pod now
         todo, left = _holders(a, pods)

@@ -32,7 +32,7 @@ from reconciler.plan.demand import (
     record_wait,
     unreachable,
 )
-from reconciler.plan.dra_admit import planned_devices
+from reconciler.plan.dra_admit import claims_held_for, planned_devices
 from reconciler.plan.objects.wanted import resource_quotas
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
@@ -407,13 +407,17 @@ def honour_reservations(run: Run, pending: list[Demand]) -> None:
             p.on_reservation = True
 
 
+def _on_dra(run: Run, pool: str) -> bool:
+    spec = run.desired.pools.get(pool)
+    return spec is not None and spec.spec.backend == "dra"
+
+
 def _pod_admission(run: Run, pool: str, member: str, cards: list[GpuSlot]) -> PodAdmission | None:
     """One pod's node and cards; on a DRA pool also the devices its claims are pinned to (None
     when one is not published: exact admission cannot name it)."""
     name, node = member.split("/", 1)[1], cards[0].node
     gpus = tuple(g.index for g in cards)
-    spec = run.desired.pools.get(pool)
-    if spec is None or spec.spec.backend != "dra":
+    if not _on_dra(run, pool):
         return PodAdmission(name=name, node=node, gpus=gpus)
     observed = next((n for n in run.observed.nodes if n.name == node), None)
     devices = planned_devices(run.observed.dra, observed, cards, member)
@@ -480,7 +484,10 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
         if len(pods) != len(p.members):
             continue
         nodes = sorted({a.node for a in pods})
+        claims = claims_held_for(run.observed.dra, after) if _on_dra(run, p.pool) else ()
         freed = f", once {len(after)} pod(s) stopped for it are gone" if after else ""
+        if claims:
+            freed += f" and their {len(claims)} ResourceClaim(s) deallocated"
         run.add(
             Admit(
                 id=f"admit:{p.key}",
@@ -491,5 +498,6 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
                 namespace=p.namespace,
                 pods=tuple(pods),
                 after=tuple(sorted(after)),
+                after_claims=claims,
             )
         )

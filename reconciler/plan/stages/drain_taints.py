@@ -180,7 +180,10 @@ def _drains(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wanted]:
 
 def _reservations(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wanted]:
     """The cards of gated gangs' reservations on DRA pools: those an Admit of this plan waits
-    for its victims to free, and those observed gated pods' `gpupool.io/reserved` name."""
+    for its victims (evicted by this plan) to free, and those observed gated pods'
+    `gpupool.io/reserved` name. An Admit that waits only for pods terminating already waits a
+    moment in its step and, if they are not gone by then, writes the reservation itself (apply
+    admission.py `_reserve`): no taint for a hand-off over in milliseconds."""
     pool_of = {
         n: pv.name
         for pv in run.cluster.pools.values()
@@ -188,8 +191,9 @@ def _reservations(run: Run, dra: DraState, nodes: dict[str, Node]) -> list[Wante
         for n in pv.nodes
     }
     held: dict[tuple[str, int], str] = {}
+    going = {k for keys in run.stopping.values() for k in keys}
     for a in run.actions.values():
-        if isinstance(a, Admit) and a.after:
+        if isinstance(a, Admit) and set(a.after) - going:
             for pa in a.pods:
                 held.update({(pa.node, i): f"{a.namespace}/{pa.name}" for i in pa.gpus})
     for w in run.observed.workloads:

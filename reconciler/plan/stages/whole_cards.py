@@ -17,8 +17,13 @@ from reconciler.plan.cluster import (
 from reconciler.plan.run import PLACEMENT_POLICY, SHORTLIST, UNMETERED, Demand, Run
 
 
-def _gang_on(slots: list[GpuSlot], n: int, topology: str) -> list[GpuSlot] | None:
-    free = [g for g in slots if g.free_whole]
+def _gang_on(
+    slots: list[GpuSlot], n: int, topology: str, going: frozenset[int] = frozenset()
+) -> list[GpuSlot] | None:
+    """`n` free cards of the node, by the topology preference; cards a terminating pod still
+    holds (`going`: free to the plan, but an admission onto them waits until it is gone) last,
+    so a pod is not kept waiting for a stop (perhaps a stuck one) beside a card free now."""
+    free = sorted((g for g in slots if g.free_whole), key=lambda g: g.index in going)
     if len(free) < n:
         return None
     if topology in ("nvlink", "numa"):
@@ -107,7 +112,8 @@ def _place_one(
     )
     if chosen is None:  # pragma: no cover - every shortlisted node fits
         return None
-    got = _gang_on(pv.by_node()[chosen.node], n, topology)
+    going = frozenset(i for node, i in run.stopping if node == chosen.node)
+    got = _gang_on(pv.by_node()[chosen.node], n, topology, going)
     pv.reserve(got, holder)
     if pack is not None:
         pack.add(chosen.node)
