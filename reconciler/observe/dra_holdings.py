@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler import conventions as C
 from reconciler.observe.model import Allocation, Node, Request
@@ -123,6 +124,33 @@ class DraIndex:
             return None
         results = [r for r in self.pod_devices(namespace, pod) if r.driver == C.DRA_DRIVER]
         return self.cards(node, results) if results else None
+
+
+class ClaimReader:
+    """What a pod (a V1Pod) asks for and holds through its DRA claims, in one snapshot
+    (`__call__`: its request, and the cards its allocated claims hold on its node, or for a pod
+    released and not bound yet, on the node they are allocated on). Besides the pod itself,
+    that reading depends only on `dra`'s claims by name, its device classes, claim templates
+    and slices, and the nodes (`by_name`): what a reader of what changed
+    (observe/kube_pod_delta.py) compares to know which pods to read again."""
+
+    def __init__(self, dra: DraState, by_name: dict[str, Node]) -> None:
+        self.dra, self.by_name = dra, by_name
+        self.index = DraIndex(dra)
+
+    def __call__(self, p: Any) -> tuple[Request, list[Allocation] | None]:
+        ns, name = p.metadata.namespace, p.metadata.name
+        released = not p.spec.node_name and not p.spec.scheduling_gates
+        at = p.spec.node_name or (self.index.claim_node(ns, name) if released else "")
+        return self.index.request(ns, name), self.index.allocations(self.by_name.get(at), ns, name)
+
+    def users(self, claims: set[str]) -> set[tuple[str, str]]:
+        """The pods (namespace, name) whose claims name one of `claims` (keys namespace/name)."""
+        out = set()
+        for (ns, pod), entries in self.index.pods.items():
+            if any(f"{ns}/{n}" in claims for e in entries for n in e.claims):
+                out.add((ns, pod))
+        return out
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from reconciler import conventions as C
-from reconciler.observe.dra_holdings import DraIndex
+from reconciler.observe.dra_holdings import ClaimReader
 from reconciler.observe.kube_common import (
     _CACHED_LISTS,
     _UNREADABLE,
@@ -281,19 +281,10 @@ def _observe(
     )
     dra = read_dra(api_client, raw_pods, cache) if with_dra else None
 
-    index = DraIndex(dra) if dra is not None else None  # once, not per pod
-
-    def claimed(p: Any) -> tuple[Any, Any]:
-        ns, name = p.metadata.namespace, p.metadata.name
-        # not bound yet but released, with its claims allocated: the devices are held there
-        released = not p.spec.node_name and not p.spec.scheduling_gates
-        node = by_name.get(p.spec.node_name or (index.claim_node(ns, name) if released else ""))
-        return index.request(ns, name), index.allocations(node, ns, name)
+    claimed = ClaimReader(dra, by_name) if dra is not None else None  # indexed once
 
     owners = owners_f.result()
-    workloads, failed = read_pods(
-        raw_pods, held, by_name, owners, claimed if index is not None else None, memo
-    )
+    workloads, failed = read_pods(raw_pods, held, by_name, owners, claimed, memo)
     services = with_autoscalers(services_f.result(), scalers_f.result())
     quotas, classes, gated = policy_f.result()
     kueue = kueue_f.result()

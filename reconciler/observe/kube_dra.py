@@ -35,6 +35,9 @@ MAX_DEVICES_PER_SLICE = 128
 """resource.k8s.io/v1 ResourceSliceMaxDevices: more is not a slice the API server made."""
 
 
+_UNSEEN = object()
+
+
 class DraMemo:
     """Each DRA object converted once per version of it: (kind, uid, resourceVersion) -> the
     model `read_dra` made of it. Kept by the controller's watch cache (`ClusterCache.dra_memo`)
@@ -72,6 +75,23 @@ class DraMemo:
             return got
 
         return memoised
+
+    def pod_claims(self, pod: Any) -> PodClaims | None:
+        """`_pod_claims(pod)` (a V1Pod), once per version of the pod (its uid and
+        resourceVersion, as the pods' `WorkloadMemo` keys one)."""
+        meta = pod.metadata
+        uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
+        if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
+            return _pod_claims(pod)
+        key = ("Pod", uid, rv)
+        got = self._kept.get(key, _UNSEEN)
+        if got is _UNSEEN:
+            self.misses += 1
+            got = _pod_claims(pod)
+        else:
+            self.hits += 1
+        self._next[key] = got
+        return got
 
 
 def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
@@ -118,7 +138,7 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
         claim_templates=each("ResourceClaimTemplate", _template),
         taint_rules=each("DeviceTaintRule", _taint_rule),
         taint_rules_served=rules_served,
-        pods=[p for p in _each("Pod", raw_pods, _pod_claims) if p is not None],
+        pods=[p for p in _each("Pod", raw_pods, memo.pod_claims) if p is not None],
     )
     memo.end()
     return state

@@ -29,11 +29,18 @@ observation's pods and every result per pod, and redoes only what changed:
 - a pod handed over as another object of the same version (uid and resourceVersion, as the
   memo keys a pod: a relist) is taken for the kept one.
 
+- DRA read (a `ClaimReader`: a pod asks for and holds cards through its ResourceClaims): a pod
+  whose claims are other objects than last time (changed, came or went: the watch cache's
+  `DraMemo` hands over the same model for an object without an event) is read again, and so
+  are the pods bound to a node that changed and those not bound (their claims' node may be
+  that one).
+
 Any doubt makes the whole pass (a fresh `PodDelta`, as the first cycle): more than
-`SPLICE_MAX` pods changed, a pod object or a (namespace, name) twice (then the plain
-functions, no `PodDelta`), DRA read (what a pod's claims hold is not followed here: the plain
-functions with the memo, as before). The snapshot equals the one made without any memo
-(tests/observe/test_pod_delta.py checks it over random event sequences)."""
+`SPLICE_MAX` pods changed, DRA's device classes, claim templates or slices changed (what every
+pod's request and cards are read with), DRA read now and not last time or the reverse, a pod
+object or a (namespace, name) twice (then the plain functions, no `PodDelta`). The snapshot
+equals the one made without any memo (tests/observe/test_pod_delta.py checks it over random
+event sequences, with and without DRA)."""
 
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ from bisect import bisect_left
 from typing import Any
 
 from reconciler import conventions as C
+from reconciler.observe.dra_holdings import ClaimReader
 from reconciler.observe.kube_common import _UNREADABLE, _each, _identified, reported_again
 from reconciler.observe.kube_owners import Owners
 from reconciler.observe.kube_pods import (
@@ -85,7 +93,7 @@ def read_pods(
     (`held`), the nodes, the owners and (DRA) `claimed`. With a `WorkloadMemo`, through its
     `PodDelta`: only what changed since the memo's last observation is read again."""
     raw = list(raw_pods)
-    if memo is None or claimed is not None:
+    if memo is None or (claimed is not None and not isinstance(claimed, ClaimReader)):
         if memo is not None:
             memo.delta = None
         gpu_pods, taken = pod_holdings(raw, held, claimed, memo)
@@ -94,13 +102,13 @@ def read_pods(
     kept, memo.delta = memo.delta, None  # a cycle that raises leaves none half made
     for delta in ([kept] if kept is not None else []) + [PodDelta()]:
         try:
-            plan = delta.changes(raw, by_name)
+            plan = delta.changes(raw, by_name, claimed)
         except _Doubt:
             continue
-        out = delta.apply(plan, raw, held, by_name, owners, memo)
+        out = delta.apply(plan, raw, held, by_name, owners, memo, claimed)
         memo.delta = delta
         return out
-    gpu_pods, taken = pod_holdings(raw, held, None, memo)  # a pod twice: the plain pass
+    gpu_pods, taken = pod_holdings(raw, held, claimed, memo)  # a pod twice: the plain pass
     return pod_workloads(gpu_pods, by_name, taken, owners, memo), failed_members(raw, owners)
 
 
@@ -236,12 +244,19 @@ class PodDelta:
         self.order: list[tuple] = []  # sort keys of `out`, ascending
         self.out: list[Workload] = []
         self.placed: dict[tuple, tuple] = {}  # key -> its sort key in `order`
+        self.dra: tuple | None = None
+        """DRA read: (device classes, claim templates, slices) as last read (the objects: the
+        watch cache's `DraMemo` hands over the same one while unchanged); None: no DRA."""
+        self.claims: dict[str, Any] = {}  # claim key -> the claim last read (DRA)
 
-    def changes(self, raw: list, by_name: dict[str, Node]) -> tuple[set, dict, dict]:
+    def changes(
+        self, raw: list, by_name: dict[str, Node], claimed: ClaimReader | None = None
+    ) -> tuple[set, dict, dict, set]:
         """(keys of the pods gone, key -> pod new or changed, key -> pod handed over as
         another object of the same version: uid and resourceVersion, as `WorkloadMemo` keys
-        a pod); raises `_Doubt` (nothing changed then) where the kept state cannot be
-        followed."""
+        a pod, keys of the pods whose DRA claims changed: `_claims_changed`); raises `_Doubt`
+        (nothing changed then) where the kept state cannot be followed."""
+        claims_changed = self._claims_changed(claimed)
         cur = {id(p): p for p in raw}
         if len(cur) != len(raw):
             raise _Doubt("a pod object twice")
@@ -262,24 +277,46 @@ class PodDelta:
         gone -= same.keys()
         if self.by_name is not None and len(added) + len(gone) > SPLICE_MAX:
             raise _Doubt("too many changed")
-        return gone, added, same
+        return gone, added, same, claims_changed
+
+    def _claims_changed(self, claimed: ClaimReader | None) -> set:
+        """The pods whose claims are not the objects last read (a claim changed, came or went:
+        the pods that name it); `_Doubt` where DRA's device classes, claim templates or slices
+        are not (what every pod's request and cards are read with), or DRA was read last time
+        and not now, or the reverse."""
+        if self.by_name is None:
+            return set()  # the first pass reads every pod
+        if (claimed is None) != (self.dra is None):
+            raise _Doubt("DRA read now and not before, or the reverse")
+        if claimed is None:
+            return set()
+        assert self.dra is not None
+        for before, now in zip(self.dra, _dra_shared(claimed), strict=True):
+            if len(before) != len(now) or any(a is not b for a, b in zip(before, now, strict=True)):
+                raise _Doubt("DRA's classes, templates or slices changed")
+        cur = claimed.index.claims
+        changed = {
+            k for k in cur.keys() | self.claims.keys() if cur.get(k) is not self.claims.get(k)
+        }
+        return claimed.users(changed) if changed else set()
 
     def apply(
         self,
-        plan: tuple[set, dict, dict],
+        plan: tuple[set, dict, dict, set],
         raw: list,
         held: dict,
         by_name: dict[str, Node],
         owners: Owners,
         memo: Any,
+        claimed: ClaimReader | None = None,
     ) -> tuple[list[Workload], list[Workload]]:
-        gone, added, same = plan
+        gone, added, same, claims_changed = plan
         fresh = self.by_name is None
         for k, p in same.items():
             del self.ids[id(self.live[k])]
             self.live[k] = p
             self.ids[id(p)] = k
-        dirty = set(gone) | set(added)
+        dirty = set(gone) | set(added) | (claims_changed & self.live.keys())
         for k in gone:
             p = self.live.pop(k)
             del self.ids[id(p)]
@@ -304,18 +341,28 @@ class PodDelta:
         groups: set[str] = set()
         if not fresh:
             assert self.by_name is not None
-            groups |= {n for n, node in by_name.items() if self.by_name.get(n) is not node}
+            changed = {n for n, node in by_name.items() if self.by_name.get(n) is not node}
+            groups |= changed
             for n in by_name.keys() ^ self.by_name.keys():  # a node came or went
                 groups.add(n)
+                changed.add(n)
                 dirty |= self.by_admitted.get(n, set())  # what `believed` reads
+            if claimed is not None and changed:
+                # the cards a pod's claims hold are read on its node (`ClaimReader`): the pods
+                # bound there, and those not bound (their claims' node may be this one)
+                for n in changed:
+                    dirty |= self.by_node.get(n, set())
+                dirty |= self.by_node.get("", set())
         self.by_name = dict(by_name)
+        self.dra = _dra_shared(claimed) if claimed is not None else None
+        self.claims = dict(claimed.index.claims) if claimed is not None else {}
         refs = _changed_refs(self.owners, owners)
         self.owners = owners
         for k in dirty:
             groups |= self._forget(k)
         for k in dirty:
             if k in self.live:
-                groups |= self._read(k, held, by_name, memo)
+                groups |= self._read(k, held, by_name, memo, claimed)
         facts = set(self.allocs) if refs is _ALL else set(self.by_ref.get(_BAD, ()))
         for ref in refs if refs is not _ALL else ():
             facts |= self.by_ref.get(ref, set())
@@ -361,11 +408,18 @@ class PodDelta:
         self.made.pop(k, None)
         return touched
 
-    def _read(self, k: tuple, held: dict, by_name: dict[str, Node], memo: Any) -> set[str]:
+    def _read(
+        self,
+        k: tuple,
+        held: dict,
+        by_name: dict[str, Node],
+        memo: Any,
+        claimed: ClaimReader | None = None,
+    ) -> set[str]:
         """Read pod `k` as far as it does not depend on the other pods; the groups it joins."""
         p = self.live[k]
         reports = self.reports.setdefault(k, {})
-        found = _reporting("hold", reports, lambda: _each("Pod", [p], _hold(held, memo)))
+        found = _reporting("hold", reports, lambda: _each("Pod", [p], _hold(held, memo, claimed)))
         touched: set[str] = set()
         if not found or found[0] is None:
             return touched
@@ -456,5 +510,11 @@ def _pod(x: tuple) -> Any:
     return x[0]
 
 
-def _hold(held: dict, memo: Any) -> Any:
-    return lambda p: _holding(p, held, None, memo)
+def _hold(held: dict, memo: Any, claimed: ClaimReader | None = None) -> Any:
+    return lambda p: _holding(p, held, claimed, memo)
+
+
+def _dra_shared(claimed: ClaimReader) -> tuple:
+    """What every pod's DRA reading depends on besides its claims and its node."""
+    dra = claimed.dra
+    return (list(dra.device_classes), list(dra.claim_templates), list(dra.slices))

@@ -1,6 +1,7 @@
 """The pod part of an observation made from what changed (reconciler/observe/kube_pod_delta.py,
 `PodDelta`): over random event sequences (pods created, changed, bound, admitted, finished,
-deleted; nodes' GpuNodeStates republished; owners, nodes, relists), the workloads, failed
+deleted; nodes' GpuNodeStates republished; owners, nodes, relists; with DRA, claims allocated,
+released and deleted, slices republished, classes read anew), the workloads, failed
 members and reports made through a `WorkloadMemo` cycle after cycle equal the ones made
 afresh without any memo, after every step. Pods come as a watch cache hands them over: the
 same object for a pod without a new event, a new object for one with."""
@@ -16,11 +17,21 @@ from kubernetes import client
 
 from reconciler import conventions as C
 from reconciler.observe import kube_pod_delta
+from reconciler.observe.dra_holdings import ClaimReader
 from reconciler.observe.kube_common import _UNREADABLE
 from reconciler.observe.kube_owners import Owners
 from reconciler.observe.kube_pod_delta import identified_pods, read_pods
 from reconciler.observe.kube_pods import WorkloadMemo, published_pods
 from reconciler.observe.model import Gpu, Node
+from reconciler.observe.model_dra import (
+    ClaimTemplateObject,
+    DeviceClassObject,
+    DeviceResult,
+    DraDevice,
+    DraState,
+    ResourceClaimObject,
+    ResourceSlice,
+)
 
 T0 = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
 JOBS = ["a", "b", "c", "d"]
@@ -280,3 +291,179 @@ def test_a_pod_without_a_name_is_left_out_and_reported_every_cycle():
             _UNREADABLE.reset(token)
         assert [u.message for u in found] == ["left out: metadata.name is missing"]
     assert identified_pods(pods, memo) == pods and identified_pods(pods, None) == pods
+
+
+# ---------------------------------------------------------------------- DRA (issue 32)
+CLASS, TEMPLATE = "gpupool-a-gpu", "gpupool-a-gpu-1"
+
+
+class DraWorld(World):
+    """`World` where some pods ask for cards through a ResourceClaim made from a template (no
+    `nvidia.com/gpu`): the claims' allocations and reservations, the nodes' ResourceSlices and
+    the DeviceClass change apart from the pods, as the watch cache hands over a new model for
+    an object with an event (`DraMemo`) and the same one otherwise."""
+
+    def __init__(self, seed: int) -> None:
+        self.claims: dict[str, ResourceClaimObject] = {}
+        self.dra_pods: set[tuple] = set()
+        self.classes = [DeviceClassObject(name=CLASS, pool="a")]
+        self.templates = [
+            ClaimTemplateObject(namespace=ns, name=TEMPLATE, devices={CLASS: 1})
+            for ns in ("t1", "t2")
+        ]
+        self.slices: dict[str, ResourceSlice] = {}
+        super().__init__(seed)
+        for name in self.nodes:
+            self.republish(name)
+
+    def create(self) -> None:
+        super().create()
+        if self.r.random() < 0.5:
+            return
+        key = max(self.pods, key=lambda k: int(k[1][1:]))  # the pod just made
+        p = self.pods[key]
+        p.spec.containers[0].resources = client.V1ResourceRequirements(
+            claims=[client.CoreV1ResourceClaim(name="gpus")]
+        )
+        p.spec.resource_claims = [
+            client.V1PodResourceClaim(name="gpus", resource_claim_template_name=TEMPLATE)
+        ]
+        self.dra_pods.add(key)
+        if self.r.random() < 0.8:  # the resourceclaim controller made its claim
+            claim = f"{key[1]}-gpus-x"
+            p.status.resource_claim_statuses = [
+                client.V1PodResourceClaimStatus(name="gpus", resource_claim_name=claim)
+            ]
+            self.claims[f"{key[0]}/{claim}"] = ResourceClaimObject(
+                namespace=key[0], name=claim, devices={CLASS: 1}
+            )
+            if p.spec.node_name and self.r.random() < 0.8:
+                self.allocate(f"{key[0]}/{claim}", p.spec.node_name, key[1])
+
+    def allocate(self, claim: str, node: str, pod: str | None) -> None:
+        c = self.claims[claim]
+        result = DeviceResult(
+            request="gpus", driver="gpu.nvidia.com", pool=node, device=f"gpu-{self.r.randrange(8)}"
+        )
+        self.claims[claim] = c.model_copy(
+            update={"allocated": [result], "node": node, "reserved_for": [pod] if pod else []}
+        )
+
+    def claim_event(self) -> None:
+        """A claim allocated (perhaps for a pod not bound yet), deallocated or deleted."""
+        if not self.claims:
+            return
+        key = self.r.choice(sorted(self.claims))
+        what = self.r.random()
+        if what < 0.5:
+            node = self.r.choice([*self.nodes, "gone"])
+            self.allocate(key, node, self.r.choice([None, key.split("/")[1].split("-")[0]]))
+        elif what < 0.85:
+            c = self.claims[key]
+            self.claims[key] = c.model_copy(
+                update={"allocated": None, "node": "", "reserved_for": []}
+            )
+        else:
+            del self.claims[key]
+
+    def republish(self, name: str) -> None:
+        """The node's slice anew (another object), its cards named by minor."""
+        devices = [
+            DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"})
+            for i in range(self.r.choice([4, 8]))
+        ]
+        self.slices[name] = ResourceSlice(
+            name=f"{name}-gpu.nvidia.com",
+            driver="gpu.nvidia.com",
+            pool=name,
+            node=name,
+            devices=devices,
+        )
+
+    def step(self) -> str:
+        what = self.r.random()
+        if what < 0.25:
+            self.claim_event()
+        elif what < 0.28:
+            self.republish(self.r.choice(sorted(self.slices)))
+        elif what < 0.3:
+            self.classes = [c.model_copy() for c in self.classes]  # read anew
+        else:
+            return super().step()
+        return "step"
+
+    def dra(self) -> DraState:
+        from reconciler.observe.kube_dra import _pod_claims
+
+        pods = [_pod_claims(p) for p in self.pods.values()]
+        return DraState(
+            slices=list(self.slices.values()),
+            device_classes=list(self.classes),
+            claims=list(self.claims.values()),
+            claim_templates=list(self.templates),
+            pods=[p for p in pods if p is not None],
+        )
+
+
+def dra_observed(world: DraWorld, memo: WorkloadMemo | None) -> tuple:
+    """`observed`, the pods' DRA claims read as `_observe` reads them (`ClaimReader`)."""
+    found: list = []
+    token = _UNREADABLE.set(found)
+    if memo is not None:
+        memo.begin()
+    try:
+        held = {
+            name: published_pods(s) if memo is None else memo.published(name, s)
+            for name, s in world.states.items()
+        }
+        by_name = dict(world.nodes)
+        claimed = ClaimReader(world.dra(), by_name)
+        made, failed = read_pods(
+            list(world.pods.values()), held, by_name, world.owners, claimed, memo
+        )
+    finally:
+        _UNREADABLE.reset(token)
+    if memo is not None:
+        memo.end()
+    return made, failed, sorted({(u.kind, u.namespace, u.name, u.message) for u in found})
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_dra_pods_read_from_what_changed_equal_the_ones_read_afresh(seed):
+    """With DRA read, a pod is read again when its claims changed (another object), every
+    pod when the classes, templates or slices did, and those of a node that changed: the
+    workloads equal the ones read afresh, cycle after cycle, and the delta is kept."""
+    world = DraWorld(seed)
+    memo = WorkloadMemo()
+    claimed = 0
+    for i in range(150):
+        fresh = dra_observed(world, None)
+        kept = dra_observed(world, memo)
+        assert kept[0] == fresh[0], f"step {i}: workloads"
+        assert kept[1] == fresh[1], f"step {i}: failed members"
+        assert kept[2] == fresh[2], f"step {i}: reports"
+        assert memo.delta is not None
+        claimed += sum(
+            1 for w in fresh[0] if w.allocations and (w.namespace, w.name) in world.dra_pods
+        )
+        world.step()
+    assert claimed > 50  # pods held cards through their claims along the way
+
+
+def test_dra_pods_keep_their_workloads_while_their_claims_do_not_change():
+    world = DraWorld(3)
+    memo = WorkloadMemo()
+    first = dra_observed(world, memo)[0]
+    again = dra_observed(world, memo)[0]
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    w = next(w for w in again if w.allocations and (w.namespace, w.name) in world.dra_pods)
+    (status,) = world.pods[(w.namespace, w.name)].status.resource_claim_statuses
+    key = f"{w.namespace}/{status.resource_claim_name}"
+    c = world.claims[key]
+    (r,) = c.allocated or []
+    other = f"gpu-{(int(r.device.split('-')[1]) + 1) % 4}"  # another card of its node
+    world.claims[key] = c.model_copy(update={"allocated": [r.model_copy(update={"device": other})]})
+    changed = dra_observed(world, memo)[0]
+    assert changed == dra_observed(world, None)[0]
+    moved = [b for a, b in zip(again, changed, strict=True) if a is not b]
+    assert (w.namespace, w.name) in {(x.namespace, x.name) for x in moved}
