@@ -933,7 +933,7 @@ def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
 def controller_child(config_path: Path) -> int:
     """The controller's loop in its own process (--controller-process): the same cycle, clock
     and statistics; trace time counted from the instant the parent writes to `start`. Like
-    `Controller.run`, a pod event admission acts on (`admission_event`) or a DRA claim that
+    `Controller.run`, a pod event that wakes it (`Controller.wakes_on`) or a DRA claim that
     stops holding devices (`ClusterCache`'s `on_claim_release`) starts the next cycle at once,
     at most once per `wake_gap_seconds`; otherwise a cycle every `min_interval`."""
     from datetime import UTC, datetime
@@ -941,7 +941,6 @@ def controller_child(config_path: Path) -> int:
     from kubernetes import client
 
     from reconciler.loop.informer import ClusterCache
-    from reconciler.observe.kube_pods import admission_event
     from tests.integration.world import Clock
 
     cfg = json.loads(config_path.read_text())
@@ -960,7 +959,7 @@ def controller_child(config_path: Path) -> int:
     stop, wake = threading.Event(), threading.Event()
 
     def pod_event(kind: str, pod: Any) -> None:  # as `Controller.run` wakes its loop
-        if admission_event(kind, pod) and not ctl.cache.claims_held_by(pod):
+        if ctl.wakes_on(kind, pod):
             wake.set()
 
     ctl.cache = ClusterCache(ctl.api, on_pod_event=pod_event, on_claim_release=wake.set)

@@ -697,6 +697,19 @@ class Controller:
             clock=self.clock,
         ).start(stop, cache=self.cache)
 
+    def wakes_on(self, kind: str, pod: Any) -> bool:
+        """Whether a pod watch event starts the next cycle now (`run`): one admission acts on
+        (`admission_event`), but for the delete or end of a DRA pod that still owns an allocated
+        claim: it frees its cards with that claim's release, a moment after it goes, which wakes
+        the loop (a cycle woken by the pod's going would find the cards fenced, and the release
+        would then wait for the wake gap). Its turning terminating does wake it: the plan gives
+        its cards to the next holder then, whose admission waits in its step for the pod gone
+        and the claim released."""
+        if not admission_event(kind, pod):
+            return False
+        held = self.cache is not None and self.cache.claims_held_by(pod)
+        return not held or terminating_event(kind, pod)
+
     def run(self, stop: threading.Event, interval_seconds: float) -> None:
         """Cycle until `stop`, every `interval_seconds`; a change in a watched source, a pod
         event admission should act on (`observe.kube.admission_event`: a gated GPU pod, a GPU
@@ -716,14 +729,7 @@ class Controller:
         self.ready_max_age_seconds = max(self.ready_max_age_seconds, 3 * interval_seconds)
 
         def pod_event(kind: str, pod: Any) -> None:
-            # a DRA pod that still owns an allocated claim frees its cards with that claim's
-            # release, a moment after it goes: that wakes the loop (a cycle woken by its delete
-            # or its end would find the cards fenced, and the release would then wait for the
-            # wake gap). Its turning terminating wakes it: the plan gives its cards to the next
-            # holder, whose admission waits in its step for the pod gone and the claim released
-            if admission_event(kind, pod) and not (
-                self.cache.claims_held_by(pod) and not terminating_event(kind, pod)
-            ):
+            if self.wakes_on(kind, pod):
                 wake.set()
 
         self.cache = ClusterCache(self.api, on_pod_event=pod_event, on_claim_release=wake.set)

@@ -42,3 +42,50 @@ def test_dra_is_read_first_then_only_with_a_dra_pool_or_objects_left(ctl) -> Non
     assert left.gpupool_objects() and not DraState().gpupool_objects()
     theirs = DraState(device_classes=[DeviceClassObject(name="c", managed_by="helm")])
     assert not theirs.gpupool_objects()
+
+
+class _Holding:
+    """A watch cache whose DRA watch saw the pod's claim allocated (or not)."""
+
+    def __init__(self, held: bool) -> None:
+        self.held = held
+
+    def claims_held_by(self, pod) -> bool:
+        return self.held
+
+
+def _dra_pod(deleting: bool = False, phase: str = "Running"):
+    from datetime import UTC, datetime
+
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="p",
+            namespace="t",
+            deletion_timestamp=datetime(2026, 12, 6, tzinfo=UTC) if deleting else None,
+        ),
+        spec=client.V1PodSpec(
+            node_name="n1",
+            containers=[client.V1Container(name="main", image="x")],
+            resource_claims=[
+                client.V1PodResourceClaim(name="gpus", resource_claim_template_name="t-gpu-1")
+            ],
+        ),
+        status=client.V1PodStatus(phase=phase),
+    )
+
+
+@pytest.mark.parametrize(
+    ("held", "kind", "deleting", "phase", "wakes"),
+    [
+        (False, "DELETED", False, "Running", True),  # its cards are free now
+        (True, "DELETED", False, "Running", False),  # the claim's release wakes the loop
+        (True, "MODIFIED", False, "Succeeded", False),  # likewise
+        (True, "MODIFIED", True, "Running", True),  # terminating: the hand-off is planned
+        (True, "MODIFIED", False, "Running", False),  # nothing admission acts on
+    ],
+)
+def test_which_dra_pod_events_wake_the_loop(ctl, held, kind, deleting, phase, wakes) -> None:
+    """Issue 32: the benchmark's controller child wakes by the same rule (`wakes_on`); it
+    once kept its own copy, which did not wake on a DRA pod turning terminating."""
+    ctl.cache = _Holding(held)
+    assert ctl.wakes_on(kind, _dra_pod(deleting, phase)) is wakes
