@@ -67,7 +67,7 @@ from tests.apply.rows import (
     gang_admitted,
     job,
 )
-from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DYN_PINNED, PINNED
+from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DRA_ADMIT, DYN_PINNED, PINNED
 from tests.apply.table import (
     NODE,
     NOW,
@@ -343,6 +343,41 @@ def test_admit_on_dra_waits_for_the_claims_of_the_pods_gone():
 def test_admit_on_dra_does_not_wait_for_a_claim_released_or_gone(status: dict | None):
     out, waits, reads = _admit_after_claim(None, None, None, status)
     assert (out.status, waits, reads) == ("done", 0, [VICTIM_CLAIM[2]]), out.message
+
+
+def _dra_admit_after(gone_after: int | None) -> tuple[Outcome, list[str], list[str]]:
+    """The claim-replaced row's DRA admission, waiting for a victim going now that is gone
+    after `gone_after` waits (None: never). -> the outcome, the writes before the first wait,
+    the writes after it."""
+    row = ROWS["dra-admit/claim-replaced-then-admitted"]
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    cluster = seed_memory(dataclasses.replace(row, seed=(*row.seed, going)))
+    waits: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(len(cluster.write_ops()))
+        if len(waits) == gone_after:
+            del cluster.pods[(NS, "victim")]
+
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
+    action = DRA_ADMIT.model_copy(update={"after": (f"{NS}/victim",)})
+    out = HANDLERS[Admit](action, ctx)
+    ops = cluster.write_ops()
+    return out, ops[: waits[0]], ops[waits[0] :]
+
+
+def test_dra_admit_pins_its_claims_while_the_pods_it_waits_for_go():
+    """Issue 32: a DRA admission onto cards a pod going now still holds writes its pinned
+    claims (selectors only: nothing is allocated) before it waits, so only the gate's release
+    is left once the pod is gone; if it is not gone in time, the claims stay pinned (a later
+    run with the same plan writes them no more: the row `dra-admit/claim-pinned-already`)."""
+    out, before, after = _dra_admit_after(gone_after=2)
+    assert out.status == "done", out.message
+    assert before == ["create_dra_object", "set_pod_claim"]
+    assert after == ["admit_pod", "delete_dra_object"]
+    out, before, after = _dra_admit_after(gone_after=None)
+    assert out.status == "waiting" and before == ["create_dra_object", "set_pod_claim"]
+    assert after == ["annotate_pod"]  # the reservation, as any admission that waits
 
 
 def test_dra_gone_claim_admits_on_the_next_run():

@@ -16,7 +16,13 @@ from reconciler.apply.handlers.base import (
     _ns_name,
     handles,
 )
-from reconciler.apply.handlers.dra_admit import KIND, Replaced, delete_replaced, pin_claims
+from reconciler.apply.handlers.dra_admit import (
+    KIND,
+    Replaced,
+    delete_replaced,
+    is_ref,
+    pin_claims,
+)
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import Admit, Hold, PodAdmission
 
@@ -164,6 +170,46 @@ def _admit_pods(
             )
 
 
+def _pins_early(a: Admit) -> bool:
+    """A DRA admission that waits for pods to go, whose pins are selectors only: its claims can
+    be written before the wait. Not a planned DynamicMIG partition (`is_ref`): gpupool writes
+    its allocation, which must not name a device the allocator still counts taken."""
+    devices = [d for p in a.pods for d in p.devices]
+    return bool(a.after) and bool(devices) and not any(is_ref(d) for d in devices)
+
+
+def _pin(
+    a: Admit,
+    ctx: Context,
+    pods: dict[str, PodInfo],
+    done: _Written,
+    pinned: list[str],
+    replaced: list[Replaced],
+) -> Outcome | None:
+    """Steps 3 and 4 of `admit`: None when every pod still to admit is gpupool's and its
+    claims are written, else the step's outcome."""
+    # 3. who holds each pod now
+    todo, left = _holders(a, pods)
+    if left:
+        return Outcome(
+            a.id,
+            "skipped",
+            f"{'; '.join(left)}: left alone, nothing admitted; the gang is planned again "
+            f"next cycle",
+            changed=done.wrote,
+        )
+    # 4. DRA pools: every pod's claims written for its planned devices (all of the gang's
+    # before any pod is released, so a claim that cannot be pinned admits none); the claims
+    # the pinned ones replace are only collected here
+    for want in todo:
+        done.current = want.name
+        status, why = pin_claims(ctx, a.namespace, want, pods[want.name], pinned, replaced)
+        done.wrote = done.wrote or bool(pinned)
+        if status:
+            return Outcome(a.id, status, why, changed=done.wrote)
+    return None
+
+
 @handles(Admit)
 def admit(a: Admit, ctx: Context) -> Outcome:
     """Level-triggered over the gang's pods: reservation annotations, then (once every pod
@@ -194,6 +240,16 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # go on the moment it is gone, not a cycle later; on DRA then its claims, until
         # Kubernetes' resourceclaim controller deallocates them, a few ms after the pod went:
         # the allocator counts a device taken while an allocation names it)
+        # (on DRA, where the pins are selectors only, steps 3 and 4 come first: the pinned
+        # claims are written while the pods of `after` go, off the path from their going to
+        # the gate's release; an unallocated claim of a gated pod holds nothing)
+        pinned: list[str] = []
+        replaced: list[Replaced] = []
+        early = _pins_early(a)
+        if early:
+            stop = _pin(a, ctx, pods, done, pinned, replaced)
+            if stop is not None:
+                return stop
         waiting = _wait_gone(ctx, a.after, a.after_claims)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
@@ -209,27 +265,11 @@ def admit(a: Admit, ctx: Context) -> Outcome:
             return Outcome(
                 a.id, "waiting", f"waits for {', '.join(waiting)} {what}", changed=done.wrote
             )
-        # 3. who holds each pod now
-        todo, left = _holders(a, pods)
-        if left:
-            return Outcome(
-                a.id,
-                "skipped",
-                f"{'; '.join(left)}: left alone, nothing admitted; the gang is planned again "
-                f"next cycle",
-                changed=done.wrote,
-            )
-        # 4. DRA pools: every pod's claims written for its planned devices (all of the gang's
-        # before any pod is released, so a claim that cannot be pinned admits none); the
-        # claims the pinned ones replace are only collected here
-        pinned: list[str] = []
-        replaced: list[Replaced] = []
-        for want in todo:
-            done.current = want.name
-            status, why = pin_claims(ctx, ns, want, pods[want.name], pinned, replaced)
-            done.wrote = done.wrote or bool(pinned)
-            if status:
-                return Outcome(a.id, status, why, changed=done.wrote)
+        if not early:
+            stop = _pin(a, ctx, pods, done, pinned, replaced)
+            if stop is not None:
+                return stop
+        todo, _ = _holders(a, pods)
         # 5. admit: affinity, the gate's removal and the annotations in one patch per pod
         _admit_pods(a, ctx, pods, todo, done)
         # 6. then the replaced claims are deleted, off the path from plan to running pod: each
