@@ -8,8 +8,9 @@ first seen, the allocation gone), and the controller's own record of each Admit 
 Every time is wall seconds since the replay's start, as the replay counts them (the controller
 child counts from the same instant). A pod admitted to a node waited for cards there; the last
 *release* on that node before its Admit step ends (the device plugin: a pod of the run gone
-from the API; DRA: its claim's allocation gone as well, which gpupool waits for,
-`dra-claim-unreleased`) or its creation, whichever is later, is when it could first be admitted
+from the API; DRA: its claim's allocation gone as well, which the Admit step waits for,
+`Admit.after_claims`, and a plan made after the pod went, `dra-claim-unreleased`) or its
+creation, whichever is later, is when it could first be admitted
 (`ready`; a step that waited for the pod it frees cards from to go began before that, so its
 `ready -> cycle` is negative). From there:
 the cycle that admitted it starts (`ready -> cycle`), reaches its Admit step (`cycle -> step`:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from datetime import timedelta
 
 import pytest
@@ -23,7 +24,7 @@ from reconciler.apply.handlers import (
     Outcome,
     condition_reason,
 )
-from reconciler.apply.handlers.base import GONE_POLL_SECONDS
+from reconciler.apply.handlers.base import CLAIM_POLL_SECONDS, GONE_POLL_SECONDS
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import Admit, PruneDraObject
 from tests.apply.rows import (
@@ -332,7 +333,8 @@ def test_admit_on_dra_waits_for_the_claims_of_the_pods_gone():
     assert (out.status, waits) == ("done", 4), out.message
     assert reads == [VICTIM_CLAIM[2]] * 3  # after the pod went: waits 2, 3, 4
     out, waits, _ = _admit_after_claim(None, gone_after=None, freed_after=None)
-    assert out.status == "waiting" and waits == round(0.1 / GONE_POLL_SECONDS), out.message
+    # the claims read every CLAIM_POLL_SECONDS, within the same 0.1 s
+    assert out.status == "waiting" and waits == math.ceil(0.1 / CLAIM_POLL_SECONDS), out.message
     assert (
         f"ResourceClaim {NS}/{VICTIM_CLAIM[2]} (still allocated) to be deallocated" in out.message
     )

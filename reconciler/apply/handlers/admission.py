@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import (
+    CLAIM_POLL_SECONDS,
     GONE_POLL_SECONDS,
     GONE_WAIT_RECENT_SECONDS,
     Context,
@@ -81,14 +82,15 @@ def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
 def _wait_gone(ctx: Context, after: tuple[str, ...], claims: tuple[str, ...] = ()) -> list[str]:
     """`_still_there`, read again every `GONE_POLL_SECONDS` for up to `gone_wait_seconds`
     while what is left is going now (`_going_now`); once those pods are gone, the `claims`
-    they held (DRA) until each is deallocated, within the same time. Then what still holds
-    cards, described."""
+    they held (DRA), every `CLAIM_POLL_SECONDS` until each is deallocated, within the same
+    time. Then what still holds cards, described."""
     left = _still_there(ctx, after)
     held = _allocated(ctx, claims) if not left else claims
-    polls = round(ctx.cfg.gone_wait_seconds / GONE_POLL_SECONDS)
-    while (left or held) and polls > 0 and _going_now(ctx, left):
-        ctx.sleep(GONE_POLL_SECONDS)
-        polls -= 1
+    budget = ctx.cfg.gone_wait_seconds
+    while (left or held) and budget > 1e-9 and _going_now(ctx, left):
+        pause = GONE_POLL_SECONDS if left else CLAIM_POLL_SECONDS
+        ctx.sleep(pause)
+        budget -= pause
         left = _still_there(ctx, tuple(k for k, _ in left))
         held = _allocated(ctx, held) if not left else held
     if left:
