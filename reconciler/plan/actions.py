@@ -240,6 +240,14 @@ class SetScaleEnvelope(ActionBase):
 
 
 # ----------------------------------------------------------------------------- admission
+def _without_empty(out: Any, field: str) -> Any:
+    """A serialised action without `field` where it is empty: a field added later, left out
+    where it says nothing, so the plans that do not use it are written as before."""
+    if isinstance(out, dict) and not out.get(field):
+        out.pop(field, None)
+    return out
+
+
 class PodAdmission(Frozen):
     """One pod of an admitted gang: the node it goes to and the cards the plan means for it
     (a hint: the device plugin chooses the devices; the node agent reports what it chose)."""
@@ -257,10 +265,7 @@ class PodAdmission(Frozen):
     @model_serializer(mode="wrap")
     def _without_empty_devices(self, handler: Any) -> Any:
         """A device plugin pool's admission is written as before (no `devices`)."""
-        out = handler(self)
-        if isinstance(out, dict) and not out.get("devices"):
-            out.pop("devices", None)
-        return out
+        return _without_empty(handler(self), "devices")
 
 
 class Admit(ActionBase):
@@ -289,10 +294,7 @@ class Admit(ActionBase):
     @model_serializer(mode="wrap")
     def _without_empty_claims(self, handler: Any) -> Any:
         """An admission waiting for no claim is written as before (no `after_claims`)."""
-        out = handler(self)
-        if isinstance(out, dict) and not out.get("after_claims"):
-            out.pop("after_claims", None)
-        return out
+        return _without_empty(handler(self), "after_claims")
 
 
 class Resume(ActionBase):

@@ -58,6 +58,15 @@ def admit_round(
         kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
     if before is not None:
         before()
+    results = cycle_until_admitted(kube, ctl, ns, list(spec), timeout=120, interval=1)
+    return each_allocated(kube, ns, spec), results
+
+
+def cycle_until_admitted(
+    kube, ctl, ns: str, pods: list[str], timeout: float, interval: float
+) -> dict[str, list[tuple[str, str]]]:
+    """Cycle the controller, 30 s of the test clock apart, until none of `pods` is gated;
+    -> the outcomes by action."""
     results: dict[str, list[tuple[str, str]]] = {}
 
     def admitted() -> bool:
@@ -67,10 +76,10 @@ def admit_round(
         for o in r.applied.outcomes if r.applied else []:
             results.setdefault(o.action, []).append((o.status, o.message))
             print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
-        return not gated(kube, ns, spec)
+        return not gated(kube, ns, pods)
 
-    wait_for("every pod admitted", admitted, timeout=120, interval=1)
-    return each_allocated(kube, ns, spec), results
+    wait_for("every pod admitted", admitted, timeout=timeout, interval=interval)
+    return results
 
 
 def test_allocations_are_the_plan(kube, tmp_path):
@@ -218,17 +227,7 @@ def test_a_terminating_pods_card_goes_last_and_then_once_its_claim_is_released(k
     assert gated(kube, ns, ["third"]) == ["third"]
 
     release()
-    results = {}
-
-    def admitted() -> bool:
-        kube.clock.advance(30)
-        r = ctl.cycle()
-        assert r.error is None, r.error
-        for o in r.applied.outcomes if r.applied else []:
-            results.setdefault(o.action, []).append((o.status, o.message))
-        return not gated(kube, ns, ["third"])
-
-    wait_for("third admitted", admitted, timeout=60, interval=0.5)
+    results = cycle_until_admitted(kube, ctl, ns, ["third"], timeout=60, interval=0.5)
     _, devices, planned = each_allocated(kube, ns, ["third"])["third"]
     assert devices == planned == held, (devices, planned, held, results)
 

@@ -22,7 +22,7 @@ from reconciler.observe.kube_common import _UNREADABLE
 from reconciler.observe.kube_owners import Owners
 from reconciler.observe.kube_pod_delta import identified_pods, read_pods
 from reconciler.observe.kube_pods import WorkloadMemo, published_pods
-from reconciler.observe.model import Gpu, Node
+from reconciler.observe.model import Gpu, Node, Workload
 from reconciler.observe.model_dra import (
     ClaimTemplateObject,
     DeviceClassObject,
@@ -221,7 +221,8 @@ class World:
 
 
 def observed(world: World, memo: WorkloadMemo | None) -> tuple:
-    """(workloads, failed members, reports) as `_observe` reads the pods."""
+    """(workloads, failed members, reports) as `_observe` reads the pods (in a `DraWorld`, with
+    their DRA claims read through a `ClaimReader`, as `_observe` reads them)."""
     found: list = []
     token = _UNREADABLE.set(found)
     if memo is not None:
@@ -231,8 +232,10 @@ def observed(world: World, memo: WorkloadMemo | None) -> tuple:
             name: published_pods(s) if memo is None else memo.published(name, s)
             for name, s in world.states.items()
         }
+        by_name = dict(world.nodes)
+        claimed = ClaimReader(world.dra(), by_name) if isinstance(world, DraWorld) else None
         made, failed = read_pods(
-            list(world.pods.values()), held, dict(world.nodes), world.owners, None, memo
+            list(world.pods.values()), held, by_name, world.owners, claimed, memo
         )
     finally:
         _UNREADABLE.reset(token)
@@ -245,16 +248,24 @@ def observed(world: World, memo: WorkloadMemo | None) -> tuple:
 def test_the_pods_read_from_what_changed_equal_the_ones_read_afresh(seed, monkeypatch):
     if seed % 3 == 2:  # a small splice limit: more cycles take the whole pass again
         monkeypatch.setattr(kube_pod_delta, "SPLICE_MAX", 3)
-    world = World(seed)
+    follow(World(seed), 120)
+
+
+def follow(world: World, steps: int) -> list[Workload]:
+    """`steps` random steps of `world`, each read afresh and through one `WorkloadMemo`: the
+    same each time, and the memo's delta kept. -> every workload read afresh on the way."""
     memo = WorkloadMemo()
-    for i in range(120):
+    seen: list[Workload] = []
+    for i in range(steps):
         fresh = observed(world, None)
         kept = observed(world, memo)
         assert kept[0] == fresh[0], f"step {i}: workloads"
         assert kept[1] == fresh[1], f"step {i}: failed members"
         assert kept[2] == fresh[2], f"step {i}: reports"
         assert memo.delta is not None
+        seen += fresh[0]
         world.step()
+    return seen
 
 
 def test_unchanged_pods_keep_their_workloads_and_a_pod_twice_takes_the_plain_pass():
@@ -405,56 +416,22 @@ class DraWorld(World):
         )
 
 
-def dra_observed(world: DraWorld, memo: WorkloadMemo | None) -> tuple:
-    """`observed`, the pods' DRA claims read as `_observe` reads them (`ClaimReader`)."""
-    found: list = []
-    token = _UNREADABLE.set(found)
-    if memo is not None:
-        memo.begin()
-    try:
-        held = {
-            name: published_pods(s) if memo is None else memo.published(name, s)
-            for name, s in world.states.items()
-        }
-        by_name = dict(world.nodes)
-        claimed = ClaimReader(world.dra(), by_name)
-        made, failed = read_pods(
-            list(world.pods.values()), held, by_name, world.owners, claimed, memo
-        )
-    finally:
-        _UNREADABLE.reset(token)
-    if memo is not None:
-        memo.end()
-    return made, failed, sorted({(u.kind, u.namespace, u.name, u.message) for u in found})
-
-
 @pytest.mark.parametrize("seed", range(10))
 def test_dra_pods_read_from_what_changed_equal_the_ones_read_afresh(seed):
     """With DRA read, a pod is read again when its claims changed (another object), every
     pod when the classes, templates or slices did, and those of a node that changed: the
     workloads equal the ones read afresh, cycle after cycle, and the delta is kept."""
     world = DraWorld(seed)
-    memo = WorkloadMemo()
-    claimed = 0
-    for i in range(150):
-        fresh = dra_observed(world, None)
-        kept = dra_observed(world, memo)
-        assert kept[0] == fresh[0], f"step {i}: workloads"
-        assert kept[1] == fresh[1], f"step {i}: failed members"
-        assert kept[2] == fresh[2], f"step {i}: reports"
-        assert memo.delta is not None
-        claimed += sum(
-            1 for w in fresh[0] if w.allocations and (w.namespace, w.name) in world.dra_pods
-        )
-        world.step()
+    seen = follow(world, 150)
+    claimed = sum(1 for w in seen if w.allocations and (w.namespace, w.name) in world.dra_pods)
     assert claimed > 50  # pods held cards through their claims along the way
 
 
 def test_dra_pods_keep_their_workloads_while_their_claims_do_not_change():
     world = DraWorld(3)
     memo = WorkloadMemo()
-    first = dra_observed(world, memo)[0]
-    again = dra_observed(world, memo)[0]
+    first = observed(world, memo)[0]
+    again = observed(world, memo)[0]
     assert all(a is b for a, b in zip(first, again, strict=True))
     w = next(w for w in again if w.allocations and (w.namespace, w.name) in world.dra_pods)
     (status,) = world.pods[(w.namespace, w.name)].status.resource_claim_statuses
@@ -463,7 +440,7 @@ def test_dra_pods_keep_their_workloads_while_their_claims_do_not_change():
     (r,) = c.allocated or []
     other = f"gpu-{(int(r.device.split('-')[1]) + 1) % 4}"  # another card of its node
     world.claims[key] = c.model_copy(update={"allocated": [r.model_copy(update={"device": other})]})
-    changed = dra_observed(world, memo)[0]
-    assert changed == dra_observed(world, None)[0]
+    changed = observed(world, memo)[0]
+    assert changed == observed(world, None)[0]
     moved = [b for a, b in zip(again, changed, strict=True) if a is not b]
     assert (w.namespace, w.name) in {(x.namespace, x.name) for x in moved}
