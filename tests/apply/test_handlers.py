@@ -347,12 +347,14 @@ def test_admit_on_dra_does_not_wait_for_a_claim_released_or_gone(status: dict | 
     assert (out.status, waits, reads) == ("done", 0, [VICTIM_CLAIM[2]]), out.message
 
 
-def _dra_admit_after(gone_after: int | None) -> tuple[Outcome, list[str], list[str]]:
-    """The claim-replaced row's DRA admission, waiting for a victim going now that is gone
-    after `gone_after` waits (None: never). -> the outcome, the writes before the first wait,
-    the writes after it."""
+def _dra_admit_after(
+    gone_after: int | None, asked: float = 0.2
+) -> tuple[Outcome, list[str], list[str]]:
+    """The claim-replaced row's DRA admission, waiting for a victim whose deletion was asked
+    for `asked` s ago, gone after `gone_after` waits (None: never). -> the outcome, the writes
+    before the first wait (all of them if it never waits), the writes after it."""
     row = ROWS["dra-admit/claim-replaced-then-admitted"]
-    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=asked))
     cluster = seed_memory(dataclasses.replace(row, seed=(*row.seed, going)))
     waits: list[int] = []
 
@@ -365,7 +367,8 @@ def _dra_admit_after(gone_after: int | None) -> tuple[Outcome, list[str], list[s
     action = DRA_ADMIT.model_copy(update={"after": (f"{NS}/victim",)})
     out = HANDLERS[Admit](action, ctx)
     ops = cluster.write_ops()
-    return out, ops[: waits[0]], ops[waits[0] :]
+    first = waits[0] if waits else len(ops)
+    return out, ops[:first], ops[first:]
 
 
 def test_dra_admit_pins_its_claims_while_the_pods_it_waits_for_go():
@@ -380,6 +383,10 @@ def test_dra_admit_pins_its_claims_while_the_pods_it_waits_for_go():
     out, before, after = _dra_admit_after(gone_after=None)
     assert out.status == "waiting" and before == ["create_dra_object", "set_pod_claim"]
     assert after == ["annotate_pod"]  # the reservation, as any admission that waits
+    # a pod terminating for seconds already (a graceful stop): no wait, no claims written (the
+    # template's and the pinned claim would both count against the quota meanwhile)
+    out, before, after = _dra_admit_after(gone_after=None, asked=5)
+    assert (out.status, before, after) == ("waiting", ["annotate_pod"], []), out.message
 
 
 def test_dra_gone_claim_admits_on_the_next_run():

@@ -79,12 +79,18 @@ def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _wait_gone(ctx: Context, after: tuple[str, ...], claims: tuple[str, ...] = ()) -> list[str]:
-    """`_still_there`, read again every `GONE_POLL_SECONDS` for up to `gone_wait_seconds`
-    while what is left is going now (`_going_now`); once those pods are gone, the `claims`
-    they held (DRA), every `CLAIM_POLL_SECONDS` until each is deallocated, within the same
-    time. Then what still holds cards, described."""
-    left = _still_there(ctx, after)
+def _wait_gone(
+    ctx: Context,
+    after: tuple[str, ...],
+    claims: tuple[str, ...] = (),
+    left: list[tuple[str, PodInfo]] | None = None,
+) -> list[str]:
+    """`_still_there` (`left`: its first reading, made by the caller), read again every
+    `GONE_POLL_SECONDS` for up to `gone_wait_seconds` while what is left is going now
+    (`_going_now`); once those pods are gone, the `claims` they held (DRA), every
+    `CLAIM_POLL_SECONDS` until each is deallocated, within the same time. Then what still
+    holds cards, described."""
+    left = _still_there(ctx, after) if left is None else left
     held = _allocated(ctx, claims) if not left else claims
     budget = ctx.cfg.gone_wait_seconds
     while (left or held) and budget > 1e-9 and _going_now(ctx, left):
@@ -174,8 +180,8 @@ def _admit_pods(
 
 def _pins_early(a: Admit) -> bool:
     """A DRA admission that waits for pods to go, whose pins are selectors only: its claims can
-    be written before the wait. Not a planned DynamicMIG partition (`is_ref`): gpupool writes
-    its allocation, which must not name a device the allocator still counts taken."""
+    be written before a short wait. Not a planned DynamicMIG partition (`is_ref`): gpupool
+    writes its allocation, which must not name a device the allocator still counts taken."""
     devices = [d for p in a.pods for d in p.devices]
     return bool(a.after) and bool(devices) and not any(is_ref(d) for d in devices)
 
@@ -242,17 +248,20 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # go on the moment it is gone, not a cycle later; on DRA then its claims, until
         # Kubernetes' resourceclaim controller deallocates them, a few ms after the pod went:
         # the allocator counts a device taken while an allocation names it)
-        # (on DRA, where the pins are selectors only, steps 3 and 4 come first: the pinned
-        # claims are written while the pods of `after` go, off the path from their going to
-        # the gate's release; an unallocated claim of a gated pod holds nothing)
+        # (on DRA, where the pins are selectors only, steps 3 and 4 come first when the pods
+        # of `after` are going now: the pinned claims are written while they go, off the path
+        # from their going to the gate's release; an unallocated claim of a gated pod holds
+        # nothing. Not for a longer wait: the template's claim and the pinned one would both
+        # count against the namespace's quota meanwhile)
         pinned: list[str] = []
         replaced: list[Replaced] = []
-        early = _pins_early(a)
+        left = _still_there(ctx, a.after)
+        early = _pins_early(a) and _going_now(ctx, left)
         if early:
             stop = _pin(a, ctx, pods, done, pinned, replaced)
             if stop is not None:
                 return stop
-        waiting = _wait_gone(ctx, a.after, a.after_claims)
+        waiting = _wait_gone(ctx, a.after, a.after_claims, left)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
         # gang instead of giving them to someone else (one pod admitted at once needs none)
