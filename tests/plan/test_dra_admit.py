@@ -22,6 +22,7 @@ from reconciler.plan.actions import Admit
 from reconciler.plan.cluster import GpuSlot
 from reconciler.plan.dra_admit import planned_devices
 from reconciler.plan.planner import plan_with_facts
+from reconciler.plan.stages.whole_cards import _gang_on
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.plan.scenarios import (
@@ -247,3 +248,15 @@ def test_a_card_free_now_goes_before_one_a_terminating_pod_holds(dra: bool) -> N
     (admit,) = [a for a in p.actions if isinstance(a, Admit)]
     assert [(pa.node, pa.gpus) for pa in admit.pods] == [("a100-2", (1,))]
     assert admit.after == () and admit.after_claims == ()
+
+
+@pytest.mark.parametrize("topology", ["nvlink", "node"])
+def test_of_equal_nvlink_islands_the_one_free_now_goes_first(topology: str) -> None:
+    """Within a node's topology preference too: two islands of two free cards, one of them a
+    terminating pod's, and a 2-card pod takes the other island (any topology: the free
+    cards first)."""
+    slots = [GpuSlot(node="n", index=i, mode="whole", island=i // 2) for i in range(4)]
+    got = _gang_on(slots, 2, topology, going=frozenset({0}))
+    want = [1, 2] if topology == "node" else [2, 3]
+    assert [g.index for g in got or []] == want
+    assert [g.index for g in _gang_on(slots, 2, topology) or []] == [0, 1]

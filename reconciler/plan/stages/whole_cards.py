@@ -31,8 +31,12 @@ def _gang_on(
         for g in free:
             groups.setdefault(g.island if topology == "nvlink" else g.numa, []).append(g)
         fitting = [grp for _, grp in sorted(groups.items()) if len(grp) >= n]
-        if fitting:
-            return min(fitting, key=len)[:n]
+        if fitting:  # the tightest group; of those, the one with fewest cards still going
+
+            def cost(grp: list[GpuSlot]) -> tuple[int, int]:
+                return len(grp), sum(g.index in going for g in grp[:n])
+
+            return min(fitting, key=cost)[:n]
     return free[:n]
 
 
