@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from reconciler.apply.executor import Executor
 from reconciler.apply.handlers import PARTITION_HANDLERS, ApplyConfig, Outcome, handles_partition
-from reconciler.plan.actions import CardChange, PartitionChange
+from reconciler.plan.actions import Admit, CardChange, PartitionChange
 from reconciler.plan.cluster import GpuSlot, PoolView
 from reconciler.plan.model import Plan
-from reconciler.plan.partition import DEFAULT_BACKENDS, DevicePluginBackend, PartitionBackend
+from reconciler.plan.partition import (
+    DEFAULT_BACKENDS,
+    DevicePluginBackend,
+    NotYet,
+    PartitionBackend,
+)
 from reconciler.plan.planner import plan_with_facts
 from reconciler.plan.run import Run
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
 from tests.apply.memory import MemoryCluster
-from tests.plan.scenarios import inference_burst_mig
+from tests.plan.scenarios import always_rule_preempts_before_giving_back, inference_burst_mig
 
 BACKEND = "test-per-node"
 
@@ -156,3 +161,40 @@ def test_a_change_of_an_unknown_backend_fails_with_a_reason():
     outcome = ex.apply(Plan(observed_at="2026-12-02T03:00:00+00:00", actions=(change,))).outcomes[0]
     assert outcome.status == "failed"
     assert "nobody" in outcome.message
+
+
+class HoldsAfterBackend(PerNodeChangeBackend):
+    """Names a pod's place its own way and says what still holds the cards of pods going."""
+
+    def pod_admission(self, run: Run, pv: PoolView, member: str, cards: list[GpuSlot]):
+        hint = super().pod_admission(run, pv, member, cards)
+        return hint.model_copy(update={"devices": tuple(f"dev-{g.index}" for g in cards)})
+
+    def held_beyond(self, run: Run, pv: PoolView, pods) -> tuple[str, ...]:
+        return tuple(f"{p}-lease" for p in sorted(pods))
+
+
+def test_an_admission_names_places_and_waits_as_the_backend_says():
+    """Step 11 asks the pool's backend how an Admit names a pod's place
+    (`PartitionBackend.pod_admission`: a place, or why not yet) and what still holds the
+    cards of the pods it waits for (`held_beyond`): DRA's devices and claims come that way,
+    and the stage names no backend."""
+    text, observed = always_rule_preempts_before_giving_back()
+    desired = load([SourceFile("desired.yaml", text)])
+    stopping = [
+        w.model_copy(update={"terminating": True}) if w.name == "spot-sweep" else w
+        for w in observed.workloads
+    ]
+    going = observed.model_copy(update={"workloads": stopping})
+    default, _ = plan_with_facts(desired, going)
+    (admit,) = [a for a in default.actions if isinstance(a, Admit)]
+    assert admit.after == ("team-b/spot-sweep",) and admit.after_claims == ()
+    backend = HoldsAfterBackend({"a100"})
+    other, _ = plan_with_facts(desired, going, backends=(backend, *DEFAULT_BACKENDS))
+    (admit,) = [a for a in other.actions if isinstance(a, Admit)]
+    assert admit.after_claims == ("team-b/spot-sweep-lease",)
+    assert admit.pods[0].devices == tuple(f"dev-{i}" for i in admit.pods[0].gpus)
+    backend.pod_admission = lambda run, pv, member, cards: NotYet("test-not-yet", "not yet")
+    held, _ = plan_with_facts(desired, going, backends=(backend, *DEFAULT_BACKENDS))
+    assert not [a for a in held.actions if isinstance(a, Admit)]
+    assert any(a.kind == "hold" and a.code == "test-not-yet" for a in held.actions)

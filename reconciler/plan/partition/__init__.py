@@ -3,7 +3,7 @@ backends a plan uses unless told otherwise (`DEFAULT_BACKENDS`)."""
 
 from __future__ import annotations
 
-from reconciler.plan.partition.base import PartitionBackend, convert, partition_for
+from reconciler.plan.partition.base import NotYet, PartitionBackend, convert, partition_for
 from reconciler.plan.partition.device_plugin import DevicePluginBackend
 from reconciler.plan.partition.dra import DraBackend
 from reconciler.plan.partition.dra_dynamic import DynamicMigBackend
@@ -22,6 +22,7 @@ __all__ = [
     "DevicePluginBackend",
     "DraBackend",
     "DynamicMigBackend",
+    "NotYet",
     "PartitionBackend",
     "convert",
     "partition_for",

@@ -14,16 +14,29 @@ backend's business: `policy.py` reads it for every backend.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 from reconciler.observe.model import ObservedState
+from reconciler.plan.actions import PodAdmission
 from reconciler.plan.cluster import GpuSlot, PoolView
 from reconciler.plan.run import Run
 from reconciler.policy.state import DesiredState
 
 
+@dataclass(frozen=True)
+class NotYet:
+    """A pod's place cannot be named in an admission yet (`PartitionBackend.pod_admission`):
+    the gang waits, whole, with this wait's code and why."""
+
+    code: str
+    why: str
+
+
 class PartitionBackend(Protocol):
-    """How one pool's cards are partitioned and how a change reaches the node."""
+    """How one pool's cards are partitioned, how a change reaches the node, and how an
+    admission names a pod's place on them."""
 
     name: str
 
@@ -92,6 +105,19 @@ class PartitionBackend(Protocol):
     ) -> list[str]:
         """Add the actions that carry out `node`'s changed cards, after `deps` (the cordon and
         the evictions that empty them); return their ids, the last one the node's change."""
+        ...
+
+    def pod_admission(
+        self, run: Run, pv: PoolView, member: str, cards: list[GpuSlot]
+    ) -> PodAdmission | NotYet:
+        """How step 11's Admit names the place of one pod (`member`, namespace/name) on
+        `cards` (all of one node, with what the plan placed on them), or why it cannot yet."""
+        ...
+
+    def held_beyond(self, run: Run, pv: PoolView, pods: Collection[str]) -> tuple[str, ...]:
+        """What still holds the cards of `pods` (namespace/name: the pods an admission waits
+        to be gone) after they are gone, until it is released (`Admit.after_claims`); ()
+        where their going frees the cards."""
         ...
 
 

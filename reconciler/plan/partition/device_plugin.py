@@ -12,10 +12,19 @@ and in every plan; MIG cards are separate resources and change one by one. Its c
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from reconciler.observe.model import ObservedState
-from reconciler.plan.actions import CardChange, CardLayout, CardSlices, MigReconfigure, SetSharing
+from reconciler.plan.actions import (
+    CardChange,
+    CardLayout,
+    CardSlices,
+    MigReconfigure,
+    PodAdmission,
+    SetSharing,
+)
 from reconciler.plan.cluster import GpuSlot, PoolView
-from reconciler.plan.partition.base import convert
+from reconciler.plan.partition.base import NotYet, convert
 from reconciler.plan.partition.policy import policy_slices, policy_strategy
 from reconciler.plan.run import Run
 from reconciler.policy.state import DesiredState
@@ -28,6 +37,17 @@ class DevicePluginBackend:
 
     def serves(self, pv: PoolView) -> bool:
         return True  # the default: every pool no other backend claims
+
+    def pod_admission(
+        self, run: Run, pv: PoolView, member: str, cards: list[GpuSlot]
+    ) -> PodAdmission | NotYet:
+        """The node and the cards: a hint (the device plugin picks the devices; the node agent
+        reports what it picked)."""
+        name = member.split("/", 1)[1]
+        return PodAdmission(name=name, node=cards[0].node, gpus=tuple(g.index for g in cards))
+
+    def held_beyond(self, run: Run, pv: PoolView, pods: Collection[str]) -> tuple[str, ...]:
+        return ()  # kube-scheduler counts a pod's cards free at its delete event
 
     def node_slices(self, pv: PoolView, node: str) -> int:
         """The slice count the node's plain cards have in the plan (0: not shared)."""

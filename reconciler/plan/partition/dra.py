@@ -24,7 +24,12 @@ No stage changed for this backend: the stages ask `partition_for(run, pv)` only.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from reconciler.plan.actions import PodAdmission
 from reconciler.plan.cluster import GpuSlot, PoolView
+from reconciler.plan.dra_admit import claims_held_for, planned_devices
+from reconciler.plan.partition.base import NotYet
 from reconciler.plan.partition.device_plugin import DevicePluginBackend
 from reconciler.plan.run import Run
 
@@ -39,6 +44,29 @@ class DraBackend(DevicePluginBackend):
 
     def shares_beside_mig(self, pv: PoolView) -> bool:
         return False  # nothing is shared on a DRA pool
+
+    def pod_admission(
+        self, run: Run, pv: PoolView, member: str, cards: list[GpuSlot]
+    ) -> PodAdmission | NotYet:
+        """The node, the cards and the devices the pod's claims are pinned to (exact
+        admission, plan/dra_admit.py); not yet while one is not published."""
+        hint = super().pod_admission(run, pv, member, cards)
+        assert isinstance(hint, PodAdmission)
+        observed = next((n for n in run.observed.nodes if n.name == hint.node), None)
+        devices = planned_devices(run.observed.dra, observed, cards, member)
+        if devices is None:
+            return NotYet(
+                "dra-devices-unpublished",
+                f"the devices planned for it on {hint.node} are not published by NVIDIA's DRA "
+                f"driver yet (it republishes a node's slices after a repartition); admitted "
+                f"once they are, on exactly those devices",
+            )
+        return hint.model_copy(update={"devices": devices})
+
+    def held_beyond(self, run: Run, pv: PoolView, pods: Collection[str]) -> tuple[str, ...]:
+        """Their allocated claims: the allocator counts a device taken while an allocation
+        names it, and Kubernetes deallocates a claim a moment after its pod went."""
+        return claims_held_for(run.observed.dra, pods)
 
     def share(self, run: Run, pv: PoolView, node: str, slices: int, why: str) -> bool:
         """Cards become whole (slices 0) as the device plugin backend makes them; never shared:

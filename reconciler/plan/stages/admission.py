@@ -14,7 +14,6 @@ from reconciler.observe.model import (
 )
 from reconciler.plan.actions import (
     Admit,
-    PodAdmission,
     Repartition,
     Resume,
     Uncordon,
@@ -32,8 +31,8 @@ from reconciler.plan.demand import (
     record_wait,
     unreachable,
 )
-from reconciler.plan.dra_admit import claims_held_for, planned_devices
 from reconciler.plan.objects.wanted import resource_quotas
+from reconciler.plan.partition import NotYet, partition_for
 from reconciler.plan.quotas import (
     QUOTA_PREFIX,
     quota_use,
@@ -407,25 +406,6 @@ def honour_reservations(run: Run, pending: list[Demand]) -> None:
             p.on_reservation = True
 
 
-def _on_dra(run: Run, pool: str) -> bool:
-    spec = run.desired.pools.get(pool)
-    return spec is not None and spec.spec.backend == "dra"
-
-
-def _pod_admission(run: Run, pool: str, member: str, cards: list[GpuSlot]) -> PodAdmission | None:
-    """One pod's node and cards; on a DRA pool also the devices its claims are pinned to (None
-    when one is not published: exact admission cannot name it)."""
-    name, node = member.split("/", 1)[1], cards[0].node
-    gpus = tuple(g.index for g in cards)
-    if not _on_dra(run, pool):
-        return PodAdmission(name=name, node=node, gpus=gpus)
-    observed = next((n for n in run.observed.nodes if n.name == node), None)
-    devices = planned_devices(run.observed.dra, observed, cards, member)
-    if devices is None:
-        return None
-    return PodAdmission(name=name, node=node, gpus=gpus, devices=devices)
-
-
 def emit_admissions(run: Run, pending: list[Demand]) -> None:
     """An Admit for every gated gang the plan placed: each pod's node and cards, after the
     repartitions and uncordons of those nodes, and once the pods stopped to free the cards
@@ -461,18 +441,15 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
             continue
         if not p.gated or p.origin != "pending pod":
             continue
+        pv = run.cluster.pools[p.pool]
+        backend = partition_for(run, pv)  # how the Admit names each pod's place
         pods, after, deps = [], set(), set()
         for m in p.members:
             cards = sorted(where[m], key=lambda g: g.index)
             node = cards[0].node
-            admission = _pod_admission(run, p.pool, m, cards)
-            if admission is None:  # a DRA device not published yet: the gang waits, whole
-                why = (
-                    f"the devices planned for it on {node} are not published by NVIDIA's DRA "
-                    f"driver yet (it republishes a node's slices after a repartition); admitted "
-                    f"once they are, on exactly those devices"
-                )
-                record_wait(run, p, "dra-devices-unpublished", why)
+            admission = backend.pod_admission(run, pv, m, cards)
+            if isinstance(admission, NotYet):  # e.g. a DRA device not published yet
+                record_wait(run, p, admission.code, admission.why)
                 break
             pods.append(admission)
             deps.update(node_steps.get(node, ()))
@@ -484,7 +461,7 @@ def emit_admissions(run: Run, pending: list[Demand]) -> None:
         if len(pods) != len(p.members):
             continue
         nodes = sorted({a.node for a in pods})
-        claims = claims_held_for(run.observed.dra, after) if _on_dra(run, p.pool) else ()
+        claims = backend.held_beyond(run, pv, after) if after else ()
         freed = f", once {len(after)} pod(s) stopped for it are gone" if after else ""
         if claims:
             freed += f" and their {len(claims)} ResourceClaim(s) deallocated"
