@@ -61,18 +61,9 @@ class DraMemo:
     def through(self, kind: str, convert: Callable[[dict], Any]) -> Callable[[dict], Any]:
         def memoised(o: dict) -> Any:
             meta = o.get("metadata") or {}
-            uid, rv = meta.get("uid"), meta.get("resourceVersion")
-            if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
-                return convert(o)
-            key = (kind, uid, rv)
-            got = self._kept.get(key)
-            if got is None:
-                self.misses += 1
-                got = convert(o)
-            else:
-                self.hits += 1
-            self._next[key] = got
-            return got
+            return self._once(
+                kind, meta.get("uid"), meta.get("resourceVersion"), lambda: convert(o)
+            )
 
         return memoised
 
@@ -81,13 +72,17 @@ class DraMemo:
         resourceVersion, as the pods' `WorkloadMemo` keys one)."""
         meta = pod.metadata
         uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
+        return self._once("Pod", uid, rv, lambda: _pod_claims(pod))
+
+    def _once(self, kind: str, uid: Any, rv: Any, make: Callable[[], Any]) -> Any:
+        """`make()` once per (kind, uid, resourceVersion): every time without either."""
         if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
-            return _pod_claims(pod)
-        key = ("Pod", uid, rv)
+            return make()
+        key = (kind, uid, rv)
         got = self._kept.get(key, _UNSEEN)
         if got is _UNSEEN:
             self.misses += 1
-            got = _pod_claims(pod)
+            got = make()
         else:
             self.hits += 1
         self._next[key] = got

@@ -268,12 +268,18 @@ def follow(world: World, steps: int) -> list[Workload]:
     return seen
 
 
-def test_unchanged_pods_keep_their_workloads_and_a_pod_twice_takes_the_plain_pass():
-    world = World(99)
+def read_twice(world: World) -> tuple[WorkloadMemo, list[Workload]]:
+    """`world` read twice through one memo: the second read hands back the same objects."""
     memo = WorkloadMemo()
     first = observed(world, memo)[0]
     again = observed(world, memo)[0]
     assert all(a is b for a, b in zip(first, again, strict=True))
+    return memo, again
+
+
+def test_unchanged_pods_keep_their_workloads_and_a_pod_twice_takes_the_plain_pass():
+    world = World(99)
+    memo, _ = read_twice(world)
     world.change()
     assert observed(world, memo)[0] == observed(world, None)[0]
     key = sorted(world.pods)[0]
@@ -429,10 +435,7 @@ def test_dra_pods_read_from_what_changed_equal_the_ones_read_afresh(seed):
 
 def test_dra_pods_keep_their_workloads_while_their_claims_do_not_change():
     world = DraWorld(3)
-    memo = WorkloadMemo()
-    first = observed(world, memo)[0]
-    again = observed(world, memo)[0]
-    assert all(a is b for a, b in zip(first, again, strict=True))
+    memo, again = read_twice(world)
     w = next(w for w in again if w.allocations and (w.namespace, w.name) in world.dra_pods)
     (status,) = world.pods[(w.namespace, w.name)].status.resource_claim_statuses
     key = f"{w.namespace}/{status.resource_claim_name}"
