@@ -79,18 +79,12 @@ def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _wait_gone(
-    ctx: Context,
-    after: tuple[str, ...],
-    claims: tuple[str, ...] = (),
-    left: list[tuple[str, PodInfo]] | None = None,
-) -> list[str]:
-    """`_still_there` (`left`: its first reading, made by the caller), read again every
+def _wait_gone(ctx: Context, left: list[tuple[str, PodInfo]], claims: tuple[str, ...]) -> str:
+    """The pods of `left` (`_still_there`'s first reading, the caller's) read again every
     `GONE_POLL_SECONDS` for up to `gone_wait_seconds` while what is left is going now
     (`_going_now`); once those pods are gone, the `claims` they held (DRA), every
-    `CLAIM_POLL_SECONDS` until each is deallocated, within the same time. Then what still
-    holds cards, described."""
-    left = _still_there(ctx, after) if left is None else left
+    `CLAIM_POLL_SECONDS` until each is deallocated, within the same time. Then what the step
+    still waits for, said ("" when nothing)."""
     held = _allocated(ctx, claims) if not left else claims
     budget = ctx.cfg.gone_wait_seconds
     while (left or held) and budget > 1e-9 and _going_now(ctx, left):
@@ -100,8 +94,15 @@ def _wait_gone(
         left = _still_there(ctx, tuple(k for k, _ in left))
         held = _allocated(ctx, held) if not left else held
     if left:
-        return [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
-    return [f"ResourceClaim {k} (still allocated)" for k in held]
+        pods = [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
+        return f"waits for {', '.join(pods)} to be gone: kube-scheduler still counts its cards"
+    if held:
+        claimed = ", ".join(f"ResourceClaim {k} (still allocated)" for k in held)
+        return (
+            f"waits for {claimed} to be deallocated: kube-scheduler's allocator still counts "
+            f"its devices"
+        )
+    return ""
 
 
 @dataclass
@@ -193,13 +194,13 @@ def _pin(
     done: _Written,
     pinned: list[str],
     replaced: list[Replaced],
-) -> Outcome | None:
-    """Steps 3 and 4 of `admit`: None when every pod still to admit is gpupool's and its
-    claims are written, else the step's outcome."""
+) -> tuple[list[PodAdmission], Outcome | None]:
+    """Steps 3 and 4 of `admit`: (the pods still to admit, None) when every one is gpupool's
+    and its claims are written, else (those pods, the step's outcome)."""
     # 3. who holds each pod now
     todo, left = _holders(a, pods)
     if left:
-        return Outcome(
+        return todo, Outcome(
             a.id,
             "skipped",
             f"{'; '.join(left)}: left alone, nothing admitted; the gang is planned again "
@@ -214,8 +215,8 @@ def _pin(
         status, why = pin_claims(ctx, a.namespace, want, pods[want.name], pinned, replaced)
         done.wrote = done.wrote or bool(pinned)
         if status:
-            return Outcome(a.id, status, why, changed=done.wrote)
-    return None
+            return todo, Outcome(a.id, status, why, changed=done.wrote)
+    return todo, None
 
 
 @handles(Admit)
@@ -258,29 +259,21 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         left = _still_there(ctx, a.after)
         early = _pins_early(a) and _going_now(ctx, left)
         if early:
-            stop = _pin(a, ctx, pods, done, pinned, replaced)
+            todo, stop = _pin(a, ctx, pods, done, pinned, replaced)
             if stop is not None:
                 return stop
-        waiting = _wait_gone(ctx, a.after, a.after_claims, left)
+        waiting = _wait_gone(ctx, left, a.after_claims)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
         # gang instead of giving them to someone else (one pod admitted at once needs none)
         if waiting or len(a.pods) > 1:
             _reserve(a, ctx, pods, done)
         if waiting:
-            what = (
-                "to be deallocated: kube-scheduler's allocator still counts its devices"
-                if waiting[0].startswith("ResourceClaim ")
-                else "to be gone: kube-scheduler still counts its cards"
-            )
-            return Outcome(
-                a.id, "waiting", f"waits for {', '.join(waiting)} {what}", changed=done.wrote
-            )
+            return Outcome(a.id, "waiting", waiting, changed=done.wrote)
         if not early:
-            stop = _pin(a, ctx, pods, done, pinned, replaced)
+            todo, stop = _pin(a, ctx, pods, done, pinned, replaced)
             if stop is not None:
                 return stop
-        todo, _ = _holders(a, pods)
         # 5. admit: affinity, the gate's removal and the annotations in one patch per pod
         _admit_pods(a, ctx, pods, todo, done)
         # 6. then the replaced claims are deleted, off the path from plan to running pod: each
