@@ -49,6 +49,14 @@ DRA_POD_CLAIM_ANN = "resource.kubernetes.io/pod-claim-name"
 """Kubernetes' annotation on a claim made from a pod's template: which of the pod's
 `spec.resourceClaims` it is (pkg/controller/resourceclaim/controller.go); kept on the claim
 gpupool writes in its place."""
+DRA_DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+"""Kubernetes' finalizer on an allocated ResourceClaim (resourceapi.Finalizer): kube-scheduler
+adds it, in an update of its own, before it writes an allocation, and skips that update when the
+claim carries it already (k8s.io/kubernetes v1.37.2 pkg/scheduler/framework/plugins/
+dynamicresources/dynamicresources.go `bindClaim`); the resourceclaim controller removes it once
+the claim is deallocated, or once it is deleted unreserved, allocated or not
+(pkg/controller/resourceclaim/controller.go `syncClaim`). gpupool's pinned claims are made with
+it (apply/handlers/dra_admit.py `_replace`)."""
 DRA_DRIVER = "gpu.nvidia.com"
 """NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 cmd/gpu-kubelet-plugin/
 main.go `DriverName`)."""

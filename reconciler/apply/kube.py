@@ -124,6 +124,7 @@ def _pod(p: Any) -> PodInfo:
         owner_name=owner_name,
         uid=p.metadata.uid or "",
         claims=_claims(p),
+        nominated=(getattr(status, "nominated_node_name", None) or "") if status else "",
         claim_templates={
             c.name: c.resource_claim_template_name
             for c in (getattr(p.spec, "resource_claims", None) or [])
@@ -397,6 +398,7 @@ class KubeOps:
         reason: str,
         message: str,
         last_transition_time: str,
+        clear_nominated: bool = False,
     ) -> None:
         cond = {
             "type": type,
@@ -405,13 +407,20 @@ class KubeOps:
             "message": message,
             "lastTransitionTime": last_transition_time,
         }
-        # strategic merge: status.conditions is merged by `type`
-        self._patch_pod_status(namespace, name, {"conditions": [cond]})
+        # strategic merge: status.conditions is merged by `type`; null removes a field
+        status: dict = {"conditions": [cond]}
+        if clear_nominated:
+            status["nominatedNodeName"] = None
+        self._patch_pod_status(namespace, name, status)
 
-    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+    def set_pod_claim(
+        self, namespace: str, name: str, entry: str, claim: str, *, node: str = ""
+    ) -> None:
         # strategic merge: status.resourceClaimStatuses is merged by `name`
-        entries = [{"name": entry, "resourceClaimName": claim}]
-        self._patch_pod_status(namespace, name, {"resourceClaimStatuses": entries})
+        status: dict = {"resourceClaimStatuses": [{"name": entry, "resourceClaimName": claim}]}
+        if node:
+            status["nominatedNodeName"] = node
+        self._patch_pod_status(namespace, name, status)
 
     def _patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
         with _errors():

@@ -83,6 +83,9 @@ class PodInfo:
     """Annotation key -> the field managers that own it in `metadata.managedFields` (who set it
     last, as the API server records it); a key not here has none on record. What
     `reconciler.observe.trust` judges a value by."""
+    nominated: str = ""
+    """`status.nominatedNodeName` ("" when unset): where kube-scheduler expects the pod to go,
+    or a component that decided it (gpupool's exact admission on DRA, `set_pod_claim`)."""
     delete_asked: datetime | None = None
     """When its deletion was asked for (the API server's clock: `deletionTimestamp` less
     `deletionGracePeriodSeconds`); None when it is not being deleted or either is unset."""
@@ -208,15 +211,20 @@ class ClusterOps(Protocol):
         reason: str,
         message: str,
         last_transition_time: str,
+        clear_nominated: bool = False,
     ) -> None:
         """Set one condition in the pod's `status.conditions` (a strategic-merge patch of the
-        pods/status subresource, merged by condition `type`: the others stay)."""
+        pods/status subresource, merged by condition `type`: the others stay); with
+        `clear_nominated`, remove its `status.nominatedNodeName` in the same patch."""
 
-    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+    def set_pod_claim(
+        self, namespace: str, name: str, entry: str, claim: str, *, node: str = ""
+    ) -> None:
         """Name `claim` as the ResourceClaim of the pod's claim `entry` in its
         `status.resourceClaimStatuses` (a strategic-merge patch of the pods/status
-        subresource, merged by `name`: the other entries stay). Exact admission points a gated
-        pod at the pinned claim it made before it deletes the claim it replaces
+        subresource, merged by `name`: the other entries stay), and with `node` the node the
+        plan chose as its `status.nominatedNodeName` in the same patch. Exact admission points
+        a gated pod at the pinned claim it made before it deletes the claim it replaces
         (handlers/dra_admit.py)."""
 
     # jobs

@@ -162,6 +162,8 @@ class _Pod:
     delete_asked: datetime | None = None
     """`PodInfo.delete_asked` of a terminating pod (None: not on record)."""
     templates: dict[str, str] = field(default_factory=dict)
+    nominated: str = ""
+    """`status.nominatedNodeName` (`PodInfo.nominated`)."""
 
     def annotate(self, annotations: dict[str, str | None]) -> None:
         """A merge patch of its annotations by gpupool (`KubeOps` names its field manager):
@@ -489,6 +491,7 @@ class MemoryCluster:
             claim_templates=dict(p.templates),
             annotation_writers=dict(p.writers),
             delete_asked=p.delete_asked,
+            nominated=p.nominated,
         )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -554,6 +557,7 @@ class MemoryCluster:
         reason: str,
         message: str,
         last_transition_time: str,
+        clear_nominated: bool = False,
     ) -> None:
         cond = PodCondition(type, status, reason, message, last_transition_time)
 
@@ -564,18 +568,36 @@ class MemoryCluster:
             others = [c for c in p.conditions if c.type != type]
             at = next((i for i, c in enumerate(p.conditions) if c.type == type), len(others))
             p.conditions = [*others[:at], cond, *others[at:]]
+            if clear_nominated:
+                p.nominated = ""
 
-        self._run("set_pod_condition", patch, namespace=namespace, name=name, condition=cond)
+        extra = {"clear_nominated": True} if clear_nominated else {}
+        self._run(
+            "set_pod_condition", patch, namespace=namespace, name=name, condition=cond, **extra
+        )
 
-    def set_pod_claim(self, namespace: str, name: str, entry: str, claim: str) -> None:
+    def set_pod_claim(
+        self, namespace: str, name: str, entry: str, claim: str, *, node: str = ""
+    ) -> None:
         def patch() -> None:
             p = self.pods.get((namespace, name))
             if p is None:
                 raise not_found("pods", name)
             kept = [(e, n) for e, n in p.claims if e != entry]
             p.claims = [*kept, (entry, claim)]  # merged by entry name, as the server does
+            if node:
+                p.nominated = node
 
-        self._run("set_pod_claim", patch, namespace=namespace, name=name, entry=entry, claim=claim)
+        extra = {"node": node} if node else {}
+        self._run(
+            "set_pod_claim",
+            patch,
+            namespace=namespace,
+            name=name,
+            entry=entry,
+            claim=claim,
+            **extra,
+        )
 
     def evict_pod(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"

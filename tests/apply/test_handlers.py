@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import math
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from reconciler.apply.handlers import (
 )
 from reconciler.apply.handlers.base import CLAIM_POLL_SECONDS, GONE_POLL_SECONDS
 from reconciler.apply.port import ApiError
-from reconciler.plan.actions import Admit, PruneDraObject
+from reconciler.plan.actions import Admit, Hold, PruneDraObject
 from tests.apply.rows import (
     ADMIT,
     ADMIT_AFTER,
@@ -42,6 +43,7 @@ from tests.apply.rows import (
     EVICT_ROWS,
     GRACE,
     GRACE_BY_ID,
+    HOLD,
     HOLD_ROWS,
     KUEUE_ROWS,
     LABEL_ROWS,
@@ -66,6 +68,8 @@ from tests.apply.rows import (
     asked,
     config_marked,
     gang_admitted,
+    gated,
+    held_cond,
     job,
 )
 from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DRA_ADMIT, DYN_PINNED, PINNED
@@ -743,3 +747,51 @@ def test_a_suspension_is_written_once_and_counted_once_per_run():
     cluster.pods[(NS, "job")].deleting = True  # the Job controller deletes it
     third = run(row, cluster, memory_config(), writes=cluster.write_ops)
     assert (third.message, third.budget) == ("pod is terminating", [])
+
+
+def test_dra_admit_makes_the_scheduler_s_writes_in_its_own():
+    """The pinned claim is made with the finalizer kube-scheduler would add before writing its
+    allocation, and the pod's status names the plan's node as `nominatedNodeName` in the same
+    patch that names the claim: the scheduler's PreBind then writes the claim's status alone."""
+    row = ROWS[REPLACED]
+    cluster = seed_memory(row)
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert got.status == "done", got.message
+    made = cluster.dra[("ResourceClaim", NS, PINNED)]
+    assert made["metadata"]["finalizers"] == [C.DRA_DELETE_PROTECTION]
+    named = next(c for c in cluster.calls if c.op == "set_pod_claim")
+    assert named.args["node"] == DRA_ADMIT.pods[0].node
+    pod = cluster.read_pod(NS, "p-0")
+    assert pod is not None and pod.nominated == DRA_ADMIT.pods[0].node
+
+
+def _hold_nominated(others: tuple[str, ...], held_already: bool) -> tuple[Outcome, Any]:
+    """HOLD on a gated pod (`others`: other systems' gates beside gpupool's) whose status names
+    a node. -> the outcome, the cluster."""
+    conditions = (held_cond(),) if held_already else ()
+    row = dataclasses.replace(
+        ROWS["hold/set"], seed=(gated("p-0", *others, conditions=conditions),)
+    )
+    cluster = seed_memory(row)
+    cluster.pods[(NS, "p-0")].nominated = "node-a"
+    return HANDLERS[Hold](HOLD, Context(cluster, memory_config(), clock=lambda: NOW)), cluster
+
+
+@pytest.mark.parametrize("held_already", [False, True])
+def test_hold_takes_back_a_node_named_for_an_admission_that_did_not_go(held_already: bool):
+    """A pod only gpupool's gate holds, whose status names a node (exact admission on DRA wrote
+    it and the gate stayed): the Hold removes it in its condition's patch, also when the
+    condition says so already."""
+    got, cluster = _hold_nominated((), held_already)
+    assert (got.status, got.changed) == ("done", True), got.message
+    write = next(c for c in cluster.calls if c.op == "set_pod_condition")
+    assert write.args["clear_nominated"] is True
+    pod = cluster.read_pod(NS, "p-0")
+    assert pod is not None and pod.nominated == ""
+
+
+def test_hold_leaves_the_node_of_a_pod_another_gate_holds():
+    got, cluster = _hold_nominated(("example.com/other",), held_already=True)
+    assert (got.status, got.changed) == ("done", False), got.message
+    pod = cluster.read_pod(NS, "p-0")
+    assert pod is not None and pod.nominated == "node-a"

@@ -30,7 +30,7 @@ class Core:
     """The pod "t/p" at resourceVersion `rv`; each call recorded."""
 
     def __init__(self) -> None:
-        self.rv, self.calls, self.patches = 1, [], []
+        self.rv, self.calls, self.patches, self.status_patches = 1, [], [], []
 
     def read_namespaced_pod(self, name: str, ns: str) -> client.V1Pod:
         self.calls.append("GET")
@@ -44,6 +44,7 @@ class Core:
 
     def patch_namespaced_pod_status(self, name: str, ns: str, body: dict, **_: Any):
         self.calls.append("PATCH status")
+        self.status_patches.append(body)
         self.rv += 1
         return gated(str(self.rv))
 
@@ -108,3 +109,34 @@ def test_a_terminating_pod_says_when_its_deletion_was_asked():
     pod.metadata.deletion_timestamp, pod.metadata.deletion_grace_period_seconds = at, 30
     info = kube._pod(pod)
     assert info.deleting and info.delete_asked == datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)
+
+
+def test_the_status_naming_a_claim_names_the_node_in_the_same_patch():
+    """`set_pod_claim` with a node: one status patch with the claim and
+    `nominatedNodeName`; without one, the claim alone. A condition's patch may remove it."""
+    o, core = ops()
+    o.set_pod_claim("t", "p", "gpu", "p-gpu-abc", node="n1")
+    o.set_pod_claim("t", "p", "gpu", "p-gpu-abc")
+    o.set_pod_condition(
+        "t",
+        "p",
+        type=C.ADMITTED_CONDITION,
+        status="False",
+        reason="HeldCap",
+        message="m",
+        last_transition_time="2026-12-06T00:00:00Z",
+        clear_nominated=True,
+    )
+    claim = [{"name": "gpu", "resourceClaimName": "p-gpu-abc"}]
+    assert [b["status"] for b in core.status_patches[:2]] == [
+        {"resourceClaimStatuses": claim, "nominatedNodeName": "n1"},
+        {"resourceClaimStatuses": claim},
+    ]
+    assert core.status_patches[2]["status"]["nominatedNodeName"] is None
+
+
+def test_a_pod_s_nominated_node_is_read():
+    pod = gated("1")
+    pod.status.nominated_node_name = "n1"
+    assert kube._pod(pod).nominated == "n1"
+    assert kube._pod(gated("1")).nominated == ""

@@ -34,7 +34,7 @@ from .dra_support import (
     resource_claim,
 )
 from .gating import gate_names, gated_namespace
-from .harness import audit_mark, controller, write_policy
+from .harness import audit_mark, controller, write_policy, writes
 from .rbac_rules import unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
@@ -114,7 +114,23 @@ def test_allocations_are_the_plan(kube, tmp_path):
     ]
     for i, spec in enumerate(rounds):
         spec = {**spec, f"ranker-{i}": (mig, "")}
+        at = audit_mark(kube)
         got, results = admit_round(kube, ctl, ns, sfx, spec, lose="big" if i else "")
+        # kube-scheduler wrote each claim's allocation and bound each pod (and its events),
+        # nothing else: the pinned claims carry the finalizer it adds before an allocation,
+        # the pods' status the node it would nominate before its PreBind
+        # (handlers/dra_admit.py `_replace`)
+        sched = [
+            (e.verb, e.resource, e.subresource or "")
+            for e in writes(kube, since=at, user="system:kube-scheduler")
+            if e.namespace == ns and e.resource != "events"
+        ]
+        assert sorted(set(sched)) == [
+            ("create", "pods", "binding"),
+            ("update", "resourceclaims", "status"),
+        ], sched
+        for c in claims_in(kube, ns):
+            assert c["metadata"].get("finalizers") == [C.DRA_DELETE_PROTECTION], c["metadata"]
         for p, (node, devices, planned) in got.items():
             assert planned and devices == planned, (p, devices, planned, results)
             admitted_to = kube.core.read_namespaced_pod(p, ns).metadata.annotations[C.ADMITTED_ANN]

@@ -325,7 +325,14 @@ def hold(a: Hold, ctx: Context) -> Outcome:
         return Outcome(a.id, "done", "admitted meanwhile (no longer gated)")
     reason = condition_reason(a.code)
     cur = pod.condition(C.ADMITTED_CONDITION)
-    if cur is not None and (cur.status, cur.reason, cur.message) == ("False", reason, a.message):
+    # a node named for an admission that did not go through (dra_admit.py `_replace`): while
+    # only gpupool's gate holds the pod, where it goes is gpupool's to say, and it has no place
+    stale = bool(pod.nominated) and pod.gates == (C.ADMISSION_GATE,)
+    if (
+        cur is not None
+        and (cur.status, cur.reason, cur.message) == ("False", reason, a.message)
+        and not stale
+    ):
         return Outcome(a.id, "done", f"already held: {a.message}")
     since = (  # the time the status last changed: kept while it stays False
         cur.last_transition_time
@@ -341,6 +348,7 @@ def hold(a: Hold, ctx: Context) -> Outcome:
             reason=reason,
             message=a.message,
             last_transition_time=since,
+            clear_nominated=stale,
         )
     except ApiError as exc:
         if exc.status == 404:

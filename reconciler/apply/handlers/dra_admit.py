@@ -248,7 +248,23 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> str:
     what the old one named), so a delete that fails after the pod's status names the pinned
     claim is done again later: by this step while the pod is still gated (`_leftovers`), by
     the planner's sweep of replaced claims once it is not (plan/objects/dra_objects.py
-    `sweep_replaced_claims`)."""
+    `sweep_replaced_claims`).
+
+    Two writes kube-scheduler would make on the way from the gate to the binding are made here
+    instead, in requests this step makes anyway (k8s.io/kubernetes v1.37.2, checked on the real
+    scheduler: tests/integration/test_dra_admit.py):
+    - The claim is made with the finalizer an allocated claim carries
+      (`resource.kubernetes.io/delete-protection`). The DRA plugin's PreBind adds it in an
+      update of its own before it writes the allocation unless it is there
+      (dynamicresources.go `bindClaim`). An allocation gpupool writes itself (DynamicMIG) is
+      protected by it the same way, and the resourceclaim controller removes it once the claim
+      is deallocated, or deleted unreserved (controller.go `syncClaim`): a replaced pinned claim
+      still goes.
+    - The pod's status names the plan's node as `nominatedNodeName` beside the claim
+      (KEP-5278: a component that decided where a pod goes may say so). Before a PreBind that
+      has work to do (a pod with claims), the scheduler writes the node it chose there unless
+      the pod carries it already (schedule_one.go `bindingCycle`, `updatePod`). A Hold removes
+      it from a pod gpupool's gate still holds (admission.py `hold`)."""
     ctx, ns, pod, planned = p.ctx, p.ns, p.pod, p.planned
     md = claim["metadata"]
     name = pinned_name(pod.name, pod.uid, entry, planned)
@@ -259,6 +275,7 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> str:
         "name": name,
         "namespace": ns,
         "ownerReferences": md.get("ownerReferences") or [],
+        "finalizers": [C.DRA_DELETE_PROTECTION],
         "annotations": {
             **{k: v for k, v in ann.items() if k != C.DRA_REPLACES_ANN},
             C.DRA_PLANNED_ANN: planned,
@@ -273,7 +290,7 @@ def _replace(p: _Pins, entry: str, claim: dict, spec: dict, gone: bool) -> str:
     except ApiError as exc:
         if exc.status != 409 or not _made_already(ctx, ns, name, pod, planned):
             raise
-    ctx.ops.set_pod_claim(ns, pod.name, entry, name)
+    ctx.ops.set_pod_claim(ns, pod.name, entry, name, node=p.want.node)
     p.replaced += [Replaced(pod.name, old, name) for old in replaces]
     return name
 
