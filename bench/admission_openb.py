@@ -40,7 +40,9 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    exact admission replaces each pod's claim with one whose CEL selector names the planned
    cards before releasing the gate. Also measured: the share of admitted pods whose allocated
    devices (`status.allocation.devices.results`) are the planned ones (the claim's
-   `gpupool.io/planned-devices`), read from the claims every 0.25 s while they live.
+   `gpupool.io/planned-devices`), each claim checked when a watch of the namespace's claims
+   first shows it allocated. The cards in use are the devices those claims' allocations name,
+   as the same watch delivers them (no list per sample: bench/dra_setup.py `Claims`).
    The DRA runs come after the others (the policy changes backend for them);
 6. **dra-dynmig-scheduler** and 7. **dra-dynmig-gpupool**: 4 and 5 on a pool under the DRA
    driver's alpha `DynamicMIG` gate (`spec.dra: {mig: dynamic}`; the nodes republish their
@@ -498,14 +500,11 @@ class DraReplay(Replay):
 
     def __init__(self, *a: Any, **kw: Any):
         super().__init__(*a, **kw)
-        self.claims = Claims()
-        from kubernetes import client
-
-        self.custom = client.CustomObjectsApi(self.api)
         from reconciler.conventions import DRA_PLANNED_ANN
 
+        self.claims = Claims(planned_key=DRA_PLANNED_ANN)
         self.claim_watch = admission_stages.ClaimWatch(
-            self.world.plane.api_client(), self.ns, DRA_PLANNED_ANN, self.wall
+            self.world.plane.api_client(), self.ns, DRA_PLANNED_ANN, self.wall, sink=self.claims
         )
 
     def watch(self) -> None:
@@ -525,10 +524,6 @@ class DraReplay(Replay):
         return body
 
     def cards(self) -> list[tuple[str, int, int]]:
-        from reconciler.conventions import DRA_PLANNED_ANN
-
-        with contextlib.suppress(Exception):  # a slow list: the last one's figures stand
-            self.claims.read(self.custom, self.ns, DRA_PLANNED_ANN)
         held = self.claims.held
         return [(n.name, n.gpus, n.gpus - held.get(n.name, 0)) for n in self.wl.nodes]
 

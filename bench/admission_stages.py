@@ -171,15 +171,25 @@ class ClaimWatch:
     pinned claim (`planned`) was first seen, when an allocation was first seen on one of its
     claims, and when the last allocation it had went (the claim deallocated or deleted)."""
 
-    def __init__(self, api: Any, ns: str, planned_key: str, wall: Any) -> None:
+    def __init__(self, api: Any, ns: str, planned_key: str, wall: Any, sink: Any = None) -> None:
+        """`sink`: also given each list (`listed(items)`) and event (`seen(kind, claim)`)."""
         self.api, self.ns, self.planned_key, self.wall = api, ns, planned_key, wall
+        self.sink = sink
         self.pinned: dict[str, float] = {}
         self.allocated: dict[str, float] = {}
         self.freed: dict[str, float] = {}
         self._held: dict[str, str] = {}  # claim uid -> pod, while allocated
         self.stop = threading.Event()
 
-    def seen(self, kind: str, claim: dict) -> None:
+    def listed(self, items: list[dict]) -> None:
+        for c in items:
+            self.seen("ADDED", c, forward=False)
+        if self.sink is not None:
+            self.sink.listed(items)
+
+    def seen(self, kind: str, claim: dict, forward: bool = True) -> None:
+        if forward and self.sink is not None:
+            self.sink.seen(kind, claim)
         now = self.wall()
         meta = claim.get("metadata") or {}
         owners = [o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
@@ -205,7 +215,7 @@ class ClaimWatch:
         watch_list(
             functools.partial(custom.list_namespaced_custom_object, *args),
             self.stop,
-            lambda items: [self.seen("ADDED", c) for c in items],
+            self.listed,
             self.seen,
         )
 

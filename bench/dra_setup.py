@@ -18,7 +18,7 @@ A partition is counted as the memory slices it consumes of its card's 8 (the dri
 
 from __future__ import annotations
 
-import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,48 +214,74 @@ def device_use(node: str, device: str, shares: dict[str, float]) -> tuple[int, s
 
 @dataclass
 class Claims:
-    """The claims of one namespace as last listed: devices held per node, and per pod (first
-    seen allocated) whether its allocated devices are the planned ones."""
+    """The claims of one namespace as its watch delivers them (`seen`, `listed`: the replay's
+    `ClaimWatch` forwards every event): devices held per node, and per pod (first seen
+    allocated) whether its allocated devices are the planned ones. Kept from the watch, not
+    listed at each sample: a list of every claim four times a second loaded the API server and
+    this process (the simulated kubelets') in the DRA runs only, where the device plugin's
+    cards are read from the kubelets in memory."""
 
-    held: dict[str, int] = field(default_factory=dict)  # node -> cards with a device allocated
-    used: dict[str, float] = field(default_factory=dict)  # node -> cards' worth allocated
     checked: dict[str, bool] = field(default_factory=dict)  # pod -> allocated == planned
     unplanned: set[str] = field(default_factory=set)  # allocated pods without a plan annotation
     mismatches: list[str] = field(default_factory=list)
     shares: dict[str, float] = field(default_factory=dict)  # MIG profile -> share of a card
+    planned_key: str = ""
+    _allocated: dict[str, list[tuple[str, int, float]]] = field(default_factory=dict)
+    """Claim uid -> (node, card, share) of each device of its allocation."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def read(self, custom: Any, ns: str, planned_key: str) -> None:
-        from reconciler import conventions as C
-
-        resp = custom.list_namespaced_custom_object(
-            C.DRA_GROUP, C.DRA_VERSION, ns, "resourceclaims", _preload_content=False
-        )
+    @property
+    def held(self) -> dict[str, int]:
+        """Node -> cards with a device allocated."""
         cards: dict[str, set[int]] = {}
-        used: dict[str, float] = {}
-        for claim in json.loads(resp.data).get("items") or []:
-            meta = claim["metadata"]
-            alloc = (claim.get("status") or {}).get("allocation") or {}
-            results = (alloc.get("devices") or {}).get("results") or []
-            if not results:
-                continue
-            got = []
-            for r in results:
-                minor, named, share = device_use(r["pool"], r["device"], self.shares)
-                cards.setdefault(r["pool"], set()).add(minor)
-                used[r["pool"]] = used.get(r["pool"], 0.0) + share
-                got.append(named)
-            owners = [o["name"] for o in meta.get("ownerReferences") or [] if o["kind"] == "Pod"]
-            pod = owners[0] if owners else meta["name"]
-            if pod in self.checked or pod in self.unplanned:
-                continue
-            planned = (meta.get("annotations") or {}).get(planned_key)
-            if planned is None:
-                self.unplanned.add(pod)
-                continue
-            got.sort()
-            want = sorted(u for u in planned.split(",") if u)
-            self.checked[pod] = got == want
-            if got != want and len(self.mismatches) < 5:
-                self.mismatches.append(f"{pod}: allocated {got}, planned {want}")
-        self.held = {n: len(c) for n, c in cards.items()}
-        self.used = used
+        with self._lock:
+            for devices in self._allocated.values():
+                for node, minor, _ in devices:
+                    cards.setdefault(node, set()).add(minor)
+        return {n: len(c) for n, c in cards.items()}
+
+    @property
+    def used(self) -> dict[str, float]:
+        """Node -> cards' worth allocated."""
+        out: dict[str, float] = {}
+        with self._lock:
+            for devices in self._allocated.values():
+                for node, _, share in devices:
+                    out[node] = out.get(node, 0.0) + share
+        return out
+
+    def listed(self, items: list[dict]) -> None:
+        """A (re)list: what it holds replaces what was kept."""
+        with self._lock:
+            self._allocated.clear()
+        for claim in items:
+            self.seen("ADDED", claim)
+
+    def seen(self, kind: str, claim: dict) -> None:
+        meta = claim["metadata"]
+        alloc = (claim.get("status") or {}).get("allocation") or {}
+        results = (alloc.get("devices") or {}).get("results") or []
+        if kind == "DELETED" or not results:
+            with self._lock:
+                self._allocated.pop(meta.get("uid", ""), None)
+            return
+        devices, got = [], []
+        for r in results:
+            minor, named, share = device_use(r["pool"], r["device"], self.shares)
+            devices.append((r["pool"], minor, share))
+            got.append(named)
+        with self._lock:
+            self._allocated[meta.get("uid", "")] = devices
+        owners = [o["name"] for o in meta.get("ownerReferences") or [] if o["kind"] == "Pod"]
+        pod = owners[0] if owners else meta["name"]
+        if pod in self.checked or pod in self.unplanned:
+            return
+        planned = (meta.get("annotations") or {}).get(self.planned_key)
+        if planned is None:
+            self.unplanned.add(pod)
+            return
+        got.sort()
+        want = sorted(u for u in planned.split(",") if u)
+        self.checked[pod] = got == want
+        if got != want and len(self.mismatches) < 5:
+            self.mismatches.append(f"{pod}: allocated {got}, planned {want}")
