@@ -10,6 +10,8 @@ bad claim only that claim. None when resource.k8s.io/v1 is not served (404)."""
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +53,10 @@ class DraMemo:
         self._next: dict[tuple[str, str, str], Any] = {}
         self.hits = 0
         self.misses = 0
+        self.stuck: frozenset[str] = frozenset()
+        """The pods whose claims the cache still showed behind when the last wait for it ran
+        out (`_claims_caught_up`): not waited for again, listed at once, while they are all
+        that is behind."""
 
     def begin(self) -> None:
         self._next = {}
@@ -98,12 +104,16 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
 
     api = client.CustomObjectsApi(api_client)
     from_cache = getattr(cache, "dra_objects", None)  # a cache of nodes and pods only: lists
+    memo = getattr(cache, "dra_memo", None)
+    if memo is None:
+        memo = DraMemo()  # used once: converts everything
     listed: dict[str, list[dict]] = {}
     rules_served = True
     for kind, plural in PLURALS.items():
         cached = from_cache(plural) if from_cache is not None else None
-        if cached is not None and kind == "ResourceClaim" and _claims_behind(cached, raw_pods):
-            cached = None  # older than the pods: listed, as without a cache
+        if cached is not None and kind == "ResourceClaim":
+            again = functools.partial(from_cache, plural)
+            cached = _claims_caught_up(cached, raw_pods, again, memo)
         try:
             if cached is not None:
                 items = cached
@@ -118,9 +128,6 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
             else:
                 raise
         listed[kind] = _objects(kind, items, "metadata", "spec", "status")
-    memo = getattr(cache, "dra_memo", None)
-    if memo is None:
-        memo = DraMemo()  # used once: converts everything
     memo.begin()
 
     def each(kind: str, convert: Callable[[dict], Any]) -> list[Any]:
@@ -139,13 +146,46 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
     return state
 
 
-def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> bool:
-    """Whether cached claims are older than the (cached) pods: a pod bound to a node whose
-    claim is not there allocated. kube-scheduler allocates a pod's claims before it binds the
-    pod, so a consistent read never shows that; a claims watch behind the pods watch does, and
-    a plan from it would take the pod's cards for free. Listing the claims after the pods (as
-    without a cache) cannot. Finished pods are left aside (their claims are deallocated)."""
-    allocated = set()
+CLAIMS_CATCH_UP_SECONDS = 0.05
+"""How long an observation waits for cached claims behind the pods (`_claims_behind`) to catch
+up, reading the cache again every `CLAIMS_POLL_SECONDS`, before it lists them."""
+CLAIMS_POLL_SECONDS = 0.001
+
+
+def _claims_caught_up(
+    cached: list[Any], raw_pods: list[Any], again: Callable[[], list[Any] | None], memo: DraMemo
+) -> list[Any] | None:
+    """The cached claims once they are not behind the pods (`_claims_behind`), else None (to
+    be listed). Behind, they are read again from the cache (`again`) for up to
+    `CLAIMS_CATCH_UP_SECONDS`: the usual cause is kube-scheduler's allocation and binding of a
+    pod a moment ago, the binding delivered by the pods' watch before the allocation by the
+    claims' (milliseconds), and a list of every claim costs the API server and this process
+    more than that wait. Pods the last wait ran out on (`DraMemo.stuck`: a pod bound without
+    the scheduler, say, whose claim no allocation will reach) are not waited for again."""
+    behind = _claims_behind(cached, raw_pods)
+    if behind and behind <= memo.stuck:
+        return None
+    deadline = time.monotonic() + CLAIMS_CATCH_UP_SECONDS
+    while behind:
+        if time.monotonic() >= deadline:
+            memo.stuck = frozenset(behind)
+            return None  # older than the pods: listed, as without a cache
+        time.sleep(CLAIMS_POLL_SECONDS)
+        fresh = again()
+        if fresh is None:
+            return None
+        cached, behind = fresh, _claims_behind(fresh, raw_pods)
+    return cached
+
+
+def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> set[str]:
+    """The pods (namespace/name) that show cached claims older than the (cached) pods: bound
+    to a node, with a claim not there allocated. kube-scheduler allocates a pod's claims before
+    it binds the pod, so a consistent read never shows that; a claims watch behind the pods
+    watch does, and a plan from it would take the pod's cards for free. Listing the claims
+    after the pods (as without a cache) cannot. Finished pods are left aside (their claims
+    are deallocated)."""
+    allocated, behind = set(), set()
     for c in claims:
         if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
             meta = c.get("metadata") or {}
@@ -160,8 +200,8 @@ def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> bool:
         for st in getattr(status, "resource_claim_statuses", None) or []:
             name = getattr(st, "resource_claim_name", None)
             if name and f"{p.metadata.namespace}/{name}" not in allocated:
-                return True
-    return False
+                behind.add(f"{p.metadata.namespace}/{p.metadata.name}")
+    return behind
 
 
 def _managed_by(o: dict) -> str:

@@ -9,6 +9,7 @@ tests/integration/test_dra_informer.py."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from kubernetes import client
@@ -16,6 +17,7 @@ from kubernetes import client
 from reconciler import conventions as C
 from reconciler.apply.kube import KubeOps
 from reconciler.loop.informer import ClusterCache
+from reconciler.observe import kube_dra
 from reconciler.observe.kube_dra import DraMemo, read_dra
 
 PLURALS = list(C.DRA_PLURALS.values())
@@ -276,12 +278,40 @@ def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
         )
 
     monkeypatch.setattr(client, "CustomObjectsApi", Custom)
+    monkeypatch.setattr(kube_dra, "CLAIMS_CATCH_UP_SECONDS", 0.01)
     state = read_dra(object(), [pod("node-a")], Cache())
     assert listed == ["resourceclaims"] and state.claims[0].allocated == []
     listed.clear()
     read_dra(object(), [pod("")], Cache())  # not bound yet: the cache is consistent
     read_dra(object(), [pod("node-a", "Succeeded")], Cache())  # finished: deallocated
     assert listed == []
+
+    # the claims' watch catches up within the wait: no list; the allocation is the cache's
+    class Catching(Cache):
+        reads = 0
+
+        def __init__(self):
+            self.dra_memo = DraMemo()
+
+        def dra_objects(self, plural):
+            if plural != "resourceclaims":
+                return []
+            self.reads += 1
+            return [stale] if self.reads < 3 else [allocated]
+
+    monkeypatch.setattr(kube_dra, "CLAIMS_CATCH_UP_SECONDS", 5.0)
+    catching = Catching()
+    state = read_dra(object(), [pod("node-a")], catching)
+    assert listed == [] and catching.reads == 3 and len(state.claims) == 1
+
+    # a pod the last wait ran out on is not waited for again: listed at once
+    memo = DraMemo()
+    memo.stuck = frozenset({"team-a/p"})
+    stuck = Cache()
+    stuck.dra_memo = memo  # type: ignore[attr-defined]
+    t0 = time.monotonic()
+    read_dra(object(), [pod("node-a")], stuck)
+    assert listed == ["resourceclaims"] and time.monotonic() - t0 < 1.0
 
 
 def test_a_claim_that_stops_holding_devices_wakes_the_loop(stop):
