@@ -113,7 +113,8 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
         cached = from_cache(plural) if from_cache is not None else None
         if cached is not None and kind == "ResourceClaim":
             again = functools.partial(from_cache, plural)
-            cached = _claims_caught_up(cached, raw_pods, again, memo)
+            peek = getattr(cache, "dra_object", None)
+            cached = _claims_caught_up(cached, raw_pods, again, memo, peek)
         try:
             if cached is not None:
                 items = cached
@@ -153,24 +154,37 @@ CLAIMS_POLL_SECONDS = 0.001
 
 
 def _claims_caught_up(
-    cached: list[Any], raw_pods: list[Any], again: Callable[[], list[Any] | None], memo: DraMemo
+    cached: list[Any],
+    raw_pods: list[Any],
+    again: Callable[[], list[Any] | None],
+    memo: DraMemo,
+    peek: Callable[[str, str, str], dict | None] | None = None,
 ) -> list[Any] | None:
     """The cached claims once they are not behind the pods (`_claims_behind`), else None (to
     be listed). Behind, they are read again from the cache (`again`) for up to
     `CLAIMS_CATCH_UP_SECONDS`: the usual cause is kube-scheduler's allocation and binding of a
     pod a moment ago, the binding delivered by the pods' watch before the allocation by the
     claims' (milliseconds), and a list of every claim costs the API server and this process
-    more than that wait. Pods the last wait ran out on (`DraMemo.stuck`: a pod bound without
-    the scheduler, say, whose claim no allocation will reach) are not waited for again."""
+    more than that wait. While they wait, only the claims missing are looked at, one by one
+    (`peek`: the cache's copy of one object, `ClusterCache.dra_object`), then all of them
+    again. Pods the last wait ran out on (`DraMemo.stuck`: a pod bound without the scheduler,
+    say, whose claim no allocation will reach) are not waited for again."""
     behind = _claims_behind(cached, raw_pods)
-    if behind and behind <= memo.stuck:
+    if behind and set(behind) <= memo.stuck:
         return None
     deadline = time.monotonic() + CLAIMS_CATCH_UP_SECONDS
     while behind:
-        if time.monotonic() >= deadline:
-            memo.stuck = frozenset(behind)
-            return None  # older than the pods: listed, as without a cache
-        time.sleep(CLAIMS_POLL_SECONDS)
+        missing = {c for claims in behind.values() for c in claims}
+        while True:
+            if time.monotonic() >= deadline:
+                memo.stuck = frozenset(behind)
+                return None  # older than the pods: listed, as without a cache
+            time.sleep(CLAIMS_POLL_SECONDS)
+            if peek is None:
+                break
+            missing = {c for c in missing if not _allocated_in(peek, c)}
+            if not missing:
+                break
         fresh = again()
         if fresh is None:
             return None
@@ -178,14 +192,22 @@ def _claims_caught_up(
     return cached
 
 
-def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> set[str]:
-    """The pods (namespace/name) that show cached claims older than the (cached) pods: bound
-    to a node, with a claim not there allocated. kube-scheduler allocates a pod's claims before
-    it binds the pod, so a consistent read never shows that; a claims watch behind the pods
-    watch does, and a plan from it would take the pod's cards for free. Listing the claims
-    after the pods (as without a cache) cannot. Finished pods are left aside (their claims
-    are deallocated)."""
-    allocated, behind = set(), set()
+def _allocated_in(peek: Callable[[str, str, str], dict | None], key: str) -> bool:
+    """Whether the cache's copy of the claim `key` (namespace/name) is allocated."""
+    ns, _, name = key.partition("/")
+    claim = peek("ResourceClaim", ns, name) or {}
+    return bool((claim.get("status") or {}).get("allocation"))
+
+
+def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> dict[str, list[str]]:
+    """The pods (namespace/name) that show cached claims older than the (cached) pods, with
+    those claims (namespace/name): bound to a node, with a claim not there allocated.
+    kube-scheduler allocates a pod's claims before it binds the pod, so a consistent read never
+    shows that; a claims watch behind the pods watch does, and a plan from it would take the
+    pod's cards for free. Listing the claims after the pods (as without a cache) cannot.
+    Finished pods are left aside (their claims are deallocated)."""
+    allocated: set[str] = set()
+    behind: dict[str, list[str]] = {}
     for c in claims:
         if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
             meta = c.get("metadata") or {}
@@ -199,8 +221,9 @@ def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> set[str]:
             continue
         for st in getattr(status, "resource_claim_statuses", None) or []:
             name = getattr(st, "resource_claim_name", None)
-            if name and f"{p.metadata.namespace}/{name}" not in allocated:
-                behind.add(f"{p.metadata.namespace}/{p.metadata.name}")
+            key = f"{p.metadata.namespace}/{name}"
+            if name and key not in allocated:
+                behind.setdefault(f"{p.metadata.namespace}/{p.metadata.name}", []).append(key)
     return behind
 
 

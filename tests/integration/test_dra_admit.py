@@ -166,10 +166,21 @@ def test_allocations_are_the_plan(kube, tmp_path):
     loose = resource_claim("loose", whole)
     kube.custom.create_namespaced_custom_object(G, V, ns, "resourceclaims", loose)
     as_controller = client.CustomObjectsApi(kube.controller_client())
+    # a claim as exact admission makes one, but with a finalizer not Kubernetes' own
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "solo", "uid": str(uuid.uuid4())}
+    kept = {
+        "name": "kept",
+        "annotations": {C.DRA_PLANNED_ANN: "GPU-x", C.DRA_POD_CLAIM_ANN: "gpus"},
+        "ownerReferences": [{**owner, "controller": True}],
+        "finalizers": [C.DRA_DELETE_PROTECTION, "example.com/keep"],
+    }
     for write in (
         lambda: as_controller.delete_namespaced_custom_object(G, V, ns, "resourceclaims", "loose"),
         lambda: as_controller.create_namespaced_custom_object(
             G, V, ns, "resourceclaims", {**loose, "metadata": {"name": "mine"}}
+        ),
+        lambda: as_controller.create_namespaced_custom_object(
+            G, V, ns, "resourceclaims", {**loose, "metadata": kept}
         ),
     ):
         with pytest.raises(client.ApiException) as refused:

@@ -967,6 +967,16 @@ def test_controller_admission_refuses_what_rbac_alone_would_allow(kube):
         ),
         "resourceClaimStatuses only while its gate holds",
     )
+    _refused(
+        lambda **kw: core.patch_namespaced_pod_status(
+            "claimant",
+            ns,
+            {"status": {"nominatedNodeName": "node-a"}},
+            _content_type="application/strategic-merge-patch+json",
+            **kw,
+        ),
+        "nominatedNodeName only while its gate holds",
+    )
     # autoscalers: only their envelope; never what they scale, nor on which triggers
     _autoscalers(kube, ns)
     hpas = client.AutoscalingV2Api(api)

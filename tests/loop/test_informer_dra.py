@@ -304,6 +304,26 @@ def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
     state = read_dra(object(), [pod("node-a")], catching)
     assert listed == [] and catching.reads == 3 and len(state.claims) == 1
 
+    # with a cache that answers for one object, only the missing claim is read while waiting,
+    # then the claims once more
+    class Peeking(Catching):
+        peeks = 0
+
+        def dra_object(self, kind, namespace, name):
+            assert (kind, namespace, name) == ("ResourceClaim", "team-a", "p-gpus")
+            self.peeks += 1
+            return stale if self.peeks < 3 else allocated
+
+        def dra_objects(self, plural):
+            if plural != "resourceclaims":
+                return []
+            self.reads += 1
+            return [stale] if self.reads < 2 else [allocated]
+
+    peeking = Peeking()
+    read_dra(object(), [pod("node-a")], peeking)
+    assert listed == [] and (peeking.reads, peeking.peeks) == (2, 3)
+
     # a pod the last wait ran out on is not waited for again: listed at once
     memo = DraMemo()
     memo.stuck = frozenset({"team-a/p"})
