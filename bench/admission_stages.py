@@ -27,13 +27,18 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from bench.openb_baselines import pct
+if __name__ == "__main__":  # run as a script: the repository's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.openb_baselines import pct  # noqa: E402
 
 STAGES = (
     ("delete -> gone", "deleted", "gone"),
@@ -328,6 +333,21 @@ def compare_orders(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]
     )
 
 
+def idle_by_kind(pods: dict[str, dict[str, float]]) -> dict[str, tuple[int, float]]:
+    """`ready -> card taken` of the admitted pods, by how their cards became ready: `arrival`
+    (the pod's creation: cards were free) or `hand-off` (a release on its node after it was
+    created), and `all` -> (pods, seconds summed). The sum is the card time the admission path
+    leaves idle, per pod (not per card); the part of the allocation gap that comes from speed."""
+    out: dict[str, list[float]] = {"arrival": [], "hand-off": [], "all": []}
+    for t in pods.values():
+        if "ready" not in t or "taken" not in t:
+            continue
+        kind = "hand-off" if t["ready"] - t.get("created", 0.0) > 1e-6 else "arrival"
+        out[kind].append(t["taken"] - t["ready"])
+        out["all"].append(t["taken"] - t["ready"])
+    return {k: (len(v), sum(v)) for k, v in out.items()}
+
+
 def report(name: str, notes: dict[str, Any]) -> list[str]:
     """The stage table's lines for one run (nothing when it kept no timeline)."""
     pods = notes.get("timeline")
@@ -336,6 +356,13 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
     out = [f"{name}: stages, wall s (pods, p50, p95, mean)"]
     for label, n, p50, p95, mean in stage_figures(pods):
         out.append(f"    {label:28s} {n:4d}  {p50:6.2f}  {p95:6.2f}  {mean:6.2f}")
+    idle = idle_by_kind(pods)
+    if idle["all"][0]:
+        out.append(
+            "    ready -> card taken by kind, mean ms (pods): "
+            + ", ".join(f"{k} {1000 * s / n:.1f} ({n})" for k, (n, s) in idle.items() if n)
+            + f"; summed over the pods {idle['all'][1]:.2f} s"
+        )
     reqs = [t["requests"] for t in pods.values() if "requests" in t]
     if reqs:
         out.append(
@@ -353,3 +380,29 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
     if tries:
         out.append(f"    Admit steps that did not admit: {sum(tries.values())} ({len(tries)} pods)")
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python bench/admission_stages.py RUN.json ...`: the stage tables of the gated runs that
+    `admission_openb.py --json` saved, with each run's allocation (the figures of bench/README
+    are printed this way from the runs' JSON)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("runs", nargs="+", help="JSON files written by admission_openb.py --json")
+    args = ap.parse_args(argv)
+    for path in args.runs:
+        data = json.loads(Path(path).read_text())
+        print(f"== {path}")
+        for r in data.get("results") or []:
+            lines = report(r["name"], r.get("notes") or {})
+            if lines:
+                print(
+                    f"{r['name']}: GPU allocation, time-weighted mean {100 * r['mean_alloc']:.3f} %"
+                )
+                print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

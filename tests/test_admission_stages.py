@@ -1,0 +1,33 @@
+"""bench/admission_stages.py's figures from a saved run: `idle_by_kind` splits the admitted
+pods by how their cards became ready, and `main` prints a run's table from its JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.admission_stages import idle_by_kind, main
+
+
+def test_idle_by_kind_splits_arrivals_from_hand_offs():
+    pods = {
+        "a": {"created": 1.0, "ready": 1.0, "taken": 1.04},  # cards were free: an arrival
+        "b": {"created": 1.0, "ready": 2.0, "taken": 2.01},  # a release on its node: hand-off
+        "c": {"created": 1.0, "ready": 1.0},  # not taken (never started)
+    }
+    got = idle_by_kind(pods)
+    assert got["arrival"][0] == 1 and got["hand-off"][0] == 1 and got["all"][0] == 2
+    assert got["all"][1] == pytest.approx(0.05)
+
+
+def test_main_prints_the_runs_of_a_saved_json(tmp_path, capsys):
+    timeline = {"p": {"created": 0.0, "ready": 0.0, "admitted": 0.01, "taken": 0.03}}
+    run = {"name": "dra-gpupool", "mean_alloc": 0.73981, "notes": {"timeline": timeline}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"results": [run, {"name": "default", "mean_alloc": 0.7}]}))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "dra-gpupool: GPU allocation, time-weighted mean 73.981 %" in out
+    assert "ready -> card taken by kind, mean ms (pods): arrival 30.0 (1), all 30.0 (1)" in out
+    assert "default" not in out  # no timeline: not a gated run
