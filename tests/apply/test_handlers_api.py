@@ -718,6 +718,23 @@ def admissions(o: ClusterOps, p: Probe) -> list:
             )
         )
     ]
+    # a condition's patch that also takes back a nomination (none here): accepted, none read
+    out += [
+        answer(
+            lambda: o.set_pod_condition(
+                ns,
+                "job",
+                type=C.ADMITTED_CONDITION,
+                status="False",
+                reason="HeldCap",
+                message="four",
+                last_transition_time="2026-03-02T12:00:00Z",
+                clear_nominated=True,
+            )
+        ),
+        conditions("job"),
+        o.read_pod(ns, "job").nominated,  # type: ignore[union-attr]
+    ]
     return out
 
 
