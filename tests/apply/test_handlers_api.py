@@ -689,7 +689,7 @@ def admissions(o: ClusterOps, p: Probe) -> list:
             (c.type, c.status, c.reason, c.message) for c in pod.conditions if c.type in mine
         )
 
-    def cond(type_: str, message: str) -> Any:
+    def cond(type_: str, message: str, clear_nominated: bool = False) -> Any:
         return answer(
             lambda: o.set_pod_condition(
                 ns,
@@ -699,6 +699,7 @@ def admissions(o: ClusterOps, p: Probe) -> list:
                 reason="HeldCap",
                 message=message,
                 last_transition_time="2026-03-02T12:00:00Z",
+                clear_nominated=clear_nominated,
             )
         )
 
@@ -720,18 +721,7 @@ def admissions(o: ClusterOps, p: Probe) -> list:
     ]
     # a condition's patch that also takes back a nomination (none here): accepted, none read
     out += [
-        answer(
-            lambda: o.set_pod_condition(
-                ns,
-                "job",
-                type=C.ADMITTED_CONDITION,
-                status="False",
-                reason="HeldCap",
-                message="four",
-                last_transition_time="2026-03-02T12:00:00Z",
-                clear_nominated=True,
-            )
-        ),
+        cond(C.ADMITTED_CONDITION, "four", clear_nominated=True),
         conditions("job"),
         o.read_pod(ns, "job").nominated,  # type: ignore[union-attr]
     ]
