@@ -188,13 +188,16 @@ class ClaimWatch:
 
     def listed(self, items: list[dict]) -> None:
         for c in items:
-            self.seen("ADDED", c, forward=False)
+            self._note("ADDED", c)
         if self.sink is not None:
             self.sink.listed(items)
 
-    def seen(self, kind: str, claim: dict, forward: bool = True) -> None:
-        if forward and self.sink is not None:
+    def seen(self, kind: str, claim: dict) -> None:
+        self._note(kind, claim)
+        if self.sink is not None:
             self.sink.seen(kind, claim)
+
+    def _note(self, kind: str, claim: dict) -> None:
         now = self.wall()
         meta = claim.get("metadata") or {}
         owners = [o["name"] for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
