@@ -730,8 +730,8 @@ class KubeOps:
     def create_dra_object(self, body: dict) -> None:
         self._dra.create(body)
 
-    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        self._dra.patch(kind, namespace, name, patch)
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> dict | None:
+        return self._dra.patch(kind, namespace, name, patch)
 
     def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         self._dra.replace_status(kind, namespace, name, body)
@@ -788,7 +788,7 @@ class _ObjectGroup:
             answer = create(*self._at(body["kind"], ns), body, field_manager=C.FIELD_MANAGER)
         self._answered(body["kind"], ns, body["metadata"].get("name") or "", answer)
 
-    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> None:
+    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> dict | None:
         c = self.custom
         merge = c.patch_namespaced_custom_object if namespace else c.patch_cluster_custom_object
         with _errors():
@@ -799,6 +799,7 @@ class _ObjectGroup:
                 _content_type=MERGE,
             )
         self._answered(kind, namespace, name, answer)
+        return answer if isinstance(answer, dict) else None
 
     def replace_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         c = self.custom

@@ -340,8 +340,10 @@ class ClusterOps(Protocol):
     def create_dra_object(self, body: dict) -> None:
         """Create a DRA object (`body` a whole object: apiVersion, kind, metadata, spec)."""
 
-    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        """JSON merge patch (RFC 7386) of a DRA object: lists in it replace whole."""
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> dict | None:
+        """JSON merge patch (RFC 7386) of a DRA object: lists in it replace whole; a
+        `metadata.resourceVersion` in it makes it conditional (409 when the object changed
+        since). -> the object as the server answered (None where a port does not say)."""
 
     def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         """Replace a DRA object's status (`body`: the object as read, its status changed; the

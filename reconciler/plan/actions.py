@@ -261,11 +261,17 @@ class PodAdmission(Frozen):
     before it is made, as `<driver>/<pool>/<device>`, its placement); the executor writes the
     pod's claims so the allocator can pick only these (the partitions: it writes their
     allocation; exact admission)."""
+    refs: tuple[str, ...] = ()
+    """DRA pools with `dra.admission: allocate` whose guard is in place on the node: the same
+    devices as `<driver>/<pool>/<device>`, which the executor writes as the allocation of the
+    pod's own claims made from gpupool's templates (a claim of another kind is pinned to
+    `devices` instead)."""
 
     @model_serializer(mode="wrap")
     def _without_empty_devices(self, handler: Any) -> Any:
-        """A device plugin pool's admission is written as before (no `devices`)."""
-        return _without_empty(handler(self), "devices")
+        """A device plugin pool's admission is written as before (no `devices`), and a pinned
+        one without `refs`."""
+        return _without_empty(_without_empty(handler(self), "devices"), "refs")
 
 
 class Admit(ActionBase):

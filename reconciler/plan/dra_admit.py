@@ -56,10 +56,16 @@ def _instance(
 
 
 def planned_devices(
-    dra: DraState | None, node: Node | None, cards: list[GpuSlot], holder: str
+    dra: DraState | None,
+    node: Node | None,
+    cards: list[GpuSlot],
+    holder: str,
+    *,
+    refs: bool = False,
 ) -> tuple[str, ...] | None:
     """The uuids of what `holder` was placed on (`cards`, all on one node): its whole cards,
-    or the MIG instances it holds on them. None when a planned device is not published (the
+    or the MIG instances it holds on them (`refs`: each as `<driver>/<pool>/<device>`, what an
+    allocation names). None when a planned device is not published (the
     driver has not republished the node's slices yet): then the pod is not admitted (its gang
     is held: `dra-devices-unpublished`)."""
     if dra is None or node is None or not cards:
@@ -82,18 +88,34 @@ def planned_devices(
             if mine
             else [_card(devices, uuids.get(g.index, ""), g.index)]
         )
-        names = [_name(d, pool) for d in found]
+        names = [_name(d, pool, refs) for d in found]
         if "" in names:
             return None
         out += names
     return tuple(out)
 
 
-def _name(d: DraDevice | None, pool: str) -> str:
-    """How a claim names `d`: its uuid, or a dynamic partition's ref (driver/pool/device)."""
-    if d is not None and not _uuid(d) and d.type == "mig" and d.consumes_counters:
+def _name(d: DraDevice | None, pool: str, refs: bool = False) -> str:
+    """How a claim names `d`: its uuid, or a dynamic partition's ref (driver/pool/device);
+    with `refs` every device by its ref."""
+    if d is not None and (refs or not _uuid(d) and d.type == "mig" and d.consumes_counters):
         return dynamic_ref(pool, d.name)
     return _uuid(d)
+
+
+def guard_in_place(dra: DraState | None, node: str) -> bool:
+    """Whether gpupool's guard of `node` is there (its DeviceTaintRule, as observed): every
+    device of NVIDIA's driver on the node tainted `gpupool.io/guarded` NoSchedule, so no claim
+    but one gpupool writes gets one (plan/stages/drain_taints.py `_guards`)."""
+    return dra is not None and any(
+        r.managed_by == C.MANAGED_BY
+        and r.taint.key == C.DRA_GUARD_TAINT
+        and r.taint.effect == "NoSchedule"
+        and r.driver == C.DRA_DRIVER
+        and r.pool == node
+        and not r.device
+        for r in dra.taint_rules
+    )
 
 
 def dynamic_ref(pool: str, device: str) -> str:

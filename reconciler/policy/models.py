@@ -237,6 +237,18 @@ class DraSetup(Model):
     pool is gated (`gpupool.io/admission=gated`: pods elsewhere are placed by kube-scheduler,
     and would get no device) and the cluster serves DeviceTaintRules (Kubernetes 1.37's
     `DRADeviceTaintRules`, on by default); else a finding says why not. `false`: no guard."""
+    admission: Literal["pin", "allocate"] = "pin"
+    """How exact admission makes a pod's claims the plan's devices. `pin`: gpupool writes a
+    claim of the pod's own whose requests select only the planned devices (CEL on their
+    `uuid`), and kube-scheduler's allocator allocates it, checking the devices as for any
+    claim. `allocate`: in a guarded pool (`guard`, in place on the node), gpupool writes the
+    planned devices as the allocation of the pod's own claim itself (as it does for a DynamicMIG
+    partition, which no selector can pick), with Kubernetes' delete-protection finalizer, and
+    kube-scheduler only reserves it and binds the pod: two requests fewer per admitted pod and
+    the cards taken before the gate goes, but nothing besides gpupool's plan checks the
+    devices (the guard keeps every other claim off them). A claim that is not a plain one of
+    gpupool's templates (another class, a selector, a constraint, a config), or a node whose
+    guard is not in place, is pinned as with `pin`."""
 
 
 class PoolSpec(Model):

@@ -14,6 +14,8 @@
   Hopper and later (cmd/gpu-kubelet-plugin/nvlib.go v0.4.1 `supportsMIGModeToggle`; on an
   Ampere card in MIG mode it offers the partitions only, out of MIG mode the card only), and a
   dynamic pool with no MIG layout would offer nothing the driver makes.
+- `dra.admission: allocate` on a device plugin pool or without the guard: gpupool then writes
+  allocations that nothing but its guard keeps other claims off.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def dra_problems(state: DesiredState, docs, problem) -> Iterator[Problem]:
         spec = d.model.spec
         if spec.dra.mig == "dynamic":
             yield from _dynamic_problems(state, d, problem)
+        if spec.dra.admission == "allocate" and (spec.backend != "dra" or not spec.dra.guard):
+            yield problem(
+                d,
+                ("spec", "dra", "admission"),
+                "admission: allocate writes the plan's devices as the claim's allocation, which "
+                "only the guard keeps every other claim off; use it on a DRA pool with "
+                "dra.guard: true, or admission: pin",
+            )
         if spec.backend != "dra":
             continue
         if spec.inference.shared is not None:

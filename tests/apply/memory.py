@@ -968,8 +968,8 @@ class MemoryCluster:
     def create_dra_object(self, body: dict) -> None:
         self._objects("dra").create(body)
 
-    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        self._objects("dra").patch(kind, namespace, name, patch)
+    def patch_dra_object(self, kind: str, namespace: str, name: str, patch: dict) -> dict | None:
+        return self._objects("dra").patch(kind, namespace, name, patch)
 
     def replace_dra_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         self._objects("dra").replace_status(kind, namespace, name, body)
@@ -1022,15 +1022,20 @@ class _ObjectStore:
 
         self.cluster._run(f"create_{self.which}_object", create, body=copy.deepcopy(body))
 
-    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> None:
-        def apply() -> None:
+    def patch(self, kind: str, namespace: str, name: str, patch: dict) -> dict | None:
+        def apply() -> dict:
             key = (kind, namespace, name)
             if key not in self.store:
                 raise not_found(f"{kind.lower()}s.{self.group}", name)
+            want = (patch.get("metadata") or {}).get("resourceVersion")
+            have = (self.store[key].get("metadata") or {}).get("resourceVersion")
+            if want is not None and want != have:
+                raise ApiError(409, "Conflict", f"the object {name} has been modified")
             self.store[key] = merge_patch(self.store[key], patch)
+            return copy.deepcopy(self.store[key])
 
         op = f"patch_{self.which}_object"
-        self.cluster._run(op, apply, kind=kind, namespace=namespace, name=name, patch=patch)
+        return self.cluster._run(op, apply, kind=kind, namespace=namespace, name=name, patch=patch)
 
     def replace_status(self, kind: str, namespace: str, name: str, body: dict) -> None:
         def put() -> None:

@@ -55,6 +55,7 @@ from reconciler.plan.actions import (
     Uncordon,
 )
 from tests.apply.rows_dra import DRA_ROWS
+from tests.apply.rows_dra_own import DRA_OWN_ROWS
 from tests.apply.table import (
     NODE,
     NOW,
@@ -2909,6 +2910,7 @@ TABLES = {
     "prune": PRUNE_ROWS,
     "kueue": KUEUE_ROWS,
     "dra": DRA_ROWS,
+    "dra-own": DRA_OWN_ROWS,
 }
 ROWS = {r.id: r for rows in TABLES.values() for r in rows}
 assert len(ROWS) == sum(map(len, TABLES.values())), "row ids must be unique"

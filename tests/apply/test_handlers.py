@@ -38,6 +38,7 @@ from tests.apply.rows import (
     CHECKPOINT,
     CHECKPOINT_ROWS,
     CORDON_ROWS,
+    DRA_OWN_ROWS,
     DRA_ROWS,
     ENVELOPE_ROWS,
     EVICT_ROWS,
@@ -204,6 +205,11 @@ def test_kueue(row: Row):
 
 @table(DRA_ROWS)
 def test_dra(row: Row):
+    check_row(row)
+
+
+@table(DRA_OWN_ROWS)
+def test_dra_own(row: Row):
     check_row(row)
 
 

@@ -20,6 +20,7 @@ from tests.cluster.dra_kubelet import DraPlugin
 from tests.cluster.kubelets import NodeSpec
 from tests.support.wait import wait_for
 
+from .gating import gate_names
 from .harness import A100, H100, add_gpu_node, drop_device_classes
 from .world import GpuNodeSim
 
@@ -89,12 +90,17 @@ def pool_doc(
     layout: str = "two-3g",
     profiles: tuple[str, ...] = ("3g.40gb", "3g.40gb"),
     guard: bool = True,
+    admission: str = "pin",
 ) -> str:
     """Pool `name` of `nodes` nodes labelled `gpupool.io/pool: <name>` with `gpus_per_node`
     cards of `model`, on `backend` (`dynamic`: under the driver's DynamicMIG; `guard` False:
-    `dra.guard: false`, for tests whose pods bypass gpupool), no training floor, and one
-    inference MIG layout `layout` of `profiles`."""
-    fields = [*(["mig: dynamic"] if dynamic else []), *([] if guard else ["guard: false"])]
+    `dra.guard: false`, for tests whose pods bypass gpupool; `admission`: its
+    `dra.admission`), no training floor, and one inference MIG layout `layout` of `profiles`."""
+    fields = [
+        *(["mig: dynamic"] if dynamic else []),
+        *([] if guard else ["guard: false"]),
+        *([] if admission == "pin" else [f"admission: {admission}"]),
+    ]
     dra = f"  dra: {{{', '.join(fields)}}}\n" if fields else ""
     return f"""\
 apiVersion: gpupool.io/v1alpha1
@@ -188,13 +194,21 @@ def dra_policy(
     classes: tuple[str, ...] = ("low", "serve"),
     preemption: tuple[str, str] | None = None,
     guard: bool = True,
+    admission: str = "pin",
 ) -> str:
-    """Pool d<sfx> (`pool_doc`: A100, the `two-3g` MIG layout) on `backend` (`guard`: as
-    `pool_doc`'s), the priority classes `classes` (`priority_doc`), and a Quota for `ns` of
-    `whole` cards and `mig` 3g.40gb instances, borrowing nothing."""
+    """Pool d<sfx> (`pool_doc`: A100, the `two-3g` MIG layout) on `backend` (`guard`,
+    `admission`: as `pool_doc`'s), the priority classes `classes` (`priority_doc`), and a Quota
+    for `ns` of `whole` cards and `mig` 3g.40gb instances, borrowing nothing."""
     pool = f"d{sfx}"
     return documents(
-        pool_doc(pool, backend=backend, nodes=nodes, gpus_per_node=gpus_per_node, guard=guard),
+        pool_doc(
+            pool,
+            backend=backend,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            guard=guard,
+            admission=admission,
+        ),
         priority_doc(sfx, *classes, preemption=preemption),
         quota_doc(
             f"q{sfx}",
@@ -304,7 +318,8 @@ def allocated_devices(claim: dict | None) -> list[tuple[str, str]] | None:
 
 def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | None:
     """(node, allocated devices, planned devices by name) once the pod is bound and its claim
-    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice."""
+    allocated; the planned ones are the uuids gpupool wrote on the claim, named from the slice
+    (or, written as an allocation's `driver/pool/device`, the device of its node's pool)."""
     p = kube.core.read_namespaced_pod(pod, ns)
     claim = claim_of(kube, ns, pod)
     alloc = ((claim or {}).get("status") or {}).get("allocation")
@@ -317,7 +332,11 @@ def allocated(kube, ns: str, pod: str) -> tuple[str, list[str], list[str]] | Non
     planned = (claim["metadata"].get("annotations") or {}).get(C.DRA_PLANNED_ANN, "")
     slc = kube.custom.get_cluster_custom_object(G, V, "resourceslices", f"{node}-{C.DRA_DRIVER}")
     by_uuid = {d["attributes"]["uuid"]["string"]: d["name"] for d in slc["spec"]["devices"]}
-    named = sorted(by_uuid.get(u, f"unknown:{u}") for u in planned.split(",") if u)
+    named = sorted(
+        u.rsplit("/", 1)[1] if u.startswith(f"{C.DRA_DRIVER}/{node}/") else by_uuid.get(u, f"?{u}")
+        for u in planned.split(",")
+        if u
+    )
     return node, got, named
 
 
@@ -373,3 +392,45 @@ def drop_taint_rules(kube, node: str) -> None:
         if name.startswith((f"gpupool-drain-{node}-", f"gpupool-reserve-{node}-")):
             with contextlib.suppress(Exception):  # gone already
                 kube.custom.delete_cluster_custom_object(G, V, "devicetaintrules", name)
+
+
+def admit_round(
+    kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]], lose: str = "", before=None
+):
+    """Create the pods (name -> (template, gang)), check they are gated, (`lose`: delete that
+    pod's claim, as someone else might; `before`: called once the claims are made), cycle
+    the controller until every one is admitted;
+    -> ({pod: (node, allocated, planned)}, outcomes by action)."""
+    for name, (template, gang) in spec.items():
+        cls = f"serve-{sfx}" if "-mig-" in template else f"low-{sfx}"
+        claim_pod(kube, ns, name, template, cls, gang=gang)
+        # the gate covers pods on gpupool's templates
+        assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
+    claims_made(kube, ns, spec)
+    if lose:
+        name = claim_of(kube, ns, lose)["metadata"]["name"]
+        kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
+    if before is not None:
+        before()
+    results = cycle_until_admitted(kube, ctl, ns, list(spec), timeout=120, interval=1)
+    return each_allocated(kube, ns, spec), results
+
+
+def cycle_until_admitted(
+    kube, ctl, ns: str, pods: list[str], timeout: float, interval: float
+) -> dict[str, list[tuple[str, str]]]:
+    """Cycle the controller, 30 s of the test clock apart, until none of `pods` is gated;
+    -> the outcomes by action."""
+    results: dict[str, list[tuple[str, str]]] = {}
+
+    def admitted() -> bool:
+        kube.clock.advance(30)
+        r = ctl.cycle()
+        assert r.error is None, r.error
+        for o in r.applied.outcomes if r.applied else []:
+            results.setdefault(o.action, []).append((o.status, o.message))
+            print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
+        return not gated(kube, ns, pods)
+
+    wait_for("every pod admitted", admitted, timeout=timeout, interval=interval)
+    return results

@@ -22,11 +22,13 @@ from reconciler import conventions as C
 from tests.support.wait import wait_for
 
 from .dra_support import (
+    admit_round,
     claim_of,
     claim_pod,
     claims_gone,
     claims_in,
     claims_made,
+    cycle_until_admitted,
     dra_nodes,
     dra_policy,
     each_allocated,
@@ -38,48 +40,6 @@ from .harness import audit_mark, controller, write_policy, writes
 from .rbac_rules import unused_controller_rules
 
 G, V = C.DRA_GROUP, C.DRA_VERSION
-
-
-def admit_round(
-    kube, ctl, ns: str, sfx: str, spec: dict[str, tuple[str, str]], lose: str = "", before=None
-):
-    """Create the pods (name -> (template, gang)), check they are gated, (`lose`: delete that
-    pod's claim, as someone else might; `before`: called once the claims are made), cycle
-    the controller until every one is admitted;
-    -> ({pod: (node, allocated, planned)}, outcomes by action)."""
-    for name, (template, gang) in spec.items():
-        cls = f"serve-{sfx}" if "-mig-" in template else f"low-{sfx}"
-        claim_pod(kube, ns, name, template, cls, gang=gang)
-        # the gate covers pods on gpupool's templates
-        assert C.ADMISSION_GATE in gate_names(kube.core.read_namespaced_pod(name, ns))
-    claims_made(kube, ns, spec)
-    if lose:
-        name = claim_of(kube, ns, lose)["metadata"]["name"]
-        kube.custom.delete_namespaced_custom_object(G, V, ns, "resourceclaims", name)
-    if before is not None:
-        before()
-    results = cycle_until_admitted(kube, ctl, ns, list(spec), timeout=120, interval=1)
-    return each_allocated(kube, ns, spec), results
-
-
-def cycle_until_admitted(
-    kube, ctl, ns: str, pods: list[str], timeout: float, interval: float
-) -> dict[str, list[tuple[str, str]]]:
-    """Cycle the controller, 30 s of the test clock apart, until none of `pods` is gated;
-    -> the outcomes by action."""
-    results: dict[str, list[tuple[str, str]]] = {}
-
-    def admitted() -> bool:
-        kube.clock.advance(30)
-        r = ctl.cycle()
-        assert r.error is None, r.error
-        for o in r.applied.outcomes if r.applied else []:
-            results.setdefault(o.action, []).append((o.status, o.message))
-            print("OUTCOME", o.action, o.status, o.message)  # shown when the round times out
-        return not gated(kube, ns, pods)
-
-    wait_for("every pod admitted", admitted, timeout=timeout, interval=interval)
-    return results
 
 
 def test_allocations_are_the_plan(kube, tmp_path):
@@ -157,6 +117,7 @@ def test_allocations_are_the_plan(kube, tmp_path):
             and " list " not in label
             and " watch " not in label  # the watch cache's: test_dra_informer.py
             and "resourceclaims/" not in label  # status, binding: DynamicMIG's allocation write
+            and " patch " not in label  # `dra.admission: allocate`'s: test_dra_allocate.py
         )
 
     picked, unused = unused_controller_rules(kube, mark, claim_rule)

@@ -155,6 +155,11 @@ EXERCISED_ELSEWHERE.update(
         for v in ("get", "create", "delete")
     }
 )
+# DRA exact admission by allocation (`dra.admission: allocate`): the plan and Kubernetes'
+# finalizer patched onto the pod's own claim before its allocation is written.
+EXERCISED_ELSEWHERE["*: patch resource.k8s.io/resourceclaims"] = (
+    "test_dra_allocate.py::test_the_plan_is_written_as_the_claims_allocation"
+)
 # DRA exact admission on DynamicMIG: the planned partition written as the claim's allocation.
 EXERCISED_ELSEWHERE.update(
     {

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler import conventions as C
 from reconciler.observe.builders import node, snapshot, training
 from reconciler.observe.model import Gpu, MigInstance, Node
 from reconciler.observe.model_dra import (
     DeviceResult,
+    DeviceTaint,
+    DeviceTaintRuleObject,
     DraDevice,
     DraState,
     ResourceClaimObject,
@@ -20,7 +23,7 @@ from reconciler.observe.model_dra import (
 )
 from reconciler.plan.actions import Admit
 from reconciler.plan.cluster import GpuSlot
-from reconciler.plan.dra_admit import planned_devices
+from reconciler.plan.dra_admit import guard_in_place, planned_devices
 from reconciler.plan.planner import plan_with_facts
 from reconciler.plan.stages.whole_cards import _gang_on
 from reconciler.policy.files import SourceFile
@@ -136,6 +139,63 @@ def test_an_admit_on_a_dra_pool_names_the_planned_cards_by_uuid() -> None:
     assert pod.devices == tuple(uuids[i] for i in pod.gpus) and len(pod.devices) == 8
     assert all(p.devices == () for a in plugin for p in a.pods)  # device plugin: a hint only
     assert "devices" not in plugin[0].pods[0].model_dump()  # its plans are written as before
+
+
+def _guarded(observed, nodes: list[str]):
+    """`observed` with gpupool's guard in place on `nodes` (its DeviceTaintRule each)."""
+    rules = [
+        DeviceTaintRuleObject(
+            name=f"gpupool-guard-{n}",
+            driver=DRIVER,
+            pool=n,
+            taint=DeviceTaint(key=C.DRA_GUARD_TAINT, value="pinned-only"),
+            managed_by=C.MANAGED_BY,
+        )
+        for n in nodes
+    ]
+    dra = observed.dra or DraState()
+    return observed.model_copy(update={"dra": dra.model_copy(update={"taint_rules": rules})})
+
+
+@pytest.mark.parametrize("admission", ["pin", "allocate"])
+@pytest.mark.parametrize("guarded", [True, False])
+def test_admission_allocate_names_the_devices_as_refs_where_the_guard_is_in_place(
+    admission: str, guarded: bool
+) -> None:
+    """`dra.admission: allocate` adds the devices as `<driver>/<pool>/<device>` (what an
+    allocation names) beside their uuids, only on a node whose guard is observed in place;
+    the placement is the same, and `pin` (the default) plans are written as before."""
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    text = text.replace(
+        "  backend: dra\n", f"  backend: dra\n  dra: {{admission: {admission}}}\n", 1
+    )
+    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    if guarded:
+        observed = _guarded(observed, [n.name for n in observed.nodes])
+    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), observed)
+    (admit,) = [a for a in plan.actions if isinstance(a, Admit)]
+    (pod,) = admit.pods
+    _, pinned = _plan(backend_dra=True, slices=True)
+    assert (pod.node, pod.gpus, pod.devices) == (
+        pinned[0].pods[0].node,
+        pinned[0].pods[0].gpus,
+        pinned[0].pods[0].devices,
+    )
+    if admission == "allocate" and guarded:
+        assert pod.refs == tuple(f"{DRIVER}/{pod.node}/gpu-{i}" for i in pod.gpus)
+    else:
+        assert pod.refs == () and "refs" not in pod.model_dump()
+
+
+def test_a_guard_of_another_node_or_not_gpupools_is_not_in_place() -> None:
+    node = Node(name="n", gpus=[Gpu(index=0, uuid="GPU-zero")])
+    dra = _guarded(snapshot(NOW, [node]), ["other"]).dra
+    assert not guard_in_place(dra, "n") and guard_in_place(dra, "other")
+    foreign = dra.model_copy(
+        update={"taint_rules": [r.model_copy(update={"managed_by": ""}) for r in dra.taint_rules]}
+    )
+    assert not guard_in_place(foreign, "other") and not guard_in_place(None, "other")
 
 
 def test_a_dra_pod_waits_while_its_devices_are_not_published() -> None:

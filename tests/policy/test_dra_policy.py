@@ -137,3 +137,25 @@ def test_dynamic_mig_refuses_what_cannot_work(backend, model, cut, words) -> Non
     mine = [p for p in found if "spec.dra.mig" in p]
     assert len(mine) == 1 and words in mine[0], found
     assert mine[0].startswith("pools/d100.yaml:"), mine
+
+
+@pytest.mark.parametrize(
+    ("backend", "dra", "words"),
+    [
+        ("dra", "{admission: allocate}", None),
+        ("dra", "{admission: allocate, guard: false}", "dra.guard: true"),
+        ("devicePlugin", "{admission: allocate}", "on a DRA pool"),
+        ("dra", "{admission: pin, guard: false}", None),
+    ],
+    ids=["guarded", "unguarded", "device-plugin-pool", "pin-unguarded"],
+)
+def test_admission_allocate_needs_a_guarded_dra_pool(backend, dra, words) -> None:
+    """gpupool writes allocations itself only where its guard keeps every other claim off the
+    devices (`spec.dra.admission`, policy/validate_dra.py)."""
+    found = problems(backend, f"  dra: {dra}\n")
+    mine = [p for p in found if "spec.dra.admission" in p]
+    if words is None:
+        assert found == []
+        return
+    assert len(mine) == 1 and words in mine[0], found
+    assert mine[0].startswith("pools/d100.yaml:20:9:"), mine  # at the admission key

@@ -181,10 +181,12 @@ def _admit_pods(
 
 def _pins_early(a: Admit) -> bool:
     """A DRA admission that waits for pods to go, whose pins are selectors only: its claims can
-    be written before a short wait. Not a planned DynamicMIG partition (`is_ref`): gpupool
-    writes its allocation, which must not name a device the allocator still counts taken."""
+    be written before a short wait. Not a planned DynamicMIG partition (`is_ref`), nor an
+    admission by allocation (`refs`): gpupool writes the allocation, which must not name a
+    device the allocator still counts taken."""
     devices = [d for p in a.pods for d in p.devices]
-    return bool(a.after) and bool(devices) and not any(is_ref(d) for d in devices)
+    refs = any(p.refs for p in a.pods)
+    return bool(a.after) and bool(devices) and not refs and not any(is_ref(d) for d in devices)
 
 
 def _pin(

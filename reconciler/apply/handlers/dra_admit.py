@@ -62,6 +62,7 @@ from reconciler.apply.handlers.dra_allocate import (
     results_for,
     stale_allocation,
 )
+from reconciler.apply.handlers.dra_own import WROTE, allocate_own
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import PodAdmission
 
@@ -170,15 +171,24 @@ class _Classes:
                 out[name] = self.profiles[name]
         return out
 
+    def kinds(self, spec: dict) -> dict[str, str]:
+        """gpupool's classes the claim's requests name -> their MIG profile ("" for whole
+        cards)."""
+        profiles = self.profile_of(spec)
+        names = {str(r.get("deviceClassName", "")) for r in _requests(spec)}
+        return {n: profiles.get(n, "") for n in sorted(names) if self.ours(n)}
+
     def _profile(self, name: str) -> str:
-        """The MIG profile of gpupool's class `name` ("" for another class): the watch cache's
-        copy when it holds the class as gpupool's with a profile (a class's name carries its
-        profile: gpupool never changes one under the same name), else the server's."""
+        """The MIG profile of gpupool's class `name` ("" for another class, or gpupool's class
+        of whole cards): the watch cache's copy when it holds the class as gpupool's with a
+        profile, or as its whole-card class (a class's name carries its partition: gpupool
+        never changes one under the same name), else the server's."""
         for read in (self.ctx.ops.peek_dra_object, self.ctx.ops.read_dra_object):
             md = (read("DeviceClass", "", name) or {}).get("metadata") or {}
-            mine = (md.get("labels") or {}).get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
+            labels = md.get("labels") or {}
+            mine = labels.get(C.MANAGED_BY_LABEL) == C.MANAGED_BY
             prof = (md.get("annotations") or {}).get(C.DRA_PROFILE_ANN, "")
-            if mine and prof:
+            if mine and (prof or labels.get(C.DRA_PARTITION_LABEL) == "gpu"):
                 return prof
         return ""
 
@@ -458,6 +468,9 @@ class _Pins:
     """The planned DynamicMIG partitions no claim took yet (`refs_of`)."""
     replaced: list[Replaced]
     """The claims to delete once the gate went (the caller's list, `delete_replaced`)."""
+    own: list[tuple[str, str, str]] = field(default_factory=list)
+    """`want.refs` no claim took yet (`refs_of`): allocated on the pod's own claims
+    (dra_own.py)."""
     remade: list[str] = field(default_factory=list)
     """`old -> new` for each claim that was gone and is made again pinned."""
 
@@ -481,15 +494,26 @@ def pin_claims(
     the gate goes in a later cycle, as the resourceclaim controller may answer the same gap
     with a claim of its own), "failed" when a claim cannot be made exact (allocated already,
     or not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
-    allocation (`dra_allocate`)."""
+    allocation (`dra_allocate`). With `want.refs` (`dra.admission: allocate`), a plain claim
+    of the pod's own gets them as its allocation instead, and no pinned claim (dra_own.py)."""
     if not want.devices:
         return "", ""
     p = _Pins(ctx, ns, want, pod, wrote, _Classes(ctx), refs_of(want.devices), replaced)
+    p.own = refs_of(want.refs)
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
         claim = _read_claim(ctx, ns, name)
         gone = claim is None
+        if claim is not None and p.own:
+            kinds = p.classes.kinds(claim.get("spec") or {})
+            got = allocate_own(ctx, ns, want, pod, claim, kinds, p.own)
+            if got is not None:
+                if got[0]:
+                    return got
+                if got[1] == WROTE:
+                    wrote.append(name)
+                continue
         if gone and entry in pod.claim_templates:
             claim = _from_template(ctx, ns, pod, entry, name, pod.claim_templates[entry])
         if claim is None:

@@ -91,10 +91,13 @@ def results_for(
     return results
 
 
-def allocate(ctx: Context, ns: str, name: str, node: str, results: list[dict]) -> bool:
-    """Write the claim's allocation (read again: the claim was just made); False when the
-    claim is gone since (the gate must stay: the pod is planned again next cycle)."""
-    claim = ctx.ops.read_dra_object(KIND, ns, name)
+def allocate(
+    ctx: Context, ns: str, name: str, node: str, results: list[dict], claim: dict | None = None
+) -> bool:
+    """Write the claim's allocation (on `claim`, the server's answer to a write just made,
+    else read again: the claim was just made); False when the claim is gone since (the gate
+    must stay: the pod is planned again next cycle)."""
+    claim = claim or ctx.ops.read_dra_object(KIND, ns, name)
     if claim is None:
         return False
     at = ctx.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

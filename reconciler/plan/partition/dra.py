@@ -28,7 +28,7 @@ from collections.abc import Collection
 
 from reconciler.plan.actions import PodAdmission
 from reconciler.plan.cluster import GpuSlot, PoolView
-from reconciler.plan.dra_admit import claims_held_for, planned_devices
+from reconciler.plan.dra_admit import claims_held_for, guard_in_place, planned_devices
 from reconciler.plan.partition.base import NotYet
 from reconciler.plan.partition.device_plugin import DevicePluginBackend
 from reconciler.plan.run import Run
@@ -49,11 +49,21 @@ class DraBackend(DevicePluginBackend):
         self, run: Run, pv: PoolView, member: str, cards: list[GpuSlot]
     ) -> PodAdmission | NotYet:
         """The node, the cards and the devices the pod's claims are pinned to (exact
-        admission, plan/dra_admit.py); not yet while one is not published."""
+        admission, plan/dra_admit.py), and with `dra.admission: allocate` on a node whose guard
+        is in place the same devices as the allocation's refs; not yet while one is not
+        published."""
         hint = super().pod_admission(run, pv, member, cards)
         assert isinstance(hint, PodAdmission)
+        dra = run.observed.dra
         observed = next((n for n in run.observed.nodes if n.name == hint.node), None)
-        devices = planned_devices(run.observed.dra, observed, cards, member)
+        devices = planned_devices(dra, observed, cards, member)
+        refs = (
+            planned_devices(dra, observed, cards, member, refs=True)
+            if pv.pool.spec.dra.admission == "allocate" and guard_in_place(dra, hint.node)
+            else None
+        )
+        if refs:
+            hint = hint.model_copy(update={"refs": refs})
         if devices is None:
             return NotYet(
                 "dra-devices-unpublished",
