@@ -873,15 +873,7 @@ def prepare_dra(
     gated = gated_namespace(world)
     dynamic = profiles is not None
     publish_slices(world.custom, [(n.name, n.gpus) for n in wl.nodes], MODEL, dynamic=dynamic)
-    spec = dynmig_pool_spec() if dynamic else "  backend: dra\n"
-    policy = (
-        pool_doc(POOL, MODEL, len(wl.nodes), spec)
-        + priority
-        + quota_doc(
-            f"bench-{runs[0].removesuffix('-scheduler')}", POOL, [ungated, gated], wl.capacity
-        )
-    )
-    write_policy(policy_root, policy)
+    write_policy(policy_root, dra_policy(wl, priority, runs, [ungated, gated], dynamic))
     ctl = make_controller(world.controller_client(), policy_root, world.clock)
     r = ctl.cycle()
     if r.error:
@@ -908,6 +900,62 @@ def prepare_dra(
         f"published, templates {', '.join(wanted)}"
     )
     return gated
+
+
+def dra_policy(
+    wl: Workload,
+    priority: str,
+    runs: tuple[str, str],
+    namespaces: list[str],
+    dynamic: bool,
+    admission: str = "pin",
+) -> str:
+    """The DRA runs' policy: the pool on DRA (dynamic MIG with `dynamic`; `spec.dra.admission`
+    `admission`), the priority classes, and a Quota naming `namespaces`."""
+    spec = dynmig_pool_spec(admission) if dynamic else "  backend: dra\n"
+    if not dynamic and admission != "pin":
+        spec += f"  dra: {{admission: {admission}}}\n"
+    quota = f"bench-{runs[0].removesuffix('-scheduler')}"
+    return (
+        pool_doc(POOL, MODEL, len(wl.nodes), spec)
+        + priority
+        + quota_doc(quota, POOL, namespaces, wl.capacity)
+    )
+
+
+def guard_dra(
+    world: Any,
+    wl: Workload,
+    policy_root: Path,
+    priority: str,
+    gated: str,
+    runs: tuple[str, str],
+    dynamic: bool,
+    admission: str,
+) -> None:
+    """Before a gpupool DRA run with `admission` allocate: the Quota names the gated namespace
+    only (the scheduler run's is done), so the pool's guard goes in place (a DeviceTaintRule per
+    node: plan/stages/drain_taints.py `_guards`), which `dra.admission: allocate` needs; one
+    controller cycle writes it. With pin: nothing (the runs as before, unguarded)."""
+    if admission == "pin":
+        return
+    from reconciler.conventions import DRA_GROUP, DRA_VERSION
+    from tests.integration.harness import write_policy
+    from tests.support.wait import wait_for
+
+    write_policy(policy_root, dra_policy(wl, priority, runs, [gated], dynamic, admission))
+    ctl = make_controller(world.controller_client(), policy_root, world.clock)
+    want = {f"gpupool-guard-{n.name}" for n in wl.nodes}
+
+    def guarded() -> bool:
+        r = ctl.cycle()
+        if r.error:
+            raise RuntimeError(f"the guarding cycle failed: {r.error}")
+        rules = world.custom.list_cluster_custom_object(DRA_GROUP, DRA_VERSION, "devicetaintrules")
+        return want <= {t["metadata"]["name"] for t in rules["items"]}
+
+    wait_for("the DRA pool's guard", guarded, timeout=60, interval=1)
+    say(f"  DRA admission {admission}: the pool guarded ({len(want)} DeviceTaintRules)")
 
 
 def claims_gone(world: Any, ns: str, timeout: float = 120.0) -> None:
@@ -1170,6 +1218,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="run gpupool's controller loop in a process of its own (default: this one)",
     )
     ap.add_argument(
+        "--dra-admission",
+        choices=("pin", "allocate"),
+        default="allocate",
+        help="the DRA pool's spec.dra.admission in the gpupool runs (allocate: its guard put in "
+        "place first, the Quota naming the gated namespace only)",
+    )
+    ap.add_argument(
         "--dump",
         type=Path,
         default=None,
@@ -1372,6 +1427,16 @@ def main(argv: list[str] | None = None) -> int:
                     real_mig.append(run_kube_scheduler(world, wl_mig, name, replay_cls=replay))
                     claims_gone(world, f"openb-{name}")
                 else:
+                    guard_dra(
+                        world,
+                        wl_mig,
+                        workdir / "policy",
+                        priority,
+                        dyn_ns,
+                        DYNMIG_RUNS,
+                        True,
+                        args.dra_admission,
+                    )
                     real_mig.append(
                         run_gpupool(
                             world,
@@ -1395,6 +1460,17 @@ def main(argv: list[str] | None = None) -> int:
                 real.append(run_kube_scheduler(world, wl, name, replay_cls=DraReplay))
                 claims_gone(world, f"openb-{name}")
             else:
+                if name == DRA_RUNS[1] and dra_ns:
+                    guard_dra(
+                        world,
+                        wl,
+                        workdir / "policy",
+                        priority,
+                        dra_ns,
+                        DRA_RUNS,
+                        False,
+                        args.dra_admission,
+                    )
                 real.append(
                     run_gpupool(
                         world,
