@@ -1,6 +1,8 @@
 """Exact admission on DRA, the executor's half: before a gated pod of a DRA pool is released,
 each of its claims on gpupool's DeviceClasses is written so that kube-scheduler's allocator can
-pick only the devices the plan chose (`PodAdmission.devices`, their `uuid` attributes).
+pick only the devices the plan chose (`PodAdmission.devices`, their `uuid` attributes). With
+`spec.dra.admission: allocate` (`PodAdmission.refs`) a plain claim of the pod's own is
+allocated by gpupool instead, and nothing below is done for it (dra_own.py).
 
 Kubernetes v1.37.2 forbids changing a claim's spec and a pod's `spec.resourceClaims` (gated or
 not), and its resourceclaim controller makes a pod's claim from its template as soon as the pod
@@ -507,7 +509,10 @@ def pin_claims(
         gone = claim is None
         if claim is not None and p.own:
             kinds = p.classes.kinds(claim.get("spec") or {})
+            before = list(p.own)
             got = allocate_own(ctx, ns, want, pod, claim, kinds, p.own)
+            # a partition allocated here is no other claim's to take (a pinned one's write)
+            p.left = [r for r in p.left if r not in before or r in p.own]
             if got is not None:
                 if got[0]:
                     return got
