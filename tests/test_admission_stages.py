@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.admission_stages import idle_by_kind, main
+from bench.admission_stages import idle_by_kind, main, timeline
 
 
 def test_idle_by_kind_splits_arrivals_from_hand_offs():
@@ -31,3 +31,22 @@ def test_main_prints_the_runs_of_a_saved_json(tmp_path, capsys):
     assert "dra-gpupool: GPU allocation, time-weighted mean 73.981 %" in out
     assert "ready -> card taken by kind, mean ms (pods): arrival 30.0 (1), all 30.0 (1)" in out
     assert "default" not in out  # no timeline: not a gated run
+
+
+def test_a_release_seen_after_the_step_but_before_the_card_was_taken_counts():
+    """The replay's watches may see a release late (the step that waited for it has ended);
+    a release seen before the pod's card was seen taken is still what the pod waited for."""
+    pods = {
+        "old": {"gone": 6.56, "freed": 6.764},  # seen freed after the next pod's step ended
+        "earlier": {"gone": 0.0, "freed": 0.0},
+        "next": {"created": -4.0, "step": 6.551, "step_end": 6.627, "allocated": 6.765},
+    }
+    node_of = dict.fromkeys(pods, "n")
+    t = timeline(pods, node_of, dra=True)["next"]
+    assert (t["ready"], t["taken"]) == (6.764, 6.765)
+    # on the device plugin the card is taken when the pod runs
+    dp = {
+        "old": {"gone": 6.56},
+        "next": {"created": -4.0, "step": 6.5, "step_end": 6.55, "running": 6.6},
+    }
+    assert timeline(dp, dict.fromkeys(dp, "n"), dra=False)["next"]["ready"] == 6.56
