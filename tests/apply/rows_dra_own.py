@@ -6,9 +6,11 @@ the gate goes; a claim that is not a plain one of gpupool's templates is pinned 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from reconciler import conventions as C
+from reconciler.apply.handlers.dra_admit import pinned_name
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import PodAdmission
 from tests.apply.rows_dra import (
@@ -16,13 +18,18 @@ from tests.apply.rows_dra import (
     CLAIM_SPEC,
     DRA_ADMIT,
     MADE,
+    MIG_CLASS_OBJ,
+    MIG_SPEC,
     OUR_CLASS,
+    PART,
+    REF,
     claim,
     gated_claimant,
+    mig_claim,
     not_admitted,
     pinned,
 )
-from tests.apply.table import NS, Probe, Row
+from tests.apply.table import NS, Dra, Pod, Probe, Row
 
 REFS = ("gpu.nvidia.com/node-a/gpu-0", "gpu.nvidia.com/node-a/gpu-1")
 OWN_ADMIT = DRA_ADMIT.model_copy(
@@ -213,5 +220,70 @@ DRA_OWN_ROWS = [
         "admitted 1 pod(s)",
         ("create_dra_object", "set_pod_claim", "admit_pod", "delete_dra_object"),
         check=pinned,
+    ),
+]
+
+
+# A DynamicMIG pod with two claims: the plain one is allocated by gpupool, the other (a selector
+# of the team's) pinned and then allocated; each gets its own partition, never the same one.
+PART2 = "gpu-0-mig-4g40gb-5-4"
+REF2 = f"gpu.nvidia.com/node-a/{PART2}"
+TWO = (REF, REF2)
+TWO_ADMIT = DRA_ADMIT.model_copy(
+    update={"pods": (PodAdmission(name="p-0", node="node-a", gpus=(0,), devices=TWO, refs=TWO),)}
+)
+MORE = "p-0-more-x1"
+MORE_PINNED = pinned_name("p-0", "uid-p-0", "more", ",".join(TWO))
+TEAM_SELECTOR = {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile != ''"}}
+
+
+def two_claims() -> tuple[Dra, Dra, Pod]:
+    more_spec = copy.deepcopy(MIG_SPEC)
+    more_spec["devices"]["requests"][0]["exactly"]["selectors"] = [TEAM_SELECTOR]
+    more = Dra(
+        "ResourceClaim",
+        MORE,
+        NS,
+        spec=more_spec,
+        managed_by="",
+        meta={**MADE, "annotations": {C.DRA_POD_CLAIM_ANN: "more"}},
+    )
+    pod = Pod(
+        "p-0",
+        node=None,
+        gates=(C.ADMISSION_GATE,),
+        claims=(("gpus", CLAIM), ("more", MORE)),
+        templates={"gpus": "t-gpus", "more": "t-more"},
+    )
+    return mig_claim(), more, pod
+
+
+def each_its_own_partition(p: Probe) -> None:
+    own = p.cluster.dra[("ResourceClaim", NS, CLAIM)]  # type: ignore[attr-defined]
+    pinned = p.cluster.dra[("ResourceClaim", NS, MORE_PINNED)]  # type: ignore[attr-defined]
+    got = [
+        [r["device"] for r in c["status"]["allocation"]["devices"]["results"]]
+        for c in (own, pinned)
+    ]
+    assert got == [[PART], [PART2]], got
+
+
+DRA_OWN_ROWS += [
+    Row(
+        "dra-own/two-claims-one-pinned",
+        TWO_ADMIT,
+        (MIG_CLASS_OBJ, *two_claims()),
+        "done",
+        "admitted 1 pod(s)",
+        (
+            "patch_dra_object",
+            "replace_dra_status",
+            "create_dra_object",
+            "set_pod_claim",
+            "replace_dra_status",
+            "admit_pod",
+            "delete_dra_object",
+        ),
+        check=each_its_own_partition,
     ),
 ]
