@@ -37,8 +37,13 @@ NVIDIA stand-ins and gpupool's node agent, `World.add_gpu_node` of tests/integra
    `nvidia.com/gpu`), in a namespace without the admission label: kube-scheduler's DRA
    allocator (DynamicResources) alone picks the devices;
 5. **dra-gpupool**: the same in a gated namespace with gpupool's controller cycling as in 3:
-   exact admission replaces each pod's claim with one whose CEL selector names the planned
-   cards before releasing the gate. Also measured: the share of admitted pods whose allocated
+   exact admission writes each pod's claim for the planned cards before releasing the gate.
+   With `--dra-admission allocate` (the default) the pool says `dra: {admission: allocate}`
+   and, before this run, the Quota names the gated namespace only, so the pool's guard goes in
+   place (`guard_dra`) and gpupool writes the planned cards as the allocation of the claim
+   made from the template; with `pin` (the runs before 2026-12-06 22:34 UTC) the pool is not
+   guarded and each claim is replaced by one whose CEL selector names the planned cards, which
+   kube-scheduler's allocator allocates. Also measured: the share of admitted pods whose allocated
    devices (`status.allocation.devices.results`) are the planned ones (the claim's
    `gpupool.io/planned-devices`), each claim checked when a watch of the namespace's claims
    first shows it allocated. The cards in use are the devices those claims' allocations name,
