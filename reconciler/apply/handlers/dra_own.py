@@ -2,13 +2,15 @@
 guarded DRA pool, the planned devices are written as the allocation of the pod's own claim, the
 one Kubernetes' resourceclaim controller made from gpupool's template, while the pod is gated.
 No pinned claim is made, the pod's status is not rewritten and nothing is deleted after the
-gate: two requests before the gate (the claim's metadata, then its status) instead of three
-(the pinned claim, the pod's status, and kube-scheduler's allocation after the gate), none
-after it. kube-scheduler then only reserves the claim and binds the pod where the allocation's
-node selector says; its allocator counts the devices taken for every other claim from the
-moment the allocation is written (k8s.io/kubernetes v1.37.2, dynamicresources.go `bindClaim`:
-an allocated claim gets the reservation only; `Filter` checks an allocated claim's node
-selector, no device taint).
+gate: two requests of gpupool's before the gate (the claim's metadata, then its status), as
+pinning makes two (the pinned claim, the pod's status), but the cards are taken at the second
+of them, not at kube-scheduler's allocation after the gate; and none after it (pinning deletes
+the template's claim). kube-scheduler then only nominates the node, reserves the claim and
+binds the pod where the allocation's node selector says; its allocator counts the devices
+taken for every other claim from the moment the allocation is written (k8s.io/kubernetes
+v1.37.2, dynamicresources.go `bindClaim`: an allocated claim gets the reservation only;
+`Filter` checks an allocated claim's node selector, no device taint;
+tests/integration/test_dra_allocate.py reads the scheduler's writes from the audit log).
 
 What a write carries, as kube-scheduler would write it (dra_allocate.py `allocate`): the
 claim first gets Kubernetes' finalizer `resource.kubernetes.io/delete-protection` (the
