@@ -64,7 +64,7 @@ from reconciler.apply.handlers.dra_allocate import (
     results_for,
     stale_allocation,
 )
-from reconciler.apply.handlers.dra_own import WROTE, allocate_own
+from reconciler.apply.handlers.dra_own import WROTE, allocate_own, owned_by
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import PodAdmission
 
@@ -428,9 +428,7 @@ def _made_already(ctx: Context, ns: str, name: str, pod: PodInfo, planned: str) 
     md = have.get("metadata") or {}
     return (
         (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned
-        and any(
-            o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
-        )
+        and owned_by(have, pod.uid)
         and not (have.get("status") or {}).get("allocation")
     )
 
@@ -561,10 +559,7 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
         return "", ""
     if allocated and not stale_allocation(claim):
         return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
-    owned = any(
-        o.get("uid") == p.pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
-    )
-    if not owned:
+    if not owned_by(claim, p.pod.uid):
         return "failed", (
             f"claim {ns}/{name} is not pod {p.want.name}'s own (made from a template): "
             f"gpupool rewrites only those, so it cannot make the allocation the plan"

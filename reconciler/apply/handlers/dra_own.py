@@ -99,11 +99,10 @@ def _of_kind(device: str, profile: str) -> bool:
     return bool(mig) and rest.rsplit("-", 2)[0] == short_profile(profile)
 
 
-def _owned(claim: dict, pod: PodInfo) -> bool:
-    md = claim.get("metadata") or {}
-    return bool(pod.uid) and any(
-        o.get("uid") == pod.uid and o.get("controller") for o in md.get("ownerReferences") or []
-    )
+def owned_by(claim: dict, uid: str) -> bool:
+    """Whether the pod of `uid` is the claim's controlling owner (the pod's own claim)."""
+    refs = (claim.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("uid") == uid and o.get("controller") for o in refs)
 
 
 def _written(claim: dict, planned: str, results: list[dict]) -> bool:
@@ -132,7 +131,7 @@ def allocate_own(
     `left` is as it was); else ("", WROTE) when written now, ("", "") when an earlier run
     wrote it, or (status, why) for the Admit's outcome."""
     requests = plain_requests(claim.get("spec") or {})
-    if requests is None or not _owned(claim, pod):
+    if requests is None or not pod.uid or not owned_by(claim, pod.uid):
         return None
     taken = list(left)
     results = own_results(requests, kinds, taken)
