@@ -173,15 +173,18 @@ def unreleased_claims(
     nodes: Iterable[Node],
     workloads: Iterable[str],
     placed: Iterable[str] = (),
+    gated: Iterable[str] = (),
 ) -> list[UnreleasedClaim]:
     """Allocated claims (NVIDIA's devices) reserved for none of `workloads` (keys
-    `namespace/name`), with the cards of their node they hold, by claim key; a claim reserved
-    for nobody that a pod of `placed` (admitted or bound) uses is that pod's, not unreleased.
-    A claim whose node the snapshot lacks, or whose devices map to no card, is left out
-    (nothing of gpupool's to hold). Pure; never raises."""
+    `namespace/name`) but those of `gated` (still behind gpupool's gate: `spec.dra.admission:
+    allocate` reserves the claim for its pod before the gate goes, and a pod the gate still
+    holds holds no card in the snapshot), with the cards of their node they hold, by claim key;
+    a claim reserved for nobody that a pod of `placed` (admitted or bound) uses is that pod's,
+    not unreleased. A claim whose node the snapshot lacks, or whose devices map to no card, is
+    left out (nothing of gpupool's to hold). Pure; never raises."""
     if dra is None or not dra.claims:
         return []
-    live, released = set(workloads), set(placed)
+    live, released = set(workloads) - set(gated), set(placed)
     users: dict[str, set[str]] = {}  # claim key -> the pods (keys) whose claims name it
     for p in dra.pods:
         for n in p.claims:

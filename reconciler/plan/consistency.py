@@ -490,7 +490,9 @@ CLAIM_HOLDER = "a DRA claim no running pod uses still holds a device of it"
 def _judge_unreleased(
     c: _Checker, observed: ObservedState, cards: dict[Card, Gpu], stopping: Collection[str]
 ) -> None:
-    """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved): the
+    """Allocated ResourceClaims whose pods are gone (ended, deleted, or none reserved) or
+    still behind gpupool's gate (an allocation `spec.dra.admission: allocate` wrote with its
+    reservation, and the gate stayed: the claim is taken back when the pod is admitted): the
     allocator counts their devices as taken until Kubernetes deallocates the claim, so the
     cards they are on are fenced (not free, not drift to repartition) until then. A claim
     reserved for a pod of `stopping` (terminating) is not one of them: its cards are the
@@ -499,13 +501,15 @@ def _judge_unreleased(
         return  # no claim (no DRA pool): no pass over the workloads
     keys = [*(w.key for w in observed.workloads), *stopping]
     placed = [w.key for w in observed.workloads if w.node]
-    for u in unreleased_claims(observed.dra, observed.nodes, keys, placed):
+    gated = [w.key for w in observed.workloads if w.admission == "gpupool" and not w.node]
+    for u in unreleased_claims(observed.dra, observed.nodes, keys, placed, gated):
         held = sorted({(u.node, a.gpu) for a in u.cards} & cards.keys())
         if not held:
             continue
         pods = (
             f"reserved for {', '.join(u.reserved_for)}, none of them a pod gpupool counts as "
-            "running (ended, deleted, terminating, or asking through another DeviceClass)"
+            "running (ended, deleted, terminating, still behind gpupool's gate, or asking "
+            "through another DeviceClass)"
             if u.reserved_for
             else "reserved for no pod"
         )

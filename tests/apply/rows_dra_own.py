@@ -46,6 +46,7 @@ RESULTS = [
     for d in ("gpu-0", "gpu-1")
 ]
 PLANNED = ",".join(REFS)
+HELD_BY_POD = {"resource": "pods", "name": "p-0", "uid": "uid-p-0"}
 
 
 def _claim(p: Probe) -> dict:
@@ -69,6 +70,9 @@ def allocated_own(p: Probe) -> None:
     (term,) = alloc["nodeSelector"]["nodeSelectorTerms"]
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
     assert alloc["allocationTimestamp"].endswith("Z")
+    # reserved for its pod in the same write, as kube-scheduler's PreBind would: the scheduler
+    # writes no claim then
+    assert obj["status"]["reservedFor"] == [HELD_BY_POD]
     claims = [k for k in p.cluster.dra if k[0] == "ResourceClaim"]  # type: ignore[attr-defined]
     assert claims == [("ResourceClaim", NS, CLAIM)]
 
@@ -160,6 +164,47 @@ DRA_OWN_ROWS = [
         "admitted 1 pod(s)",
         ("replace_dra_status", "patch_dra_object", "replace_dra_status", "admit_pod"),
         check=admitted_own,
+    ),
+    Row(
+        # as above, and reserved for the pod (this pod, still gated): taken back the same way
+        "dra-own/reserved-for-the-gated-pod-taken-back",
+        OWN_ADMIT,
+        (
+            OUR_CLASS,
+            claim(
+                {
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN},
+                },
+                status={**ELSEWHERE, "reservedFor": [HELD_BY_POD]},
+            ),
+            gated_claimant(),
+        ),
+        "done",
+        "admitted 1 pod(s)",
+        ("replace_dra_status", "patch_dra_object", "replace_dra_status", "admit_pod"),
+        check=admitted_own,
+    ),
+    Row(
+        # gpupool's allocation, but reserved for another pod (of another uid): a pod holds it,
+        # never taken back
+        "dra-own/reserved-for-another-pod",
+        OWN_ADMIT,
+        (
+            OUR_CLASS,
+            claim(
+                {
+                    **MADE,
+                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN},
+                },
+                status={**ELSEWHERE, "reservedFor": [{**HELD_BY_POD, "uid": "uid-earlier"}]},
+            ),
+            gated_claimant(),
+        ),
+        "failed",
+        "is allocated already",
+        (),
+        check=not_admitted,
     ),
     Row(
         # allocated by someone else: never overwritten, nothing admitted

@@ -6,12 +6,14 @@ gpupool's template (reconciler/apply/handlers/dra_own.py), then releases the gat
 - Whole cards (one pod, a 2-pod gang) and a static MIG device: the allocated devices are the
   planned ones, each pod keeps the claim the resourceclaim controller made (no claim made
   beside it, none deleted), and the claim carries Kubernetes' finalizer.
-- kube-scheduler writes only the reservation and the binding: it checks no device taint on an
-  allocated claim (the guard's NoSchedule taint is on every device) and allocates nothing.
+- gpupool reserves each claim for its pod in the allocation's write, as kube-scheduler's
+  PreBind would, so kube-scheduler writes no claim: it nominates the node (asynchronously) and
+  binds. It checks no device taint on an allocated claim (the guard's NoSchedule taint is on
+  every device) and allocates nothing.
 - gpupool's own writes on claims are a merge patch (the plan's annotation and the finalizer)
   and the status: no claim created or deleted. Its rights are the controller's own
   (deploy/rbac.yaml), and deploy/controller-admission.yaml refuses it any other change of a
-  claim's metadata.
+  claim's metadata, and a reservation for any pod but the claim's own.
 - Once the pods are deleted, the resourceclaim controller deallocates each claim and takes its
   finalizer off: the claims go.
 """
@@ -79,18 +81,15 @@ def test_the_plan_is_written_as_the_claims_allocation(kube, tmp_path):
     assert {len(d) for p, (_, d, _) in got.items() if p.startswith("gang")} == {2}
     assert len(claims_in(kube, ns)) == len(spec)
 
-    # kube-scheduler nominated the node (its PreBind has work: the reservation), reserved and
-    # bound, allocating nothing; gpupool patched and allocated, made and deleted no claim
+    # kube-scheduler nominated the node (its PreBind runs: the pod has claims) and bound,
+    # writing no claim (each is reserved for its pod already); gpupool patched, allocated and
+    # reserved, made and deleted no claim
     sched = {
         (e.verb, e.resource, e.subresource or "")
         for e in writes(kube, since=at, user="system:kube-scheduler")
         if e.namespace == ns and e.resource != "events"
     }
-    assert sched == {
-        ("patch", "pods", "status"),
-        ("create", "pods", "binding"),
-        ("update", "resourceclaims", "status"),
-    }, sched
+    assert sched == {("patch", "pods", "status"), ("create", "pods", "binding")}, sched
     mine = {
         (e.verb, e.subresource or "", e.code)
         for e in writes(kube, since=at)
@@ -112,6 +111,19 @@ def test_the_plan_is_written_as_the_claims_allocation(kube, tmp_path):
         with pytest.raises(client.ApiException) as refused:
             as_controller.patch_namespaced_custom_object(G, V, ns, "resourceclaims", name, patch)
         assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body
+
+    # nor a reservation for another pod (here beside the pod's own, on an allocated claim:
+    # RBAC gives the controller update on the status, the policy refuses it)
+    body = claim_of(kube, ns, "solo")
+    ranker = claim_of(kube, ns, "ranker")["metadata"]["ownerReferences"][0]
+    body["status"]["reservedFor"].append(
+        {"resource": "pods", "name": "ranker", "uid": ranker["uid"]}
+    )
+    with pytest.raises(client.ApiException) as refused:
+        as_controller.replace_namespaced_custom_object_status(
+            G, V, ns, "resourceclaims", name, body
+        )
+    assert refused.value.status == 403 and "gpupool-controller-claims" in refused.value.body
 
     # the pods go: the resourceclaim controller deallocates each claim, takes the finalizer
     # off, and the claims go with their pods

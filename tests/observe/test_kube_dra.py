@@ -372,3 +372,24 @@ def test_a_claim_allocated_for_a_released_pod_not_bound_yet_is_not_unreleased() 
     (u,) = unreleased_claims(o.dra, o.nodes, keys)
     assert u.claim == "team-a/waiting-0-gpus-y2"
     assert unreleased_claims(o.dra, o.nodes, keys, ["team-a/waiting-0"]) == []
+
+
+def test_a_claim_reserved_for_a_pod_still_gated_is_unreleased() -> None:
+    """`spec.dra.admission: allocate` reserves the claim for its pod with the allocation,
+    before the gate goes: while the gate holds the pod it holds no card in the snapshot, so the
+    claim counts as unreleased (its cards fenced) though a live pod is in its reservation."""
+    c = cluster()
+    c.dra["resourceclaims"].append(
+        claim("team-a", "waiting-0-gpus-y2", ["gpu-3"], "n1", ["waiting-0"])
+    )
+    c.pods[1]["spec"]["schedulingGates"] = [{"name": "gpupool.io/admission"}]
+    c.pods[1]["status"] = {
+        "phase": "Pending",
+        "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "waiting-0-gpus-y2"}],
+    }
+    o = observe(c)
+    keys = [w.key for w in o.workloads]
+    assert unreleased_claims(o.dra, o.nodes, keys) == []  # a live pod holds it
+    (u,) = unreleased_claims(o.dra, o.nodes, keys, gated=["team-a/waiting-0"])
+    assert (u.claim, u.reserved_for) == ("team-a/waiting-0-gpus-y2", ("waiting-0",))
+    assert [a.gpu for a in u.cards] == [3]

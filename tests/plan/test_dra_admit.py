@@ -203,10 +203,10 @@ def test_a_dra_pod_waits_while_its_devices_are_not_published() -> None:
     assert admits == []
 
 
-def _unreleased(observed, node: str, minor: int, reserved_for: list[str]):
+def _unreleased(observed, node: str, minor: int, reserved_for: list[str], ns: str = "team-b"):
     """`observed` with a claim still allocated `gpu-<minor>` of `node` for `reserved_for`."""
     claim = ResourceClaimObject(
-        namespace="team-b",
+        namespace=ns,
         name="gone-0-gpu",
         allocated=[DeviceResult(request="gpu", driver=DRIVER, pool=node, device=f"gpu-{minor}")],
         node=node,
@@ -237,6 +237,31 @@ def test_a_card_a_claim_still_holds_after_its_pod_is_gone_is_not_planned_on(rese
     (f,) = [f for f in after.findings if f.code == "dra-claim-unreleased"]
     assert f.subject == "ResourceClaim team-b/gone-0-gpu"
     assert f"{pod.node}/gpu{pod.gpus[0]}" in f.message
+
+
+def test_a_claim_reserved_for_a_pod_still_gated_holds_its_card() -> None:
+    """`spec.dra.admission: allocate` writes a claim's allocation and its reservation for the
+    pod before the gate goes (apply/handlers/dra_own.py). A run that stopped in between leaves
+    the pod gated with its claim held: the pod holds nothing in the snapshot, so the card is
+    fenced like an unreleased claim's, not planned for another pod, until the claim is taken
+    back or the pod admitted."""
+    text, observed = always_rule_preempts_before_giving_back()
+    text = text.replace(*NO_SHARED).replace(*DRA, 1)
+    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    desired = load([SourceFile("desired.yaml", text)])
+    before, _ = plan_with_facts(desired, observed)
+    (admit,) = [a for a in before.actions if isinstance(a, Admit)]
+    (pod,) = admit.pods
+    w = next(w for w in observed.workloads if w.name == pod.name)
+    assert w.admission == "gpupool" and not w.node  # behind gpupool's gate
+    held = _unreleased(observed, pod.node, pod.gpus[0], [pod.name], ns=w.namespace)
+    after, _ = plan_with_facts(desired, held)
+    for a in after.actions:
+        if isinstance(a, Admit):
+            assert all((pod.node, pod.gpus[0]) not in {(p.node, g) for g in p.gpus} for p in a.pods)
+    (f,) = [f for f in after.findings if f.code == "dra-claim-unreleased"]
+    assert f.subject == f"ResourceClaim {w.namespace}/gone-0-gpu"
+    assert "still behind gpupool's gate" in f.message
 
 
 def test_a_claim_its_running_pod_holds_is_no_finding() -> None:

@@ -44,9 +44,9 @@ allocation is immutable once set: without it the scheduler's reservation fails).
 then only reserves the claim for the pod and binds it where the allocation says (checked on the
 real scheduler: tests/integration/test_dra_dynamic_placement.py), and its allocator counts the
 written devices' counters as taken for every other claim. An allocation written for another plan
-while the pod stayed gated (a run failed before the gate went) is removed first (nobody holds
-it: no `reservedFor`), and the claim is replaced by one pinned to the new plan, allocated in
-turn."""
+while the pod stayed gated (a run failed before the gate went) is removed first (no running
+pod holds it: no `reservedFor`, or only the gated pod's own, dra_own.py), and the claim is
+replaced by one pinned to the new plan, allocated in turn."""
 
 from __future__ import annotations
 
@@ -557,7 +557,7 @@ def _pin_claim(p: _Pins, entry: str, claim: dict, gone: bool) -> tuple[str, str]
     spec = _pinned(claim, p.classes, p.want.devices)
     if spec is None:
         return "", ""
-    if allocated and not stale_allocation(claim):
+    if allocated and not stale_allocation(claim, p.pod.uid):
         return "failed", f"claim {ns}/{name} is allocated already: it cannot be pinned"
     if not owned_by(claim, p.pod.uid):
         return "failed", (

@@ -92,17 +92,27 @@ def results_for(
 
 
 def allocate(
-    ctx: Context, ns: str, name: str, node: str, results: list[dict], claim: dict | None = None
+    ctx: Context,
+    ns: str,
+    name: str,
+    node: str,
+    results: list[dict],
+    claim: dict | None = None,
+    reserve: tuple[str, str] | None = None,
 ) -> bool:
     """Write the claim's allocation (on `claim`, the server's answer to a write just made,
-    else read again: the claim was just made); False when the claim is gone since (the gate
-    must stay: the pod is planned again next cycle)."""
+    else read again: the claim was just made), and with `reserve` (the pod's name and uid: the
+    claim's controlling owner) its reservation for that pod in the same write, as
+    kube-scheduler's PreBind writes both (`bindClaim`); False when the claim is gone since (the
+    gate must stay: the pod is planned again next cycle)."""
     claim = claim or ctx.ops.read_dra_object(KIND, ns, name)
     if claim is None:
         return False
     at = ctx.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    held = [{"resource": "pods", "name": reserve[0], "uid": reserve[1]}] if reserve else []
     claim["status"] = {
         **(claim.get("status") or {}),
+        **({"reservedFor": held} if held else {}),
         "allocation": {
             "devices": {"results": results},
             "nodeSelector": {
@@ -118,20 +128,28 @@ def allocate(
 
 
 def deallocate(ctx: Context, ns: str, claim: dict) -> None:
-    """Remove an allocation gpupool wrote for another plan (no pod holds it: `reservedFor`
-    is empty), so the claim may be replaced."""
+    """Remove an allocation gpupool wrote for another plan (`stale_allocation`), and its
+    reservation for the gated pod if it wrote one, so the claim may be replaced."""
     body: dict[str, Any] = dict(claim)
-    body["status"] = {k: v for k, v in (claim.get("status") or {}).items() if k != "allocation"}
+    body["status"] = {
+        k: v
+        for k, v in (claim.get("status") or {}).items()
+        if k not in ("allocation", "reservedFor")
+    }
     ctx.ops.replace_dra_status(KIND, ns, claim["metadata"]["name"], body)
 
 
-def stale_allocation(claim: dict) -> bool:
-    """An allocation gpupool wrote (the claim carries its planned devices) that nobody holds:
-    the pod stayed gated, a run failed between the write and the gate's release."""
+def stale_allocation(claim: dict, gated: str = "") -> bool:
+    """An allocation gpupool wrote (the claim carries its planned devices) that no running pod
+    holds: reserved for nobody, or only for the pod of uid `gated`, which the caller knows is
+    still behind gpupool's gate (`spec.dra.admission: allocate` reserves the claim for its pod
+    with the allocation). The pod stayed gated: a run failed between the write and the gate's
+    release, or the pod is admitted to another plan now."""
     status = claim.get("status") or {}
     ann = (claim.get("metadata") or {}).get("annotations") or {}
+    holders = status.get("reservedFor") or []
     return (
         bool(status.get("allocation"))
-        and not status.get("reservedFor")
+        and all(bool(gated) and r.get("uid") == gated for r in holders)
         and (C.DRA_PLANNED_ANN in ann)
     )

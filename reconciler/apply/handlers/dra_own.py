@@ -5,12 +5,18 @@ No pinned claim is made, the pod's status is not rewritten and nothing is delete
 gate: two requests of gpupool's before the gate (the claim's metadata, then its status), as
 pinning makes two (the pinned claim, the pod's status), but the cards are taken at the second
 of them, not at kube-scheduler's allocation after the gate; and none after it (pinning deletes
-the template's claim). kube-scheduler then only nominates the node, reserves the claim and
-binds the pod where the allocation's node selector says; its allocator counts the devices
-taken for every other claim from the moment the allocation is written (k8s.io/kubernetes
-v1.37.2, dynamicresources.go `bindClaim`: an allocated claim gets the reservation only;
-`Filter` checks an allocated claim's node selector, no device taint;
-tests/integration/test_dra_allocate.py reads the scheduler's writes from the audit log).
+the template's claim). The status write also reserves the claim for its pod, as
+kube-scheduler's PreBind would (`reservedFor`: the pod, the claim's controlling owner), so
+kube-scheduler's binding cycle writes no claim at all: it nominates the node (asynchronously:
+`SchedulerAsyncAPICalls`) and binds the pod where the allocation's node selector says; its
+allocator counts the devices taken for every other claim from the moment the allocation is
+written (k8s.io/kubernetes v1.37.2, dynamicresources.go `PreBind`: `bindClaim` only for a claim
+not reserved for the pod yet; `Filter` checks an allocated claim's node selector, no device
+taint; tests/integration/test_dra_allocate.py reads the scheduler's writes from the audit log).
+The reservation of a gated pod is kept: v1.37.2's resourceclaim controller drops a pod's only
+once it is gone or done (controller.go `syncClaim`), and gpupool's snapshot does not count it
+as the pod's holding while the gate is on (observe/dra_holdings.py `unreleased_claims`: the
+cards are fenced until the gate goes or the claim is taken back).
 
 What a write carries, as kube-scheduler would write it (dra_allocate.py `allocate`): the
 claim first gets Kubernetes' finalizer `resource.kubernetes.io/delete-protection` (the
@@ -147,9 +153,9 @@ def allocate_own(
         if _written(claim, planned, results):
             return "", ""
         if (claim.get("status") or {}).get("allocation"):
-            if not stale_allocation(claim):
+            if not stale_allocation(claim, pod.uid):
                 return "failed", f"claim {ns}/{name} is allocated already: it cannot be the plan"
-            deallocate(ctx, ns, claim)  # gpupool's, for another plan; nobody holds it
+            deallocate(ctx, ns, claim)  # gpupool's, for another plan; no running pod holds it
             continue  # read again: the version changed
         try:
             got = _mark(ctx, ns, claim, planned)
@@ -159,7 +165,7 @@ def allocate_own(
             if exc.status == 404:
                 return "waiting", f"claim {ns}/{name} went before its allocation was written"
             raise
-        if not allocate(ctx, ns, name, want.node, results, got):
+        if not allocate(ctx, ns, name, want.node, results, got, (pod.name, pod.uid)):
             return "waiting", f"claim {ns}/{name} went before its allocation was written"
         return "", WROTE
     return "waiting", f"claim {ns}/{name} changed while its allocation was written: next cycle"
