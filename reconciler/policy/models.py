@@ -243,9 +243,10 @@ class DraSetup(Model):
     `uuid`), and kube-scheduler's allocator allocates it, checking the devices as for any
     claim. `allocate`: in a guarded pool (`guard`, in place on the node), gpupool writes the
     planned devices as the allocation of the pod's own claim itself (as it does for a DynamicMIG
-    partition, which no selector can pick), with Kubernetes' delete-protection finalizer, and
-    kube-scheduler only nominates, reserves and binds: no claim made beside the pod's, no
-    delete after the gate, the cards taken before the gate goes; but nothing besides
+    partition, which no selector can pick), with Kubernetes' delete-protection finalizer and
+    the claim's reservation for its pod, and kube-scheduler only nominates and binds: no claim
+    made beside the pod's, no delete after the gate, no claim write by kube-scheduler, the
+    cards taken before the gate goes; but nothing besides
     gpupool's plan checks the devices (the guard keeps every other claim off them). A claim
     that is not a plain one of gpupool's templates (another class, a selector, a constraint,
     a config), or a node whose guard is not in place, is pinned as with `pin`."""
