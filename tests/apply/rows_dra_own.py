@@ -114,6 +114,14 @@ ELSEWHERE = {
 }
 OTHER_PLAN = "gpu.nvidia.com/node-b/gpu-2,gpu.nvidia.com/node-b/gpu-3"
 
+
+def other_plans(status: dict) -> tuple:
+    """The cluster of a row whose claim gpupool allocated for another plan earlier (`status`:
+    its allocation, and reservation if any), the pod still gated."""
+    meta = {**MADE, "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN}}
+    return (OUR_CLASS, claim(meta, status=status), gated_claimant())
+
+
 DRA_OWN_ROWS = [
     Row(
         "dra-own/allocated-then-admitted",
@@ -149,17 +157,7 @@ DRA_OWN_ROWS = [
         # taken back, then written for this plan
         "dra-own/another-plans-allocation-taken-back",
         OWN_ADMIT,
-        (
-            OUR_CLASS,
-            claim(
-                {
-                    **MADE,
-                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN},
-                },
-                status=ELSEWHERE,
-            ),
-            gated_claimant(),
-        ),
+        other_plans(ELSEWHERE),
         "done",
         "admitted 1 pod(s)",
         ("replace_dra_status", "patch_dra_object", "replace_dra_status", "admit_pod"),
@@ -169,17 +167,7 @@ DRA_OWN_ROWS = [
         # as above, and reserved for the pod (this pod, still gated): taken back the same way
         "dra-own/reserved-for-the-gated-pod-taken-back",
         OWN_ADMIT,
-        (
-            OUR_CLASS,
-            claim(
-                {
-                    **MADE,
-                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN},
-                },
-                status={**ELSEWHERE, "reservedFor": [HELD_BY_POD]},
-            ),
-            gated_claimant(),
-        ),
+        other_plans({**ELSEWHERE, "reservedFor": [HELD_BY_POD]}),
         "done",
         "admitted 1 pod(s)",
         ("replace_dra_status", "patch_dra_object", "replace_dra_status", "admit_pod"),
@@ -190,17 +178,7 @@ DRA_OWN_ROWS = [
         # never taken back
         "dra-own/reserved-for-another-pod",
         OWN_ADMIT,
-        (
-            OUR_CLASS,
-            claim(
-                {
-                    **MADE,
-                    "annotations": {C.DRA_POD_CLAIM_ANN: "gpus", C.DRA_PLANNED_ANN: OTHER_PLAN},
-                },
-                status={**ELSEWHERE, "reservedFor": [{**HELD_BY_POD, "uid": "uid-earlier"}]},
-            ),
-            gated_claimant(),
-        ),
+        other_plans({**ELSEWHERE, "reservedFor": [{**HELD_BY_POD, "uid": "uid-earlier"}]}),
         "failed",
         "is allocated already",
         (),

@@ -216,11 +216,9 @@ def _unreleased(observed, node: str, minor: int, reserved_for: list[str], ns: st
     return observed.model_copy(update={"dra": dra.model_copy(update={"claims": [claim]})})
 
 
-@pytest.mark.parametrize("reserved_for", [["spot-sweep-old"], []])
-def test_a_card_a_claim_still_holds_after_its_pod_is_gone_is_not_planned_on(reserved_for) -> None:
-    """Issue 32: a pod deleted (or ended) while its claim is still allocated: until Kubernetes
-    deallocates the claim, its allocator counts the device as taken. The planner places nothing
-    on that card (the pod waits or goes elsewhere), and does not repartition it."""
+def _admitted_once():
+    """The preemption scenario on a DRA pool, planned once: (desired, observed, the one pod its
+    Admit places)."""
     text, observed = always_rule_preempts_before_giving_back()
     text = text.replace(*NO_SHARED).replace(*DRA, 1)
     observed = observed.model_copy(update={"dra": published(observed.nodes)})
@@ -228,11 +226,25 @@ def test_a_card_a_claim_still_holds_after_its_pod_is_gone_is_not_planned_on(rese
     before, _ = plan_with_facts(desired, observed)
     (admit,) = [a for a in before.actions if isinstance(a, Admit)]
     (pod,) = admit.pods
-    held = _unreleased(observed, pod.node, pod.gpus[0], reserved_for)
-    after, _ = plan_with_facts(desired, held)
-    for a in after.actions:
+    return desired, observed, pod
+
+
+def _nothing_placed_on(plan, pod) -> None:
+    """No Admit of `plan` places a pod on the first card `pod` was planned on."""
+    for a in plan.actions:
         if isinstance(a, Admit):
             assert all((pod.node, pod.gpus[0]) not in {(p.node, g) for g in p.gpus} for p in a.pods)
+
+
+@pytest.mark.parametrize("reserved_for", [["spot-sweep-old"], []])
+def test_a_card_a_claim_still_holds_after_its_pod_is_gone_is_not_planned_on(reserved_for) -> None:
+    """Issue 32: a pod deleted (or ended) while its claim is still allocated: until Kubernetes
+    deallocates the claim, its allocator counts the device as taken. The planner places nothing
+    on that card (the pod waits or goes elsewhere), and does not repartition it."""
+    desired, observed, pod = _admitted_once()
+    held = _unreleased(observed, pod.node, pod.gpus[0], reserved_for)
+    after, _ = plan_with_facts(desired, held)
+    _nothing_placed_on(after, pod)
     assert not any(pod.node in a.id for a in after.actions if a.kind == "mig-reconfigure")
     (f,) = [f for f in after.findings if f.code == "dra-claim-unreleased"]
     assert f.subject == "ResourceClaim team-b/gone-0-gpu"
@@ -245,20 +257,12 @@ def test_a_claim_reserved_for_a_pod_still_gated_holds_its_card() -> None:
     the pod gated with its claim held: the pod holds nothing in the snapshot, so the card is
     fenced like an unreleased claim's, not planned for another pod, until the claim is taken
     back or the pod admitted."""
-    text, observed = always_rule_preempts_before_giving_back()
-    text = text.replace(*NO_SHARED).replace(*DRA, 1)
-    observed = observed.model_copy(update={"dra": published(observed.nodes)})
-    desired = load([SourceFile("desired.yaml", text)])
-    before, _ = plan_with_facts(desired, observed)
-    (admit,) = [a for a in before.actions if isinstance(a, Admit)]
-    (pod,) = admit.pods
+    desired, observed, pod = _admitted_once()
     w = next(w for w in observed.workloads if w.name == pod.name)
     assert w.admission == "gpupool" and not w.node  # behind gpupool's gate
     held = _unreleased(observed, pod.node, pod.gpus[0], [pod.name], ns=w.namespace)
     after, _ = plan_with_facts(desired, held)
-    for a in after.actions:
-        if isinstance(a, Admit):
-            assert all((pod.node, pod.gpus[0]) not in {(p.node, g) for g in p.gpus} for p in a.pods)
+    _nothing_placed_on(after, pod)
     (f,) = [f for f in after.findings if f.code == "dra-claim-unreleased"]
     assert f.subject == f"ResourceClaim {w.namespace}/gone-0-gpu"
     assert "still behind gpupool's gate" in f.message
