@@ -216,13 +216,18 @@ def _unreleased(observed, node: str, minor: int, reserved_for: list[str], ns: st
     return observed.model_copy(update={"dra": dra.model_copy(update={"claims": [claim]})})
 
 
-def _admitted_once():
-    """The preemption scenario on a DRA pool, planned once: (desired, observed, the one pod its
-    Admit places)."""
+def _on_dra():
+    """The preemption scenario with its pool on DRA, the devices published: (desired,
+    observed)."""
     text, observed = always_rule_preempts_before_giving_back()
     text = text.replace(*NO_SHARED).replace(*DRA, 1)
     observed = observed.model_copy(update={"dra": published(observed.nodes)})
-    desired = load([SourceFile("desired.yaml", text)])
+    return load([SourceFile("desired.yaml", text)]), observed
+
+
+def _admitted_once():
+    """`_on_dra`, planned once: (desired, observed, the one pod its Admit places)."""
+    desired, observed = _on_dra()
     before, _ = plan_with_facts(desired, observed)
     (admit,) = [a for a in before.actions if isinstance(a, Admit)]
     (pod,) = admit.pods
@@ -269,12 +274,10 @@ def test_a_claim_reserved_for_a_pod_still_gated_holds_its_card() -> None:
 
 
 def test_a_claim_its_running_pod_holds_is_no_finding() -> None:
-    text, observed = always_rule_preempts_before_giving_back()
-    text = text.replace(*NO_SHARED).replace(*DRA, 1)
-    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    desired, observed = _on_dra()
     spot = next(w for w in observed.workloads if w.name == "spot-sweep")
     held = _unreleased(observed, spot.node, 0, [spot.name])
-    plan, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), held)
+    plan, _ = plan_with_facts(desired, held)
     assert spot.namespace == "team-b"
     assert not [f for f in plan.findings if f.code == "dra-claim-unreleased"]
 
@@ -292,12 +295,10 @@ def test_a_terminating_pods_cards_go_to_the_next_pod_once_it_and_its_claims_are_
     controller releases it once the pod is gone). Its cards are planned for the next pod, as
     on the device plugin: the Admit waits for the pod gone and its claim deallocated, in its
     step (`after`, `after_claims`). No fence, no eviction, no reservation taint."""
-    text, observed = always_rule_preempts_before_giving_back()
-    text = text.replace(*NO_SHARED).replace(*DRA, 1)
-    observed = observed.model_copy(update={"dra": published(observed.nodes)})
+    desired, observed = _on_dra()
     spot = next(w for w in observed.workloads if w.name == "spot-sweep")
     held = _unreleased(_terminating(observed, "spot-sweep"), spot.node, 0, [spot.name])
-    p, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), held)
+    p, _ = plan_with_facts(desired, held)
     (admit,) = [a for a in p.actions if isinstance(a, Admit)]
     assert [pa.node for pa in admit.pods] == [spot.node]
     assert admit.after == (spot.key,) and admit.after_claims == ("team-b/gone-0-gpu",)
@@ -309,7 +310,7 @@ def test_a_terminating_pods_cards_go_to_the_next_pod_once_it_and_its_claims_are_
     gone = held.model_copy(
         update={"workloads": [w for w in held.workloads if w.name != "spot-sweep"]}
     )
-    p, _ = plan_with_facts(load([SourceFile("desired.yaml", text)]), gone)
+    p, _ = plan_with_facts(desired, gone)
     assert not [a for a in p.actions if isinstance(a, Admit)]
     assert [f.subject for f in p.findings if f.code == "dra-claim-unreleased"] == [
         "ResourceClaim team-b/gone-0-gpu"
