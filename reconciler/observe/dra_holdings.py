@@ -184,18 +184,28 @@ def unreleased_claims(
     left out (nothing of gpupool's to hold). Pure; never raises."""
     if dra is None or not dra.claims:
         return []
-    live, released = set(workloads) - set(gated), set(placed)
+    live = set(workloads).difference(gated)
+    # most claims are reserved for a live pod: only the others are looked at further
+    left = [
+        c
+        for c in dra.claims
+        if c.allocated
+        and not any(f"{c.namespace}/{p}" in live for p in c.reserved_for)
+        and any(r.driver == C.DRA_DRIVER for r in c.allocated)
+    ]
+    if not left:
+        return []
+    released = set(placed)
     users: dict[str, set[str]] = {}  # claim key -> the pods (keys) whose claims name it
-    for p in dra.pods:
-        for n in p.claims:
-            users.setdefault(f"{p.namespace}/{n}", set()).add(f"{p.namespace}/{p.pod}")
+    if any(not c.reserved_for for c in left):
+        for p in dra.pods:
+            for n in p.claims:
+                users.setdefault(f"{p.namespace}/{n}", set()).add(f"{p.namespace}/{p.pod}")
     by_name = {n.name: n for n in nodes}
     index: DraIndex | None = None
     out = []
-    for c in sorted(dra.claims, key=lambda c: c.key):
+    for c in sorted(left, key=lambda c: c.key):
         results = [r for r in c.allocated or [] if r.driver == C.DRA_DRIVER]
-        if not results or any(f"{c.namespace}/{p}" in live for p in c.reserved_for):
-            continue
         if not c.reserved_for and users.get(c.key, set()) & released:
             continue  # allocated for a released pod not bound yet (gpupool's DynamicMIG write)
         node = by_name.get(c.node or results[0].pool)

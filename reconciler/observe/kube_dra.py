@@ -46,11 +46,17 @@ class DraMemo:
     across cycles; a uid and resourceVersion name one state of one object, so the state equals
     one made without the memo. An object without either, or one that does not convert (left
     out and reported each time), is converted every time. Only the objects of the last read
-    are kept (`begin` / `end`)."""
+    are kept (`begin` / `end`). A kind whose objects are the very ones of the last read is not
+    looked at again (`each`): in a cycle without a change there, the DRA objects cost a
+    comparison of identities (py-spy, bench/README.md: `read_dra` was a third of a DRA
+    cycle's observation)."""
 
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str, str], Any] = {}
         self._next: dict[tuple[str, str, str], Any] = {}
+        self._lists: dict[str, tuple[list, list, list]] = {}
+        """Kind -> (the objects listed, what they read as, their keys in `_kept`): the last
+        read of each kind, reused whole while the cache hands back the very same objects."""
         self.hits = 0
         self.misses = 0
         self.stuck: frozenset[str] = frozenset()
@@ -73,6 +79,34 @@ class DraMemo:
 
         return memoised
 
+    def each(self, kind: str, items: list[Any], convert: Callable[[dict], Any]) -> list[Any]:
+        """`convert` of each of `items` (the objects listed of one kind; one not an object, or
+        whose metadata, spec or status is not one, is left out and reported: `_objects`), each
+        through the memo (`through`). When `items` are the very objects of the last read of
+        the kind (a watch cache hands back the objects it holds; one that changed is another
+        object) and each of them read, with a version, that read's list is the answer and no
+        object is looked at: a cycle reads again only the kinds that changed."""
+        last = self._lists.get(kind)
+        same = last is not None and isinstance(items, list) and len(last[0]) == len(items)
+        if same and all(map(_same, last[0], items)):
+            try:
+                for key in last[2]:
+                    self._next[key] = self._kept[key]
+            except KeyError:  # the last read was not ended (it failed): read afresh
+                pass
+            else:
+                self.hits += len(items)
+                return last[1]
+        out = _each(
+            kind, _objects(kind, items, "metadata", "spec", "status"), self.through(kind, convert)
+        )
+        keys = [_key(kind, o) for o in items]
+        if len(out) == len(items) and all(k is not None and k in self._next for k in keys):
+            self._lists[kind] = (list(items), out, keys)
+        else:  # one left out (reported again at each read) or without a version: not kept
+            self._lists.pop(kind, None)
+        return out
+
     def pod_claims(self, pod: Any) -> PodClaims | None:
         """`_pod_claims(pod)` (a V1Pod), once per version of the pod (its uid and
         resourceVersion, as the pods' `WorkloadMemo` keys one)."""
@@ -93,6 +127,19 @@ class DraMemo:
             self.hits += 1
         self._next[key] = got
         return got
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b
+
+
+def _key(kind: str, o: Any) -> tuple[str, str, str] | None:
+    """The memo's key of one listed object: (kind, uid, resourceVersion); None without."""
+    meta = o.get("metadata") if isinstance(o, dict) else None
+    uid, rv = (meta.get("uid"), meta.get("resourceVersion")) if isinstance(meta, dict) else (0, 0)
+    if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
+        return None
+    return (kind, uid, rv)
 
 
 def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
@@ -128,11 +175,11 @@ def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraStat
                 return None
             else:
                 raise
-        listed[kind] = _objects(kind, items, "metadata", "spec", "status")
+        listed[kind] = items
     memo.begin()
 
     def each(kind: str, convert: Callable[[dict], Any]) -> list[Any]:
-        return _each(kind, listed[kind], memo.through(kind, convert))
+        return memo.each(kind, listed[kind], convert)
 
     state = DraState(
         slices=each("ResourceSlice", _slice),

@@ -201,9 +201,23 @@ class DraState(Obs):
 
     def devices(self, node: str, driver: str = NVIDIA_DRIVER) -> list[DraDevice]:
         """The current devices `driver` publishes for `node` (its pool's newest generation)."""
-        mine = [s for s in self.slices if s.driver == driver and (s.node or s.pool) == node]
-        newest = max((s.generation for s in mine), default=0)
-        return [d for s in mine if s.generation == newest for d in s.devices]
+        return self.devices_by_node(driver, node).get(node, [])
+
+    def devices_by_node(
+        self, driver: str = NVIDIA_DRIVER, only: str | None = None
+    ) -> dict[str, list[DraDevice]]:
+        """`devices` of every node `driver` publishes for (of `only` alone, when given), in
+        one pass over the slices: for a caller that asks it of every node."""
+        mine: dict[str, list[ResourceSlice]] = {}
+        for s in self.slices:
+            node = s.node or s.pool
+            if s.driver == driver and (only is None or node == only):
+                mine.setdefault(node, []).append(s)
+        out = {}
+        for node, slices in mine.items():
+            newest = max(s.generation for s in slices)
+            out[node] = [d for s in slices if s.generation == newest for d in s.devices]
+        return out
 
     def holders(self) -> dict[str, list[str]]:
         """Device ref (`driver/pool/device`) -> the pods (`ns/name`) its claims are reserved

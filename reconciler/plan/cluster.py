@@ -13,7 +13,14 @@ from datetime import datetime
 from fractions import Fraction
 
 from reconciler.conventions import CORDONED_FOR_ANN, GPU_CLIQUE_LABEL, NVIDIA, PRODUCT_LABEL
-from reconciler.observe.model import Gpu, Node, ObservedState, Workload, idle_since_below
+from reconciler.observe.model import (
+    Gpu,
+    Node,
+    ObservedState,
+    Request,
+    Workload,
+    idle_since_below,
+)
 from reconciler.plan.census import CensusKey, count_the_rest, count_workloads
 from reconciler.plan.kept import Keeper, fresh, shared_ends
 from reconciler.policy.catalog import GpuModel
@@ -789,9 +796,8 @@ def clone_slot(t: GpuSlot) -> GpuSlot:
     return s
 
 
-def card_equivalents(w: Workload, pool: PoolView | None, memory_slices: int = 8) -> Fraction:
-    """A workload's GPU use in whole-card units: what team caps count."""
-    r = w.request
+def card_equivalents(r: Request, pool: PoolView | None, memory_slices: int = 8) -> Fraction:
+    """What a workload asking `r` uses, in whole-card units: what team caps count."""
     total = Fraction(r.gpus)
     if pool is not None and pool.model is not None:
         for prof, n in r.mig.items():

@@ -422,7 +422,9 @@ def _evict_one(
     team = run.team(w.namespace)
     pv = run.pool_view(pool)
     if team is not None:
-        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) - card_equivalents(w, pv)
+        run.team_usage[team] = run.team_usage.get(team, Fraction(0)) - card_equivalents(
+            w.request, pv
+        )
         if w.request.gpus and pool:
             for usage in (run.pool_whole_usage, run.running_whole):
                 usage[(team, pool)] = usage.get((team, pool), 0) - w.request.gpus

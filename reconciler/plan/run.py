@@ -289,9 +289,7 @@ def init_usage(run: Run) -> None:
         shape = (pool, gpus, mig, shared)
         if shape not in price:
             r = Request(gpus=gpus, mig=dict(mig), shared_slices=shared)
-            price[shape] = card_equivalents(
-                Workload(namespace=ns, name="x", request=r), run.pool_view(pool)
-            )
+            price[shape] = card_equivalents(r, run.pool_view(pool))
         run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + price[shape] * n
         if gpus and pool:
             for usage in (run.pool_whole_usage, run.running_whole):

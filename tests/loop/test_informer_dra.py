@@ -244,6 +244,41 @@ def test_dra_objects_are_converted_once_per_version(monkeypatch):
     assert cache.dra_memo._kept == {}  # only the last read's objects are kept
 
 
+def test_a_kind_whose_objects_are_the_same_ones_is_not_read_again():
+    """`DraMemo.each`: the very objects of the last read (a watch cache hands back the ones it
+    holds) give that read's list, converting nothing; another object of the kind reads the
+    kind again, through the per-object memo (only the new object converted)."""
+    memo, converted = DraMemo(), []
+
+    def convert(o):
+        converted.append(o["metadata"]["name"])
+        return o["metadata"]["name"].upper()
+
+    a, b = obj("a", "1"), obj("b", "2")
+    memo.begin()
+    first = memo.each("DeviceClass", [a, b], convert)
+    memo.end()
+    memo.begin()
+    again = memo.each("DeviceClass", [a, b], convert)
+    memo.end()
+    assert again is first and converted == ["a", "b"]
+    b2 = obj("b", "3")
+    memo.begin()
+    assert memo.each("DeviceClass", [a, b2], convert) == ["A", "B"]
+    memo.end()
+    assert converted == ["a", "b", "b"] and memo._kept.keys() == {
+        ("DeviceClass", "uid-a", "1"),
+        ("DeviceClass", "uid-b", "3"),
+    }
+    b3 = obj("b", "4")
+    memo.begin()  # a read that converts b3, then fails before its end
+    memo.each("DeviceClass", [a, b3], convert)
+    memo.begin()  # the next one: b3 is not kept, so it is converted again
+    assert memo.each("DeviceClass", [a, b3], convert) == ["A", "B"]
+    memo.end()
+    assert converted == ["a", "b", "b", "b", "b"]
+
+
 def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
     """kube-scheduler allocates a pod's claim before it binds the pod: cached claims that show
     a bound pod's claim unallocated are behind the pods, and are listed instead."""

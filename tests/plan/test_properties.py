@@ -199,12 +199,14 @@ def test_invariants(case):
     pv = build_cluster(desired, observed).pools["a100"]
     for q in desired.quotas.values():
         mine = [w for w in observed.workloads if w.namespace in q.spec.namespaces]
-        before = sum((card_equivalents(w, pv) for w in mine if w.phase == "Running"), Fraction(0))
+        before = sum(
+            (card_equivalents(w.request, pv) for w in mine if w.phase == "Running"), Fraction(0)
+        )
         if before > q.spec.max_gpus:
             continue  # the cap step brings it down as far as preemption rules allow
         after = sum(
             (
-                card_equivalents(w, pv)
+                card_equivalents(w.request, pv)
                 for w in mine
                 if (w.phase == "Running" and w.key not in evicted)
                 or (w.phase == "Pending" and w.key not in held)

@@ -108,10 +108,13 @@ def sweep_replaced_claims(run: Run, dra: DraState) -> None:
     apply/handlers/dra.py `sweep_claim`). Nothing is swept while a pod's status still names
     the claim: exact admission names the pinned claim before its gate goes and never names the
     old one again, so a snapshot whose pods lag its claims only sweeps later."""
+    pinned = [c for c in dra.claims if c.replaces]
+    if not pinned:  # nothing replaced (`dra.admission: allocate` replaces no claim)
+        return
     claims = {(c.namespace, c.name): c for c in dra.claims}
     named = {(p.namespace, n) for p in dra.pods for n in p.claims}
     swept: set[tuple[str, str]] = set()
-    for c in sorted(dra.claims, key=lambda c: (c.namespace, c.name)):
+    for c in sorted(pinned, key=lambda c: (c.namespace, c.name)):
         for old in c.replaces:
             key = (c.namespace, old)
             left = claims.get(key)
@@ -138,11 +141,13 @@ def sweep_replaced_claims(run: Run, dra: DraState) -> None:
 def _prune(run: Run, dra: DraState, want: dict, have: dict) -> None:
     if not run.desired.pools:
         return  # an empty policy directory must not wipe the cluster's classes
-    named = {(p.namespace, t) for p in dra.pods for t in p.templates}
     stale = sorted(
         (key for key, (manager, _) in have.items() if manager == MANAGED_BY and key not in want),
         key=lambda k: (-dra_render.KINDS.index(k[0]), k[1], k[2]),
     )
+    if not stale:
+        return
+    named = {(p.namespace, t) for p in dra.pods for t in p.templates}
     pruned: list[str] = []
     for kind, ns, name in stale:
         if kind == "ResourceClaimTemplate" and (ns, name) in named:
@@ -181,14 +186,19 @@ def slices_agree(run: Run) -> None:
     dra = run.observed.dra
     if dra is None:
         return
-    for pv in run.cluster.pools.values():
-        if pv.pool.spec.backend != "dra":
-            continue
+    pools = [pv for pv in run.cluster.pools.values() if pv.pool.spec.backend == "dra"]
+    if not pools:
+        return
+    nodes: dict = {}
+    for x in run.observed.nodes:
+        nodes.setdefault(x.name, x)  # the first listing, as everywhere
+    published = dra.devices_by_node()
+    for pv in pools:
         for node in sorted(pv.by_node()):
-            n = next((x for x in run.observed.nodes if x.name == node), None)
+            n = nodes.get(node)
             if n is None:
                 continue
-            devices = dra.devices(node)
+            devices = published.get(node, [])
             if not devices:
                 run.find(
                     "warning",
@@ -201,14 +211,14 @@ def slices_agree(run: Run) -> None:
             if pv.pool.spec.dynamic_mig:
                 _mig_manager_beside(run, pv.name, n)
                 continue  # every partition is published; the agent shows those made
-            published = sorted(published_layout(devices))
+            layout = sorted(published_layout(devices))
             agent = sorted(reported_layout(n))
-            if published != agent:
+            if layout != agent:
                 run.find(
                     "warning",
                     "dra-slices-stale",
                     f"Node {node}",
-                    f"the DRA driver publishes {_say(published)} on {node}, the node agent "
+                    f"the DRA driver publishes {_say(layout)} on {node}, the node agent "
                     f"reports {_say(agent)}: claims there may be allocated from an old layout "
                     "until the driver republishes its slices",
                 )

@@ -9,9 +9,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from reconciler.observe.model import (
-    Workload,
-)
 from reconciler.plan.actions import (
     Admit,
     Repartition,
@@ -122,7 +119,7 @@ def _count_admitted(run: Run, p: Demand, pv: PoolView, tally: _Tally) -> None:
     pods, pool, r = len(p.members), pv.name, p.request
     team = run.team(p.namespace)
     if team is not None:
-        need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
+        need = pods * card_equivalents(r, pv)
         run.team_usage[team] = run.team_usage.get(team, Fraction(0)) + need
         if r.gpus:
             run.pool_whole_usage[(team, pool)] = (
@@ -237,7 +234,7 @@ def _held(
                     f"held: {p.namespace}'s ResourceQuota allows {hard[res]} {res}, "
                     f"{use[res]} in use"
                 )
-    need = pods * card_equivalents(Workload(namespace=p.namespace, name="x", request=r), pv)
+    need = pods * card_equivalents(r, pv)
     used = run.team_usage.get(team, Fraction(0))
     if q.spec.max_gpus is not None and used + need > q.spec.max_gpus:
         return "held-cap", (
