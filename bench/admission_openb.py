@@ -1029,7 +1029,6 @@ def controller_child(config_path: Path) -> int:
         clock.now = base + timedelta(seconds=wall * cfg["speed"])
         wake.clear()  # what woke the loop so far is seen by this cycle
         stats.cycle(ctl, wall)
-        ctl.started()  # as `Controller.run`: the heap alive after the first cycle frozen
         (run_dir / "progress").write_text(stats.progress)
         sleep_rest(t, ctl.wake_gap_seconds)
         ctl.rest(wake, stop, max(0.0, cfg["min_interval"] - (time.monotonic() - t)))

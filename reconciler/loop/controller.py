@@ -26,7 +26,7 @@ from reconciler.apply.handlers import ApplyConfig
 from reconciler.apply.kube import KubeOps
 from reconciler.conventions import GROUP, VERSION
 from reconciler.loop import metrics
-from reconciler.loop.collector import freeze_heap, paused_collector
+from reconciler.loop.collector import paused_collector
 from reconciler.loop.leader import LeaseElector
 from reconciler.loop.signals import with_signals
 from reconciler.loop.status import (
@@ -224,7 +224,6 @@ class Controller:
         """How often `run` reads the ScalingPolicies' Prometheus queries between cycles, to
         wake the loop on a threshold crossing (`loop/wake.py`); 0: only the cycles read them."""
         self.signal_wake: Any = None  # a SignalWake once `run` starts it
-        self._frozen = False  # `started` froze the heap
 
     def wake(self) -> None:
         """Start a cycle now (at most once per `wake_gap_seconds`) instead of at the end of
@@ -233,22 +232,11 @@ class Controller:
         self._wake.set()
 
     def cycle(self) -> CycleResult:
-        """One cycle, with the cyclic collector paused throughout (loop/collector.py): no
-        collection on the way from what woke it to the admission it writes."""
         self._cycle_started = time.monotonic()
         try:
-            with paused_collector():
-                return self._timed_cycle()
+            return self._timed_cycle()
         finally:
             self._cycle_started = None
-
-    def started(self) -> None:
-        """After the first cycle of `run` (caches synced, the first snapshot read): freeze
-        the heap alive now (`freeze_heap`), once, so the collector's full runs do not scan it
-        again every time."""
-        if not self._frozen:
-            self._frozen = True
-            freeze_heap()
 
     def _timed_cycle(self) -> CycleResult:
         with metrics.RECONCILE_DURATION.time():
@@ -383,14 +371,15 @@ class Controller:
             doubt = "leadership changed"
         elif relists != self._memo_relists:
             doubt = "the watch cache relisted"
-        out = plan_incremental(  # the collector is paused for the whole cycle (`cycle`)
-            desired,
-            observed,
-            now,
-            self._plan_memo,
-            full_every=self.full_plan_every,
-            doubt=doubt,
-        )
+        with paused_collector():  # the plan's allocations make it rescan the snapshot
+            out = plan_incremental(
+                desired,
+                observed,
+                now,
+                self._plan_memo,
+                full_every=self.full_plan_every,
+                doubt=doubt,
+            )
         # the memo holds the last snapshot (and its working view's answers) until the next plan
         self._plan_memo = out.memo if self._keep_memo(out) else None
         self._memo_leader, self._memo_relists = leader, relists
@@ -765,7 +754,6 @@ class Controller:
             wake.clear()  # what woke the loop so far is seen by this cycle
             started = time.monotonic()
             result = self.cycle()
-            self.started()
             self.signal_wake.rebase()  # the cycle planned from these readings
             log.info(
                 "cycle: leader=%s revision=%s %s%s",
