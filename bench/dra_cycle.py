@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/dra_cycle.py                       # 40 nodes, ~500 claims
     .venv/bin/python bench/dra_cycle.py --nodes 100 --pending 800 --profile
+    .venv/bin/python bench/dra_cycle.py --nodes 20 --pending 20 --cycles 200   # live cycles
     .venv/bin/python bench/dra_cycle.py --smoke               # 3 nodes, seconds (the test suite)
 
 The cluster is the one bench/admission_openb.py's dra-gpupool run makes, built as API objects
@@ -23,6 +24,15 @@ requests each makes and whether the two snapshots are equal. `--profile` prints 
 top functions of one observe (listed, and through the cache) and one plan. Apply is not timed
 here (its DRA work is writing the admitted pods' claims: API calls, the same with or without
 this cycle's reading). Exit 0 always: figures are for reading, not a target.
+
+A third table, live cycles: `--cycles` cycles as the controller makes them, each observing
+through the synced cache with the controller's memos (the pods' `WorkloadMemo`, the cache's
+`DraMemo`) and planning through the last cycle's memo (`plan_incremental`, the clock a second
+on), with the cyclic collector paused around the plan as the controller has it; before each,
+one claim and one pod are replaced by a new version of themselves (a new resourceVersion: what
+an admission's writes look like to the watch cache). It prints the CPU milliseconds per cycle
+(`time.process_time`) of the observation and of the plan: what a busy controller pays per
+cycle, which the first table (a plan from scratch, objects without versions) does not show.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from bench.dra_setup import claim_pod_spec, quota_doc, template  # noqa: E402
 
 POOL, MODEL, DRIVER = "a100", "A100-SXM4-80GB", "gpu.nvidia.com"
 NS = "openb-dra"
-SMOKE = {"nodes": 3, "pending": 6, "repeat": 1, "gone": 1}
+SMOKE = {"nodes": 3, "pending": 6, "repeat": 1, "gone": 1, "cycles": 3}
 
 
 def _claim(ns: str, name: str, cards: int, alloc: tuple[str, list[int]] | None, pod: str) -> dict:
@@ -73,7 +83,12 @@ def _claim(ns: str, name: str, cards: int, alloc: tuple[str, list[int]] | None, 
         }
     req = {"name": "gpu", "exactly": {"deviceClassName": class_name(POOL), "count": cards}}
     return {
-        "metadata": {"namespace": ns, "name": name},
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "uid": f"uid-claim-{name}",
+            "resourceVersion": "1",
+        },
         "spec": {"devices": {"requests": [req]}},
         "status": status,
     }
@@ -87,6 +102,7 @@ def _pod(name: str, cards: int, node: str | None, claim: str) -> dict:
     p["spec"]["resourceClaims"] = spec["resourceClaims"]
     p["spec"]["containers"][0]["resources"] = spec["resources"]
     p["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
+    p["metadata"]["resourceVersion"] = "1"
     return p
 
 
@@ -249,6 +265,60 @@ def cached_table(args: Any, observed: Any, t_obs: float) -> None:
     )
 
 
+def live_cycles(args: Any, desired: Any) -> None:
+    """The third table (the module's docstring)."""
+    import copy
+    from datetime import timedelta
+
+    from reconciler.loop.collector import paused_collector
+    from reconciler.observe.kube import observe_cluster
+    from reconciler.observe.kube_nodes import CardMemo
+    from reconciler.observe.kube_pods import WorkloadMemo
+    from reconciler.plan.incremental import plan_incremental
+    from tests.observe.fake_cluster import NOW
+
+    cache, pods, cards, memo = SyncedCache(), WorkloadMemo(), CardMemo(), None
+    for i, n in enumerate(cache._nodes):  # a version on every object, as the API server has it
+        n.metadata.uid, n.metadata.resource_version = f"uid-node-{i}", "1"
+    for plural, items in cache._dra.items():
+        for i, o in enumerate(items):
+            o["metadata"].setdefault("uid", f"uid-{plural}-{i}")
+            o["metadata"].setdefault("resourceVersion", "1")
+    claims = cache._dra["resourceclaims"]
+    spent = {"observe": 0.0, "plan": 0.0}
+
+    def cycle(i: int) -> None:
+        nonlocal memo
+        k = i % len(claims)
+        claims[k] = copy.deepcopy(claims[k])
+        claims[k]["metadata"]["resourceVersion"] = str(100 + i)
+        j = i % len(cache._pods)
+        cache._pods[j] = copy.deepcopy(cache._pods[j])
+        cache._pods[j].metadata.resource_version = str(100 + i)
+        now = NOW + timedelta(seconds=i)
+        t = time.process_time()
+        observed = observe_cluster(object(), now=now, cache=cache, cards=cards, workloads=pods)
+        t1 = time.process_time()
+        with paused_collector():
+            memo = plan_incremental(desired, observed, now, memo).memo
+        spent["observe"] += t1 - t
+        spent["plan"] += time.process_time() - t1
+
+    for i in range(3):  # the memos filled, as after a controller's first cycles
+        cycle(i)
+    spent.update(observe=0.0, plan=0.0)
+    for i in range(args.cycles):
+        cycle(3 + i)
+    n = max(args.cycles, 1)
+    print()
+    print("| nodes | claims | live cycles | observe CPU ms / cycle | plan CPU ms / cycle |")
+    print("|---:|---:|---:|---:|---:|")
+    print(
+        f"| {args.nodes} | {len(claims)} | {args.cycles} | {1000 * spent['observe'] / n:.2f} "
+        f"| {1000 * spent['plan'] / n:.2f} |"
+    )
+
+
 def best(fn: Any, repeat: int) -> tuple[float, Any]:
     out, times = None, []
     for _ in range(repeat):
@@ -272,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
     ap.add_argument(
         "--gone", type=int, default=0, help="pods deleted while their claims are still allocated"
+    )
+    ap.add_argument(
+        "--cycles", type=int, default=50, help="live cycles for the third table (0: none)"
     )
     ap.add_argument("--profile", action="store_true", help="cProfile one observe and one plan")
     ap.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
@@ -322,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     with serving(cluster):
         cached_table(args, observed, t_obs)
+        if args.cycles:
+            live_cycles(args, desired)
     return 0
 
 

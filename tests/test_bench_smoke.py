@@ -109,6 +109,11 @@ def test_dra_cycle_smoke():
     assert re.match(
         r"^\| 3 \| 21 \| 20 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 1 \|", rows[1]
     ), rows[1]
+    live = lines_after(
+        out,
+        r"^\| nodes \| claims \| live cycles \| observe CPU ms / cycle \| plan CPU ms / cycle \|$",
+    )
+    assert re.match(r"^\| 3 \| 21 \| 3 \| [\d.]+ \| [\d.]+ \|$", live[1]), live[1]
 
 
 def test_cycles_smoke():
