@@ -172,7 +172,13 @@ def test_an_older_generation_of_a_pool_is_outdated() -> None:
     old = node_slice("n1", [gpu_device("n1", 7)], generation=0)
     old["metadata"]["name"] = "n1-old"
     c.dra["resourceslices"].append(old)
-    assert "gpu-7" not in [d.name for d in observe(c).dra.devices("n1")]
+    dra = observe(c).dra
+    assert "gpu-7" not in [d.name for d in dra.devices("n1")]
+    # every node's in one pass over the slices, each as `devices` reads it alone
+    every = dra.devices_by_node()
+    assert every and all(every[n] == dra.devices(n) for n in every)
+    assert dra.devices_by_node(only="n1") == {"n1": dra.devices("n1")}
+    assert dra.devices("no-such-node") == [] and dra.devices_by_node("another.driver") == {}
 
 
 def test_without_resource_k8s_io_there_is_no_dra_state() -> None:
