@@ -185,27 +185,27 @@ def unreleased_claims(
     if dra is None or not dra.claims:
         return []
     live = set(workloads).difference(gated)
-    # most claims are reserved for a live pod: only the others are looked at further
-    left = [
-        c
-        for c in dra.claims
-        if c.allocated
-        and not any(f"{c.namespace}/{p}" in live for p in c.reserved_for)
-        and any(r.driver == C.DRA_DRIVER for r in c.allocated)
-    ]
+    # most claims are reserved for a live pod: only the others are looked at further, with
+    # their results on NVIDIA's devices
+    left: list[tuple[ResourceClaimObject, list[DeviceResult]]] = []
+    for c in dra.claims:
+        if any(f"{c.namespace}/{p}" in live for p in c.reserved_for):
+            continue
+        results = [r for r in c.allocated or [] if r.driver == C.DRA_DRIVER]
+        if results:
+            left.append((c, results))
     if not left:
         return []
     released = set(placed)
     users: dict[str, set[str]] = {}  # claim key -> the pods (keys) whose claims name it
-    if any(not c.reserved_for for c in left):
+    if any(not c.reserved_for for c, _ in left):
         for p in dra.pods:
             for n in p.claims:
                 users.setdefault(f"{p.namespace}/{n}", set()).add(f"{p.namespace}/{p.pod}")
     by_name = {n.name: n for n in nodes}
     index: DraIndex | None = None
     out = []
-    for c in sorted(left, key=lambda c: c.key):
-        results = [r for r in c.allocated or [] if r.driver == C.DRA_DRIVER]
+    for c, results in sorted(left, key=lambda x: x[0].key):
         if not c.reserved_for and users.get(c.key, set()) & released:
             continue  # allocated for a released pod not bound yet (gpupool's DynamicMIG write)
         node = by_name.get(c.node or results[0].pool)

@@ -116,9 +116,9 @@ class DraMemo:
 
     def _once(self, kind: str, uid: Any, rv: Any, make: Callable[[], Any]) -> Any:
         """`make()` once per (kind, uid, resourceVersion): every time without either."""
-        if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
+        key = _version(kind, uid, rv)
+        if key is None:
             return make()
-        key = (kind, uid, rv)
         got = self._kept.get(key, _UNSEEN)
         if got is _UNSEEN:
             self.misses += 1
@@ -133,13 +133,20 @@ def _same(a: Any, b: Any) -> bool:
     return a is b
 
 
-def _key(kind: str, o: Any) -> tuple[str, str, str] | None:
-    """The memo's key of one listed object: (kind, uid, resourceVersion); None without."""
-    meta = o.get("metadata") if isinstance(o, dict) else None
-    uid, rv = (meta.get("uid"), meta.get("resourceVersion")) if isinstance(meta, dict) else (0, 0)
+def _version(kind: str, uid: Any, rv: Any) -> tuple[str, str, str] | None:
+    """The memo's key of one state of one object, (kind, uid, resourceVersion); None unless
+    both are non-empty strings."""
     if not isinstance(uid, str) or not isinstance(rv, str) or not uid or not rv:
         return None
     return (kind, uid, rv)
+
+
+def _key(kind: str, o: Any) -> tuple[str, str, str] | None:
+    """`_version` of one listed object (a dict)."""
+    meta = o.get("metadata") if isinstance(o, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    return _version(kind, meta.get("uid"), meta.get("resourceVersion"))
 
 
 def read_dra(api_client: Any, raw_pods: list[Any], cache: Any = None) -> DraState | None:
