@@ -232,6 +232,7 @@ class Replay:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.admitted: dict[str, float] = {}  # gated run: when gpupool's admission was seen
+        self.claimed: dict[str, float] = {}  # DRA: when the pod's status first named a claim
         self.running: dict[str, float] = {}
         self.deleted: dict[str, float] = {}  # the delete sent
         self.gone: dict[str, float] = {}  # the pod's DELETED event
@@ -323,6 +324,10 @@ class Replay:
                         f"{name} {how} to {target} at {now:.0f}s: {live} cards asked there "
                         f"by live pods, {held - live} by terminating ones, {cards} exist"
                     )
+            if name not in self.claimed and any(
+                c.get("resourceClaimName") for c in status.get("resourceClaimStatuses") or []
+            ):
+                self.claimed[name] = now
             if self.gated and admitted and name not in self.admitted:
                 self.admitted[name] = now
             if spec.get("nodeName") and name not in self.bound:
@@ -482,6 +487,7 @@ class Replay:
                     k: v[j.name]
                     for k, v in (
                         ("created", self.created),
+                        ("claimed", self.claimed),
                         ("admitted", self.admitted),
                         ("bound", self.bound),
                         ("running", self.running),

@@ -33,6 +33,27 @@ def test_main_prints_the_runs_of_a_saved_json(tmp_path, capsys):
     assert "default" not in out  # no timeline: not a gated run
 
 
+def test_main_prints_the_controllers_cpu_beside_the_wall(tmp_path, capsys):
+    """The cycles that admitted: wall per phase, then the controller thread's CPU per phase
+    (runs saved before 2026-12-07 09:20 UTC have the wall only: no second line)."""
+    timeline = {"p": {"created": 0.0, "claimed": 0.02, "ready": 0.0, "taken": 0.05}}
+    phases = {"observe": 0.008, "observe cpu": 0.004, "plan": 0.012, "plan cpu": 0.009}
+    notes = {"timeline": timeline, "admitting_cycles": 3, "admitting_phases": phases}
+    path = tmp_path / "run.json"
+    run = {"name": "dra-gpupool", "mean_alloc": 0.7, "notes": notes}
+    path.write_text(json.dumps({"results": [run]}))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "the 3 cycles that admitted, mean wall s: observe 0.008, plan 0.012\n" in out
+    assert "of which the controller's thread on a CPU, s: observe 0.004, plan 0.009" in out
+    assert "creation -> claim named" in out
+    del phases["observe cpu"], phases["plan cpu"]
+    run = {"name": "dra-gpupool", "mean_alloc": 0.7, "notes": notes}
+    path.write_text(json.dumps({"results": [run]}))
+    assert main([str(path)]) == 0
+    assert "on a CPU" not in capsys.readouterr().out
+
+
 def test_a_release_seen_after_the_step_but_before_the_card_was_taken_counts():
     """The replay's watches may see a release late (the step that waited for it has ended);
     a release seen before the pod's card was seen taken is still what the pod waited for."""
