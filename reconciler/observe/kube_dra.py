@@ -54,6 +54,10 @@ class DraMemo:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str, str], Any] = {}
         self._next: dict[tuple[str, str, str], Any] = {}
+        self._pods: dict[int, tuple[Any, None, tuple[str, str, str]]] = {}
+        """id(pod) -> (the pod, None, its key in `_kept`): the pods of the last read, each
+        with a version (`pod_claims`)."""
+        self._pods_next: dict[int, tuple[Any, None, tuple[str, str, str]]] = {}
         self._lists: dict[str, tuple[list, list, list]] = {}
         """Kind -> (the objects listed, what they read as, their keys in `_kept`): the last
         read of each kind, reused whole while the cache hands back the very same objects."""
@@ -65,10 +69,11 @@ class DraMemo:
         that is behind."""
 
     def begin(self) -> None:
-        self._next = {}
+        self._next, self._pods_next = {}, {}
 
     def end(self) -> None:
         self._kept, self._next = self._next, {}
+        self._pods, self._pods_next = self._pods_next, {}
 
     def through(self, kind: str, convert: Callable[[dict], Any]) -> Callable[[dict], Any]:
         def memoised(o: dict) -> Any:
@@ -82,10 +87,12 @@ class DraMemo:
     def each(self, kind: str, items: list[Any], convert: Callable[[dict], Any]) -> list[Any]:
         """`convert` of each of `items` (the objects listed of one kind; one not an object, or
         whose metadata, spec or status is not one, is left out and reported: `_objects`), each
-        through the memo (`through`). When `items` are the very objects of the last read of
-        the kind (a watch cache hands back the objects it holds; one that changed is another
-        object) and each of them read, with a version, that read's list is the answer and no
-        object is looked at: a cycle reads again only the kinds that changed."""
+        through the memo (`through`). A watch cache hands back the objects it holds, the very
+        same ones while they do not change (one that changed is another object): when `items`
+        are the very objects of the last read of the kind (and each of them read, with a
+        version), that read's list is the answer and no object is looked at; otherwise each
+        object that is the very one of that read is its model again, and only the others are
+        looked at and converted. So a cycle reads again only the objects that changed."""
         last = self._lists.get(kind)
         same = last is not None and isinstance(items, list) and len(last[0]) == len(items)
         if same and all(map(_same, last[0], items)):
@@ -97,22 +104,60 @@ class DraMemo:
             else:
                 self.hits += len(items)
                 return last[1]
-        out = _each(
-            kind, _objects(kind, items, "metadata", "spec", "status"), self.through(kind, convert)
-        )
-        keys = [_key(kind, o) for o in items]
+        if last is None or not isinstance(items, list):
+            out = _each(
+                kind,
+                _objects(kind, items, "metadata", "spec", "status"),
+                self.through(kind, convert),
+            )
+            keys = [_key(kind, o) for o in items] if isinstance(items, list) else []
+        else:
+            out, keys = self._reuse(kind, items, last, convert)
         if len(out) == len(items) and all(k is not None and k in self._next for k in keys):
             self._lists[kind] = (list(items), out, keys)
         else:  # one left out (reported again at each read) or without a version: not kept
             self._lists.pop(kind, None)
         return out
 
+    def _reuse(
+        self, kind: str, items: list[Any], last: tuple[list, list, list], convert: Callable
+    ) -> tuple[list[Any], list[Any]]:
+        """`each` past its shortcut, with the last read of the kind (`last`: every object of
+        it read, with a version): (the models, in `items`' order, their keys)."""
+        before = {id(o): (o, m, k) for o, m, k in zip(*last, strict=True)}
+        memoised = self.through(kind, convert)
+        out, keys = [], []
+        for o in items:
+            hit = before.get(id(o))
+            if hit is not None and hit[0] is o:
+                self._next[hit[2]] = hit[1]
+                self.hits += 1
+                out.append(hit[1])
+                keys.append(hit[2])
+                continue
+            got = _each(kind, _objects(kind, [o], "metadata", "spec", "status"), memoised)
+            out.extend(got)
+            keys.append(_key(kind, o) if got else None)
+        return out, keys
+
     def pod_claims(self, pod: Any) -> PodClaims | None:
         """`_pod_claims(pod)` (a V1Pod), once per version of the pod (its uid and
-        resourceVersion, as the pods' `WorkloadMemo` keys one)."""
+        resourceVersion, as the pods' `WorkloadMemo` keys one); the very pod object of the last
+        read (the watch cache's, while the pod does not change) without a look at its
+        version."""
+        hit = self._pods.get(id(pod))
+        if hit is not None and hit[0] is pod and hit[2] in self._kept:
+            self._next[hit[2]] = got = self._kept[hit[2]]
+            self._pods_next[id(pod)] = hit
+            self.hits += 1
+            return got
         meta = pod.metadata
         uid, rv = getattr(meta, "uid", None), getattr(meta, "resource_version", None)
-        return self._once("Pod", uid, rv, lambda: _pod_claims(pod))
+        got = self._once("Pod", uid, rv, lambda: _pod_claims(pod))
+        key = _version("Pod", uid, rv)
+        if key is not None:
+            self._pods_next[id(pod)] = (pod, None, key)
+        return got
 
     def _once(self, kind: str, uid: Any, rv: Any, make: Callable[[], Any]) -> Any:
         """`make()` once per (kind, uid, resourceVersion): every time without either."""

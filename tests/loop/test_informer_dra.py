@@ -18,6 +18,7 @@ from reconciler import conventions as C
 from reconciler.apply.kube import KubeOps
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe import kube_dra
+from reconciler.observe.kube_common import _UNREADABLE
 from reconciler.observe.kube_dra import DraMemo, read_dra
 
 PLURALS = list(C.DRA_PLURALS.values())
@@ -273,10 +274,59 @@ def test_a_kind_whose_objects_are_the_same_ones_is_not_read_again():
     b3 = obj("b", "4")
     memo.begin()  # a read that converts b3, then fails before its end
     memo.each("DeviceClass", [a, b3], convert)
-    memo.begin()  # the next one: b3 is not kept, so it is converted again
+    memo.begin()  # the next one: b3 is the very object that read converted, its model again
     assert memo.each("DeviceClass", [a, b3], convert) == ["A", "B"]
     memo.end()
-    assert converted == ["a", "b", "b", "b", "b"]
+    assert converted == ["a", "b", "b", "b"] and memo._kept.keys() == {
+        ("DeviceClass", "uid-a", "1"),
+        ("DeviceClass", "uid-b", "4"),
+    }
+    memo.begin()  # and it is kept from there: nothing converted
+    assert memo.each("DeviceClass", [a, b3], convert) == ["A", "B"]
+    memo.end()
+    assert converted == ["a", "b", "b", "b"]
+
+
+def test_only_the_objects_that_changed_are_looked_at_again():
+    """`DraMemo.each` when the kind changed (the shortcut does not hold): the very objects of
+    the last read give their models again without a look (not even the shape check or the
+    version key), in the order listed; a new or changed object is converted; one left out is
+    reported at each read; and the models equal a read without the memo."""
+    memo, converted = DraMemo(), []
+
+    def convert(o):
+        converted.append(o["metadata"]["name"])
+        return o["metadata"]["name"].upper()
+
+    a, b, c = obj("a", "1"), obj("b", "2"), obj("c", "3")
+    memo.begin()
+    first = memo.each("DeviceClass", [a, b, c], convert)
+    memo.end()
+    d, b2 = obj("d", "4"), obj("b", "5")
+    memo.begin()
+    again = memo.each("DeviceClass", [c, b2, a, d], convert)
+    memo.end()
+    assert again == ["C", "B", "A", "D"] and converted == ["a", "b", "c", "b", "d"]
+    assert again[0] is first[2] and again[2] is first[0]
+    assert memo.hits == 2 and memo._kept.keys() == {
+        ("DeviceClass", "uid-c", "3"),
+        ("DeviceClass", "uid-b", "5"),
+        ("DeviceClass", "uid-a", "1"),
+        ("DeviceClass", "uid-d", "4"),
+    }
+    bad = obj("e", "6")
+    bad["spec"] = "not an object"
+    found: list = []
+    token = _UNREADABLE.set(found)
+    try:
+        for _ in range(2):  # left out and reported each time, never kept
+            memo.begin()
+            assert memo.each("DeviceClass", [a, bad, d], convert) == ["A", "D"]
+            memo.end()
+    finally:
+        _UNREADABLE.reset(token)
+    assert [u.name for u in found] == ["e", "e"] and "DeviceClass" not in memo._lists
+    assert converted == ["a", "b", "c", "b", "d"]  # a and d: the very objects, each time
 
 
 def test_cached_claims_older_than_the_pods_are_listed(monkeypatch):
