@@ -74,6 +74,7 @@ from tests.apply.rows import (
     job,
 )
 from tests.apply.rows_dra import ADMITS_NEXT_RUN, CLAIM, DRA_ADMIT, DYN_PINNED, PINNED
+from tests.apply.rows_dra_own import PLANNED
 from tests.apply.table import (
     NODE,
     NOW,
@@ -358,27 +359,32 @@ def test_admit_on_dra_does_not_wait_for_a_claim_released_or_gone(status: dict | 
 
 
 def _dra_admit_after(
-    gone_after: int | None, asked: float = 0.2
+    gone_after: int | None,
+    asked: float = 0.2,
+    rid: str = "dra-admit/claim-replaced-then-admitted",
+    cluster: Any = None,
 ) -> tuple[Outcome, list[str], list[str]]:
-    """The claim-replaced row's DRA admission, waiting for a victim whose deletion was asked
-    for `asked` s ago, gone after `gone_after` waits (None: never). -> the outcome, the writes
-    before the first wait (all of them if it never waits), the writes after it."""
-    row = ROWS["dra-admit/claim-replaced-then-admitted"]
+    """Row `rid`'s DRA admission (the claim-replaced one: pinning), waiting for a victim whose
+    deletion was asked for `asked` s ago, gone after `gone_after` waits (None: never), on
+    `cluster` (None: the row's, seeded with the victim). -> the outcome, the writes before the
+    first wait (all of them if it never waits), the writes after it."""
+    row = ROWS[rid]
     going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=asked))
-    cluster = seed_memory(dataclasses.replace(row, seed=(*row.seed, going)))
+    cluster = cluster or seed_memory(dataclasses.replace(row, seed=(*row.seed, going)))
+    done = len(cluster.write_ops())
     waits: list[int] = []
 
     def sleep(seconds: float) -> None:
         waits.append(len(cluster.write_ops()))
         if len(waits) == gone_after:
-            del cluster.pods[(NS, "victim")]
+            cluster.pods.pop((NS, "victim"), None)
 
     ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
-    action = DRA_ADMIT.model_copy(update={"after": (f"{NS}/victim",)})
+    action = row.action.model_copy(update={"after": (f"{NS}/victim",)})
     out = HANDLERS[Admit](action, ctx)
     ops = cluster.write_ops()
     first = waits[0] if waits else len(ops)
-    return out, ops[:first], ops[first:]
+    return out, ops[done:first], ops[first:]
 
 
 def test_dra_admit_pins_its_claims_while_the_pods_it_waits_for_go():
@@ -396,6 +402,34 @@ def test_dra_admit_pins_its_claims_while_the_pods_it_waits_for_go():
     # a pod terminating for seconds already (a graceful stop): no wait, no claims written (the
     # template's and the pinned claim would both count against the quota meanwhile)
     out, before, after = _dra_admit_after(gone_after=None, asked=5)
+    assert (out.status, before, after) == ("waiting", ["annotate_pod"], []), out.message
+
+
+def test_dra_admit_by_allocation_marks_its_claim_while_the_pods_it_waits_for_go():
+    """Issue 32: by allocation (`refs`), the pod's own claim gets the plan and Kubernetes'
+    finalizer before the step waits for the pod going now on its cards, so once that pod is
+    gone only the allocation and the gate are left; never the allocation before (its devices
+    are the going pod's until then). Not gone in time: the claim stays marked, unallocated,
+    and the next run with the same plan allocates it without marking it again. No wait (a
+    graceful stop under way): nothing written ahead."""
+    rid = "dra-own/allocated-then-admitted"
+    out, before, after = _dra_admit_after(gone_after=2, rid=rid)
+    assert out.status == "done", out.message
+    assert (before, after) == (["patch_dra_object"], ["replace_dra_status", "admit_pod"])
+    row = ROWS[rid]
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    cluster = seed_memory(dataclasses.replace(row, seed=(*row.seed, going)))
+    out, before, after = _dra_admit_after(gone_after=None, rid=rid, cluster=cluster)
+    assert out.status == "waiting" and before == ["patch_dra_object"], out.message
+    assert after == ["annotate_pod"]  # the reservation, as any admission that waits
+    claim = cluster.dra[("ResourceClaim", NS, CLAIM)]
+    assert claim["metadata"]["annotations"][C.DRA_PLANNED_ANN] == PLANNED
+    assert C.DRA_DELETE_PROTECTION in claim["metadata"]["finalizers"]
+    assert not (claim.get("status") or {}).get("allocation")
+    out, before, after = _dra_admit_after(gone_after=1, rid=rid, cluster=cluster)
+    assert out.status == "done", out.message
+    assert (before, after) == ([], ["replace_dra_status", "admit_pod"])
+    out, before, after = _dra_admit_after(gone_after=None, asked=5, rid=rid)
     assert (out.status, before, after) == ("waiting", ["annotate_pod"], []), out.message
 
 

@@ -22,6 +22,7 @@ from reconciler.apply.handlers.dra_admit import (
     Replaced,
     delete_replaced,
     is_ref,
+    mark_claims,
     pin_claims,
 )
 from reconciler.apply.port import ApiError, PodInfo
@@ -189,6 +190,29 @@ def _pins_early(a: Admit) -> bool:
     return bool(a.after) and bool(devices) and not refs and not any(is_ref(d) for d in devices)
 
 
+def _marks_early(a: Admit) -> bool:
+    """A DRA admission by allocation (`refs`) that waits for pods to go or their claims to be
+    deallocated: each pod's own claim can get its first write (the plan and Kubernetes'
+    finalizer: dra_own.py `mark_own`) before the wait, and only the allocation after it. The
+    allocation itself must wait: it must not name a device the allocator still counts
+    taken."""
+    return bool(a.after or a.after_claims) and any(p.refs for p in a.pods)
+
+
+def _mark_early(
+    a: Admit, ctx: Context, pods: dict[str, PodInfo], done: _Written, marked: dict[str, dict]
+) -> None:
+    """`_marks_early`'s writes, on the pods gpupool holds (none when one is not: the step
+    stops at step 3 all the same)."""
+    todo, left = _holders(a, pods)
+    if left:
+        return
+    for want in todo:
+        done.current = want.name
+        mark_claims(ctx, a.namespace, want, pods[want.name], marked)
+    done.wrote = done.wrote or bool(marked)
+
+
 def _pin(
     a: Admit,
     ctx: Context,
@@ -196,6 +220,7 @@ def _pin(
     done: _Written,
     pinned: list[str],
     replaced: list[Replaced],
+    marked: dict[str, dict] | None = None,
 ) -> tuple[list[PodAdmission], Outcome | None]:
     """Steps 3 and 4 of `admit`: (the pods still to admit, None) when every one is gpupool's
     and its claims are written, else (those pods, the step's outcome)."""
@@ -214,7 +239,8 @@ def _pin(
     # the pinned ones replace are only collected here
     for want in todo:
         done.current = want.name
-        status, why = pin_claims(ctx, a.namespace, want, pods[want.name], pinned, replaced)
+        pod = pods[want.name]
+        status, why = pin_claims(ctx, a.namespace, want, pod, pinned, replaced, marked)
         done.wrote = done.wrote or bool(pinned)
         if status:
             return todo, Outcome(a.id, status, why, changed=done.wrote)
@@ -256,14 +282,19 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         # from their going to the gate's release; an unallocated claim of a gated pod holds
         # nothing. Not for a longer wait: the template's claim and the pinned one would both
         # count against the namespace's quota meanwhile)
+        # (by allocation, each pod's own claim gets its first write, the plan and the
+        # finalizer, before that wait, and only its allocation after it: `_marks_early`)
         pinned: list[str] = []
         replaced: list[Replaced] = []
+        marked: dict[str, dict] = {}
         left = _still_there(ctx, a.after)
         early = _pins_early(a) and _going_now(ctx, left)
         if early:
             todo, stop = _pin(a, ctx, pods, done, pinned, replaced)
             if stop is not None:
                 return stop
+        elif _marks_early(a) and _going_now(ctx, left):
+            _mark_early(a, ctx, pods, done, marked)
         waiting = _wait_gone(ctx, left, a.after_claims)
         # 2. the reservation, before this step waits or admits a gang pod by pod: the next
         # cycles plan from scratch and read it back, so they keep freeing these cards for this
@@ -273,7 +304,7 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         if waiting:
             return Outcome(a.id, "waiting", waiting, changed=done.wrote)
         if not early:
-            todo, stop = _pin(a, ctx, pods, done, pinned, replaced)
+            todo, stop = _pin(a, ctx, pods, done, pinned, replaced, marked)
             if stop is not None:
                 return stop
         # 5. admit: affinity, the gate's removal and the annotations in one patch per pod

@@ -64,7 +64,7 @@ from reconciler.apply.handlers.dra_allocate import (
     results_for,
     stale_allocation,
 )
-from reconciler.apply.handlers.dra_own import WROTE, allocate_own, owned_by
+from reconciler.apply.handlers.dra_own import WROTE, allocate_own, mark_own, owned_by
 from reconciler.apply.port import ApiError, PodInfo
 from reconciler.plan.actions import PodAdmission
 
@@ -479,6 +479,27 @@ class _Pins:
         return ",".join(self.want.devices)
 
 
+def mark_claims(
+    ctx: Context, ns: str, want: PodAdmission, pod: PodInfo, marked: dict[str, dict]
+) -> None:
+    """Before an Admit step by allocation (`want.refs`) waits for the pods it frees cards from
+    to go (admission.py `_marks_early`): each of the pod's own plain claims gets its first
+    write, the plan and Kubernetes' finalizer (dra_own.py `mark_own`), now; the claims as
+    written, by name, into `marked`, for `pin_claims` to allocate once the wait is over.
+    Nothing else is written, and a claim not marked here is read and written in its turn as
+    without."""
+    if not want.refs:
+        return
+    classes, left = _Classes(ctx), refs_of(want.refs)
+    for _, name in pod.claims:
+        claim = _read_claim(ctx, ns, name) if name else None
+        if claim is None:
+            return  # not made yet, or gone: its turn says so
+        got = mark_own(ctx, ns, want, pod, claim, classes.kinds(claim.get("spec") or {}), left)
+        if got is not None:
+            marked[name] = got
+
+
 def pin_claims(
     ctx: Context,
     ns: str,
@@ -486,6 +507,7 @@ def pin_claims(
     pod: PodInfo,
     wrote: list[str],
     replaced: list[Replaced],
+    marked: dict[str, dict] | None = None,
 ) -> tuple[str, str]:
     """Write the pod's claims for its planned devices (the pinned claims' names appended to
     `wrote`, the claims they replace to `replaced`, for `delete_replaced` once the gate went):
@@ -495,7 +517,9 @@ def pin_claims(
     with a claim of its own), "failed" when a claim cannot be made exact (allocated already,
     or not the pod's own). Planned DynamicMIG partitions are then written as the pinned claims'
     allocation (`dra_allocate`). With `want.refs` (`dra.admission: allocate`), a plain claim
-    of the pod's own gets them as its allocation instead, and no pinned claim (dra_own.py)."""
+    of the pod's own gets them as its allocation instead, and no pinned claim (dra_own.py);
+    one of `marked` (`mark_claims`: the claims as this step wrote them before its wait) is
+    taken as written there, not read again."""
     if not want.devices:
         return "", ""
     p = _Pins(ctx, ns, want, pod, wrote, _Classes(ctx), refs_of(want.devices), replaced)
@@ -503,7 +527,7 @@ def pin_claims(
     for entry, name in pod.claims:
         if not name:
             return "waiting", f"pod {ns}/{want.name}: claim {entry} is not made yet"
-        claim = _read_claim(ctx, ns, name)
+        claim = (marked or {}).get(name) or _read_claim(ctx, ns, name)
         gone = claim is None
         if claim is not None and p.own:
             kinds = p.classes.kinds(claim.get("spec") or {})

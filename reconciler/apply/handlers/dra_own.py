@@ -111,6 +111,21 @@ def owned_by(claim: dict, uid: str) -> bool:
     return any(o.get("uid") == uid and o.get("controller") for o in refs)
 
 
+def _take(
+    pod: PodInfo, claim: dict, kinds: dict[str, str], left: list[tuple[str, str, str]]
+) -> list[dict] | None:
+    """The allocation results of the pod's own plain claim, its planned devices taken from
+    `left` (`own_results`); None, `left` as it was, when the claim is not one to allocate so."""
+    requests = plain_requests(claim.get("spec") or {})
+    if requests is None or not pod.uid or not owned_by(claim, pod.uid):
+        return None
+    taken = list(left)
+    results = own_results(requests, kinds, taken)
+    if results is not None:
+        left[:] = taken
+    return results
+
+
 def _written(claim: dict, planned: str, results: list[dict]) -> bool:
     """Whether the claim carries this plan's allocation already (an earlier run's)."""
     ann = (claim.get("metadata") or {}).get("annotations") or {}
@@ -136,14 +151,9 @@ def allocate_own(
     on gpupool's classes or not enough planned devices for them: it is pinned instead, and
     `left` is as it was); else ("", WROTE) when written now, ("", "") when an earlier run
     wrote it, or (status, why) for the Admit's outcome."""
-    requests = plain_requests(claim.get("spec") or {})
-    if requests is None or not pod.uid or not owned_by(claim, pod.uid):
-        return None
-    taken = list(left)
-    results = own_results(requests, kinds, taken)
+    results = _take(pod, claim, kinds, left)
     if results is None:
         return None
-    left[:] = taken
     name, planned = claim["metadata"]["name"], ",".join(want.refs)
     for fresh in (False, True):
         if fresh:
@@ -158,17 +168,60 @@ def allocate_own(
             deallocate(ctx, ns, claim)  # gpupool's, for another plan; no running pod holds it
             continue  # read again: the version changed
         try:
-            got = _mark(ctx, ns, claim, planned)
+            # marked for this plan already (`mark_own`, before the step's wait): as written
+            got = claim if _marked(claim, planned) else _mark(ctx, ns, claim, planned)
+            if not allocate(ctx, ns, name, want.node, results, got, (pod.name, pod.uid)):
+                return "waiting", f"claim {ns}/{name} went before its allocation was written"
         except ApiError as exc:
             if exc.status == 409:  # changed since the read: read again (once)
                 continue
             if exc.status == 404:
                 return "waiting", f"claim {ns}/{name} went before its allocation was written"
             raise
-        if not allocate(ctx, ns, name, want.node, results, got, (pod.name, pod.uid)):
-            return "waiting", f"claim {ns}/{name} went before its allocation was written"
         return "", WROTE
     return "waiting", f"claim {ns}/{name} changed while its allocation was written: next cycle"
+
+
+def mark_own(
+    ctx: Context,
+    ns: str,
+    want: PodAdmission,
+    pod: PodInfo,
+    claim: dict,
+    kinds: dict[str, str],
+    left: list[tuple[str, str, str]],
+) -> dict | None:
+    """`allocate_own`'s first write ahead of its turn: the plan and Kubernetes' finalizer on
+    the pod's own plain claim (`_mark`), written while the Admit step waits for the pods it
+    frees cards from to go (admission.py `_marks_early`), so that once they are gone only the
+    allocation is left to write. Takes the claim's planned devices from `left` as
+    `allocate_own` does. -> the claim as written (or as read, marked for this plan already);
+    None when it is not a claim to allocate so, is allocated, or the write was refused
+    because the claim changed or went (its turn reads it again)."""
+    if _take(pod, claim, kinds, left) is None:
+        return None
+    if (claim.get("status") or {}).get("allocation"):
+        return None
+    planned = ",".join(want.refs)
+    if _marked(claim, planned):
+        return claim
+    try:
+        return _mark(ctx, ns, claim, planned)
+    except ApiError as exc:
+        if exc.status in (404, 409):
+            return None
+        raise
+
+
+def _marked(claim: dict, planned: str) -> bool:
+    """Whether the claim carries this plan and Kubernetes' finalizer, unallocated (`_mark`
+    wrote them)."""
+    md = claim.get("metadata") or {}
+    return (
+        (md.get("annotations") or {}).get(C.DRA_PLANNED_ANN) == planned
+        and C.DRA_DELETE_PROTECTION in (md.get("finalizers") or [])
+        and not (claim.get("status") or {}).get("allocation")
+    )
 
 
 def _mark(ctx: Context, ns: str, claim: dict, planned: str) -> dict | None:
