@@ -111,6 +111,7 @@ def _pod(p: Any) -> PodInfo:
         annotations=dict(p.metadata.annotations or {}),
         deleting=p.metadata.deletion_timestamp is not None,
         delete_asked=_delete_asked(p.metadata),
+        created=_created(p.metadata),
         gpu_resources=_gpu_resources(p),
         node=p.spec.node_name or None,
         gates=tuple(g.name for g in p.spec.scheduling_gates or []),
@@ -143,6 +144,11 @@ def _delete_asked(meta: Any) -> datetime | None:
     if not isinstance(at, datetime) or not isinstance(grace, int):
         return None
     return at - timedelta(seconds=grace)
+
+
+def _created(meta: Any) -> datetime | None:
+    at = meta.creation_timestamp
+    return at if isinstance(at, datetime) else None
 
 
 def _claims(p: Any) -> tuple[tuple[str, str], ...]:

@@ -89,6 +89,8 @@ class PodInfo:
     delete_asked: datetime | None = None
     """When its deletion was asked for (the API server's clock: `deletionTimestamp` less
     `deletionGracePeriodSeconds`); None when it is not being deleted or either is unset."""
+    created: datetime | None = None
+    """`metadata.creationTimestamp` (the API server's clock, whole seconds); None when unset."""
 
     @property
     def key(self) -> str:

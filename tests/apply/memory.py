@@ -161,6 +161,8 @@ class _Pod:
     uid: str = ""
     delete_asked: datetime | None = None
     """`PodInfo.delete_asked` of a terminating pod (None: not on record)."""
+    created: datetime | None = None
+    """`PodInfo.created` (None: not on record)."""
     templates: dict[str, str] = field(default_factory=dict)
     nominated: str = ""
     """`status.nominatedNodeName` (`PodInfo.nominated`)."""
@@ -491,6 +493,7 @@ class MemoryCluster:
             claim_templates=dict(p.templates),
             annotation_writers=dict(p.writers),
             delete_asked=p.delete_asked,
+            created=p.created,
             nominated=p.nominated,
         )
 

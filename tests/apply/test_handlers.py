@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -431,6 +431,41 @@ def test_dra_admit_by_allocation_marks_its_claim_while_the_pods_it_waits_for_go(
     assert (before, after) == ([], ["replace_dra_status", "admit_pod"])
     out, before, after = _dra_admit_after(gone_after=None, asked=5, rid=rid)
     assert (out.status, before, after) == ("waiting", ["annotate_pod"], []), out.message
+
+
+def _admit_unnamed(created: datetime, named_after: int | None) -> tuple[Outcome, int, list]:
+    """The by-allocation row's admission of a pod whose status does not name its claim yet,
+    created at `created`; Kubernetes names it after `named_after` waits of the step (None:
+    never). -> the outcome, the waits, the writes."""
+    row = ROWS["dra-own/allocated-then-admitted"]
+    cluster = seed_memory(row)
+    pod = cluster.pods[(NS, "p-0")]
+    pod.claims, pod.created = [("gpus", "")], created
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == named_after:
+            pod.claims = [("gpus", CLAIM)]
+
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
+    return HANDLERS[Admit](row.action, ctx), len(waits), cluster.write_ops()
+
+
+def test_admit_on_dra_waits_a_moment_for_the_claims_of_a_pod_just_created():
+    """Issue 32: Kubernetes' resourceclaim controller names a new pod's claim in its status
+    tens of ms after the pod's creation, which a fast cycle can beat; the step reads the pod
+    again every GONE_POLL_SECONDS, within `gone_wait_seconds`, and writes its claim once it is
+    named, not a cycle later. Not named in time, or a pod created seconds ago: `waiting`, as
+    without the wait, nothing written."""
+    out, waits, writes = _admit_unnamed(NOW, named_after=2)
+    assert (out.status, waits) == ("done", 2), out.message
+    assert writes == ["patch_dra_object", "replace_dra_status", "admit_pod"]
+    out, waits, writes = _admit_unnamed(NOW, named_after=None)
+    assert out.status == "waiting" and "claim gpus is not made yet" in out.message
+    assert (waits, writes) == (round(0.1 / GONE_POLL_SECONDS), [])
+    out, waits, writes = _admit_unnamed(NOW - timedelta(seconds=5), named_after=1)
+    assert (out.status, waits, writes) == ("waiting", 0, []), out.message
 
 
 def test_dra_gone_claim_admits_on_the_next_run():

@@ -111,6 +111,17 @@ def test_a_terminating_pod_says_when_its_deletion_was_asked():
     assert info.deleting and info.delete_asked == datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)
 
 
+def test_a_pod_says_when_it_was_created():
+    """`PodInfo.created`: its creationTimestamp (None when unset), which tells a DRA pod just
+    created, whose claim Kubernetes has not named yet, from one whose claim will not come."""
+    pod = gated("1")
+    pod.metadata.creation_timestamp = None
+    assert kube._pod(pod).created is None
+    at = datetime(2026, 12, 7, 9, 0, 1, tzinfo=UTC)
+    pod.metadata.creation_timestamp = at
+    assert kube._pod(pod).created == at
+
+
 def test_the_status_naming_a_claim_names_the_node_in_the_same_patch():
     """`set_pod_claim` with a node: one status patch with the claim and
     `nominatedNodeName`; without one, the claim alone. A condition's patch may remove it."""

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import (
     CLAIM_POLL_SECONDS,
+    CLAIMS_WAIT_RECENT_SECONDS,
     GONE_POLL_SECONDS,
     GONE_WAIT_RECENT_SECONDS,
     Context,
@@ -65,6 +66,36 @@ def _going_now(ctx: Context, pods: list[tuple[str, PodInfo]]) -> bool:
         and abs((now - p.delete_asked).total_seconds()) < GONE_WAIT_RECENT_SECONDS
         for _, p in pods
     )
+
+
+def _unnamed(ctx: Context, p: PodInfo) -> bool:
+    """A pod created a moment ago (`CLAIMS_WAIT_RECENT_SECONDS`) whose status does not name a
+    claim of its own yet: Kubernetes' resourceclaim controller makes the claim from the pod's
+    template, then writes its name there, tens of ms after the pod's creation."""
+    if p.created is None or all(name for _, name in p.claims):
+        return False
+    return abs((ctx.wall() - p.created).total_seconds()) < CLAIMS_WAIT_RECENT_SECONDS
+
+
+def _claims_named(a: Admit, ctx: Context, pods: dict[str, PodInfo]) -> Outcome | None:
+    """Step 1 on DRA: the pods just created whose claims are not named yet (`_unnamed`) are
+    read again every `GONE_POLL_SECONDS`, for up to `gone_wait_seconds`, until their status
+    names them (`pods` updated): their claims are written in this step, not a cycle later
+    (without a name step 5 can only say `waiting`). One gone or terminating meanwhile: the
+    step's outcome for it. Whatever is still unnamed after the wait is step 5's to say."""
+    left = [w.name for w in a.pods if _unnamed(ctx, pods[w.name])]
+    budget = ctx.cfg.gone_wait_seconds
+    while left and budget > 1e-9:
+        ctx.sleep(GONE_POLL_SECONDS)
+        budget -= GONE_POLL_SECONDS
+        for name in left:
+            pod = ctx.ops.read_pod(a.namespace, name)
+            if pod is None or pod.deleting:
+                what = "gone" if pod is None else "terminating"
+                return _gone(a, f"{a.namespace}/{name}", what)
+            pods[name] = pod
+        left = [n for n in left if not all(c for _, c in pods[n].claims)]
+    return None
 
 
 def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
@@ -260,6 +291,9 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         if pod is None or pod.deleting:
             return _gone(a, f"{ns}/{want.name}", "gone" if pod is None else "terminating")
         pods[want.name] = pod
+    unnamed = _claims_named(a, ctx, pods)
+    if unnamed is not None:
+        return unnamed
     done = _Written()
     try:
         # 1. the pods evicted for these cards must be GONE, not just terminating: kube-scheduler

@@ -81,6 +81,9 @@ the wait."""
 GONE_WAIT_RECENT_SECONDS = 1.0
 """Only pods whose deletion was asked for this recently are waited for within a step (either
 way of the API server's clock, which stamps the deletion, and the controller's)."""
+CLAIMS_WAIT_RECENT_SECONDS = 2.0
+"""Only pods created this recently are waited for within a step until their DRA claims are
+made (either way of the clocks, as above; `creationTimestamp` has whole seconds)."""
 
 
 @dataclass
