@@ -54,7 +54,9 @@ class ApplyConfig:
     its deletion was asked for less than `GONE_WAIT_RECENT_SECONDS` ago: a pod whose containers
     stop at once is gone within tens of milliseconds, and its cards go to the admitted pod then
     instead of a cycle later. A pod that takes longer costs each cycle at most this, for that
-    second only. 0: never waits (the step reports `waiting` at once)."""
+    second only. The same budget bounds the wait for the DRA claims of a pod created a moment
+    ago to be named in its status (`CLAIMS_WAIT_RECENT_SECONDS`). 0: never waits (the step
+    reports `waiting` at once)."""
 
 
 @dataclass
