@@ -71,6 +71,7 @@ class StepClock:
         self.requests: Counter = Counter()  # "METHOD kind" over the admitting steps
         self.to_gate: list[float] = []  # per admitting step: requests up to its last gate
         self.starts: list[float] = []  # every cycle's start
+        self.orders: dict[str, list[str]] = {}  # pod -> its admitting step's requests, in order
         self.phase: Counter = Counter()  # this cycle: wall s in the cache wait, observe, ...
         self.phases: Counter = Counter()  # summed over the cycles that admitted a pod
         self.admitting = 0  # cycles that admitted a pod
@@ -110,6 +111,7 @@ class StepClock:
                 self._admitted = True
                 for pod in pods:
                     self.admits[pod] = [self.cycle_at, t, self.wall(), len(log) / len(pods)]
+                    self.orders[pod] = log
                 self.requests.update(log)
                 # up to the last gate's removal ("PATCH pods"; the status is "PATCH status"):
                 # what stands between the plan and the pods' scheduling
@@ -163,6 +165,7 @@ class StepClock:
             "admitting_cycles": self.admitting,
             "admitting_phases": {k: v / max(1, self.admitting) for k, v in self.phases.items()},
             "cycle_starts": self.starts,
+            "admit_orders": self.orders,
         }
 
 
