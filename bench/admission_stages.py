@@ -407,15 +407,20 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """`python bench/admission_stages.py RUN.json ...`: the stage tables of the gated runs that
     `admission_openb.py --json` saved, with each run's allocation (the figures of bench/README
-    are printed this way from the runs' JSON)."""
+    are printed this way from the runs' JSON); given several runs with both gated arms, a last
+    line on DRA minus device plugin over them (`pairs_line`)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("runs", nargs="+", help="JSON files written by admission_openb.py --json")
     args = ap.parse_args(argv)
+    pairs: list[float] = []
     for path in args.runs:
         data = json.loads(Path(path).read_text())
         print(f"== {path}")
+        alloc = {r["name"]: r.get("mean_alloc") for r in data.get("results") or []}
+        if isinstance(alloc.get("gpupool"), float) and isinstance(alloc.get(DRA_RUN), float):
+            pairs.append(100 * (alloc[DRA_RUN] - alloc["gpupool"]))
         for r in data.get("results") or []:
             notes = r.get("notes") or {}
             if "timeline" in notes and "node_of" in notes:  # as this version reads it
@@ -427,7 +432,24 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['name']}: GPU allocation, time-weighted mean {100 * r['mean_alloc']:.3f} %"
                 )
                 print("\n".join(lines))
+    if len(pairs) > 1:
+        print(pairs_line(pairs))
     return 0
+
+
+DRA_RUN = "dra-gpupool"
+
+
+def pairs_line(diffs: list[float]) -> str:
+    """The runs' DRA minus device-plugin allocation (points, one per run with both gated arms):
+    how many, their mean and range, and how many are at least 0 (issue 32's "at least the
+    device-plugin run's", run by run)."""
+    mean = sum(diffs) / len(diffs)
+    at_least = sum(1 for d in diffs if d >= 0)
+    return (
+        f"== {DRA_RUN} minus gpupool, GPU allocation over {len(diffs)} runs: mean "
+        f"{mean:+.3f} point, {min(diffs):+.3f} to {max(diffs):+.3f}, at least 0 in {at_least}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.admission_stages import idle_by_kind, main, timeline
+from bench.admission_stages import idle_by_kind, main, pairs_line, timeline
 
 
 def test_idle_by_kind_splits_arrivals_from_hand_offs():
@@ -71,3 +71,25 @@ def test_a_release_seen_after_the_step_but_before_the_card_was_taken_counts():
         "next": {"created": -4.0, "step": 6.5, "step_end": 6.55, "running": 6.6},
     }
     assert timeline(dp, dict.fromkeys(dp, "n"), dra=False)["next"]["ready"] == 6.56
+
+
+def test_several_paired_runs_end_with_dra_minus_the_device_plugin(tmp_path, capsys):
+    """Given several runs with both gated arms, a last line: DRA minus device plugin over them
+    (mean, range, how many at least 0); one run, or a run without both arms, adds none."""
+    paths = []
+    for i, (dp, dra) in enumerate([(0.7395, 0.7396), (0.7395, 0.73935), (0.74, None)]):
+        runs = [{"name": "gpupool", "mean_alloc": dp, "notes": {}}]
+        if dra is not None:
+            runs.append({"name": "dra-gpupool", "mean_alloc": dra, "notes": {}})
+        path = tmp_path / f"r{i}.json"
+        path.write_text(json.dumps({"results": runs}))
+        paths.append(str(path))
+    assert main(paths) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (
+        "== dra-gpupool minus gpupool, GPU allocation over 2 runs: mean -0.003 point, "
+        "-0.015 to +0.010, at least 0 in 1"
+    )
+    assert main(paths[:1]) == 0
+    assert "minus" not in capsys.readouterr().out
+    assert pairs_line([0.0, 0.0]).endswith("at least 0 in 2")
