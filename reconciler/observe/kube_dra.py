@@ -54,10 +54,10 @@ class DraMemo:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str, str], Any] = {}
         self._next: dict[tuple[str, str, str], Any] = {}
-        self._pods: dict[int, tuple[Any, None, tuple[str, str, str]]] = {}
-        """id(pod) -> (the pod, None, its key in `_kept`): the pods of the last read, each
-        with a version (`pod_claims`)."""
-        self._pods_next: dict[int, tuple[Any, None, tuple[str, str, str]]] = {}
+        self._pods: dict[int, tuple[Any, tuple[str, str, str]]] = {}
+        """id(pod) -> (the pod, its key in `_kept`): the pods of the last read, each with a
+        version (`pod_claims`)."""
+        self._pods_next: dict[int, tuple[Any, tuple[str, str, str]]] = {}
         self._lists: dict[str, tuple[list, list, list]] = {}
         """Kind -> (the objects listed, what they read as, their keys in `_kept`): the last
         read of each kind, reused whole while the cache hands back the very same objects."""
@@ -146,8 +146,8 @@ class DraMemo:
         read (the watch cache's, while the pod does not change) without a look at its
         version."""
         hit = self._pods.get(id(pod))
-        if hit is not None and hit[0] is pod and hit[2] in self._kept:
-            self._next[hit[2]] = got = self._kept[hit[2]]
+        if hit is not None and hit[0] is pod and hit[1] in self._kept:
+            self._next[hit[1]] = got = self._kept[hit[1]]
             self._pods_next[id(pod)] = hit
             self.hits += 1
             return got
@@ -156,7 +156,7 @@ class DraMemo:
         got = self._once("Pod", uid, rv, lambda: _pod_claims(pod))
         key = _version("Pod", uid, rv)
         if key is not None:
-            self._pods_next[id(pod)] = (pod, None, key)
+            self._pods_next[id(pod)] = (pod, key)
         return got
 
     def _once(self, kind: str, uid: Any, rv: Any, make: Callable[[], Any]) -> Any:
