@@ -224,6 +224,10 @@ class KubeOps:
         """"namespace/name" -> (time.monotonic(), the pod) as the server last answered a read
         or a write of gpupool's: what `admit_pod` patches against (its resourceVersion and
         required terms) instead of reading the pod again, within `POD_REUSE_SECONDS`."""
+        self.pod_peek: Callable[[str, str], Any] | None = None
+        """The watch cache's copy of a pod (a model object, read-only) by (namespace, name),
+        set by the controller for a cycle that observed through a cache that had seen
+        gpupool's pod writes (`ClusterCache.pod`); None: `peek_pod` answers None."""
         self.dra_peek: Callable[[str, str, str], dict | None] | None = None
         """The watch cache's copy of a DRA object by (kind, namespace, name), set by the
         controller for a cycle that observed through a cache that had seen gpupool's writes
@@ -326,6 +330,14 @@ class KubeOps:
         if p is None:
             return None
         self._saw_pod(p)
+        return _pod(p)
+
+    def peek_pod(self, namespace: str, name: str) -> PodInfo | None:
+        peek = self.pod_peek
+        p = None if peek is None else peek(namespace, name)
+        if p is None:
+            return None
+        self._saw_pod(p)  # `admit_pod` patches against this copy's resourceVersion
         return _pod(p)
 
     def pods_on_node(self, node: str) -> list[PodInfo]:

@@ -172,6 +172,13 @@ class ClusterOps(Protocol):
     # pods
     def read_pod(self, namespace: str, name: str) -> PodInfo | None: ...
 
+    def peek_pod(self, namespace: str, name: str) -> PodInfo | None:
+        """The pod as the controller's watch cache holds it (the cache this cycle observed
+        through, once it had seen gpupool's own last pod writes), without a request; None when
+        the cache does not hold it or there is none (read it then). It may lag the server by
+        what others wrote since: a write made from it must be conditional on its version
+        (`admit_pod` is), and a 409 then means "read it and decide again"."""
+
     def pods_on_node(self, node: str) -> list[PodInfo]: ...
 
     def annotate_pod(

@@ -304,6 +304,8 @@ class Controller:
         # exact admission may take a claim's spec and a class's owner from the cache this
         # cycle observed through (`ClusterOps.peek_dra_object`), never from one that is behind
         self.ops.dra_peek = cache.dra_object if cache is not None else None
+        # and an Admit step its pods (`ClusterOps.peek_pod`: its writes are conditional)
+        self.ops.pod_peek = cache.pod if cache is not None else None
         observed = observe_cluster(
             self.api,
             now=now,

@@ -548,6 +548,13 @@ class ClusterCache:
     def pods(self) -> list[Any] | None:
         return self.pod_informer.items()
 
+    def pod(self, namespace: str, name: str) -> Any | None:
+        """One cached pod (the informer's own model object, read-only: exact admission's
+        `peek_pod`); None when not held or not synced. The pods' cache has seen gpupool's own
+        pod writes up to this cycle's observation (`caught_up` waited for them), and newer
+        ones as they come."""
+        return self.pod_informer.get(f"{namespace}/{name}")
+
     def node_states(self) -> list[dict] | None:
         """The GpuNodeStates (dicts, as listed); None until synced, or while not served."""
         return self.node_state_informer.items()

@@ -237,6 +237,12 @@ class MemoryCluster:
         self.calls: list[Call] = []
         self.dra_cache: dict[tuple[str, str, str], dict] | None = None
         """What `peek_dra_object` answers (a watch cache's copies); None: no cache."""
+        self._peeked: dict[tuple[str, str], PodInfo] = {}
+        """The copy `admit_pod` patches against, as KubeOps's resourceVersion precondition:
+        a pod's last `peek_pod` answer, until `read_pod` reads it again."""
+        self.pod_cache: dict[tuple[str, str], PodInfo] | None = None
+        """What `peek_pod` answers (a watch cache's copies, as of when a test took them:
+        `cache_pods`); None: no cache."""
         self._rv = 1000
         self._lock = threading.RLock()
 
@@ -264,6 +270,10 @@ class MemoryCluster:
             except ApiError as exc:
                 call.error = exc
                 raise
+            key = (args.get("namespace"), args.get("name"))
+            if call.mutating and key in self._peeked and key in self.pods:
+                # gpupool's own write answers the pod as written: KubeOps patches against that
+                self._peeked[key] = self._info(key, self.pods[key])  # type: ignore[index]
             hook = self.after.get(op)
             if hook is not None:
                 hook()
@@ -499,10 +509,25 @@ class MemoryCluster:
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
         def read() -> PodInfo | None:
+            self._peeked.pop((namespace, name), None)
             p = self.pods.get((namespace, name))
             return None if p is None else self._info((namespace, name), p)
 
         return self._run("read_pod", read, namespace=namespace, name=name)
+
+    def peek_pod(self, namespace: str, name: str) -> PodInfo | None:
+        """The "watch cache" a test gave (`pod_cache`); no cache by default. Recorded, never
+        failed: it is no request."""
+        self.calls.append(Call("peek_pod", {"namespace": namespace, "name": name}))
+        got = (self.pod_cache or {}).get((namespace, name))
+        if got is not None:
+            self._peeked[(namespace, name)] = got
+        return got
+
+    def cache_pods(self) -> None:
+        """A watch cache holding every pod as it is now (`peek_pod` answers these copies until
+        the next call, however the pods change meanwhile)."""
+        self.pod_cache = {k: self._info(k, p) for k, p in self.pods.items()}
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         def list_() -> list[PodInfo]:
@@ -528,6 +553,10 @@ class MemoryCluster:
             p = self.pods.get((namespace, name))
             if p is None:
                 raise not_found("pods", name)
+            seen = self._peeked.pop((namespace, name), None)
+            if seen is not None and seen != self._info((namespace, name), p):
+                # KubeOps patches with the resourceVersion of the copy it took the terms from
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}"')
             terms = pinned(p.terms, node)
             if not p.gates and terms != p.terms:
                 # ValidatePodUpdate: node affinity is mutable only while the pod is gated

@@ -126,6 +126,7 @@ def test_memory_knows_which_operations_write():
         "dra_manager",
         "read_dra_object",
         "peek_dra_object",
+        "peek_pod",
     }
     assert MUTATING | readers == set(protocol_members())
     assert not MUTATING & readers

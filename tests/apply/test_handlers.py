@@ -28,6 +28,7 @@ from reconciler.apply.handlers import (
 from reconciler.apply.handlers.base import CLAIM_POLL_SECONDS, GONE_POLL_SECONDS
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import Admit, Hold, PruneDraObject
+from tests.apply.memory import MemoryCluster
 from tests.apply.rows import (
     ADMIT,
     ADMIT_AFTER,
@@ -870,3 +871,100 @@ def test_hold_leaves_the_node_of_a_pod_another_gate_holds():
     assert (got.status, got.changed) == ("done", False), got.message
     pod = cluster.read_pod(NS, "p-0")
     assert pod is not None and pod.nominated == "node-a"
+
+
+# ---------------------------------------------------------------------- pods from the watch cache
+def _errors(f: ApiError | list[ApiError]) -> list[ApiError]:
+    return f if isinstance(f, list) else [f]
+
+
+@pytest.mark.parametrize(
+    "row",
+    params(
+        [
+            r
+            for r in [*ADMIT_ROWS, *DRA_OWN_ROWS]
+            if not any(e.status == 409 for f in r.fail.values() for e in _errors(f))
+        ]
+    ),
+)
+def test_admit_on_the_watch_caches_pods_as_on_reads(row: Row):
+    """An Admit step takes its pods from the watch cache the cycle observed through
+    (`peek_pod`) instead of reading them: with a cache as current as the server, every row of
+    the admission tables ends as it does on reads, with the same writes, and reads no pod
+    that it did not read before for another reason (a pod it waits for, a claim not named)."""
+    on_reads, _ = run_memory(row)
+    cluster = seed_memory(row)
+    cluster.cache_pods()
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert (got.status, got.message, got.writes) == (
+        on_reads.status,
+        on_reads.message,
+        on_reads.writes,
+    )
+    # a pod the cache does not hold is read; a step that fails on the cache's copies runs
+    # again on reads (the failure may be the copy's lag)
+    cached = {(NS, p.name) for p in getattr(row.action, "pods", ())} & set(cluster.pod_cache or {})
+    read = [c for c in cluster.calls if c.op == "read_pod"]
+    if got.status != "failed":
+        assert not [c for c in read if (c.args["namespace"], c.args["name"]) in cached]
+    if row.check is not None:
+        row.check(MemoryProbe(cluster, NS, memory_config()))
+
+
+def _cached_then(row_id: str, change: Any) -> tuple[Outcome, MemoryCluster]:
+    """The row's Admit on a watch cache taken before `change(cluster)`: the cache is behind."""
+    row = ROWS[row_id]
+    cluster = seed_memory(row)
+    for o in cluster.dra.values():  # versions, as the API server gives every object
+        o.setdefault("metadata", {})["resourceVersion"] = "1"
+    cluster.cache_pods()
+    cluster.dra_cache = copy.deepcopy(cluster.dra)
+    change(cluster)
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, wall=lambda: NOW)
+    return HANDLERS[Admit](row.action, ctx), cluster
+
+
+def test_admit_on_a_cached_pod_that_changed_since_reads_it_and_decides_again():
+    """The cache's copy is behind the server: the admission patch, conditional on that copy,
+    is refused (409) and the step reads the pod and runs again. Annotated by someone else
+    meanwhile, the pod is admitted on the second run; ungated by someone else, it is left
+    alone, as on a read."""
+
+    def annotated(c: MemoryCluster) -> None:
+        c.pods[(NS, "p-0")].annotate({"team.example/note": "x"})
+
+    out, cluster = _cached_then("admit/keeps-the-pods-own-affinity", annotated)
+    assert out.status == "done" and "admitted 1 pod(s): p-0 -> node-a" in out.message
+    tries = [c for c in cluster.calls if c.op == "admit_pod" and c.args["name"] == "p-0"]
+    assert [c.error.status if c.error else None for c in tries] == [409, None]
+    assert [c.args["name"] for c in cluster.calls if c.op == "read_pod"][:1] == ["p-0"]
+
+    def ungated(c: MemoryCluster) -> None:
+        c.pods[(NS, "p-0")].gates = []
+
+    out, cluster = _cached_then("admit/fresh-gang", ungated)
+    assert out.status == "skipped" and "p-0 was ungated by someone else" in out.message
+    # the reservations of the first run (a gang's, before its pods are admitted one by one)
+    # stay: the next plan reads them back, as after any step that stops midway
+    assert out.changed and cluster.write_ops() == ["annotate_pod", "annotate_pod"]
+
+
+def test_dra_admit_by_allocation_on_a_cached_pod_someone_else_released():
+    """Issue 32, by allocation: the cache still shows the pod gated and its claim
+    unallocated, but someone else removed the gate and kube-scheduler allocated the claim: the
+    claim's write, conditional on the cached copy, is refused, the claim read again is
+    allocated, and the step runs again on the pod read from the server: left alone (ungated by
+    someone else), the scheduler's allocation kept."""
+
+    def released(c: MemoryCluster) -> None:
+        c.pods[(NS, "p-0")].gates = []
+        claim = c.dra[("ResourceClaim", NS, CLAIM)]
+        claim["status"] = {"allocation": {"devices": {"results": [{"device": "gpu-5"}]}}}
+        claim["metadata"]["resourceVersion"] = "9999"
+
+    out, cluster = _cached_then("dra-own/allocated-then-admitted", released)
+    assert out.status == "skipped" and "p-0 was ungated by someone else" in out.message
+    claim = cluster.dra[("ResourceClaim", NS, CLAIM)]
+    assert claim["status"]["allocation"]["devices"]["results"] == [{"device": "gpu-5"}]
+    assert "replace_dra_status" not in cluster.write_ops()

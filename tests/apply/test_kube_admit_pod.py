@@ -86,6 +86,21 @@ def test_an_ungated_pod_is_read_again():
     assert core.calls == ["GET", "GET", "PATCH"]
 
 
+def test_a_pod_from_the_watch_cache_is_admitted_against_that_copy():
+    """`peek_pod`: the controller's watch cache's copy (`pod_peek`), no request; the admission
+    patches against its resourceVersion, so a pod changed since is a 409, not a blind write.
+    No cache, or a cache without the pod: None (the step reads it)."""
+    o, core = ops()
+    assert o.peek_pod("t", "p") is None
+    o.pod_peek = lambda ns, name: gated("7") if (ns, name) == ("t", "p") else None
+    assert o.peek_pod("t", "q") is None
+    info = o.peek_pod("t", "p")
+    assert info is not None and info.gates == (C.ADMISSION_GATE,) and info.uid == "u"
+    admit(o)
+    assert core.calls == ["PATCH"]
+    assert core.patches[0]["metadata"]["resourceVersion"] == "7"
+
+
 def test_a_pod_not_seen_lately_is_read_again(monkeypatch):
     o, core = ops()
     admit(o)  # never read

@@ -89,6 +89,13 @@ def test_dra_through_the_watch_cache_reads_its_own_writes(kube, tmp_path):
     # (`peek_dra_object`): no GET of either; its writes are the claims' creates and deletes
     gets = [u for v, u in dra_requests(kube, since) if v == "get"]
     assert gets == [], gets
+    # and its pods from the pods' watch (`peek_pod`): no GET of one
+    pod_gets = [
+        e.uri
+        for e in audited(kube, CONTROLLER, since)
+        if e.verb == "get" and f"/namespaces/{ns}/pods/" in e.uri
+    ]
+    assert pod_gets == [], pod_gets
     # the DRA state read through the cache is the listed one
     assert ctl._cache() is ctl.cache
     cached = observe_cluster(ctl.api, cache=ctl.cache).dra

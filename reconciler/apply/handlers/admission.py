@@ -283,14 +283,62 @@ def admit(a: Admit, ctx: Context) -> Outcome:
     """Level-triggered over the gang's pods: reservation annotations, then (once every pod
     evicted for the cards is gone) one admission patch per pod still gated. A gang is admitted
     whole: a pod gone, terminating, held by another admission system's gate or ungated by
-    someone else skips the step (nothing admitted), and the next cycle plans again."""
-    ns = a.namespace
+    someone else skips the step (nothing admitted), and the next cycle plans again.
+
+    The pods are taken from the watch cache the cycle observed through where it holds them
+    (`ClusterOps.peek_pod`: no request; what a plan was made from), not read again: every write
+    that follows is conditional on what it was made from (the admission patch on the pod's
+    resourceVersion, a claim's writes on the claim's). One refused because the pod changed
+    meanwhile (409), or a step that fails on a copy that was behind (the gate removed by
+    someone else, a claim allocated since), runs once more on pods read from the server."""
+    out = _admit(a, ctx, fresh=False)
+    if isinstance(out, _Again):
+        again = _admit(a, ctx, fresh=True)
+        assert not isinstance(again, _Again)
+        return dataclasses.replace(again, changed=again.changed or out.changed)
+    return out
+
+
+@dataclass
+class _Again:
+    """`_admit`'s answer when its run on the cache's copies is to be run again on fresh reads."""
+
+    changed: bool
+
+
+def _pods_of(a: Admit, ctx: Context, fresh: bool) -> tuple[dict[str, PodInfo], bool] | Outcome:
+    """The gang's pods (the cache's copies unless `fresh`, read where it has none) and whether
+    any is the cache's copy; or the step's outcome when one is gone or terminating (as
+    deletion cannot be undone, the cache's word is enough)."""
     pods: dict[str, PodInfo] = {}
+    peeked = False
     for want in a.pods:
-        pod = ctx.ops.read_pod(ns, want.name)
+        pod = None if fresh else ctx.ops.peek_pod(a.namespace, want.name)
+        peeked = peeked or pod is not None
+        if pod is None:
+            pod = ctx.ops.read_pod(a.namespace, want.name)
         if pod is None or pod.deleting:
-            return _gone(a, f"{ns}/{want.name}", "gone" if pod is None else "terminating")
+            what = "gone" if pod is None else "terminating"
+            return _gone(a, f"{a.namespace}/{want.name}", what)
         pods[want.name] = pod
+    return pods, peeked
+
+
+def _admit(a: Admit, ctx: Context, fresh: bool) -> Outcome | _Again:
+    """`admit`, on the cache's copies of the pods unless `fresh` (then on reads)."""
+    got = _pods_of(a, ctx, fresh)
+    if isinstance(got, Outcome):
+        return got
+    pods, peeked = got
+    out = _admit_read(a, ctx, pods, peeked)
+    if peeked and not isinstance(out, _Again) and out.status == "failed":
+        return _Again(out.changed)
+    return out
+
+
+def _admit_read(a: Admit, ctx: Context, pods: dict[str, PodInfo], peeked: bool) -> Outcome | _Again:
+    """`admit` on `pods` (`peeked`: some are the cache's copies)."""
+    ns = a.namespace
     unnamed = _claims_named(a, ctx, pods)
     if unnamed is not None:
         return unnamed
@@ -350,6 +398,8 @@ def admit(a: Admit, ctx: Context) -> Outcome:
         done.current = ""
         left = delete_replaced(ctx, ns, replaced)
     except ApiError as exc:
+        if exc.status == 409 and peeked:  # changed since the cache's copy: read, decide again
+            return _Again(done.wrote)
         if exc.status == 404 and done.current:  # deleted since it was read
             return dataclasses.replace(_gone(a, f"{ns}/{done.current}"), changed=done.wrote)
         if exc.status == 422:  # e.g. the gate went between our read and the patch
