@@ -25,7 +25,11 @@ from reconciler.apply.handlers import (
     Outcome,
     condition_reason,
 )
-from reconciler.apply.handlers.base import CLAIM_POLL_SECONDS, GONE_POLL_SECONDS
+from reconciler.apply.handlers.base import (
+    CACHE_POLL_SECONDS,
+    CLAIM_POLL_SECONDS,
+    GONE_POLL_SECONDS,
+)
 from reconciler.apply.port import ApiError
 from reconciler.plan.actions import Admit, Hold, PruneDraObject
 from tests.apply.memory import MemoryCluster
@@ -306,11 +310,12 @@ def _admit_after_claim(
     gone_after: int | None,
     freed_after: int | None,
     status: dict | None = ALLOCATED,
+    cached: bool = False,
 ) -> tuple[Outcome, int, list[str]]:
     """ADMIT_AFTER with the victim's ResourceClaim (`after_claims`; `status` its status, None:
     no such claim): the victim (None: gone already) is gone after `gone_after` waits, the claim
-    deallocated after `freed_after` (None: never). -> the outcome, the waits, the reads of the
-    claim."""
+    deallocated after `freed_after` (None: never); `cached`: a watch cache that holds what
+    the server holds. -> the outcome, the waits, the reads of the claim."""
     seed = (*RESERVED_GANG, victim) if victim is not None else RESERVED_GANG
     cluster = seed_memory(dataclasses.replace(ROWS["admit/after-pod-gone"], seed=seed))
     if status is not None:
@@ -329,6 +334,8 @@ def _admit_after_claim(
         if len(waits) == freed_after:
             cluster.dra[VICTIM_CLAIM]["status"] = {"reservedFor": []}
 
+    if cached:
+        cluster.dra_cache = cluster.dra  # the watch delivers each change at once
     ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
     action = ADMIT_AFTER.model_copy(update={"after_claims": (f"{NS}/{VICTIM_CLAIM[2]}",)})
     out = HANDLERS[Admit](action, ctx)
@@ -351,6 +358,20 @@ def test_admit_on_dra_waits_for_the_claims_of_the_pods_gone():
         f"ResourceClaim {NS}/{VICTIM_CLAIM[2]} (still allocated) to be deallocated" in out.message
     )
     assert "allocator still counts its devices" in out.message
+
+
+def test_admit_on_dra_looks_for_the_claims_deallocation_in_the_watch_cache():
+    """Issue 32: with a watch cache that holds the departing pod's claim, the step looks at
+    the cache's copy every CACHE_POLL_SECONDS (no request) until it shows the claim
+    deallocated; a claim the cache does not hold (deleted) is read."""
+    going = Pod("victim", deleting=True, delete_asked=NOW - timedelta(seconds=0.2))
+    out, waits, reads = _admit_after_claim(going, gone_after=2, freed_after=4, cached=True)
+    assert (out.status, waits, reads) == ("done", 4, []), out.message
+    out, waits, reads = _admit_after_claim(None, None, None, cached=True)
+    assert out.status == "waiting" and waits == math.ceil(0.1 / CACHE_POLL_SECONDS), out.message
+    assert reads == []
+    out, waits, reads = _admit_after_claim(None, None, None, None, cached=True)
+    assert (out.status, waits, reads) == ("done", 0, [VICTIM_CLAIM[2]]), out.message
 
 
 @pytest.mark.parametrize("status", [{"reservedFor": []}, None], ids=["deallocated", "deleted"])
@@ -451,6 +472,30 @@ def _admit_unnamed(created: datetime, named_after: int | None) -> tuple[Outcome,
 
     ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
     return HANDLERS[Admit](row.action, ctx), len(waits), cluster.write_ops()
+
+
+def test_admit_on_dra_looks_for_a_new_pods_claim_in_the_watch_cache():
+    """Issue 32: with a watch cache that holds the pod, the step looks for its claim's name
+    in the cache's copy every CACHE_POLL_SECONDS (no request: the name comes with the
+    watch), and writes the claim once it is there."""
+    row = ROWS["dra-own/allocated-then-admitted"]
+    cluster = seed_memory(row)
+    pod = cluster.pods[(NS, "p-0")]
+    pod.claims, pod.created = [("gpus", "")], NOW
+    cluster.cache_pods()
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3:  # kube-controller-manager names it; the watch delivers it
+            pod.claims = [("gpus", CLAIM)]
+            cluster.cache_pods()
+
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, sleep=sleep, wall=lambda: NOW)
+    out = HANDLERS[Admit](row.action, ctx)
+    assert (out.status, waits) == ("done", [CACHE_POLL_SECONDS] * 3), out.message
+    assert cluster.write_ops() == ["patch_dra_object", "replace_dra_status", "admit_pod"]
+    assert [c for c in cluster.calls if c.op == "read_pod"] == []
 
 
 def test_admit_on_dra_waits_a_moment_for_the_claims_of_a_pod_just_created():

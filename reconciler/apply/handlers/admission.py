@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from reconciler import conventions as C
 from reconciler.apply.handlers.base import (
+    CACHE_POLL_SECONDS,
     CLAIM_POLL_SECONDS,
     CLAIMS_WAIT_RECENT_SECONDS,
     GONE_POLL_SECONDS,
@@ -79,17 +80,24 @@ def _unnamed(ctx: Context, p: PodInfo) -> bool:
 
 def _claims_named(a: Admit, ctx: Context, pods: dict[str, PodInfo]) -> Outcome | None:
     """Step 1 on DRA: the pods just created whose claims are not named yet (`_unnamed`) are
-    read again every `GONE_POLL_SECONDS`, for up to `gone_wait_seconds`, until their status
-    names them (`pods` updated): their claims are written in this step, not a cycle later
-    (without a name step 5 can only say `waiting`). One gone or terminating meanwhile: the
-    step's outcome for it. Whatever is still unnamed after the wait is step 5's to say."""
+    looked at again, for up to `gone_wait_seconds`, until their status names them (`pods`
+    updated): their claims are written in this step, not a cycle later (without a name step 5
+    can only say `waiting`). Each look takes the watch cache's copy where it has one (every
+    `CACHE_POLL_SECONDS`: no request; the name comes with kube-controller-manager's status
+    write), else reads the pod (every `GONE_POLL_SECONDS`). One gone or terminating
+    meanwhile: the step's outcome for it. Whatever is still unnamed after the wait is step
+    5's to say."""
     left = [w.name for w in a.pods if _unnamed(ctx, pods[w.name])]
     budget = ctx.cfg.gone_wait_seconds
+    pause = CACHE_POLL_SECONDS if _all_cached(ctx, a.namespace, left) else GONE_POLL_SECONDS
     while left and budget > 1e-9:
-        ctx.sleep(GONE_POLL_SECONDS)
-        budget -= GONE_POLL_SECONDS
+        ctx.sleep(pause)
+        budget -= pause
+        pause = CACHE_POLL_SECONDS
         for name in left:
-            pod = ctx.ops.read_pod(a.namespace, name)
+            pod = ctx.ops.peek_pod(a.namespace, name)
+            if pod is None or pod.deleting:  # not held: read; deleting: the server says so too
+                pod, pause = ctx.ops.read_pod(a.namespace, name), GONE_POLL_SECONDS
             if pod is None or pod.deleting:
                 what = "gone" if pod is None else "terminating"
                 return _gone(a, f"{a.namespace}/{name}", what)
@@ -98,33 +106,45 @@ def _claims_named(a: Admit, ctx: Context, pods: dict[str, PodInfo]) -> Outcome |
     return None
 
 
-def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[str, ...]:
+def _all_cached(ctx: Context, ns: str, names: list[str]) -> bool:
+    """Whether the watch cache holds each of these pods (`peek_pod`)."""
+    return bool(names) and all(ctx.ops.peek_pod(ns, n) is not None for n in names)
+
+
+def _allocated(ctx: Context, claims: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
     """The ResourceClaims of `claims` (namespace/name) that still have an allocation: their
     devices are taken to kube-scheduler's allocator until Kubernetes' resourceclaim controller
-    deallocates them (the pod that held one is gone) or deletes them."""
-    out = []
+    deallocates them (the pod that held one is gone) or deletes them; and whether that was
+    said without a request. The watch cache's copy (`peek_dra_object`) is taken when it shows
+    the claim deallocated (the departing pod's claim was allocated long before: a copy without
+    the allocation has seen it go) or still allocated (it may lag: looked at again); a claim
+    the cache does not hold is read (deleted, or no cache)."""
+    out, asked = [], False
     for key in claims:
         ns, name = _ns_name(key)
-        claim = ctx.ops.read_dra_object(KIND, ns, name)
+        claim = ctx.ops.peek_dra_object(KIND, ns, name)
+        if claim is None:
+            claim, asked = ctx.ops.read_dra_object(KIND, ns, name), True
         if claim is not None and (claim.get("status") or {}).get("allocation"):
             out.append(key)
-    return tuple(out)
+    return tuple(out), not asked
 
 
 def _wait_gone(ctx: Context, left: list[tuple[str, PodInfo]], claims: tuple[str, ...]) -> str:
     """The pods of `left` (`_still_there`'s first reading, the caller's) read again every
     `GONE_POLL_SECONDS` for up to `gone_wait_seconds` while what is left is going now
-    (`_going_now`); once those pods are gone, the `claims` they held (DRA), every
-    `CLAIM_POLL_SECONDS` until each is deallocated, within the same time. Then what the step
+    (`_going_now`); once those pods are gone, the `claims` they held (DRA) until each is
+    deallocated, within the same time: every `CACHE_POLL_SECONDS` while the watch cache
+    answers for them (`_allocated`), else read every `CLAIM_POLL_SECONDS`. Then what the step
     still waits for, said ("" when nothing)."""
-    held = _allocated(ctx, claims) if not left else claims
+    held, cached = _allocated(ctx, claims) if not left else (claims, False)
     budget = ctx.cfg.gone_wait_seconds
     while (left or held) and budget > 1e-9 and _going_now(ctx, left):
-        pause = GONE_POLL_SECONDS if left else CLAIM_POLL_SECONDS
+        pause = GONE_POLL_SECONDS if left else CACHE_POLL_SECONDS if cached else CLAIM_POLL_SECONDS
         ctx.sleep(pause)
         budget -= pause
         left = _still_there(ctx, tuple(k for k, _ in left))
-        held = _allocated(ctx, held) if not left else held
+        held, cached = _allocated(ctx, held) if not left else (held, False)
     if left:
         pods = [f"{k} (terminating)" if p.deleting else f"{k} (not evicted yet)" for k, p in left]
         return f"waits for {', '.join(pods)} to be gone: kube-scheduler still counts its cards"

@@ -80,6 +80,12 @@ CLAIM_POLL_SECONDS = 0.003
 Kubernetes' resourceclaim controller deallocates a claim a few ms after its pod went (0.00 s
 p50, 0.01 s p95 in bench/admission_openb.py's DRA runs), so a coarser poll would be most of
 the wait."""
+CACHE_POLL_SECONDS = 0.002
+"""How often a wait within an Admit step looks again at the watch cache's copies, when it has
+them (`ClusterOps.peek_pod`, `peek_dra_object`: no request): a DRA pod's claim named in its
+status, a departing pod's claim deallocated. The watch delivers a change milliseconds after the
+API server made it; a read every `GONE_POLL_SECONDS` (or `CLAIM_POLL_SECONDS`) costs a round
+trip to the API server on top of its pause."""
 GONE_WAIT_RECENT_SECONDS = 1.0
 """Only pods whose deletion was asked for this recently are waited for within a step (either
 way of the API server's clock, which stamps the deletion, and the controller's)."""
