@@ -63,6 +63,11 @@ class DraMemo:
         read of each kind, reused whole while the cache hands back the very same objects."""
         self.hits = 0
         self.misses = 0
+        self.allocated = ByIdentity(_allocated_key)
+        """Each claim of the last wait for claims behind the pods, allocated or not
+        (`_claims_behind`)."""
+        self.bound_claims = ByIdentity(_bound_claims)
+        """Each pod of that wait, bound or not, and the claims its status names."""
         self.stuck: frozenset[str] = frozenset()
         """The pods whose claims the cache still showed behind when the last wait for it ran
         out (`_claims_caught_up`): not waited for again, listed at once, while they are all
@@ -268,7 +273,7 @@ def _claims_caught_up(
     (`peek`: the cache's copy of one object, `ClusterCache.dra_object`), then all of them
     again. Pods the last wait ran out on (`DraMemo.stuck`: a pod bound without the scheduler,
     say, whose claim no allocation will reach) are not waited for again."""
-    behind = _claims_behind(cached, raw_pods)
+    behind = _claims_behind(cached, raw_pods, memo)
     if behind and set(behind) <= memo.stuck:
         return None
     deadline = time.monotonic() + CLAIMS_CATCH_UP_SECONDS
@@ -287,7 +292,7 @@ def _claims_caught_up(
         fresh = again()
         if fresh is None:
             return None
-        cached, behind = fresh, _claims_behind(fresh, raw_pods)
+        cached, behind = fresh, _claims_behind(fresh, raw_pods, memo)
     return cached
 
 
@@ -298,32 +303,71 @@ def _allocated_in(peek: Callable[[str, str, str], dict | None], key: str) -> boo
     return bool((claim.get("status") or {}).get("allocation"))
 
 
-def _claims_behind(claims: list[Any], raw_pods: list[Any]) -> dict[str, list[str]]:
+def _claims_behind(
+    claims: list[Any], raw_pods: list[Any], memo: DraMemo | None = None
+) -> dict[str, list[str]]:
     """The pods (namespace/name) that show cached claims older than the (cached) pods, with
     those claims (namespace/name): bound to a node, with a claim not there allocated.
     kube-scheduler allocates a pod's claims before it binds the pod, so a consistent read never
     shows that; a claims watch behind the pods watch does, and a plan from it would take the
     pod's cards for free. Listing the claims after the pods (as without a cache) cannot.
-    Finished pods are left aside (their claims are deallocated)."""
-    allocated: set[str] = set()
+    Finished pods are left aside (their claims are deallocated). Through `memo`, each claim
+    and pod is looked at once while the cache hands back the very same object
+    (`DraMemo.allocated`, `DraMemo.bound_claims`)."""
+    allocated_of = memo.allocated if memo is not None else ByIdentity(_allocated_key)
+    bound_of = memo.bound_claims if memo is not None else ByIdentity(_bound_claims)
+    allocated = {k for k in allocated_of.map(claims) if k}
     behind: dict[str, list[str]] = {}
-    for c in claims:
-        if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
-            meta = c.get("metadata") or {}
-            allocated.add(f"{meta.get('namespace')}/{meta.get('name')}")
-    for p in raw_pods:
-        spec, status = getattr(p, "spec", None), getattr(p, "status", None)
-        if not getattr(spec, "node_name", None) or getattr(status, "phase", "") in (
-            "Succeeded",
-            "Failed",
-        ):
-            continue
-        for st in getattr(status, "resource_claim_statuses", None) or []:
-            name = getattr(st, "resource_claim_name", None)
-            key = f"{p.metadata.namespace}/{name}"
-            if name and key not in allocated:
-                behind.setdefault(f"{p.metadata.namespace}/{p.metadata.name}", []).append(key)
+    for pod, keys in bound_of.map(raw_pods):
+        for key in keys:
+            if key not in allocated:
+                behind.setdefault(pod, []).append(key)
     return behind
+
+
+def _allocated_key(c: Any) -> str:
+    """namespace/name of a listed claim (a dict) that is allocated; "" otherwise."""
+    if isinstance(c, dict) and ((c.get("status") or {}).get("allocation")):
+        meta = c.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+    return ""
+
+
+def _bound_claims(p: Any) -> tuple[str, tuple[str, ...]]:
+    """(namespace/name, the claims its status names as namespace/name) of a pod (a V1Pod)
+    bound to a node and not finished; ("", ()) for any other."""
+    spec, status = getattr(p, "spec", None), getattr(p, "status", None)
+    if not getattr(spec, "node_name", None) or getattr(status, "phase", "") in (
+        "Succeeded",
+        "Failed",
+    ):
+        return "", ()
+    ns = p.metadata.namespace
+    names = [
+        getattr(st, "resource_claim_name", None)
+        for st in getattr(status, "resource_claim_statuses", None) or []
+    ]
+    return f"{ns}/{p.metadata.name}", tuple(f"{ns}/{n}" for n in names if n)
+
+
+class ByIdentity:
+    """`f(obj)` of each object of a list, once per object while the very same object comes
+    back (a watch cache hands back the object it holds until that changes, and a changed one
+    is another object): only the objects of the last `map` are kept."""
+
+    def __init__(self, f: Callable[[Any], Any]) -> None:
+        self.f = f
+        self._last: dict[int, tuple[Any, Any]] = {}
+
+    def map(self, objs: list[Any]) -> list[Any]:
+        last, kept, out = self._last, {}, []
+        for o in objs:
+            hit = last.get(id(o))
+            value = hit[1] if hit is not None and hit[0] is o else self.f(o)
+            kept[id(o)] = (o, value)
+            out.append(value)
+        self._last = kept
+        return out
 
 
 def _managed_by(o: dict) -> str:

@@ -19,7 +19,7 @@ from reconciler.apply.kube import KubeOps
 from reconciler.loop.informer import ClusterCache
 from reconciler.observe import kube_dra
 from reconciler.observe.kube_common import _UNREADABLE
-from reconciler.observe.kube_dra import DraMemo, read_dra
+from reconciler.observe.kube_dra import ByIdentity, DraMemo, read_dra
 
 PLURALS = list(C.DRA_PLURALS.values())
 
@@ -453,3 +453,37 @@ def test_a_claim_that_stops_holding_devices_wakes_the_loop(stop):
     event("MODIFIED", allocated)
     event("DELETED", allocated)  # deleted while still allocated
     assert released == [1, 1]
+
+
+def test_the_wait_for_claims_behind_looks_at_each_object_once_while_it_is_the_same():
+    """`_claims_behind` runs every cycle over every cached claim and pod: through the memo
+    (`ByIdentity`) an object the cache hands back unchanged (the very same object) is not
+    looked at again, a changed one (another object) is, and only the last read's are kept;
+    the answer is the one made without the memo."""
+    from types import SimpleNamespace as NS
+
+    looked: list[int] = []
+    by = ByIdentity(lambda o: looked.append(o["n"]) or o["n"])
+    a, b = {"n": 1}, {"n": 2}
+    assert by.map([a, b]) == [1, 2] and by.map([a, b]) == [1, 2] and looked == [1, 2]
+    assert by.map([{"n": 2}]) == [2] and looked == [1, 2, 2]  # b changed: another object
+    assert by.map([a]) == [1] and looked == [1, 2, 2, 1]  # not in the last read any more
+
+    def pod(name: str, node: str) -> NS:
+        return NS(
+            metadata=NS(namespace="team-a", name=name),
+            spec=NS(node_name=node),
+            status=NS(
+                phase="Running",
+                resource_claim_statuses=[NS(name="gpus", resource_claim_name=f"{name}-gpus")],
+            ),
+        )
+
+    done = obj("p-gpus", "20", ns="team-a")
+    done["status"] = {"allocation": {"devices": {"results": []}}}
+    claims = [done, obj("q-gpus", "21", ns="team-a"), obj("r-gpus", "22", ns="team-a")]
+    pods = [pod("p", "node-a"), pod("q", "node-a"), pod("r", "")]
+    memo = DraMemo()
+    for _ in range(2):
+        got = kube_dra._claims_behind(claims, pods, memo)
+        assert got == kube_dra._claims_behind(claims, pods) == {"team-a/q": ["team-a/q-gpus"]}
