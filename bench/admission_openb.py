@@ -111,9 +111,10 @@ refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` wri
 observed state of up to three of them, for `gpupool plan DIR/policy.yaml --observed ...`).
 
 **What limits the size.** The pods per second, more than the nodes: gpupool's executor sends
-its admissions one request after another (Admit: read the pod, write the reservation, write
-the admission; a Hold: read, write the condition), so a cycle's length grows with the pods
-that arrived during the previous one. Keeping a cluster busy with departures needs more pods
+its admissions one request after another (Admit: the reservation, the admission, on DRA the
+claim's two writes before it, each pod taken from the watch cache since 2026-12-07, read
+before; a Hold: read, write the condition), so a cycle's length grows with the pods that
+arrived during the previous one. Keeping a cluster busy with departures needs more pods
 as it has more cards (3-4 pods a card here). Measured on the 2-core machine with other test
 suites running: 6-7 pods/s keep cycles at p50 0.5 s (100-200 nodes); 13 pods/s (200 nodes,
 3,951 pods in 300 s) ran away: cycles of 10, 23, 45, 80 s, and gpupool's allocation fell to
