@@ -219,6 +219,16 @@ class DraState(Obs):
             out[node] = [d for s in slices if s.generation == newest for d in s.devices]
         return out
 
+    def driver_pools(self, driver: str = NVIDIA_DRIVER) -> dict[str, str]:
+        """Node -> the pool `driver` publishes its devices in (NVIDIA's driver names it after
+        the node), from the first of the node's slices as listed; a node without a slice of
+        `driver` is not in it (callers take the node's own name then)."""
+        out: dict[str, str] = {}
+        for s in self.slices:
+            if s.driver == driver:
+                out.setdefault(s.node or s.pool, s.pool)
+        return out
+
     def holders(self) -> dict[str, list[str]]:
         """Device ref (`driver/pool/device`) -> the pods (`ns/name`) its claims are reserved
         for: who holds which device."""

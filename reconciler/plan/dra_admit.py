@@ -71,14 +71,7 @@ def planned_devices(
     if dra is None or node is None or not cards:
         return None
     devices = dra.devices(node.name)
-    pool = next(
-        (
-            s.pool
-            for s in dra.slices
-            if s.driver == C.DRA_DRIVER and (s.node or s.pool) == node.name
-        ),
-        node.name,
-    )  # NVIDIA's driver names its pool after the node
+    pool = dra.driver_pools().get(node.name, node.name)
     uuids = {g.index: g.uuid for g in node.gpus}
     out: list[str] = []
     for g in cards:

@@ -117,16 +117,6 @@ def _same(r: DeviceTaintRuleObject, w: Wanted, pool: str) -> bool:
     )
 
 
-def _driver_pools(dra: DraState) -> dict[str, str]:
-    """Node -> the driver's pool of it (NVIDIA's driver names it after the node; a node
-    without a slice of the driver: its own name), the first slice of each node as listed."""
-    out: dict[str, str] = {}
-    for s in dra.slices:
-        if s.driver == C.DRA_DRIVER:
-            out.setdefault(s.node or s.pool, s.pool)
-    return out
-
-
 def drain_taints(run: Run) -> None:
     """After the repartitions and admissions (steps 10-11): the rules of drains and
     reservations, created where missing or different; gpupool's rules no longer wanted pruned
@@ -138,7 +128,7 @@ def drain_taints(run: Run) -> None:
     live = {r.name: r for r in dra.taint_rules}
     wanted = [*_drains(run, dra, nodes), *_reservations(run, dra, nodes), *_guards(run, dra)]
     want = {w.name: w for w in wanted}
-    pools = _driver_pools(dra)
+    pools = dra.driver_pools()
     for name, w in sorted(want.items()):
         _want(run, live.get(name), w, pools.get(w.node, w.node))
     for name, r in sorted(live.items()):
