@@ -500,6 +500,7 @@ class Replay:
                 for j in self.wl.jobs
             }
             res.notes["node_of"] = dict(self.node_of)
+            res.notes["cards_of"] = {j.name: j.gpus for j in self.wl.jobs}
         res.waits = [w * self.wl.speed for w in res.waits_wall]
         return res
 
@@ -1087,8 +1088,8 @@ def start_cluster(binary: Path, workdir: Path, wl: Workload, policy: str) -> tup
 # --------------------------------------------------------------------------- the table
 
 
-def fmt_pct(v: float | None) -> str:
-    return "–" if v is None else f"{100 * v:.1f}%"
+def fmt_pct(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{100 * v:.{digits}f}%"
 
 
 def fmt_s(v: float | None) -> str:
@@ -1105,12 +1106,36 @@ def exact_share(r: Result) -> str:
     return f"{same} of {seen}" + (f" ({same / seen:.0%})" if seen else "")
 
 
+def watched_alloc(wl: Workload, r: Result, to_pod_end: bool = False) -> float | None:
+    """A gated run's time-weighted allocation from the watch's times of each pod
+    (`admission_stages.card_time`); None for a run without a timeline (the simulator's)."""
+    pods, cards_of = r.notes.get("timeline"), r.notes.get("cards_of")
+    if not pods or not cards_of or not all(cards_of.values()):
+        return None  # no timeline, or MIG partitions (a card's worth each: not in the times)
+    dra = r.name.startswith("dra-")
+    horizon = wl.t_last / wl.speed
+    return admission_stages.card_time(pods, cards_of, dra, horizon, wl.capacity, to_pod_end)
+
+
 def table(wl: Workload, results: list[Result]) -> str:
     rows: list[tuple[str, list[str]]] = []
     t_last = wl.t_last
     rows.append(
         ("GPU allocation, time-weighted mean", [fmt_pct(r.mean_alloc(t_last)) for r in results])
     )
+    if any(r.notes.get("timeline") for r in results):
+        rows.append(
+            (
+                "  the same from the watch's times (no sampling)",
+                [fmt_pct(watched_alloc(wl, r), 3) for r in results],
+            )
+        )
+        rows.append(
+            (
+                "  the same, each pod's cards to its end (DRA: not to its claim's release)",
+                [fmt_pct(watched_alloc(wl, r, to_pod_end=True), 3) for r in results],
+            )
+        )
     for f in POINTS:
         rows.append(
             (
@@ -1563,6 +1588,9 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "name": r.name,
                             "mean_alloc": r.mean_alloc(wl.t_last),
+                            # (a dynamic MIG run's pods include partitions: None there)
+                            "watched_alloc": watched_alloc(wl, r),
+                            "watched_alloc_to_pod_end": watched_alloc(wl, r, to_pod_end=True),
                             "mean_frag": r.mean_frag(),
                             "never": dict(r.never),
                             "waits_p50": pct(r.waits, 0.5),

@@ -75,6 +75,8 @@ class StepClock:
         self.phase: Counter = Counter()  # this cycle: wall s in the cache wait, observe, ...
         self.phases: Counter = Counter()  # summed over the cycles that admitted a pod
         self.admitting = 0  # cycles that admitted a pod
+        self.other_phases: Counter = Counter()  # summed over the other cycles
+        self.others = 0  # cycles that admitted no pod
         self._admitted = False
         self._local = threading.local()
 
@@ -150,11 +152,15 @@ class StepClock:
         self.starts.append(round(at, 4))
 
     def end_cycle(self, seconds: float) -> None:
-        """The cycle's phases count when it admitted a pod (`phases`, `admitting`)."""
+        """The cycle's phases count with those of the cycles that admitted a pod (`phases`,
+        `admitting`) or with the others' (`other_phases`, `others`)."""
+        self.phase["cycle"] += seconds
         if self._admitted:
             self.admitting += 1
-            self.phase["cycle"] += seconds
             self.phases.update(self.phase)
+        else:
+            self.others += 1
+            self.other_phases.update(self.phase)
 
     def notes(self) -> dict[str, Any]:
         return {
@@ -164,6 +170,8 @@ class StepClock:
             "admit_requests_to_gate": sum(self.to_gate) / len(self.to_gate) if self.to_gate else 0,
             "admitting_cycles": self.admitting,
             "admitting_phases": {k: v / max(1, self.admitting) for k, v in self.phases.items()},
+            "other_cycles": self.others,
+            "other_phases": {k: v / max(1, self.others) for k, v in self.other_phases.items()},
             "cycle_starts": self.starts,
             "admit_orders": self.orders,
         }
@@ -364,6 +372,37 @@ def idle_by_kind(pods: dict[str, dict[str, float]]) -> dict[str, tuple[int, floa
     return {k: (len(v), sum(v)) for k, v in out.items()}
 
 
+def card_time(
+    pods: dict[str, dict[str, float]],
+    cards_of: dict[str, int],
+    dra: bool,
+    horizon: float,
+    capacity: int,
+    to_pod_end: bool = False,
+) -> float | None:
+    """The run's time-weighted GPU allocation from the watch's times of each pod, not from a
+    sample every 0.25 s: each pod's cards count from the moment they were seen taken (the
+    device plugin: the pod running; DRA: its claim allocated) to the moment they were seen free
+    again (the device plugin: the pod gone; DRA: the claim's allocation gone, which Kubernetes'
+    resourceclaim controller removes a few ms after the pod), over wall seconds 0 to `horizon`
+    (the last arrival), against `capacity` cards. `to_pod_end`: every pod's cards count until
+    the pod is gone, on DRA too (the allocation a running or departing pod holds, without the
+    claim's release after it). None without any pod seen taken."""
+    if horizon <= 0 or capacity <= 0:
+        return None
+    area, seen = 0.0, False
+    for name, t in pods.items():
+        start = t.get("allocated") if dra else t.get("running")
+        if start is None or name not in cards_of:
+            continue
+        seen = True
+        end = t.get("gone") if to_pod_end or not dra else t.get("freed", t.get("gone"))
+        end = horizon if end is None else min(end, horizon)
+        if end > start:
+            area += cards_of[name] * (end - start)
+    return area / (capacity * horizon) if seen else None
+
+
 def report(name: str, notes: dict[str, Any]) -> list[str]:
     """The stage table's lines for one run (nothing when it kept no timeline)."""
     pods = notes.get("timeline")
@@ -386,10 +425,14 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
             f"up to the gate's removal {notes.get('admit_requests_to_gate', 0):.1f}; "
             f"over all admitting steps {notes.get('admit_requests')}"
         )
-    phases = notes.get("admitting_phases") or {}
-    if phases:
+    for what, phases, n in (
+        ("that admitted", notes.get("admitting_phases"), notes.get("admitting_cycles")),
+        ("that admitted nothing", notes.get("other_phases"), notes.get("other_cycles")),
+    ):
+        if not phases:  # runs before 2026-12-07 16:00 UTC kept the admitting cycles' only
+            continue
         out.append(
-            f"    the {notes.get('admitting_cycles')} cycles that admitted, mean wall s: "
+            f"    the {n} cycles {what}, mean wall s: "
             + ", ".join(f"{k} {v:.3f}" for k, v in phases.items() if not k.endswith(" cpu"))
         )
         cpu = {k[: -len(" cpu")]: v for k, v in phases.items() if k.endswith(" cpu")}
@@ -414,41 +457,107 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("runs", nargs="+", help="JSON files written by admission_openb.py --json")
     args = ap.parse_args(argv)
-    pairs: list[float] = []
+    pairs: dict[str, list[float]] = {m: [] for m in MEASURES}
     for path in args.runs:
         data = json.loads(Path(path).read_text())
         print(f"== {path}")
-        alloc = {r["name"]: r.get("mean_alloc") for r in data.get("results") or []}
-        if isinstance(alloc.get("gpupool"), float) and isinstance(alloc.get(DRA_RUN), float):
-            pairs.append(100 * (alloc[DRA_RUN] - alloc["gpupool"]))
+        alloc: dict[str, dict[str, float | None]] = {}
         for r in data.get("results") or []:
             notes = r.get("notes") or {}
             if "timeline" in notes and "node_of" in notes:  # as this version reads it
                 dra = r["name"].startswith("dra-")
                 notes["timeline"] = timeline(notes["timeline"], notes["node_of"], dra)
+            got = alloc[r["name"]] = {MEASURES[0]: r.get("mean_alloc")}
             lines = report(r["name"], notes)
             if lines:
+                got.update(watched(data, r))
                 print(
-                    f"{r['name']}: GPU allocation, time-weighted mean {100 * r['mean_alloc']:.3f} %"
+                    f"{r['name']}: GPU allocation, time-weighted mean "
+                    + "; ".join(f"{m} {_pct(v)}" for m, v in got.items())
                 )
                 print("\n".join(lines))
-    if len(pairs) > 1:
-        print(pairs_line(pairs))
+        for m in MEASURES:
+            a, b = (alloc.get(n, {}).get(m) for n in ("gpupool", DRA_RUN))
+            if isinstance(a, float) and isinstance(b, float):
+                pairs[m].append(100 * (b - a))
+    for m, diffs in pairs.items():
+        if len(diffs) > 1:
+            print(pairs_line(diffs, m))
     return 0
+
+
+MEASURES = (
+    "sampled every 0.25 s",
+    "from the watch's times",
+    "to each pod's end",
+)
+"""The allocation a run is judged by: the bench's sample of the cards in use every 0.25 s of
+wall time (`mean_alloc`, the figure of every earlier run), the same from each pod's times as
+the watch saw them (`card_time`: no sampling), and that with each pod's cards counted to the
+pod's end (on DRA, not to its claim's release by Kubernetes a few ms later)."""
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.3f} %"
+
+
+def watched(data: dict[str, Any], r: dict[str, Any]) -> dict[str, float | None]:
+    """The two measures from the watch's times (`MEASURES`) of one gated run of a saved
+    `admission_openb.py --json`; the pods' cards from the run (`cards_of`), or for a run saved
+    before it kept them, from the workload its arguments make of the openb trace again (None
+    where the trace is not there)."""
+    notes, wl = r.get("notes") or {}, data.get("workload") or {}
+    cards_of = notes.get("cards_of") or _cards_again(data)
+    pods = notes.get("timeline")
+    if not pods or not cards_of or not all(cards_of.values()) or not wl.get("speed"):
+        return {m: None for m in MEASURES[1:]}
+    dra, horizon = r["name"].startswith("dra-"), wl["t_last"] / wl["speed"]
+    return {
+        m: card_time(pods, cards_of, dra, horizon, wl["cards"], to_pod_end=end)
+        for m, end in zip(MEASURES[1:], (False, True), strict=True)
+    }
+
+
+@functools.cache
+def _workload_cards(argv: tuple[str, ...]) -> dict[str, int] | None:
+    from bench import admission_openb as bench
+    from bench.openb_baselines import build_workload
+    from reconciler.sim.trace import read_nodes, read_pods
+
+    data = bench.openb_dir()
+    if not (data / bench.DEFAULT_NODES).is_file() or not (data / bench.DEFAULT_PODS).is_file():
+        return None
+    nodes, pods = read_nodes(data / bench.DEFAULT_NODES), read_pods(data / bench.DEFAULT_PODS)
+    wl = build_workload(bench.parse(list(argv)), nodes, pods)
+    return {j.name: j.gpus for j in wl.jobs}
+
+
+def _cards_again(data: dict[str, Any]) -> dict[str, int] | None:
+    """Each pod's cards for a run saved without them: its workload made again from its
+    arguments (the workload is a function of them and the trace)."""
+    args = data.get("args") or {}
+    argv: list[str] = []
+    for key in ("nodes", "pods", "speed", "window", "tail", "load", "seed"):
+        v = args.get(key)
+        if v not in (None, "None"):
+            argv += [f"--{key}", str(v)]
+    return _workload_cards(tuple(argv)) if argv else None
 
 
 DRA_RUN = "dra-gpupool"
 
 
-def pairs_line(diffs: list[float]) -> str:
-    """The runs' DRA minus device-plugin allocation (points, one per run with both gated arms):
-    how many, their mean and range, and how many are at least 0 (issue 32's "at least the
-    device-plugin run's", run by run)."""
+def pairs_line(diffs: list[float], measure: str = MEASURES[0]) -> str:
+    """The runs' DRA minus device-plugin allocation (points, one per run with both gated arms)
+    by one of `MEASURES`: how many, their mean, the mean's standard error, their range, and how
+    many are at least 0 (issue 32's "at least the device-plugin run's", run by run)."""
     mean = sum(diffs) / len(diffs)
+    sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
     at_least = sum(1 for d in diffs if d >= 0)
     return (
-        f"== {DRA_RUN} minus gpupool, GPU allocation over {len(diffs)} runs: mean "
-        f"{mean:+.3f} point, {min(diffs):+.3f} to {max(diffs):+.3f}, at least 0 in {at_least}"
+        f"== {DRA_RUN} minus gpupool, GPU allocation {measure}, over {len(diffs)} runs: mean "
+        f"{mean:+.4f} point (standard error {sd / len(diffs) ** 0.5:.4f}), "
+        f"{min(diffs):+.4f} to {max(diffs):+.4f}, at least 0 in {at_least}"
     )
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.admission_stages import idle_by_kind, main, pairs_line, timeline
+from bench.admission_stages import card_time, idle_by_kind, main, pairs_line, timeline
 
 
 def test_idle_by_kind_splits_arrivals_from_hand_offs():
@@ -28,7 +28,7 @@ def test_main_prints_the_runs_of_a_saved_json(tmp_path, capsys):
     path.write_text(json.dumps({"results": [run, {"name": "default", "mean_alloc": 0.7}]}))
     assert main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "dra-gpupool: GPU allocation, time-weighted mean 73.981 %" in out
+    assert "dra-gpupool: GPU allocation, time-weighted mean sampled every 0.25 s 73.981 %" in out
     assert "ready -> card taken by kind, mean ms (pods): arrival 30.0 (1), all 30.0 (1)" in out
     assert "default" not in out  # no timeline: not a gated run
 
@@ -87,9 +87,72 @@ def test_several_paired_runs_end_with_dra_minus_the_device_plugin(tmp_path, caps
     assert main(paths) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == (
-        "== dra-gpupool minus gpupool, GPU allocation over 2 runs: mean -0.003 point, "
-        "-0.015 to +0.010, at least 0 in 1"
+        "== dra-gpupool minus gpupool, GPU allocation sampled every 0.25 s, over 2 runs: mean "
+        "-0.0025 point (standard error 0.0125), -0.0150 to +0.0100, at least 0 in 1"
     )
     assert main(paths[:1]) == 0
     assert "minus" not in capsys.readouterr().out
     assert pairs_line([0.0, 0.0]).endswith("at least 0 in 2")
+
+
+def test_card_time_counts_each_pods_cards_from_taken_to_free_again():
+    """From the watch's times, no sampling: the device plugin's cards from the pod running to
+    the pod gone; DRA's from the claim allocated to its allocation gone (`freed`, else the pod
+    gone), or to the pod gone (`to_pod_end`); within the horizon; over the capacity."""
+    dp = {
+        "a": {"running": 1.0, "gone": 3.0},  # 2 s x 2 cards
+        "b": {"running": 9.0},  # runs past the horizon: 1 s x 1 card
+        "c": {"created": 0.0},  # never ran
+    }
+    cards = {"a": 2, "b": 1, "c": 4}
+    assert card_time(dp, cards, False, 10.0, 5) == pytest.approx(5 / 50)
+    dra = {"a": {"allocated": 1.0, "gone": 3.0, "freed": 3.5}, "b": {"allocated": 9.0}}
+    assert card_time(dra, cards, True, 10.0, 5) == pytest.approx(6 / 50)
+    assert card_time(dra, cards, True, 10.0, 5, to_pod_end=True) == pytest.approx(5 / 50)
+    assert card_time({"c": {"created": 0.0}}, cards, True, 10.0, 5) is None
+
+
+def test_main_judges_the_pairs_by_each_measure_and_shows_the_other_cycles(tmp_path, capsys):
+    """A saved pair with each pod's cards: the allocation sampled, from the watch's times and
+    to each pod's end, each with its pairs line; the cycles that admitted nothing beside
+    those that did."""
+    workload = {"cards": 4, "t_last": 100.0, "speed": 10.0}  # a horizon of 10 wall s
+    cards = {"p": 2}
+    phases = {"observe": 0.004, "plan": 0.006}
+    paths = []
+    for i in range(2):
+        runs = [
+            {
+                "name": "gpupool",
+                "mean_alloc": 0.40,
+                "notes": {
+                    "timeline": {"p": {"created": 0.0, "running": 1.0, "gone": 5.0}},
+                    "cards_of": cards,
+                    "other_cycles": 7,
+                    "other_phases": phases,
+                },
+            },
+            {
+                "name": "dra-gpupool",
+                "mean_alloc": 0.41,
+                "notes": {
+                    "timeline": {
+                        "p": {"created": 0.0, "allocated": 0.9, "gone": 5.0, "freed": 5.1}
+                    },
+                    "cards_of": cards,
+                },
+            },
+        ]
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps({"workload": workload, "results": runs}))
+    assert main([str(p) for p in paths]) == 0
+    out = capsys.readouterr().out
+    assert "the 7 cycles that admitted nothing, mean wall s: observe 0.004, plan 0.006" in out
+    assert (
+        "gpupool: GPU allocation, time-weighted mean sampled every 0.25 s 40.000 %; from the "
+        "watch's times 20.000 %; to each pod's end 20.000 %"
+    ) in out
+    lines = out.strip().splitlines()[-3:]
+    assert lines[0].startswith("== dra-gpupool minus gpupool, GPU allocation sampled every ")
+    assert "from the watch's times, over 2 runs: mean +1.0000 point" in lines[1]
+    assert "to each pod's end, over 2 runs: mean +0.5000 point" in lines[2]

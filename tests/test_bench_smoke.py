@@ -228,6 +228,11 @@ def test_admission_openb_smoke(args, runs):
     head = r"^\| \| " + " ".join(rf"{re.escape(r)} \|" for r in [*runs, "sim ours", "sim random"])
     rows = lines_after(out, head + "$")
     assert rows[1].startswith("| GPU allocation, time-weighted mean | "), rows[1]
+    # the replayed runs' allocation from the watch's times too (the simulator's: none)
+    watched = (
+        r"^\|   the same from the watch's times \(no sampling\) \|( \d+\.\d{3}% \|)+ – \| – \|$"
+    )
+    assert re.match(watched, rows[2]), rows[2]
     assert re.search(r"^gpupool: \d+ cycles, p50 ", out, re.M), "no cycle statistics"
     share = r"^\| admitted pods whose allocated devices are the planned ones \|.* (\d+) of \1 "
     if "dra-gpupool" in runs:  # exact admission: every allocated claim is the plan's
