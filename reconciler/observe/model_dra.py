@@ -208,6 +208,16 @@ class DraState(Obs):
     ) -> dict[str, list[DraDevice]]:
         """`devices` of every node `driver` publishes for (of `only` alone, when given), in
         one pass over the slices: for a caller that asks it of every node."""
+        return {
+            node: [d for s in slices for d in s.devices]
+            for node, slices in self.slices_by_node(driver, only).items()
+        }
+
+    def slices_by_node(
+        self, driver: str = NVIDIA_DRIVER, only: str | None = None
+    ) -> dict[str, list[ResourceSlice]]:
+        """The current slices `driver` publishes for each node (its pool's newest generation,
+        as listed; of `only` alone, when given): what `devices_by_node` takes the devices of."""
         mine: dict[str, list[ResourceSlice]] = {}
         for s in self.slices:
             node = s.node or s.pool
@@ -216,7 +226,7 @@ class DraState(Obs):
         out = {}
         for node, slices in mine.items():
             newest = max(s.generation for s in slices)
-            out[node] = [d for s in slices if s.generation == newest for d in s.devices]
+            out[node] = [s for s in slices if s.generation == newest]
         return out
 
     def driver_pools(self, driver: str = NVIDIA_DRIVER) -> dict[str, str]:

@@ -178,7 +178,7 @@ def open_run(
     )
     observed = consistency.first_listings(observed)  # a service or quota listed twice: once
     cluster = build_cluster(desired, observed, checked.suspect_cards, keep, unknown, groups, rest)
-    run = Run(desired, observed, now or observed.observed_at, cluster, backends=backends)
+    run = Run(desired, observed, now or observed.observed_at, cluster, backends=backends, keep=keep)
     run.findings.extend(checked.findings)
     for u in observed.unreadable:  # left out of the snapshot (or read in part) by the adapter
         run.find("warning", "unreadable-object", u.ref, u.message)

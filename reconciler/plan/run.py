@@ -26,6 +26,7 @@ from reconciler.plan.cluster import (
     PoolView,
     card_equivalents,
 )
+from reconciler.plan.kept import Keeper, fresh
 from reconciler.plan.model import Finding
 from reconciler.plan.quotas import quota_use
 from reconciler.policy.models import PreemptionRule, PriorityClassSpec
@@ -156,6 +157,10 @@ class Run:
     """id(w) -> (w, its gang): `gang` answers each workload once per run (the index is fixed)."""
     _placement: dict[str, placement.PlacementContext] = field(default_factory=dict)
     _typical: dict[str, dict[placement.TaskType, int]] | None = None
+    keep: Keeper = field(default_factory=fresh)
+    """The per-object answers kept from the last plan (`reconciler.plan.kept`), for a stage's
+    answer about one node's objects that are the same objects as then (none: every answer
+    computed)."""
 
     def placement_ctx(self, pv: PoolView) -> placement.PlacementContext:
         """FGD's target workload for a pool: the GPU requests observed there (whole cards as

@@ -18,7 +18,7 @@ from reconciler.observe.model_dra import (
     ResourceSlice,
 )
 from reconciler.plan.dra import class_name, desired_dra_objects, quota_key, whole_counts
-from reconciler.plan.planner import plan
+from reconciler.plan.planner import plan, plan_with_view
 from reconciler.plan.quotas import desired_resource_quotas
 from reconciler.policy.files import SourceFile
 from reconciler.policy.loader import load
@@ -165,6 +165,30 @@ def test_slices_that_disagree_with_the_agent_are_a_finding() -> None:
     desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole)]))
     found = {(f.code, f.subject) for f in plan(desired, observed).findings}
     assert ("dra-slices-missing", "Node a100-2") in found
+
+
+def test_a_nodes_layouts_are_kept_while_its_slices_and_report_are_the_same() -> None:
+    """`slices_agree` through a view memo: a node's two layouts are answered from the last
+    plan while the node and its slices are the very objects they were (no pass over the
+    devices), and computed again for a slice republished."""
+    whole = [DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"}) for i in range(8)]
+    mig = [
+        DraDevice(name=f"gpu-0-mig-3g40gb-9-{s}", attributes={"type": "mig", "profile": "3g.40gb"})
+        for s in (0, 4)
+    ] + whole[1:]
+    desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole), _slice("a100-2", mig)]))
+    first, _, memo = plan_with_view(desired, observed, None, None)
+    kept = memo.steps["dra-layouts"]
+    assert len(kept) == 2
+    again, _, memo = plan_with_view(desired, observed, None, memo)
+    assert again == first and all(memo.steps["dra-layouts"][k] is kept[k] for k in kept)
+    republished = observed.model_copy(
+        update={"dra": DraState(slices=[_slice("a100-1", whole), _slice("a100-2", whole)])}
+    )
+    after, _, memo = plan_with_view(desired, republished, None, memo)
+    assert after == plan(desired, republished)
+    assert not [f for f in after.findings if f.code == "dra-slices-stale"]
+    assert [f for f in first.findings if f.code == "dra-slices-stale"]
 
 
 def test_without_resource_k8s_io_no_dra_action() -> None:

@@ -192,14 +192,14 @@ def slices_agree(run: Run) -> None:
     nodes: dict = {}
     for x in run.observed.nodes:
         nodes.setdefault(x.name, x)  # the first listing, as everywhere
-    published = dra.devices_by_node()
+    published = dra.slices_by_node()
     for pv in pools:
         for node in sorted(pv.by_node()):
             n = nodes.get(node)
             if n is None:
                 continue
-            devices = published.get(node, [])
-            if not devices:
+            slices = published.get(node, [])
+            if not any(s.devices for s in slices):
                 run.find(
                     "warning",
                     "dra-slices-missing",
@@ -211,8 +211,11 @@ def slices_agree(run: Run) -> None:
             if pv.pool.spec.dynamic_mig:
                 _mig_manager_beside(run, pv.name, n)
                 continue  # every partition is published; the agent shows those made
-            layout = sorted(published_layout(devices))
-            agent = sorted(reported_layout(n))
+            # the node's layouts kept from the last plan while its slices and its node agent's
+            # report are the objects they were (most cycles: a pass over its devices saved)
+            layout, agent = run.keep.group(
+                "dra-layouts", lambda n=n, s=slices: _layouts(n, s), n, tuple(slices)
+            )
             if layout != agent:
                 run.find(
                     "warning",
@@ -243,6 +246,15 @@ def _mig_manager_beside(run: Run, pool: str, node) -> None:
         )
 
 
+Layout = tuple[tuple[int, str, int], ...]
+
+
+def _layouts(node, slices) -> tuple[Layout, Layout]:
+    """(what the driver publishes, what the node agent reports) of `node`, each sorted."""
+    devices = [d for s in slices for d in s.devices]
+    return tuple(sorted(published_layout(devices))), tuple(sorted(reported_layout(node)))
+
+
 def published_layout(devices) -> set[tuple[int, str, int]]:
     """(card minor, profile or 'gpu', placement start) of NVIDIA's devices by their names
     (observe/model_dra.py: `gpu-<minor>`, `gpu-<minor>-mig-<profile>-<id>-<start>`)."""
@@ -270,5 +282,5 @@ def reported_layout(node) -> set[tuple[int, str, int]]:
     return out
 
 
-def _say(devs: list[tuple[int, str, int]]) -> str:
+def _say(devs: Layout) -> str:
     return ", ".join(f"gpu{i}" if p == "gpu" else f"gpu{i}:{p}@{s}" for i, p, s in devs) or "none"
