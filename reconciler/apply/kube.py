@@ -112,6 +112,7 @@ def _pod(p: Any) -> PodInfo:
         deleting=p.metadata.deletion_timestamp is not None,
         delete_asked=_delete_asked(p.metadata),
         created=_created(p.metadata),
+        resource_version=p.metadata.resource_version or "",
         gpu_resources=_gpu_resources(p),
         node=p.spec.node_name or None,
         gates=tuple(g.name for g in p.spec.scheduling_gates or []),
@@ -417,6 +418,7 @@ class KubeOps:
         message: str,
         last_transition_time: str,
         clear_nominated: bool = False,
+        resource_version: str = "",
     ) -> None:
         cond = {
             "type": type,
@@ -429,7 +431,7 @@ class KubeOps:
         status: dict = {"conditions": [cond]}
         if clear_nominated:
             status["nominatedNodeName"] = None
-        self._patch_pod_status(namespace, name, status)
+        self._patch_pod_status(namespace, name, status, resource_version)
 
     def set_pod_claim(
         self, namespace: str, name: str, entry: str, claim: str, *, node: str = ""
@@ -440,14 +442,19 @@ class KubeOps:
             status["nominatedNodeName"] = node
         self._patch_pod_status(namespace, name, status)
 
-    def _patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
+    def _patch_pod_status(
+        self, namespace: str, name: str, status: dict, resource_version: str = ""
+    ) -> None:
+        # a resourceVersion in the patch is a precondition: the API server refuses it (409)
+        # when the pod is another version by then
+        meta = {"metadata": {"resourceVersion": resource_version}} if resource_version else {}
         with _errors():
             self._wrote(
                 "pods",
                 self.core.patch_namespaced_pod_status(
                     name,
                     namespace,
-                    {"status": status},
+                    {**meta, "status": status},
                     _content_type=STRATEGIC,
                     field_manager=C.FIELD_MANAGER,
                 ),

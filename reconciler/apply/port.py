@@ -91,6 +91,9 @@ class PodInfo:
     `deletionGracePeriodSeconds`); None when it is not being deleted or either is unset."""
     created: datetime | None = None
     """`metadata.creationTimestamp` (the API server's clock, whole seconds); None when unset."""
+    resource_version: str = ""
+    """`metadata.resourceVersion` of the copy this was read from ("" when unknown): what a
+    write made from it is conditional on (`set_pod_condition`)."""
 
     @property
     def key(self) -> str:
@@ -221,10 +224,14 @@ class ClusterOps(Protocol):
         message: str,
         last_transition_time: str,
         clear_nominated: bool = False,
+        resource_version: str = "",
     ) -> None:
         """Set one condition in the pod's `status.conditions` (a strategic-merge patch of the
         pods/status subresource, merged by condition `type`: the others stay); with
-        `clear_nominated`, remove its `status.nominatedNodeName` in the same patch."""
+        `clear_nominated`, remove its `status.nominatedNodeName` in the same patch. With
+        `resource_version` (`PodInfo.resource_version` of the copy it was decided from: a
+        watch cache's), only if the pod is still that version: ApiError 409 when it changed
+        since (read it and decide again), 404 when it is gone."""
 
     def set_pod_claim(
         self, namespace: str, name: str, entry: str, claim: str, *, node: str = ""

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -189,6 +190,12 @@ def pinned(terms: list[dict], node: str) -> list[dict]:
         fields = list(t.get("matchFields") or [])
         out.append({**t, "matchFields": fields if pin in fields else [*fields, pin]})
     return out
+
+
+def _version_of(p: _Pod) -> str:
+    """The pod's "resourceVersion": one for each state of it (a digest of every field), so a
+    write conditional on a copy's is refused once the pod changed, as the API server's is."""
+    return str(zlib.crc32(repr(p).encode()))
 
 
 @dataclass
@@ -505,6 +512,7 @@ class MemoryCluster:
             delete_asked=p.delete_asked,
             created=p.created,
             nominated=p.nominated,
+            resource_version=_version_of(p),
         )
 
     def read_pod(self, namespace: str, name: str) -> PodInfo | None:
@@ -590,6 +598,7 @@ class MemoryCluster:
         message: str,
         last_transition_time: str,
         clear_nominated: bool = False,
+        resource_version: str = "",
     ) -> None:
         cond = PodCondition(type, status, reason, message, last_transition_time)
 
@@ -597,13 +606,17 @@ class MemoryCluster:
             p = self.pods.get((namespace, name))
             if p is None:
                 raise not_found("pods", name)
+            if resource_version and resource_version != _version_of(p):
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}"')
             others = [c for c in p.conditions if c.type != type]
             at = next((i for i, c in enumerate(p.conditions) if c.type == type), len(others))
             p.conditions = [*others[:at], cond, *others[at:]]
             if clear_nominated:
                 p.nominated = ""
 
-        extra = {"clear_nominated": True} if clear_nominated else {}
+        extra: dict[str, Any] = {"clear_nominated": True} if clear_nominated else {}
+        if resource_version:
+            extra["resource_version"] = resource_version
         self._run(
             "set_pod_condition", patch, namespace=namespace, name=name, condition=cond, **extra
         )

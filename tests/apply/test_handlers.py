@@ -995,6 +995,74 @@ def test_admit_on_a_cached_pod_that_changed_since_reads_it_and_decides_again():
     assert out.changed and cluster.write_ops() == ["annotate_pod", "annotate_pod"]
 
 
+@pytest.mark.parametrize(
+    "row",
+    params(
+        [
+            r
+            for r in HOLD_ROWS
+            if not any(e.status == 409 for f in r.fail.values() for e in _errors(f))
+        ]
+    ),
+)
+def test_hold_on_the_watch_caches_pods_as_on_reads(row: Row):
+    """A Hold step decides on the watch cache's copy of its pod (`peek_pod`) as an Admit does:
+    with a cache as current as the server, every row of the hold table ends as on reads, with
+    the same writes, and reads the pod only where the cache does not hold it (gone); its
+    condition's write is conditional on the copy's version."""
+    on_reads, _ = run_memory(row)
+    cluster = seed_memory(row)
+    cluster.cache_pods()
+    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
+    assert (got.status, got.message, got.writes) == (
+        on_reads.status,
+        on_reads.message,
+        on_reads.writes,
+    )
+    cached = bool(cluster.pod_cache and (NS, "p-0") in cluster.pod_cache)
+    assert bool([c for c in cluster.calls if c.op == "read_pod"]) == (not cached)
+    sets = [c for c in cluster.calls if c.op == "set_pod_condition"]
+    assert all(c.args.get("resource_version") for c in sets) == cached or not sets
+    if row.check is not None:
+        row.check(MemoryProbe(cluster, NS, memory_config()))
+
+
+def _held_after(change: Any) -> tuple[Outcome, MemoryCluster]:
+    """The hold table's first row (a gated pod, no condition yet) on a watch cache taken
+    before `change(cluster)`: the cache is behind."""
+    row = ROWS["hold/set"]
+    cluster = seed_memory(row)
+    cluster.cache_pods()
+    change(cluster)
+    ctx = Context(cluster, memory_config(), clock=lambda: NOW, wall=lambda: NOW)
+    return HANDLERS[Hold](row.action, ctx), cluster
+
+
+def test_hold_on_a_cached_pod_that_changed_since_reads_it_and_decides_again():
+    """The cache's copy is behind: the condition's write, conditional on the copy, is refused
+    (409), and the step reads the pod and decides again. Ungated by someone else meanwhile,
+    the pod is left alone (no "held" on a pod on its way to a node); annotated by someone else,
+    it is held on the second try."""
+
+    def ungated(c: MemoryCluster) -> None:
+        c.pods[(NS, "p-0")].gates = []
+
+    out, cluster = _held_after(ungated)
+    assert (out.status, out.message) == ("done", "admitted meanwhile (no longer gated)")
+    sets = [c for c in cluster.calls if c.op == "set_pod_condition"]
+    assert [c.error.status if c.error else None for c in sets] == [409]
+    assert not cluster.pods[(NS, "p-0")].conditions
+
+    def annotated(c: MemoryCluster) -> None:
+        c.pods[(NS, "p-0")].annotate({"team.example/note": "x"})
+
+    out, cluster = _held_after(annotated)
+    assert out.status == "done" and out.changed and out.message.startswith("held: ")
+    sets = [c for c in cluster.calls if c.op == "set_pod_condition"]
+    assert [c.error.status if c.error else None for c in sets] == [409, None]
+    assert [c.op for c in cluster.calls].count("read_pod") == 1
+
+
 def test_dra_admit_by_allocation_on_a_cached_pod_someone_else_released():
     """Issue 32, by allocation: the cache still shows the pod gated and its claim
     unallocated, but someone else removed the gate and kube-scheduler allocated the claim: the

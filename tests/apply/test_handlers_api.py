@@ -512,6 +512,40 @@ def event_namespaces(o: ClusterOps, n: Any) -> list:
     ]
 
 
+def conditional_conditions(o: ClusterOps, n: Any) -> list:
+    """A condition set from a copy of the pod (`PodInfo.resource_version`) is written only
+    while the pod is still that version: 409 once it changed (here by the first write), 404
+    when it is gone; the pods/status patch's resourceVersion is a precondition (what a Hold
+    decided on the watch cache's copy relies on)."""
+    ns = n.ns
+    cond: dict[str, Any] = dict(
+        type=C.ADMITTED_CONDITION,
+        status="False",
+        reason="HeldCap",
+        message="first",
+        last_transition_time="2026-12-07T12:00:00Z",
+    )
+    first = o.read_pod(ns, "held")
+    assert first is not None and first.resource_version
+    rv = first.resource_version
+    out = [answer(lambda: o.set_pod_condition(ns, "held", **cond, resource_version=rv))]
+    cond["message"] = "second"  # from the same copy: the pod changed since
+    out.append(answer(lambda: o.set_pod_condition(ns, "held", **cond, resource_version=rv)))
+    again = o.read_pod(ns, "held")
+    assert again is not None and again.resource_version != rv
+    cond["message"] = "third"
+    out.append(
+        answer(
+            lambda: o.set_pod_condition(ns, "held", **cond, resource_version=again.resource_version)
+        )
+    )
+    out.append(answer(lambda: o.set_pod_condition(ns, "nope", **cond, resource_version=rv)))
+    held = o.read_pod(ns, "held")
+    assert held is not None
+    c = held.condition(C.ADMITTED_CONDITION)
+    return [*out, None if c is None else (c.status, c.reason, c.message)]
+
+
 CONTRACT: dict[str, tuple[tuple[Seed, ...], Scenario]] = {
     "reads-of-missing-objects": ((), reads_of_missing_objects),
     "writes-to-missing-objects": ((), writes_to_missing_objects),
@@ -561,6 +595,7 @@ CONTRACT: dict[str, tuple[tuple[Seed, ...], Scenario]] = {
     ),
     "priority-classes": ((), priority_classes),
     "quotas-and-events": ((), quotas_and_events),
+    "conditional-conditions": ((Pod("held", node=None, gates=(GATE,)),), conditional_conditions),
 }
 
 

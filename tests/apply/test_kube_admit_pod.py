@@ -166,3 +166,26 @@ def test_a_pod_s_nominated_node_is_read():
     pod.status.nominated_node_name = "n1"
     assert kube._pod(pod).nominated == "n1"
     assert kube._pod(gated("1")).nominated == ""
+
+
+def test_a_condition_set_from_a_copy_is_conditional_on_its_version():
+    """`set_pod_condition(resource_version=...)`: the copy's version rides in the status patch
+    (a precondition: 409 once the pod changed); without one, the patch is unconditional (a
+    Hold decided on a read a moment ago). `PodInfo.resource_version` is the copy's."""
+    o, core = ops()
+    o.pod_peek = lambda ns, name: gated("7")
+    info = o.peek_pod("t", "p")
+    assert info is not None and info.resource_version == "7"
+    condition = dict(
+        type=C.ADMITTED_CONDITION,
+        status="False",
+        reason="HeldCap",
+        message="held",
+        last_transition_time="2026-12-07T12:00:00Z",
+    )
+    o.set_pod_condition("t", "p", **condition, resource_version=info.resource_version)
+    o.set_pod_condition("t", "p", **condition)
+    assert core.calls == ["PATCH status", "PATCH status"]
+    first, second = core.status_patches
+    assert first["metadata"] == {"resourceVersion": "7"} and "metadata" not in second
+    assert first["status"] == second["status"]

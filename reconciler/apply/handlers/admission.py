@@ -453,9 +453,28 @@ def _rfc3339(t: datetime) -> str:
 @handles(Hold)
 def hold(a: Hold, ctx: Context) -> Outcome:
     """The condition `gpupool.io/Admitted` False, with the reason, on a pod that stays gated
-    (`kubectl describe pod` shows it). Written only when it says something else."""
+    (`kubectl describe pod` shows it). Written only when it says something else.
+
+    Decided on the watch cache's copy of the pod where it holds one (`ClusterOps.peek_pod`: no
+    request), as an Admit is: its gate gone is certain (a gate never comes back), and the
+    condition is gpupool's own, which the copy shows as gpupool last wrote it; the write is
+    conditional on the copy's version, so a pod changed since (ungated by someone else, say)
+    is a 409, and the step is decided again on the pod read from the server."""
     ns, name = _ns_name(a.target)
-    pod = ctx.ops.read_pod(ns, name)
+    pod = ctx.ops.peek_pod(ns, name)
+    if pod is not None and pod.resource_version:
+        out = _hold(a, ctx, pod, conditional=True)
+        if out is not None:
+            return out
+    out = _hold(a, ctx, ctx.ops.read_pod(ns, name), conditional=False)
+    assert out is not None  # only a conditional write answers None
+    return out
+
+
+def _hold(a: Hold, ctx: Context, pod: PodInfo | None, conditional: bool) -> Outcome | None:
+    """`hold` on `pod` (None: gone); None when the write was conditional and the pod changed
+    since the copy (409): to be decided again on a read."""
+    ns, name = _ns_name(a.target)
     if pod is None:
         return Outcome(a.id, "done", "pod is gone")
     if C.ADMISSION_GATE not in pod.gates:
@@ -486,9 +505,12 @@ def hold(a: Hold, ctx: Context) -> Outcome:
             message=a.message,
             last_transition_time=since,
             clear_nominated=stale,
+            resource_version=pod.resource_version if conditional else "",
         )
     except ApiError as exc:
         if exc.status == 404:
             return Outcome(a.id, "done", "pod is gone")
+        if exc.status == 409 and conditional:
+            return None
         raise
     return Outcome(a.id, "done", f"held: {a.message}", changed=True)
