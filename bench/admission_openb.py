@@ -93,18 +93,22 @@ whole-card pods of the trace name no model). The pods ask for `nvidia.com/gpu` o
 memory: gpupool's planner does not meter those, so the comparison stays on cards).
 
 **Measured** (the real runs from the kubelets' device managers: cards really handed out; the
-DRA runs from the devices in their namespace's claims' allocations): the
-GPU allocation (time-weighted mean between the first and the last arrival, and at 25/50/75/100
-% of that window), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU a task drawn
-from the slice's own demand could not use, over the free GPU; mean of 40 points, and at the
-last arrival), pods never started (by size, and their cards; --json names the multi-card
-ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand for; also
-for the pods created while < 80 % of the cards were in use, i.e. the latency of admission
-itself), and gpupool's cycles; for the gated runs also where the time between cards freed and
-the pod running goes, stage by stage (bench/admission_stages.py: the controller's cycle and
-Admit step, its requests per admitted pod, the pod ungated, on DRA the claim allocated, bound,
-running; on the way out the pod gone and on DRA its claim freed), and whether the two gated
-runs admitted the same pods in the same order to the same nodes. What would be a
+DRA runs from the devices in their namespace's claims' allocations): the GPU allocation
+(time-weighted mean between the first and the last arrival, of the cards in use sampled every
+0.25 s of wall time, and at 25/50/75/100 % of that window; for the replayed runs also from the
+watch's times of each pod, no sampling: the device plugin's cards from the pod running to the
+pod gone, DRA's from the claim allocated to its allocation gone, and with every pod's cards
+counted to the pod gone, on DRA without the claim's release after it:
+`admission_stages.card_time`), FGD's fragmentation rate (`cluster_fragmentation`: the free GPU
+a task drawn from the slice's own demand could not use, over the free GPU; mean of 40 points,
+and at the last arrival), pods never started (by size, and their cards; --json names the
+multi-card ones), creation -> binding p50/p95 (wall seconds and the trace seconds they stand
+for; also for the pods created while < 80 % of the cards were in use, i.e. the latency of
+admission itself), and gpupool's cycles; for the gated runs also where the time between cards
+freed and the pod running goes, stage by stage (bench/admission_stages.py: the controller's
+cycle and Admit step, its requests per admitted pod, the pod ungated, on DRA the claim
+allocated, bound, running; on the way out the pod gone and on DRA its claim freed), and whether
+the two gated runs admitted the same pods in the same order to the same nodes. What would be a
 fault of admission is counted and listed: a node asked for more cards than it has by the pods
 bound or admitted to it, pods bound without gpupool's admission, admitted but never bound,
 refused by the kubelet (Failed), controller cycles that failed (`--dump DIR` writes the
@@ -113,7 +117,8 @@ observed state of up to three of them, for `gpupool plan DIR/policy.yaml --obser
 **What limits the size.** The pods per second, more than the nodes: gpupool's executor sends
 its admissions one request after another (Admit: the reservation, the admission, on DRA the
 claim's two writes before it, each pod taken from the watch cache since 2026-12-07, read
-before; a Hold: read, write the condition), so a cycle's length grows with the pods that
+before; a Hold: the condition written, on the cache's copy since that afternoon, read
+before), so a cycle's length grows with the pods that
 arrived during the previous one. Keeping a cluster busy with departures needs more pods
 as it has more cards (3-4 pods a card here). Measured on the 2-core machine with other test
 suites running: 6-7 pods/s keep cycles at p50 0.5 s (100-200 nodes); 13 pods/s (200 nodes,
