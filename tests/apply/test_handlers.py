@@ -923,21 +923,16 @@ def _errors(f: ApiError | list[ApiError]) -> list[ApiError]:
     return f if isinstance(f, list) else [f]
 
 
-@pytest.mark.parametrize(
-    "row",
-    params(
-        [
-            r
-            for r in [*ADMIT_ROWS, *DRA_OWN_ROWS]
-            if not any(e.status == 409 for f in r.fail.values() for e in _errors(f))
-        ]
-    ),
-)
-def test_admit_on_the_watch_caches_pods_as_on_reads(row: Row):
-    """An Admit step takes its pods from the watch cache the cycle observed through
-    (`peek_pod`) instead of reading them: with a cache as current as the server, every row of
-    the admission tables ends as it does on reads, with the same writes, and reads no pod
-    that it did not read before for another reason (a pod it waits for, a claim not named)."""
+def _without_conflicts(rows: list[Row]) -> list:
+    """The rows none of whose failures is a 409 (on a cache, a 409 is the copy's lag)."""
+    return params(
+        [r for r in rows if not any(e.status == 409 for f in r.fail.values() for e in _errors(f))]
+    )
+
+
+def _as_on_reads(row: Row) -> tuple[Any, MemoryCluster]:
+    """The row's step on a watch cache as current as the server (`cache_pods`): it ends as
+    on reads, with the same writes. -> its result and the cluster, calls recorded."""
     on_reads, _ = run_memory(row)
     cluster = seed_memory(row)
     cluster.cache_pods()
@@ -947,6 +942,16 @@ def test_admit_on_the_watch_caches_pods_as_on_reads(row: Row):
         on_reads.message,
         on_reads.writes,
     )
+    return got, cluster
+
+
+@pytest.mark.parametrize("row", _without_conflicts([*ADMIT_ROWS, *DRA_OWN_ROWS]))
+def test_admit_on_the_watch_caches_pods_as_on_reads(row: Row):
+    """An Admit step takes its pods from the watch cache the cycle observed through
+    (`peek_pod`) instead of reading them: with a cache as current as the server, every row of
+    the admission tables ends as it does on reads, with the same writes, and reads no pod
+    that it did not read before for another reason (a pod it waits for, a claim not named)."""
+    got, cluster = _as_on_reads(row)
     # a pod the cache does not hold is read; a step that fails on the cache's copies runs
     # again on reads (the failure may be the copy's lag)
     cached = {(NS, p.name) for p in getattr(row.action, "pods", ())} & set(cluster.pod_cache or {})
@@ -995,30 +1000,13 @@ def test_admit_on_a_cached_pod_that_changed_since_reads_it_and_decides_again():
     assert out.changed and cluster.write_ops() == ["annotate_pod", "annotate_pod"]
 
 
-@pytest.mark.parametrize(
-    "row",
-    params(
-        [
-            r
-            for r in HOLD_ROWS
-            if not any(e.status == 409 for f in r.fail.values() for e in _errors(f))
-        ]
-    ),
-)
+@pytest.mark.parametrize("row", _without_conflicts(HOLD_ROWS))
 def test_hold_on_the_watch_caches_pods_as_on_reads(row: Row):
     """A Hold step decides on the watch cache's copy of its pod (`peek_pod`) as an Admit does:
     with a cache as current as the server, every row of the hold table ends as on reads, with
     the same writes, and reads the pod only where the cache does not hold it (gone); its
     condition's write is conditional on the copy's version."""
-    on_reads, _ = run_memory(row)
-    cluster = seed_memory(row)
-    cluster.cache_pods()
-    got = run(row, cluster, memory_config(), writes=cluster.write_ops)
-    assert (got.status, got.message, got.writes) == (
-        on_reads.status,
-        on_reads.message,
-        on_reads.writes,
-    )
+    _, cluster = _as_on_reads(row)
     cached = bool(cluster.pod_cache and (NS, "p-0") in cluster.pod_cache)
     assert bool([c for c in cluster.calls if c.op == "read_pod"]) == (not cached)
     sets = [c for c in cluster.calls if c.op == "set_pod_condition"]

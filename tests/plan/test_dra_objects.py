@@ -150,12 +150,19 @@ def _slice(node: str, devices: list[dict]) -> ResourceSlice:
     )
 
 
-def test_slices_that_disagree_with_the_agent_are_a_finding() -> None:
+def _whole_and_mig() -> tuple[list[DraDevice], list[DraDevice]]:
+    """Eight whole cards as NVIDIA's driver publishes them, and the same with card 0 split in
+    two 3g.40gb instances (a layout the node agent of the scenario does not report)."""
     whole = [DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"}) for i in range(8)]
     mig = [
         DraDevice(name=f"gpu-0-mig-3g40gb-9-{s}", attributes={"type": "mig", "profile": "3g.40gb"})
         for s in (0, 4)
     ] + whole[1:]
+    return whole, mig
+
+
+def test_slices_that_disagree_with_the_agent_are_a_finding() -> None:
+    whole, mig = _whole_and_mig()
     desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole), _slice("a100-2", mig)]))
     found = {(f.code, f.subject): f.message for f in plan(desired, observed).findings}
     assert ("dra-slices-stale", "Node a100-2") in found
@@ -171,11 +178,7 @@ def test_a_nodes_layouts_are_kept_while_its_slices_and_report_are_the_same() -> 
     """`slices_agree` through a view memo: a node's two layouts are answered from the last
     plan while the node and its slices are the very objects they were (no pass over the
     devices), and computed again for a slice republished."""
-    whole = [DraDevice(name=f"gpu-{i}", attributes={"type": "gpu"}) for i in range(8)]
-    mig = [
-        DraDevice(name=f"gpu-0-mig-3g40gb-9-{s}", attributes={"type": "mig", "profile": "3g.40gb"})
-        for s in (0, 4)
-    ] + whole[1:]
+    whole, mig = _whole_and_mig()
     desired, observed = _inputs(DraState(slices=[_slice("a100-1", whole), _slice("a100-2", mig)]))
     first, _, memo = plan_with_view(desired, observed, None, None)
     kept = memo.steps["dra-layouts"]
