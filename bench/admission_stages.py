@@ -403,6 +403,23 @@ def card_time(
     return area / (capacity * horizon) if seen else None
 
 
+def arrival_legs(pods: dict[str, dict[str, float]]) -> tuple[float, float, float] | None:
+    """Over the arrivals (`idle_by_kind`: cards free at the pod's creation) that an Admit step
+    of a recorded cycle admitted: the mean ms from the creation to the cycle's start, from
+    there to the Admit step, and from the step to the card taken. None without any."""
+    got = [
+        t
+        for t in pods.values()
+        if "taken" in t and "cycle" in t and "step" in t
+        if t.get("ready", -1.0) - t.get("created", 0.0) <= 1e-6
+    ]
+    if not got:
+        return None
+    legs = [("created", "cycle"), ("cycle", "step"), ("step", "taken")]
+    a, b, c = (1000 * sum(t[y] - t[x] for t in got) / len(got) for x, y in legs)
+    return a, b, c
+
+
 def report(name: str, notes: dict[str, Any]) -> list[str]:
     """The stage table's lines for one run (nothing when it kept no timeline)."""
     pods = notes.get("timeline")
@@ -417,6 +434,12 @@ def report(name: str, notes: dict[str, Any]) -> list[str]:
             "    ready -> card taken by kind, mean ms (pods): "
             + ", ".join(f"{k} {1000 * s / n:.1f} ({n})" for k, (n, s) in idle.items() if n)
             + f"; summed over the pods {idle['all'][1]:.2f} s"
+        )
+    legs = arrival_legs(pods)
+    if legs:
+        out.append(
+            "    arrivals, mean ms: creation -> cycle start {:.1f}, -> Admit step {:.1f}, "
+            "-> card taken {:.1f}".format(*legs)
         )
     reqs = [t["requests"] for t in pods.values() if "requests" in t]
     if reqs:

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from bench.admission_stages import card_time, idle_by_kind, main, pairs_line, timeline
+from bench.admission_stages import (
+    arrival_legs,
+    card_time,
+    idle_by_kind,
+    main,
+    pairs_line,
+    timeline,
+)
 
 
 def test_idle_by_kind_splits_arrivals_from_hand_offs():
@@ -156,3 +163,16 @@ def test_main_judges_the_pairs_by_each_measure_and_shows_the_other_cycles(tmp_pa
     assert lines[0].startswith("== dra-gpupool minus gpupool, GPU allocation sampled every ")
     assert "from the watch's times, over 2 runs: mean +1.0000 point" in lines[1]
     assert "to each pod's end, over 2 runs: mean +0.5000 point" in lines[2]
+
+
+def test_arrival_legs_split_an_arrivals_wait_at_its_cycle_and_its_step():
+    """Over the arrivals an Admit step admitted (hand-offs and pods without the controller's
+    record left out): creation -> cycle start -> Admit step -> card taken, mean ms."""
+    pods = {
+        "a": {"created": 0.0, "ready": 0.0, "cycle": 0.010, "step": 0.030, "taken": 0.050},
+        "b": {"created": 1.0, "ready": 1.0, "cycle": 1.030, "step": 1.040, "taken": 1.070},
+        "c": {"created": 0.0, "ready": 2.0, "cycle": 2.0, "step": 2.01, "taken": 2.02},  # hand-off
+        "d": {"created": 0.0, "ready": 0.0, "taken": 0.5},  # no record of its cycle
+    }
+    assert arrival_legs(pods) == pytest.approx((20.0, 15.0, 25.0))
+    assert arrival_legs({"d": pods["d"]}) is None
