@@ -117,20 +117,20 @@ observed state of up to three of them, for `gpupool plan DIR/policy.yaml --obser
 **What limits the size.** The pods per second, more than the nodes: gpupool's executor sends
 its admissions one request after another (Admit: the reservation, the admission, on DRA the
 claim's two writes before it, each pod taken from the watch cache since 2026-12-07, read
-before; a Hold: the condition written, on the cache's copy since that afternoon, read
-before), so a cycle's length grows with the pods that
-arrived during the previous one. Keeping a cluster busy with departures needs more pods
-as it has more cards (3-4 pods a card here). Measured on the 2-core machine with other test
-suites running: 6-7 pods/s keep cycles at p50 0.5 s (100-200 nodes); 13 pods/s (200 nodes,
-3,951 pods in 300 s) ran away: cycles of 10, 23, 45, 80 s, and gpupool's allocation fell to
-44 % against 75 % for kube-scheduler. Everything but the control plane is Python in this one
-process (the controller shares its interpreter lock with the simulated kubelets, unlike in a
-cluster). `World.settle()` and `World.step_nodes()` go over every node (about 45 and 85 ms a
-node here), so this script's world publishes only the nodes whose device assignments changed
-and steps the NVIDIA stand-ins only within the mount delay after their ConfigMaps changed (the
-same calls, where they can change something). The simulated kubelets give pod ranges to at
-most 1,024 nodes (`tests/cluster/kubelets.py: pod_cidr`). Heartbeats are slowed (20 s,
-node-monitor grace 300 s) so that idle nodes do not load the API server.
+before; a Hold: the condition written, on the cache's copy since that afternoon, read before),
+so a cycle's length grows with the pods that arrived during the previous one. Keeping a cluster
+busy with departures needs more pods as it has more cards (3-4 pods a card here). Measured on
+the 2-core machine with other test suites running: 6-7 pods/s keep cycles at p50 0.5 s (100-200
+nodes); 13 pods/s (200 nodes, 3,951 pods in 300 s) ran away: cycles of 10, 23, 45, 80 s, and
+gpupool's allocation fell to 44 % against 75 % for kube-scheduler. Everything but the control
+plane is Python in this one process (the controller shares its interpreter lock with the
+simulated kubelets, unlike in a cluster). `World.settle()` and `World.step_nodes()` go over
+every node (about 45 and 85 ms a node here), so this script's world publishes only the nodes
+whose device assignments changed and steps the NVIDIA stand-ins only within the mount delay
+after their ConfigMaps changed (the same calls, where they can change something). The simulated
+kubelets give pod ranges to at most 1,024 nodes (`tests/cluster/kubelets.py: pod_cidr`).
+Heartbeats are slowed (20 s, node-monitor grace 300 s) so that idle nodes do not load the API
+server.
 
 Exits 0 with a message when the trace or the control-plane binary is missing (this script
 never builds it: `scripts/build-control-plane.sh` does, in minutes).
@@ -1112,14 +1112,17 @@ def exact_share(r: Result) -> str:
 
 
 def watched_alloc(wl: Workload, r: Result, to_pod_end: bool = False) -> float | None:
-    """A gated run's time-weighted allocation from the watch's times of each pod
-    (`admission_stages.card_time`); None for a run without a timeline (the simulator's)."""
-    pods, cards_of = r.notes.get("timeline"), r.notes.get("cards_of")
-    if not pods or not cards_of or not all(cards_of.values()):
-        return None  # no timeline, or MIG partitions (a card's worth each: not in the times)
-    dra = r.name.startswith("dra-")
-    horizon = wl.t_last / wl.speed
-    return admission_stages.card_time(pods, cards_of, dra, horizon, wl.capacity, to_pod_end)
+    """A replayed run's time-weighted allocation from the watch's times of each pod
+    (`admission_stages.run_card_time`); None for a run without a timeline (the simulator's)
+    or with MIG partitions (a dynamic MIG run)."""
+    return admission_stages.run_card_time(
+        r.name,
+        r.notes.get("timeline"),
+        r.notes.get("cards_of"),
+        wl.t_last / wl.speed,
+        wl.capacity,
+        to_pod_end,
+    )
 
 
 def table(wl: Workload, results: list[Result]) -> str:

@@ -366,7 +366,7 @@ def idle_by_kind(pods: dict[str, dict[str, float]]) -> dict[str, tuple[int, floa
     for t in pods.values():
         if "ready" not in t or "taken" not in t:
             continue
-        kind = "hand-off" if t["ready"] - t.get("created", 0.0) > 1e-6 else "arrival"
+        kind = "arrival" if _arrival(t) else "hand-off"
         out[kind].append(t["taken"] - t["ready"])
         out["all"].append(t["taken"] - t["ready"])
     return {k: (len(v), sum(v)) for k, v in out.items()}
@@ -403,6 +403,28 @@ def card_time(
     return area / (capacity * horizon) if seen else None
 
 
+def _arrival(t: dict[str, float]) -> bool:
+    """Whether an admitted pod's cards were ready at its creation (no release on its node
+    since): an arrival, not a hand-off."""
+    return t["ready"] - t.get("created", 0.0) <= 1e-6
+
+
+def run_card_time(
+    name: str,
+    pods: dict[str, dict[str, float]] | None,
+    cards_of: dict[str, int] | None,
+    horizon: float,
+    capacity: int,
+    to_pod_end: bool = False,
+) -> float | None:
+    """`card_time` of one replayed run, DRA's by its name (`dra-`); None without a timeline or
+    the pods' cards, or with MIG partitions among them (a card's worth each: not in the
+    times)."""
+    if not pods or not cards_of or not all(cards_of.values()):
+        return None
+    return card_time(pods, cards_of, name.startswith("dra-"), horizon, capacity, to_pod_end)
+
+
 def arrival_legs(pods: dict[str, dict[str, float]]) -> tuple[float, float, float] | None:
     """Over the arrivals (`idle_by_kind`: cards free at the pod's creation) that an Admit step
     of a recorded cycle admitted: the mean ms from the creation to the cycle's start, from
@@ -410,8 +432,7 @@ def arrival_legs(pods: dict[str, dict[str, float]]) -> tuple[float, float, float
     got = [
         t
         for t in pods.values()
-        if "taken" in t and "cycle" in t and "step" in t
-        if t.get("ready", -1.0) - t.get("created", 0.0) <= 1e-6
+        if "ready" in t and "taken" in t and "cycle" in t and "step" in t and _arrival(t)
     ]
     if not got:
         return None
@@ -531,12 +552,11 @@ def watched(data: dict[str, Any], r: dict[str, Any]) -> dict[str, float | None]:
     where the trace is not there)."""
     notes, wl = r.get("notes") or {}, data.get("workload") or {}
     cards_of = notes.get("cards_of") or _cards_again(data)
-    pods = notes.get("timeline")
-    if not pods or not cards_of or not all(cards_of.values()) or not wl.get("speed"):
+    if not wl.get("speed"):
         return {m: None for m in MEASURES[1:]}
-    dra, horizon = r["name"].startswith("dra-"), wl["t_last"] / wl["speed"]
+    horizon = wl["t_last"] / wl["speed"]
     return {
-        m: card_time(pods, cards_of, dra, horizon, wl["cards"], to_pod_end=end)
+        m: run_card_time(r["name"], notes.get("timeline"), cards_of, horizon, wl["cards"], end)
         for m, end in zip(MEASURES[1:], (False, True), strict=True)
     }
 

@@ -562,7 +562,7 @@ class MemoryCluster:
             if p is None:
                 raise not_found("pods", name)
             seen = self._peeked.pop((namespace, name), None)
-            if seen is not None and seen != self._info((namespace, name), p):
+            if seen is not None and seen.resource_version != _version_of(p):
                 # KubeOps patches with the resourceVersion of the copy it took the terms from
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}"')
             terms = pinned(p.terms, node)
